@@ -1,0 +1,21 @@
+//! The Verge message model, shared by cloud services and edgecore. Types only, no I/O.
+//!
+//! # Layout
+//! - [`resource`]: resource paths (`node/<node>/<ns>/<type>/<name>` in the cloud,
+//!   `<ns>/<type>/<name>` on the edge) parsed once into a typed [`ResourceKey`].
+//! - [`route`]: [`Operation`]s and controller [`Group`]s of a message route.
+//! - [`version`]: resourceVersion comparison used to ignore stale objects.
+//! - [`config`]: strict YAML configuration parsing shared by every binary.
+//! - [`error`]: the crate's [`Error`].
+
+pub mod config;
+pub mod error;
+pub mod resource;
+pub mod route;
+pub mod version;
+
+pub use config::{ConfigError, from_yaml};
+pub use error::{Error, Result};
+pub use resource::{CLUSTER_SCOPE, NodeResource, ResourceKey, ResourceType};
+pub use route::{Group, Operation};
+pub use version::is_newer;

@@ -1,0 +1,245 @@
+//! Resource paths, parsed once at the boundary into typed keys.
+//!
+//! Following KubeEdge, the edge names an object `<namespace>/<type>/<name>` and the cloud
+//! prefixes the node: `node/<node>/<namespace>/<type>/<name>`. Cluster-scoped objects use
+//! [`CLUSTER_SCOPE`] (`"_"`) as namespace; `_` can never be a Kubernetes namespace name, so the
+//! path stays unambiguous. Names may not contain `/`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// The namespace segment of cluster-scoped objects (nodes).
+pub const CLUSTER_SCOPE: &str = "_";
+
+/// Longest accepted path segment, in bytes (a DNS-1123 subdomain is at most 253).
+const MAX_SEGMENT: usize = 253;
+
+/// The kinds of object that cross the cloud <-> edge boundary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    /// `v1/Pod`.
+    Pod,
+    /// A pod's `.status` only (edge -> cloud).
+    PodStatus,
+    /// `v1/ConfigMap`.
+    ConfigMap,
+    /// `v1/Secret`.
+    Secret,
+    /// `v1/Node` (cluster-scoped).
+    Node,
+    /// A node's `.status` only (edge -> cloud, cluster-scoped).
+    NodeStatus,
+    /// `coordination.k8s.io/v1/Lease` in `kube-node-lease`.
+    Lease,
+    /// `v1/Event` (edge -> cloud).
+    Event,
+    /// `v1/ServiceAccountToken` request (edge -> cloud query).
+    ServiceAccountToken,
+    /// `devices.verge.io/v1/Device`.
+    Device,
+    /// `devices.verge.io/v1/DeviceModel`.
+    DeviceModel,
+    /// A device twin's state (edge <-> cloud).
+    Twin,
+}
+
+impl ResourceType {
+    /// The wire name, e.g. `"pod"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::PodStatus => "podstatus",
+            Self::ConfigMap => "configmap",
+            Self::Secret => "secret",
+            Self::Node => "node",
+            Self::NodeStatus => "nodestatus",
+            Self::Lease => "lease",
+            Self::Event => "event",
+            Self::ServiceAccountToken => "serviceaccounttoken",
+            Self::Device => "device",
+            Self::DeviceModel => "devicemodel",
+            Self::Twin => "twin",
+        }
+    }
+
+    /// Whether objects of this type live outside namespaces.
+    pub const fn is_cluster_scoped(self) -> bool {
+        matches!(self, Self::Node | Self::NodeStatus)
+    }
+}
+
+impl FromStr for ResourceType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "pod" => Self::Pod,
+            "podstatus" => Self::PodStatus,
+            "configmap" => Self::ConfigMap,
+            "secret" => Self::Secret,
+            "node" => Self::Node,
+            "nodestatus" => Self::NodeStatus,
+            "lease" => Self::Lease,
+            "event" => Self::Event,
+            "serviceaccounttoken" => Self::ServiceAccountToken,
+            "device" => Self::Device,
+            "devicemodel" => Self::DeviceModel,
+            "twin" => Self::Twin,
+            other => return Err(Error::UnknownResourceType(other.to_owned())),
+        })
+    }
+}
+
+impl fmt::Display for ResourceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An object's key as seen from the edge: `<namespace>/<type>/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceKey {
+    /// Namespace, or [`CLUSTER_SCOPE`] for cluster-scoped objects.
+    pub namespace: String,
+    /// The object's type.
+    pub kind: ResourceType,
+    /// The object's name.
+    pub name: String,
+}
+
+impl ResourceKey {
+    /// A key of a namespaced object.
+    pub fn new(namespace: impl Into<String>, kind: ResourceType, name: impl Into<String>) -> Self {
+        Self { namespace: namespace.into(), kind, name: name.into() }
+    }
+
+    /// A key of a cluster-scoped object (namespace [`CLUSTER_SCOPE`]).
+    pub fn cluster(kind: ResourceType, name: impl Into<String>) -> Self {
+        Self::new(CLUSTER_SCOPE, kind, name)
+    }
+
+    /// The namespace as Kubernetes knows it: `None` for cluster-scoped objects.
+    pub fn k8s_namespace(&self) -> Option<&str> {
+        (self.namespace != CLUSTER_SCOPE).then_some(self.namespace.as_str())
+    }
+
+    fn from_segments(path: &str, ns: &str, kind: &str, name: &str) -> Result<Self> {
+        let bad = |reason| Error::ResourcePath { path: path.to_owned(), reason };
+        check_segment(ns).map_err(bad)?;
+        check_segment(name).map_err(bad)?;
+        let kind: ResourceType =
+            kind.parse().map_err(|_| bad("unknown resource type"))?;
+        Ok(Self::new(ns, kind, name))
+    }
+}
+
+fn check_segment(s: &str) -> std::result::Result<(), &'static str> {
+    if s.is_empty() {
+        return Err("empty segment");
+    }
+    if s.len() > MAX_SEGMENT {
+        return Err("segment longer than 253 bytes");
+    }
+    if s.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("segment contains whitespace or control characters");
+    }
+    Ok(())
+}
+
+impl FromStr for ResourceKey {
+    type Err = Error;
+
+    /// Parses `<namespace>/<type>/<name>`.
+    fn from_str(path: &str) -> Result<Self> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            [ns, kind, name] => Self::from_segments(path, ns, kind, name),
+            _ => Err(Error::ResourcePath {
+                path: path.to_owned(),
+                reason: "expected <namespace>/<type>/<name>",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for ResourceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.namespace, self.kind, self.name)
+    }
+}
+
+/// An object's key as seen from the cloud: `node/<node>/<namespace>/<type>/<name>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeResource {
+    /// The edge node the object belongs to.
+    pub node: String,
+    /// The object's edge-side key.
+    pub key: ResourceKey,
+}
+
+impl NodeResource {
+    /// Pairs a node with an edge-side key.
+    pub fn new(node: impl Into<String>, key: ResourceKey) -> Self {
+        Self { node: node.into(), key }
+    }
+}
+
+impl FromStr for NodeResource {
+    type Err = Error;
+
+    /// Parses `node/<node>/<namespace>/<type>/<name>`.
+    fn from_str(path: &str) -> Result<Self> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            ["node", node, ns, kind, name] => {
+                check_segment(node)
+                    .map_err(|reason| Error::ResourcePath { path: path.to_owned(), reason })?;
+                Ok(Self::new(*node, ResourceKey::from_segments(path, ns, kind, name)?))
+            }
+            _ => Err(Error::ResourcePath {
+                path: path.to_owned(),
+                reason: "expected node/<node>/<namespace>/<type>/<name>",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for NodeResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node/{}/{}", self.node, self.key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edge_path_round_trip() {
+        let k: ResourceKey = "default/pod/web-1".parse().expect("valid");
+        assert_eq!(k, ResourceKey::new("default", ResourceType::Pod, "web-1"));
+        assert_eq!(k.to_string(), "default/pod/web-1");
+        let n: ResourceKey = "_/node/edge-1".parse().expect("valid");
+        assert_eq!(n.k8s_namespace(), None);
+    }
+
+    #[test]
+    fn cloud_path_round_trip() {
+        let r: NodeResource = "node/edge-1/default/configmap/cfg".parse().expect("valid");
+        assert_eq!(r.node, "edge-1");
+        assert_eq!(r.key.kind, ResourceType::ConfigMap);
+        assert_eq!(r.to_string(), "node/edge-1/default/configmap/cfg");
+    }
+
+    #[test]
+    fn malformed_paths_are_rejected() {
+        for bad in ["", "a/b", "default/pod/", "default/frob/x", "a/pod/b/c", "a/pod/x y"] {
+            assert!(bad.parse::<ResourceKey>().is_err(), "{bad:?} should fail");
+        }
+        for bad in ["edge/x/default/pod/a", "node//default/pod/a", "node/x/default/pod"] {
+            assert!(bad.parse::<NodeResource>().is_err(), "{bad:?} should fail");
+        }
+    }
+}

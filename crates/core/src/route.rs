@@ -1,0 +1,150 @@
+//! Operations and controller groups of a message route (KubeEdge: beehive `Router`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::{Error, Result};
+
+/// What a message does. The wire form is the lower-case name (`"insert"`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// Create an object (cloud -> edge: a new object; edge -> cloud: register, e.g. a node).
+    Insert,
+    /// Replace an object with the carried full copy (or its status, for status types).
+    Update,
+    /// Apply a JSON merge patch (RFC 7386) carried in `content`.
+    Patch,
+    /// Delete an object. Edge -> cloud: a pod deletion the edge completed.
+    Delete,
+    /// Ask for an object; answered by `Response` or `Error` with `parent_id` set.
+    Query,
+    /// Answer to a `Query`; `content` holds the object.
+    Response,
+    /// Failure answer to a message; `content` holds a UTF-8 reason.
+    Error,
+    /// Acknowledges the message named by `parent_id`: the receiver committed it (edge) or the
+    /// API server accepted it (controller).
+    Ack,
+    /// Application-level liveness probe of the stream; carries nothing.
+    Keepalive,
+    /// A full inventory of the edge (`content` is a protobuf `Inventory`).
+    Resync,
+}
+
+impl Operation {
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Insert => "insert",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+            Self::Query => "query",
+            Self::Response => "response",
+            Self::Error => "error",
+            Self::Ack => "ack",
+            Self::Keepalive => "keepalive",
+            Self::Resync => "resync",
+        }
+    }
+}
+
+impl FromStr for Operation {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "insert" => Self::Insert,
+            "update" => Self::Update,
+            "patch" => Self::Patch,
+            "delete" => Self::Delete,
+            "query" => Self::Query,
+            "response" => Self::Response,
+            "error" => Self::Error,
+            "ack" => Self::Ack,
+            "keepalive" => Self::Keepalive,
+            "resync" => Self::Resync,
+            other => return Err(Error::UnknownOperation(other.to_owned())),
+        })
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The cloud-side handler of a message (KubeEdge: the router group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Group {
+    /// Kubernetes resources: pods, nodes, configmaps, secrets, leases, events. Served by
+    /// edgecontroller.
+    Resource,
+    /// Devices and device models. Served by devicecontroller.
+    Device,
+    /// Cloudhub itself (keepalives); never forwarded to a controller.
+    Hub,
+}
+
+impl Group {
+    /// The wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Resource => "resource",
+            Self::Device => "device",
+            Self::Hub => "hub",
+        }
+    }
+}
+
+impl FromStr for Group {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "resource" => Self::Resource,
+            "device" => Self::Device,
+            "hub" => Self::Hub,
+            other => return Err(Error::UnknownGroup(other.to_owned())),
+        })
+    }
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_round_trip() {
+        for op in [
+            Operation::Insert,
+            Operation::Update,
+            Operation::Patch,
+            Operation::Delete,
+            Operation::Query,
+            Operation::Response,
+            Operation::Error,
+            Operation::Ack,
+            Operation::Keepalive,
+            Operation::Resync,
+        ] {
+            assert_eq!(op.as_str().parse::<Operation>(), Ok(op));
+        }
+        assert!("frobnicate".parse::<Operation>().is_err());
+    }
+
+    #[test]
+    fn groups_round_trip() {
+        for g in [Group::Resource, Group::Device, Group::Hub] {
+            assert_eq!(g.as_str().parse::<Group>(), Ok(g));
+        }
+        assert_eq!("x".parse::<Group>(), Err(Error::UnknownGroup("x".into())));
+    }
+}

@@ -1,0 +1,1 @@
+//! End-to-end test support for Verge (see tests/tests/).
