@@ -1,1 +1,204 @@
-//! Placeholder.
+//! Verge cloudhub: terminates one long-lived gRPC stream per edge node (`EdgeHub.Connect`),
+//! authenticates it, and routes messages between edge sessions and the controllers attached
+//! over `ControllerHub.Attach`. It follows KubeEdge's CloudHub, with gRPC instead of
+//! websocket/QUIC, and holds no durable state: everything it forgets is rebuilt from the API
+//! server and from the edges' inventories. The wire contract is `docs/protocol.md`.
+//!
+//! # Layout
+//! - [`config`]: the YAML [`Config`] and its defaults.
+//! - [`error`]: the crate's [`Error`] and its one mapping to `tonic::Status`.
+//! - [`edge`]: the `EdgeHub` service: handshake, keepalive, upstream routing.
+//! - [`controller`]: the `ControllerHub` service: snapshot, events, downstream routing.
+//! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
+//! - `routing`: pure rules for validating messages and rewriting resource paths.
+//! - `stream`: the outbound half of a stream and how it ends.
+//!
+//! # Example
+//! ```no_run
+//! # async fn f() -> verge_cloudhub::Result<()> {
+//! use tokio_util::sync::CancellationToken;
+//! let hub = verge_cloudhub::CloudHub::new(verge_cloudhub::Config::default())?;
+//! let shutdown = CancellationToken::new();
+//! hub.run(shutdown).await
+//! # }
+//! ```
+
+pub mod config;
+pub mod controller;
+pub mod edge;
+pub mod error;
+mod routing;
+mod sessions;
+mod stream;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::Status;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tracing::info;
+use verge_proto::hub::controller_hub_server::ControllerHubServer;
+use verge_proto::hub::edge_hub_server::EdgeHubServer;
+
+pub use config::{Config, LogFormat};
+pub use controller::ControllerHubService;
+pub use edge::EdgeHubService;
+pub use error::{Error, Result};
+pub use routing::{SOURCE, validate_node_name};
+pub use stream::FrameStream;
+
+/// State shared by both services of one replica.
+pub(crate) struct Shared {
+    config: Config,
+    registry: sessions::Registry,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
+impl Shared {
+    /// Awaits the first frame of a stream, for at most [`Config::idle_timeout`].
+    async fn first_frame<T>(
+        &self,
+        next: impl Future<Output = Result<Option<T>, Status>>,
+    ) -> Result<T> {
+        let idle = self.config.idle_timeout();
+        tokio::select! {
+            () = self.shutdown.cancelled() => Err(Error::ShuttingDown),
+            next = tokio::time::timeout(idle, next) => match next {
+                Err(_elapsed) => Err(Error::Timeout(idle)),
+                Ok(Err(status)) => Err(Error::from_inbound(status)),
+                Ok(Ok(None)) => Err(Error::UnexpectedFrame("stream closed before the hello")),
+                Ok(Ok(Some(frame))) => Ok(frame),
+            },
+        }
+    }
+}
+
+/// One cloudhub replica: the `EdgeHub` server for edges and the `ControllerHub` server for
+/// controllers, sharing one session registry.
+#[derive(Debug)]
+pub struct CloudHub {
+    config: Config,
+}
+
+impl CloudHub {
+    /// A replica with `config`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] when a value is out of range.
+    pub fn new(config: Config) -> Result<Self> {
+        config.validate()?;
+        Ok(Self { config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Binds [`Config::edge_addr`] and [`Config::controller_addr`] and serves until
+    /// `shutdown` is cancelled, as [`CloudHub::serve_with_listeners`].
+    ///
+    /// # Errors
+    /// [`Error::Bind`] if an address cannot be bound, else as `serve_with_listeners`.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let bind = |addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind { addr, source })
+        };
+        let edge = bind(self.config.edge_addr).await?;
+        let controllers = bind(self.config.controller_addr).await?;
+        self.serve_with_listeners(edge, controllers, shutdown).await
+    }
+
+    /// Serves edges on `edge` and controllers on `controllers` (already bound, e.g. to
+    /// `127.0.0.1:0` in tests, which read the ports with `TcpListener::local_addr` first).
+    ///
+    /// On cancellation of `shutdown` every stream ends (`UNAVAILABLE`, "cloudhub is shutting
+    /// down", so edges reconnect elsewhere), and this returns once both servers and all
+    /// session tasks have finished. Wrap it in a timeout for a bounded grace period.
+    ///
+    /// # Errors
+    /// [`Error::Serve`] if a server fails; the other one is then stopped too.
+    pub async fn serve_with_listeners(
+        self,
+        edge: TcpListener,
+        controllers: TcpListener,
+        shutdown: CancellationToken,
+    ) -> Result<()> {
+        let max = self.config.max_frame_bytes;
+        let replica = self.config.effective_replica_name();
+        info!(
+            replica = %replica,
+            edge_addr = %local_addr(&edge),
+            controller_addr = %local_addr(&controllers),
+            "cloudhub serving"
+        );
+        // Either server stopping (on shutdown or on failure) stops the other.
+        let stop = shutdown.child_token();
+        let shared = Arc::new(Shared {
+            config: self.config,
+            registry: sessions::Registry::new(replica),
+            tracker: TaskTracker::new(),
+            shutdown: stop.clone(),
+        });
+        let edge_service = EdgeHubServer::new(EdgeHubService::new(shared.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+        let controller_service =
+            ControllerHubServer::new(ControllerHubService::new(shared.clone()))
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max);
+        let edge_server = async {
+            let result = Server::builder()
+                .add_service(edge_service)
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(edge),
+                    stop.clone().cancelled_owned(),
+                )
+                .await
+                .map_err(|source| Error::Serve {
+                    server: "edge",
+                    source,
+                });
+            stop.cancel();
+            result
+        };
+        // Controllers send no application keepalives: HTTP/2 pings detect a dead one.
+        let interval = shared.config.keepalive_interval;
+        let controller_server = async {
+            let result = Server::builder()
+                .http2_keepalive_interval(Some(interval))
+                .http2_keepalive_timeout(Some(interval))
+                .add_service(controller_service)
+                .serve_with_incoming_shutdown(
+                    TcpIncoming::from(controllers),
+                    stop.clone().cancelled_owned(),
+                )
+                .await
+                .map_err(|source| Error::Serve {
+                    server: "controller",
+                    source,
+                });
+            stop.cancel();
+            result
+        };
+        let (edge_result, controller_result) = tokio::join!(edge_server, controller_server);
+        shared.tracker.close();
+        shared.tracker.wait().await;
+        info!("cloudhub stopped");
+        edge_result.and(controller_result)
+    }
+}
+
+/// A listener's address for logs.
+fn local_addr(listener: &TcpListener) -> String {
+    listener
+        .local_addr()
+        .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string())
+}

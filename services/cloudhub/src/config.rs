@@ -1,0 +1,196 @@
+//! Cloudhub's configuration: one YAML file (`--config`), every field optional.
+//!
+//! Follows KubeEdge's `cloudcore.yaml` `modules.cloudHub` section in spirit (listen addresses,
+//! keepalive interval, per-node queue size), with Verge's strict parsing: unknown fields are
+//! errors that name the field (see [`verge_core::from_yaml`]).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// Output format of the log lines (`text` or `json`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormat> for verge_telemetry::LogFormat {
+    fn from(f: LogFormat) -> Self {
+        match f {
+            LogFormat::Text => Self::Text,
+            LogFormat::Json => Self::Json,
+        }
+    }
+}
+
+/// The configuration of one cloudhub replica.
+///
+/// Example (every field shown with its default):
+/// ```yaml
+/// edge_addr: 0.0.0.0:10000
+/// controller_addr: 0.0.0.0:10001
+/// token: ""
+/// replica_name: ""
+/// keepalive_interval: 10s
+/// max_frame_bytes: 4194304
+/// session_queue_len: 1024
+/// controller_queue_len: 4096
+/// shutdown_grace: 10s
+/// log_format: text
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address of the `EdgeHub` gRPC server that edge nodes connect to.
+    /// Default `0.0.0.0:10000` (KubeEdge cloudhub's websocket port).
+    pub edge_addr: SocketAddr,
+    /// Address of the `ControllerHub` gRPC server that controllers attach to.
+    /// Default `0.0.0.0:10001`.
+    pub controller_addr: SocketAddr,
+    /// Shared bootstrap token every edge must present in its hello. Default `""`: no
+    /// authentication.
+    pub token: String,
+    /// The name this replica announces in `NodeSession.cloudhub`, so controllers send to the
+    /// replica holding a node. Default `""`: the `HOSTNAME` environment variable (the pod
+    /// name in Kubernetes), else `"cloudhub"`.
+    pub replica_name: String,
+    /// The interval at which edges send keepalives (sent to them in `Welcome`); a session
+    /// without any frame for three intervals is closed. Humantime format, default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    /// The largest gRPC frame accepted or sent on either server, in bytes. Default 4 MiB
+    /// (4194304).
+    pub max_frame_bytes: usize,
+    /// Capacity of each node's downstream queue, in frames; a downstream message for a node
+    /// whose queue is full is refused with a delivery error. Default 1024 (KubeEdge's
+    /// `nodeLimit`-style per-node bound).
+    pub session_queue_len: usize,
+    /// Capacity of each controller's queue, in frames; a controller whose queue overflows
+    /// is detached and must reattach. Default 4096.
+    pub controller_queue_len: usize,
+    /// How long the binary waits for streams to end after SIGINT/SIGTERM. Humantime format,
+    /// default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// Log line format, `text` or `json`. Default `text`.
+    pub log_format: LogFormat,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            edge_addr: SocketAddr::from(([0, 0, 0, 0], 10000)),
+            controller_addr: SocketAddr::from(([0, 0, 0, 0], 10001)),
+            token: String::new(),
+            replica_name: String::new(),
+            keepalive_interval: Duration::from_secs(10),
+            max_frame_bytes: 4 * 1024 * 1024,
+            session_queue_len: 1024,
+            controller_queue_len: 4096,
+            shutdown_grace: Duration::from_secs(10),
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+impl Config {
+    /// Parses YAML `text`; `source_name` (usually the path) appears in errors.
+    ///
+    /// # Errors
+    /// [`Error::ConfigFile`] naming the offending field, or [`Error::InvalidConfig`].
+    pub fn from_yaml(text: &str, source_name: &str) -> Result<Self> {
+        let config: Self = verge_core::from_yaml(text, source_name)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses the file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::ConfigRead`] if the file cannot be read, else as [`Config::from_yaml`].
+    pub fn load(path: &str) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ConfigRead {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text, path)
+    }
+
+    /// Checks value ranges.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] naming the first field out of range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field, reason| Err(Error::InvalidConfig { field, reason });
+        if self.keepalive_interval.is_zero() {
+            return bad("keepalive_interval", "must be greater than zero");
+        }
+        if self.max_frame_bytes < 1024 {
+            return bad("max_frame_bytes", "must be at least 1024");
+        }
+        if self.session_queue_len == 0 {
+            return bad("session_queue_len", "must be at least 1");
+        }
+        if self.controller_queue_len == 0 {
+            return bad("controller_queue_len", "must be at least 1");
+        }
+        Ok(())
+    }
+
+    /// The replica name to announce: `replica_name`, else `$HOSTNAME`, else `"cloudhub"`.
+    pub fn effective_replica_name(&self) -> String {
+        if !self.replica_name.is_empty() {
+            return self.replica_name.clone();
+        }
+        std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "cloudhub".to_owned())
+    }
+
+    /// How long a stream may stay silent before cloudhub closes it: three keepalive
+    /// intervals (also the time allowed for the first frame).
+    pub fn idle_timeout(&self) -> Duration {
+        self.keepalive_interval.saturating_mul(3)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_default() {
+        assert_eq!(
+            Config::from_yaml("", "c.yaml").expect("ok"),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn fields_parse() {
+        let c = Config::from_yaml(
+            "keepalive_interval: 200ms\ntoken: s3cret\nlog_format: json\n",
+            "c.yaml",
+        )
+        .expect("ok");
+        assert_eq!(c.keepalive_interval, Duration::from_millis(200));
+        assert_eq!(c.token, "s3cret");
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.idle_timeout(), Duration::from_millis(600));
+    }
+
+    #[test]
+    fn zero_queue_is_rejected() {
+        let e = Config::from_yaml("session_queue_len: 0\n", "c.yaml").expect_err("invalid");
+        assert!(e.to_string().contains("session_queue_len"), "{e}");
+    }
+}

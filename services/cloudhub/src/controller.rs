@@ -1,0 +1,183 @@
+//! The `ControllerHub` service: controllers attach, receive upstream messages of their groups
+//! and node session events, and send downstream messages (KubeEdge: the beehive channel
+//! between cloudhub and edgecontroller/devicecontroller, here a gRPC stream so controllers
+//! and cloudhub scale as separate processes).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, info, info_span, instrument, warn};
+use verge_core::Group;
+use verge_proto::MessageExt;
+use verge_proto::hub::controller_hub_server::ControllerHub;
+use verge_proto::hub::{
+    CloudFrame, ControllerFrame, ControllerHello, DeliveryError, HubFrame, Routed, cloud_frame,
+    controller_frame, hub_frame,
+};
+
+use crate::routing;
+use crate::sessions::ControllerEntry;
+use crate::stream::{FrameStream, StreamEnd, outbound};
+use crate::{Error, Result, Shared};
+
+/// The `ControllerHub` gRPC service. Build it through [`crate::CloudHub`].
+pub struct ControllerHubService {
+    shared: Arc<Shared>,
+}
+
+impl ControllerHubService {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// Checks a controller hello: a name and at least one known group other than `hub`.
+fn parse_hello(hello: &ControllerHello) -> Result<Vec<Group>> {
+    if hello.name.is_empty() {
+        return Err(Error::InvalidControllerHello("name is required".into()));
+    }
+    let mut groups = Vec::new();
+    for g in &hello.groups {
+        let group: Group = g
+            .parse()
+            .map_err(|e| Error::InvalidControllerHello(format!("{e}")))?;
+        if group == Group::Hub {
+            return Err(Error::InvalidControllerHello(
+                "group \"hub\" is served by cloudhub".into(),
+            ));
+        }
+        if !groups.contains(&group) {
+            groups.push(group);
+        }
+    }
+    if groups.is_empty() {
+        return Err(Error::InvalidControllerHello(
+            "at least one group is required".into(),
+        ));
+    }
+    Ok(groups)
+}
+
+#[tonic::async_trait]
+impl ControllerHub for ControllerHubService {
+    type AttachStream = FrameStream<HubFrame>;
+
+    /// Accepts a controller stream: hello, then the session snapshot, then events, upstream
+    /// messages and delivery errors (see `docs/protocol.md`).
+    async fn attach(
+        &self,
+        request: Request<Streaming<ControllerFrame>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let frame = self.shared.first_frame(inbound.message()).await?;
+        let Some(controller_frame::Frame::Hello(hello)) = frame.frame else {
+            return Err(
+                Error::UnexpectedFrame("the first frame must be ControllerFrame.hello").into(),
+            );
+        };
+        let groups = parse_hello(&hello).inspect_err(|error| warn!(%error, "attach refused"))?;
+        let (tx, rx) = mpsc::channel(self.shared.config.controller_queue_len);
+        let end = StreamEnd::new();
+        let entry = ControllerEntry {
+            name: hello.name.clone(),
+            groups,
+            tx: tx.clone(),
+            end: end.clone(),
+        };
+        let (id, snapshot) = self.shared.registry.attach_controller(entry);
+        let span = info_span!("controller", name = %hello.name, id);
+        span.in_scope(
+            || info!(groups = ?hello.groups, nodes = snapshot.len(), "controller attached"),
+        );
+        let attachment = Attachment {
+            shared: self.shared.clone(),
+            id,
+            tx,
+            end: end.clone(),
+        };
+        self.shared
+            .tracker
+            .spawn(attachment.run(inbound).instrument(span));
+        Ok(Response::new(outbound(snapshot, rx, end)))
+    }
+}
+
+/// The reading half of one controller stream.
+struct Attachment {
+    shared: Arc<Shared>,
+    id: u64,
+    tx: mpsc::Sender<HubFrame>,
+    end: Arc<StreamEnd>,
+}
+
+impl Attachment {
+    /// Reads downstream messages until the controller detaches, sends a malformed frame, or
+    /// cloudhub shuts down.
+    async fn run(self, mut inbound: Streaming<ControllerFrame>) {
+        loop {
+            let next = tokio::select! {
+                () = self.end.ended() => break,
+                () = self.shared.shutdown.cancelled() => {
+                    self.end.finish(Some(Error::ShuttingDown));
+                    break;
+                }
+                next = inbound.message() => next,
+            };
+            let outcome = match next {
+                Err(status) => Err(Error::from_inbound(status)),
+                Ok(None) => {
+                    self.end.finish(None);
+                    break;
+                }
+                Ok(Some(frame)) => match frame.frame {
+                    Some(controller_frame::Frame::Message(routed)) => self.downstream(routed).await,
+                    Some(controller_frame::Frame::Hello(_)) => {
+                        Err(Error::UnexpectedFrame("hello after the stream started"))
+                    }
+                    None => Err(Error::UnexpectedFrame("ControllerFrame without a frame")),
+                },
+            };
+            if let Err(error) = outcome {
+                warn!(%error, "controller stream ends with an error");
+                self.end.finish(Some(error));
+                break;
+            }
+        }
+        self.shared.registry.detach_controller(self.id);
+        info!("controller detached");
+    }
+
+    /// Validates, strips the node prefix and enqueues on the node's session; answers a
+    /// `DeliveryError` when the node is not connected here or its queue is full.
+    #[instrument(level = "debug", skip_all, fields(
+        node = %routed.node,
+        message_id = routed.message.as_ref().map_or("", |m| m.id()),
+        resource = routed.message.as_ref().map_or("", |m| m.resource()),
+    ))]
+    async fn downstream(&self, routed: Routed) -> Result<()> {
+        let (node, message) = routing::downstream(routed)?;
+        let message_id = message.id().to_owned();
+        let frame = CloudFrame {
+            frame: Some(cloud_frame::Frame::Message(message)),
+        };
+        let Err(undeliverable) = self.shared.registry.deliver(&node, frame) else {
+            return Ok(());
+        };
+        let reason = undeliverable.reason();
+        warn!(reason, "downstream message not delivered");
+        let error = DeliveryError {
+            node,
+            message_id,
+            reason: reason.to_owned(),
+        };
+        let frame = HubFrame {
+            frame: Some(hub_frame::Frame::DeliveryError(error)),
+        };
+        tokio::select! {
+            () = self.end.ended() => {}
+            _ = self.tx.send(frame) => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,216 @@
+//! The `EdgeHub` service: one session per edge node (KubeEdge: cloudhub's per-node
+//! connection handling in `handler/messagehandler.go`).
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use verge_proto::hub::edge_hub_server::EdgeHub;
+use verge_proto::hub::{
+    CloudFrame, EdgeFrame, EdgeHello, Routed, Welcome, cloud_frame, edge_frame,
+};
+use verge_proto::{Message, MessageExt};
+
+use crate::routing::{self, Upstream};
+use crate::sessions::NodeEntry;
+use crate::stream::{FrameStream, StreamEnd, outbound};
+use crate::{Error, Result, Shared};
+
+/// The `EdgeHub` gRPC service. Build it through [`crate::CloudHub`].
+pub struct EdgeHubService {
+    shared: Arc<Shared>,
+}
+
+impl EdgeHubService {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    /// Reads and checks the hello: token, then node name.
+    async fn hello(&self, inbound: &mut Streaming<EdgeFrame>) -> Result<EdgeHello> {
+        let frame = self.shared.first_frame(inbound.message()).await?;
+        let Some(edge_frame::Frame::Hello(hello)) = frame.frame else {
+            return Err(Error::UnexpectedFrame(
+                "the first frame must be EdgeFrame.hello",
+            ));
+        };
+        let expected = self.shared.config.token.as_bytes();
+        if !expected.is_empty() && !constant_time_eq(expected, hello.token.as_bytes()) {
+            return Err(Error::Unauthenticated {
+                node: hello.node_name,
+            });
+        }
+        routing::validate_node_name(&hello.node_name)?;
+        Ok(hello)
+    }
+}
+
+#[tonic::async_trait]
+impl EdgeHub for EdgeHubService {
+    type ConnectStream = FrameStream<CloudFrame>;
+
+    /// Accepts an edge stream: hello, welcome, then messages both ways until the stream ends
+    /// (see `docs/protocol.md`). Handshake errors are returned as the call's status.
+    async fn connect(
+        &self,
+        request: Request<Streaming<EdgeFrame>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let peer = request.remote_addr();
+        let mut inbound = request.into_inner();
+        let hello = self.hello(&mut inbound).await.inspect_err(|error| {
+            warn!(%error, ?peer, "edge handshake refused");
+        })?;
+        let config = &self.shared.config;
+        let session_id = routing::new_id();
+        let (tx, rx) = mpsc::channel(config.session_queue_len);
+        let end = StreamEnd::new();
+        let welcome = CloudFrame {
+            frame: Some(cloud_frame::Frame::Welcome(Welcome {
+                session_id: session_id.clone(),
+                keepalive_interval_ms: u64::try_from(config.keepalive_interval.as_millis())
+                    .unwrap_or(u64::MAX),
+                max_frame_bytes: config.max_frame_bytes as u64,
+            })),
+        };
+        let node = hello.node_name;
+        let span = info_span!("edge_session", %node, %session_id);
+        span.in_scope(|| {
+            info!(?peer, version = %hello.edgecore_version, "edge session started");
+        });
+        let session = Session {
+            shared: self.shared.clone(),
+            node: node.clone(),
+            session_id: session_id.clone(),
+            tx: tx.clone(),
+            end: end.clone(),
+        };
+        let inventory = hello.inventory.unwrap_or_default();
+        self.shared.registry.attach_node(
+            &node,
+            NodeEntry {
+                session_id,
+                tx,
+                end: end.clone(),
+                inventory,
+            },
+        );
+        self.shared
+            .tracker
+            .spawn(session.run(inbound).instrument(span));
+        Ok(Response::new(outbound(vec![welcome], rx, end)))
+    }
+}
+
+/// Compares without an early exit, so the time taken does not reveal the matching prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The reading half of one edge session.
+struct Session {
+    shared: Arc<Shared>,
+    node: String,
+    session_id: String,
+    tx: mpsc::Sender<CloudFrame>,
+    end: Arc<StreamEnd>,
+}
+
+impl Session {
+    /// Reads frames until the edge closes, the session is replaced, times out, sends a
+    /// malformed frame, or cloudhub shuts down; then deregisters.
+    async fn run(self, mut inbound: Streaming<EdgeFrame>) {
+        let idle = self.shared.config.idle_timeout();
+        loop {
+            let next = tokio::select! {
+                () = self.end.ended() => break,
+                () = self.shared.shutdown.cancelled() => {
+                    self.end.finish(Some(Error::ShuttingDown));
+                    break;
+                }
+                next = tokio::time::timeout(idle, inbound.message()) => next,
+            };
+            let outcome = match next {
+                Err(_elapsed) => Err(Error::Timeout(idle)),
+                Ok(Err(status)) => Err(Error::from_inbound(status)),
+                Ok(Ok(None)) => {
+                    self.end.finish(None);
+                    break;
+                }
+                Ok(Ok(Some(frame))) => self.handle_frame(frame).await,
+            };
+            if let Err(error) = outcome {
+                if matches!(error, Error::Stream(_)) {
+                    info!(%error, "edge stream broken");
+                } else {
+                    warn!(%error, "edge session ends with an error");
+                }
+                self.end.finish(Some(error));
+                break;
+            }
+        }
+        self.shared
+            .registry
+            .detach_node(&self.node, &self.session_id);
+        info!("edge session ended");
+    }
+
+    async fn handle_frame(&self, frame: EdgeFrame) -> Result<()> {
+        match frame.frame {
+            Some(edge_frame::Frame::Message(message)) => self.handle_message(message).await,
+            Some(edge_frame::Frame::Hello(_)) => {
+                Err(Error::UnexpectedFrame("hello after the session started"))
+            }
+            None => Err(Error::UnexpectedFrame("EdgeFrame without a frame")),
+        }
+    }
+
+    /// Answers keepalives and forwards everything else to a controller of its group, or
+    /// answers `error` when none can take it.
+    #[instrument(level = "debug", skip_all, fields(
+        message_id = %message.id(),
+        operation = message.route.as_ref().map_or("", |r| r.operation.as_str()),
+        resource = %message.resource(),
+    ))]
+    async fn handle_message(&self, mut message: Message) -> Result<()> {
+        let parent_id = message.id().to_owned();
+        let edge_resource = message.resource().to_owned();
+        match routing::upstream(&self.node, &mut message)? {
+            Upstream::Keepalive => {
+                let reply = routing::keepalive_reply_to(&parent_id);
+                if self.tx.try_send(cloud_message(reply)).is_err() {
+                    debug!("downstream queue full; keepalive answer skipped");
+                }
+                Ok(())
+            }
+            Upstream::Forward(group) => {
+                let routed = Routed {
+                    node: self.node.clone(),
+                    message: Some(message),
+                };
+                let Err(reason) = self.shared.registry.route_upstream(group, routed) else {
+                    return Ok(());
+                };
+                warn!(%reason, "upstream message not forwarded; answering error");
+                let reply = routing::error_reply(&parent_id, group, &edge_resource, &reason);
+                self.send(cloud_message(reply)).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Enqueues on this session's own queue, waiting for room (back-pressure on this edge
+    /// only) unless the session ends first.
+    async fn send(&self, frame: CloudFrame) {
+        tokio::select! {
+            () = self.end.ended() => {}
+            _ = self.tx.send(frame) => {}
+        }
+    }
+}
+
+fn cloud_message(message: Message) -> CloudFrame {
+    CloudFrame {
+        frame: Some(cloud_frame::Frame::Message(message)),
+    }
+}

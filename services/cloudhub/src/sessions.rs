@@ -1,0 +1,220 @@
+//! The registry of live edge sessions and attached controllers, and the routing between them.
+//!
+//! One lock guards both maps so that session events and controller snapshots are ordered: a
+//! controller sees every node exactly once, either in its attach snapshot or as a later event.
+//! The lock is never held across an `.await`; all sends under it are `try_send` into bounded
+//! queues, so a slow peer never blocks another.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tracing::{debug, info, warn};
+use verge_core::Group;
+use verge_proto::Inventory;
+use verge_proto::hub::{CloudFrame, HubFrame, NodeSession, Routed, hub_frame};
+
+use crate::Error;
+use crate::stream::StreamEnd;
+
+/// A live edge session.
+pub(crate) struct NodeEntry {
+    /// Unique id of the session (sent in `Welcome`).
+    pub session_id: String,
+    /// The node's bounded downstream queue.
+    pub tx: mpsc::Sender<CloudFrame>,
+    /// Ends the session's stream.
+    pub end: Arc<StreamEnd>,
+    /// The inventory from the session's hello, replayed to controllers that attach later.
+    pub inventory: Inventory,
+}
+
+/// An attached controller.
+pub(crate) struct ControllerEntry {
+    /// The controller's name from its hello.
+    pub name: String,
+    /// The groups it serves.
+    pub groups: Vec<Group>,
+    /// Its bounded queue.
+    pub tx: mpsc::Sender<HubFrame>,
+    /// Ends its stream.
+    pub end: Arc<StreamEnd>,
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: HashMap<String, NodeEntry>,
+    controllers: BTreeMap<u64, ControllerEntry>,
+    next_controller: u64,
+    round_robin: HashMap<Group, usize>,
+}
+
+/// Why a downstream message could not be enqueued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Undeliverable {
+    /// The node has no session on this replica.
+    NotConnected,
+    /// The node's queue is full.
+    QueueFull,
+}
+
+impl Undeliverable {
+    /// The reason sent in `DeliveryError.reason`.
+    pub(crate) fn reason(self) -> &'static str {
+        match self {
+            Self::NotConnected => "node not connected",
+            Self::QueueFull => "queue full",
+        }
+    }
+}
+
+/// Sessions and controllers of one cloudhub replica.
+pub(crate) struct Registry {
+    replica: String,
+    inner: Mutex<Inner>,
+}
+
+impl Registry {
+    /// An empty registry for the replica named `replica`.
+    pub(crate) fn new(replica: String) -> Self {
+        Self {
+            replica,
+            inner: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn session_frame(&self, node: &str, connected: bool, inventory: Option<Inventory>) -> HubFrame {
+        HubFrame {
+            frame: Some(hub_frame::Frame::Session(NodeSession {
+                node: node.to_owned(),
+                connected,
+                inventory,
+                cloudhub: self.replica.clone(),
+            })),
+        }
+    }
+
+    /// Sends `frame` to every controller; a controller whose queue is full is detached
+    /// (it must reattach to get a consistent snapshot).
+    fn broadcast(&self, inner: &mut Inner, frame: &HubFrame) {
+        inner
+            .controllers
+            .retain(|id, c| match c.tx.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_)) => {
+                    warn!(controller = %c.name, id, "controller queue full; detaching it");
+                    c.end
+                        .finish(Some(Error::ControllerQueueFull(c.tx.max_capacity())));
+                    false
+                }
+                Err(TrySendError::Closed(_)) => false,
+            });
+    }
+
+    /// Makes `entry` the session of `node`, ending the previous one with
+    /// [`Error::Replaced`], and announces it to every controller.
+    pub(crate) fn attach_node(&self, node: &str, entry: NodeEntry) {
+        let frame = self.session_frame(node, true, Some(entry.inventory.clone()));
+        let mut inner = self.lock();
+        if let Some(old) = inner.nodes.insert(node.to_owned(), entry) {
+            info!(node, old_session = %old.session_id, "session replaced by a newer one");
+            old.end.finish(Some(Error::Replaced));
+        }
+        self.broadcast(&mut inner, &frame);
+    }
+
+    /// Removes the session `session_id` of `node` if it is still the current one and then
+    /// announces the disconnect.
+    pub(crate) fn detach_node(&self, node: &str, session_id: &str) {
+        let mut inner = self.lock();
+        if inner
+            .nodes
+            .get(node)
+            .is_none_or(|s| s.session_id != session_id)
+        {
+            return;
+        }
+        inner.nodes.remove(node);
+        let frame = self.session_frame(node, false, None);
+        self.broadcast(&mut inner, &frame);
+    }
+
+    /// Registers a controller; returns its id and a connected `NodeSession` for every node
+    /// connected now, to be sent before anything queued later.
+    pub(crate) fn attach_controller(&self, entry: ControllerEntry) -> (u64, Vec<HubFrame>) {
+        let mut inner = self.lock();
+        let snapshot = inner
+            .nodes
+            .iter()
+            .map(|(node, s)| self.session_frame(node, true, Some(s.inventory.clone())))
+            .collect();
+        let id = inner.next_controller;
+        inner.next_controller += 1;
+        inner.controllers.insert(id, entry);
+        (id, snapshot)
+    }
+
+    /// Forgets controller `id`.
+    pub(crate) fn detach_controller(&self, id: u64) {
+        self.lock().controllers.remove(&id);
+    }
+
+    /// Hands an upstream message to a controller serving `group`, round-robin among them,
+    /// skipping controllers whose queue is full.
+    ///
+    /// # Errors
+    /// A reason for the edge: no controller serves the group, or all their queues are full.
+    pub(crate) fn route_upstream(&self, group: Group, routed: Routed) -> Result<(), String> {
+        let mut inner = self.lock();
+        let Inner {
+            controllers,
+            round_robin,
+            ..
+        } = &mut *inner;
+        let serving: Vec<&ControllerEntry> = controllers
+            .values()
+            .filter(|c| c.groups.contains(&group))
+            .collect();
+        if serving.is_empty() {
+            return Err(format!("no controller attached for group \"{group}\""));
+        }
+        let counter = round_robin.entry(group).or_default();
+        let start = *counter;
+        *counter = counter.wrapping_add(1);
+        let mut frame = HubFrame {
+            frame: Some(hub_frame::Frame::Message(routed)),
+        };
+        for i in 0..serving.len() {
+            let Some(c) = serving.get(start.wrapping_add(i) % serving.len()) else {
+                continue;
+            };
+            match c.tx.try_send(frame) {
+                Ok(()) => {
+                    debug!(controller = %c.name, "forwarded upstream");
+                    return Ok(());
+                }
+                Err(TrySendError::Full(f) | TrySendError::Closed(f)) => frame = f,
+            }
+        }
+        Err(format!(
+            "every controller for group \"{group}\" is busy; retry later"
+        ))
+    }
+
+    /// Enqueues `frame` on the session of `node` without waiting.
+    ///
+    /// # Errors
+    /// [`Undeliverable`] when the node has no session or its queue is full.
+    pub(crate) fn deliver(&self, node: &str, frame: CloudFrame) -> Result<(), Undeliverable> {
+        let inner = self.lock();
+        let session = inner.nodes.get(node).ok_or(Undeliverable::NotConnected)?;
+        session.tx.try_send(frame).map_err(|e| match e {
+            TrySendError::Full(_) => Undeliverable::QueueFull,
+            TrySendError::Closed(_) => Undeliverable::NotConnected,
+        })
+    }
+}

@@ -1,0 +1,102 @@
+//! The outbound half of a stream: a bounded queue of frames that ends, at most once, with the
+//! reason the stream was closed.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use crate::Error;
+
+/// The response stream of `EdgeHub.Connect` and `ControllerHub.Attach`.
+pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// How a stream ends: the first call to [`StreamEnd::finish`] wins, records the reason and
+/// wakes both the outbound stream (which sends the reason as the final status) and the task
+/// reading the inbound half.
+#[derive(Debug, Default)]
+pub(crate) struct StreamEnd {
+    token: CancellationToken,
+    reason: Mutex<Option<Error>>,
+}
+
+impl StreamEnd {
+    /// A stream that has not ended.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Ends the stream; `None` ends it with status OK. Later calls are ignored.
+    pub(crate) fn finish(&self, reason: Option<Error>) {
+        let mut slot = self.reason.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.token.is_cancelled() {
+            return;
+        }
+        *slot = reason;
+        self.token.cancel();
+    }
+
+    /// Resolves once [`StreamEnd::finish`] was called.
+    pub(crate) async fn ended(&self) {
+        self.token.cancelled().await;
+    }
+
+    fn take_reason(&self) -> Option<Error> {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// The response stream: `first` frames, then everything from `queue`, until `end` finishes;
+/// then the end reason as a gRPC status (or a clean end). Frames still queued when the stream
+/// ends are dropped: the peer resyncs when it reconnects.
+pub(crate) fn outbound<T: Send + 'static>(
+    first: Vec<T>,
+    queue: mpsc::Receiver<T>,
+    end: Arc<StreamEnd>,
+) -> FrameStream<T> {
+    let head = futures::stream::iter(first.into_iter().map(Ok));
+    let tail = futures::stream::unfold(Some((queue, end)), |state| async move {
+        let (mut queue, end) = state?;
+        tokio::select! {
+            biased;
+            () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
+            frame = queue.recv() => frame.map(|f| (Ok(f), Some((queue, end)))),
+        }
+    });
+    Box::pin(head.chain(tail))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ends_with_first_reason() {
+        let (tx, rx) = mpsc::channel(4);
+        let end = StreamEnd::new();
+        let mut s = outbound(vec![0], rx, end.clone());
+        tx.send(1).await.expect("open");
+        assert_eq!(s.next().await.expect("item").expect("ok"), 0);
+        assert_eq!(s.next().await.expect("item").expect("ok"), 1);
+        end.finish(Some(Error::Replaced));
+        end.finish(Some(Error::ShuttingDown));
+        let status = s.next().await.expect("item").expect_err("status");
+        assert_eq!(status.code(), tonic::Code::Aborted);
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn clean_end() {
+        let (_tx, rx) = mpsc::channel::<u8>(1);
+        let end = StreamEnd::new();
+        let mut s = outbound(vec![], rx, end.clone());
+        end.finish(None);
+        assert!(s.next().await.is_none());
+    }
+}

@@ -1,0 +1,190 @@
+//! Component tests of cloudhub's handshake checks, keepalive and frame limits.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    attach, connect, connect_with_token, edge_msg, keepalive, open_edge, open_raw_edge, start,
+    update,
+};
+use tonic::Code;
+use verge_cloudhub::Config;
+use verge_core::{Group, Operation};
+use verge_proto::{Message, MessageExt};
+
+/// (c) keepalives are answered; a silent edge is dropped after three intervals.
+#[tokio::test]
+async fn keepalive_answered_and_silent_edge_dropped() {
+    let interval = Duration::from_millis(200);
+    let hub = start(Config {
+        keepalive_interval: interval,
+        ..common::config()
+    })
+    .await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut edge = connect(&hub, "edge-1").await;
+    assert_eq!(edge.welcome.keepalive_interval_ms, 200);
+    ctrl.session().await;
+
+    // Keepalives more often than the timeout keep the session alive.
+    let mut last_frame = Instant::now();
+    for i in 0..4 {
+        tokio::time::sleep(interval).await;
+        last_frame = Instant::now();
+        edge.send(keepalive(&format!("k{i}"))).await;
+        let reply = edge.next().await.unwrap();
+        assert_eq!(
+            (reply.operation(), reply.group(), reply.parent_id()),
+            (
+                Ok(Operation::Keepalive),
+                Ok(Group::Hub),
+                format!("k{i}").as_str()
+            )
+        );
+    }
+
+    // Then silence: closed three intervals after the last frame.
+    let status = edge.ended().await;
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    let silent = last_frame.elapsed();
+    assert!(silent >= interval * 3, "closed too early: {silent:?}");
+    let gone = ctrl.session().await;
+    assert_eq!((gone.node.as_str(), gone.connected), ("edge-1", false));
+    hub.stop().await;
+}
+
+/// (d) an oversized frame and malformed frames end only their own stream; a third node keeps
+/// exchanging messages.
+#[tokio::test]
+async fn bad_frames_end_only_their_stream() {
+    let max = 64 * 1024;
+    let hub = start(Config {
+        max_frame_bytes: max,
+        ..common::config()
+    })
+    .await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut good = connect(&hub, "good").await;
+    assert_eq!(good.welcome.max_frame_bytes, max as u64);
+    assert!(ctrl.session().await.connected);
+
+    // Oversized frame -> RESOURCE_EXHAUSTED on that stream.
+    let mut big = connect(&hub, "big").await;
+    ctrl.session().await;
+    let mut huge = update("huge", "default/podstatus/a");
+    huge.content = vec![b'x'; max * 2];
+    big.send(huge).await;
+    assert_eq!(big.ended().await.code(), Code::ResourceExhausted);
+    let gone = ctrl.session().await;
+    assert_eq!((gone.node.as_str(), gone.connected), ("big", false));
+
+    // First frame a message instead of a hello -> INVALID_ARGUMENT for that call.
+    let status = open_edge(&hub, edge_msg(update("x", "default/pod/a")))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("hello"), "{status:?}");
+
+    // An unparsable path -> INVALID_ARGUMENT naming the problem.
+    let mut garbage = connect(&hub, "garbage").await;
+    ctrl.session().await;
+    garbage.send(update("bad-path", "not/a/valid/path")).await;
+    let status = garbage.ended().await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("not/a/valid/path"), "{status:?}");
+    ctrl.session().await;
+
+    // Bytes that are not protobuf after a valid hello -> INVALID_ARGUMENT.
+    let hello = prost::Message::encode_to_vec(&common::hello("undecodable", ""));
+    let mut raw = open_raw_edge(&hub, vec![hello, vec![0xff; 16]])
+        .await
+        .unwrap();
+    let welcome = raw.message().await.unwrap().unwrap();
+    assert!(matches!(
+        welcome.frame,
+        Some(verge_proto::hub::cloud_frame::Frame::Welcome(_))
+    ));
+    let status = tokio::time::timeout(common::WAIT, raw.message())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("malformed frame"), "{status:?}");
+    ctrl.session().await;
+    ctrl.session().await;
+
+    // A message without an id -> INVALID_ARGUMENT.
+    let mut no_id = connect(&hub, "no-id").await;
+    ctrl.session().await;
+    no_id
+        .send(Message {
+            header: None,
+            ..update("", "default/pod/a")
+        })
+        .await;
+    let status = no_id.ended().await;
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("header.id"), "{status:?}");
+    ctrl.session().await;
+
+    // The good node is unaffected, both ways.
+    good.send(update("still-up", "default/podstatus/web")).await;
+    let routed = ctrl.message().await;
+    assert_eq!(
+        (routed.node.as_str(), routed.message.unwrap().resource()),
+        ("good", "node/good/default/podstatus/web")
+    );
+    let pod = Message::build(
+        "still-down",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Update,
+        "node/good/default/pod/web",
+        vec![],
+    );
+    ctrl.send("good", pod).await;
+    assert_eq!(good.next().await.unwrap().id(), "still-down");
+    hub.stop().await;
+}
+
+/// A configured token is enforced; node names must be DNS-1123 subdomains.
+#[tokio::test]
+async fn handshake_checks() {
+    let hub = start(Config {
+        token: "s3cret".into(),
+        ..common::config()
+    })
+    .await;
+    let status = connect_with_token(&hub, "edge-1", "wrong")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::Unauthenticated);
+    let status = connect_with_token(&hub, "Not_A_Name", "s3cret")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(status.message().contains("Not_A_Name"), "{status:?}");
+    let mut edge = connect_with_token(&hub, "edge-1", "s3cret").await.unwrap();
+    edge.send(keepalive("k")).await;
+    assert_eq!(edge.next().await.unwrap().parent_id(), "k");
+    hub.stop().await;
+}
+
+/// Shutdown ends open streams with UNAVAILABLE and returns.
+#[tokio::test]
+async fn shutdown_ends_streams() {
+    let hub = start(common::config()).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut edge = connect(&hub, "edge-1").await;
+    ctrl.session().await;
+    let stopping = tokio::spawn(hub.stop());
+    assert_eq!(edge.ended().await.code(), Code::Unavailable);
+    tokio::time::timeout(common::WAIT, stopping)
+        .await
+        .unwrap()
+        .unwrap();
+}

@@ -1,0 +1,201 @@
+//! Component tests of cloudhub routing and session handling over loopback.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{attach, connect, start, update};
+use verge_core::{Group, Operation};
+use verge_proto::hub::hub_frame;
+use verge_proto::{Message, MessageExt};
+
+/// (a) hello -> welcome; upstream gets the node prefix; downstream loses it; acks route both
+/// ways; a late controller gets a snapshot with the inventory.
+#[tokio::test]
+async fn messages_route_both_ways() {
+    let hub = start(common::config()).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut edge = connect(&hub, "edge-1").await;
+    assert_eq!(edge.welcome.keepalive_interval_ms, 10_000);
+    assert_eq!(edge.welcome.max_frame_bytes, 4 * 1024 * 1024);
+    assert!(!edge.welcome.session_id.is_empty());
+
+    let session = ctrl.session().await;
+    assert_eq!(
+        (
+            session.node.as_str(),
+            session.connected,
+            session.cloudhub.as_str()
+        ),
+        ("edge-1", true, "test-hub")
+    );
+    assert_eq!(session.inventory.unwrap().entries.len(), 1);
+
+    // Upstream: edge-side path gains the node prefix.
+    edge.send(update("up-1", "_/nodestatus/edge-1")).await;
+    let routed = ctrl.message().await;
+    let up = routed.message.unwrap();
+    assert_eq!(routed.node, "edge-1");
+    assert_eq!(up.id(), "up-1");
+    assert_eq!(up.resource(), "node/edge-1/_/nodestatus/edge-1");
+
+    // The controller's ack reaches the edge with parent_id.
+    let ack = Message::reply(
+        "ack-1",
+        "up-1",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Ack,
+        "",
+        vec![],
+    );
+    ctrl.send("edge-1", ack).await;
+    let got = edge.next().await.unwrap();
+    assert_eq!(
+        (got.id(), got.parent_id(), got.operation()),
+        ("ack-1", "up-1", Ok(Operation::Ack))
+    );
+
+    // Downstream: the prefix is stripped.
+    let pod = Message::build(
+        "down-1",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Insert,
+        "node/edge-1/default/pod/web",
+        b"{}".to_vec(),
+    );
+    ctrl.send("edge-1", pod).await;
+    let got = edge.next().await.unwrap();
+    assert_eq!((got.id(), got.resource()), ("down-1", "default/pod/web"));
+
+    // The edge's ack routes to the controller by group.
+    edge.send(Message::reply(
+        "ack-2",
+        "down-1",
+        "metamanager",
+        Group::Resource,
+        Operation::Ack,
+        "",
+        vec![],
+    ))
+    .await;
+    let routed = ctrl.message().await;
+    assert_eq!(routed.message.unwrap().parent_id(), "down-1");
+
+    // A controller attaching later gets the current sessions first.
+    let mut late = attach(&hub, "late", &["device"]).await;
+    let snap = late.session().await;
+    assert_eq!((snap.node.as_str(), snap.connected), ("edge-1", true));
+    assert_eq!(snap.inventory.unwrap().entries[0].name, "web");
+
+    drop(edge);
+    let gone = ctrl.session().await;
+    assert_eq!((gone.node.as_str(), gone.connected), ("edge-1", false));
+    hub.stop().await;
+}
+
+/// (b) a second connection for the same node replaces the first.
+#[tokio::test]
+async fn newer_session_replaces_older() {
+    let hub = start(common::config()).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut first = connect(&hub, "edge-1").await;
+    assert!(ctrl.session().await.connected);
+    let mut second = connect(&hub, "edge-1").await;
+    assert_ne!(first.welcome.session_id, second.welcome.session_id);
+
+    let status = first.ended().await;
+    assert_eq!(status.code(), tonic::Code::Aborted);
+    assert_eq!(status.message(), "replaced by a newer session");
+    // The controller sees the new session, and no disconnect for the replaced one.
+    let again = ctrl.session().await;
+    assert_eq!((again.node.as_str(), again.connected), ("edge-1", true));
+
+    let pod = Message::build(
+        "d1",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Insert,
+        "node/edge-1/default/pod/a",
+        vec![],
+    );
+    ctrl.send("edge-1", pod).await;
+    assert_eq!(second.next().await.unwrap().id(), "d1");
+    second.send(update("u1", "default/podstatus/a")).await;
+    assert_eq!(ctrl.message().await.message.unwrap().id(), "u1");
+    hub.stop().await;
+}
+
+/// (e) no controller for the group -> error reply; downstream to an unknown node ->
+/// delivery_error; a node-mismatched path ends the controller stream.
+#[tokio::test]
+async fn unroutable_messages_are_answered() {
+    let hub = start(common::config()).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let mut edge = connect(&hub, "edge-1").await;
+    ctrl.session().await;
+
+    let twin = Message::build(
+        "t1",
+        "devicetwin",
+        Group::Device,
+        Operation::Update,
+        "default/twin/dev-1",
+        vec![],
+    );
+    edge.send(twin).await;
+    let err = edge.next().await.unwrap();
+    assert_eq!(
+        (err.operation(), err.parent_id(), err.resource()),
+        (Ok(Operation::Error), "t1", "default/twin/dev-1")
+    );
+    let reason = String::from_utf8(err.content).unwrap();
+    assert_eq!(reason, "no controller attached for group \"device\"");
+
+    let pod = Message::build(
+        "d1",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Insert,
+        "node/ghost/default/pod/a",
+        vec![],
+    );
+    ctrl.send("ghost", pod).await;
+    match ctrl.next().await {
+        hub_frame::Frame::DeliveryError(e) => {
+            assert_eq!(
+                (e.node.as_str(), e.message_id.as_str(), e.reason.as_str()),
+                ("ghost", "d1", "node not connected")
+            );
+        }
+        other => panic!("expected a delivery error, got {other:?}"),
+    }
+
+    // The edge still works.
+    edge.send(update("u2", "default/podstatus/a")).await;
+    assert_eq!(ctrl.message().await.message.unwrap().id(), "u2");
+
+    // A path naming another node than Routed.node is malformed: the controller stream ends.
+    let bad = Message::build(
+        "d2",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Insert,
+        "node/edge-2/default/pod/a",
+        vec![],
+    );
+    ctrl.send("edge-1", bad).await;
+    let status = tokio::time::timeout(common::WAIT, async {
+        loop {
+            match ctrl.rx.message().await {
+                Err(s) => return s,
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("expected an error status"),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    hub.stop().await;
+}
