@@ -1,1 +1,111 @@
-fn main() {}
+//! The `edgecontroller` binary: parse flags, load the configuration, initialise telemetry,
+//! build the Kubernetes client, run until SIGINT/SIGTERM, drain within the grace period.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+use verge_edgecontroller::{Config, EdgeController};
+use verge_telemetry::LogFormat;
+
+/// Verge edgecontroller: applies edge node registrations, statuses and leases to the API
+/// server.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    /// YAML configuration file (every field optional).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// cloudhub's ControllerHub address; overrides `cloudhub` of the file.
+    #[arg(long)]
+    cloudhub: Option<String>,
+    /// kubeconfig file; default: `KUBECONFIG`, `~/.kube/config` or the in-cluster config.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    log_format: Format,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(cloudhub) = args.cloudhub {
+        config.cloudhub = cloudhub;
+    }
+    let format = match args.log_format {
+        Format::Text => LogFormat::Text,
+        Format::Json => LogFormat::Json,
+    };
+    verge_telemetry::init("edgecontroller", format);
+
+    let client = kube_client(args.kubeconfig).await?;
+    let grace = config.shutdown_grace;
+    let shutdown = CancellationToken::new();
+    let mut controller = tokio::spawn(EdgeController::new(config, client).run(shutdown.clone()));
+    tokio::select! {
+        result = &mut controller => return Ok(result??),
+        () = signal() => tracing::info!(?grace, "shutdown signal received, draining"),
+    }
+    shutdown.cancel();
+    match tokio::time::timeout(grace, controller).await {
+        Ok(result) => Ok(result??),
+        Err(_) => {
+            tracing::warn!(?grace, "drain did not finish within the grace period");
+            Ok(())
+        }
+    }
+}
+
+async fn kube_client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client> {
+    let Some(path) = kubeconfig else {
+        return kube::Client::try_default()
+            .await
+            .context("no Kubernetes configuration found");
+    };
+    let file = Kubeconfig::read_from(&path)
+        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                () = ctrl_c => {}
+                _ = term.recv() => {}
+            },
+            Err(error) => {
+                tracing::error!(%error, "cannot listen for SIGTERM");
+                ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+}

@@ -1,0 +1,117 @@
+//! The YAML configuration of edgecontroller (DESIGN §6).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::{Error, Result};
+
+/// edgecontroller's configuration file. Every field is optional; an unknown field is an error
+/// that names it. Durations are humantime strings (`"500ms"`, `"30s"`).
+///
+/// ```yaml
+/// cloudhub: http://cloudhub.verge-system:10001
+/// node_queue: 64
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The controller name sent in `ControllerHello.name`. Default `"edgecontroller"`.
+    pub name: String,
+    /// URI of cloudhub's ControllerHub gRPC endpoint. Default `"http://127.0.0.1:10001"`.
+    pub cloudhub: String,
+    /// Timeout of one TCP/HTTP2 connect to cloudhub. Default `5s`.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// Interval of HTTP/2 keepalive pings on the cloudhub connection, and how long an
+    /// answer to a ping may take; a dead link is so noticed and the stream re-established.
+    /// Default `20s`.
+    #[serde(with = "humantime_serde")]
+    pub keepalive_interval: Duration,
+    /// First delay before re-attaching after the stream ended (jittered, doubling). Default
+    /// `500ms`.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_min_backoff: Duration,
+    /// Largest delay between re-attach attempts. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_max_backoff: Duration,
+    /// Capacity of the queue of frames waiting to be sent to cloudhub (answers and, later,
+    /// downstream messages); full means senders wait. `0` counts as `1`. Default `1024`.
+    pub outbound_queue: usize,
+    /// Capacity of each node's queue of upstream messages waiting to be applied; when full,
+    /// further messages of that node are answered `error` at once. `0` counts as `1`.
+    /// Default `64`.
+    pub node_queue: usize,
+    /// How long the binary waits for in-flight work after SIGINT/SIGTERM. Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            name: "edgecontroller".to_owned(),
+            cloudhub: "http://127.0.0.1:10001".to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(20),
+            reconnect_min_backoff: Duration::from_millis(500),
+            reconnect_max_backoff: Duration::from_secs(30),
+            outbound_queue: 1024,
+            node_queue: 64,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Config {
+    /// Parses YAML `text`; `source_name` (usually the path) appears in errors.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the offending field.
+    pub fn from_yaml(text: &str, source_name: &str) -> Result<Self> {
+        Ok(verge_core::from_yaml(text, source_name)?)
+    }
+
+    /// Reads and parses the file at `path`.
+    ///
+    /// # Errors
+    /// [`Error::ReadConfig`] if the file cannot be read, [`Error::Config`] if it does not parse.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_default() {
+        assert_eq!(Config::from_yaml("", "t").expect("ok"), Config::default());
+    }
+
+    #[test]
+    fn fields_parse() {
+        let c = Config::from_yaml(
+            "cloudhub: http://hub:1\nnode_queue: 3\nconnect_timeout: 2s\n",
+            "t",
+        )
+        .expect("ok");
+        assert_eq!(c.cloudhub, "http://hub:1");
+        assert_eq!(c.node_queue, 3);
+        assert_eq!(c.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.outbound_queue, Config::default().outbound_queue);
+    }
+
+    #[test]
+    fn unknown_field_is_named() {
+        let e = Config::from_yaml("cloudhb: x\n", "ec.yaml").expect_err("must fail");
+        let msg = e.to_string();
+        assert!(msg.contains("ec.yaml") && msg.contains("cloudhb"), "{msg}");
+    }
+}

@@ -1,0 +1,114 @@
+//! The error type of `verge-edgecontroller`.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in edgecontroller. Each variant keeps its cause.
+///
+/// Errors of a single upstream message ([`Error::Route`], [`Error::Decode`],
+/// [`Error::Forbidden`], [`Error::Unsupported`], [`Error::QueueFull`], [`Error::NodeNotFound`],
+/// [`Error::Kube`]) are answered to the edge as an `error` message whose content is
+/// [`Error::reason`]; they never stop the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration file could not be read.
+    #[error("cannot read configuration file {path}")]
+    ReadConfig {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The configuration file is not valid YAML for [`crate::Config`] (names the field).
+    #[error(transparent)]
+    Config(#[from] verge_core::ConfigError),
+    /// The configured cloudhub address is not a valid URI.
+    #[error("invalid cloudhub address {address:?}")]
+    Endpoint {
+        /// The address as configured.
+        address: String,
+        /// Why tonic rejected it.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// Connecting to cloudhub failed (TCP/HTTP2 level); retried with backoff.
+    #[error("cannot connect to cloudhub")]
+    Connect(#[source] tonic::transport::Error),
+    /// Cloudhub refused or ended the `ControllerHub.Attach` stream with a gRPC status;
+    /// retried with backoff.
+    #[error("ControllerHub.Attach stream failed")]
+    Attach(#[source] tonic::Status),
+    /// A message's route (operation, group or resource path) does not parse.
+    #[error("malformed route")]
+    Route(#[from] verge_core::Error),
+    /// A message's content is not the JSON of the expected Kubernetes object.
+    #[error("content is not a valid {kind} JSON")]
+    Decode {
+        /// The expected kind, e.g. `"v1.Node"`.
+        kind: &'static str,
+        /// The JSON error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A node tried to write an object that is not its own (another node's Node, NodeStatus
+    /// or Lease), or a path does not match the object it carries. Nothing was changed.
+    #[error("node {node:?} may not write {what}")]
+    Forbidden {
+        /// The session's node.
+        node: String,
+        /// What it tried to write.
+        what: String,
+    },
+    /// The operation/resource combination is not served (yet).
+    #[error("unsupported {operation} of {resource:?}")]
+    Unsupported {
+        /// The message's operation.
+        operation: String,
+        /// The message's resource path.
+        resource: String,
+    },
+    /// The node's queue of pending upstream messages is full (back-pressure; the edge retries
+    /// from its outbox).
+    #[error("queue of node {node:?} is full ({capacity} messages pending)")]
+    QueueFull {
+        /// The node.
+        node: String,
+        /// The configured queue capacity (`node_queue`).
+        capacity: usize,
+    },
+    /// The Node object does not exist (a status or lease arrived before registration).
+    #[error("node {0:?} is not registered")]
+    NodeNotFound(String),
+    /// A Kubernetes API call failed.
+    #[error("API server: {action} failed")]
+    Kube {
+        /// What was attempted, e.g. `"create node"`.
+        action: &'static str,
+        /// The kube-rs error (an `ApiError` carries the server's status and reason).
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The error and its chain of causes, joined by `": "`; the UTF-8 reason sent to the edge
+    /// in an `error` answer.
+    pub fn reason(&self) -> String {
+        let mut out = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            out.push_str(": ");
+            out.push_str(&c.to_string());
+            cause = c.source();
+        }
+        out
+    }
+
+    /// Wraps a kube-rs error with the action that failed.
+    pub(crate) fn kube(action: &'static str) -> impl FnOnce(kube::Error) -> Self {
+        move |source| Self::Kube { action, source }
+    }
+}
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,224 @@
+//! Node registration and node status, as a kubelet does them (kubelet
+//! `registerWithAPIServer` and `tryUpdateNodeStatus`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tracing::info;
+
+use crate::{Error, Result};
+
+/// How often a registration is retried after a write conflict (409) before giving up.
+const CONFLICT_RETRIES: usize = 5;
+
+/// Registers node `name` from the edge's `object` (only its labels and `spec.taints` are used).
+///
+/// Creates the Node if absent. If it exists, merges the labels (the edge's values win, other
+/// labels stay) and adds the taints it lacks (matched by key and effect; taints other
+/// controllers manage, such as the node lifecycle controller's `unreachable` taints, are never
+/// removed), guarded by the read resourceVersion and retried on conflict. Nothing is written
+/// when nothing changes (kubelet `reconcileExtendedResource`/`updateDefaultLabels` behaviour,
+/// without removing anything).
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses a read or write (after
+/// `CONFLICT_RETRIES` conflicts, the last conflict).
+pub async fn register(client: &kube::Client, name: &str, object: Node) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let labels = object.metadata.labels.unwrap_or_default();
+    let taints = object.spec.and_then(|s| s.taints).unwrap_or_default();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let written = match api.get_opt(name).await.map_err(Error::kube("get node"))? {
+            None => {
+                let node = new_node(name, labels.clone(), taints.clone());
+                api.create(&PostParams::default(), &node)
+                    .await
+                    .map(|_| info!("node created"))
+            }
+            Some(existing) => match registration_patch(&existing, &labels, &taints) {
+                None => return Ok(()),
+                Some(patch) => api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(|_| info!("node labels/taints merged")),
+            },
+        };
+        match written {
+            Ok(()) => return Ok(()),
+            // Conflict or AlreadyExists: somebody wrote in between; read again.
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_RETRIES => {}
+            Err(error) => return Err(Error::kube("write node")(error)),
+        }
+    }
+}
+
+/// A new Node named `name` with `labels` and `taints`.
+pub fn new_node(name: &str, labels: BTreeMap<String, String>, taints: Vec<Taint>) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            taints: (!taints.is_empty()).then_some(taints),
+            ..NodeSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// The labels of `wanted` that `current` lacks or holds with another value.
+pub fn missing_labels(
+    current: &BTreeMap<String, String>,
+    wanted: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    wanted
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// `current` plus every taint of `wanted` whose (key, effect) is not in `current`, or `None`
+/// when nothing is missing. Existing taints keep their value and order.
+pub fn merge_taints(current: &[Taint], wanted: &[Taint]) -> Option<Vec<Taint>> {
+    let mut merged = current.to_vec();
+    for taint in wanted {
+        if !merged
+            .iter()
+            .any(|t| t.key == taint.key && t.effect == taint.effect)
+        {
+            merged.push(taint.clone());
+        }
+    }
+    (merged.len() != current.len()).then_some(merged)
+}
+
+/// The JSON merge patch (RFC 7386) that brings `existing` up to the edge's labels and taints,
+/// with `metadata.resourceVersion` as precondition; `None` when nothing changes.
+pub fn registration_patch(
+    existing: &Node,
+    labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+) -> Option<Value> {
+    let empty = BTreeMap::new();
+    let current_labels = existing.metadata.labels.as_ref().unwrap_or(&empty);
+    let current_taints = existing
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    let new_labels = missing_labels(current_labels, labels);
+    let new_taints = merge_taints(current_taints, taints);
+    if new_labels.is_empty() && new_taints.is_none() {
+        return None;
+    }
+    let mut patch =
+        json!({ "metadata": { "resourceVersion": existing.metadata.resource_version } });
+    if !new_labels.is_empty() {
+        patch["metadata"]["labels"] = json!(new_labels);
+    }
+    if let Some(taints) = new_taints {
+        patch["spec"] = json!({ "taints": taints });
+    }
+    Some(patch)
+}
+
+/// Writes the edge's `status` to node `name`'s status subresource with a strategic merge
+/// patch, so list fields merge by their keys (conditions by `type`) as with kubelet's
+/// `PatchNodeStatus`.
+///
+/// # Errors
+/// [`Error::NodeNotFound`] when the Node does not exist; [`Error::Kube`] when the API server
+/// refuses the patch.
+pub async fn report_status(client: &kube::Client, name: &str, status: NodeStatus) -> Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let patch = json!({ "status": status });
+    match api
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Err(Error::NodeNotFound(name.to_owned())),
+        Err(error) => Err(Error::kube("patch node status")(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn taint(key: &str, value: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: None,
+        }
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn labels_merge_edge_values_win() {
+        let current = labels(&[("a", "1"), ("b", "2")]);
+        let wanted = labels(&[("b", "3"), ("node-role.kubernetes.io/edge", "")]);
+        assert_eq!(
+            missing_labels(&current, &wanted),
+            labels(&[("b", "3"), ("node-role.kubernetes.io/edge", "")])
+        );
+        assert!(missing_labels(&wanted, &wanted).is_empty());
+    }
+
+    #[test]
+    fn taints_are_added_never_removed() {
+        let lifecycle = taint("node.kubernetes.io/unreachable", "", "NoExecute");
+        let edge = taint("edge", "x", "NoSchedule");
+        let merged = merge_taints(
+            std::slice::from_ref(&lifecycle),
+            std::slice::from_ref(&edge),
+        )
+        .expect("change");
+        assert_eq!(merged, vec![lifecycle.clone(), edge.clone()]);
+        // Same key and effect with another value: kept as is.
+        let other_value = taint("edge", "y", "NoSchedule");
+        assert_eq!(merge_taints(&merged, &[other_value]), None);
+        // Same key, other effect: added.
+        assert!(merge_taints(&merged, &[taint("edge", "x", "NoExecute")]).is_some());
+    }
+
+    #[test]
+    fn patch_only_when_something_changes() {
+        let mut existing = new_node(
+            "n",
+            labels(&[("a", "1")]),
+            vec![taint("t", "", "NoSchedule")],
+        );
+        existing.metadata.resource_version = Some("7".into());
+        assert_eq!(
+            registration_patch(&existing, &labels(&[("a", "1")]), &[]),
+            None
+        );
+        let patch = registration_patch(&existing, &labels(&[("b", "2")]), &[]).expect("patch");
+        assert_eq!(
+            patch,
+            json!({ "metadata": { "resourceVersion": "7", "labels": { "b": "2" } } })
+        );
+        let patch = registration_patch(&existing, &BTreeMap::new(), &[taint("u", "", "NoExecute")])
+            .expect("patch");
+        assert_eq!(patch["spec"]["taints"].as_array().map(Vec::len), Some(2));
+        assert!(patch["metadata"].get("labels").is_none());
+    }
+}

@@ -1,0 +1,188 @@
+//! Unit tests of message classification and answers.
+
+use serde_json::json;
+use verge_core::{Group, Operation};
+use verge_proto::{Message, MessageExt};
+
+use super::*;
+
+fn msg(op: Operation, resource: &str, content: serde_json::Value) -> Message {
+    Message::build(
+        "m-1",
+        "edged",
+        Group::Resource,
+        op,
+        resource,
+        content.to_string().into_bytes(),
+    )
+}
+
+fn node_json(name: &str) -> serde_json::Value {
+    json!({ "metadata": { "name": name, "labels": { "node-role.kubernetes.io/edge": "" } },
+            "spec": { "taints": [{ "key": "k", "effect": "NoSchedule" }] } })
+}
+
+#[test]
+fn node_insert_parses() {
+    let m = msg(
+        Operation::Insert,
+        "node/edge-1/_/node/edge-1",
+        node_json("edge-1"),
+    );
+    let Ok(Inbound::Request(Request::RegisterNode(node))) = parse("edge-1", &m) else {
+        panic!("expected a registration");
+    };
+    assert_eq!(node.metadata.name.as_deref(), Some("edge-1"));
+}
+
+#[test]
+fn other_nodes_objects_are_forbidden() {
+    let cases = [
+        // Path of another node.
+        msg(
+            Operation::Insert,
+            "node/edge-2/_/node/edge-2",
+            node_json("edge-2"),
+        ),
+        // Own path, another node's name.
+        msg(
+            Operation::Insert,
+            "node/edge-1/_/node/edge-2",
+            node_json("edge-2"),
+        ),
+        // Own path and name, object of another node.
+        msg(
+            Operation::Insert,
+            "node/edge-1/_/node/edge-1",
+            node_json("edge-2"),
+        ),
+        // Node object in a namespace.
+        msg(
+            Operation::Insert,
+            "node/edge-1/default/node/edge-1",
+            node_json("edge-1"),
+        ),
+        msg(
+            Operation::Update,
+            "node/edge-1/_/nodestatus/edge-2",
+            json!({}),
+        ),
+        msg(
+            Operation::Update,
+            "node/edge-1/kube-node-lease/lease/edge-2",
+            json!({}),
+        ),
+        msg(
+            Operation::Update,
+            "node/edge-1/default/lease/edge-1",
+            json!({}),
+        ),
+        msg(
+            Operation::Update,
+            "node/edge-1/kube-node-lease/lease/edge-1",
+            json!({ "metadata": { "name": "edge-2" } }),
+        ),
+    ];
+    for m in cases {
+        let result = parse("edge-1", &m);
+        assert!(
+            matches!(result, Err(Error::Forbidden { .. })),
+            "{}: {result:?}",
+            m.resource()
+        );
+    }
+}
+
+#[test]
+fn status_and_lease_parse() {
+    let m = msg(
+        Operation::Update,
+        "node/edge-1/_/nodestatus/edge-1",
+        json!({ "conditions": [{ "type": "Ready", "status": "True" }] }),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::NodeStatus(_)))
+    ));
+    let m = msg(
+        Operation::Update,
+        "node/edge-1/kube-node-lease/lease/edge-1",
+        json!({ "spec": { "holderIdentity": "edge-1" } }),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::RenewLease(_)))
+    ));
+}
+
+#[test]
+fn bad_content_and_unknown_types_are_errors() {
+    let mut m = msg(Operation::Insert, "node/edge-1/_/node/edge-1", json!({}));
+    m.content = b"not json".to_vec();
+    assert!(matches!(parse("edge-1", &m), Err(Error::Decode { .. })));
+    let m = msg(Operation::Update, "node/edge-1/default/pod/p", json!({}));
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+    let m = msg(
+        Operation::Insert,
+        "node/edge-1/_/nodestatus/edge-1",
+        json!({}),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+    let m = msg(Operation::Insert, "edge-1/_/node/edge-1", json!({}));
+    assert!(matches!(parse("edge-1", &m), Err(Error::Route(_))));
+    let m = Message::build(
+        "m",
+        "x",
+        Group::Device,
+        Operation::Update,
+        "node/edge-1/_/node/edge-1",
+        vec![],
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+}
+
+#[test]
+fn answers_from_the_edge_are_not_requests() {
+    let m = Message::reply(
+        "a",
+        "down-1",
+        "metamanager",
+        Group::Resource,
+        Operation::Ack,
+        "",
+        vec![],
+    );
+    assert_eq!(
+        parse("edge-1", &m).expect("answer"),
+        Inbound::Answer {
+            operation: Operation::Ack,
+            parent_id: "down-1".into()
+        }
+    );
+}
+
+#[test]
+fn answer_names_the_parent() {
+    let m = msg(
+        Operation::Update,
+        "node/edge-1/_/nodestatus/edge-1",
+        json!({}),
+    );
+    let a = answer(&m, Operation::Error, b"why".to_vec());
+    assert_eq!(a.parent_id(), "m-1");
+    assert_ne!(a.id(), "m-1");
+    assert_eq!(a.operation(), Ok(Operation::Error));
+    assert_eq!(a.group(), Ok(Group::Resource));
+    assert_eq!(a.resource(), m.resource());
+    assert_eq!(a.route.as_ref().map(|r| r.source.as_str()), Some(SOURCE));
+    assert_eq!(a.content, b"why");
+}

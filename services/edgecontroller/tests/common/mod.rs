@@ -1,0 +1,129 @@
+//! An in-test ControllerHub (a fake of our own service, playing cloudhub) for component tests.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+use verge_core::{Group, Operation};
+use verge_proto::hub::controller_hub_server::{ControllerHub, ControllerHubServer};
+use verge_proto::hub::{ControllerFrame, HubFrame, Routed, controller_frame, hub_frame};
+use verge_proto::{Message, MessageExt};
+
+type HubStream = ReceiverStream<Result<HubFrame, Status>>;
+
+/// Hands every accepted `Attach` stream to the test.
+struct FakeHub {
+    attaches: mpsc::Sender<Attach>,
+}
+
+#[tonic::async_trait]
+impl ControllerHub for FakeHub {
+    type AttachStream = HubStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<ControllerFrame>>,
+    ) -> Result<Response<HubStream>, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        let attach = Attach {
+            to_controller: tx,
+            from_controller: request.into_inner(),
+        };
+        self.attaches
+            .send(attach)
+            .await
+            .map_err(|_| Status::unavailable("test ended"))?;
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Starts the fake on a free loopback port; returns its address and the accepted streams.
+pub async fn start() -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = mpsc::channel(4);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ControllerHubServer::new(FakeHub { attaches: tx }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    Ok((addr, rx))
+}
+
+/// Waits up to 30 s for the next attached stream.
+pub async fn next_attach(attaches: &mut mpsc::Receiver<Attach>) -> anyhow::Result<Attach> {
+    tokio::time::timeout(Duration::from_secs(30), attaches.recv())
+        .await
+        .context("no attach within 30s")?
+        .context("fake hub stopped")
+}
+
+/// One attached controller stream, seen from cloudhub's side.
+pub struct Attach {
+    /// Frames to the controller; dropping it ends the stream.
+    pub to_controller: mpsc::Sender<Result<HubFrame, Status>>,
+    /// Frames from the controller.
+    pub from_controller: Streaming<ControllerFrame>,
+}
+
+impl Attach {
+    /// Sends one frame to the controller.
+    pub async fn send(&self, frame: hub_frame::Frame) -> anyhow::Result<()> {
+        self.to_controller
+            .send(Ok(HubFrame { frame: Some(frame) }))
+            .await?;
+        Ok(())
+    }
+
+    /// The next frame from the controller (30 s timeout).
+    pub async fn next(&mut self) -> anyhow::Result<controller_frame::Frame> {
+        let frame = tokio::time::timeout(Duration::from_secs(30), self.from_controller.message())
+            .await
+            .context("no frame from the controller within 30s")??
+            .context("controller stream ended")?;
+        frame.frame.context("empty frame")
+    }
+
+    /// Sends `message` from `node` and returns the controller's answer to it.
+    pub async fn ask(&mut self, node: &str, message: Message) -> anyhow::Result<Message> {
+        let id = message.id().to_owned();
+        self.send(hub_frame::Frame::Message(Routed {
+            node: node.into(),
+            message: Some(message),
+        }))
+        .await?;
+        match self.next().await? {
+            controller_frame::Frame::Message(Routed {
+                node: n,
+                message: Some(m),
+            }) if m.parent_id() == id => {
+                ensure!(n == node, "answer routed to {n}, not {node}");
+                Ok(m)
+            }
+            other => bail!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+/// An upstream message from edged with a fresh id.
+pub fn msg(op: Operation, resource: String, content: serde_json::Value) -> Message {
+    let id = uuid::Uuid::new_v4().to_string();
+    Message::build(
+        id,
+        "edged",
+        Group::Resource,
+        op,
+        resource,
+        content.to_string().into_bytes(),
+    )
+}
+
+/// The UTF-8 content of an answer.
+pub fn reason(m: &Message) -> String {
+    String::from_utf8_lossy(&m.content).into_owned()
+}

@@ -1,0 +1,114 @@
+//! Component test of the hub stream: hello, re-attach after the stream ends, error answers,
+//! per-node ordering. Uses an in-test ControllerHub and an API server address nobody listens
+//! on, so every API call fails fast.
+
+mod common;
+
+use std::time::Duration;
+
+use anyhow::bail;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use verge_core::Operation;
+use verge_edgecontroller::{Config, EdgeController};
+use verge_proto::MessageExt;
+use verge_proto::hub::{NodeSession, controller_frame, hub_frame};
+
+use common::{msg, reason};
+
+fn unreachable_client() -> anyhow::Result<kube::Client> {
+    // Port 9 (discard) on loopback: connections are refused at once.
+    let mut config = kube::Config::new("http://127.0.0.1:9".parse()?);
+    config.connect_timeout = Some(Duration::from_secs(1));
+    Ok(kube::Client::try_from(config)?)
+}
+
+#[tokio::test]
+async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let (addr, mut attaches) = common::start().await?;
+    let config = Config {
+        cloudhub: format!("http://{addr}"),
+        reconnect_min_backoff: Duration::from_millis(10),
+        reconnect_max_backoff: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let shutdown = CancellationToken::new();
+    let controller =
+        tokio::spawn(EdgeController::new(config, unreachable_client()?).run(shutdown.clone()));
+
+    let mut first = common::next_attach(&mut attaches).await?;
+    let controller_frame::Frame::Hello(hello) = first.next().await? else {
+        bail!("no hello")
+    };
+    assert_eq!(
+        (hello.name.as_str(), hello.groups.as_slice()),
+        ("edgecontroller", &["resource".to_owned()][..])
+    );
+    // Cloudhub ends the stream: the controller attaches again and says hello again.
+    drop(first);
+    let mut second = common::next_attach(&mut attaches).await?;
+    assert!(matches!(
+        second.next().await?,
+        controller_frame::Frame::Hello(_)
+    ));
+
+    second
+        .send(hub_frame::Frame::Session(NodeSession {
+            node: "edge-1".into(),
+            connected: true,
+            inventory: None,
+            cloudhub: "fake".into(),
+        }))
+        .await?;
+    // The API server is unreachable: the answer is an error naming the failed call.
+    let object = json!({ "metadata": { "name": "edge-1" } });
+    let answer = second
+        .ask(
+            "edge-1",
+            msg(
+                Operation::Insert,
+                "node/edge-1/_/node/edge-1".into(),
+                object,
+            ),
+        )
+        .await?;
+    assert_eq!(answer.operation()?, Operation::Error);
+    assert!(
+        reason(&answer).contains("API server"),
+        "{}",
+        reason(&answer)
+    );
+
+    // Answers from the edge to downstream messages are not answered; the next request is.
+    let ack = verge_proto::Message::reply(
+        "a-1",
+        "down-1",
+        "metamanager",
+        verge_core::Group::Resource,
+        Operation::Ack,
+        "",
+        vec![],
+    );
+    second
+        .send(hub_frame::Frame::Message(verge_proto::hub::Routed {
+            node: "edge-1".into(),
+            message: Some(ack),
+        }))
+        .await?;
+    let bad = msg(
+        Operation::Update,
+        "node/edge-1/default/configmap/c".into(),
+        json!({}),
+    );
+    let answer = second.ask("edge-1", bad).await?;
+    assert!(
+        reason(&answer).contains("unsupported"),
+        "{}",
+        reason(&answer)
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    Ok(())
+}
