@@ -1,1 +1,126 @@
-//! Placeholder.
+//! edgecore: the Verge agent on an edge node (KubeEdge: EdgeCore). It replaces the kubelet
+//! there, holds every object the cloud sends in an embedded redb store, and keeps working
+//! while the link to the cloud is down.
+//!
+//! # Layout
+//! - [`edgehub`]: the client end of cloudhub's `EdgeHub.Connect` stream: hello with
+//!   inventory, keepalives, reconnect with jittered exponential backoff; [`EdgeHubHandle`]
+//!   sends upstream.
+//! - [`metamanager`]: the redb store ([`MetaStore`]) and the component that commits
+//!   downstream objects before acking them.
+//! - [`node`]: node registration, node status and node lease (the kubelet's node status
+//!   manager and lease controller).
+//! - [`config`]: the YAML configuration ([`Config`]).
+//! - [`error`]: the crate's [`Error`].
+//!
+//! Later modules (edged for pods on Docker, the upstream outbox, devicetwin, eventbus) plug
+//! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
+//!
+//! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
+//! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
+
+pub mod config;
+pub mod edgehub;
+pub mod error;
+pub mod metamanager;
+pub mod node;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info};
+
+pub use config::Config;
+pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
+pub use error::{Error, Result};
+pub use metamanager::{MetaManager, MetaStore};
+pub use node::NodeAgent;
+
+/// The whole edge agent: edgehub, metamanager and node, sharing one store.
+#[derive(Debug)]
+pub struct EdgeCore {
+    config: Arc<Config>,
+    store: MetaStore,
+}
+
+impl EdgeCore {
+    /// Validates `config`, creates `data_dir` and opens `<data_dir>/edgecore.redb`.
+    ///
+    /// # Errors
+    /// [`Error::ConfigValue`] for an unusable value; [`Error::DataDir`] if the directory
+    /// cannot be created; [`Error::Store`] if the database cannot be opened (e.g. another
+    /// edgecore holds it).
+    pub fn new(config: Config) -> Result<Self> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
+            path: config.data_dir.clone(),
+            source,
+        })?;
+        let store = MetaStore::open(&config.store_path())?;
+        Ok(Self {
+            config: Arc::new(config),
+            store,
+        })
+    }
+
+    /// The store, e.g. for inspection by tests.
+    pub fn store(&self) -> &MetaStore {
+        &self.store
+    }
+
+    /// Runs every module until `shutdown` is cancelled, then waits for all of them to stop.
+    /// A module that fails stops the others.
+    ///
+    /// # Errors
+    /// The first module error (e.g. [`Error::CloudhubAddress`]).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let (down_tx, down_rx) = mpsc::channel(self.config.downstream_queue);
+        let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);
+        let meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
+        let node = NodeAgent::new(Arc::clone(&self.config), handle)?;
+
+        let stop = shutdown.child_token();
+        let failure: Arc<Mutex<Option<Error>>> = Arc::default();
+        let tracker = TaskTracker::new();
+        spawn(&tracker, "edgehub", hub.run(stop.clone()), &stop, &failure);
+        spawn(
+            &tracker,
+            "metamanager",
+            meta.run(stop.clone()),
+            &stop,
+            &failure,
+        );
+        spawn(&tracker, "node", node.run(stop.clone()), &stop, &failure);
+        tracker.close();
+        info!(node = %self.config.node_name, cloudhub = %self.config.cloudhub, "edgecore running");
+
+        stop.cancelled().await;
+        tracker.wait().await;
+        info!("edgecore stopped");
+        let failed = failure.lock().map(|mut f| f.take()).unwrap_or_default();
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+/// Spawns a module on `tracker`; if it fails, records the first error and cancels `stop`.
+fn spawn(
+    tracker: &TaskTracker,
+    module: &'static str,
+    fut: impl Future<Output = Result<()>> + Send + 'static,
+    stop: &CancellationToken,
+    failure: &Arc<Mutex<Option<Error>>>,
+) {
+    let (stop, failure) = (stop.clone(), Arc::clone(failure));
+    tracker.spawn(async move {
+        if let Err(e) = fut.await {
+            error!(module, error = %edgehub::DisplayChain(&e), "module failed; stopping edgecore");
+            if let Ok(mut slot) = failure.lock() {
+                slot.get_or_insert(e);
+            }
+            stop.cancel();
+        }
+    });
+}

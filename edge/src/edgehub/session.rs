@@ -1,0 +1,199 @@
+//! One cloudhub session: handshake, then the message pump with keepalives and the silence
+//! deadline.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Streaming;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, trace, warn};
+use verge_core::{Group, Operation};
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
+use verge_proto::{Message, MessageExt};
+
+use super::{DEFAULT_KEEPALIVE, EdgeHub, SessionInfo};
+use crate::config::Config;
+use crate::{Error, Result};
+
+/// Frames buffered between the pump and the gRPC request stream.
+const FRAME_BUFFER: usize = 16;
+/// A session ends after this many keepalive intervals without a frame from cloudhub.
+const SILENT_INTERVALS: u32 = 3;
+
+/// How a session ended.
+pub(super) enum Ended {
+    /// `shutdown` was cancelled.
+    Shutdown,
+    /// The session failed; `established` says whether it got its `Welcome`.
+    Failed { established: bool, error: Error },
+}
+
+/// The gRPC endpoint for the configured cloudhub address.
+pub(super) fn endpoint(config: &Config) -> Result<Endpoint> {
+    Endpoint::from_shared(config.cloudhub.clone())
+        .map(|e| e.connect_timeout(config.connect_timeout).tcp_nodelay(true))
+        .map_err(|source| Error::CloudhubAddress {
+            address: config.cloudhub.clone(),
+            source,
+        })
+}
+
+/// An open session after the handshake.
+struct Open {
+    frames: mpsc::Sender<EdgeFrame>,
+    inbound: Streaming<CloudFrame>,
+    welcome: Welcome,
+}
+
+impl EdgeHub {
+    /// Runs one session to its end.
+    pub(super) async fn session(
+        &mut self,
+        endpoint: &Endpoint,
+        shutdown: &CancellationToken,
+    ) -> Ended {
+        let open = tokio::select! {
+            () = shutdown.cancelled() => return Ended::Shutdown,
+            open = self.handshake(endpoint) => open,
+        };
+        let open = match open {
+            Ok(open) => open,
+            Err(error) => {
+                return Ended::Failed {
+                    established: false,
+                    error,
+                };
+            }
+        };
+        self.generation += 1;
+        let keepalive = match open.welcome.keepalive_interval_ms {
+            0 => DEFAULT_KEEPALIVE,
+            ms => Duration::from_millis(ms),
+        };
+        info!(session_id = %open.welcome.session_id, ?keepalive, generation = self.generation, "cloudhub session established");
+        self.sessions.send_replace(Some(SessionInfo {
+            session_id: open.welcome.session_id.clone(),
+            generation: self.generation,
+            keepalive,
+        }));
+        match self.pump(open, keepalive, shutdown).await {
+            Ok(()) => Ended::Shutdown,
+            Err(error) => Ended::Failed {
+                established: true,
+                error,
+            },
+        }
+    }
+
+    /// Connects, sends `EdgeHello` and waits for `Welcome`, each step bounded by
+    /// `connect_timeout`.
+    async fn handshake(&self, endpoint: &Endpoint) -> Result<Open> {
+        let bound = self.config.connect_timeout;
+        let channel: Channel = endpoint.connect().await.map_err(Error::Connect)?;
+        let inventory = self.store.blocking(|s| s.inventory()).await?;
+        debug!(objects = inventory.entries.len(), "sending hello");
+        let (frames, frame_rx) = mpsc::channel(FRAME_BUFFER);
+        let hello = EdgeHello {
+            node_name: self.config.node_name.clone(),
+            token: self.config.token.clone(),
+            inventory: Some(inventory),
+            edgecore_version: env!("CARGO_PKG_VERSION").to_owned(),
+        };
+        frames
+            .send(EdgeFrame {
+                frame: Some(edge_frame::Frame::Hello(hello)),
+            })
+            .await
+            .map_err(|_| Error::StreamClosed)?;
+        let mut client = EdgeHubClient::new(channel);
+        let response = tokio::time::timeout(bound, client.connect(ReceiverStream::new(frame_rx)))
+            .await
+            .map_err(|_| Error::Timeout(bound))?
+            .map_err(Error::Stream)?;
+        let mut inbound = response.into_inner();
+        let first = tokio::time::timeout(bound, inbound.message())
+            .await
+            .map_err(|_| Error::Timeout(bound))?
+            .map_err(Error::Stream)?
+            .ok_or(Error::StreamClosed)?;
+        match first.frame {
+            Some(cloud_frame::Frame::Welcome(welcome)) => Ok(Open {
+                frames,
+                inbound,
+                welcome,
+            }),
+            _ => Err(Error::Protocol("first frame is not a Welcome")),
+        }
+    }
+
+    /// Moves messages both ways until the stream ends, cloudhub goes silent or `shutdown`.
+    async fn pump(
+        &mut self,
+        open: Open,
+        keepalive: Duration,
+        shutdown: &CancellationToken,
+    ) -> Result<()> {
+        let Open {
+            frames,
+            mut inbound,
+            ..
+        } = open;
+        let silence = keepalive * SILENT_INTERVALS;
+        let mut ticker = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let deadline = tokio::time::sleep(silence);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(()),
+                frame = inbound.next() => {
+                    let frame = frame.ok_or(Error::StreamClosed)?.map_err(Error::Stream)?;
+                    deadline.as_mut().reset(Instant::now() + silence);
+                    self.dispatch(frame).await?;
+                }
+                () = &mut deadline => return Err(Error::Timeout(silence)),
+                _ = ticker.tick() => {
+                    let msg = Message::build(uuid::Uuid::new_v4().to_string(), "edgehub", Group::Hub, Operation::Keepalive, "", Vec::new());
+                    send(&frames, msg).await?;
+                }
+                Some(msg) = self.upstream.recv() => send(&frames, msg).await?,
+            }
+        }
+    }
+
+    /// Hands a downstream frame to its module.
+    async fn dispatch(&self, frame: CloudFrame) -> Result<()> {
+        let msg = match frame.frame {
+            Some(cloud_frame::Frame::Message(msg)) => msg,
+            Some(cloud_frame::Frame::Welcome(_)) | None => {
+                warn!("ignoring a frame that is not a message");
+                return Ok(());
+            }
+        };
+        if msg.group() == Ok(Group::Hub) {
+            trace!(id = msg.id(), op = ?msg.operation(), "hub message");
+            return Ok(());
+        }
+        self.downstream
+            .send(msg)
+            .await
+            .map_err(|_| Error::HubStopped)
+    }
+}
+
+/// Writes `msg` to the request stream.
+async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Message) -> Result<()> {
+    trace!(id = msg.id(), resource = msg.resource(), "upstream");
+    frames
+        .send(EdgeFrame {
+            frame: Some(edge_frame::Frame::Message(msg)),
+        })
+        .await
+        .map_err(|_| Error::StreamClosed)
+}

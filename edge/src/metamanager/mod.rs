@@ -1,0 +1,304 @@
+//! metamanager: persists every object the cloud sends, in redb, *before* acknowledging it
+//! (KubeEdge: metamanager). DESIGN §3.1: downstream is at-least-once and idempotent.
+//!
+//! For each downstream message from edgehub:
+//! * `insert` / `update` of `<ns>/<type>/<name>` with JSON content: stored if its
+//!   resourceVersion is newer than the stored one ([`MetaStore::upsert_if_newer`]), then
+//!   `ack`ed — a stale or duplicate copy is acked too, and changes nothing;
+//! * `delete`: removed (unless the stored object has another uid), then `ack`ed;
+//! * a malformed message (unknown operation, bad path, content that is not JSON) or an
+//!   operation edgecore does not handle yet (`patch`, `query`): answered with `error` and a
+//!   UTF-8 reason; nothing changes;
+//! * `ack` / `error` / `response` from the cloud for upstream messages: logged (the outbox,
+//!   a later issue, removes acked reports).
+//!
+//! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
+//! group), source `metamanager` and the same resource path.
+
+mod store;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+use verge_core::{Group, Operation, ResourceKey};
+use verge_proto::{Message, MessageExt};
+
+pub use store::{MetaStore, StoredObject};
+
+use crate::Result;
+use crate::edgehub::{DisplayChain, EdgeHubHandle};
+
+/// What a downstream object message did to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// Stored (new, or newer than the stored copy).
+    Stored,
+    /// Not stored: the stored copy is as new or newer.
+    Stale,
+    /// Removed.
+    Deleted,
+    /// Delete of an object that is not stored (or has another uid): nothing to do.
+    Absent,
+}
+
+/// The metamanager component: applies downstream messages and answers them.
+#[derive(Debug)]
+pub struct MetaManager {
+    store: MetaStore,
+    downstream: mpsc::Receiver<Message>,
+    hub: EdgeHubHandle,
+}
+
+impl MetaManager {
+    /// A metamanager over `store`, reading `downstream` and answering through `hub`.
+    pub fn new(store: MetaStore, downstream: mpsc::Receiver<Message>, hub: EdgeHubHandle) -> Self {
+        Self {
+            store,
+            downstream,
+            hub,
+        }
+    }
+
+    /// Applies downstream messages in order until `shutdown` or until edgehub is gone.
+    ///
+    /// # Errors
+    /// None for now; store failures are answered with `error` and logged.
+    #[tracing::instrument(name = "metamanager", skip_all)]
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
+        loop {
+            let msg = tokio::select! {
+                () = shutdown.cancelled() => break,
+                msg = self.downstream.recv() => match msg {
+                    Some(msg) => msg,
+                    None => break,
+                },
+            };
+            if let Some(reply) = self.handle(msg).await {
+                // Not `send().await`: edgehub may itself be waiting on our queue. A dropped
+                // ack is redelivered by the cloud (at-least-once), and this is logged.
+                if let Err(e) = self.hub.try_send(reply) {
+                    error!(error = %e, "reply not queued; the cloud will redeliver");
+                }
+            }
+        }
+        info!("metamanager stopped");
+        Ok(())
+    }
+
+    /// Applies one downstream message; returns the reply to send, if any.
+    #[tracing::instrument(skip_all, fields(id = msg.id(), resource = msg.resource()))]
+    pub async fn handle(&self, msg: Message) -> Option<Message> {
+        let op = match msg.operation() {
+            Ok(op) => op,
+            Err(e) => return Some(reply(&msg, Operation::Error, e.to_string())),
+        };
+        match op {
+            Operation::Ack => {
+                debug!(parent_id = msg.parent_id(), "cloud acked");
+                None
+            }
+            Operation::Error => {
+                let reason = String::from_utf8_lossy(&msg.content);
+                warn!(parent_id = msg.parent_id(), %reason, "cloud answered error");
+                None
+            }
+            Operation::Response => {
+                debug!(
+                    parent_id = msg.parent_id(),
+                    "cloud response (no waiter yet)"
+                );
+                None
+            }
+            Operation::Keepalive => None,
+            Operation::Insert | Operation::Update | Operation::Delete => {
+                let store = self.store.clone();
+                let outcome = match validate(&msg, op) {
+                    Err(reason) => Err(reason),
+                    Ok(key) => {
+                        let (uid, rv) = object_identity(&msg);
+                        let content = msg.content.clone();
+                        store
+                            .blocking(move |s| apply(s, op, &key, &uid, &rv, &content))
+                            .await
+                            .map_err(|e| {
+                                error!(error = %DisplayChain(&e), "store failed");
+                                format!("edge store failed: {e}")
+                            })
+                    }
+                };
+                Some(match outcome {
+                    Ok(applied) => {
+                        debug!(?applied, "applied");
+                        reply(&msg, Operation::Ack, String::new())
+                    }
+                    Err(reason) => {
+                        warn!(%reason, "rejected downstream message");
+                        reply(&msg, Operation::Error, reason)
+                    }
+                })
+            }
+            Operation::Patch | Operation::Query | Operation::Resync => Some(reply(
+                &msg,
+                Operation::Error,
+                format!("operation {op} is not supported by edgecore"),
+            )),
+        }
+    }
+}
+
+/// Checks the path and (for insert/update) that the content is JSON.
+fn validate(msg: &Message, op: Operation) -> std::result::Result<ResourceKey, String> {
+    let key = msg.edge_key().map_err(|e| e.to_string())?;
+    if op != Operation::Delete {
+        serde_json::from_slice::<serde::de::IgnoredAny>(&msg.content)
+            .map_err(|e| format!("content is not JSON: {e}"))?;
+    }
+    Ok(key)
+}
+
+/// The header's uid and resourceVersion.
+fn object_identity(msg: &Message) -> (String, String) {
+    msg.header.as_ref().map_or_else(Default::default, |h| {
+        (h.uid.clone(), h.resource_version.clone())
+    })
+}
+
+/// Applies an insert/update/delete to the store (blocking).
+fn apply(
+    store: &MetaStore,
+    op: Operation,
+    key: &ResourceKey,
+    uid: &str,
+    rv: &str,
+    content: &[u8],
+) -> Result<Applied> {
+    if op == Operation::Delete {
+        return Ok(if store.delete(key, uid)? {
+            Applied::Deleted
+        } else {
+            Applied::Absent
+        });
+    }
+    Ok(if store.upsert_if_newer(key, uid, rv, content)? {
+        Applied::Stored
+    } else {
+        Applied::Stale
+    })
+}
+
+/// An answer to `msg` with `reason` (UTF-8) as content.
+fn reply(msg: &Message, op: Operation, reason: String) -> Message {
+    let group = msg.group().unwrap_or(Group::Resource);
+    Message::reply(
+        uuid::Uuid::new_v4().to_string(),
+        msg.id(),
+        "metamanager",
+        group,
+        op,
+        msg.resource(),
+        reason.into_bytes(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use verge_core::ResourceType;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::edgehub::EdgeHub;
+
+    fn manager() -> (tempfile::TempDir, MetaManager) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
+        let (down_tx, down_rx) = mpsc::channel(4);
+        let (_hub, handle) = EdgeHub::new(Arc::new(Config::default()), store.clone(), down_tx);
+        (dir, MetaManager::new(store, down_rx, handle))
+    }
+
+    fn msg(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Message {
+        Message::build(
+            id,
+            "edgecontroller",
+            Group::Resource,
+            op,
+            resource,
+            content.to_vec(),
+        )
+        .with_object("uid-1", rv)
+    }
+
+    fn answer(reply: Option<Message>) -> (Operation, String, String) {
+        let reply = reply.expect("a reply");
+        let op = reply.operation().expect("operation");
+        (
+            op,
+            reply.parent_id().to_owned(),
+            reply.resource().to_owned(),
+        )
+    }
+
+    #[tokio::test]
+    async fn stores_then_acks_and_rejects_malformed() {
+        let (_dir, m) = manager();
+        let key = ResourceKey::new("ns", ResourceType::Secret, "s");
+        let r = m
+            .handle(msg("1", Operation::Insert, "ns/secret/s", "7", b"{}"))
+            .await;
+        assert_eq!(
+            answer(r),
+            (Operation::Ack, "1".into(), "ns/secret/s".into())
+        );
+        let r = m
+            .handle(msg(
+                "2",
+                Operation::Update,
+                "ns/secret/s",
+                "6",
+                b"{\"old\":1}",
+            ))
+            .await;
+        assert_eq!(answer(r).0, Operation::Ack, "stale copies are acked");
+        let stored = m.store.get(&key).expect("get").expect("stored");
+        assert_eq!(
+            (stored.resource_version.as_str(), stored.content.as_slice()),
+            ("7", &b"{}"[..])
+        );
+
+        for (id, op, path, content) in [
+            ("3", Operation::Update, "ns/secret/s", &b"{oops"[..]),
+            ("4", Operation::Insert, "ns/nope/s", &b"{}"[..]),
+            ("5", Operation::Patch, "ns/secret/s", &b"{}"[..]),
+        ] {
+            let r = m.handle(msg(id, op, path, "9", content)).await;
+            assert_eq!(answer(r).0, Operation::Error, "message {id}");
+        }
+        assert_eq!(
+            m.store
+                .get(&key)
+                .expect("get")
+                .expect("kept")
+                .resource_version,
+            "7"
+        );
+
+        let r = m
+            .handle(msg("6", Operation::Delete, "ns/secret/s", "8", b""))
+            .await;
+        assert_eq!(answer(r).0, Operation::Ack);
+        assert!(m.store.get(&key).expect("get").is_none());
+
+        let cloud_ack = Message::reply(
+            "7",
+            "x",
+            "edgecontroller",
+            Group::Resource,
+            Operation::Ack,
+            "",
+            Vec::new(),
+        );
+        assert!(m.handle(cloud_ack).await.is_none());
+    }
+}

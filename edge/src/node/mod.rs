@@ -1,0 +1,244 @@
+//! node: registration, status and lease of this edge node (what the kubelet's node status
+//! manager and node lease controller do).
+//!
+//! On every new cloudhub session: `insert` `_/node/<node>` with a `v1.Node` (name, labels,
+//! taints). While the session lasts: `update` `_/nodestatus/<node>` with a `v1.NodeStatus`
+//! every `node_status_update_frequency`, and `update` `kube-node-lease/lease/<node>` with a
+//! `coordination.k8s.io/v1.Lease` every `node_lease_renew_interval`; both also right after
+//! registration. Reports are not queued while disconnected: the next session sends fresh
+//! ones. Messages use group `resource` and source `edged`.
+
+pub mod host;
+pub mod quantity;
+pub mod status;
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use verge_core::{Group, Operation, ResourceKey, ResourceType};
+use verge_proto::Message;
+
+use crate::config::{Config, Reserved};
+use crate::edgehub::EdgeHubHandle;
+use crate::{Error, Result};
+use host::HostFacts;
+use status::{Conditions, LEASE_NAMESPACE};
+
+/// The source of node reports (they are the kubelet's job; KubeEdge: edged).
+const SOURCE: &str = "edged";
+
+/// The node component; see the module docs.
+#[derive(Debug)]
+pub struct NodeAgent {
+    config: Arc<Config>,
+    reserved: Reserved,
+    hub: EdgeHubHandle,
+    conditions: Conditions,
+}
+
+impl NodeAgent {
+    /// A node agent reporting through `hub`.
+    ///
+    /// # Errors
+    /// [`Error::ConfigValue`] if `system_reserved` does not parse.
+    pub fn new(config: Arc<Config>, hub: EdgeHubHandle) -> Result<Self> {
+        let reserved = config.reserved()?;
+        Ok(Self {
+            config,
+            reserved,
+            hub,
+            conditions: Conditions::default(),
+        })
+    }
+
+    /// Registers and reports the node on every session until `shutdown`.
+    ///
+    /// # Errors
+    /// [`Error::Encode`] if an object cannot be serialized (not expected).
+    #[tracing::instrument(name = "node", skip_all, fields(node = %self.config.node_name))]
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
+        let data_dir = self.config.data_dir.clone();
+        let facts = tokio::task::spawn_blocking(move || HostFacts::collect(&data_dir))
+            .await
+            .map_err(Error::Blocking)?;
+        debug!(?facts, "host facts");
+        let mut sessions = self.hub.sessions();
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                changed = sessions.wait_for(Option::is_some) => if changed.is_err() { break },
+            }
+            sessions.mark_unchanged();
+            let node = status::node_object(&self.config, &facts);
+            let key = ResourceKey::cluster(ResourceType::Node, &self.config.node_name);
+            let msg = message(Operation::Insert, &key, &node, "node")?;
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                sent = self.hub.send(msg) => if sent.is_err() { break },
+            }
+            info!("node registration sent");
+            let mut status_tick = tokio::time::interval(self.config.node_status_update_frequency);
+            let mut lease_tick = tokio::time::interval(self.config.node_lease_renew_interval);
+            status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    changed = sessions.changed() => {
+                        if changed.is_err() { return Ok(()) }
+                        break;
+                    }
+                    _ = status_tick.tick() => self.report_status(&facts)?,
+                    _ = lease_tick.tick() => self.renew_lease()?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn report_status(&mut self, facts: &HostFacts) -> Result<()> {
+        let status = status::node_status(
+            &self.config,
+            &self.reserved,
+            facts,
+            &mut self.conditions,
+            status::now(),
+        );
+        let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
+        self.offer(message(Operation::Update, &key, &status, "node status")?);
+        Ok(())
+    }
+
+    fn renew_lease(&self) -> Result<()> {
+        let lease = status::lease(&self.config, status::now());
+        let key = ResourceKey::new(LEASE_NAMESPACE, ResourceType::Lease, &self.config.node_name);
+        self.offer(message(Operation::Update, &key, &lease, "node lease")?);
+        Ok(())
+    }
+
+    /// Queues a periodic report without waiting: if the queue is full the next period sends
+    /// a fresh one, so this one is dropped with a warning.
+    fn offer(&self, msg: Message) {
+        if let Err(error) = self.hub.try_send(msg) {
+            warn!(%error, "periodic node report dropped");
+        }
+    }
+}
+
+/// An upstream `op` message for `key` carrying `object` as JSON.
+fn message<T: Serialize>(
+    op: Operation,
+    key: &ResourceKey,
+    object: &T,
+    what: &'static str,
+) -> Result<Message> {
+    let content = serde_json::to_vec(object).map_err(|source| Error::Encode { what, source })?;
+    Ok(Message::build(
+        uuid::Uuid::new_v4().to_string(),
+        SOURCE,
+        Group::Resource,
+        op,
+        key.to_string(),
+        content,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn facts() -> HostFacts {
+        HostFacts {
+            hostname: "host-a".into(),
+            ipv4: Some("192.0.2.10".parse().expect("ip")),
+            cpu_millis: 4000,
+            memory_bytes: 16 << 30,
+            ephemeral_storage_bytes: Some(100 << 30),
+            machine_id: "m".into(),
+            system_uuid: "m".into(),
+            boot_id: "b".into(),
+            kernel_version: "6.1.0".into(),
+            os_image: "Debian GNU/Linux 13 (trixie)".into(),
+            architecture: "amd64".into(),
+        }
+    }
+
+    #[test]
+    fn node_status_shape() {
+        let config = Config::from_yaml(
+            "node_name: edge-1\nsystem_reserved: {cpu: 500m, memory: 1Gi}\n",
+            "t",
+        )
+        .expect("config");
+        let reserved = config.reserved().expect("reserved");
+        let mut conditions = Conditions::default();
+        let t0 = status::now();
+        let s = status::node_status(&config, &reserved, &facts(), &mut conditions, t0);
+        let json = serde_json::to_value(&s).expect("json");
+        assert_eq!(json["capacity"]["cpu"], "4");
+        assert_eq!(json["capacity"]["memory"], "16777216Ki");
+        assert_eq!(json["capacity"]["pods"], "110");
+        assert_eq!(json["allocatable"]["cpu"], "3500m");
+        assert_eq!(json["allocatable"]["memory"], "15728640Ki");
+        assert_eq!(json["capacity"]["ephemeral-storage"], "104857600Ki");
+        assert_eq!(json["addresses"][0]["type"], "InternalIP");
+        assert_eq!(json["addresses"][0]["address"], "192.0.2.10");
+        assert_eq!(json["addresses"][1]["type"], "Hostname");
+        assert_eq!(
+            json["nodeInfo"]["kubeletVersion"],
+            status::kubelet_version()
+        );
+        assert_eq!(
+            json["nodeInfo"]["containerRuntimeVersion"],
+            "docker://unknown"
+        );
+        assert_eq!(json["daemonEndpoints"]["kubeletEndpoint"]["Port"], 0);
+        let ready = s
+            .conditions
+            .as_ref()
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .expect("Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_deref()),
+            ("True", Some("KubeletReady"))
+        );
+
+        let t1 = t0 + Duration::from_secs(10);
+        let s = status::node_status(&config, &reserved, &facts(), &mut conditions, t1);
+        for c in s.conditions.expect("conditions") {
+            assert_eq!(
+                c.last_transition_time.expect("transition").0,
+                t0,
+                "{}",
+                c.type_
+            );
+            assert_eq!(c.last_heartbeat_time.expect("heartbeat").0, t1);
+        }
+    }
+
+    #[test]
+    fn node_object_and_lease() {
+        let config = Config::from_yaml(
+            "node_name: edge-1\nlabels: {zone: a}\ntaints: [{key: edge, value: 'true', effect: NoSchedule}]\n",
+            "t",
+        )
+        .expect("config");
+        let json = serde_json::to_value(status::node_object(&config, &facts())).expect("json");
+        assert_eq!(json["kind"], "Node");
+        assert_eq!(json["metadata"]["name"], "edge-1");
+        let labels = &json["metadata"]["labels"];
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        assert_eq!(labels["node-role.kubernetes.io/edge"], "");
+        assert_eq!(labels["zone"], "a");
+        assert_eq!(json["spec"]["taints"][0]["effect"], "NoSchedule");
+        let lease = serde_json::to_value(status::lease(&config, status::now())).expect("json");
+        assert_eq!(lease["metadata"]["namespace"], "kube-node-lease");
+        assert_eq!(lease["spec"]["holderIdentity"], "edge-1");
+        assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+        assert!(lease["spec"]["renewTime"].is_string());
+    }
+}
