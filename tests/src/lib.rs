@@ -1,1 +1,208 @@
-//! End-to-end test support for Verge (see tests/tests/).
+//! End-to-end test support for Verge: start the real binaries (cloudhub, edgecontroller,
+//! edgecore) against the real control plane from `verge-testkit`, and wait for what the
+//! cluster shows.
+//!
+//! # Layout
+//! - [`Cloud`]: cloudhub + edgecontroller processes on loopback ports.
+//! - [`Edge`]: one edgecore process with its own data directory and config file.
+//! - [`wait_for`]: polls a condition with a deadline.
+//!
+//! The scenarios themselves are in `tests/tests/`.
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Node;
+use verge_testkit::ControlPlane;
+use verge_testkit::process::{ChildProcess, workspace_bin};
+
+/// A free TCP port on 127.0.0.1 (bound once and released; the caller binds it next).
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The cloud side: one cloudhub and one edgecontroller, as separate processes.
+#[derive(Debug)]
+pub struct Cloud {
+    /// The cloudhub process.
+    pub cloudhub: ChildProcess,
+    /// The edgecontroller process.
+    pub edgecontroller: ChildProcess,
+    /// Where edges connect: `http://127.0.0.1:<port>`.
+    pub edge_url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Cloud {
+    /// Starts cloudhub (keepalive 2 s) and edgecontroller against `cp`, and waits until
+    /// cloudhub listens.
+    ///
+    /// # Errors
+    /// A binary is missing or does not come up within 20 s.
+    pub async fn start(cp: &ControlPlane) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let edge_port = free_port()?;
+        let ctrl_port = free_port()?;
+        let config = dir.path().join("cloudhub.yaml");
+        std::fs::write(&config, "keepalive_interval: 2s\n")?;
+        let cloudhub = ChildProcess::spawn(
+            workspace_bin("cloudhub")?,
+            [
+                "--config".to_owned(),
+                config.display().to_string(),
+                "--edge-addr".to_owned(),
+                format!("127.0.0.1:{edge_port}"),
+                "--controller-addr".to_owned(),
+                format!("127.0.0.1:{ctrl_port}"),
+            ],
+            [("RUST_LOG", "info")],
+        )?;
+        wait_for_port(edge_port, Duration::from_secs(20)).await?;
+        let edgecontroller = ChildProcess::spawn(
+            workspace_bin("edgecontroller")?,
+            [
+                "--cloudhub".to_owned(),
+                format!("http://127.0.0.1:{ctrl_port}"),
+                "--kubeconfig".to_owned(),
+                cp.kubeconfig().display().to_string(),
+            ],
+            [("RUST_LOG", "info")],
+        )?;
+        Ok(Self { cloudhub, edgecontroller, edge_url: format!("http://127.0.0.1:{edge_port}"), _dir: dir })
+    }
+
+    /// The last `n` log lines of both processes, for failure messages.
+    pub fn logs(&self, n: usize) -> String {
+        format!(
+            "--- cloudhub ---\n{}\n--- edgecontroller ---\n{}",
+            self.cloudhub.log_tail(n),
+            self.edgecontroller.log_tail(n)
+        )
+    }
+}
+
+/// One edge node: an edgecore process with its data directory and config file.
+#[derive(Debug)]
+pub struct Edge {
+    /// The node name.
+    pub name: String,
+    /// The process, once started.
+    pub process: Option<ChildProcess>,
+    config: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Edge {
+    /// Prepares an edge named `name` that connects to `cloudhub_url`, reporting status and
+    /// renewing its lease every 2 s, with `extra_yaml` appended to its config.
+    ///
+    /// # Errors
+    /// The data directory or config file cannot be written.
+    pub fn new(name: &str, cloudhub_url: &str, extra_yaml: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("edgecore.yaml");
+        let data = dir.path().join("data");
+        std::fs::write(
+            &config,
+            format!(
+                "node_name: {name}\ncloudhub: {cloudhub_url}\ndata_dir: {}\n\
+                 node_status_update_frequency: 2s\nnode_lease_renew_interval: 2s\n\
+                 reconnect_initial_backoff: 200ms\nreconnect_max_backoff: 2s\n{extra_yaml}",
+                data.display()
+            ),
+        )?;
+        Ok(Self { name: name.to_owned(), process: None, config, dir })
+    }
+
+    /// The edge's data directory (holds `edgecore.redb`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The config file path.
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// Starts (or restarts) the edgecore process.
+    ///
+    /// # Errors
+    /// The binary is missing or cannot be started.
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        let p = ChildProcess::spawn(
+            workspace_bin("edgecore")?,
+            ["--config".to_owned(), self.config.display().to_string()],
+            [("RUST_LOG", "info")],
+        )?;
+        self.process = Some(p);
+        Ok(())
+    }
+
+    /// `kill -9` the edgecore process.
+    ///
+    /// # Errors
+    /// The process is not running or cannot be signalled.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        let mut p = self.process.take().context("edgecore is not running")?;
+        p.kill9()?;
+        Ok(())
+    }
+
+    /// The last `n` log lines of edgecore, for failure messages.
+    pub fn logs(&self, n: usize) -> String {
+        self.process.as_ref().map_or_else(String::new, |p| p.log_tail(n))
+    }
+}
+
+/// The status of the node's `Ready` condition (`"True"`, `"False"`, `"Unknown"`), or `None`
+/// when the node or the condition does not exist.
+pub fn ready_status(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.clone())
+}
+
+/// Polls `check` every 250 ms until it returns `Some`, or fails after `timeout` with
+/// `what` in the message.
+///
+/// # Errors
+/// The deadline passed; the error names `what` and the last check error, if any.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if Instant::now() >= deadline {
+            match last_error {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
+    wait_for(&format!("127.0.0.1:{port} to listen"), timeout, || async move {
+        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ()))
+    })
+    .await
+}

@@ -1,2 +1,57 @@
-//! Placeholder.
-fn main() {}
+//! `cargo xtask`: developer tasks for the Verge workspace.
+//!
+//! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
+//! [`test`] (the whole test suite on the real components), and the not-yet-implemented
+//! [`quickstart`], [`down`] and [`bench`].
+
+mod bench;
+mod control_plane;
+mod down;
+mod quickstart;
+mod test;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Developer tasks for the Verge workspace.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the local Kubernetes control plane used by tests and the quickstart.
+    ControlPlane(control_plane::Args),
+    /// Run the whole test suite against the real components (packages, Docker,
+    /// control plane), then stop the control plane.
+    Test(test::Args),
+    /// Start a local Verge deployment (not yet implemented).
+    Quickstart(quickstart::Args),
+    /// Stop the local Verge deployment (not yet implemented).
+    Down(down::Args),
+    /// Run the benchmarks (not yet implemented).
+    Bench(bench::Args),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::ControlPlane(args) => control_plane::run(args).await,
+        Command::Test(args) => test::run(args).await,
+        Command::Quickstart(args) => quickstart::run(args).await,
+        Command::Down(args) => down::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("xtask: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

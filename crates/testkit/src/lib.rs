@@ -1,1 +1,94 @@
-//! Placeholder.
+//! Verge test kit (dev-only): the real components tests run against.
+//!
+//! DESIGN §5: tests never replace Kubernetes, Docker or the MQTT broker with
+//! hand-written fakes. This crate provides them, reproducibly, on a fresh Debian
+//! machine:
+//!
+//! * a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+//!   kube-scheduler) of one pinned release ([`control_plane::K8S_VERSION`]), built from
+//!   the Kubernetes Go modules into a cache outside the repository and started as
+//!   detached background processes that outlive the calling test binary;
+//! * the Docker engine (Debian's `docker.io`) and the local test image
+//!   [`docker::TEST_IMAGE`];
+//! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
+//! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
+//!   the workspace's built binaries ([`process::workspace_bin`]).
+//!
+//! # Layout
+//!
+//! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
+//!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
+//!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
+//! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`packages`] — [`packages::ensure_packages`] (apt-get).
+//! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
+//! * [`paths`] — the default cache and run directories.
+//!
+//! # Use from a test binary
+//!
+//! ```no_run
+//! # async fn t() -> anyhow::Result<()> {
+//! let cp = verge_testkit::shared().await?;
+//! let client = cp.client().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`shared`] leaves the control plane running so the next test binary reuses it
+//! (start-up costs several seconds; reuse costs milliseconds). Stop it with
+//! `cargo xtask control-plane down`; `cargo xtask test` starts it before and stops it
+//! after the whole test run.
+//!
+//! # Environment
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `VERGE_CACHE_DIR` | directory holding the built control plane (`bin/`, `complete`) | `~/.cache/verge/control-plane/v<version>` |
+//! | `VERGE_STATE_DIR` | control-plane state directory (certs, data, logs, kubeconfig) | `~/.cache/verge/run/control-plane` |
+//! | `VERGE_BIN_DIR` | directory holding the workspace's built binaries | derived from the test executable's path |
+//!
+//! The control plane's env file (`<state>/env`, printed by
+//! `cargo xtask control-plane env`) exports `KUBECONFIG`, `VERGE_STATE_DIR`,
+//! `VERGE_KUBE_SERVER` (API server URL), `VERGE_KUBE_TOKEN` (admin bearer token) and
+//! `VERGE_KUBE_BIN_DIR` (etcd, kube-*, kubectl).
+//!
+//! Errors are [`anyhow::Error`]s carrying the failing command, path, or the tail of
+//! the failing component's log: this crate only serves tests and xtask.
+
+pub mod control_plane;
+mod daemon;
+pub mod docker;
+mod lock;
+pub mod packages;
+pub mod paths;
+pub mod process;
+
+pub use control_plane::{ControlPlane, ControlPlaneConfig};
+
+/// The control plane shared by all test binaries of one run.
+///
+/// Ensures the Docker engine runs and [`docker::TEST_IMAGE`] exists, builds the
+/// control plane if its cache is missing (about 10 minutes on a cold machine, once),
+/// then [`ControlPlaneConfig::up`] with [`ControlPlaneConfig::from_env`]: an already
+/// running, healthy control plane in `$VERGE_STATE_DIR` is reused, otherwise one is
+/// started (a few seconds). Concurrent callers, in one or several processes, are
+/// serialized by file locks, so exactly one control plane is started.
+///
+/// The control plane is deliberately left running when the test binary exits, for the
+/// next test binary; `cargo xtask control-plane down` (or the end of
+/// `cargo xtask test`) stops it.
+///
+/// # Errors
+/// Failing package installation, Docker start-up, build, or a control plane that is
+/// not ready within [`ControlPlaneConfig::ready_timeout`] (the error holds the tail of
+/// the failing component's log).
+pub async fn shared() -> anyhow::Result<ControlPlane> {
+    tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
+        docker::ensure_docker()?;
+        docker::ensure_test_image()
+    })
+    .await??;
+    let config = ControlPlaneConfig::from_env();
+    let build_config = config.clone();
+    tokio::task::spawn_blocking(move || build_config.ensure_built()).await??;
+    config.up().await
+}

@@ -1,0 +1,200 @@
+//! The Docker engine and the local test image.
+//!
+//! DESIGN §5: Docker is Debian's `docker.io`; the test image is made locally with
+//! `docker import` of a root filesystem holding Debian's `busybox-static`, because no
+//! registry can be reached from tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use crate::lock::FileLock;
+use crate::{daemon, packages, paths};
+
+/// The test image: busybox (every applet symlinked in `/bin`), `PATH=/bin`, default
+/// command `/bin/sh`, a root user in `/etc/passwd`. About 2 MB.
+pub const TEST_IMAGE: &str = "verge-test/busybox:latest";
+
+/// How long [`ensure_docker`] waits for a freshly started `dockerd`.
+pub const DOCKERD_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Directory of the `dockerd` log when this kit starts the daemon:
+/// `~/.cache/verge/run/docker` (file `dockerd.log`).
+pub fn docker_run_dir() -> PathBuf {
+    paths::run_dir().join("docker")
+}
+
+/// Whether `docker info` succeeds (client present and daemon reachable).
+pub fn docker_ready() -> bool {
+    Command::new("docker")
+        .arg("info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Makes sure a Docker daemon answers.
+///
+/// When `docker info` fails: installs Debian's `docker.io` if `dockerd` is missing,
+/// starts `dockerd` detached (log `~/.cache/verge/run/docker/dockerd.log`; it keeps
+/// running after this process exits) and waits up to [`DOCKERD_START_TIMEOUT`].
+/// Serialized across processes by `~/.cache/verge/run/docker.lock`.
+///
+/// # Errors
+/// Installation fails, or the daemon does not answer in time (the error holds the
+/// tail of its log).
+pub fn ensure_docker() -> anyhow::Result<()> {
+    if docker_ready() {
+        return Ok(());
+    }
+    let _lock = FileLock::acquire(&paths::run_dir().join("docker.lock"))?;
+    if docker_ready() {
+        return Ok(());
+    }
+    if which("dockerd").is_none() || which("docker").is_none() {
+        packages::ensure_debian_packages(&["docker.io"])?;
+    }
+    let dockerd =
+        which("dockerd").context("dockerd not found on PATH after installing docker.io")?;
+    let dir = docker_run_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let log = dir.join("dockerd.log");
+    eprintln!("verge-testkit: starting dockerd (log {})", log.display());
+    let pid = daemon::spawn_detached(&dockerd, &[], &[], &log)?;
+    std::fs::write(dir.join("dockerd.pid"), format!("{pid}\n"))?;
+    let deadline = Instant::now() + DOCKERD_START_TIMEOUT;
+    while !docker_ready() {
+        if !daemon::is_alive(pid, None) {
+            bail!(
+                "dockerd exited during start-up; log tail:\n{}",
+                crate::process::log_tail(&log, 30)
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "dockerd not ready after {DOCKERD_START_TIMEOUT:?}; log tail:\n{}",
+                crate::process::log_tail(&log, 30)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+/// Whether the local Docker has image `reference` (`docker image inspect`).
+pub fn image_exists(reference: &str) -> bool {
+    Command::new("docker")
+        .args(["image", "inspect", reference])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Makes sure [`TEST_IMAGE`] exists, importing it when missing (installs
+/// `busybox-static` first if needed). Requires a running daemon ([`ensure_docker`]).
+/// Serialized across processes by `~/.cache/verge/run/image.lock`.
+///
+/// # Errors
+/// Package installation, `busybox --list`, `tar` or `docker import` fail.
+pub fn ensure_test_image() -> anyhow::Result<()> {
+    if image_exists(TEST_IMAGE) {
+        return Ok(());
+    }
+    let _lock = FileLock::acquire(&paths::run_dir().join("image.lock"))?;
+    if image_exists(TEST_IMAGE) {
+        return Ok(());
+    }
+    eprintln!("verge-testkit: importing {TEST_IMAGE}");
+    import_busybox_image(TEST_IMAGE)
+}
+
+/// Imports a busybox image as described at [`TEST_IMAGE`] under `reference`
+/// (replacing an existing one), installing `busybox-static` first if needed.
+///
+/// # Errors
+/// Package installation, `busybox --list`, `tar` or `docker import` fail.
+pub fn import_busybox_image(reference: &str) -> anyhow::Result<()> {
+    if !packages::is_installed("busybox-static") {
+        packages::ensure_debian_packages(&["busybox-static"])?;
+    }
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .context("busybox not found in /bin or /usr/bin after installing busybox-static")?;
+    let root = tempfile::tempdir().context("creating rootfs tempdir")?;
+    build_rootfs(busybox, root.path())?;
+    import_rootfs(root.path(), reference)
+}
+
+/// Fills `root` with the busybox root filesystem described at [`TEST_IMAGE`].
+fn build_rootfs(busybox: &Path, root: &Path) -> anyhow::Result<()> {
+    for dir in ["bin", "etc", "tmp", "proc", "sys", "dev", "root"] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    std::fs::copy(busybox, root.join("bin/busybox"))
+        .with_context(|| format!("copying {}", busybox.display()))?;
+    let list = Command::new(busybox)
+        .arg("--list")
+        .output()
+        .context("running busybox --list")?;
+    if !list.status.success() {
+        bail!("busybox --list failed: {}", list.status);
+    }
+    for applet in String::from_utf8_lossy(&list.stdout).lines().map(str::trim) {
+        if applet.is_empty() || applet == "busybox" || applet.contains('/') {
+            continue;
+        }
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet))
+            .with_context(|| format!("linking applet {applet}"))?;
+    }
+    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n")?;
+    std::fs::write(root.join("etc/group"), "root:x:0:\n")?;
+    Ok(())
+}
+
+/// `tar -C root -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["/bin/sh"]' - reference`.
+fn import_rootfs(root: &Path, reference: &str) -> anyhow::Result<()> {
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(root)
+        .args(["-c", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running tar")?;
+    let tar_out = tar.stdout.take().context("tar stdout")?;
+    let import = Command::new("docker")
+        .args([
+            "import",
+            "-c",
+            "ENV PATH=/bin",
+            "-c",
+            r#"CMD ["/bin/sh"]"#,
+            "-",
+            reference,
+        ])
+        .stdin(tar_out)
+        .stdout(Stdio::null())
+        .status()
+        .context("running docker import")?;
+    let tar_status = tar.wait()?;
+    if !tar_status.success() || !import.success() {
+        bail!("importing {reference} failed: tar {tar_status}, docker import {import}");
+    }
+    Ok(())
+}
+
+/// The first `name` on `PATH`, if any.
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}

@@ -1,0 +1,87 @@
+//! `cargo xtask test`: the whole test suite against the real components.
+//!
+//! Steps: install missing Debian packages, make sure Docker runs and the test image
+//! exists, start the control plane, `cargo build --workspace --bins`, then
+//! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
+//! exported, then stop the control plane. The exit code is `cargo test`'s.
+
+use std::process::{Command, ExitCode};
+
+use anyhow::Context as _;
+use verge_testkit::ControlPlaneConfig;
+
+/// Arguments of `cargo xtask test`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Leave the control plane running afterwards.
+    #[arg(long)]
+    keep_control_plane: bool,
+    /// Extra arguments for `cargo test` (after `--`, e.g. `-- -p verge-core`; a `-p`
+    /// replaces `--workspace`).
+    #[arg(last = true)]
+    cargo_args: Vec<String>,
+}
+
+/// Runs the suite; returns `cargo test`'s exit code.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    eprintln!("xtask test: checking Debian packages, Docker and the test image");
+    tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
+        verge_testkit::packages::ensure_packages()?;
+        verge_testkit::docker::ensure_docker()?;
+        verge_testkit::docker::ensure_test_image()
+    })
+    .await??;
+
+    let config = ControlPlaneConfig::from_env();
+    let cp = crate::control_plane::up(&config).await?;
+
+    let code = build_and_test(&cp, &args.cargo_args);
+
+    if args.keep_control_plane {
+        eprintln!("xtask test: control plane left running (`cargo xtask control-plane down`)");
+    } else {
+        crate::control_plane::down(&config).await?;
+        eprintln!("xtask test: control plane stopped");
+    }
+    code
+}
+
+/// `cargo build --workspace --bins`, then `cargo test --workspace --all-targets`.
+fn build_and_test(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Result<ExitCode> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let env = [
+        ("VERGE_STATE_DIR", cp.state_dir().as_os_str().to_owned()),
+        ("KUBECONFIG", cp.kubeconfig().into_os_string()),
+    ];
+    eprintln!("xtask test: cargo build --workspace --bins");
+    let build = Command::new(&cargo)
+        .args(["build", "--workspace", "--bins"])
+        .envs(env.clone())
+        .status()
+        .context("running cargo build")?;
+    if !build.success() {
+        eprintln!("xtask test: cargo build failed: {build}");
+        return Ok(exit_code(build));
+    }
+    // `-p <pkg>` in the extra arguments narrows the run instead of `--workspace`.
+    let narrowed = extra
+        .iter()
+        .any(|a| a.starts_with("-p") || a.starts_with("--package"));
+    let mut test = Command::new(&cargo);
+    test.arg("test");
+    if !narrowed {
+        test.arg("--workspace");
+    }
+    test.arg("--all-targets").args(extra).envs(env);
+    eprintln!("xtask test: {test:?}");
+    let test = test.status().context("running cargo test")?;
+    Ok(exit_code(test))
+}
+
+/// The process exit code of `status` (1 when killed by a signal).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    }
+}
