@@ -1,19 +1,18 @@
-//! `cargo xtask down`: Stop the local Verge deployment.
-//!
-//! STUB — not yet implemented; the lead fills this in.
+//! `cargo xtask down`: stops what `cargo xtask quickstart` started — edgecore,
+//! edgecontroller, cloudhub, then the quickstart's control plane.
 
 use std::process::ExitCode;
 
-/// Arguments of `cargo xtask down` (none yet; extra arguments are accepted and ignored).
+/// Arguments of `cargo xtask down` (none).
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    /// Arguments reserved for the implementation.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    pub rest: Vec<String>,
-}
+pub struct Args {}
 
-/// STUB: prints "not yet implemented" and fails.
+/// Stops the quickstart's processes and control plane.
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    eprintln!("xtask down: not yet implemented");
-    Ok(ExitCode::FAILURE)
+    let dir = crate::quickstart::run_dir();
+    let n = crate::quickstart::stop_processes(&dir);
+    eprintln!("down: stopped {n} Verge processes");
+    let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
+    eprintln!("down: control plane {}", if was_up { "stopped" } else { "was not running" });
+    Ok(ExitCode::SUCCESS)
 }

@@ -29,9 +29,9 @@ enum Command {
     /// Run the whole test suite against the real components (packages, Docker,
     /// control plane), then stop the control plane.
     Test(test::Args),
-    /// Start a local Verge deployment (not yet implemented).
+    /// Start a local Verge deployment: control plane, cloud services and an edge node.
     Quickstart(quickstart::Args),
-    /// Stop the local Verge deployment (not yet implemented).
+    /// Stop what `quickstart` started.
     Down(down::Args),
     /// Run the benchmarks (not yet implemented).
     Bench(bench::Args),

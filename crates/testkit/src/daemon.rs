@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 /// Spawns `program args` detached, appending its output to `log`; returns its pid.
-pub(crate) fn spawn_detached(
+pub fn spawn_detached(
     program: &Path,
     args: &[String],
     envs: &[(&str, &str)],
@@ -59,7 +59,7 @@ fn exits() -> &'static Mutex<HashMap<u32, ExitStatus>> {
 }
 
 /// The exit status of a daemon spawned (and reaped) by this process, if it exited.
-pub(crate) fn exit_status(pid: u32) -> Option<ExitStatus> {
+pub fn exit_status(pid: u32) -> Option<ExitStatus> {
     exits()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -68,7 +68,7 @@ pub(crate) fn exit_status(pid: u32) -> Option<ExitStatus> {
 }
 
 /// A description of why `pid` is not alive, for error messages.
-pub(crate) fn describe_exit(pid: u32) -> String {
+pub fn describe_exit(pid: u32) -> String {
     match exit_status(pid) {
         Some(status) => format!("pid {pid} exited: {status}"),
         None => match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -80,7 +80,7 @@ pub(crate) fn describe_exit(pid: u32) -> String {
 
 /// Whether `pid` exists and is not a zombie; with `expect_exe`, also whether its
 /// command line's first word ends with that name (guards against pid reuse).
-pub(crate) fn is_alive(pid: u32, expect_exe: Option<&str>) -> bool {
+pub fn is_alive(pid: u32, expect_exe: Option<&str>) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };
@@ -107,7 +107,7 @@ pub(crate) fn is_alive(pid: u32, expect_exe: Option<&str>) -> bool {
 
 /// Sends `signal` (a name such as `TERM`) to the process group led by `pid`, falling
 /// back to the process alone. Uses the shell's `kill` builtin (no procps needed).
-pub(crate) fn signal_group(pid: u32, signal: &str) {
+pub fn signal_group(pid: u32, signal: &str) {
     let group = Command::new("sh")
         .arg("-c")
         .arg(format!(
@@ -123,7 +123,7 @@ pub(crate) fn signal_group(pid: u32, signal: &str) {
 /// reverse start order, so e.g. kube-apiserver drains before etcd goes): SIGTERM to
 /// the process group, up to `grace` for it to exit, then SIGKILL and up to 5 s more.
 /// Returns the pids still alive.
-pub(crate) fn stop_all(pids: &[u32], grace: Duration) -> Vec<u32> {
+pub fn stop_all(pids: &[u32], grace: Duration) -> Vec<u32> {
     for pid in pids {
         if !is_alive(*pid, None) {
             continue;

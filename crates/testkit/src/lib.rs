@@ -55,7 +55,7 @@
 //! the failing component's log: this crate only serves tests and xtask.
 
 pub mod control_plane;
-mod daemon;
+pub mod daemon;
 pub mod docker;
 mod lock;
 pub mod packages;
