@@ -36,7 +36,7 @@ pub struct Config {
     /// Largest delay between re-attach attempts. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub reconnect_max_backoff: Duration,
-    /// Capacity of the queue of frames waiting to be sent to cloudhub (answers and, later,
+    /// Capacity of the queue of frames waiting to be sent to cloudhub (answers and
     /// downstream messages); full means senders wait. `0` counts as `1`. Default `1024`.
     pub outbound_queue: usize,
     /// Capacity of each node's queue of upstream messages waiting to be applied; when full,

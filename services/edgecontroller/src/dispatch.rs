@@ -1,5 +1,6 @@
-//! Routing of hub frames: session events to [`Sessions`], upstream messages to one worker task
-//! per node.
+//! Routing of hub frames: session events to [`Sessions`] and to the downstream task, upstream
+//! messages to one worker task per node, the edge's answers to downstream messages and
+//! delivery errors to the downstream task.
 //!
 //! Each node has a bounded queue (`node_queue`) drained by its own task, so messages of one
 //! node are applied in order while a slow API call for one node never delays another. A full
@@ -18,7 +19,9 @@ use verge_proto::hub::{
 };
 use verge_proto::{Message, MessageExt};
 
+use crate::downstream::Input;
 use crate::sessions::{Change, Sessions};
+use crate::upstream::Context;
 use crate::{Error, upstream};
 
 /// Wraps `message` for `node` as a `ControllerFrame`.
@@ -33,7 +36,8 @@ pub fn routed_frame(node: &str, message: Message) -> ControllerFrame {
 
 /// Owns the per-node workers and the session map; driven by the hub loop.
 pub struct Dispatcher {
-    client: kube::Client,
+    context: Context,
+    downstream: mpsc::UnboundedSender<Input>,
     outbound: mpsc::Sender<ControllerFrame>,
     node_queue: usize,
     workers: HashMap<String, mpsc::Sender<Message>>,
@@ -43,17 +47,20 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher whose workers apply messages with `client`, send answers to `outbound`,
-    /// run on `tracker` and stop at `shutdown`.
+    /// A dispatcher whose workers apply messages with `context`, send answers to `outbound`,
+    /// run on `tracker` and stop at `shutdown`; session changes, the edge's answers and
+    /// delivery errors go to `downstream`.
     pub fn new(
-        client: kube::Client,
+        context: Context,
+        downstream: mpsc::UnboundedSender<Input>,
         outbound: mpsc::Sender<ControllerFrame>,
         node_queue: usize,
         tracker: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            client,
+            context,
+            downstream,
             outbound,
             node_queue: node_queue.max(1),
             workers: HashMap::new(),
@@ -71,6 +78,13 @@ impl Dispatcher {
     /// A (new) hub stream is attached: cloudhub will announce every connected node again.
     pub fn attached(&mut self) {
         self.sessions.clear();
+        self.to_downstream(Input::Reattached);
+    }
+
+    fn to_downstream(&self, input: Input) {
+        if self.downstream.send(input).is_err() {
+            debug!("downstream task ended, input dropped");
+        }
     }
 
     /// Handles one frame from cloudhub. Never waits.
@@ -81,6 +95,10 @@ impl Dispatcher {
             Some(hub_frame::Frame::DeliveryError(e)) => {
                 warn!(node = %e.node, message_id = %e.message_id, reason = %e.reason,
                     "cloudhub could not deliver a downstream message");
+                self.to_downstream(Input::DeliveryError {
+                    node: e.node,
+                    message_id: e.message_id,
+                });
             }
             None => warn!("empty hub frame ignored"),
         }
@@ -89,14 +107,20 @@ impl Dispatcher {
     fn on_session(&mut self, event: NodeSession) {
         let (node, hub) = (event.node.clone(), event.cloudhub.clone());
         let objects = event.inventory.as_ref().map_or(0, |i| i.entries.len());
+        let inventory = event.inventory.clone().unwrap_or_default();
         match self.sessions.apply(event) {
             Change::Connected => {
+                self.to_downstream(Input::Connected {
+                    node: node.clone(),
+                    inventory,
+                });
                 info!(node = %node, cloudhub = %hub, objects, nodes = self.sessions.len(),
                     "node connected");
             }
             Change::Disconnected => {
                 // Dropping the sender lets the worker drain its queue and end.
                 self.workers.remove(&node);
+                self.to_downstream(Input::Disconnected { node: node.clone() });
                 info!(node = %node, cloudhub = %hub, nodes = self.sessions.len(),
                     "node disconnected");
             }
@@ -110,6 +134,18 @@ impl Dispatcher {
             warn!(node = %node, "routed frame without message ignored");
             return;
         };
+        if let Ok(operation @ (Operation::Ack | Operation::Response | Operation::Error)) =
+            message.operation()
+        {
+            debug!(node = %node, %operation, parent_id = %message.parent_id(),
+                "edge answered a downstream message");
+            self.to_downstream(Input::Answer {
+                node,
+                operation,
+                parent_id: message.parent_id().to_owned(),
+            });
+            return;
+        }
         let message = match self.worker(&node).try_send(message) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(message)) => message,
@@ -122,13 +158,6 @@ impl Dispatcher {
                 }
             }
         };
-        if matches!(
-            message.operation(),
-            Ok(Operation::Ack | Operation::Response | Operation::Error)
-        ) {
-            warn!(node = %node, id = %message.id(), "queue full, answer from the edge dropped");
-            return;
-        }
         let error = Error::QueueFull {
             node: node.clone(),
             capacity: self.node_queue,
@@ -145,7 +174,7 @@ impl Dispatcher {
         if !self.workers.contains_key(node) {
             let (tx, rx) = mpsc::channel(self.node_queue);
             let task = run_worker(
-                self.client.clone(),
+                self.context.clone(),
                 node.to_owned(),
                 rx,
                 self.outbound.clone(),
@@ -161,7 +190,7 @@ impl Dispatcher {
 
 /// Applies `node`'s messages one at a time, in arrival order, and sends each answer.
 async fn run_worker(
-    client: kube::Client,
+    context: Context,
     node: String,
     mut queue: mpsc::Receiver<Message>,
     outbound: mpsc::Sender<ControllerFrame>,
@@ -173,7 +202,7 @@ async fn run_worker(
             () = shutdown.cancelled() => break,
             m = queue.recv() => match m { Some(m) => m, None => break },
         };
-        let Some(reply) = upstream::handle(&client, &node, &message).await else {
+        let Some(reply) = upstream::handle(&context, &node, &message).await else {
             continue;
         };
         tokio::select! {

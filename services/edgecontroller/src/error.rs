@@ -5,8 +5,8 @@ use std::path::PathBuf;
 /// Everything that can go wrong in edgecontroller. Each variant keeps its cause.
 ///
 /// Errors of a single upstream message ([`Error::Route`], [`Error::Decode`],
-/// [`Error::Forbidden`], [`Error::Unsupported`], [`Error::QueueFull`], [`Error::NodeNotFound`],
-/// [`Error::Kube`]) are answered to the edge as an `error` message whose content is
+/// [`Error::Forbidden`], [`Error::NotReferenced`], [`Error::CachesNotSynced`],
+/// [`Error::Unsupported`], [`Error::QueueFull`], [`Error::NodeNotFound`], [`Error::Kube`]) are answered to the edge as an `error` message whose content is
 /// [`Error::reason`]; they never stop the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -59,6 +59,18 @@ pub enum Error {
         /// What it tried to write.
         what: String,
     },
+    /// A node asked for an object no pod bound to it references (a configmap or secret, or a
+    /// token for a service account its pods do not use). Nothing was read.
+    #[error("forbidden: node {node:?} has no pod referencing {what}")]
+    NotReferenced {
+        /// The session's node.
+        node: String,
+        /// What it asked for.
+        what: String,
+    },
+    /// The watch caches have not completed their first list yet; the edge retries.
+    #[error("watch caches not synced yet")]
+    CachesNotSynced,
     /// The operation/resource combination is not served (yet).
     #[error("unsupported {operation} of {resource:?}")]
     Unsupported {

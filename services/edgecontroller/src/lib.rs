@@ -1,22 +1,31 @@
 //! Verge edgecontroller: the cloud controller of the `resource` group (KubeEdge's
 //! edgecontroller).
 //!
-//! It attaches to cloudhub's `ControllerHub` and applies what edges report to the API server:
-//! node registration, node status and node leases (upstream). Later: pods, configmaps and
-//! secrets sent down to the nodes, and resync by inventory (downstream).
+//! It attaches to cloudhub's `ControllerHub`, sends the pods bound to each connected edge node
+//! and the configmaps and secrets they reference down to it (resyncing each node by its
+//! inventory when it connects), and applies what edges report to the API server: node
+//! registration, status and lease, pod status, completed pod deletions, events, and queries
+//! of configmaps, secrets and service account tokens (docs/protocol.md).
 //!
 //! # Layout
 //! - [`config`]: the YAML [`Config`].
 //! - [`hub`]: the `ControllerHub.Attach` client stream, re-attached with backoff.
-//! - [`dispatch`]: routes hub frames: session events to [`sessions`], upstream messages to one
-//!   ordered worker per node.
+//! - [`dispatch`]: routes hub frames: session events to [`sessions`] and [`downstream`],
+//!   upstream messages to one ordered worker per node.
 //! - [`sessions`]: the connected nodes and their inventories.
+//! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
+//! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
+//! - [`downstream`]: the task that sends `update`/`delete` messages to connected nodes.
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
-//!   [`upstream::lease`]).
+//!   [`upstream::lease`], [`upstream::pod`], [`upstream::event`], [`upstream::query`],
+//!   [`upstream::token`]).
 //! - [`error`]: the crate's [`Error`].
 
+pub mod cache;
 pub mod config;
+pub mod desired;
 pub mod dispatch;
+pub mod downstream;
 pub mod error;
 pub mod hub;
 pub mod sessions;
@@ -28,8 +37,14 @@ pub use error::{Error, Result};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info_span};
 
+use crate::cache::Caches;
 use crate::dispatch::Dispatcher;
+use crate::upstream::Context;
+
+/// Capacity of the queue of cache changes waiting for the downstream task.
+const CACHE_EVENTS: usize = 256;
 
 /// The edgecontroller service: one `ControllerHub` stream and its per-node workers.
 pub struct EdgeController {
@@ -38,14 +53,18 @@ pub struct EdgeController {
 }
 
 impl EdgeController {
-    /// A controller that writes to the API server with `client` (it needs get/create/patch on
-    /// `nodes`, `nodes/status` and `coordination.k8s.io` `leases` in `kube-node-lease`).
+    /// A controller that reads and writes the API server with `client`. It needs list/watch
+    /// on nodes, pods, configmaps and secrets; get/create/patch on `nodes`, `nodes/status`
+    /// and `coordination.k8s.io` `leases` in `kube-node-lease`; get/delete on pods, patch on
+    /// `pods/status`; create on events; get on configmaps and secrets; create on
+    /// `serviceaccounts/token`.
     pub fn new(config: Config, client: kube::Client) -> Self {
         Self { config, client }
     }
 
-    /// Runs until `shutdown` is cancelled: attaches to cloudhub (re-attaching with backoff
-    /// whenever the stream ends) and applies upstream messages. On shutdown it stops taking
+    /// Runs until `shutdown` is cancelled: starts the watch caches and the downstream task,
+    /// attaches to cloudhub (re-attaching with backoff whenever the stream ends), sends
+    /// objects down and applies upstream messages. On shutdown it stops taking
     /// messages, lets every worker finish the API call it is in, and returns once all tasks
     /// ended (callers bound this with a grace period).
     ///
@@ -57,8 +76,27 @@ impl EdgeController {
         // Workers stop with the caller's token, or when `run` itself fails.
         let workers_stop = shutdown.child_token();
         let (outbound_tx, mut outbound_rx) = mpsc::channel(self.config.outbound_queue.max(1));
+        let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
+        let caches = Caches::start(&self.client, &events_tx, &tracker, &workers_stop);
+        drop(events_tx);
+        let (down_tx, down_rx) = mpsc::unbounded_channel();
+        tracker.spawn(
+            downstream::run(
+                caches.clone(),
+                down_rx,
+                events_rx,
+                outbound_tx.clone(),
+                workers_stop.clone(),
+            )
+            .instrument(info_span!("downstream")),
+        );
+        let context = Context {
+            client: self.client,
+            caches,
+        };
         let mut dispatcher = Dispatcher::new(
-            self.client,
+            context,
+            down_tx,
             outbound_tx,
             self.config.node_queue,
             tracker.clone(),

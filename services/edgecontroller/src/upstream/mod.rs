@@ -3,23 +3,38 @@
 //! A message arrives as `Routed{node, message}` with a cloud-side path
 //! `node/<node>/<namespace>/<type>/<name>`. [`parse`] turns it into an [`Inbound`] once, at the
 //! boundary (checking that a node only writes its own objects); [`handle`] applies it with
-//! kube-rs and builds the answer: `ack` after the API server accepted the write, `error` with
-//! a UTF-8 reason otherwise (docs/protocol.md, "Messages").
+//! kube-rs and builds the answer: `ack` after the API server accepted the write, `response`
+//! with the object for queries, `error` with a UTF-8 reason otherwise (docs/protocol.md,
+//! "Messages"). Pods, pod status, configmaps, secrets and tokens are only served for pods
+//! bound to the asking node (`spec.nodeName`), as the Kubernetes node authorizer limits a
+//! kubelet.
 //!
 //! - [`node`]: node registration (`insert _/node/<node>`) and status
 //!   (`update _/nodestatus/<node>`).
 //! - [`lease`]: node lease renewal (`update kube-node-lease/lease/<node>`).
+//! - [`pod`]: pod status (`update <ns>/podstatus/<name>`) and completed deletions
+//!   (`delete <ns>/pod/<name>`).
+//! - [`event`]: events (`insert <ns>/event/<name>`).
+//! - [`query`]: configmap and secret queries (`query <ns>/configmap|secret/<name>`).
+//! - [`token`]: service account tokens (`query <ns>/serviceaccounttoken/<sa>`).
 
+pub mod event;
 pub mod lease;
 pub mod node;
+pub mod pod;
+pub mod query;
+pub mod token;
 
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use tracing::{debug, warn};
-use verge_core::{CLUSTER_SCOPE, Group, NodeResource, Operation, ResourceType};
+use verge_core::{CLUSTER_SCOPE, Group, NodeResource, Operation, ResourceKey, ResourceType};
 use verge_proto::{Message, MessageExt};
 
+use crate::cache::Caches;
 use crate::{Error, Result};
+pub use pod::PodRef;
 
 /// The `source` of every message edgecontroller sends.
 pub const SOURCE: &str = "edgecontroller";
@@ -36,6 +51,41 @@ pub enum Request {
     NodeStatus(Box<NodeStatus>),
     /// `update kube-node-lease/lease/<node>`: renew the node's lease.
     RenewLease(Box<Lease>),
+    /// `update <ns>/podstatus/<name>`: strategic-merge-patch a bound pod's status.
+    PodStatus(PodRef, Box<PodStatus>),
+    /// `delete <ns>/pod/<name>`: delete a bound pod the edge terminated (grace 0, uid).
+    DeletePod(PodRef),
+    /// `insert <ns>/event/<name>`: create the event.
+    CreateEvent(Box<Event>),
+    /// `query <ns>/configmap/<name>` or `<ns>/secret/<name>`: answer the object.
+    Query(ResourceKey),
+    /// `query <ns>/serviceaccounttoken/<sa>`: issue a token for a pod bound to the node.
+    Token {
+        /// The namespace.
+        namespace: String,
+        /// The service account.
+        service_account: String,
+        /// The TokenRequest (audiences, expirationSeconds, boundObjectRef = the pod).
+        request: Box<TokenRequest>,
+    },
+}
+
+/// What a successfully applied request is answered with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `ack`, empty content.
+    Ack,
+    /// `response` with this content (an object's JSON).
+    Response(Vec<u8>),
+}
+
+/// What upstream handlers need: the API client and the watch caches.
+#[derive(Clone)]
+pub struct Context {
+    /// The Kubernetes client.
+    pub client: kube::Client,
+    /// The watch caches (pods bound to nodes, for authorization).
+    pub caches: Caches,
 }
 
 /// An upstream message, classified.
@@ -126,6 +176,25 @@ pub fn parse(node: &str, message: &Message) -> Result<Inbound> {
             }
             Request::RenewLease(Box::new(object))
         }
+        (Operation::Update, ResourceType::PodStatus) => Request::PodStatus(
+            pod_ref(node, key, message)?,
+            Box::new(decode(content, "v1.PodStatus")?),
+        ),
+        (Operation::Delete, ResourceType::Pod) => Request::DeletePod(pod_ref(node, key, message)?),
+        (Operation::Insert, ResourceType::Event) => {
+            let ns = namespaced(node, key)?;
+            let object = decode(content, "v1.Event")?;
+            Request::CreateEvent(Box::new(event::prepare(node, ns, &key.name, object)?))
+        }
+        (Operation::Query, ResourceType::ConfigMap | ResourceType::Secret) => {
+            namespaced(node, key)?;
+            Request::Query(key.clone())
+        }
+        (Operation::Query, ResourceType::ServiceAccountToken) => Request::Token {
+            namespace: namespaced(node, key)?.to_owned(),
+            service_account: key.name.clone(),
+            request: Box::new(decode(content, "authentication.k8s.io/v1.TokenRequest")?),
+        },
         _ => return Err(unsupported()),
     };
     Ok(Inbound::Request(request))
@@ -149,6 +218,27 @@ fn check_own(
     }
 }
 
+/// The namespace of a namespaced key.
+fn namespaced<'a>(node: &str, key: &'a ResourceKey) -> Result<&'a str> {
+    key.k8s_namespace().ok_or_else(|| Error::Forbidden {
+        node: node.to_owned(),
+        what: format!("cluster-scoped {key}"),
+    })
+}
+
+/// The pod named by `key`, with the uid of the message header.
+fn pod_ref(node: &str, key: &ResourceKey, message: &Message) -> Result<PodRef> {
+    Ok(PodRef {
+        namespace: namespaced(node, key)?.to_owned(),
+        name: key.name.clone(),
+        uid: message
+            .header
+            .as_ref()
+            .map(|h| h.uid.clone())
+            .unwrap_or_default(),
+    })
+}
+
 fn decode<T: serde::de::DeserializeOwned>(content: &[u8], kind: &'static str) -> Result<T> {
     serde_json::from_slice(content).map_err(|source| Error::Decode { kind, source })
 }
@@ -159,7 +249,7 @@ fn decode<T: serde::de::DeserializeOwned>(content: &[u8], kind: &'static str) ->
     skip_all,
     fields(id = %message.id(), node = %node, resource = %message.resource())
 )]
-pub async fn handle(client: &kube::Client, node: &str, message: &Message) -> Option<Message> {
+pub async fn handle(context: &Context, node: &str, message: &Message) -> Option<Message> {
     if message.id().is_empty() {
         warn!("upstream message without id dropped");
         return None;
@@ -172,13 +262,17 @@ pub async fn handle(client: &kube::Client, node: &str, message: &Message) -> Opt
             debug!(%operation, %parent_id, "edge answered a downstream message");
             return None;
         }
-        Ok(Inbound::Request(request)) => apply(client, node, request).await,
+        Ok(Inbound::Request(request)) => apply(context, node, request).await,
         Err(error) => Err(error),
     };
     Some(match result {
-        Ok(()) => {
+        Ok(Reply::Ack) => {
             debug!("applied");
             answer(message, Operation::Ack, Vec::new())
+        }
+        Ok(Reply::Response(content)) => {
+            debug!("answered");
+            answer(message, Operation::Response, content)
         }
         Err(error) => {
             warn!(error = %error.reason(), "upstream message rejected");
@@ -187,12 +281,29 @@ pub async fn handle(client: &kube::Client, node: &str, message: &Message) -> Opt
     })
 }
 
-async fn apply(client: &kube::Client, node: &str, request: Request) -> Result<()> {
+async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply> {
+    let client = &context.client;
     match request {
-        Request::RegisterNode(object) => node::register(client, node, *object).await,
-        Request::NodeStatus(status) => node::report_status(client, node, *status).await,
-        Request::RenewLease(object) => lease::renew(client, node, *object).await,
+        Request::RegisterNode(object) => node::register(client, node, *object).await?,
+        Request::NodeStatus(status) => node::report_status(client, node, *status).await?,
+        Request::RenewLease(object) => lease::renew(client, node, *object).await?,
+        Request::PodStatus(pod, status) => pod::report_status(client, node, &pod, &status).await?,
+        Request::DeletePod(pod) => pod::delete(client, node, &pod).await?,
+        Request::CreateEvent(object) => event::create(client, &object).await?,
+        Request::Query(key) => {
+            let json = query::answer(client, &context.caches, node, &key).await?;
+            return Ok(Reply::Response(json));
+        }
+        Request::Token {
+            namespace,
+            service_account,
+            request,
+        } => {
+            let json = token::request(client, node, &namespace, &service_account, &request);
+            return Ok(Reply::Response(json.await?));
+        }
     }
+    Ok(Reply::Ack)
 }
 
 /// An answer (`ack`/`error`) to `message`: a new id, `parent_id` = the message's id, group

@@ -186,3 +186,83 @@ fn answer_names_the_parent() {
     assert_eq!(a.route.as_ref().map(|r| r.source.as_str()), Some(SOURCE));
     assert_eq!(a.content, b"why");
 }
+
+#[test]
+fn pod_requests_parse_with_header_uid() {
+    let m = msg(
+        Operation::Update,
+        "node/edge-1/ns/podstatus/p",
+        json!({ "phase": "Running" }),
+    )
+    .with_object("u-1", "");
+    let Ok(Inbound::Request(Request::PodStatus(pod, status))) = parse("edge-1", &m) else {
+        panic!("expected a pod status");
+    };
+    assert_eq!(
+        (pod.namespace.as_str(), pod.name.as_str(), pod.uid.as_str()),
+        ("ns", "p", "u-1")
+    );
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+    let m = Message::build(
+        "m",
+        "edged",
+        Group::Resource,
+        Operation::Delete,
+        "node/edge-1/ns/pod/p",
+        vec![],
+    )
+    .with_object("u-1", "");
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::DeletePod(PodRef { ref uid, .. }))) if uid == "u-1"
+    ));
+    // Cluster-scoped pod paths are refused.
+    let m = msg(Operation::Update, "node/edge-1/_/podstatus/p", json!({}));
+    assert!(matches!(parse("edge-1", &m), Err(Error::Forbidden { .. })));
+}
+
+#[test]
+fn events_queries_and_tokens_parse() {
+    let m = msg(
+        Operation::Insert,
+        "node/edge-1/ns/event/e1",
+        json!({ "reason": "Started", "involvedObject": { "kind": "Pod", "name": "p" } }),
+    );
+    let Ok(Inbound::Request(Request::CreateEvent(event))) = parse("edge-1", &m) else {
+        panic!("expected an event");
+    };
+    assert_eq!(event.metadata.namespace.as_deref(), Some("ns"));
+    let m = msg(
+        Operation::Insert,
+        "node/edge-1/ns/event/e1",
+        json!({ "metadata": { "namespace": "kube-system" } }),
+    );
+    assert!(matches!(parse("edge-1", &m), Err(Error::Forbidden { .. })));
+    for kind in ["configmap", "secret"] {
+        let m = msg(
+            Operation::Query,
+            &format!("node/edge-1/ns/{kind}/c"),
+            json!(null),
+        );
+        assert!(matches!(
+            parse("edge-1", &m),
+            Ok(Inbound::Request(Request::Query(ref key))) if key.name == "c"
+        ));
+    }
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/ns/serviceaccounttoken/default",
+        json!({ "spec": { "audiences": ["api"],
+            "boundObjectRef": { "kind": "Pod", "apiVersion": "v1", "name": "p", "uid": "u" } } }),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::Token { ref service_account, .. })) if service_account == "default"
+    ));
+    // Queries of other types, and writes of configmaps, are not served.
+    let m = msg(Operation::Query, "node/edge-1/ns/pod/p", json!(null));
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+}

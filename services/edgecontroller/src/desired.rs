@@ -1,0 +1,221 @@
+//! What a node should hold, and what to send to get it there. Pure functions, no I/O.
+//!
+//! A node holds the pods bound to it (`spec.nodeName`) and the configmaps and secrets those
+//! pods reference (KubeEdge edgecontroller / kubelet `configmap`/`secret` managers). The
+//! downstream side compares this *desired* set with what the node *holds* (its inventory on
+//! connect, then what was sent since) and sends only the difference (docs/protocol.md,
+//! "Resync by inventory").
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Container, EnvFromSource, EnvVar, EphemeralContainer, Pod, PodSpec, Volume,
+};
+use verge_core::{ResourceKey, ResourceType};
+use verge_proto::Inventory;
+
+/// The identity of one copy of an object: `metadata.uid` and `metadata.resourceVersion`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Version {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `metadata.resourceVersion` (empty when unknown).
+    pub resource_version: String,
+}
+
+impl Version {
+    /// A version from uid and resourceVersion.
+    pub fn new(uid: impl Into<String>, resource_version: impl Into<String>) -> Self {
+        Self {
+            uid: uid.into(),
+            resource_version: resource_version.into(),
+        }
+    }
+
+    /// The version of an object's metadata (missing fields are empty).
+    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
+        Self::new(
+            meta.uid.clone().unwrap_or_default(),
+            meta.resource_version.clone().unwrap_or_default(),
+        )
+    }
+}
+
+/// Objects by key with their versions: what a node should hold or holds.
+pub type Versions = BTreeMap<ResourceKey, Version>;
+
+/// The types downstream manages. Inventory entries of other types (a node's own Node, device
+/// twins, ...) are never deleted by the resync.
+pub const fn is_managed(kind: ResourceType) -> bool {
+    matches!(
+        kind,
+        ResourceType::Pod | ResourceType::ConfigMap | ResourceType::Secret
+    )
+}
+
+/// The configmaps and secrets `pod` references, in the pod's namespace: volumes (`configMap`,
+/// `secret`, projected `configMap`/`secret` sources), `env[].valueFrom.configMapKeyRef` /
+/// `secretKeyRef` and `envFrom[].configMapRef` / `secretRef` of every container, init
+/// container and ephemeral container, and `imagePullSecrets` (as kubelet's
+/// `podutil.VisitPodConfigmapNames` / `VisitPodSecretNames` do).
+pub fn references(pod: &Pod) -> BTreeSet<ResourceKey> {
+    let mut refs = BTreeSet::new();
+    let Some(spec) = pod.spec.as_ref() else {
+        return refs;
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut add = |kind: ResourceType, name: &str| {
+        if !name.is_empty() {
+            refs.insert(ResourceKey::new(ns, kind, name));
+        }
+    };
+    for secret in spec.image_pull_secrets.iter().flatten() {
+        add(ResourceType::Secret, &secret.name);
+    }
+    for volume in spec.volumes.iter().flatten() {
+        volume_references(volume, &mut add);
+    }
+    for (env, env_from) in containers_env(spec) {
+        for var in env.iter().flatten() {
+            env_references(var, &mut add);
+        }
+        for source in env_from.iter().flatten() {
+            env_from_references(source, &mut add);
+        }
+    }
+    refs
+}
+
+type EnvLists<'a> = (&'a Option<Vec<EnvVar>>, &'a Option<Vec<EnvFromSource>>);
+
+/// `env` and `envFrom` of every container, init container and ephemeral container.
+fn containers_env(spec: &PodSpec) -> Vec<EnvLists<'_>> {
+    fn plain(c: &Container) -> EnvLists<'_> {
+        (&c.env, &c.env_from)
+    }
+    fn ephemeral(c: &EphemeralContainer) -> EnvLists<'_> {
+        (&c.env, &c.env_from)
+    }
+    let mut out: Vec<EnvLists<'_>> = spec.containers.iter().map(plain).collect();
+    out.extend(spec.init_containers.iter().flatten().map(plain));
+    out.extend(spec.ephemeral_containers.iter().flatten().map(ephemeral));
+    out
+}
+
+fn volume_references(volume: &Volume, add: &mut impl FnMut(ResourceType, &str)) {
+    if let Some(cm) = &volume.config_map {
+        add(ResourceType::ConfigMap, &cm.name);
+    }
+    if let Some(secret) = &volume.secret {
+        add(
+            ResourceType::Secret,
+            secret.secret_name.as_deref().unwrap_or_default(),
+        );
+    }
+    let sources = volume.projected.as_ref().and_then(|p| p.sources.as_ref());
+    for source in sources.into_iter().flatten() {
+        if let Some(cm) = &source.config_map {
+            add(ResourceType::ConfigMap, &cm.name);
+        }
+        if let Some(secret) = &source.secret {
+            add(ResourceType::Secret, &secret.name);
+        }
+    }
+}
+
+fn env_references(var: &EnvVar, add: &mut impl FnMut(ResourceType, &str)) {
+    let Some(from) = &var.value_from else { return };
+    if let Some(cm) = &from.config_map_key_ref {
+        add(ResourceType::ConfigMap, &cm.name);
+    }
+    if let Some(secret) = &from.secret_key_ref {
+        add(ResourceType::Secret, &secret.name);
+    }
+}
+
+fn env_from_references(source: &EnvFromSource, add: &mut impl FnMut(ResourceType, &str)) {
+    if let Some(cm) = &source.config_map_ref {
+        add(ResourceType::ConfigMap, &cm.name);
+    }
+    if let Some(secret) = &source.secret_ref {
+        add(ResourceType::Secret, &secret.name);
+    }
+}
+
+/// Whether `pod` is bound to `node` (`spec.nodeName == node`).
+pub fn is_bound_to(pod: &Pod, node: &str) -> bool {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+}
+
+/// The key of `pod` (`<ns>/pod/<name>`).
+pub fn pod_key(pod: &Pod) -> ResourceKey {
+    ResourceKey::new(
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        ResourceType::Pod,
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// Whether any of `pods` bound to `node` references `key` (the authorization of a node's
+/// configmap/secret query, as the Kubernetes node authorizer decides it).
+pub fn node_references<'a>(
+    node: &str,
+    key: &ResourceKey,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> bool {
+    pods.into_iter()
+        .any(|p| is_bound_to(p, node) && references(p).contains(key))
+}
+
+/// The managed objects of an inventory, by key.
+pub fn held_from_inventory(inventory: &Inventory) -> Versions {
+    inventory
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let kind: ResourceType = e.r#type.parse().ok()?;
+            is_managed(kind).then(|| {
+                (
+                    ResourceKey::new(e.namespace.clone(), kind, e.name.clone()),
+                    Version::new(e.uid.clone(), e.resource_version.clone()),
+                )
+            })
+        })
+        .collect()
+}
+
+/// What to send to a node so that it holds `desired`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Keys to send an `update` for: missing from `held`, or held at another uid or
+    /// resourceVersion.
+    pub updates: Vec<ResourceKey>,
+    /// Held keys (of managed types) that are not desired, with the held uid: send `delete`.
+    pub deletes: Vec<(ResourceKey, String)>,
+}
+
+impl Diff {
+    /// Whether nothing needs to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.updates.is_empty() && self.deletes.is_empty()
+    }
+}
+
+/// The messages that bring a node holding `held` to `desired`. A node whose held versions
+/// equal the desired ones gets an empty diff.
+pub fn diff(desired: &Versions, held: &Versions) -> Diff {
+    let updates = desired
+        .iter()
+        .filter(|(key, version)| held.get(*key) != Some(*version))
+        .map(|(key, _)| key.clone())
+        .collect();
+    let deletes = held
+        .iter()
+        .filter(|(key, _)| is_managed(key.kind) && !desired.contains_key(*key))
+        .map(|(key, version)| (key.clone(), version.uid.clone()))
+        .collect();
+    Diff { updates, deletes }
+}
+
+#[cfg(test)]
+mod tests;

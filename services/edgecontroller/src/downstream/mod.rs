@@ -1,0 +1,212 @@
+//! Downstream: pods, configmaps and secrets sent to the connected edge nodes that need them.
+//!
+//! One task ([`run`]) owns the per-node [`NodeState`]s. It is driven by two typed channels:
+//! [`Input`]s from the dispatcher (sessions, answers, delivery errors) and
+//! [`CacheEvent`]s from the watch caches. For every input it finds the nodes concerned and
+//! compares what each should hold ([`sender::desired_objects`]) with what it holds, sending
+//! only the difference as `update`/`delete` messages through the hub's outbound queue
+//! (docs/protocol.md). A node that connects is compared with its inventory (resync by
+//! inventory) once the caches completed their first list.
+//!
+//! - [`sender`]: per-node state and message construction.
+
+pub mod sender;
+
+use std::collections::{BTreeSet, HashMap};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use verge_core::{Operation, ResourceKey};
+use verge_proto::hub::ControllerFrame;
+use verge_proto::{Inventory, MessageExt};
+
+use crate::cache::{CacheEvent, Caches};
+use crate::desired;
+use crate::dispatch::routed_frame;
+pub use sender::NodeState;
+
+/// What the dispatcher tells the downstream task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A node's session started (or replaced the previous one) with this inventory.
+    Connected {
+        /// The node.
+        node: String,
+        /// Every object the edge holds.
+        inventory: Inventory,
+    },
+    /// A node's current session ended.
+    Disconnected {
+        /// The node.
+        node: String,
+    },
+    /// A new hub stream is attached; cloudhub announces every connected node again.
+    Reattached,
+    /// The edge answered a downstream message (`ack`, `response` or `error`).
+    Answer {
+        /// The node.
+        node: String,
+        /// The answer's operation; `error` makes the controller forget the message's effect.
+        operation: Operation,
+        /// The id of the answered message.
+        parent_id: String,
+    },
+    /// Cloudhub could not deliver a downstream message.
+    DeliveryError {
+        /// The node.
+        node: String,
+        /// The undelivered message's id.
+        message_id: String,
+    },
+}
+
+/// The downstream task's state.
+struct Downstream {
+    caches: Caches,
+    outbound: mpsc::Sender<ControllerFrame>,
+    nodes: HashMap<String, NodeState>,
+    ready: bool,
+}
+
+/// Runs the downstream side until `shutdown` or until both input channels closed.
+pub async fn run(
+    caches: Caches,
+    mut inputs: mpsc::UnboundedReceiver<Input>,
+    mut events: mpsc::Receiver<CacheEvent>,
+    outbound: mpsc::Sender<ControllerFrame>,
+    shutdown: CancellationToken,
+) {
+    let mut state = Downstream {
+        caches: caches.clone(),
+        outbound,
+        nodes: HashMap::new(),
+        ready: false,
+    };
+    let mut ready = std::pin::pin!(caches.wait_ready());
+    loop {
+        let nodes = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            result = &mut ready, if !state.ready => match result {
+                Ok(()) => {
+                    info!(nodes = state.nodes.len(), "caches synced, resyncing connected nodes");
+                    state.ready = true;
+                    state.nodes.keys().cloned().collect()
+                }
+                Err(_) => break,
+            },
+            input = inputs.recv() => match input {
+                Some(input) => state.on_input(input),
+                None => break,
+            },
+            Some(event) = events.recv() => state.on_cache(&event),
+        };
+        if !state.ready {
+            continue;
+        }
+        for node in nodes {
+            if !state.sync(&node, &shutdown).await {
+                return;
+            }
+        }
+    }
+    debug!("downstream ended");
+}
+
+impl Downstream {
+    /// Applies a dispatcher input; returns the nodes to compare again.
+    fn on_input(&mut self, input: Input) -> BTreeSet<String> {
+        match input {
+            Input::Connected { node, inventory } => {
+                if !self.caches.is_edge_node(&node) && self.ready {
+                    debug!(node = %node, "connected node has no edge Node object (yet)");
+                }
+                self.nodes
+                    .insert(node.clone(), NodeState::from_inventory(&inventory));
+                return BTreeSet::from([node]);
+            }
+            Input::Disconnected { node } => {
+                self.nodes.remove(&node);
+            }
+            Input::Reattached => self.nodes.clear(),
+            Input::Answer {
+                node,
+                operation,
+                parent_id,
+            } => {
+                if let Some(state) = self.nodes.get_mut(&node) {
+                    if operation == Operation::Error {
+                        if state.failed(&parent_id) {
+                            warn!(node = %node, id = %parent_id, "edge refused a downstream message");
+                        }
+                    } else {
+                        state.answered(&parent_id);
+                    }
+                }
+            }
+            Input::DeliveryError { node, message_id } => {
+                if let Some(state) = self.nodes.get_mut(&node) {
+                    state.failed(&message_id);
+                }
+            }
+        }
+        BTreeSet::new()
+    }
+
+    /// The connected nodes a cache change concerns.
+    fn on_cache(&self, event: &CacheEvent) -> BTreeSet<String> {
+        let holding = |key: &ResourceKey| {
+            self.nodes
+                .iter()
+                .filter(|(_, s)| s.held.contains_key(key))
+                .map(|(n, _)| n.clone())
+                .collect::<BTreeSet<_>>()
+        };
+        let mut nodes = match event {
+            CacheEvent::Relisted => return self.nodes.keys().cloned().collect(),
+            CacheEvent::Pod { key, node } => {
+                let mut nodes = holding(key);
+                nodes.extend(node.clone());
+                nodes
+            }
+            CacheEvent::Object(key) => {
+                let mut nodes = holding(key);
+                for pod in self.caches.pods.state() {
+                    if desired::references(&pod).contains(key) {
+                        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+                        nodes.extend(bound);
+                    }
+                }
+                nodes
+            }
+        };
+        nodes.retain(|n| self.nodes.contains_key(n));
+        nodes
+    }
+
+    /// Sends `node` what it misses. Returns `false` when the outbound queue closed or
+    /// shutdown began.
+    async fn sync(&mut self, node: &str, shutdown: &CancellationToken) -> bool {
+        let Some(state) = self.nodes.get_mut(node) else {
+            return true;
+        };
+        let messages = state.plan(node, &self.caches);
+        if !messages.is_empty() {
+            debug!(node = %node, messages = messages.len(), "sending changes down");
+        }
+        for message in messages {
+            debug!(node = %node, operation = ?message.operation(), resource = %message.resource(),
+                "downstream");
+            tokio::select! {
+                sent = self.outbound.send(routed_frame(node, message)) => {
+                    if sent.is_err() {
+                        return false;
+                    }
+                }
+                () = shutdown.cancelled() => return false,
+            }
+        }
+        true
+    }
+}

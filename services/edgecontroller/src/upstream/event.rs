@@ -1,0 +1,57 @@
+//! Events the edge records (kubelet's event recorder), created in the pod's namespace.
+
+use k8s_openapi::api::core::v1::Event;
+use kube::Api;
+use kube::api::PostParams;
+use tracing::debug;
+
+use crate::{Error, Result};
+
+/// Fills the namespace and name of `event` from its path (`<ns>/event/<name>`).
+///
+/// # Errors
+/// [`Error::Forbidden`] when the object names another namespace or name than its path.
+pub fn prepare(node: &str, namespace: &str, name: &str, mut event: Event) -> Result<Event> {
+    let meta = &mut event.metadata;
+    let mismatch = meta.namespace.as_deref().is_some_and(|n| n != namespace)
+        || meta.name.as_deref().is_some_and(|n| n != name);
+    if mismatch {
+        return Err(Error::Forbidden {
+            node: node.to_owned(),
+            what: format!("an Event other than {namespace}/{name}"),
+        });
+    }
+    meta.namespace = Some(namespace.to_owned());
+    meta.name = Some(name.to_owned());
+    Ok(event)
+}
+
+/// Creates `event`; an event that already exists (a retried message) counts as created.
+///
+/// # Errors
+/// [`Error::Kube`] when the API server refuses the create.
+pub async fn create(client: &kube::Client, event: &Event) -> Result<()> {
+    let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    match api.create(&PostParams::default(), event).await {
+        Ok(_) => debug!("event created"),
+        Err(kube::Error::Api(s)) if s.code == 409 => debug!("event already exists"),
+        Err(error) => return Err(Error::kube("create event")(error)),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_fills_and_bounds_the_object() {
+        let e = prepare("edge-1", "ns", "e1", Event::default()).expect("ok");
+        assert_eq!(e.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(e.metadata.name.as_deref(), Some("e1"));
+        let mut other = Event::default();
+        other.metadata.namespace = Some("kube-system".into());
+        assert!(prepare("edge-1", "ns", "e1", other).is_err());
+    }
+}

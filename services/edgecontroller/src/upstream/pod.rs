@@ -1,0 +1,155 @@
+//! Pod status reports and completed pod deletions, as the kubelet's status manager does them
+//! (`pkg/kubelet/status`: `PatchPodStatus` with a uid precondition, then a grace-0 delete
+//! with a uid precondition once the pod terminated).
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use serde_json::{Value, json};
+use tracing::{debug, info};
+
+use crate::desired::is_bound_to;
+use crate::{Error, Result};
+
+/// A pod named by an upstream path, with the uid from the message header (may be empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRef {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The pod uid the edge means (`header.uid`), or empty.
+    pub uid: String,
+}
+
+impl PodRef {
+    fn describe(&self) -> String {
+        format!("pod {}/{}", self.namespace, self.name)
+    }
+}
+
+/// Checks that `pod` is bound to `node` (`spec.nodeName`), the only pods a node may write.
+///
+/// # Errors
+/// [`Error::Forbidden`] otherwise.
+pub fn check_bound(node: &str, pod: &Pod, what: &str) -> Result<()> {
+    if is_bound_to(pod, node) {
+        return Ok(());
+    }
+    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+    Err(Error::Forbidden {
+        node: node.to_owned(),
+        what: format!("{what} (bound to {bound:?})"),
+    })
+}
+
+/// The strategic merge patch of a status report: the status plus `metadata.uid`, which the
+/// API server checks as a precondition (a recreated pod of the same name is not touched).
+pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
+    json!({ "metadata": { "uid": uid }, "status": status })
+}
+
+/// Writes the edge's `status` to the pod's status subresource.
+///
+/// # Errors
+/// [`Error::Kube`] when the pod cannot be read (also when it does not exist) or the patch is
+/// refused (a uid mismatch is a conflict); [`Error::Forbidden`] when the pod is not bound to
+/// `node` or the header uid names another pod.
+pub async fn report_status(
+    client: &kube::Client,
+    node: &str,
+    pod: &PodRef,
+    status: &PodStatus,
+) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let current = api.get(&pod.name).await.map_err(Error::kube("get pod"))?;
+    check_bound(node, &current, &pod.describe())?;
+    let uid = current.metadata.uid.clone().unwrap_or_default();
+    if !pod.uid.is_empty() && pod.uid != uid {
+        return Err(Error::Forbidden {
+            node: node.to_owned(),
+            what: format!(
+                "{} with uid {:?} (the pod has uid {uid:?})",
+                pod.describe(),
+                pod.uid
+            ),
+        });
+    }
+    api.patch_status(
+        &pod.name,
+        &PatchParams::default(),
+        &Patch::Strategic(status_patch(&uid, status)),
+    )
+    .await
+    .map_err(Error::kube("patch pod status"))?;
+    debug!("pod status patched");
+    Ok(())
+}
+
+/// Deletes the pod object after the edge terminated it: grace period 0 and a uid
+/// precondition, as the kubelet does. A pod that is already gone, or was replaced by another
+/// pod of the same name (other uid), counts as deleted.
+///
+/// # Errors
+/// [`Error::Forbidden`] when the pod is bound to another node; [`Error::Kube`] when the API
+/// server refuses the read or delete.
+pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let Some(current) = api
+        .get_opt(&pod.name)
+        .await
+        .map_err(Error::kube("get pod"))?
+    else {
+        return Ok(());
+    };
+    let uid = current.metadata.uid.clone().unwrap_or_default();
+    if !pod.uid.is_empty() && pod.uid != uid {
+        debug!(current = %uid, "pod was replaced; the edge's pod is gone");
+        return Ok(());
+    }
+    check_bound(node, &current, &pod.describe())?;
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&pod.name, &params).await {
+        Ok(_) => {
+            info!("pod deleted");
+            Ok(())
+        }
+        // Gone, or replaced in between (uid precondition failed): nothing left to delete.
+        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => Ok(()),
+        Err(error) => Err(Error::kube("delete pod")(error)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_bound_pods_may_be_written() {
+        let pod: Pod = serde_json::from_value(json!({ "spec": { "nodeName": "edge-1",
+            "containers": [] } }))
+        .expect("pod");
+        assert!(check_bound("edge-1", &pod, "pod ns/p").is_ok());
+        let err = check_bound("edge-2", &pod, "pod ns/p").expect_err("other node");
+        assert!(err.to_string().contains("may not write pod ns/p"), "{err}");
+        assert!(check_bound("edge-1", &Pod::default(), "pod ns/p").is_err());
+    }
+
+    #[test]
+    fn status_patch_has_uid_precondition() {
+        let status = PodStatus {
+            phase: Some("Running".into()),
+            ..PodStatus::default()
+        };
+        let patch = status_patch("u-1", &status);
+        assert_eq!(patch["metadata"]["uid"], "u-1");
+        assert_eq!(patch["status"]["phase"], "Running");
+    }
+}
