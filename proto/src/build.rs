@@ -26,7 +26,11 @@ impl Message {
         content: Vec<u8>,
     ) -> Self {
         Self {
-            header: Some(Header { id: id.into(), timestamp_ms: now_ms(), ..Header::default() }),
+            header: Some(Header {
+                id: id.into(),
+                timestamp_ms: now_ms(),
+                ..Header::default()
+            }),
             route: Some(Route {
                 source: source.to_owned(),
                 group: group.as_str().to_owned(),
@@ -57,7 +61,11 @@ impl Message {
 
     /// Sets the object's uid and resourceVersion in the header.
     #[must_use]
-    pub fn with_object(mut self, uid: impl Into<String>, resource_version: impl Into<String>) -> Self {
+    pub fn with_object(
+        mut self,
+        uid: impl Into<String>,
+        resource_version: impl Into<String>,
+    ) -> Self {
         let h = self.header.get_or_insert_with(Header::default);
         h.uid = uid.into();
         h.resource_version = resource_version.into();
@@ -94,7 +102,10 @@ impl MessageExt for Message {
     }
 
     fn operation(&self) -> verge_core::Result<Operation> {
-        self.route.as_ref().map_or("", |r| r.operation.as_str()).parse()
+        self.route
+            .as_ref()
+            .map_or("", |r| r.operation.as_str())
+            .parse()
     }
 
     fn group(&self) -> verge_core::Result<Group> {
@@ -121,8 +132,15 @@ mod tests {
 
     #[test]
     fn build_and_read_back() {
-        let m = Message::build("1", "edged", Group::Resource, Operation::Update, "default/pod/a", b"{}".to_vec())
-            .with_object("uid-1", "42");
+        let m = Message::build(
+            "1",
+            "edged",
+            Group::Resource,
+            Operation::Update,
+            "default/pod/a",
+            b"{}".to_vec(),
+        )
+        .with_object("uid-1", "42");
         let bytes = m.encode_to_vec();
         let back = Message::decode(bytes.as_slice()).expect("decodes");
         assert_eq!(back.id(), "1");

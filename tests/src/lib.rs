@@ -74,7 +74,12 @@ impl Cloud {
             ],
             [("RUST_LOG", "info")],
         )?;
-        Ok(Self { cloudhub, edgecontroller, edge_url: format!("http://127.0.0.1:{edge_port}"), _dir: dir })
+        Ok(Self {
+            cloudhub,
+            edgecontroller,
+            edge_url: format!("http://127.0.0.1:{edge_port}"),
+            _dir: dir,
+        })
     }
 
     /// The last `n` log lines of both processes, for failure messages.
@@ -117,7 +122,12 @@ impl Edge {
                 data.display()
             ),
         )?;
-        Ok(Self { name: name.to_owned(), process: None, config, dir })
+        Ok(Self {
+            name: name.to_owned(),
+            process: None,
+            config,
+            dir,
+        })
     }
 
     /// The edge's data directory (holds `edgecore.redb`).
@@ -156,7 +166,9 @@ impl Edge {
 
     /// The last `n` log lines of edgecore, for failure messages.
     pub fn logs(&self, n: usize) -> String {
-        self.process.as_ref().map_or_else(String::new, |p| p.log_tail(n))
+        self.process
+            .as_ref()
+            .map_or_else(String::new, |p| p.log_tail(n))
     }
 }
 
@@ -192,7 +204,9 @@ where
         }
         if Instant::now() >= deadline {
             match last_error {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}"),
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}")
+                }
                 None => bail!("timed out after {timeout:?} waiting for {what}"),
             }
         }
@@ -201,8 +215,76 @@ where
 }
 
 async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
-    wait_for(&format!("127.0.0.1:{port} to listen"), timeout, || async move {
-        Ok(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok().map(|_| ()))
+    wait_for(
+        &format!("127.0.0.1:{port} to listen"),
+        timeout,
+        || async move {
+            Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .ok()
+                .map(|_| ()))
+        },
+    )
+    .await
+}
+
+/// Extra edgecore configuration for pods on the local Docker engine: the infra (pause)
+/// container uses the local test image, because no registry can be reached.
+pub const EDGED_TEST_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
+                                     pod_infra_command: [sleep, \"2147483647\"]\n";
+
+/// Creates namespace `name` and waits until its `default` ServiceAccount exists (pods are
+/// refused before that), so tests can create pods in it.
+///
+/// # Errors
+/// API errors, or no ServiceAccount within 30 s.
+pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use kube::api::PostParams;
+    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    namespaces.create(&PostParams::default(), &ns).await?;
+    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), name);
+    wait_for("default service account", Duration::from_secs(30), || {
+        let sas = sas.clone();
+        async move { Ok(sas.get_opt("default").await?.map(|_| ())) }
     })
     .await
+}
+
+/// `docker <args>` and its stdout (trimmed).
+///
+/// # Errors
+/// docker cannot be run or exits non-zero (the error holds its stderr).
+pub fn docker(args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new("docker").args(args).output()?;
+    if !out.status.success() {
+        bail!(
+            "docker {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Ids of the (running, or with `all` also exited) Docker containers carrying every
+/// `label=value` filter given.
+///
+/// # Errors
+/// docker fails.
+pub fn containers_with(labels: &[(&str, &str)], all: bool) -> anyhow::Result<Vec<String>> {
+    let mut args = vec!["ps".to_owned(), "-q".to_owned()];
+    if all {
+        args.push("-a".to_owned());
+    }
+    for (k, v) in labels {
+        args.push("--filter".to_owned());
+        args.push(format!("label={k}={v}"));
+    }
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    Ok(docker(&refs)?
+        .lines()
+        .map(str::to_owned)
+        .filter(|l| !l.is_empty())
+        .collect())
 }

@@ -11,7 +11,9 @@ use kube::api::DeleteParams;
 use verge_e2e::{Cloud, Edge, ready_status, wait_for};
 
 async fn node_ready(nodes: &Api<Node>, name: &str, want: bool) -> anyhow::Result<Option<()>> {
-    let Some(node) = nodes.get_opt(name).await? else { return Ok(None) };
+    let Some(node) = nodes.get_opt(name).await? else {
+        return Ok(None);
+    };
     let ready = ready_status(&node).as_deref() == Some("True");
     Ok((ready == want).then_some(()))
 }
@@ -29,36 +31,77 @@ async fn edge_node_ready_notready_ready() -> anyhow::Result<()> {
 
     let started = Instant::now();
     edge.start()?;
-    let r = wait_for("edge node Ready", Duration::from_secs(15), || node_ready(&nodes, &name, true)).await;
+    let r = wait_for("edge node Ready", Duration::from_secs(15), || {
+        node_ready(&nodes, &name, true)
+    })
+    .await;
     if let Err(e) = r {
-        anyhow::bail!("{e:#}\n{}\n--- edgecore ---\n{}", cloud.logs(40), edge.logs(40));
+        anyhow::bail!(
+            "{e:#}\n{}\n--- edgecore ---\n{}",
+            cloud.logs(40),
+            edge.logs(40)
+        );
     }
     let to_ready = started.elapsed();
     eprintln!("edge node Ready {to_ready:?} after edgecore start");
 
     let node = nodes.get(&name).await?;
     let labels = node.metadata.labels.clone().unwrap_or_default();
-    assert_eq!(labels.get("node-role.kubernetes.io/edge").map(String::as_str), Some(""));
+    assert_eq!(
+        labels
+            .get("node-role.kubernetes.io/edge")
+            .map(String::as_str),
+        Some("")
+    );
     assert_eq!(labels.get("site").map(String::as_str), Some("e2e"));
     let status = node.status.clone().unwrap_or_default();
-    assert!(status.capacity.as_ref().is_some_and(|c| c.contains_key("cpu") && c.contains_key("memory")));
-    assert!(status.node_info.as_ref().is_some_and(|i| i.kubelet_version.starts_with("v1.37")));
+    assert!(
+        status
+            .capacity
+            .as_ref()
+            .is_some_and(|c| c.contains_key("cpu") && c.contains_key("memory"))
+    );
+    assert!(
+        status
+            .node_info
+            .as_ref()
+            .is_some_and(|i| i.kubelet_version.starts_with("v1.37"))
+    );
     let lease = leases.get(&name).await?;
-    assert_eq!(lease.spec.and_then(|s| s.holder_identity).as_deref(), Some(name.as_str()));
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity).as_deref(),
+        Some(name.as_str())
+    );
 
     edge.kill9()?;
     let killed = Instant::now();
-    wait_for("edge node NotReady after kill -9", Duration::from_secs(60), || node_ready(&nodes, &name, false))
-        .await?;
+    wait_for(
+        "edge node NotReady after kill -9",
+        Duration::from_secs(60),
+        || node_ready(&nodes, &name, false),
+    )
+    .await?;
     eprintln!("edge node NotReady {:?} after kill -9", killed.elapsed());
 
     edge.start()?;
     let restarted = Instant::now();
-    let r = wait_for("edge node Ready after restart", Duration::from_secs(30), || node_ready(&nodes, &name, true)).await;
+    let r = wait_for(
+        "edge node Ready after restart",
+        Duration::from_secs(30),
+        || node_ready(&nodes, &name, true),
+    )
+    .await;
     if let Err(e) = r {
-        anyhow::bail!("{e:#}\n{}\n--- edgecore ---\n{}", cloud.logs(40), edge.logs(40));
+        anyhow::bail!(
+            "{e:#}\n{}\n--- edgecore ---\n{}",
+            cloud.logs(40),
+            edge.logs(40)
+        );
     }
-    eprintln!("edge node Ready again {:?} after restart", restarted.elapsed());
+    eprintln!(
+        "edge node Ready again {:?} after restart",
+        restarted.elapsed()
+    );
 
     edge.kill9()?;
     nodes.delete(&name, &DeleteParams::default()).await?;

@@ -13,6 +13,9 @@ pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let n = crate::quickstart::stop_processes(&dir);
     eprintln!("down: stopped {n} Verge processes");
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
-    eprintln!("down: control plane {}", if was_up { "stopped" } else { "was not running" });
+    eprintln!(
+        "down: control plane {}",
+        if was_up { "stopped" } else { "was not running" }
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -89,23 +89,32 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
     let kubeconfig = cp.kubeconfig().display().to_string();
-    let cloudhub_cfg = write(&dir, "cloudhub.yaml", &format!(
-        "edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"
-    ))?;
-    let edgecore_cfg = write(&dir, "edgecore.yaml", &format!(
-        "node_name: {}\ncloudhub: http://127.0.0.1:{edge_port}\ndata_dir: {}\n",
-        args.node_name,
-        dir.join("edge").display()
-    ))?;
+    let cloudhub_cfg = write(
+        &dir,
+        "cloudhub.yaml",
+        &format!("edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"),
+    )?;
+    let edgecore_cfg = write(
+        &dir,
+        "edgecore.yaml",
+        &format!(
+            "node_name: {}\ncloudhub: http://127.0.0.1:{edge_port}\ndata_dir: {}\n",
+            args.node_name,
+            dir.join("edge").display()
+        ),
+    )?;
     let mut pids = Vec::new();
     for (name, argv) in [
         ("cloudhub", vec!["--config".to_owned(), cloudhub_cfg]),
-        ("edgecontroller", vec![
-            "--cloudhub".to_owned(),
-            format!("http://127.0.0.1:{ctrl_port}"),
-            "--kubeconfig".to_owned(),
-            kubeconfig.clone(),
-        ]),
+        (
+            "edgecontroller",
+            vec![
+                "--cloudhub".to_owned(),
+                format!("http://127.0.0.1:{ctrl_port}"),
+                "--kubeconfig".to_owned(),
+                kubeconfig.clone(),
+            ],
+        ),
         ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),
     ] {
         let log = dir.join("logs").join(format!("{name}.log"));
@@ -118,7 +127,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     std::fs::write(dir.join("pids"), pids.join("\n") + "\n")?;
 
-    eprintln!("quickstart: [5/5] waiting for node {} to be Ready", args.node_name);
+    eprintln!(
+        "quickstart: [5/5] waiting for node {} to be Ready",
+        args.node_name
+    );
     let nodes: Api<Node> = Api::all(cp.client().await?);
     let deadline = Instant::now() + args.timeout;
     loop {
@@ -140,8 +152,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let _ = cp.kubectl_command().args(["get", "nodes", "-o", "wide"]).status();
-    eprintln!("quickstart: ready after {:.1?}; `cargo xtask down` stops it all", started.elapsed());
+    let _ = cp
+        .kubectl_command()
+        .args(["get", "nodes", "-o", "wide"])
+        .status();
+    eprintln!(
+        "quickstart: ready after {:.1?}; `cargo xtask down` stops it all",
+        started.elapsed()
+    );
     println!("export KUBECONFIG={kubeconfig}");
     Ok(ExitCode::SUCCESS)
 }
@@ -153,12 +171,17 @@ fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
         if Instant::now() > deadline {
             bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}");
         }
@@ -170,7 +193,9 @@ async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
 /// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then SIGKILL).
 /// Returns how many were listed.
 pub fn stop_processes(dir: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string(dir.join("pids")) else { return 0 };
+    let Ok(text) = std::fs::read_to_string(dir.join("pids")) else {
+        return 0;
+    };
     let mut pids: Vec<u32> = text
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())

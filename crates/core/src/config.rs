@@ -55,19 +55,31 @@ mod tests {
 
     impl Default for Sample {
         fn default() -> Self {
-            Self { name: "x".into(), port: 1 }
+            Self {
+                name: "x".into(),
+                port: 1,
+            }
         }
     }
 
     #[test]
     fn empty_is_default() {
-        assert_eq!(from_yaml::<Sample>("# nothing\n", "t").expect("ok"), Sample::default());
+        assert_eq!(
+            from_yaml::<Sample>("# nothing\n", "t").expect("ok"),
+            Sample::default()
+        );
     }
 
     #[test]
     fn partial_keeps_defaults() {
         let s: Sample = from_yaml("port: 9\n", "t").expect("ok");
-        assert_eq!(s, Sample { name: "x".into(), port: 9 });
+        assert_eq!(
+            s,
+            Sample {
+                name: "x".into(),
+                port: 9
+            }
+        );
     }
 
     #[test]

@@ -112,7 +112,11 @@ pub struct ResourceKey {
 impl ResourceKey {
     /// A key of a namespaced object.
     pub fn new(namespace: impl Into<String>, kind: ResourceType, name: impl Into<String>) -> Self {
-        Self { namespace: namespace.into(), kind, name: name.into() }
+        Self {
+            namespace: namespace.into(),
+            kind,
+            name: name.into(),
+        }
     }
 
     /// A key of a cluster-scoped object (namespace [`CLUSTER_SCOPE`]).
@@ -126,11 +130,13 @@ impl ResourceKey {
     }
 
     fn from_segments(path: &str, ns: &str, kind: &str, name: &str) -> Result<Self> {
-        let bad = |reason| Error::ResourcePath { path: path.to_owned(), reason };
+        let bad = |reason| Error::ResourcePath {
+            path: path.to_owned(),
+            reason,
+        };
         check_segment(ns).map_err(bad)?;
         check_segment(name).map_err(bad)?;
-        let kind: ResourceType =
-            kind.parse().map_err(|_| bad("unknown resource type"))?;
+        let kind: ResourceType = kind.parse().map_err(|_| bad("unknown resource type"))?;
         Ok(Self::new(ns, kind, name))
     }
 }
@@ -182,7 +188,10 @@ pub struct NodeResource {
 impl NodeResource {
     /// Pairs a node with an edge-side key.
     pub fn new(node: impl Into<String>, key: ResourceKey) -> Self {
-        Self { node: node.into(), key }
+        Self {
+            node: node.into(),
+            key,
+        }
     }
 }
 
@@ -194,9 +203,14 @@ impl FromStr for NodeResource {
         let parts: Vec<&str> = path.split('/').collect();
         match parts.as_slice() {
             ["node", node, ns, kind, name] => {
-                check_segment(node)
-                    .map_err(|reason| Error::ResourcePath { path: path.to_owned(), reason })?;
-                Ok(Self::new(*node, ResourceKey::from_segments(path, ns, kind, name)?))
+                check_segment(node).map_err(|reason| Error::ResourcePath {
+                    path: path.to_owned(),
+                    reason,
+                })?;
+                Ok(Self::new(
+                    *node,
+                    ResourceKey::from_segments(path, ns, kind, name)?,
+                ))
             }
             _ => Err(Error::ResourcePath {
                 path: path.to_owned(),
@@ -235,10 +249,21 @@ mod tests {
 
     #[test]
     fn malformed_paths_are_rejected() {
-        for bad in ["", "a/b", "default/pod/", "default/frob/x", "a/pod/b/c", "a/pod/x y"] {
+        for bad in [
+            "",
+            "a/b",
+            "default/pod/",
+            "default/frob/x",
+            "a/pod/b/c",
+            "a/pod/x y",
+        ] {
             assert!(bad.parse::<ResourceKey>().is_err(), "{bad:?} should fail");
         }
-        for bad in ["edge/x/default/pod/a", "node//default/pod/a", "node/x/default/pod"] {
+        for bad in [
+            "edge/x/default/pod/a",
+            "node//default/pod/a",
+            "node/x/default/pod",
+        ] {
             assert!(bad.parse::<NodeResource>().is_err(), "{bad:?} should fail");
         }
     }

@@ -24,13 +24,19 @@ fn filter(default: &str) -> EnvFilter {
 /// Installs the global subscriber for a binary named `service` (used as a field of the
 /// start-up event). Later calls are ignored.
 pub fn init(service: &str, format: LogFormat) {
-    let builder = tracing_subscriber::fmt().with_env_filter(filter("info")).with_target(true);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter("info"))
+        .with_target(true);
     let result = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().with_span_events(FmtSpan::NONE).try_init(),
     };
     if result.is_ok() {
-        tracing::info!(service, version = env!("CARGO_PKG_VERSION"), "telemetry initialised");
+        tracing::info!(
+            service,
+            version = env!("CARGO_PKG_VERSION"),
+            "telemetry initialised"
+        );
     }
 }
 
