@@ -20,6 +20,7 @@
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
 //! * [`paths`] — the default cache and run directories.
@@ -58,6 +59,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod docker;
 mod lock;
+pub mod netns;
 pub mod packages;
 pub mod paths;
 pub mod process;

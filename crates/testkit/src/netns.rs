@@ -1,0 +1,154 @@
+//! Network namespaces for partition tests: an edge "host" whose only link to the cloud is
+//! a veth pair the test can cut and heal.
+//!
+//! Layout of one [`EdgeNetns`] numbered `n` (0..=250):
+//!
+//! ```text
+//!  host (root namespace)                      namespace verge-e2e-<pid>-<n>
+//!  vh<pid>x<n>  10.213.<n>.1/30  <==== veth ====>  ve<pid>x<n>  10.213.<n>.2/30
+//! ```
+//!
+//! Both addresses belong to the test's own hosts; nothing else is ever addressed. Cloud
+//! services under test listen on `0.0.0.0` (or on the host address) so the edge reaches
+//! them at [`EdgeNetns::host_addr`]. The namespace has its own loopback, so an edge
+//! process in it cannot reach the host's `127.0.0.1` services: only the veth link, which
+//! [`EdgeNetns::cut`] takes down and [`EdgeNetns::heal`] brings back.
+//!
+//! Requires root and `ip` (Debian's iproute2; [`crate::packages::ensure_packages`]).
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+
+/// One network namespace joined to the host by a veth pair. Deleted (with its veth pair)
+/// on drop.
+#[derive(Debug)]
+pub struct EdgeNetns {
+    name: String,
+    host_if: String,
+    index: u8,
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+impl EdgeNetns {
+    /// Creates namespace number `index` (0..=250) for this process, with the veth pair up
+    /// and addressed, and loopback up inside.
+    ///
+    /// # Errors
+    /// `index` out of range, not root, or an `ip` command fails (its stderr is in the error).
+    pub fn create(index: u8) -> anyhow::Result<Self> {
+        if index > 250 {
+            bail!("netns index {index} out of range 0..=250");
+        }
+        let pid = std::process::id() % 100_000;
+        let name = format!("verge-e2e-{pid}-{index}");
+        let host_if = format!("vh{pid}x{index}");
+        let ns_if = format!("ve{pid}x{index}");
+        let _ = ip(&["netns", "del", &name]);
+        let _ = ip(&["link", "del", &host_if]);
+        ip(&["netns", "add", &name])?;
+        let this = Self {
+            name: name.clone(),
+            host_if: host_if.clone(),
+            index,
+        };
+        ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
+        ])?;
+        ip(&["link", "set", &ns_if, "netns", &name])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{}/30", this.host_addr()),
+            "dev",
+            &host_if,
+        ])?;
+        ip(&["link", "set", &host_if, "up"])?;
+        let ns = |args: &[&str]| {
+            let mut full = vec!["-n", name.as_str()];
+            full.extend_from_slice(args);
+            ip(&full)
+        };
+        ns(&[
+            "addr",
+            "add",
+            &format!("{}/30", this.edge_addr()),
+            "dev",
+            &ns_if,
+        ])?;
+        ns(&["link", "set", &ns_if, "up"])?;
+        ns(&["link", "set", "lo", "up"])?;
+        Ok(this)
+    }
+
+    /// The namespace's name (for `ip netns exec <name> ...`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The host end's address, `10.213.<index>.1`: where the edge reaches the cloud.
+    pub fn host_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 213, self.index, 1)
+    }
+
+    /// The edge end's address, `10.213.<index>.2`.
+    pub fn edge_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 213, self.index, 2)
+    }
+
+    /// A command that runs `program` inside the namespace (`ip netns exec`; the program
+    /// replaces `ip`, so the child's pid is the program's).
+    pub fn command(&self, program: &std::path::Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).arg(program);
+        cmd
+    }
+
+    /// Cuts the link (host end down): the edge's packets go nowhere, established TCP
+    /// connections stall until their timeouts, as on a real partition.
+    ///
+    /// # Errors
+    /// The `ip` command fails.
+    pub fn cut(&self) -> anyhow::Result<()> {
+        ip(&["link", "set", &self.host_if, "down"])
+    }
+
+    /// Heals the link cut by [`EdgeNetns::cut`].
+    ///
+    /// # Errors
+    /// The `ip` command fails.
+    pub fn heal(&self) -> anyhow::Result<()> {
+        ip(&["link", "set", &self.host_if, "up"])?;
+        // Bringing the link down drops the host end's address route on some kernels.
+        let _ = ip(&[
+            "addr",
+            "add",
+            &format!("{}/30", self.host_addr()),
+            "dev",
+            &self.host_if,
+        ]);
+        Ok(())
+    }
+}
+
+impl Drop for EdgeNetns {
+    fn drop(&mut self) {
+        let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}
