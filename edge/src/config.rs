@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::edged::gc::GcConfig;
 use crate::node::quantity;
 use crate::{Error, Result};
 
@@ -65,6 +66,30 @@ pub struct Config {
     pub upstream_queue: usize,
     /// Capacity of the downstream queue (messages waiting for metamanager). Default 1024.
     pub downstream_queue: usize,
+    /// The Docker engine edged drives, e.g. `unix:///run/docker.sock` or `tcp://host:2375`.
+    /// Default none: the local socket (`unix:///var/run/docker.sock`, or `DOCKER_HOST`).
+    pub docker_endpoint: Option<String>,
+    /// Image of the pod sandbox ("infra"/pause) container that holds each pod's network
+    /// namespace (kubelet `--pod-infra-container-image`). Default `registry.k8s.io/pause:3.10`.
+    pub pod_infra_image: String,
+    /// Command of the sandbox container; empty runs the image's default entrypoint.
+    /// Default empty (e.g. `["sleep", "2147483647"]` for a busybox image).
+    pub pod_infra_command: Vec<String>,
+    /// How often edged's pod lifecycle event generator relists containers (kubelet PLEG
+    /// relist period); Docker events trigger extra relists. Default `2s`.
+    #[serde(with = "humantime_serde")]
+    pub pleg_relist_period: Duration,
+    /// First crash-loop back-off delay before restarting a failed container; doubles per
+    /// restart (kubelet: 10s). Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub crash_loop_backoff_initial: Duration,
+    /// Largest crash-loop (and image pull) back-off delay (kubelet
+    /// `crashLoopBackOff.maxContainerRestartPeriod`: 300s). Default `5m`.
+    #[serde(with = "humantime_serde")]
+    pub crash_loop_backoff_max: Duration,
+    /// Container and image garbage collection (kubelet container GC policy and image GC
+    /// thresholds). Default: see [`GcConfig`].
+    pub gc: GcConfig,
 }
 
 impl Default for Config {
@@ -88,6 +113,13 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(10),
             upstream_queue: 1024,
             downstream_queue: 1024,
+            docker_endpoint: None,
+            pod_infra_image: "registry.k8s.io/pause:3.10".to_owned(),
+            pod_infra_command: Vec::new(),
+            pleg_relist_period: Duration::from_secs(2),
+            crash_loop_backoff_initial: Duration::from_secs(10),
+            crash_loop_backoff_max: Duration::from_secs(300),
+            gc: GcConfig::default(),
         }
     }
 }
@@ -203,6 +235,11 @@ impl Config {
             ("node_lease_renew_interval", self.node_lease_renew_interval),
             ("reconnect_initial_backoff", self.reconnect_initial_backoff),
             ("connect_timeout", self.connect_timeout),
+            ("pleg_relist_period", self.pleg_relist_period),
+            (
+                "crash_loop_backoff_initial",
+                self.crash_loop_backoff_initial,
+            ),
         ] {
             if d.is_zero() {
                 return bad(field, "must be greater than zero");
@@ -213,6 +250,21 @@ impl Config {
                 "reconnect_max_backoff",
                 "must be at least reconnect_initial_backoff",
             );
+        }
+        if self.crash_loop_backoff_max < self.crash_loop_backoff_initial {
+            return bad(
+                "crash_loop_backoff_max",
+                "must be at least crash_loop_backoff_initial",
+            );
+        }
+        if let Err(reason) = self.gc.validate() {
+            return Err(Error::ConfigValue {
+                field: "gc",
+                reason,
+            });
+        }
+        if self.pod_infra_image.is_empty() {
+            return bad("pod_infra_image", "must name an image");
         }
         if self.node_lease_duration_seconds <= 0 {
             return bad("node_lease_duration_seconds", "must be positive");
@@ -264,6 +316,11 @@ impl Config {
     /// The redb file: `<data_dir>/edgecore.redb`.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("edgecore.redb")
+    }
+
+    /// Where pod directories (volumes) live: `<data_dir>/pods`, one `<pod uid>/` each.
+    pub fn pods_dir(&self) -> PathBuf {
+        self.data_dir.join("pods")
     }
 }
 

@@ -91,6 +91,63 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    /// A Docker engine call failed (edged's container runtime).
+    #[error("docker: {what} failed")]
+    Docker {
+        /// The call, e.g. `create container k8s_web_...`.
+        what: String,
+        /// bollard's failure.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
+    /// referenced by a pod of this node).
+    #[error("cloud refused query of {resource}: {reason}")]
+    QueryRefused {
+        /// The queried edge path, e.g. `ns/configmap/cfg`.
+        resource: String,
+        /// The cloud's reason.
+        reason: String,
+    },
+    /// No answer to a `query` arrived in time (e.g. the cloud is unreachable).
+    #[error("no answer from the cloud to the query of {resource} within {timeout:?}")]
+    QueryTimeout {
+        /// The queried edge path.
+        resource: String,
+        /// How long edged waited.
+        timeout: std::time::Duration,
+    },
+    /// A stored or received object is not the JSON it should be.
+    #[error("cannot decode {what}")]
+    Decode {
+        /// What was decoded, e.g. `configmap ns/cfg`.
+        what: String,
+        /// The parser's failure.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A container's configuration cannot be built (kubelet `CreateContainerConfigError`);
+    /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
+    #[error("{0}")]
+    ContainerConfig(String),
+    /// A volume cannot be set up (kubelet event `FailedMount`); the reason is the kubelet's,
+    /// e.g. `configmap "cfg" not found`.
+    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
+    Volume {
+        /// The pod's volume name.
+        volume: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file operation under the pods directory (or a hostPath) failed.
+    #[error("volume I/O failed on {path}")]
+    VolumeIo {
+        /// The file or directory.
+        path: PathBuf,
+        /// The I/O failure.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// `Result` with [`Error`] as the default error.

@@ -8,18 +8,21 @@
 //!   sends upstream.
 //! - [`metamanager`]: the redb store ([`MetaStore`]) and the component that commits
 //!   downstream objects before acking them.
+//! - [`edged`]: pods on Docker ([`Edged`]): sandbox, containers, volumes, probes, restart
+//!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
 //!   manager and lease controller).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //!
-//! Later modules (edged for pods on Docker, the upstream outbox, devicetwin, eventbus) plug
+//! Later modules (the upstream outbox, devicetwin, eventbus) plug
 //! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
 //!
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
 
 pub mod config;
+pub mod edged;
 pub mod edgehub;
 pub mod error;
 pub mod metamanager;
@@ -34,12 +37,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 
 pub use config::Config;
+pub use edged::Edged;
 pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
 pub use metamanager::{MetaManager, MetaStore};
 pub use node::NodeAgent;
 
-/// The whole edge agent: edgehub, metamanager and node, sharing one store.
+/// The whole edge agent: edgehub, metamanager, edged and node, sharing one store.
 #[derive(Debug)]
 pub struct EdgeCore {
     config: Arc<Config>,
@@ -80,7 +84,17 @@ impl EdgeCore {
         let (down_tx, down_rx) = mpsc::channel(self.config.downstream_queue);
         let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);
         let meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
-        let node = NodeAgent::new(Arc::clone(&self.config), handle)?;
+        let objects =
+            edged::objects::StoreObjects::new(self.store.clone(), handle.clone(), meta.queries());
+        let edged = Edged::new(
+            Arc::clone(&self.config),
+            self.store.clone(),
+            handle.clone(),
+            objects,
+            meta.subscribe(),
+        );
+        let node = NodeAgent::new(Arc::clone(&self.config), handle)?
+            .with_runtime_version(edged.runtime_version());
 
         let stop = shutdown.child_token();
         let failure: Arc<Mutex<Option<Error>>> = Arc::default();
@@ -93,6 +107,7 @@ impl EdgeCore {
             &stop,
             &failure,
         );
+        spawn(&tracker, "edged", edged.run(stop.clone()), &stop, &failure);
         spawn(&tracker, "node", node.run(stop.clone()), &stop, &failure);
         tracker.close();
         info!(node = %self.config.node_name, cloudhub = %self.config.cloudhub, "edgecore running");

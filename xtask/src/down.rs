@@ -10,7 +10,7 @@ pub struct Args {}
 /// Stops the quickstart's processes and control plane.
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let dir = crate::quickstart::run_dir();
-    let n = crate::quickstart::stop_processes(&dir);
+    let n = crate::local::stop_processes(&dir);
     eprintln!("down: stopped {n} Verge processes");
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
     eprintln!(

@@ -1,12 +1,14 @@
 //! `cargo xtask`: developer tasks for the Verge workspace.
 //!
 //! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
-//! [`test`] (the whole test suite on the real components), and the not-yet-implemented
-//! [`quickstart`], [`down`] and [`bench`].
+//! [`test`] (the whole test suite on the real components), [`quickstart`] and [`down`] (a
+//! local deployment running a sample Deployment on an edge node), [`bench`] (benchmarks);
+//! [`local`] starts and stops the Verge processes for quickstart and benchmarks.
 
 mod bench;
 mod control_plane;
 mod down;
+mod local;
 mod quickstart;
 mod test;
 
@@ -33,7 +35,7 @@ enum Command {
     Quickstart(quickstart::Args),
     /// Stop what `quickstart` started.
     Down(down::Args),
-    /// Run the benchmarks (not yet implemented).
+    /// Run a benchmark (figures against a baseline measured in the same run).
     Bench(bench::Args),
 }
 

@@ -49,6 +49,7 @@ pub struct SessionInfo {
 pub struct EdgeHubHandle {
     tx: mpsc::Sender<Message>,
     sessions: watch::Receiver<Option<SessionInfo>>,
+    _detached: Option<Arc<watch::Sender<Option<SessionInfo>>>>,
 }
 
 impl EdgeHubHandle {
@@ -72,6 +73,21 @@ impl EdgeHubHandle {
             },
             mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
         })
+    }
+
+    /// A handle that is not connected to an [`EdgeHub`]: upstream messages go to the returned
+    /// receiver (bounded by `capacity`) and no session is ever announced. For embedding
+    /// modules without a cloud link, and for tests that capture upstream messages.
+    pub fn detached(capacity: usize) -> (Self, mpsc::Receiver<Message>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let (sessions_tx, sessions) = watch::channel(None);
+        let handle = Self {
+            tx,
+            sessions,
+            // Kept alive so `sessions().changed()` waits instead of failing.
+            _detached: Some(Arc::new(sessions_tx)),
+        };
+        (handle, rx)
     }
 
     /// The current session (`None` while disconnected); changes on every connect/disconnect.
@@ -104,6 +120,7 @@ impl EdgeHub {
         let handle = EdgeHubHandle {
             tx,
             sessions: sessions_rx,
+            _detached: None,
         };
         (
             Self {

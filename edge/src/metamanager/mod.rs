@@ -9,20 +9,27 @@
 //! * a malformed message (unknown operation, bad path, content that is not JSON) or an
 //!   operation edgecore does not handle yet (`patch`, `query`): answered with `error` and a
 //!   UTF-8 reason; nothing changes;
+//! * `response` / `error` answering a waiting [`QueryRegistry::query`]: handed to it;
 //! * `ack` / `error` / `response` from the cloud for upstream messages: logged (the outbox,
 //!   a later issue, removes acked reports).
+//!
+//! After every commit that changed the store (stored or deleted), a [`StoreEvent`] goes to
+//! the subscribers of [`MetaManager::subscribe`] (edged), so they act only on committed
+//! objects. A subscriber that lags behind gets `RecvError::Lagged` and must relist the store.
 //!
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
 
+mod query;
 mod store;
 
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use verge_core::{Group, Operation, ResourceKey};
 use verge_proto::{Message, MessageExt};
 
+pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
 pub use store::{MetaStore, StoredObject};
 
 use crate::Result;
@@ -41,12 +48,28 @@ pub enum Applied {
     Absent,
 }
 
+/// A committed change of the store, as announced by [`MetaManager::subscribe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreEvent {
+    /// The object's edge key (`<namespace>/<type>/<name>`).
+    pub key: ResourceKey,
+    /// The uid in the message header (may be empty for a delete).
+    pub uid: String,
+    /// [`Applied::Stored`] or [`Applied::Deleted`].
+    pub applied: Applied,
+}
+
+/// Capacity of the [`StoreEvent`] broadcast; a slower subscriber sees `Lagged` and relists.
+const EVENT_CAPACITY: usize = 1024;
+
 /// The metamanager component: applies downstream messages and answers them.
 #[derive(Debug)]
 pub struct MetaManager {
     store: MetaStore,
     downstream: mpsc::Receiver<Message>,
     hub: EdgeHubHandle,
+    events: broadcast::Sender<StoreEvent>,
+    queries: QueryRegistry,
 }
 
 impl MetaManager {
@@ -56,7 +79,20 @@ impl MetaManager {
             store,
             downstream,
             hub,
+            events: broadcast::channel(EVENT_CAPACITY).0,
+            queries: QueryRegistry::new(),
         }
+    }
+
+    /// The registry of queries waiting for the cloud's `response`/`error`; this metamanager
+    /// hands every such answer to it first (share it with edged's `StoreObjects`).
+    pub fn queries(&self) -> QueryRegistry {
+        self.queries.clone()
+    }
+
+    /// Committed store changes from now on (see [`StoreEvent`]).
+    pub fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
     }
 
     /// Applies downstream messages in order until `shutdown` or until edgehub is gone.
@@ -97,6 +133,12 @@ impl MetaManager {
                 debug!(parent_id = msg.parent_id(), "cloud acked");
                 None
             }
+            Operation::Error | Operation::Response
+                if self.queries.complete(msg.clone()).is_none() =>
+            {
+                debug!(parent_id = msg.parent_id(), "answer handed to its query");
+                None
+            }
             Operation::Error => {
                 let reason = String::from_utf8_lossy(&msg.content);
                 warn!(parent_id = msg.parent_id(), %reason, "cloud answered error");
@@ -117,13 +159,23 @@ impl MetaManager {
                     Ok(key) => {
                         let (uid, rv) = object_identity(&msg);
                         let content = msg.content.clone();
-                        store
-                            .blocking(move |s| apply(s, op, &key, &uid, &rv, &content))
+                        let (k, u) = (key.clone(), uid.clone());
+                        let applied = store
+                            .blocking(move |s| apply(s, op, &k, &u, &rv, &content))
                             .await
                             .map_err(|e| {
                                 error!(error = %DisplayChain(&e), "store failed");
                                 format!("edge store failed: {e}")
-                            })
+                            });
+                        if let Ok(a @ (Applied::Stored | Applied::Deleted)) = applied {
+                            // No subscriber (edged not running) is fine.
+                            let _ = self.events.send(StoreEvent {
+                                key,
+                                uid,
+                                applied: a,
+                            });
+                        }
+                        applied
                     }
                 };
                 Some(match outcome {
@@ -137,7 +189,13 @@ impl MetaManager {
                     }
                 })
             }
-            Operation::Patch | Operation::Query | Operation::Resync => Some(reply(
+            Operation::Resync => {
+                // The end marker of a resync by inventory (docs/protocol.md): every message
+                // before it has been applied in order; nothing to store.
+                info!(summary = %String::from_utf8_lossy(&msg.content), "resync complete");
+                Some(reply(&msg, Operation::Ack, String::new()))
+            }
+            Operation::Patch | Operation::Query => Some(reply(
                 &msg,
                 Operation::Error,
                 format!("operation {op} is not supported by edgecore"),

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use verge_core::{ResourceKey, is_newer};
+use verge_core::{ResourceKey, ResourceType, is_newer};
 use verge_proto::{Inventory, InventoryEntry};
 
 use crate::{Error, Result};
@@ -142,6 +142,37 @@ impl MetaStore {
         Ok(removed)
     }
 
+    /// Every stored object of type `kind`, with its key, in key order.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the read fails; [`Error::StoredRecord`] for a key that does not
+    /// parse as an edge path.
+    pub fn list(&self, kind: ResourceType) -> Result<Vec<(ResourceKey, StoredObject)>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(OBJECTS)?;
+        let mut out = Vec::new();
+        for row in table.iter()? {
+            let (k, v) = row?;
+            let key: ResourceKey = k.value().parse().map_err(|source| Error::StoredRecord {
+                key: k.value().to_owned(),
+                source,
+            })?;
+            if key.kind != kind {
+                continue;
+            }
+            let (uid, rv, content) = v.value();
+            out.push((
+                key,
+                StoredObject {
+                    uid: uid.to_owned(),
+                    resource_version: rv.to_owned(),
+                    content: content.to_vec(),
+                },
+            ));
+        }
+        Ok(out)
+    }
+
     /// Every stored object's identity, for `EdgeHello.inventory` (resync by inventory).
     ///
     /// # Errors
@@ -173,7 +204,6 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use verge_core::ResourceType;
 
     fn store() -> (tempfile::TempDir, MetaStore) {
         let dir = tempfile::tempdir().expect("tempdir");

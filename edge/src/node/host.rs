@@ -104,7 +104,7 @@ fn os_image() -> String {
 
 /// The first non-loopback, non-link-local IPv4 address, preferring interfaces that are not
 /// container bridges; interfaces are taken in name order so the choice is stable.
-fn first_ipv4() -> Option<Ipv4Addr> {
+pub(crate) fn first_ipv4() -> Option<Ipv4Addr> {
     let networks = Networks::new_with_refreshed_list().ok()?;
     let mut candidates: Vec<(bool, String, Ipv4Addr)> = networks
         .iter()

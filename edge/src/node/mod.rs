@@ -37,6 +37,7 @@ pub struct NodeAgent {
     reserved: Reserved,
     hub: EdgeHubHandle,
     conditions: Conditions,
+    runtime_version: Option<tokio::sync::watch::Receiver<String>>,
 }
 
 impl NodeAgent {
@@ -51,7 +52,17 @@ impl NodeAgent {
             reserved,
             hub,
             conditions: Conditions::default(),
+            runtime_version: None,
         })
+    }
+
+    /// Reports `nodeInfo.containerRuntimeVersion` from `version` (edged's
+    /// [`Edged::runtime_version`](crate::Edged::runtime_version)) instead of
+    /// `docker://unknown`.
+    #[must_use]
+    pub fn with_runtime_version(mut self, version: tokio::sync::watch::Receiver<String>) -> Self {
+        self.runtime_version = Some(version);
+        self
     }
 
     /// Registers and reports the node on every session until `shutdown`.
@@ -100,13 +111,16 @@ impl NodeAgent {
     }
 
     fn report_status(&mut self, facts: &HostFacts) -> Result<()> {
-        let status = status::node_status(
+        let mut status = status::node_status(
             &self.config,
             &self.reserved,
             facts,
             &mut self.conditions,
             status::now(),
         );
+        if let (Some(v), Some(info)) = (&self.runtime_version, status.node_info.as_mut()) {
+            info.container_runtime_version = v.borrow().clone();
+        }
         let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
         self.offer(message(Operation::Update, &key, &status, "node status")?);
         Ok(())

@@ -42,6 +42,9 @@ impl From<LogFormat> for verge_telemetry::LogFormat {
 /// keepalive_interval: 10s
 /// max_frame_bytes: 4194304
 /// session_queue_len: 1024
+/// max_inflight: 256
+/// ack_timeout: 10s
+/// max_retries: 5
 /// controller_queue_len: 4096
 /// shutdown_grace: 10s
 /// log_format: text
@@ -69,10 +72,22 @@ pub struct Config {
     /// The largest gRPC frame accepted or sent on either server, in bytes. Default 4 MiB
     /// (4194304).
     pub max_frame_bytes: usize,
-    /// Capacity of each node's downstream queue, in frames; a downstream message for a node
-    /// whose queue is full is refused with a delivery error. Default 1024 (KubeEdge's
-    /// `nodeLimit`-style per-node bound).
+    /// Capacity of each node's downstream queue, in messages waiting to be sent (a newer
+    /// version of an object replaces its waiting one and needs no room). A message that does
+    /// not fit is refused with `DeliveryError` "queue full: node <node> has <n> messages
+    /// waiting". Default 1024 (KubeEdge's `nodeLimit`-style per-node bound).
     pub session_queue_len: usize,
+    /// Most object messages per node sent and not yet acknowledged by the edge; further
+    /// ones wait in the queue. Default 256.
+    pub max_inflight: usize,
+    /// How long cloudhub waits for the edge's answer (`ack`, `error`, `response`) to an
+    /// object message before resending it with the same id. Humantime format, default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
+    /// How often an unacknowledged object message is resent; after the last attempt times
+    /// out it is dropped and its controller gets `DeliveryError` "not acknowledged after
+    /// <1 + max_retries> attempts". Default 5.
+    pub max_retries: u32,
     /// Capacity of each controller's queue, in frames; a controller whose queue overflows
     /// is detached and must reattach. Default 4096.
     pub controller_queue_len: usize,
@@ -94,6 +109,9 @@ impl Default for Config {
             keepalive_interval: Duration::from_secs(10),
             max_frame_bytes: 4 * 1024 * 1024,
             session_queue_len: 1024,
+            max_inflight: 256,
+            ack_timeout: Duration::from_secs(10),
+            max_retries: 5,
             controller_queue_len: 4096,
             shutdown_grace: Duration::from_secs(10),
             log_format: LogFormat::Text,
@@ -139,6 +157,12 @@ impl Config {
         if self.session_queue_len == 0 {
             return bad("session_queue_len", "must be at least 1");
         }
+        if self.max_inflight == 0 {
+            return bad("max_inflight", "must be at least 1");
+        }
+        if self.ack_timeout.is_zero() {
+            return bad("ack_timeout", "must be greater than zero");
+        }
         if self.controller_queue_len == 0 {
             return bad("controller_queue_len", "must be at least 1");
         }
@@ -178,7 +202,7 @@ mod tests {
     #[test]
     fn fields_parse() {
         let c = Config::from_yaml(
-            "keepalive_interval: 200ms\ntoken: s3cret\nlog_format: json\n",
+            "keepalive_interval: 200ms\ntoken: s3cret\nlog_format: json\nack_timeout: 300ms\n",
             "c.yaml",
         )
         .expect("ok");
@@ -186,6 +210,8 @@ mod tests {
         assert_eq!(c.token, "s3cret");
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.idle_timeout(), Duration::from_millis(600));
+        assert_eq!(c.ack_timeout, Duration::from_millis(300));
+        assert_eq!((c.max_inflight, c.max_retries), (256, 5));
     }
 
     #[test]

@@ -12,8 +12,7 @@ use verge_core::Group;
 use verge_proto::MessageExt;
 use verge_proto::hub::controller_hub_server::ControllerHub;
 use verge_proto::hub::{
-    CloudFrame, ControllerFrame, ControllerHello, DeliveryError, HubFrame, Routed, cloud_frame,
-    controller_frame, hub_frame,
+    ControllerFrame, ControllerHello, DeliveryError, HubFrame, Routed, controller_frame, hub_frame,
 };
 
 use crate::routing;
@@ -148,8 +147,9 @@ impl Attachment {
         info!("controller detached");
     }
 
-    /// Validates, strips the node prefix and enqueues on the node's session; answers a
-    /// `DeliveryError` when the node is not connected here or its queue is full.
+    /// Validates, strips the node prefix and queues on the node's session (which coalesces,
+    /// tracks and resends it, see `delivery`); answers a `DeliveryError` when the node is not
+    /// connected here or its queue is full.
     #[instrument(level = "debug", skip_all, fields(
         node = %routed.node,
         message_id = routed.message.as_ref().map_or("", |m| m.id()),
@@ -158,18 +158,15 @@ impl Attachment {
     async fn downstream(&self, routed: Routed) -> Result<()> {
         let (node, message) = routing::downstream(routed)?;
         let message_id = message.id().to_owned();
-        let frame = CloudFrame {
-            frame: Some(cloud_frame::Frame::Message(message)),
-        };
-        let Err(undeliverable) = self.shared.registry.deliver(&node, frame) else {
+        let Err(undeliverable) = self.shared.registry.deliver(&node, message, Some(self.id)) else {
             return Ok(());
         };
-        let reason = undeliverable.reason();
-        warn!(reason, "downstream message not delivered");
+        let reason = undeliverable.reason(&node);
+        warn!(%reason, "downstream message not delivered");
         let error = DeliveryError {
             node,
             message_id,
-            reason: reason.to_owned(),
+            reason,
         };
         let frame = HubFrame {
             frame: Some(hub_frame::Frame::DeliveryError(error)),

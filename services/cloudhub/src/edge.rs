@@ -12,6 +12,7 @@ use verge_proto::hub::{
 };
 use verge_proto::{Message, MessageExt};
 
+use crate::outbox::{self, Outbox};
 use crate::routing::{self, Upstream};
 use crate::sessions::NodeEntry;
 use crate::stream::{FrameStream, StreamEnd, outbound};
@@ -63,7 +64,8 @@ impl EdgeHub for EdgeHubService {
         })?;
         let config = &self.shared.config;
         let session_id = routing::new_id();
-        let (tx, rx) = mpsc::channel(config.session_queue_len);
+        let (tx, rx) = mpsc::channel(outbox::WIRE_BUFFER);
+        let outbox = Outbox::new(config);
         let end = StreamEnd::new();
         let welcome = CloudFrame {
             frame: Some(cloud_frame::Frame::Welcome(Welcome {
@@ -82,7 +84,7 @@ impl EdgeHub for EdgeHubService {
             shared: self.shared.clone(),
             node: node.clone(),
             session_id: session_id.clone(),
-            tx: tx.clone(),
+            outbox: outbox.clone(),
             end: end.clone(),
         };
         let inventory = hello.inventory.unwrap_or_default();
@@ -90,11 +92,13 @@ impl EdgeHub for EdgeHubService {
             &node,
             NodeEntry {
                 session_id,
-                tx,
+                outbox: outbox.clone(),
                 end: end.clone(),
                 inventory,
             },
         );
+        let delivery = outbox::deliver(self.shared.clone(), node, outbox, tx, end.clone());
+        self.shared.tracker.spawn(delivery.instrument(span.clone()));
         self.shared
             .tracker
             .spawn(session.run(inbound).instrument(span));
@@ -112,7 +116,7 @@ struct Session {
     shared: Arc<Shared>,
     node: String,
     session_id: String,
-    tx: mpsc::Sender<CloudFrame>,
+    outbox: Arc<Outbox>,
     end: Arc<StreamEnd>,
 }
 
@@ -137,7 +141,7 @@ impl Session {
                     self.end.finish(None);
                     break;
                 }
-                Ok(Ok(Some(frame))) => self.handle_frame(frame).await,
+                Ok(Ok(Some(frame))) => self.handle_frame(frame),
             };
             if let Err(error) = outcome {
                 if matches!(error, Error::Stream(_)) {
@@ -155,9 +159,9 @@ impl Session {
         info!("edge session ended");
     }
 
-    async fn handle_frame(&self, frame: EdgeFrame) -> Result<()> {
+    fn handle_frame(&self, frame: EdgeFrame) -> Result<()> {
         match frame.frame {
-            Some(edge_frame::Frame::Message(message)) => self.handle_message(message).await,
+            Some(edge_frame::Frame::Message(message)) => self.handle_message(message),
             Some(edge_frame::Frame::Hello(_)) => {
                 Err(Error::UnexpectedFrame("hello after the session started"))
             }
@@ -166,24 +170,32 @@ impl Session {
     }
 
     /// Answers keepalives and forwards everything else to a controller of its group, or
-    /// answers `error` when none can take it.
+    /// answers `error` when none can take it. An answer (`ack`, `error`, `response`) also
+    /// clears the downstream message it answers from the session's in-flight set.
     #[instrument(level = "debug", skip_all, fields(
         message_id = %message.id(),
         operation = message.route.as_ref().map_or("", |r| r.operation.as_str()),
         resource = %message.resource(),
     ))]
-    async fn handle_message(&self, mut message: Message) -> Result<()> {
+    fn handle_message(&self, mut message: Message) -> Result<()> {
         let parent_id = message.id().to_owned();
         let edge_resource = message.resource().to_owned();
+        let is_answer = message.operation().is_ok_and(routing::is_answer);
         match routing::upstream(&self.node, &mut message)? {
             Upstream::Keepalive => {
                 let reply = routing::keepalive_reply_to(&parent_id);
-                if self.tx.try_send(cloud_message(reply)).is_err() {
+                if self.outbox.push(reply, None).is_err() {
                     debug!("downstream queue full; keepalive answer skipped");
                 }
                 Ok(())
             }
             Upstream::Forward(group) => {
+                if is_answer && self.outbox.answered(message.parent_id()) {
+                    debug!(
+                        parent_id = message.parent_id(),
+                        "downstream message answered"
+                    );
+                }
                 let routed = Routed {
                     node: self.node.clone(),
                     message: Some(message),
@@ -193,24 +205,15 @@ impl Session {
                 };
                 warn!(%reason, "upstream message not forwarded; answering error");
                 let reply = routing::error_reply(&parent_id, group, &edge_resource, &reason);
-                self.send(cloud_message(reply)).await;
+                if let Err(full) = self.outbox.push(reply, None) {
+                    // The edge keeps its message in its outbox and sends it again.
+                    warn!(
+                        waiting = full.waiting,
+                        "downstream queue full; error answer skipped"
+                    );
+                }
                 Ok(())
             }
         }
-    }
-
-    /// Enqueues on this session's own queue, waiting for room (back-pressure on this edge
-    /// only) unless the session ends first.
-    async fn send(&self, frame: CloudFrame) {
-        tokio::select! {
-            () = self.end.ended() => {}
-            _ = self.tx.send(frame) => {}
-        }
-    }
-}
-
-fn cloud_message(message: Message) -> CloudFrame {
-    CloudFrame {
-        frame: Some(cloud_frame::Frame::Message(message)),
     }
 }

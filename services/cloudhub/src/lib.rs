@@ -10,6 +10,9 @@
 //! - [`edge`]: the `EdgeHub` service: handshake, keepalive, upstream routing.
 //! - [`controller`]: the `ControllerHub` service: snapshot, events, downstream routing.
 //! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
+//! - `delivery`: the pure per-node delivery queue: coalescing by object, acks, retries,
+//!   bounds (at-least-once downstream, DESIGN §3.1 and §3.5).
+//! - `outbox`: the per-session task that drives a delivery queue on `tokio::time`.
 //! - `routing`: pure rules for validating messages and rewriting resource paths.
 //! - `stream`: the outbound half of a stream and how it ends.
 //!
@@ -25,8 +28,10 @@
 
 pub mod config;
 pub mod controller;
+mod delivery;
 pub mod edge;
 pub mod error;
+mod outbox;
 mod routing;
 mod sessions;
 mod stream;

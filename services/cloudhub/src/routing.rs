@@ -22,7 +22,7 @@ pub(crate) enum Upstream {
 }
 
 /// Whether `op` answers another message (and so may carry an empty resource).
-fn is_answer(op: Operation) -> bool {
+pub(crate) fn is_answer(op: Operation) -> bool {
     matches!(op, Operation::Ack | Operation::Response | Operation::Error)
 }
 

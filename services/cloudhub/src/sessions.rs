@@ -3,7 +3,8 @@
 //! One lock guards both maps so that session events and controller snapshots are ordered: a
 //! controller sees every node exactly once, either in its attach snapshot or as a later event.
 //! The lock is never held across an `.await`; all sends under it are `try_send` into bounded
-//! queues, so a slow peer never blocks another.
+//! controller queues or pushes into a node's bounded [`Outbox`], so a slow peer never blocks
+//! another.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -11,10 +12,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tracing::{debug, info, warn};
 use verge_core::Group;
-use verge_proto::Inventory;
-use verge_proto::hub::{CloudFrame, HubFrame, NodeSession, Routed, hub_frame};
+use verge_proto::hub::{HubFrame, NodeSession, Routed, hub_frame};
+use verge_proto::{Inventory, Message};
 
 use crate::Error;
+use crate::delivery::{Origin, QueueFull};
+use crate::outbox::Outbox;
 use crate::stream::StreamEnd;
 
 /// A live edge session.
@@ -22,7 +25,7 @@ pub(crate) struct NodeEntry {
     /// Unique id of the session (sent in `Welcome`).
     pub session_id: String,
     /// The node's bounded downstream queue.
-    pub tx: mpsc::Sender<CloudFrame>,
+    pub outbox: Arc<Outbox>,
     /// Ends the session's stream.
     pub end: Arc<StreamEnd>,
     /// The inventory from the session's hello, replayed to controllers that attach later.
@@ -55,15 +58,17 @@ pub(crate) enum Undeliverable {
     /// The node has no session on this replica.
     NotConnected,
     /// The node's queue is full.
-    QueueFull,
+    QueueFull(QueueFull),
 }
 
 impl Undeliverable {
-    /// The reason sent in `DeliveryError.reason`.
-    pub(crate) fn reason(self) -> &'static str {
+    /// The reason sent in `DeliveryError.reason` for a message to `node`.
+    pub(crate) fn reason(self, node: &str) -> String {
         match self {
-            Self::NotConnected => "node not connected",
-            Self::QueueFull => "queue full",
+            Self::NotConnected => "node not connected".to_owned(),
+            Self::QueueFull(QueueFull { waiting }) => {
+                format!("queue full: node {node} has {waiting} messages waiting")
+            }
         }
     }
 }
@@ -103,16 +108,20 @@ impl Registry {
     fn broadcast(&self, inner: &mut Inner, frame: &HubFrame) {
         inner
             .controllers
-            .retain(|id, c| match c.tx.try_send(frame.clone()) {
-                Ok(()) => true,
-                Err(TrySendError::Full(_)) => {
-                    warn!(controller = %c.name, id, "controller queue full; detaching it");
-                    c.end
-                        .finish(Some(Error::ControllerQueueFull(c.tx.max_capacity())));
-                    false
-                }
-                Err(TrySendError::Closed(_)) => false,
-            });
+            .retain(|id, c| offer(*id, c, frame.clone()));
+    }
+
+    /// Sends `frame` to controller `id` without waiting; a controller whose queue is full is
+    /// detached as in [`Registry::broadcast`]. A controller gone meanwhile is skipped.
+    pub(crate) fn send_to_controller(&self, id: u64, frame: HubFrame) {
+        let mut inner = self.lock();
+        let Some(c) = inner.controllers.get(&id) else {
+            debug!(id, "controller gone; frame dropped");
+            return;
+        };
+        if !offer(id, c, frame) {
+            inner.controllers.remove(&id);
+        }
     }
 
     /// Makes `entry` the session of `node`, ending the previous one with
@@ -205,16 +214,37 @@ impl Registry {
         ))
     }
 
-    /// Enqueues `frame` on the session of `node` without waiting.
+    /// Queues the edge-side `message` from `origin` on the session of `node` without
+    /// waiting.
     ///
     /// # Errors
     /// [`Undeliverable`] when the node has no session or its queue is full.
-    pub(crate) fn deliver(&self, node: &str, frame: CloudFrame) -> Result<(), Undeliverable> {
+    pub(crate) fn deliver(
+        &self,
+        node: &str,
+        message: Message,
+        origin: Origin,
+    ) -> Result<(), Undeliverable> {
         let inner = self.lock();
         let session = inner.nodes.get(node).ok_or(Undeliverable::NotConnected)?;
-        session.tx.try_send(frame).map_err(|e| match e {
-            TrySendError::Full(_) => Undeliverable::QueueFull,
-            TrySendError::Closed(_) => Undeliverable::NotConnected,
-        })
+        session
+            .outbox
+            .push(message, origin)
+            .map_err(Undeliverable::QueueFull)
+    }
+}
+
+/// Offers `frame` to controller `c`; returns whether it stays attached (a full queue ends
+/// its stream with [`Error::ControllerQueueFull`], a closed one is gone already).
+fn offer(id: u64, c: &ControllerEntry, frame: HubFrame) -> bool {
+    match c.tx.try_send(frame) {
+        Ok(()) => true,
+        Err(TrySendError::Full(_)) => {
+            warn!(controller = %c.name, id, "controller queue full; detaching it");
+            c.end
+                .finish(Some(Error::ControllerQueueFull(c.tx.max_capacity())));
+            false
+        }
+        Err(TrySendError::Closed(_)) => false,
     }
 }

@@ -1,0 +1,244 @@
+//! A container's environment, as the kubelet builds it (`makeEnvironmentVariables`).
+//!
+//! Order: every `envFrom` source (configMapRef / secretRef, keys with `prefix`; keys that
+//! are not valid variable names are skipped), then every `env` entry; a later definition
+//! of a name replaces the earlier value. An `env` `value` has `$(VAR)` references to
+//! variables defined before it expanded (`$$` is a literal `$`; unknown references stay as
+//! written). `valueFrom` takes a configMapKeyRef / secretKeyRef, a fieldRef (see
+//! [`fieldpath`]) or a resourceFieldRef. Missing non-optional objects and keys fail with
+//! the kubelet's `CreateContainerConfigError` messages.
+
+mod fieldpath;
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+
+pub(crate) use fieldpath::{container_resource, pod_field};
+
+use super::objects::PodObjects;
+use crate::{Error, Result};
+
+/// The environment being built: names in first-definition order, later values win.
+#[derive(Default)]
+struct Env {
+    order: Vec<String>,
+    values: HashMap<String, String>,
+}
+
+impl Env {
+    fn set(&mut self, name: String, value: String) {
+        if !self.values.contains_key(&name) {
+            self.order.push(name.clone());
+        }
+        self.values.insert(name, value);
+    }
+
+    fn into_list(self) -> Vec<String> {
+        let Self { order, mut values } = self;
+        order
+            .into_iter()
+            .map(|k| {
+                let v = values.remove(&k).unwrap_or_default();
+                format!("{k}={v}")
+            })
+            .collect()
+    }
+}
+
+/// Objects fetched once per call, as the kubelet caches them per container.
+struct Cache<'a, O> {
+    objects: &'a O,
+    ns: &'a str,
+    config_maps: HashMap<String, Option<ConfigMap>>,
+    secrets: HashMap<String, Option<Secret>>,
+}
+
+impl<O: PodObjects> Cache<'_, O> {
+    async fn config_map(&mut self, name: &str) -> Result<Option<&ConfigMap>> {
+        if !self.config_maps.contains_key(name) {
+            let cm = self.objects.config_map(self.ns, name).await?;
+            self.config_maps.insert(name.to_owned(), cm);
+        }
+        Ok(self.config_maps.get(name).and_then(Option::as_ref))
+    }
+
+    async fn secret(&mut self, name: &str) -> Result<Option<&Secret>> {
+        if !self.secrets.contains_key(name) {
+            let s = self.objects.secret(self.ns, name).await?;
+            self.secrets.insert(name.to_owned(), s);
+        }
+        Ok(self.secrets.get(name).and_then(Option::as_ref))
+    }
+}
+
+fn config(msg: String) -> Error {
+    Error::ContainerConfig(msg)
+}
+
+/// `KEY=VALUE` entries for `container` of `pod`, in Kubernetes order (envFrom first, then
+/// env; later wins), with `$(VAR)` expansion. `pod_ip` answers `status.podIP` (empty when
+/// `None`); `node_name` answers `spec.nodeName` when the pod does not name its node.
+///
+/// # Errors
+/// [`Error::ContainerConfig`] with the kubelet's message: `configmap "x" not found`,
+/// `secret "x" not found`, `couldn't find key k in ConfigMap ns/x`, `couldn't find key k in
+/// Secret ns/x`, `unsupported fieldPath: ...`, `unsupported container resource : ...`;
+/// errors of `objects` (e.g. a cloud query timeout) as they are.
+pub async fn resolve_env<O: PodObjects>(
+    pod: &Pod,
+    container: &Container,
+    objects: &O,
+    pod_ip: Option<&str>,
+    node_name: &str,
+) -> Result<Vec<String>> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let mut cache = Cache {
+        objects,
+        ns,
+        config_maps: HashMap::new(),
+        secrets: HashMap::new(),
+    };
+    let mut env = Env::default();
+    for source in container.env_from.iter().flatten() {
+        let prefix = source.prefix.as_deref().unwrap_or_default();
+        let data: BTreeMap<String, String> = if let Some(r) = &source.config_map_ref {
+            let optional = r.optional.unwrap_or(false);
+            match cache.config_map(&r.name).await? {
+                Some(cm) => cm.data.clone().unwrap_or_default(),
+                None if optional => continue,
+                None => return Err(config(format!("configmap \"{}\" not found", r.name))),
+            }
+        } else if let Some(r) = &source.secret_ref {
+            let optional = r.optional.unwrap_or(false);
+            match cache.secret(&r.name).await? {
+                Some(s) => secret_strings(s),
+                None if optional => continue,
+                None => return Err(config(format!("secret \"{}\" not found", r.name))),
+            }
+        } else {
+            continue;
+        };
+        for (k, v) in data {
+            let name = format!("{prefix}{k}");
+            // The kubelet skips invalid names (and reports them in an event).
+            if is_env_var_name(&name) {
+                env.set(name, v);
+            }
+        }
+    }
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(v), _) if !v.is_empty() => expand(v, &env.values),
+            (_, Some(from)) => {
+                if let Some(f) = &from.field_ref {
+                    fieldpath::env_field(pod, &f.field_path, pod_ip, node_name).map_err(config)?
+                } else if let Some(r) = &from.resource_field_ref {
+                    let name = r.container_name.as_deref().filter(|c| !c.is_empty());
+                    container_resource(pod, name.unwrap_or(&container.name), r).map_err(config)?
+                } else if let Some(r) = &from.config_map_key_ref {
+                    let optional = r.optional.unwrap_or(false);
+                    let Some(cm) = cache.config_map(&r.name).await? else {
+                        if optional {
+                            continue;
+                        }
+                        return Err(config(format!("configmap \"{}\" not found", r.name)));
+                    };
+                    match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
+                        Some(v) => v.clone(),
+                        None if optional => continue,
+                        None => {
+                            let msg =
+                                format!("couldn't find key {} in ConfigMap {ns}/{}", r.key, r.name);
+                            return Err(config(msg));
+                        }
+                    }
+                } else if let Some(r) = &from.secret_key_ref {
+                    let optional = r.optional.unwrap_or(false);
+                    let Some(secret) = cache.secret(&r.name).await? else {
+                        if optional {
+                            continue;
+                        }
+                        return Err(config(format!("secret \"{}\" not found", r.name)));
+                    };
+                    match secret.data.as_ref().and_then(|d| d.get(&r.key)) {
+                        Some(v) => String::from_utf8_lossy(&v.0).into_owned(),
+                        None if optional => continue,
+                        None => {
+                            let msg =
+                                format!("couldn't find key {} in Secret {ns}/{}", r.key, r.name);
+                            return Err(config(msg));
+                        }
+                    }
+                } else {
+                    String::new()
+                }
+            }
+            _ => String::new(),
+        };
+        env.set(var.name.clone(), value);
+    }
+    Ok(env.into_list())
+}
+
+/// A secret's `data` as strings (`stringData` is write-only and ignored on read).
+fn secret_strings(secret: &Secret) -> BTreeMap<String, String> {
+    secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect()
+}
+
+/// Kubernetes `IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`.
+fn is_env_var_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    let ok = |c: char, first: bool| {
+        matches!(c, '-' | '.' | '_') || c.is_ascii_alphabetic() || (!first && c.is_ascii_digit())
+    };
+    chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
+}
+
+/// Kubernetes `expansion.Expand` with `MappingFuncFor(vars)`: `$(NAME)` -> the value of a
+/// defined `NAME` (else left as `$(NAME)`), `$$` -> `$`, any other `$` kept.
+pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    let bytes = input.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'$' || i + 1 == bytes.len() {
+            out.push(bytes[i]);
+            i += 1;
+            continue;
+        }
+        match bytes[i + 1] {
+            b'$' => {
+                out.push(b'$');
+                i += 2;
+            }
+            b'(' => match bytes[i + 2..].iter().position(|&b| b == b')') {
+                Some(len) => {
+                    let name = &input[i + 2..i + 2 + len];
+                    match vars.get(name) {
+                        Some(v) => out.extend_from_slice(v.as_bytes()),
+                        None => out.extend_from_slice(format!("$({name})").as_bytes()),
+                    }
+                    i += len + 3;
+                }
+                None => {
+                    out.extend_from_slice(b"$(");
+                    i += 2;
+                }
+            },
+            _ => {
+                out.push(b'$');
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,173 @@
+//! edged: pods on Docker (KubeEdge: edged; the kubelet's pod lifecycle).
+//!
+//! # Layout
+//! - [`runtime`]: the container runtime over bollard (images, containers, labels, events).
+//! - `pod_worker`: one task per pod running its explicit lifecycle (sandbox, volumes, init
+//!   containers, app containers with restart policy and crash-loop back-off, liveness kills,
+//!   graceful termination).
+//! - [`pleg`]: the pod lifecycle event generator: relists containers by label and listens to
+//!   Docker events.
+//! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
+//! - [`objects`], [`env`], [`volumes`]: configmaps/secrets/tokens, env and volumes.
+//! - [`probe`], [`gc`]: probes; container and image garbage collection.
+//!
+//! [`Edged::run`] lists every pod in the store at start-up and syncs it (containers found by
+//! label are adopted, missing ones are created: offline restart recovery), then follows
+//! metamanager's [`StoreEvent`]s (pods added, changed, deleted; configmap/secret changes
+//! refresh the volumes of the pods using them), PLEG events and probe results.
+
+pub mod env;
+pub mod gc;
+pub mod objects;
+pub mod pleg;
+mod pod_worker;
+pub mod probe;
+pub mod runtime;
+pub mod status;
+pub mod volumes;
+
+mod dispatch;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::Result;
+use crate::config::Config;
+use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use crate::metamanager::{MetaStore, StoreEvent};
+use objects::StoreObjects;
+use probe::ProbeManager;
+use runtime::Runtime;
+use volumes::VolumeManager;
+
+/// What [`Edged::runtime_version`] reports until Docker answered.
+pub const UNKNOWN_RUNTIME: &str = "docker://unknown";
+
+/// Delay between attempts to reach Docker at start-up.
+const CONNECT_RETRY: Duration = Duration::from_secs(5);
+
+/// Everything a pod worker needs; shared by all of them.
+pub(crate) struct Context {
+    pub config: Arc<Config>,
+    pub runtime: Runtime,
+    pub objects: Arc<StoreObjects>,
+    pub volumes: VolumeManager<StoreObjects>,
+    pub probes: ProbeManager,
+    pub status: status::StatusHandle,
+    pub store: MetaStore,
+    /// The node's IP (hostIP; podIP of hostNetwork pods).
+    pub node_ip: Option<IpAddr>,
+}
+
+/// The edged component; see the module docs.
+#[derive(Debug)]
+pub struct Edged {
+    config: Arc<Config>,
+    store: MetaStore,
+    hub: EdgeHubHandle,
+    objects: Arc<StoreObjects>,
+    events: broadcast::Receiver<StoreEvent>,
+    version: watch::Sender<String>,
+}
+
+impl Edged {
+    /// An edged for the pods in `store`, following `events` (from
+    /// [`MetaManager::subscribe`](crate::MetaManager::subscribe), taken before metamanager
+    /// runs), reporting through `hub` and reading configmaps/secrets through `objects`.
+    pub fn new(
+        config: Arc<Config>,
+        store: MetaStore,
+        hub: EdgeHubHandle,
+        objects: StoreObjects,
+        events: broadcast::Receiver<StoreEvent>,
+    ) -> Self {
+        Self {
+            config,
+            store,
+            hub,
+            objects: Arc::new(objects),
+            events,
+            version: watch::Sender::new(UNKNOWN_RUNTIME.to_owned()),
+        }
+    }
+
+    /// `nodeInfo.containerRuntimeVersion`: `docker://<version>` once Docker answered,
+    /// [`UNKNOWN_RUNTIME`] before.
+    pub fn runtime_version(&self) -> watch::Receiver<String> {
+        self.version.subscribe()
+    }
+
+    /// Connects to Docker (retrying every 5 s until it answers), then runs pods until
+    /// `shutdown`. Containers keep running when edgecore stops (offline autonomy); the next
+    /// start adopts them.
+    ///
+    /// # Errors
+    /// None so far: Docker and store failures are logged and retried.
+    #[tracing::instrument(name = "edged", skip_all, fields(node = %self.config.node_name))]
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let runtime = loop {
+            match Runtime::connect(
+                self.config.docker_endpoint.as_deref(),
+                &self.config.node_name,
+            )
+            .await
+            {
+                Ok(rt) => break rt,
+                Err(e) => warn!(error = %DisplayChain(&e), "docker not reachable; retrying"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(CONNECT_RETRY) => {}
+            }
+        };
+        match runtime.version().await {
+            Ok(v) => {
+                info!(runtime = %v, "docker connected");
+                self.version.send_replace(v);
+            }
+            Err(e) => warn!(error = %DisplayChain(&e), "docker version unknown"),
+        }
+        let node_ip = self
+            .config
+            .node_ip
+            .or_else(|| crate::node::host::first_ipv4().map(IpAddr::V4));
+        let (status, status_task) = status::StatusManager::new(self.hub.clone());
+        let probes = ProbeManager::new(runtime.docker().clone());
+        let ctx = Arc::new(Context {
+            volumes: VolumeManager::new(self.config.pods_dir(), Arc::clone(&self.objects)),
+            config: Arc::clone(&self.config),
+            runtime: runtime.clone(),
+            objects: Arc::clone(&self.objects),
+            probes: probes.clone(),
+            status,
+            store: self.store.clone(),
+            node_ip,
+        });
+        let tracker = tokio_util::task::TaskTracker::new();
+        let stop = shutdown.child_token();
+        tracker.spawn(status_task.run(stop.clone()));
+        let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(pleg::CHANNEL_CAPACITY);
+        let pleg = pleg::Pleg::new(runtime.clone(), self.config.pleg_relist_period, pleg_tx);
+        tracker.spawn(pleg.run(stop.clone()));
+        let (live_tx, live_rx) = watch::channel(Default::default());
+        let gc = gc::GarbageCollector::new(runtime.docker().clone(), self.config.gc.clone())
+            .pin_images([self.config.pod_infra_image.as_str()])
+            .only_node(&self.config.node_name);
+        tracker.spawn(gc.run(live_rx, stop.clone()));
+        let result =
+            dispatch::Dispatcher::new(ctx, self.events, pleg_rx, probes.subscribe(), live_tx)
+                .run(stop.clone())
+                .await;
+        stop.cancel();
+        probes.shutdown();
+        tracker.close();
+        tracker.wait().await;
+        info!("edged stopped");
+        result
+    }
+}

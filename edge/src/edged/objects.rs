@@ -1,0 +1,197 @@
+//! The API objects a pod needs besides itself: configmaps, secrets and service-account
+//! tokens (the kubelet's configmap/secret managers and token manager).
+//!
+//! [`PodObjects`] is what env and volumes use; [`StoreObjects`] reads the MetaStore first
+//! (the objects edgecontroller sends for the pods of this node) and falls back to a cloud
+//! `query` (docs/protocol.md), storing the answer so it survives a restart offline.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::de::DeserializeOwned;
+use tracing::debug;
+use verge_core::{ResourceKey, ResourceType};
+
+use crate::edgehub::EdgeHubHandle;
+use crate::metamanager::{MetaStore, QueryRegistry};
+use crate::{Error, Result};
+
+/// How long a cloud query waits for its answer by default.
+pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Source of the objects a pod references. `Ok(None)` means "does not exist" (the kubelet's
+/// `NotFound`, which `optional` references tolerate); any other failure is an `Err`.
+pub trait PodObjects: Send + Sync + 'static {
+    /// The configmap `ns/name`, or `None` if it does not exist.
+    fn config_map(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ConfigMap>>> + Send;
+
+    /// The secret `ns/name`, or `None` if it does not exist.
+    fn secret(&self, ns: &str, name: &str) -> impl Future<Output = Result<Option<Secret>>> + Send;
+
+    /// A token of the pod's service account (`spec.serviceAccountName`, default `default`),
+    /// bound to the pod (`boundObjectRef` kind `Pod`, name, uid) for `audiences` (empty: the
+    /// API server's default) and `expiration_seconds`. The answer carries `status.token` and
+    /// `status.expirationTimestamp`.
+    fn service_account_token(
+        &self,
+        pod: &Pod,
+        audiences: Vec<String>,
+        expiration_seconds: i64,
+    ) -> impl Future<Output = Result<TokenRequest>> + Send;
+}
+
+/// [`PodObjects`] over the MetaStore, with a cloud `query` (through edgehub) as fallback.
+#[derive(Debug, Clone)]
+pub struct StoreObjects {
+    store: MetaStore,
+    hub: EdgeHubHandle,
+    queries: QueryRegistry,
+    timeout: Duration,
+}
+
+impl StoreObjects {
+    /// Reads `store`; queries the cloud through `hub`, whose answers metamanager hands to
+    /// `queries` (pass [`crate::MetaManager::queries`]). Queries time out after
+    /// [`DEFAULT_QUERY_TIMEOUT`].
+    pub fn new(store: MetaStore, hub: EdgeHubHandle, queries: QueryRegistry) -> Self {
+        Self {
+            store,
+            hub,
+            queries,
+            timeout: DEFAULT_QUERY_TIMEOUT,
+        }
+    }
+
+    /// The same with another query timeout.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The object at `<ns>/<kind>/<name>`: stored copy, else the cloud's answer (stored with
+    /// `upsert_if_newer`). A cloud `error` whose reason says "not found" is `Ok(None)`.
+    async fn object<T: DeserializeOwned>(
+        &self,
+        ns: &str,
+        kind: ResourceType,
+        name: &str,
+    ) -> Result<Option<T>> {
+        let key = ResourceKey::new(ns, kind, name);
+        let k = key.clone();
+        if let Some(stored) = self.store.blocking(move |s| s.get(&k)).await? {
+            return decode(&key, &stored.content).map(Some);
+        }
+        let answer = self
+            .queries
+            .query(&self.hub, "edged", &key, Vec::new(), self.timeout)
+            .await;
+        let content = match answer {
+            Ok(content) => content,
+            Err(Error::QueryRefused { reason, .. }) if is_not_found(&reason) => {
+                debug!(%key, %reason, "cloud: not found");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let object = decode(&key, &content)?;
+        let meta: Metadata = decode(&key, &content)?;
+        let uid = meta.metadata.uid.unwrap_or_default();
+        let rv = meta.metadata.resource_version.unwrap_or_default();
+        let k = key.clone();
+        self.store
+            .blocking(move |s| s.upsert_if_newer(&k, &uid, &rv, &content))
+            .await?;
+        Ok(Some(object))
+    }
+}
+
+/// The identity of an object, read from its JSON.
+#[derive(serde::Deserialize)]
+struct Metadata {
+    #[serde(default)]
+    metadata: ObjectMeta,
+}
+
+/// Whether a cloud `error` reason is an API server `NotFound`.
+fn is_not_found(reason: &str) -> bool {
+    reason.contains("NotFound") || reason.contains(" not found")
+}
+
+fn decode<T: DeserializeOwned>(key: &ResourceKey, content: &[u8]) -> Result<T> {
+    serde_json::from_slice(content).map_err(|source| Error::Decode {
+        what: key.to_string(),
+        source,
+    })
+}
+
+/// The `authentication.k8s.io/v1` TokenRequest the kubelet sends for a projected
+/// `serviceAccountToken`: bound to `pod` (apiVersion `v1`, kind `Pod`, name, uid).
+pub fn token_request(pod: &Pod, audiences: Vec<String>, expiration_seconds: i64) -> TokenRequest {
+    TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(audiences),
+            expiration_seconds: Some(expiration_seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    }
+}
+
+/// The pod's service account: `spec.serviceAccountName`, default `default`.
+pub fn service_account(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.as_deref())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+}
+
+impl PodObjects for StoreObjects {
+    async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>> {
+        self.object(ns, ResourceType::ConfigMap, name).await
+    }
+
+    async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>> {
+        self.object(ns, ResourceType::Secret, name).await
+    }
+
+    async fn service_account_token(
+        &self,
+        pod: &Pod,
+        audiences: Vec<String>,
+        expiration_seconds: i64,
+    ) -> Result<TokenRequest> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let key = ResourceKey::new(ns, ResourceType::ServiceAccountToken, service_account(pod));
+        let request = token_request(pod, audiences, expiration_seconds);
+        let content = serde_json::to_vec(&request).map_err(|source| Error::Encode {
+            what: "TokenRequest",
+            source,
+        })?;
+        let answer = self
+            .queries
+            .query(&self.hub, "edged", &key, content, self.timeout)
+            .await?;
+        decode(&key, &answer)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+#[cfg(test)]
+mod tests;

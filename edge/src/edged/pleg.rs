@@ -1,0 +1,178 @@
+//! The pod lifecycle event generator (kubelet: `GenericPLEG`): relists edged's containers
+//! every `pleg_relist_period` and right after a Docker `start`/`die`/`oom`/`destroy` event,
+//! compares each container's state with the previous relist, and tells the pod workers which
+//! pods changed.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::runtime::Runtime;
+use super::runtime::labels::{ContainerLabels, PodRef};
+use crate::Result;
+use crate::edgehub::DisplayChain;
+
+/// Capacity of the channel to the dispatcher.
+pub const CHANNEL_CAPACITY: usize = 256;
+
+/// Delay before re-subscribing to Docker events after the stream ended.
+const EVENTS_RETRY: Duration = Duration::from_secs(2);
+
+/// A pod whose containers changed since the previous relist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodChanged {
+    /// The pod, from its containers' labels.
+    pub pod: PodRef,
+    /// Whether Docker still holds containers of it.
+    pub has_containers: bool,
+}
+
+/// One relist: container id -> (pod, state).
+type Snapshot = HashMap<String, (PodRef, String)>;
+
+/// The PLEG task.
+#[derive(Debug)]
+pub struct Pleg {
+    runtime: Runtime,
+    period: Duration,
+    out: mpsc::Sender<PodChanged>,
+}
+
+impl Pleg {
+    /// A PLEG relisting `runtime` every `period`, reporting to `out`.
+    pub fn new(runtime: Runtime, period: Duration, out: mpsc::Sender<PodChanged>) -> Self {
+        Self {
+            runtime,
+            period,
+            out,
+        }
+    }
+
+    /// Relists until `shutdown`. The first relist reports every pod that has containers.
+    ///
+    /// # Errors
+    /// None: failed relists are logged and retried.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let (kick_tx, mut kick) = mpsc::channel::<()>(1);
+        let events = self.runtime.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let mut stream = std::pin::pin!(events.events());
+                loop {
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        ev = stream.next() => match ev {
+                            Some(Ok(_)) => { let _ = kick_tx.try_send(()); }
+                            Some(Err(e)) => { debug!(error = %e, "docker events failed"); break; }
+                            None => break,
+                        },
+                    }
+                }
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(EVENTS_RETRY) => {}
+                }
+            }
+        });
+        let mut previous = Snapshot::new();
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+                _ = kick.recv() => {}
+            }
+            match self.relist().await {
+                Ok(current) => {
+                    for changed in diff(&previous, &current) {
+                        if self.out.send(changed).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    previous = current;
+                }
+                Err(e) => warn!(error = %DisplayChain(&e), "relist failed"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn relist(&self) -> Result<Snapshot> {
+        let mut snap = Snapshot::new();
+        for c in self.runtime.list(None).await? {
+            let (Some(id), Some(labels)) =
+                (c.id, c.labels.as_ref().and_then(ContainerLabels::parse))
+            else {
+                continue;
+            };
+            let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+            snap.insert(id, (labels.pod, state));
+        }
+        Ok(snap)
+    }
+}
+
+/// The pods with a container added, removed or in another state.
+fn diff(previous: &Snapshot, current: &Snapshot) -> Vec<PodChanged> {
+    let mut changed: HashMap<&str, &PodRef> = HashMap::new();
+    for (id, (pod, state)) in current {
+        if previous.get(id).is_none_or(|(_, s)| s != state) {
+            changed.insert(&pod.uid, pod);
+        }
+    }
+    for (id, (pod, _)) in previous {
+        if !current.contains_key(id) {
+            changed.insert(&pod.uid, pod);
+        }
+    }
+    let live: HashSet<&str> = current.values().map(|(p, _)| p.uid.as_str()).collect();
+    changed
+        .into_values()
+        .map(|pod| PodChanged {
+            has_containers: live.contains(pod.uid.as_str()),
+            pod: pod.clone(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(uid: &str) -> PodRef {
+        PodRef {
+            namespace: "ns".into(),
+            name: format!("p-{uid}"),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn diff_reports_changed_pods() {
+        let prev: Snapshot = HashMap::from([
+            ("a".into(), (pod("1"), "running".into())),
+            ("b".into(), (pod("2"), "running".into())),
+            ("c".into(), (pod("3"), "running".into())),
+        ]);
+        let cur: Snapshot = HashMap::from([
+            ("a".into(), (pod("1"), "running".into())),
+            ("b".into(), (pod("2"), "exited".into())),
+            ("d".into(), (pod("4"), "created".into())),
+        ]);
+        let mut got: Vec<(String, bool)> = diff(&prev, &cur)
+            .into_iter()
+            .map(|c| (c.pod.uid, c.has_containers))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [("2".into(), true), ("3".into(), false), ("4".into(), true)]
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! One task per pod (kubelet: `podWorkers`), running the pod's explicit lifecycle
+//! ([`state::PodState`]). Each wake-up is a sync: observe Docker, take the next step of the
+//! lifecycle, report the status. Wake-ups come from the dispatcher (pod changes, PLEG
+//! events, probe results, configmap/secret changes), from back-off timers, and every
+//! [`RESYNC`] as a safety net.
+//!
+//! # Layout
+//! - `state`: the lifecycle states and per-container state (back-off kept there).
+//! - `backoff`: crash-loop / pull back-off.
+//! - `observe`: what Docker holds for the pod.
+//! - `sync`: one sync step (sandbox, volumes, init containers, app containers).
+//! - `start`: starting one container (image, env, binds, create, start).
+//! - `terminate`: graceful termination, deletion report, orphan clean-up.
+//! - `report`: building and sending the status.
+
+pub(crate) mod backoff;
+pub(crate) mod observe;
+mod report;
+pub(crate) mod start;
+pub(crate) mod state;
+mod sync;
+mod terminate;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument as _, debug, info_span, warn};
+use verge_core::ResourceKey;
+
+use super::Context;
+use super::probe::{ProbeKind, ProbeUpdate};
+use super::status::build::ImageIds;
+use crate::edgehub::DisplayChain;
+use state::{ContainerTrack, PodState};
+pub(crate) use terminate::cleanup_orphan;
+
+/// Longest time between two syncs of a pod.
+pub const RESYNC: Duration = Duration::from_secs(10);
+
+/// Delay before retrying a sync that failed (e.g. Docker unreachable).
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What the dispatcher tells a worker.
+#[derive(Debug)]
+pub(crate) enum WorkerMsg {
+    /// A newer version of the pod (e.g. deletionTimestamp set).
+    Update(Box<Pod>),
+    /// The pod left the store (cloud delete, or replaced by a new uid).
+    Deleted,
+    /// PLEG saw a container change.
+    Relist,
+    /// A probe result changed.
+    Probe(ProbeUpdate),
+    /// A configmap/secret the pod mounts changed.
+    Refresh,
+}
+
+/// The dispatcher's end of a worker. Messages are coalesced by the worker (each wake-up
+/// drains the queue); their number is bounded by the event sources' rates.
+#[derive(Debug)]
+pub(crate) struct WorkerHandle {
+    pub key: ResourceKey,
+    pub pod: Pod,
+    tx: mpsc::UnboundedSender<WorkerMsg>,
+}
+
+impl WorkerHandle {
+    pub(crate) fn send(&self, msg: WorkerMsg) {
+        let _ = self.tx.send(msg);
+    }
+
+    pub(crate) fn update(&mut self, pod: Pod) {
+        self.pod = pod.clone();
+        self.send(WorkerMsg::Update(Box::new(pod)));
+    }
+}
+
+/// One pod's worker.
+pub(crate) struct Worker {
+    ctx: Arc<Context>,
+    key: ResourceKey,
+    uid: String,
+    pod: Pod,
+    state: PodState,
+    tracks: HashMap<String, ContainerTrack>,
+    volumes: Option<super::volumes::PodVolumes>,
+    refresh_volumes: bool,
+    image_ids: ImageIds,
+    last_status: Option<PodStatus>,
+    start_time: Time,
+    deleted: bool,
+    /// The pod's IP (kept while the sandbox is stopped, e.g. after completion).
+    pod_ip: Option<String>,
+}
+
+/// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
+pub(crate) fn spawn(
+    ctx: Arc<Context>,
+    key: ResourceKey,
+    pod: Pod,
+    tracker: &TaskTracker,
+    shutdown: CancellationToken,
+    done: mpsc::UnboundedSender<String>,
+) -> WorkerHandle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let start_time = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.clone())
+        .unwrap_or_else(|| Time(crate::node::status::now()));
+    let worker = Worker {
+        ctx,
+        key: key.clone(),
+        uid: uid.clone(),
+        pod: pod.clone(),
+        // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
+        state: match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => PodState::Completed { succeeded: true },
+            Some("Failed") => PodState::Completed { succeeded: false },
+            _ => PodState::Pending,
+        },
+        tracks: HashMap::new(),
+        volumes: None,
+        refresh_volumes: false,
+        image_ids: ImageIds::new(),
+        last_status: None,
+        start_time,
+        deleted: false,
+        pod_ip: None,
+    };
+    let span = info_span!("pod", pod = %key, %uid);
+    tracker.spawn(
+        async move {
+            worker.run(rx, shutdown).await;
+            let _ = done.send(uid);
+        }
+        .instrument(span),
+    );
+    WorkerHandle { key, pod, tx }
+}
+
+impl Worker {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let wake = match self.sync().await {
+                Ok(wake) => wake,
+                Err(e) => {
+                    warn!(error = %DisplayChain(&e), "pod sync failed; retrying");
+                    Some(Instant::now() + RETRY)
+                }
+            };
+            if self.state == PodState::Terminated {
+                debug!("pod worker done");
+                return;
+            }
+            let deadline = wake
+                .unwrap_or_else(|| Instant::now() + RESYNC)
+                .min(Instant::now() + RESYNC);
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                msg = rx.recv() => {
+                    let Some(msg) = msg else { return };
+                    self.apply(msg);
+                    while let Ok(msg) = rx.try_recv() {
+                        self.apply(msg);
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Records a message; the next sync acts on it.
+    fn apply(&mut self, msg: WorkerMsg) {
+        match msg {
+            WorkerMsg::Update(pod) => self.pod = *pod,
+            WorkerMsg::Deleted => self.deleted = true,
+            WorkerMsg::Relist => {}
+            WorkerMsg::Refresh => self.refresh_volumes = true,
+            WorkerMsg::Probe(u) => {
+                if !u.success
+                    && matches!(u.kind, ProbeKind::Liveness | ProbeKind::Startup)
+                    && let Some(t) = self.tracks.get_mut(&u.container)
+                {
+                    t.kill = Some(u.container_id.clone());
+                }
+            }
+        }
+    }
+
+    /// The grace period of a deletion: `deletionGracePeriodSeconds`, else the spec's
+    /// `terminationGracePeriodSeconds`, else 30 s.
+    fn grace(&self) -> Duration {
+        let secs = self
+            .pod
+            .metadata
+            .deletion_grace_period_seconds
+            .or_else(|| {
+                self.pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.termination_grace_period_seconds)
+            })
+            .unwrap_or(30);
+        Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    }
+
+    fn track(&mut self, name: &str) -> &mut ContainerTrack {
+        let (i, m) = (
+            self.ctx.config.crash_loop_backoff_initial,
+            self.ctx.config.crash_loop_backoff_max,
+        );
+        self.tracks
+            .entry(name.to_owned())
+            .or_insert_with(|| ContainerTrack::new(i, m))
+    }
+}

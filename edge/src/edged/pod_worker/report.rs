@@ -1,0 +1,75 @@
+//! Building the pod's status from the worker's view and handing it to the status manager.
+
+use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::Worker;
+use super::observe::Observation;
+use crate::edged::runtime::spec::host_network;
+use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
+
+impl Worker {
+    fn facts<'a>(
+        &'a self,
+        obs: &'a Observation,
+        c: &'a Container,
+        init: bool,
+    ) -> ContainerFacts<'a> {
+        let latest = obs.latest(&c.name);
+        let track = self.tracks.get(&c.name);
+        ContainerFacts {
+            spec: c,
+            latest,
+            previous: obs.previous(&c.name),
+            waiting: track.and_then(|t| t.waiting.as_ref()),
+            restarts: track.map_or(0, |t| t.next_restart),
+            ready: !init && self.ctx.probes.ready(&self.uid, &c.name),
+            started: !init && self.ctx.probes.started(&self.uid, &c.name),
+            image_id: latest
+                .and_then(|i| self.image_ids.get(&i.image_id))
+                .map_or("", String::as_str),
+        }
+    }
+
+    /// Reports the status as of `obs` (the status manager drops unchanged ones).
+    pub(super) async fn report(&mut self, obs: &Observation) {
+        for i in obs.containers.values().filter_map(|v| v.first()) {
+            if !i.image_id.is_empty() && !self.image_ids.contains_key(&i.image_id) {
+                let r = self.ctx.runtime.image_ref(&i.image_id).await;
+                self.image_ids.insert(i.image_id.clone(), r);
+            }
+        }
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let init: Vec<ContainerFacts<'_>> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| self.facts(obs, c, true))
+            .collect();
+        let app: Vec<ContainerFacts<'_>> = spec
+            .containers
+            .iter()
+            .map(|c| self.facts(obs, c, false))
+            .collect();
+        let host_ip = self.ctx.node_ip.map(|ip| ip.to_string());
+        let pod_ip = if host_network(&self.pod) {
+            host_ip.clone()
+        } else {
+            self.pod_ip.clone()
+        };
+        let pod_facts = PodFacts {
+            pod: &self.pod,
+            state: &self.state,
+            host_ip,
+            pod_ip,
+            start_time: self.start_time.clone(),
+        };
+        let now = Time(crate::node::status::now());
+        let status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
+        self.ctx
+            .status
+            .update(&self.key, &self.uid, status.clone())
+            .await;
+        self.last_status = Some(status);
+    }
+}

@@ -1,0 +1,95 @@
+//! Graceful termination (kubelet: `killPod` + the pod's removal): stop every container with
+//! the grace period (SIGTERM, SIGKILL after it), then the sandbox; report the last status;
+//! remove the containers and the pod directory; remove the pod from the store; report the
+//! completed deletion upstream (`delete <ns>/pod/<name>`, header uid).
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use tracing::{info, warn};
+use verge_core::{ResourceKey, ResourceType};
+
+use super::Worker;
+use super::observe::{RunState, observe};
+use super::state::PodState;
+use crate::Result;
+use crate::edged::Context;
+use crate::edged::runtime::labels::{ContainerLabels, GRACE, PodRef};
+use crate::edgehub::DisplayChain;
+
+/// Grace period of orphans without the grace label (kubelet default).
+const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+impl Worker {
+    /// Tears the pod down; the state becomes [`PodState::Terminated`].
+    pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
+        let obs = observe(&self.ctx.runtime, &self.uid).await?;
+        self.ctx.probes.remove_pod(&self.uid);
+        let ctx = std::sync::Arc::clone(&self.ctx);
+        let rt = &ctx.runtime;
+        let running = |sandbox: bool| {
+            obs.all()
+                .filter(move |i| i.labels.sandbox == sandbox && i.state != RunState::Exited)
+                .map(|i| i.id.clone())
+        };
+        for r in join_all(running(false).map(|id| async move { rt.stop(&id, grace).await })).await {
+            r?;
+        }
+        for id in running(true) {
+            rt.stop(&id, Duration::ZERO).await?;
+        }
+        let last = observe(rt, &self.uid).await?;
+        self.report(&last).await;
+        for i in last.all() {
+            rt.remove(&i.id).await?;
+        }
+        if let Err(e) = self.ctx.volumes.cleanup(&self.uid).await {
+            warn!(error = %DisplayChain(&e), "cannot remove pod directory");
+        }
+        let (key, uid) = (self.key.clone(), self.uid.clone());
+        self.ctx
+            .store
+            .blocking(move |s| s.delete(&key, &uid))
+            .await?;
+        self.ctx.status.deleted(&self.key, &self.uid).await;
+        info!("pod terminated and removed");
+        self.state = PodState::Terminated;
+        Ok(())
+    }
+}
+
+/// Removes the containers of a pod that is no longer in the store (deleted while edgecore
+/// was down, or left over): stop with the grace period from their labels, remove, clean up
+/// the pod directory and report the deletion.
+pub(crate) async fn cleanup_orphan(ctx: &Context, pod: &PodRef) {
+    let result: Result<()> = async {
+        let containers = ctx.runtime.list(Some(&pod.uid)).await?;
+        if containers.is_empty() {
+            return Ok(());
+        }
+        info!(pod = %pod.name, namespace = %pod.namespace, uid = %pod.uid, "removing orphaned pod containers");
+        ctx.probes.remove_pod(&pod.uid);
+        let stops = containers.iter().filter_map(|c| {
+            let labels = c.labels.as_ref()?;
+            let sandbox = ContainerLabels::parse(labels).is_some_and(|l| l.sandbox);
+            let grace = labels.get(GRACE).and_then(|g| g.parse().ok()).map_or(DEFAULT_GRACE, Duration::from_secs);
+            let id = c.id.clone()?;
+            Some(async move {
+                let _ = ctx.runtime.stop(&id, if sandbox { Duration::ZERO } else { grace }).await;
+                ctx.runtime.remove(&id).await
+            })
+        });
+        for r in join_all(stops).await {
+            r?;
+        }
+        if let Err(e) = ctx.volumes.cleanup(&pod.uid).await {
+            warn!(error = %DisplayChain(&e), "cannot remove pod directory");
+        }
+        ctx.status.deleted(&ResourceKey::new(&pod.namespace, ResourceType::Pod, &pod.name), &pod.uid).await;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        warn!(uid = %pod.uid, error = %DisplayChain(&e), "orphan clean-up failed; retried on the next change");
+    }
+}

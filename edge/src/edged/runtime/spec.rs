@@ -1,0 +1,284 @@
+//! Docker create bodies for a pod's sandbox and containers, following the kubelet's
+//! `kuberuntime_container.go` and dockershim's `helpers.go`.
+//!
+//! * Command: `command` replaces the image's Entrypoint (and then the image's Cmd is not
+//!   used), `args` replaces its Cmd; `$(VAR)` in both expands from the container's env
+//!   (`$$` escapes), unknown references stay as written.
+//! * Resources: `limits.cpu` -> `NanoCpus`, `limits.memory` -> `Memory` (bytes),
+//!   `requests.cpu` -> `CpuShares` (millicores * 1024 / 1000, at least 2).
+//! * securityContext (container over pod): runAsUser/runAsGroup -> `User "uid[:gid]"`,
+//!   privileged, capabilities add/drop, readOnlyRootFilesystem.
+//! * Network: the sandbox owns the network (bridge, or `host` for hostNetwork pods) and
+//!   publishes `hostPort`s; containers join with `container:<sandbox id>` for network and IPC.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::labels::ContainerLabels;
+use crate::node::quantity::parse_scaled;
+
+/// Expands `$(NAME)` references in `s` from `env` (`KEY=VALUE` entries; later wins);
+/// `$$` becomes `$`; unknown references are kept verbatim (Kubernetes `expansion.Expand`).
+pub fn expand(s: &str, env: &[String]) -> String {
+    let lookup = |name: &str| {
+        env.iter().rev().find_map(|kv| {
+            kv.split_once('=')
+                .filter(|(k, _)| *k == name)
+                .map(|(_, v)| v)
+        })
+    };
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match lookup(name) {
+                Some(v) => out.push_str(v),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `User` string of a container: `uid[:gid]` from the container's or the pod's
+/// securityContext; `None` keeps the image's user.
+fn user(pod: &Pod, container: &Container) -> Option<String> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = container.security_context.as_ref();
+    let uid = csc
+        .and_then(|c| c.run_as_user)
+        .or_else(|| psc.and_then(|p| p.run_as_user));
+    let gid = csc
+        .and_then(|c| c.run_as_group)
+        .or_else(|| psc.and_then(|p| p.run_as_group));
+    match (uid, gid) {
+        (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+        (Some(u), None) => Some(u.to_string()),
+        // Docker needs a user to set a group; root with that group is what runc would do.
+        (None, Some(g)) => Some(format!("0:{g}")),
+        (None, None) => None,
+    }
+}
+
+/// Applies `resources.limits`/`requests` to `host`.
+fn apply_resources(container: &Container, host: &mut HostConfig) {
+    let Some(res) = container.resources.as_ref() else {
+        return;
+    };
+    let limit = |name: &str, scale| {
+        res.limits
+            .as_ref()
+            .and_then(|l| l.get(name))
+            .and_then(|q| parse_scaled(&q.0, scale))
+    };
+    if let Some(millis) = limit("cpu", 3) {
+        host.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
+    }
+    if let Some(bytes) = limit("memory", 0) {
+        host.memory = i64::try_from(bytes).ok();
+    }
+    let request = res
+        .requests
+        .as_ref()
+        .and_then(|r| r.get("cpu"))
+        .and_then(|q| parse_scaled(&q.0, 3));
+    if let Some(millis) = request {
+        host.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
+    }
+}
+
+/// The create body of app or init container `container` of `pod`, joining sandbox
+/// `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds.
+#[allow(clippy::too_many_arguments)]
+pub fn container_body(
+    pod: &Pod,
+    container: &Container,
+    labels: &ContainerLabels,
+    sandbox_id: &str,
+    image: &str,
+    env: Vec<String>,
+    binds: Vec<String>,
+    grace: Duration,
+) -> ContainerCreateBody {
+    let expand_all = |v: &Option<Vec<String>>| {
+        v.as_ref()
+            .map(|v| v.iter().map(|s| expand(s, &env)).collect::<Vec<_>>())
+    };
+    let (entrypoint, cmd) = (expand_all(&container.command), expand_all(&container.args));
+    let (entrypoint, cmd) = match (entrypoint, cmd) {
+        // `command` without `args`: the image's Cmd must not be appended.
+        (Some(e), None) => (Some(e), Some(Vec::new())),
+        other => other,
+    };
+    let sc = container.security_context.as_ref();
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let join = format!("container:{sandbox_id}");
+    let mut host = HostConfig {
+        binds: Some(binds).filter(|b| !b.is_empty()),
+        network_mode: Some(join.clone()),
+        ipc_mode: Some(join),
+        privileged: sc.and_then(|s| s.privileged),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
+        cap_add: caps.and_then(|c| c.add.clone()),
+        cap_drop: caps.and_then(|c| c.drop.clone()),
+        ..HostConfig::default()
+    };
+    apply_resources(container, &mut host);
+    ContainerCreateBody {
+        image: Some(image.to_owned()),
+        entrypoint,
+        cmd,
+        env: Some(env),
+        working_dir: container.working_dir.clone(),
+        user: user(pod, container),
+        tty: container.tty,
+        open_stdin: container.stdin,
+        stdin_once: container.stdin_once,
+        labels: Some(with_grace(labels, grace)),
+        host_config: Some(host),
+        ..ContainerCreateBody::default()
+    }
+}
+
+/// The labels plus the grace period label ([`labels::GRACE`](super::labels::GRACE)).
+fn with_grace(labels: &ContainerLabels, grace: Duration) -> HashMap<String, String> {
+    let mut map = labels.to_map();
+    map.insert(super::labels::GRACE.to_owned(), grace.as_secs().to_string());
+    map
+}
+
+/// Whether the pod uses the node's network namespace.
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The create body of the pod's sandbox: `image` running `command` (empty: the image's),
+/// hostname = `spec.hostname` or the pod name, shareable IPC, bridge network (or host) with
+/// every container port that has a `hostPort` published.
+pub fn sandbox_body(
+    pod: &Pod,
+    labels: &ContainerLabels,
+    image: &str,
+    command: &[String],
+    grace: Duration,
+) -> ContainerCreateBody {
+    let spec = pod.spec.as_ref();
+    let host_net = host_network(pod);
+    let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        for p in c.ports.iter().flatten() {
+            let Some(host_port) = p.host_port.filter(|hp| *hp > 0 && !host_net) else {
+                continue;
+            };
+            let proto = p.protocol.as_deref().unwrap_or("TCP").to_lowercase();
+            bindings
+                .entry(format!("{}/{proto}", p.container_port))
+                .or_default()
+                .get_or_insert_with(Vec::new)
+                .push(PortBinding {
+                    host_ip: p.host_ip.clone(),
+                    host_port: Some(host_port.to_string()),
+                });
+        }
+    }
+    let exposed: Vec<String> = bindings.keys().cloned().collect();
+    let hostname = if host_net {
+        None
+    } else {
+        spec.and_then(|s| s.hostname.clone())
+            .or_else(|| Some(labels.pod.name.clone()))
+    };
+    ContainerCreateBody {
+        image: Some(image.to_owned()),
+        cmd: Some(command.to_vec()).filter(|c| !c.is_empty()),
+        hostname,
+        labels: Some(with_grace(labels, grace)),
+        exposed_ports: Some(exposed).filter(|e| !e.is_empty()),
+        host_config: Some(HostConfig {
+            network_mode: Some(if host_net { "host" } else { "bridge" }.to_owned()),
+            ipc_mode: Some("shareable".to_owned()),
+            port_bindings: Some(bindings).filter(|b| !b.is_empty()),
+            ..HostConfig::default()
+        }),
+        ..ContainerCreateBody::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_follows_kubernetes() {
+        let env = vec!["A=1".to_owned(), "B=two".to_owned()];
+        assert_eq!(expand("x$(A)-$(B)", &env), "x1-two");
+        assert_eq!(expand("$$(A) $(C) $", &env), "$(A) $(C) $");
+    }
+
+    #[test]
+    fn command_args_resources_security() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 3000}, "containers": [{
+                "name": "c", "image": "img", "command": ["sh", "-c"], "ports": [{"containerPort": 80, "hostPort": 8080}],
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+                "securityContext": {"runAsUser": 7, "capabilities": {"add": ["NET_ADMIN"]}, "readOnlyRootFilesystem": true}
+            }]}
+        }))
+        .expect("pod");
+        let c = &pod.spec.as_ref().expect("spec").containers[0];
+        let labels = ContainerLabels::parse(&HashMap::from([
+            ("io.kubernetes.pod.namespace".to_owned(), "ns".to_owned()),
+            ("io.kubernetes.pod.name".to_owned(), "p".to_owned()),
+            ("io.kubernetes.pod.uid".to_owned(), "u".to_owned()),
+            ("io.kubernetes.container.name".to_owned(), "c".to_owned()),
+        ]))
+        .expect("labels");
+        let b = container_body(
+            &pod,
+            c,
+            &labels,
+            "sb",
+            "img",
+            vec![],
+            vec![],
+            Duration::from_secs(3),
+        );
+        assert_eq!(b.entrypoint, Some(vec!["sh".to_owned(), "-c".to_owned()]));
+        assert_eq!(b.cmd, Some(vec![]));
+        assert_eq!(b.user.as_deref(), Some("7:3000"));
+        let h = b.host_config.expect("host");
+        assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
+        assert_eq!(h.network_mode.as_deref(), Some("container:sb"));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        let s = sandbox_body(&pod, &labels, "pause", &[], Duration::ZERO);
+        let ports = s.host_config.expect("host").port_bindings.expect("ports");
+        assert_eq!(
+            ports["80/tcp"].as_ref().expect("b")[0].host_port.as_deref(),
+            Some("8080")
+        );
+    }
+}

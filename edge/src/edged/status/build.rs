@@ -1,0 +1,242 @@
+//! Builds a pod's `v1.PodStatus` from what Docker holds and what its worker knows, following
+//! the kubelet (`kubelet_pods.go`: `generateAPIPodStatus`, `getPhase`; `qos.GetPodQOS`).
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+pub use super::container::{ContainerFacts, container_status};
+
+use crate::edged::pod_worker::observe::RunState;
+use crate::edged::pod_worker::state::PodState;
+
+/// The pod-level facts.
+#[derive(Debug, Clone)]
+pub struct PodFacts<'a> {
+    /// The pod.
+    pub pod: &'a Pod,
+    /// Its lifecycle state.
+    pub state: &'a PodState,
+    /// The node's IP.
+    pub host_ip: Option<String>,
+    /// The pod's IP (sandbox bridge IP, or the node IP for hostNetwork).
+    pub pod_ip: Option<String>,
+    /// When edged first handled the pod.
+    pub start_time: Time,
+}
+
+/// The kubelet's `getPhase` over the app containers' statuses.
+fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .unwrap_or("Always");
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    for s in statuses {
+        let st = s.state.as_ref();
+        if st.is_some_and(|s| s.running.is_some()) {
+            running += 1;
+        } else if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if s
+            .last_state
+            .as_ref()
+            .is_some_and(|l| l.terminated.is_some())
+        {
+            stopped += 1;
+        } else {
+            waiting += 1;
+        }
+    }
+    match () {
+        () if waiting > 0 => "Pending",
+        () if running > 0 => "Running",
+        () if stopped > 0 && policy == "Always" => "Running",
+        () if stopped > 0 && stopped == succeeded => "Succeeded",
+        () if stopped > 0 && policy == "Never" => "Failed",
+        () if stopped > 0 => "Running",
+        () => "Pending",
+    }
+}
+
+/// The pod's QoS class (`Guaranteed`, `Burstable`, `BestEffort`; `qos.GetPodQOS`).
+pub fn qos_class(pod: &Pod) -> &'static str {
+    let spec = pod.spec.as_ref();
+    let all = spec.into_iter().flat_map(|s| {
+        s.containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+    });
+    let (mut any, mut guaranteed) = (false, true);
+    for c in all {
+        let res = c.resources.as_ref();
+        let get = |m: Option<
+            &std::collections::BTreeMap<
+                String,
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+            >,
+        >,
+                   k: &str| { m.and_then(|m| m.get(k)).map(|q| q.0.clone()) };
+        for r in ["cpu", "memory"] {
+            let limit = get(res.and_then(|r| r.limits.as_ref()), r);
+            let request = get(res.and_then(|r| r.requests.as_ref()), r).or_else(|| limit.clone());
+            any |= limit.is_some() || request.is_some();
+            if limit.is_none() || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: Option<&str>,
+    prev: Option<&PodStatus>,
+    now: &Time,
+) -> PodCondition {
+    let status = if ok { "True" } else { "False" };
+    let kept = prev
+        .and_then(|p| p.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == type_ && c.status == status))
+        .and_then(|c| c.last_transition_time.clone());
+    PodCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: if ok { None } else { reason.map(str::to_owned) },
+        last_transition_time: Some(kept.unwrap_or_else(|| now.clone())),
+        ..PodCondition::default()
+    }
+}
+
+/// The whole `v1.PodStatus`. `previous` keeps condition transition times stable.
+pub fn pod_status(
+    facts: &PodFacts<'_>,
+    init: &[ContainerFacts<'_>],
+    app: &[ContainerFacts<'_>],
+    previous: Option<&PodStatus>,
+    now: &Time,
+) -> PodStatus {
+    let init_statuses: Vec<ContainerStatus> = init
+        .iter()
+        .map(|f| container_status(f, "PodInitializing"))
+        .collect();
+    let initialized = init.iter().all(|f| {
+        f.latest
+            .is_some_and(|i| i.state == RunState::Exited && i.exit_code == 0)
+    }) || app.iter().any(|f| f.latest.is_some());
+    let app_wait = if initialized {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    let statuses: Vec<ContainerStatus> =
+        app.iter().map(|f| container_status(f, app_wait)).collect();
+    let phase = match facts.state {
+        PodState::Pending | PodState::Initializing => "Pending",
+        PodState::Completed { succeeded: true } => "Succeeded",
+        PodState::Completed { succeeded: false } => "Failed",
+        _ => phase(facts.pod, &statuses),
+    };
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let ready = !terminal && !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    let not_ready = if terminal {
+        "PodCompleted"
+    } else {
+        "ContainersNotReady"
+    };
+    let ips = |ip: &Option<String>| ip.clone();
+    PodStatus {
+        phase: Some(phase.to_owned()),
+        conditions: Some(vec![
+            condition("PodScheduled", true, None, previous, now),
+            condition(
+                "Initialized",
+                initialized,
+                Some("ContainersNotInitialized"),
+                previous,
+                now,
+            ),
+            condition("ContainersReady", ready, Some(not_ready), previous, now),
+            condition("Ready", ready, Some(not_ready), previous, now),
+        ]),
+        host_ip: ips(&facts.host_ip),
+        host_ips: facts.host_ip.clone().map(|ip| vec![HostIP { ip }]),
+        pod_ip: ips(&facts.pod_ip),
+        pod_ips: facts.pod_ip.clone().map(|ip| vec![PodIP { ip }]),
+        qos_class: Some(qos_class(facts.pod).to_owned()),
+        start_time: Some(facts.start_time.clone()),
+        init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
+        container_statuses: Some(statuses),
+        ..PodStatus::default()
+    }
+}
+
+/// Image ids already resolved to the kubelet's `imageID` form, by local image id.
+pub type ImageIds = HashMap<String, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    };
+
+    fn pod(json: serde_json::Value) -> Pod {
+        serde_json::from_value(json).expect("pod")
+    }
+
+    #[test]
+    fn qos_classes() {
+        let c = |res: serde_json::Value| {
+            pod(serde_json::json!({"spec": {"containers": [{"name": "a", "resources": res}]}}))
+        };
+        assert_eq!(qos_class(&c(serde_json::json!({}))), "BestEffort");
+        assert_eq!(
+            qos_class(&c(
+                serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}})
+            )),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(&c(serde_json::json!({"requests": {"cpu": "1"}}))),
+            "Burstable"
+        );
+    }
+
+    #[test]
+    fn phase_follows_getphase() {
+        let p = pod(serde_json::json!({"spec": {"restartPolicy": "Never", "containers": []}}));
+        let run = ContainerStatus {
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let done = |code| ContainerStatus {
+            state: Some(ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: code,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(phase(&p, &[run.clone(), done(0)]), "Running");
+        assert_eq!(phase(&p, &[done(0), done(0)]), "Succeeded");
+        assert_eq!(phase(&p, &[done(0), done(1)]), "Failed");
+        assert_eq!(phase(&p, &[ContainerStatus::default()]), "Pending");
+    }
+}

@@ -1,0 +1,112 @@
+//! The `v1.ContainerStatus` of one container (kubelet: `convertToAPIContainerStatuses`).
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+    ContainerStateWaiting, ContainerStatus,
+};
+
+use crate::edged::pod_worker::observe::{Instance, RunState};
+use crate::edged::pod_worker::state::Waiting;
+
+/// What the status of one container is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerFacts<'a> {
+    /// The spec.
+    pub spec: &'a Container,
+    /// The newest instance, if any.
+    pub latest: Option<&'a Instance>,
+    /// The instance before it, if any.
+    pub previous: Option<&'a Instance>,
+    /// Why it is waiting, per its worker (back-off, image or config errors).
+    pub waiting: Option<&'a Waiting>,
+    /// Restart count when no instance exists.
+    pub restarts: u32,
+    /// Readiness (probe manager; false for init containers).
+    pub ready: bool,
+    /// Started (probe manager's startup result).
+    pub started: bool,
+    /// `imageID` of the newest instance.
+    pub image_id: &'a str,
+}
+
+/// `Completed` for exit 0, `OOMKilled`, else `Error` (dockershim's reasons).
+fn terminated(i: &Instance) -> ContainerStateTerminated {
+    let reason = if i.oom_killed {
+        "OOMKilled"
+    } else if i.exit_code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    };
+    ContainerStateTerminated {
+        exit_code: i.exit_code,
+        reason: Some(reason.to_owned()),
+        message: i.error.clone(),
+        started_at: i.started_at.clone(),
+        finished_at: i.finished_at.clone(),
+        container_id: Some(format!("docker://{}", i.id)),
+        ..ContainerStateTerminated::default()
+    }
+}
+
+fn waiting(reason: &str, message: Option<&str>) -> ContainerState {
+    ContainerState {
+        waiting: Some(ContainerStateWaiting {
+            reason: Some(reason.to_owned()),
+            message: message.filter(|m| !m.is_empty()).map(str::to_owned),
+        }),
+        ..ContainerState::default()
+    }
+}
+
+fn term_state(i: &Instance) -> ContainerState {
+    ContainerState {
+        terminated: Some(terminated(i)),
+        ..ContainerState::default()
+    }
+}
+
+/// The `ContainerStatus` of one container; `default_wait` is the reason while nothing runs
+/// (`ContainerCreating`, or `PodInitializing` for app containers during init).
+pub fn container_status(f: &ContainerFacts<'_>, default_wait: &str) -> ContainerStatus {
+    let (state, last) = match f.latest {
+        Some(i) if i.state == RunState::Running => (
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: i.started_at.clone(),
+                }),
+                ..ContainerState::default()
+            },
+            f.previous.map(term_state),
+        ),
+        Some(i) if i.state == RunState::Exited => match f.waiting {
+            Some(w) => (waiting(&w.reason, Some(&w.message)), Some(term_state(i))),
+            None => (term_state(i), f.previous.map(term_state)),
+        },
+        Some(_) => (
+            waiting("ContainerCreating", None),
+            f.previous.map(term_state),
+        ),
+        None => match f.waiting {
+            Some(w) => (waiting(&w.reason, Some(&w.message)), None),
+            None => (waiting(default_wait, None), None),
+        },
+    };
+    let running = state.running.is_some();
+    ContainerStatus {
+        name: f.spec.name.clone(),
+        image: f.spec.image.clone().unwrap_or_default(),
+        image_id: f.latest.map(|_| f.image_id.to_owned()).unwrap_or_default(),
+        container_id: f.latest.map(|i| format!("docker://{}", i.id)),
+        restart_count: f
+            .latest
+            .map_or(f.restarts, |i| i.labels.restart_count)
+            .try_into()
+            .unwrap_or(i32::MAX),
+        ready: running && f.ready,
+        started: Some(running && f.started),
+        state: Some(state),
+        last_state: last,
+        ..ContainerStatus::default()
+    }
+}

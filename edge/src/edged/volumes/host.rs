@@ -1,0 +1,119 @@
+//! emptyDir and hostPath volumes, and subPath directories (kubelet `emptydir` and
+//! `hostpath` plugins, `hostPathTypeChecker`).
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::Path;
+
+use k8s_openapi::api::core::v1::Volume;
+
+use crate::{Error, Result};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::VolumeIo {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Creates an emptyDir at `dir` with mode 0777, as the kubelet does (`medium: Memory` is a
+/// plain directory here, not a tmpfs; `sizeLimit` is not enforced).
+pub(super) async fn empty_dir(dir: &Path) -> Result<()> {
+    tokio::fs::create_dir_all(dir).await.map_err(io(dir))?;
+    let perms = std::fs::Permissions::from_mode(0o777);
+    tokio::fs::set_permissions(dir, perms)
+        .await
+        .map_err(io(dir))
+}
+
+/// The kubelet's hostPath type check: `""` none; `DirectoryOrCreate` / `FileOrCreate`
+/// create a missing path (directory 0755 with parents / empty file 0644), then must be a
+/// directory / regular file, like `Directory` / `File`; `Socket`, `CharDevice`,
+/// `BlockDevice` must be one.
+///
+/// # Errors
+/// [`Error::Volume`] with the kubelet's message (`hostPath type check failed: <p> is not a
+/// directory`, `... is not a file`, `... is not a socket file`, `... is not a character
+/// device`, `... is not a block device`, `<t> is an invalid volume type`);
+/// [`Error::VolumeIo`] when creating fails.
+pub(super) async fn check_host_path(volume: &Volume, path: &Path) -> Result<()> {
+    let ty = volume
+        .host_path
+        .as_ref()
+        .and_then(|h| h.type_.as_deref())
+        .unwrap_or_default();
+    let meta = tokio::fs::metadata(path).await.ok();
+    let fail = |what: &str| {
+        Err(Error::Volume {
+            volume: volume.name.clone(),
+            reason: format!(
+                "hostPath type check failed: {} is not {what}",
+                path.display()
+            ),
+        })
+    };
+    match ty {
+        "" => Ok(()),
+        "DirectoryOrCreate" if meta.is_none() => {
+            tokio::fs::create_dir_all(path).await.map_err(io(path))?;
+            let perms = std::fs::Permissions::from_mode(0o755);
+            tokio::fs::set_permissions(path, perms)
+                .await
+                .map_err(io(path))
+        }
+        "FileOrCreate" if meta.is_none() => {
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .await
+                .map_err(io(path))?;
+            let perms = std::fs::Permissions::from_mode(0o644);
+            tokio::fs::set_permissions(path, perms)
+                .await
+                .map_err(io(path))
+        }
+        "Directory" | "DirectoryOrCreate" if !meta.as_ref().is_some_and(|m| m.is_dir()) => {
+            fail("a directory")
+        }
+        "File" | "FileOrCreate" if !meta.as_ref().is_some_and(|m| m.file_type().is_file()) => {
+            fail("a file")
+        }
+        "Socket" if !meta.as_ref().is_some_and(|m| m.file_type().is_socket()) => {
+            fail("a socket file")
+        }
+        "CharDevice"
+            if !meta
+                .as_ref()
+                .is_some_and(|m| m.file_type().is_char_device()) =>
+        {
+            fail("a character device")
+        }
+        "BlockDevice"
+            if !meta
+                .as_ref()
+                .is_some_and(|m| m.file_type().is_block_device()) =>
+        {
+            fail("a block device")
+        }
+        "Directory" | "DirectoryOrCreate" | "File" | "FileOrCreate" | "Socket" | "CharDevice"
+        | "BlockDevice" => Ok(()),
+        other => Err(Error::Volume {
+            volume: volume.name.clone(),
+            reason: format!("{other} is an invalid volume type"),
+        }),
+    }
+}
+
+/// Creates a missing subPath `sub` inside `volume` as a directory with the volume's mode
+/// (kubelet `SafeMakeDir`). An existing path (also a symlink) is left alone.
+pub(super) fn make_sub_path(volume: &Path, sub: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(sub).is_ok() {
+        return Ok(());
+    }
+    let mode = std::fs::metadata(volume)
+        .map_err(io(volume))?
+        .permissions()
+        .mode();
+    std::fs::create_dir_all(sub).map_err(io(sub))?;
+    std::fs::set_permissions(sub, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io(sub))
+}

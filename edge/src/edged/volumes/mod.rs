@@ -1,0 +1,249 @@
+//! Pod volumes on the node's filesystem (the kubelet's volume manager and its in-tree
+//! plugins emptyDir, hostPath, configMap, secret, downwardAPI and projected).
+//!
+//! Every volume except hostPath lives in `<pods_dir>/<pod uid>/volumes/<volume name>`.
+//! configMap, secret, downwardAPI and projected volumes are written like the kubelet's
+//! `AtomicWriter` ([`atomic`]): files in a timestamped `..<ts>` directory, published by
+//! renaming a `..data` symlink, with per-file symlinks `key -> ..data/key`, so a container
+//! sees an update all at once. [`PodVolumes::binds_for`] turns a container's volumeMounts
+//! into Docker binds.
+
+mod atomic;
+mod host;
+mod payload;
+mod token;
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+
+use super::objects::PodObjects;
+use crate::{Error, Result};
+use token::TokenCache;
+
+/// Prepares, refreshes and removes the volumes of pods; see the module docs.
+#[derive(Debug)]
+pub struct VolumeManager<O: PodObjects> {
+    pods_dir: PathBuf,
+    objects: Arc<O>,
+    tokens: TokenCache,
+}
+
+/// Where each volume of one pod is on the host; answers containers' mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodVolumes {
+    /// Volume name -> (host path, always read-only: configMap/secret/downwardAPI/projected).
+    volumes: HashMap<String, (PathBuf, bool)>,
+}
+
+/// How a volume is materialised.
+enum Kind {
+    /// A directory under the pod dir (emptyDir).
+    Dir,
+    /// A path on the host (hostPath).
+    Host(PathBuf),
+    /// Files written atomically from objects (configMap, secret, downwardAPI, projected).
+    Files,
+}
+
+fn kind(volume: &Volume) -> Result<Kind> {
+    if let Some(h) = &volume.host_path {
+        return Ok(Kind::Host(PathBuf::from(&h.path)));
+    }
+    if volume.empty_dir.is_some() {
+        return Ok(Kind::Dir);
+    }
+    if volume.config_map.is_some()
+        || volume.secret.is_some()
+        || volume.downward_api.is_some()
+        || volume.projected.is_some()
+    {
+        return Ok(Kind::Files);
+    }
+    Err(Error::Volume {
+        volume: volume.name.clone(),
+        reason: "unsupported volume type (edged supports emptyDir, hostPath, configMap, secret, \
+                 downwardAPI, projected)"
+            .into(),
+    })
+}
+
+fn volumes(pod: &Pod) -> &[Volume] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_deref())
+        .unwrap_or_default()
+}
+
+impl<O: PodObjects> VolumeManager<O> {
+    /// Volumes under `pods_dir` (`<data_dir>/pods`), objects read from `objects`.
+    pub fn new(pods_dir: PathBuf, objects: Arc<O>) -> Self {
+        Self {
+            pods_dir,
+            objects,
+            tokens: TokenCache::default(),
+        }
+    }
+
+    /// `<pods_dir>/<uid>/volumes/<name>`.
+    fn volume_dir(&self, pod: &Pod, name: &str) -> PathBuf {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.pods_dir.join(uid).join("volumes").join(name)
+    }
+
+    /// Materialises every volume of the pod under `<pods_dir>/<uid>/volumes/<name>`
+    /// (hostPath: checks or creates the host path per its `type`).
+    ///
+    /// # Errors
+    /// [`Error::Volume`] with the kubelet's reason (`configmap "x" not found`, `hostPath type
+    /// check failed: /p is not a directory`, an unsupported volume type, ...);
+    /// [`Error::VolumeIo`] for a file system failure; errors of the objects source.
+    pub async fn prepare(&self, pod: &Pod) -> Result<PodVolumes> {
+        self.write_all(pod, SystemTime::now(), true).await
+    }
+
+    /// Re-writes configMap/secret/downwardAPI/projected files from the current objects (on
+    /// an object change or for token expiry); a volume's files change only if their content
+    /// changed or its service-account token was due (80% of its lifetime passed).
+    ///
+    /// # Errors
+    /// As [`VolumeManager::prepare`].
+    pub async fn refresh(&self, pod: &Pod) -> Result<()> {
+        self.refresh_at(pod, SystemTime::now()).await
+    }
+
+    /// When the pod's projected service-account tokens are next due (80% of a token's
+    /// lifetime): call [`VolumeManager::refresh`] then, as the kubelet's periodic pod sync
+    /// does. `None` when the pod has no token.
+    pub fn next_refresh(&self, pod_uid: &str) -> Option<SystemTime> {
+        self.tokens.next_due(pod_uid)
+    }
+
+    /// [`VolumeManager::refresh`] at a given time (tests drive the token clock with it).
+    pub(crate) async fn refresh_at(&self, pod: &Pod, now: SystemTime) -> Result<()> {
+        self.write_all(pod, now, false).await.map(|_| ())
+    }
+
+    async fn write_all(&self, pod: &Pod, now: SystemTime, setup: bool) -> Result<PodVolumes> {
+        let mut out = HashMap::new();
+        for volume in volumes(pod) {
+            let dir = self.volume_dir(pod, &volume.name);
+            let (path, read_only) = match kind(volume)? {
+                Kind::Host(path) => {
+                    if setup {
+                        host::check_host_path(volume, &path).await?;
+                    }
+                    (path, false)
+                }
+                Kind::Dir => {
+                    if setup {
+                        host::empty_dir(&dir).await?;
+                    }
+                    (dir, false)
+                }
+                Kind::Files => {
+                    let files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
+                        .await
+                        .map_err(|reason| match reason {
+                            payload::Failure::Reason(reason) => Error::Volume {
+                                volume: volume.name.clone(),
+                                reason,
+                            },
+                            payload::Failure::Other(e) => e,
+                        })?;
+                    atomic::write(dir.clone(), files).await?;
+                    (dir, true)
+                }
+            };
+            out.insert(volume.name.clone(), (path, read_only));
+        }
+        Ok(PodVolumes { volumes: out })
+    }
+
+    /// Removes `<pods_dir>/<uid>` (all volumes of the pod; hostPaths are untouched) and
+    /// forgets the pod's tokens. Absent is fine.
+    ///
+    /// # Errors
+    /// [`Error::VolumeIo`] if the directory cannot be removed.
+    pub async fn cleanup(&self, pod_uid: &str) -> Result<()> {
+        self.tokens.forget(pod_uid);
+        if pod_uid.is_empty() {
+            return Ok(());
+        }
+        let dir = self.pods_dir.join(pod_uid);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::VolumeIo {
+                path: dir,
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Checks a `subPath`: relative, without `..` (kubelet validation).
+fn sub_path(volume: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
+    let rel = Path::new(sub);
+    if rel
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "subPath {sub:?} must be a relative path without '..'"
+        ));
+    }
+    Ok(volume.join(rel))
+}
+
+impl PodVolumes {
+    /// The host path of volume `name`, if the pod has it.
+    pub fn host_path(&self, name: &str) -> Option<&Path> {
+        self.volumes.get(name).map(|(p, _)| p.as_path())
+    }
+
+    /// Docker bind specs `host:container[:ro]` for `container`'s volumeMounts: `:ro` when
+    /// the mount is `readOnly` or the volume is a configMap/secret/downwardAPI/projected one
+    /// (the kubelet mounts those read-only). A `subPath` binds that path inside the volume,
+    /// created as a directory (with the volume's mode) if missing, as the kubelet does.
+    ///
+    /// # Errors
+    /// [`Error::ContainerConfig`] for a mount of an unknown volume (kubelet: `cannot find
+    /// volume "v" to mount into container "c"`), a `subPath` that is absolute or has `..`,
+    /// or a `subPathExpr` (not supported); [`Error::VolumeIo`] if the subPath cannot be made.
+    pub fn binds_for(&self, container: &Container) -> Result<Vec<String>> {
+        let mut binds = Vec::new();
+        for mount in container.volume_mounts.iter().flatten() {
+            let Some((volume_path, always_ro)) = self.volumes.get(&mount.name) else {
+                return Err(Error::ContainerConfig(format!(
+                    "cannot find volume \"{}\" to mount into container \"{}\"",
+                    mount.name, container.name
+                )));
+            };
+            if mount
+                .sub_path_expr
+                .as_deref()
+                .is_some_and(|e| !e.is_empty())
+            {
+                return Err(Error::ContainerConfig(format!(
+                    "subPathExpr of volume \"{}\" is not supported by edged",
+                    mount.name
+                )));
+            }
+            let mut source = volume_path.clone();
+            if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                source = sub_path(volume_path, sub).map_err(Error::ContainerConfig)?;
+                host::make_sub_path(volume_path, &source)?;
+            }
+            let ro = *always_ro || mount.read_only.unwrap_or(false);
+            let suffix = if ro { ":ro" } else { "" };
+            binds.push(format!("{}:{}{suffix}", source.display(), mount.mount_path));
+        }
+        Ok(binds)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,209 @@
+//! Synchronous queries to the cloud (KubeEdge: beehive's `SendSync`, whose answer edgehub
+//! routes back to the waiting caller by `parent_id`).
+//!
+//! [`QueryRegistry::query`] registers the message id, sends the `query` (header `sync`)
+//! through the [`EdgeHubHandle`] and waits for the cloud's `response` (-> its content) or
+//! `error` (-> [`Error::QueryRefused`]) with `parent_id` = that id. metamanager offers every
+//! downstream `response`/`error` to [`QueryRegistry::complete`] first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use verge_core::{Group, Operation, ResourceKey};
+use verge_proto::{Message, MessageExt};
+
+use crate::edgehub::EdgeHubHandle;
+use crate::{Error, Result};
+
+/// How many queries may wait for an answer at once (DESIGN §3.5: bounded everything).
+pub const MAX_PENDING_QUERIES: usize = 1024;
+
+type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Message>>>>;
+
+/// Queries waiting for the cloud's answer, keyed by message id; cheap to clone (shared).
+#[derive(Debug, Clone, Default)]
+pub struct QueryRegistry {
+    pending: Pending,
+}
+
+/// Removes a pending entry when the waiting query ends (answer, timeout or cancellation).
+struct Registration {
+    pending: Pending,
+    id: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&self.pending).remove(&self.id);
+    }
+}
+
+fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Message>>> {
+    pending.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl QueryRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many queries wait for an answer now.
+    pub fn pending(&self) -> usize {
+        lock(&self.pending).len()
+    }
+
+    /// Hands `msg` (a downstream `response` or `error`) to the query waiting for its
+    /// `parent_id`. Returns `msg` back when nobody waits for it (a late answer after a
+    /// timeout, or an answer to something else), so the caller can log it.
+    pub fn complete(&self, msg: Message) -> Option<Message> {
+        let waiter = lock(&self.pending).remove(msg.parent_id());
+        match waiter {
+            Some(tx) => tx.send(msg).err(),
+            None => Some(msg),
+        }
+    }
+
+    /// Sends `query <key>` with `content` (group `resource`, source `source`, header `sync`)
+    /// through `hub` and returns the content of the cloud's `response`.
+    ///
+    /// # Errors
+    /// [`Error::QueryRefused`] when the cloud answers `error`; [`Error::QueryTimeout`] when no
+    /// answer arrives within `timeout` (the message may still be queued or sent);
+    /// [`Error::QueueFull`] when [`MAX_PENDING_QUERIES`] already wait; [`Error::HubStopped`]
+    /// when edgehub is gone.
+    pub async fn query(
+        &self,
+        hub: &EdgeHubHandle,
+        source: &str,
+        key: &ResourceKey,
+        content: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let id = uuid::Uuid::new_v4().to_string();
+        let resource = key.to_string();
+        let mut msg = Message::build(
+            id.clone(),
+            source,
+            Group::Resource,
+            Operation::Query,
+            resource.clone(),
+            content,
+        );
+        if let Some(h) = msg.header.as_mut() {
+            h.sync = true;
+        }
+        let (tx, rx) = oneshot::channel();
+        let _registration = {
+            let mut pending = lock(&self.pending);
+            if pending.len() >= MAX_PENDING_QUERIES {
+                return Err(Error::QueueFull {
+                    capacity: MAX_PENDING_QUERIES,
+                });
+            }
+            pending.insert(id.clone(), tx);
+            Registration {
+                pending: Arc::clone(&self.pending),
+                id,
+            }
+        };
+        let answer = tokio::time::timeout(timeout, async {
+            hub.send(msg).await?;
+            rx.await.map_err(|_| Error::HubStopped)
+        })
+        .await
+        .map_err(|_| Error::QueryTimeout {
+            resource: resource.clone(),
+            timeout,
+        })??;
+        match answer.operation() {
+            Ok(Operation::Response) => Ok(answer.content),
+            _ => Err(Error::QueryRefused {
+                resource,
+                reason: String::from_utf8_lossy(&answer.content).into_owned(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use verge_core::ResourceType;
+
+    use super::*;
+
+    fn answer(parent: &str, op: Operation, content: &[u8]) -> Message {
+        Message::reply(
+            "a",
+            parent,
+            "edgecontroller",
+            Group::Resource,
+            op,
+            "",
+            content.to_vec(),
+        )
+    }
+
+    /// A fake cloud side: reads the upstream channel and answers through the registry.
+    #[tokio::test]
+    async fn round_trip_response_error_and_timeout() {
+        let (hub, mut upstream) = EdgeHubHandle::detached(4);
+        let registry = QueryRegistry::new();
+        let cloud = registry.clone();
+        tokio::spawn(async move {
+            while let Some(q) = upstream.recv().await {
+                let sync = q.header.as_ref().is_some_and(|h| h.sync);
+                assert!(sync, "queries are sync");
+                assert_eq!(q.operation().expect("op"), Operation::Query);
+                let reply = match q.resource() {
+                    "ns/configmap/ok" => answer(q.id(), Operation::Response, b"{\"v\":1}"),
+                    "ns/configmap/bad" => answer(q.id(), Operation::Error, b"not referenced"),
+                    _ => continue, // never answered
+                };
+                assert!(cloud.complete(reply).is_none(), "a query waits");
+            }
+        });
+        let key = |n: &str| ResourceKey::new("ns", ResourceType::ConfigMap, n);
+        let t = Duration::from_secs(5);
+        let got = registry
+            .query(&hub, "edged", &key("ok"), Vec::new(), t)
+            .await;
+        assert_eq!(got.expect("response"), b"{\"v\":1}");
+        let err = registry
+            .query(&hub, "edged", &key("bad"), Vec::new(), t)
+            .await;
+        assert!(
+            matches!(err, Err(Error::QueryRefused { ref reason, .. }) if reason == "not referenced")
+        );
+        let short = Duration::from_millis(50);
+        let err = registry
+            .query(&hub, "edged", &key("silent"), Vec::new(), short)
+            .await;
+        assert!(matches!(err, Err(Error::QueryTimeout { .. })));
+        assert_eq!(registry.pending(), 0, "timed-out queries are forgotten");
+        let late = answer("unknown", Operation::Response, b"");
+        assert!(registry.complete(late).is_some(), "nobody waits");
+    }
+
+    #[tokio::test]
+    async fn metamanager_hands_answers_to_waiting_queries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::MetaStore::open(&dir.path().join("s.redb")).expect("open");
+        let (hub, mut upstream) = EdgeHubHandle::detached(4);
+        let (_down_tx, down_rx) = tokio::sync::mpsc::channel(1);
+        let meta = crate::MetaManager::new(store, down_rx, hub.clone());
+        let registry = meta.queries();
+        let key = ResourceKey::new("ns", ResourceType::Secret, "s");
+        let waiting = tokio::spawn(async move {
+            let t = Duration::from_secs(5);
+            registry.query(&hub, "edged", &key, Vec::new(), t).await
+        });
+        let sent = upstream.recv().await.expect("query sent");
+        let reply = answer(sent.id(), Operation::Response, b"{}");
+        assert!(meta.handle(reply).await.is_none(), "no reply to an answer");
+        let got = waiting.await.expect("join").expect("response");
+        assert_eq!(got, b"{}");
+    }
+}

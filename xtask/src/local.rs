@@ -1,0 +1,227 @@
+//! A local Verge deployment as detached background processes: cloudhub, edgecontroller and
+//! one edgecore against a control plane, with configs, logs and pids in one run directory.
+//! Used by `quickstart` and the benchmarks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use verge_testkit::{ControlPlane, daemon};
+
+/// Extra edgecore configuration so pods run on this machine's Docker without a registry:
+/// the pod infra container uses the local test image.
+pub const LOCAL_EDGED_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
+                                      pod_infra_command: [sleep, \"2147483647\"]\n";
+
+/// The running processes of a local deployment.
+#[derive(Debug)]
+pub struct LocalVerge {
+    /// The run directory (configs, `logs/`, `pids`).
+    pub dir: PathBuf,
+    /// The edge node's name.
+    pub node_name: String,
+    /// edgecore's pid.
+    pub edgecore_pid: u32,
+}
+
+/// Ensures the Debian packages, the Docker engine and the test image (blocking work on a
+/// worker thread).
+pub async fn ensure_host() -> anyhow::Result<()> {
+    tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
+        verge_testkit::packages::ensure_packages()?;
+        verge_testkit::docker::ensure_docker()?;
+        verge_testkit::docker::ensure_test_image()
+    })
+    .await?
+}
+
+/// `cargo build --workspace --bins` (release with `release`); returns the binaries' dir.
+pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "--workspace", "--bins"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build failed: {status}");
+    }
+    let debug_dir = std::env::current_exe()?
+        .parent()
+        .context("xtask has no parent directory")?
+        .to_owned();
+    Ok(if release {
+        debug_dir.with_file_name("release")
+    } else {
+        debug_dir
+    })
+}
+
+/// Starts cloudhub, edgecontroller and edgecore from `bin_dir` against `cp`, stopping
+/// whatever an earlier start left in `dir`.
+pub async fn start(
+    dir: &Path,
+    bin_dir: &Path,
+    cp: &ControlPlane,
+    node_name: &str,
+    extra_edge_yaml: &str,
+) -> anyhow::Result<LocalVerge> {
+    stop_processes(dir);
+    std::fs::create_dir_all(dir.join("logs"))?;
+    let edge_port = free_port()?;
+    let ctrl_port = free_port()?;
+    let cloudhub_cfg = write(
+        dir,
+        "cloudhub.yaml",
+        &format!("edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"),
+    )?;
+    let edgecore_cfg = write(
+        dir,
+        "edgecore.yaml",
+        &format!(
+            "node_name: {node_name}\ncloudhub: http://127.0.0.1:{edge_port}\ndata_dir: {}\n{extra_edge_yaml}",
+            dir.join("edge").display()
+        ),
+    )?;
+    let mut pids = Vec::new();
+    let mut edgecore_pid = 0;
+    for (name, argv) in [
+        ("cloudhub", vec!["--config".to_owned(), cloudhub_cfg]),
+        (
+            "edgecontroller",
+            vec![
+                "--cloudhub".to_owned(),
+                format!("http://127.0.0.1:{ctrl_port}"),
+                "--kubeconfig".to_owned(),
+                cp.kubeconfig().display().to_string(),
+            ],
+        ),
+        ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),
+    ] {
+        let log = dir.join("logs").join(format!("{name}.log"));
+        let pid = daemon::spawn_detached(&bin_dir.join(name), &argv, &[], &log)?;
+        eprintln!("  {name} pid {pid}, log {}", log.display());
+        pids.push(format!("{name} {pid}"));
+        std::fs::write(dir.join("pids"), pids.join("\n") + "\n")?;
+        match name {
+            "cloudhub" => wait_port(edge_port, Duration::from_secs(20)).await?,
+            "edgecore" => edgecore_pid = pid,
+            _ => {}
+        }
+    }
+    Ok(LocalVerge {
+        dir: dir.to_owned(),
+        node_name: node_name.to_owned(),
+        edgecore_pid,
+    })
+}
+
+impl LocalVerge {
+    /// Waits until the edge node's Ready condition is True.
+    ///
+    /// # Errors
+    /// API errors, or not Ready within `timeout` (the error names the log directory).
+    pub async fn wait_ready(&self, cp: &ControlPlane, timeout: Duration) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(cp.client().await?);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ready = nodes.get_opt(&self.node_name).await?.is_some_and(|n| {
+                n.status
+                    .and_then(|s| s.conditions)
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            });
+            if ready {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "node {} not Ready after {timeout:?}; see the logs in {}",
+                    self.node_name,
+                    self.dir.join("logs").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.display().to_string())
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        if Instant::now() > deadline {
+            bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then
+/// SIGKILL after 10 s). Returns how many were listed.
+pub fn stop_processes(dir: &Path) -> usize {
+    let Ok(text) = std::fs::read_to_string(dir.join("pids")) else {
+        return 0;
+    };
+    let mut pids: Vec<u32> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    pids.reverse();
+    daemon::stop_all(&pids, Duration::from_secs(10));
+    let _ = std::fs::remove_file(dir.join("pids"));
+    pids.len()
+}
+
+/// Resident memory of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Creates namespace `name` and waits (up to 30 s) for its `default` ServiceAccount, without
+/// which the API server refuses pods.
+///
+/// # Errors
+/// API errors or no ServiceAccount in time.
+pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    namespaces
+        .create(&kube::api::PostParams::default(), &ns)
+        .await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sas.get_opt("default").await?.is_none() {
+        if Instant::now() > deadline {
+            bail!("no default ServiceAccount in namespace {name} after 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
