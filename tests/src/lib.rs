@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Node;
 use verge_testkit::ControlPlane;
+use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
 /// A free TCP port on 127.0.0.1 (bound once and released; the caller binds it next).
@@ -34,14 +35,19 @@ pub struct Cloud {
     pub cloudhub: ChildProcess,
     /// The edgecontroller process.
     pub edgecontroller: ChildProcess,
-    /// Where edges connect: `http://127.0.0.1:<port>`.
+    /// Where edges on this host connect: `http://127.0.0.1:<port>`.
     pub edge_url: String,
+    /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
+    /// it through their veth link).
+    pub edge_port: u16,
+    cloudhub_args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
 impl Cloud {
-    /// Starts cloudhub (keepalive 2 s) and edgecontroller against `cp`, and waits until
-    /// cloudhub listens.
+    /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge port on all interfaces so
+    /// edges in test network namespaces reach it) and edgecontroller against `cp`, and
+    /// waits until cloudhub listens.
     ///
     /// # Errors
     /// A binary is missing or does not come up within 20 s.
@@ -50,20 +56,16 @@ impl Cloud {
         let edge_port = free_port()?;
         let ctrl_port = free_port()?;
         let config = dir.path().join("cloudhub.yaml");
-        std::fs::write(&config, "keepalive_interval: 2s\n")?;
-        let cloudhub = ChildProcess::spawn(
-            workspace_bin("cloudhub")?,
-            [
-                "--config".to_owned(),
-                config.display().to_string(),
-                "--edge-addr".to_owned(),
-                format!("127.0.0.1:{edge_port}"),
-                "--controller-addr".to_owned(),
-                format!("127.0.0.1:{ctrl_port}"),
-            ],
-            [("RUST_LOG", "info")],
-        )?;
-        wait_for_port(edge_port, Duration::from_secs(20)).await?;
+        std::fs::write(&config, "keepalive_interval: 2s\nack_timeout: 2s\n")?;
+        let cloudhub_args = vec![
+            "--config".to_owned(),
+            config.display().to_string(),
+            "--edge-addr".to_owned(),
+            format!("0.0.0.0:{edge_port}"),
+            "--controller-addr".to_owned(),
+            format!("127.0.0.1:{ctrl_port}"),
+        ];
+        let cloudhub = spawn_cloudhub(&cloudhub_args, edge_port).await?;
         let edgecontroller = ChildProcess::spawn(
             workspace_bin("edgecontroller")?,
             [
@@ -78,8 +80,20 @@ impl Cloud {
             cloudhub,
             edgecontroller,
             edge_url: format!("http://127.0.0.1:{edge_port}"),
+            edge_port,
+            cloudhub_args,
             _dir: dir,
         })
+    }
+
+    /// `kill -9` cloudhub and start it again on the same ports.
+    ///
+    /// # Errors
+    /// The process cannot be killed or does not come back within 20 s.
+    pub async fn restart_cloudhub_hard(&mut self) -> anyhow::Result<()> {
+        self.cloudhub.kill9()?;
+        self.cloudhub = spawn_cloudhub(&self.cloudhub_args, self.edge_port).await?;
+        Ok(())
     }
 
     /// The last `n` log lines of both processes, for failure messages.
@@ -92,6 +106,12 @@ impl Cloud {
     }
 }
 
+async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<ChildProcess> {
+    let p = ChildProcess::spawn(workspace_bin("cloudhub")?, args, [("RUST_LOG", "info")])?;
+    wait_for_port(edge_port, Duration::from_secs(20)).await?;
+    Ok(p)
+}
+
 /// One edge node: an edgecore process with its data directory and config file.
 #[derive(Debug)]
 pub struct Edge {
@@ -101,6 +121,7 @@ pub struct Edge {
     pub process: Option<ChildProcess>,
     config: PathBuf,
     dir: tempfile::TempDir,
+    starts: u32,
 }
 
 impl Edge {
@@ -127,6 +148,7 @@ impl Edge {
             process: None,
             config,
             dir,
+            starts: 0,
         })
     }
 
@@ -151,6 +173,25 @@ impl Edge {
             [("RUST_LOG", "info")],
         )?;
         self.process = Some(p);
+        Ok(())
+    }
+
+    /// Starts (or restarts) the edgecore process inside network namespace `ns` (its only
+    /// link to the cloud is the namespace's veth pair).
+    ///
+    /// # Errors
+    /// The binary is missing or cannot be started.
+    pub fn start_in(&mut self, ns: &EdgeNetns) -> anyhow::Result<()> {
+        let mut cmd = ns.command(&workspace_bin("edgecore")?);
+        cmd.arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "info");
+        let log = self
+            .dir
+            .path()
+            .join(format!("edgecore-{}.log", self.starts));
+        self.starts += 1;
+        self.process = Some(ChildProcess::spawn_command("edgecore", cmd, log)?);
         Ok(())
     }
 

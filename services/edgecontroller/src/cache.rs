@@ -4,7 +4,9 @@
 //! Each cache is one task running `reflector(watcher(..).default_backoff())`: a broken watch
 //! is re-listed with exponential backoff, so the caches survive API server restarts. After
 //! the reflector updated its store, the task reports what changed as a [`CacheEvent`] to the
-//! downstream side. The tasks end when the shutdown token is cancelled.
+//! downstream side. The tasks end when the shutdown token is cancelled. Changes of the pod
+//! and node caches also wake [`Caches::pods_or_nodes_changed`] (the toleration task of
+//! [`crate::offline`]).
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -16,13 +18,14 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::{WatchStreamExt, watcher as watch};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info, info_span, warn};
 use verge_core::{ResourceKey, ResourceType};
 
 use crate::desired::Version;
+use crate::fingerprint::Fingerprint;
 
 /// The label that marks edge nodes (KubeEdge: `node-role.kubernetes.io/edge`).
 pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
@@ -65,6 +68,15 @@ impl Cached {
         }
     }
 
+    /// The fingerprint of what the edge acts on (everything but status and resourceVersion).
+    pub fn fingerprint(&self) -> Fingerprint {
+        match self {
+            Self::Pod(o) => Fingerprint::of(o.as_ref()),
+            Self::ConfigMap(o) => Fingerprint::of(o.as_ref()),
+            Self::Secret(o) => Fingerprint::of(o.as_ref()),
+        }
+    }
+
     /// The object's JSON (with `apiVersion` and `kind`).
     pub fn to_json(&self) -> Vec<u8> {
         let json = match self {
@@ -88,6 +100,9 @@ pub struct Caches {
     pub configmaps: Store<ConfigMap>,
     /// Secrets of all namespaces.
     pub secrets: Store<Secret>,
+    /// Notified (coalescing, one waiter) after any change of the pod or node cache,
+    /// including the end of a (re)list.
+    pub pods_or_nodes_changed: Arc<Notify>,
 }
 
 impl Caches {
@@ -99,11 +114,14 @@ impl Caches {
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> Self {
+        let changed = Arc::new(Notify::new());
         let nodes_config = watch::Config::default().labels(EDGE_NODE_LABEL);
-        let (nodes, task) = cache(Api::all(client.clone()), nodes_config, events, |_| None);
+        let api = Api::all(client.clone());
+        let (nodes, task) = cache(api, nodes_config, events, Some(&changed), |_| None);
         spawn_cache(tracker, shutdown, "node", task);
         let pods_config = watch::Config::default().fields("spec.nodeName!=");
-        let (pods, task) = cache(Api::all(client.clone()), pods_config, events, |p: &Pod| {
+        let api = Api::all(client.clone());
+        let (pods, task) = cache(api, pods_config, events, Some(&changed), |p: &Pod| {
             Some(CacheEvent::Pod {
                 key: key_of(p, ResourceType::Pod),
                 node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
@@ -114,6 +132,7 @@ impl Caches {
             Api::all(client.clone()),
             watch::Config::default(),
             events,
+            None,
             |c: &ConfigMap| Some(CacheEvent::Object(key_of(c, ResourceType::ConfigMap))),
         );
         spawn_cache(tracker, shutdown, "configmap", task);
@@ -121,6 +140,7 @@ impl Caches {
             Api::all(client.clone()),
             watch::Config::default(),
             events,
+            None,
             |s: &Secret| Some(CacheEvent::Object(key_of(s, ResourceType::Secret))),
         );
         spawn_cache(tracker, shutdown, "secret", task);
@@ -129,10 +149,15 @@ impl Caches {
             pods,
             configmaps,
             secrets,
+            pods_or_nodes_changed: changed,
         }
     }
 
     /// Resolves once every cache completed its first list.
+    ///
+    /// Until then only one task at a time can wait: kube-runtime's store readiness keeps a
+    /// single waker, so of two concurrent waiters one may never be woken. Other tasks should
+    /// watch [`Caches::pods_or_nodes_changed`] instead.
     ///
     /// # Errors
     /// When a watch task ended before its first list (shutdown).
@@ -202,11 +227,12 @@ fn key_of<K: Resource>(object: &K, kind: ResourceType) -> ResourceKey {
     )
 }
 
-/// A store of `K` and the future that fills it and reports changes.
+/// A store of `K` and the future that fills it, reports changes and notifies `changed`.
 fn cache<K, F>(
     api: Api<K>,
     config: watch::Config,
     events: &mpsc::Sender<CacheEvent>,
+    changed: Option<&Arc<Notify>>,
     to_event: F,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
 where
@@ -218,20 +244,33 @@ where
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear());
     let events = events.clone();
-    let task = forward(reflector::reflector(writer, stream), events, to_event);
+    let changed = changed.cloned();
+    let task = forward(
+        reflector::reflector(writer, stream),
+        events,
+        changed,
+        to_event,
+    );
     (store, task)
 }
 
-/// Reports every event of the reflector `stream` to `events` until it or the receiver ends.
+/// Reports every event of the reflector `stream` to `events` (and wakes `changed`) until it
+/// or the receiver ends.
 async fn forward<K, F>(
     stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     events: mpsc::Sender<CacheEvent>,
+    changed: Option<Arc<Notify>>,
     to_event: F,
 ) where
     F: Fn(&K) -> Option<CacheEvent>,
 {
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
+        if let (Some(changed), Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)) =
+            (&changed, &item)
+        {
+            changed.notify_one();
+        }
         let event = match item {
             Ok(Event::Apply(o) | Event::Delete(o)) => to_event(&o),
             Ok(Event::InitDone) => {

@@ -204,9 +204,25 @@ impl Diff {
 /// The messages that bring a node holding `held` to `desired`. A node whose held versions
 /// equal the desired ones gets an empty diff.
 pub fn diff(desired: &Versions, held: &Versions) -> Diff {
+    diff_by_content(desired, held, |_, _| false)
+}
+
+/// [`diff`], except that a key held at the desired uid but another resourceVersion is left
+/// out when `same_content(key, held_version)` says that what the node holds does not differ
+/// from the desired object in anything the edge acts on (only its status changed, see
+/// [`crate::fingerprint`]).
+pub fn diff_by_content(
+    desired: &Versions,
+    held: &Versions,
+    mut same_content: impl FnMut(&ResourceKey, &Version) -> bool,
+) -> Diff {
     let updates = desired
         .iter()
-        .filter(|(key, version)| held.get(*key) != Some(*version))
+        .filter(|(key, version)| match held.get(*key) {
+            None => true,
+            Some(h) if h == *version => false,
+            Some(h) => h.uid != version.uid || !same_content(key, h),
+        })
         .map(|(key, _)| key.clone())
         .collect();
     let deletes = held

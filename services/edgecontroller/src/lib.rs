@@ -5,7 +5,8 @@
 //! and the configmaps and secrets they reference down to it (resyncing each node by its
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
-//! of configmaps, secrets and service account tokens (docs/protocol.md).
+//! of configmaps, secrets and service account tokens (docs/protocol.md). It also keeps pods
+//! on edge nodes from being evicted when their node loses its link (docs/offline.md).
 //!
 //! # Layout
 //! - [`config`]: the YAML [`Config`].
@@ -15,7 +16,10 @@
 //! - [`sessions`]: the connected nodes and their inventories.
 //! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
-//! - [`downstream`]: the task that sends `update`/`delete` messages to connected nodes.
+//! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
+//! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
+//!   nodes.
+//! - [`offline`]: the task that makes pods on edge nodes tolerate an unreachable node.
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
 //!   [`upstream::lease`], [`upstream::pod`], [`upstream::event`], [`upstream::query`],
 //!   [`upstream::token`]).
@@ -27,7 +31,9 @@ pub mod desired;
 pub mod dispatch;
 pub mod downstream;
 pub mod error;
+pub mod fingerprint;
 pub mod hub;
+pub mod offline;
 pub mod sessions;
 pub mod upstream;
 
@@ -55,15 +61,15 @@ pub struct EdgeController {
 impl EdgeController {
     /// A controller that reads and writes the API server with `client`. It needs list/watch
     /// on nodes, pods, configmaps and secrets; get/create/patch on `nodes`, `nodes/status`
-    /// and `coordination.k8s.io` `leases` in `kube-node-lease`; get/delete on pods, patch on
-    /// `pods/status`; create on events; get on configmaps and secrets; create on
-    /// `serviceaccounts/token`.
+    /// and `coordination.k8s.io` `leases` in `kube-node-lease`; get/patch/delete on pods
+    /// (patch: tolerations, [`offline`]), patch on `pods/status`; create on events; get on
+    /// configmaps and secrets; create on `serviceaccounts/token`.
     pub fn new(config: Config, client: kube::Client) -> Self {
         Self { config, client }
     }
 
-    /// Runs until `shutdown` is cancelled: starts the watch caches and the downstream task,
-    /// attaches to cloudhub (re-attaching with backoff whenever the stream ends), sends
+    /// Runs until `shutdown` is cancelled: starts the watch caches, the downstream task and
+    /// the toleration task ([`offline`]), attaches to cloudhub (re-attaching with backoff whenever the stream ends), sends
     /// objects down and applies upstream messages. On shutdown it stops taking
     /// messages, lets every worker finish the API call it is in, and returns once all tasks
     /// ended (callers bound this with a grace period).
@@ -89,6 +95,10 @@ impl EdgeController {
                 workers_stop.clone(),
             )
             .instrument(info_span!("downstream")),
+        );
+        tracker.spawn(
+            offline::run(self.client.clone(), caches.clone(), workers_stop.clone())
+                .instrument(info_span!("tolerations")),
         );
         let context = Context {
             client: self.client,

@@ -7,20 +7,22 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use verge_core::Operation;
+use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
 use verge_edgecontroller::{Config, EdgeController};
-use verge_proto::hub::{NodeSession, Routed, controller_frame, hub_frame};
-use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
+use verge_proto::hub::{DeliveryError, Routed, controller_frame, hub_frame};
+use verge_proto::{Inventory, Message, MessageExt};
 
+use common::probe::{
+    Probe, WAIT, ask, connect, disconnect, drain, entry, next_downstream, wait_for_delete,
+    wait_for_service_account,
+};
 use common::{Attach, msg, reason};
-
-/// How long a step waits for an expected downstream message.
-const WAIT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<()> {
@@ -99,8 +101,14 @@ async fn scenario(
         configmaps.create(&pp, &serde_json::from_value(cm)?).await?;
     }
     let pod = |name: &str, volumes: serde_json::Value| {
+        // `r` opts out of the unreachable toleration patch.
+        let annotations = if name == "r" {
+            json!({ "verge.io/evict-on-unreachable": "true" })
+        } else {
+            json!({})
+        };
         serde_json::from_value::<Pod>(json!({
-            "metadata": { "name": name },
+            "metadata": { "name": name, "annotations": annotations },
             "spec": { "nodeName": node, "automountServiceAccountToken": false,
                 "containers": [{ "name": "c", "image": "busybox" }], "volumes": volumes }
         }))
@@ -115,28 +123,55 @@ async fn scenario(
         )
         .await?;
     let q = pods.create(&pp, &pod("q", json!([]))?).await?;
+    pods.create(&pp, &pod("r", json!([]))?).await?;
 
-    // Connect with an empty inventory: both pods and `cfg` come down, `unused` does not.
+    // Connect with an empty inventory: the pods and `cfg` come down, `unused` does not; then
+    // the resync marker.
     connect(h, node, Inventory::default()).await?;
     let mut want = vec![
         format!("node/{node}/{ns}/configmap/cfg"),
         format!("node/{node}/{ns}/pod/p"),
         format!("node/{node}/{ns}/pod/q"),
+        format!("node/{node}/{ns}/pod/r"),
     ];
-    while !want.is_empty() {
+    // The marker counts the updates before it; objects the caches saw only after the connect
+    // may come after it.
+    let (mut updates, mut marker) = (0, None);
+    while !want.is_empty() || marker.is_none() {
         let m = next_downstream(h, WAIT)
             .await?
-            .context("initial objects missing")?;
+            .with_context(|| format!("initial objects {want:?} or marker missing"))?;
+        if m.operation()? == Operation::Resync {
+            ensure!(marker.is_none(), "second marker");
+            marker = Some(serde_json::from_slice::<serde_json::Value>(&m.content)?);
+            ensure!(
+                m.resource() == format!("node/{node}/_/node/{node}"),
+                "{m:?}"
+            );
+            continue;
+        }
         ensure!(m.operation()? == Operation::Update, "{m:?}");
         let header = m.header.clone().context("header")?;
         ensure!(!header.uid.is_empty() && !header.resource_version.is_empty());
         want.retain(|r| r != m.resource());
+        updates += u32::from(marker.is_none());
     }
+    let marker = marker.context("no marker")?;
+    ensure!(
+        marker == json!({ "updates": updates, "deletes": 0 }),
+        "{marker}"
+    );
 
-    // Reconnect with an inventory equal to the cache: no object messages.
+    // Pods on the edge node tolerate an unreachable node forever, except the opted-out `r`.
+    wait_for_tolerations(&pods, &["p", "q"], None).await?;
+    wait_for_tolerations(&pods, &["r"], Some(300)).await?;
+    // The patched pods come down again; wait until the caches settled.
+    drain(h, Duration::from_secs(3)).await?;
+
+    // Reconnect with an inventory equal to the cache: only the marker.
     disconnect(h, node).await?;
     let mut inventory = Inventory::default();
-    for name in ["p", "q"] {
+    for name in ["p", "q", "r"] {
         let pod = pods.get(name).await?;
         inventory
             .entries
@@ -149,6 +184,7 @@ async fn scenario(
         &configmaps.get("cfg").await?.metadata,
     ));
     connect(h, node, inventory).await?;
+    expect_marker(h, node, json!({ "updates": 0, "deletes": 0 })).await?;
     if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
         bail!("current inventory got {} {}", m.operation()?, m.resource());
     }
@@ -168,6 +204,43 @@ async fn scenario(
     );
     let sent: ConfigMap = serde_json::from_slice(&m.content)?;
     ensure!(sent.metadata.resource_version == changed.metadata.resource_version);
+
+    // Cloudhub could not deliver it (queue full): it is sent again after a backoff (~1 s).
+    let resent = tokio::time::Instant::now();
+    h.h.send(hub_frame::Frame::DeliveryError(DeliveryError {
+        node: node.into(),
+        message_id: m.id().into(),
+        reason: "queue full".into(),
+    }))
+    .await?;
+    let again = next_downstream(h, Duration::from_secs(5))
+        .await?
+        .context("no re-send after a delivery error")?;
+    ensure!(
+        again.resource() == m.resource() && again.id() != m.id(),
+        "{again:?}"
+    );
+    ensure!(
+        again.header.as_ref().map(|h| &h.resource_version)
+            == m.header.as_ref().map(|h| &h.resource_version)
+    );
+    ensure!(
+        resent.elapsed() >= Duration::from_millis(400),
+        "re-sent without backoff"
+    );
+    // The edge acks it: the backoff is reset.
+    let ack = msg(Operation::Ack, again.resource().to_owned(), json!(null));
+    h.h.send(hub_frame::Frame::Message(Routed {
+        node: node.into(),
+        message: Some(Message {
+            header: ack.header.map(|mut header| {
+                header.parent_id = again.id().to_owned();
+                header
+            }),
+            ..ack
+        }),
+    }))
+    .await?;
 
     // Queries: a referenced configmap is answered, an unreferenced one refused.
     let a = ask(
@@ -211,6 +284,10 @@ async fn scenario(
     ensure!(a.operation()? == Operation::Ack, "{}", reason(&a));
     let phase = pods.get_status("p").await?.status.and_then(|s| s.phase);
     ensure!(phase.as_deref() == Some("Running"), "{phase:?}");
+    // The status change is not echoed down.
+    if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
+        bail!("status report echoed: {} {}", m.operation()?, m.resource());
+    }
     // Another node may not report it.
     let other = format!("{node}-x");
     let m = msg(
@@ -272,109 +349,55 @@ async fn scenario(
     Ok(())
 }
 
-/// An inventory entry for an object's metadata.
-fn entry(kind: &str, ns: &str, name: &str, meta: &kube::api::ObjectMeta) -> InventoryEntry {
-    InventoryEntry {
-        r#type: kind.into(),
-        namespace: ns.into(),
-        name: name.into(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        resource_version: meta.resource_version.clone().unwrap_or_default(),
-    }
+/// Expects the next downstream message to be the `resync` marker with `summary`.
+async fn expect_marker(
+    h: &mut Probe<'_>,
+    node: &str,
+    summary: serde_json::Value,
+) -> anyhow::Result<()> {
+    let m = next_downstream(h, WAIT)
+        .await?
+        .context("no resync marker")?;
+    ensure!(
+        m.operation()? == Operation::Resync,
+        "{} {}",
+        m.operation()?,
+        m.resource()
+    );
+    ensure!(
+        m.resource() == format!("node/{node}/_/node/{node}"),
+        "{}",
+        m.resource()
+    );
+    let content: serde_json::Value = serde_json::from_slice(&m.content)?;
+    ensure!(content == summary, "{content}");
+    Ok(())
 }
 
-async fn connect(h: &Probe<'_>, node: &str, inventory: Inventory) -> anyhow::Result<()> {
-    h.h.send(hub_frame::Frame::Session(NodeSession {
-        node: node.into(),
-        connected: true,
-        inventory: Some(inventory),
-        cloudhub: "fake".into(),
-    }))
-    .await
-}
-
-async fn disconnect(h: &Probe<'_>, node: &str) -> anyhow::Result<()> {
-    h.h.send(hub_frame::Frame::Session(NodeSession {
-        node: node.into(),
-        connected: false,
-        inventory: None,
-        cloudhub: "fake".into(),
-    }))
-    .await
-}
-
-/// The hub stream seen by the test, with downstream messages that arrived while the test
-/// waited for an answer.
-struct Probe<'a> {
-    h: &'a mut Attach,
-    pending: VecDeque<Message>,
-}
-
-/// The next downstream (non-answer) message within `wait`, or `None`.
-async fn next_downstream(h: &mut Probe<'_>, wait: Duration) -> anyhow::Result<Option<Message>> {
-    if let Some(m) = h.pending.pop_front() {
-        return Ok(Some(m));
-    }
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        let frame = tokio::time::timeout_at(deadline, h.h.from_controller.message()).await;
-        let Ok(frame) = frame else { return Ok(None) };
-        let frame = frame?.context("controller stream ended")?;
-        match frame.frame {
-            Some(controller_frame::Frame::Message(Routed {
-                message: Some(m), ..
-            })) if m.parent_id().is_empty() => {
-                return Ok(Some(m));
+/// Waits until `names` tolerate both node taints with `seconds` (`None`: forever).
+async fn wait_for_tolerations(
+    pods: &Api<Pod>,
+    names: &[&str],
+    seconds: Option<i64>,
+) -> anyhow::Result<()> {
+    let mut last = None;
+    for _ in 0..60 {
+        let mut all = true;
+        for name in names {
+            let pod = pods.get(name).await?;
+            let tolerations = pod.spec.and_then(|s| s.tolerations).unwrap_or_default();
+            for taint in [NOT_READY_TAINT, UNREACHABLE_TAINT] {
+                let found = tolerations.iter().find(|t| t.key.as_deref() == Some(taint));
+                if found.map(|t| t.toleration_seconds) != Some(seconds) {
+                    all = false;
+                }
             }
-            other => tracing::debug!(?other, "skipped frame"),
+            last = Some(tolerations);
         }
-    }
-}
-
-/// Sends `message` from `node`; returns the answer, skipping downstream messages meanwhile.
-async fn ask(h: &mut Probe<'_>, node: &str, message: Message) -> anyhow::Result<Message> {
-    let id = message.id().to_owned();
-    h.h.send(hub_frame::Frame::Message(Routed {
-        node: node.into(),
-        message: Some(message),
-    }))
-    .await?;
-    loop {
-        match h.h.next().await? {
-            controller_frame::Frame::Message(Routed {
-                message: Some(m), ..
-            }) if m.parent_id() == id => {
-                return Ok(m);
-            }
-            controller_frame::Frame::Message(Routed {
-                message: Some(m), ..
-            }) if m.parent_id().is_empty() => h.pending.push_back(m),
-            other => tracing::debug!(?other, "skipped frame while waiting for an answer"),
-        }
-    }
-}
-
-/// Waits for `delete <resource>` with header uid `uid`, skipping other downstream messages.
-async fn wait_for_delete(h: &mut Probe<'_>, resource: &str, uid: &str) -> anyhow::Result<()> {
-    loop {
-        let m = next_downstream(h, WAIT)
-            .await?
-            .with_context(|| format!("no delete of {resource}"))?;
-        if m.operation()? == Operation::Delete && m.resource() == resource {
-            ensure!(m.header.as_ref().is_some_and(|h| h.uid == uid), "{m:?}");
-            return Ok(());
-        }
-    }
-}
-
-/// Waits until the controller-manager created the namespace's `default` ServiceAccount.
-async fn wait_for_service_account(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    for _ in 0..120 {
-        if accounts.get_opt("default").await?.is_some() {
+        if all {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    bail!("ServiceAccount {ns}/default was not created")
+    bail!("tolerations of {names:?} not {seconds:?}: {last:?}")
 }

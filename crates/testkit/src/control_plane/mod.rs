@@ -521,6 +521,49 @@ impl ControlPlane {
             .collect()
     }
 
+    /// `kill -9` component `name` (e.g. `"kube-apiserver"`) and start it again with the same
+    /// command line (read from `/proc/<pid>/cmdline`) and log file, as a crash and a
+    /// supervisor restart would. Updates the recorded pid (`state.json`, `pids/`) and this
+    /// handle; does not wait for readiness. Use it on a control plane of the test's own
+    /// (not [`crate::shared`]): other tests would see the outage.
+    ///
+    /// # Errors
+    /// Unknown component, unreadable command line, or the restart fails.
+    pub fn restart_component(&mut self, name: &str) -> anyhow::Result<u32> {
+        let c = self
+            .components
+            .iter_mut()
+            .find(|c| c.name == name)
+            .with_context(|| format!("no component {name}"))?;
+        let raw = std::fs::read(format!("/proc/{}/cmdline", c.pid))
+            .with_context(|| format!("reading the command line of {name} (pid {})", c.pid))?;
+        let args: Vec<String> = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .skip(1)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        daemon::signal_group(c.pid, "KILL");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while daemon::is_alive(c.pid, Some(name)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = self.state_dir.join("logs").join(format!("{name}.log"));
+        let pid = daemon::spawn_detached(&self.bin_dir.join(name), &args, &[], &log)?;
+        c.pid = pid;
+        std::fs::write(
+            self.state_dir.join("pids").join(format!("{name}.pid")),
+            format!("{pid}\n"),
+        )?;
+        if let Some(mut state) = State::load(&self.state_dir) {
+            if let Some(sc) = state.components.iter_mut().find(|sc| sc.name == name) {
+                sc.pid = pid;
+            }
+            state.save(&self.state_dir)?;
+        }
+        Ok(pid)
+    }
+
     /// The shell lines of the env file: `export NAME='value'` each.
     pub fn env_lines(&self) -> Vec<String> {
         let kv = [

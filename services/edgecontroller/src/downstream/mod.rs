@@ -6,15 +6,23 @@
 //! compares what each should hold ([`sender::desired_objects`]) with what it holds, sending
 //! only the difference as `update`/`delete` messages through the hub's outbound queue
 //! (docs/protocol.md). A node that connects is compared with its inventory (resync by
-//! inventory) once the caches completed their first list.
+//! inventory) once the caches completed their first list; the `resync` marker follows the
+//! messages of that diff. A status-only change of a pod is not sent (no echo of the edge's
+//! own reports, [`sender`]). Delivery errors of a connected node schedule a re-diff of it
+//! after a backoff ([`retry`]).
 //!
-//! - [`sender`]: per-node state and message construction.
+//! - [`sender`]: per-node state: what was sent, and the plan of what to send next.
+//! - [`messages`]: construction of `update`, `delete` and `resync` messages.
+//! - [`retry`]: re-diffs after delivery errors, with backoff.
 
+pub mod messages;
+pub mod retry;
 pub mod sender;
 
 use std::collections::{BTreeSet, HashMap};
 
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::{Operation, ResourceKey};
@@ -24,7 +32,8 @@ use verge_proto::{Inventory, MessageExt};
 use crate::cache::{CacheEvent, Caches};
 use crate::desired;
 use crate::dispatch::routed_frame;
-pub use sender::NodeState;
+use retry::Retries;
+pub use sender::{Contents, NodeState};
 
 /// What the dispatcher tells the downstream task.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +75,9 @@ struct Downstream {
     caches: Caches,
     outbound: mpsc::Sender<ControllerFrame>,
     nodes: HashMap<String, NodeState>,
+    /// Contents of disconnected nodes, for their next session (no status echo).
+    remembered: HashMap<String, Contents>,
+    retries: Retries,
     ready: bool,
 }
 
@@ -81,10 +93,13 @@ pub async fn run(
         caches: caches.clone(),
         outbound,
         nodes: HashMap::new(),
+        remembered: HashMap::new(),
+        retries: Retries::default(),
         ready: false,
     };
     let mut ready = std::pin::pin!(caches.wait_ready());
     loop {
+        let due = state.retries.next_due();
         let nodes = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
@@ -101,6 +116,11 @@ pub async fn run(
                 None => break,
             },
             Some(event) = events.recv() => state.on_cache(&event),
+            () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                let due = state.retries.take_due(Instant::now());
+                debug!(nodes = ?due, "re-diffing nodes after delivery errors");
+                due.into_iter().filter(|n| state.nodes.contains_key(n)).collect()
+            }
         };
         if !state.ready {
             continue;
@@ -122,14 +142,29 @@ impl Downstream {
                 if !self.caches.is_edge_node(&node) && self.ready {
                     debug!(node = %node, "connected node has no edge Node object (yet)");
                 }
-                self.nodes
-                    .insert(node.clone(), NodeState::from_inventory(&inventory));
+                let previous = self.nodes.remove(&node).map(NodeState::into_contents);
+                let remembered = self.remembered.remove(&node).or(previous);
+                if self.ready {
+                    // Forget nodes that left the cluster.
+                    self.remembered.retain(|n, _| self.caches.is_edge_node(n));
+                }
+                self.retries.forget(&node);
+                let state = NodeState::connected(&inventory, remembered.unwrap_or_default());
+                self.nodes.insert(node.clone(), state);
                 return BTreeSet::from([node]);
             }
             Input::Disconnected { node } => {
-                self.nodes.remove(&node);
+                if let Some(state) = self.nodes.remove(&node) {
+                    self.remembered.insert(node.clone(), state.into_contents());
+                }
+                self.retries.forget(&node);
             }
-            Input::Reattached => self.nodes.clear(),
+            Input::Reattached => {
+                for (node, state) in self.nodes.drain() {
+                    self.remembered.insert(node, state.into_contents());
+                }
+                self.retries.clear();
+            }
             Input::Answer {
                 node,
                 operation,
@@ -142,12 +177,17 @@ impl Downstream {
                         }
                     } else {
                         state.answered(&parent_id);
+                        self.retries.succeeded(&node);
                     }
                 }
             }
             Input::DeliveryError { node, message_id } => {
                 if let Some(state) = self.nodes.get_mut(&node) {
                     state.failed(&message_id);
+                    let jitter = rand::random::<f64>();
+                    if let Some(delay) = self.retries.failed(&node, Instant::now(), jitter) {
+                        debug!(node = %node, ?delay, "re-diff scheduled after a delivery error");
+                    }
                 }
             }
         }

@@ -1,17 +1,28 @@
-//! Per-node knowledge of what was sent, and the messages that carry objects down.
+//! Per-node knowledge of what was sent, and the plan of what to send next.
 //!
 //! [`NodeState::held`] starts as the node's inventory and is updated optimistically with every
 //! message sent; a `DeliveryError` from cloudhub or an `error` answer from the edge makes it
-//! forget that message's object again, so the next change or resync sends it once more.
+//! forget that message's object again, so the next change, retry or resync sends it once
+//! more.
+//!
+//! No status echo: for every held object the state also keeps the [`Fingerprint`] of the
+//! held version ([`Contents`]), recorded when the object is sent or found current. A newer
+//! version in the cache with the same fingerprint (the edge's own status report changed the
+//! pod's resourceVersion, nothing else) is not sent; the node keeps holding the older
+//! version, which differs only in status. The contents of a node outlive its session (the
+//! downstream task keeps them across reconnects), but not a controller restart: a
+//! restarted controller resends, once, each object whose status changed since the edge
+//! received it.
 
 use std::collections::{BTreeMap, HashMap};
 
-use verge_core::{Group, NodeResource, Operation, ResourceKey};
+use verge_core::ResourceKey;
 use verge_proto::{Inventory, Message, MessageExt};
 
+use super::messages::{delete_message, resync_message, update_message};
 use crate::cache::{Cached, Caches};
 use crate::desired::{self, Diff, Version, Versions};
-use crate::upstream::SOURCE;
+use crate::fingerprint::Fingerprint;
 
 /// Messages remembered per node for delivery errors; older ones are forgotten beyond this.
 const MAX_IN_FLIGHT: usize = 4096;
@@ -23,6 +34,64 @@ enum Sent {
     Update(ResourceKey),
     /// A `delete` of the key at the uid.
     Delete(ResourceKey, String),
+    /// The `resync` marker.
+    Resync,
+}
+
+/// What the node holds of one object, in terms of content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Content {
+    /// The version the node holds.
+    held: Version,
+    /// The fingerprint of that version.
+    fingerprint: Fingerprint,
+    /// The newest resourceVersion seen in the cache with the same fingerprint (saves hashing
+    /// the same cached version again).
+    same_as: String,
+}
+
+/// The content fingerprints of the objects one node holds (see the module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Contents(HashMap<ResourceKey, Content>);
+
+impl Contents {
+    /// Number of objects with a known fingerprint.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no fingerprint is known.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn record(&mut self, key: &ResourceKey, object: &Cached) {
+        let held = object.version();
+        let same_as = held.resource_version.clone();
+        let fingerprint = object.fingerprint();
+        let content = Content {
+            held,
+            fingerprint,
+            same_as,
+        };
+        self.0.insert(key.clone(), content);
+    }
+
+    /// Whether the node's `held` version of `key` has the content of `object`.
+    fn unchanged(&mut self, key: &ResourceKey, held: &Version, object: &Cached) -> bool {
+        let Some(content) = self.0.get_mut(key).filter(|c| c.held == *held) else {
+            return false;
+        };
+        let current = object.version().resource_version;
+        if content.same_as == current {
+            return true;
+        }
+        if object.fingerprint() != content.fingerprint {
+            return false;
+        }
+        content.same_as = current;
+        true
+    }
 }
 
 /// What a connected node holds, as far as this controller knows.
@@ -30,44 +99,86 @@ enum Sent {
 pub struct NodeState {
     /// Managed objects the node holds (inventory plus everything sent since).
     pub held: Versions,
+    /// Content fingerprints of held objects.
+    contents: Contents,
     /// Unanswered messages by id.
     in_flight: HashMap<String, Sent>,
+    /// Whether the `resync` marker is still to be sent after the next plan.
+    resync_pending: bool,
 }
 
 impl NodeState {
-    /// The state of a node that just connected with `inventory`.
-    pub fn from_inventory(inventory: &Inventory) -> Self {
+    /// The state of a node that just connected with `inventory`; `remembered` are the
+    /// contents of its previous session (those of versions it still holds are kept). The
+    /// next [`NodeState::plan`] ends with the `resync` marker.
+    pub fn connected(inventory: &Inventory, remembered: Contents) -> Self {
+        let held = desired::held_from_inventory(inventory);
+        let mut contents = remembered;
+        contents.0.retain(|key, c| held.get(key) == Some(&c.held));
         Self {
-            held: desired::held_from_inventory(inventory),
+            held,
+            contents,
             in_flight: HashMap::new(),
+            resync_pending: true,
         }
     }
 
-    /// Computes what `node` misses from `caches` and returns the messages to send, in order:
-    /// configmaps and secrets before the pods that use them, pod deletes before those of the
-    /// configmaps and secrets they used. Records them as held.
+    /// Ends the session; returns what is worth remembering for the next one.
+    pub fn into_contents(self) -> Contents {
+        self.contents
+    }
+
+    /// Computes what `node` misses from `caches` and returns the messages to send
+    /// ([`NodeState::plan_objects`]).
     pub fn plan(&mut self, node: &str, caches: &Caches) -> Vec<Message> {
-        let wanted = desired_objects(node, caches);
+        self.plan_objects(node, &desired_objects(node, caches))
+    }
+
+    /// The messages that bring `node` to hold `wanted`, in order: configmaps and secrets
+    /// before the pods that use them, pod deletes before those of the configmaps and secrets
+    /// they used, then the `resync` marker if it is pending. Records them as held.
+    pub fn plan_objects(
+        &mut self,
+        node: &str,
+        wanted: &BTreeMap<ResourceKey, Cached>,
+    ) -> Vec<Message> {
         let versions: Versions = wanted
             .iter()
             .map(|(key, object)| (key.clone(), object.version()))
             .collect();
+        let contents = &mut self.contents;
         let Diff {
             mut updates,
             mut deletes,
-        } = desired::diff(&versions, &self.held);
+        } = desired::diff_by_content(&versions, &self.held, |key, held| {
+            wanted
+                .get(key)
+                .is_some_and(|object| contents.unchanged(key, held, object))
+        });
+        // Objects found current get a fingerprint, so a later status-only change is
+        // recognised.
+        for (key, version) in &versions {
+            if self.held.get(key) == Some(version)
+                && !self.contents.0.get(key).is_some_and(|c| c.held == *version)
+                && let Some(object) = wanted.get(key)
+            {
+                self.contents.record(key, object);
+            }
+        }
         updates.sort_by_key(|key| std::cmp::Reverse(key.kind));
         deletes.sort_by_key(|(key, _)| key.kind);
-        if self.in_flight.len() + updates.len() + deletes.len() > MAX_IN_FLIGHT {
+        if self.in_flight.len() + updates.len() + deletes.len() + 1 > MAX_IN_FLIGHT {
             self.in_flight.clear();
         }
-        let mut messages = Vec::with_capacity(updates.len() + deletes.len());
+        let (update_count, delete_count) = (updates.len(), deletes.len());
+        let mut messages = Vec::with_capacity(update_count + delete_count + 1);
         for key in updates {
             let Some(object) = wanted.get(&key) else {
                 continue;
             };
             let message = update_message(node, &key, object);
             self.held.insert(key.clone(), object.version());
+            self.contents.record(&key, object);
             self.in_flight
                 .insert(message.id().to_owned(), Sent::Update(key));
             messages.push(message);
@@ -75,9 +186,15 @@ impl NodeState {
         for (key, uid) in deletes {
             let message = delete_message(node, &key, &uid);
             self.held.remove(&key);
+            self.contents.0.remove(&key);
             self.in_flight
                 .insert(message.id().to_owned(), Sent::Delete(key, uid));
             messages.push(message);
+        }
+        if std::mem::take(&mut self.resync_pending) {
+            let marker = resync_message(node, update_count, delete_count);
+            self.in_flight.insert(marker.id().to_owned(), Sent::Resync);
+            messages.push(marker);
         }
         messages
     }
@@ -88,11 +205,13 @@ impl NodeState {
     }
 
     /// Message `id` was not delivered or not applied: forget its effect, so that the next
-    /// change or resync sends it again. Returns whether the id was known.
+    /// change, retry or resync sends it again (a lost `resync` marker is sent after the next
+    /// plan). Returns whether the id was known.
     pub fn failed(&mut self, id: &str) -> bool {
         match self.in_flight.remove(id) {
             Some(Sent::Update(key)) => {
                 self.held.remove(&key);
+                self.contents.0.remove(&key);
                 true
             }
             Some(Sent::Delete(key, uid)) => {
@@ -100,6 +219,10 @@ impl NodeState {
                 self.held
                     .entry(key)
                     .or_insert_with(|| Version::new(uid, ""));
+                true
+            }
+            Some(Sent::Resync) => {
+                self.resync_pending = true;
                 true
             }
             None => false,
@@ -122,81 +245,5 @@ pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cac
     out
 }
 
-/// `update node/<node>/<ns>/<type>/<name>` with the object JSON and header uid and
-/// resourceVersion.
-pub fn update_message(node: &str, key: &ResourceKey, object: &Cached) -> Message {
-    let version = object.version();
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        Operation::Update,
-        NodeResource::new(node, key.clone()).to_string(),
-        object.to_json(),
-    )
-    .with_object(version.uid, version.resource_version)
-}
-
-/// `delete node/<node>/<ns>/<type>/<name>`, empty content, header uid.
-pub fn delete_message(node: &str, key: &ResourceKey, uid: &str) -> Message {
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        Operation::Delete,
-        NodeResource::new(node, key.clone()).to_string(),
-        Vec::new(),
-    )
-    .with_object(uid, "")
-}
-
 #[cfg(test)]
-mod tests {
-    use verge_core::ResourceType;
-
-    use super::*;
-
-    #[test]
-    fn failures_forget_what_was_sent() {
-        let key = ResourceKey::new("ns", ResourceType::ConfigMap, "c");
-        let mut state = NodeState::default();
-        state.held.insert(key.clone(), Version::new("u", "2"));
-        state
-            .in_flight
-            .insert("m-1".into(), Sent::Update(key.clone()));
-        assert!(state.failed("m-1"));
-        assert!(state.held.is_empty());
-        assert!(!state.failed("m-1"));
-        state
-            .in_flight
-            .insert("m-2".into(), Sent::Delete(key.clone(), "u".into()));
-        assert!(state.failed("m-2"));
-        assert_eq!(state.held.get(&key), Some(&Version::new("u", "")));
-        state.in_flight.insert("m-3".into(), Sent::Update(key));
-        state.answered("m-3");
-        assert!(state.in_flight.is_empty());
-    }
-
-    #[test]
-    fn messages_carry_path_and_version() {
-        let key = ResourceKey::new("ns", ResourceType::Pod, "p");
-        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "9" }
-        }))
-        .expect("pod");
-        let m = update_message("edge-1", &key, &Cached::Pod(pod.into()));
-        assert_eq!(m.resource(), "node/edge-1/ns/pod/p");
-        assert_eq!(m.operation(), Ok(Operation::Update));
-        let header = m.header.clone().expect("header");
-        assert_eq!(
-            (header.uid.as_str(), header.resource_version.as_str()),
-            ("u", "9")
-        );
-        let body: serde_json::Value = serde_json::from_slice(&m.content).expect("json");
-        assert_eq!(body["kind"], "Pod");
-        let d = delete_message("edge-1", &key, "u");
-        assert_eq!(d.operation(), Ok(Operation::Delete));
-        assert!(d.content.is_empty());
-        assert_eq!(d.header.expect("header").uid, "u");
-    }
-}
+mod tests;

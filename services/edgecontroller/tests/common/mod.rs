@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod probe;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -89,7 +91,8 @@ impl Attach {
         frame.frame.context("empty frame")
     }
 
-    /// Sends `message` from `node` and returns the controller's answer to it.
+    /// Sends `message` from `node` and returns the controller's answer to it, skipping
+    /// downstream messages (without `parent_id`, e.g. the `resync` marker) meanwhile.
     pub async fn ask(&mut self, node: &str, message: Message) -> anyhow::Result<Message> {
         let id = message.id().to_owned();
         self.send(hub_frame::Frame::Message(Routed {
@@ -97,15 +100,22 @@ impl Attach {
             message: Some(message),
         }))
         .await?;
-        match self.next().await? {
-            controller_frame::Frame::Message(Routed {
-                node: n,
-                message: Some(m),
-            }) if m.parent_id() == id => {
-                ensure!(n == node, "answer routed to {n}, not {node}");
-                Ok(m)
+        loop {
+            match self.next().await? {
+                controller_frame::Frame::Message(Routed {
+                    node: n,
+                    message: Some(m),
+                }) if m.parent_id() == id => {
+                    ensure!(n == node, "answer routed to {n}, not {node}");
+                    return Ok(m);
+                }
+                controller_frame::Frame::Message(Routed {
+                    message: Some(m), ..
+                }) if m.parent_id().is_empty() => {
+                    tracing::debug!(resource = %m.resource(), "downstream message skipped");
+                }
+                other => bail!("unexpected frame {other:?}"),
             }
-            other => bail!("unexpected frame {other:?}"),
         }
     }
 }

@@ -1,0 +1,135 @@
+//! The hub stream as the downstream tests see it: answers and downstream messages apart.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use verge_core::Operation;
+use verge_proto::hub::{NodeSession, Routed, controller_frame, hub_frame};
+use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
+
+use super::Attach;
+
+/// How long a step waits for an expected downstream message.
+pub const WAIT: Duration = Duration::from_secs(30);
+
+/// An inventory entry for an object's metadata.
+pub fn entry(kind: &str, ns: &str, name: &str, meta: &kube::api::ObjectMeta) -> InventoryEntry {
+    InventoryEntry {
+        r#type: kind.into(),
+        namespace: ns.into(),
+        name: name.into(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+    }
+}
+
+pub async fn connect(h: &Probe<'_>, node: &str, inventory: Inventory) -> anyhow::Result<()> {
+    h.h.send(hub_frame::Frame::Session(NodeSession {
+        node: node.into(),
+        connected: true,
+        inventory: Some(inventory),
+        cloudhub: "fake".into(),
+    }))
+    .await
+}
+
+pub async fn disconnect(h: &Probe<'_>, node: &str) -> anyhow::Result<()> {
+    h.h.send(hub_frame::Frame::Session(NodeSession {
+        node: node.into(),
+        connected: false,
+        inventory: None,
+        cloudhub: "fake".into(),
+    }))
+    .await
+}
+
+/// The hub stream seen by the test, with downstream messages that arrived while the test
+/// waited for an answer.
+pub struct Probe<'a> {
+    /// The stream.
+    pub h: &'a mut Attach,
+    /// Downstream messages received while waiting for an answer.
+    pub pending: VecDeque<Message>,
+}
+
+/// The next downstream (non-answer) message within `wait`, or `None`.
+pub async fn next_downstream(h: &mut Probe<'_>, wait: Duration) -> anyhow::Result<Option<Message>> {
+    if let Some(m) = h.pending.pop_front() {
+        return Ok(Some(m));
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let frame = tokio::time::timeout_at(deadline, h.h.from_controller.message()).await;
+        let Ok(frame) = frame else { return Ok(None) };
+        let frame = frame?.context("controller stream ended")?;
+        match frame.frame {
+            Some(controller_frame::Frame::Message(Routed {
+                message: Some(m), ..
+            })) if m.parent_id().is_empty() => {
+                return Ok(Some(m));
+            }
+            other => tracing::debug!(?other, "skipped frame"),
+        }
+    }
+}
+
+/// Discards downstream messages until none came for `quiet`; returns how many there were.
+pub async fn drain(h: &mut Probe<'_>, quiet: Duration) -> anyhow::Result<usize> {
+    let mut n = 0;
+    while let Some(m) = next_downstream(h, quiet).await? {
+        tracing::debug!(operation = ?m.operation(), resource = %m.resource(), "drained");
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Sends `message` from `node`; returns the answer, skipping downstream messages meanwhile.
+pub async fn ask(h: &mut Probe<'_>, node: &str, message: Message) -> anyhow::Result<Message> {
+    let id = message.id().to_owned();
+    h.h.send(hub_frame::Frame::Message(Routed {
+        node: node.into(),
+        message: Some(message),
+    }))
+    .await?;
+    loop {
+        match h.h.next().await? {
+            controller_frame::Frame::Message(Routed {
+                message: Some(m), ..
+            }) if m.parent_id() == id => {
+                return Ok(m);
+            }
+            controller_frame::Frame::Message(Routed {
+                message: Some(m), ..
+            }) if m.parent_id().is_empty() => h.pending.push_back(m),
+            other => tracing::debug!(?other, "skipped frame while waiting for an answer"),
+        }
+    }
+}
+
+/// Waits for `delete <resource>` with header uid `uid`, skipping other downstream messages.
+pub async fn wait_for_delete(h: &mut Probe<'_>, resource: &str, uid: &str) -> anyhow::Result<()> {
+    loop {
+        let m = next_downstream(h, WAIT)
+            .await?
+            .with_context(|| format!("no delete of {resource}"))?;
+        if m.operation()? == Operation::Delete && m.resource() == resource {
+            ensure!(m.header.as_ref().is_some_and(|h| h.uid == uid), "{m:?}");
+            return Ok(());
+        }
+    }
+}
+
+/// Waits until the controller-manager created the namespace's `default` ServiceAccount.
+pub async fn wait_for_service_account(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    for _ in 0..120 {
+        if accounts.get_opt("default").await?.is_some() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("ServiceAccount {ns}/default was not created")
+}
