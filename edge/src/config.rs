@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::edged::gc::GcConfig;
+use crate::edgehub::OutboxConfig;
 use crate::node::quantity;
 use crate::{Error, Result};
 
@@ -90,6 +91,9 @@ pub struct Config {
     /// Container and image garbage collection (kubelet container GC policy and image GC
     /// thresholds). Default: see [`GcConfig`].
     pub gc: GcConfig,
+    /// The upstream outbox's bounds and retry policy (`max_entries`, `max_inflight`,
+    /// `max_attempts`, ...). Default: see [`OutboxConfig`].
+    pub outbox: OutboxConfig,
 }
 
 impl Default for Config {
@@ -120,6 +124,7 @@ impl Default for Config {
             crash_loop_backoff_initial: Duration::from_secs(10),
             crash_loop_backoff_max: Duration::from_secs(300),
             gc: GcConfig::default(),
+            outbox: OutboxConfig::default(),
         }
     }
 }
@@ -257,6 +262,9 @@ impl Config {
                 "must be at least crash_loop_backoff_initial",
             );
         }
+        if let Err((field, reason)) = self.outbox.validate() {
+            return bad(field, reason);
+        }
         if let Err(reason) = self.gc.validate() {
             return Err(Error::ConfigValue {
                 field: "gc",
@@ -371,5 +379,7 @@ mod tests {
         assert!(err.to_string().contains("system_reserved.cpu"), "{err}");
         let err = Config::from_yaml("taints: [{key: k, effect: Never}]\n", "e").expect_err("bad");
         assert!(err.to_string().contains("taints"), "{err}");
+        let err = Config::from_yaml("outbox: {max_inflight: 0}\n", "e").expect_err("bad");
+        assert!(err.to_string().contains("outbox.max_inflight"), "{err}");
     }
 }

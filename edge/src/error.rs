@@ -5,6 +5,13 @@ use std::path::PathBuf;
 /// Everything that can go wrong in edgecore. Each variant keeps its cause as `source`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A cloud query was not sent because no cloudhub session is up (edgecore is offline).
+    #[error("cannot query {resource}: not connected to cloudhub (offline)")]
+    CloudUnreachable {
+        /// The queried edge path.
+        resource: String,
+    },
+
     /// The configuration file could not be read.
     #[error("cannot read configuration file {path}")]
     ConfigRead {
@@ -45,6 +52,24 @@ pub enum Error {
         /// The decoding failure.
         #[source]
         source: verge_core::Error,
+    },
+    /// An outbox entry could not be decoded (corrupted or written by an incompatible version).
+    #[error("outbox entry {key} is unreadable")]
+    OutboxRecord {
+        /// The entry's key.
+        key: String,
+        /// The protobuf decoding failure.
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// The outbox is full: a droppable report (an event) with a new key was refused
+    /// (`outbox.max_entries`). Statuses and deletions are never refused.
+    #[error("upstream outbox full ({entries} entries): report {key} refused")]
+    OutboxFull {
+        /// The refused report's key.
+        key: String,
+        /// How many entries wait.
+        entries: u64,
     },
     /// A blocking task (store access, host fact collection) panicked or was cancelled.
     #[error("blocking task failed")]

@@ -4,10 +4,11 @@
 //!
 //! # Layout
 //! - [`edgehub`]: the client end of cloudhub's `EdgeHub.Connect` stream: hello with
-//!   inventory, keepalives, reconnect with jittered exponential backoff; [`EdgeHubHandle`]
-//!   sends upstream.
-//! - [`metamanager`]: the redb store ([`MetaStore`]) and the component that commits
-//!   downstream objects before acking them.
+//!   inventory, keepalives, reconnect with jittered exponential backoff, draining the
+//!   upstream outbox; [`EdgeHubHandle`] reports durably ([`EdgeHubHandle::report`]) or sends
+//!   transient frames.
+//! - [`metamanager`]: the redb store ([`MetaStore`]: objects and the upstream outbox, keyed
+//!   by [`OutboxKey`]) and the component that commits downstream objects before acking them.
 //! - [`edged`]: pods on Docker ([`Edged`]): sandbox, containers, volumes, probes, restart
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
@@ -15,7 +16,7 @@
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //!
-//! Later modules (the upstream outbox, devicetwin, eventbus) plug
+//! Later modules (devicetwin, eventbus) plug
 //! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
 //!
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
@@ -40,7 +41,7 @@ pub use config::Config;
 pub use edged::Edged;
 pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
-pub use metamanager::{MetaManager, MetaStore};
+pub use metamanager::{MetaManager, MetaStore, OutboxKey};
 pub use node::NodeAgent;
 
 /// The whole edge agent: edgehub, metamanager, edged and node, sharing one store.

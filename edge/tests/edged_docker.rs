@@ -1,213 +1,21 @@
 //! edged against the real Docker engine: pods run as an infra container plus app containers
 //! sharing its network namespace, crash-loop back-off, init containers with an emptyDir,
-//! deletion, `ErrImageNeverPull`, and recovery from the store after a restart.
+//! deletion, `ErrImageNeverPull` (with their events), and recovery from the store after a restart.
 //!
 //! Edged is driven directly: pods go into a MetaStore and a `StoreEvent` announces them (as
 //! metamanager does); upstream messages are captured from a detached `EdgeHubHandle`.
-//! Tests run one at a time (edged removes containers of pods it does not know).
+//! The harness is in `edged_common`.
 
-use std::process::Command;
-use std::sync::Arc;
+mod edged_common;
+
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::PodStatus;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use verge_core::{Operation, ResourceKey, ResourceType};
-use verge_edgecore::edged::objects::StoreObjects;
-use verge_edgecore::metamanager::{Applied, QueryRegistry, StoreEvent};
-use verge_edgecore::{Config, EdgeHubHandle, Edged, MetaStore};
-use verge_proto::{Message, MessageExt as _};
-use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
+use verge_testkit::docker::TEST_IMAGE;
 
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// One test at a time (an async mutex: not poisoned by a failed test).
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Removes a test's containers even when it fails.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for id in docker_ids(&self.0) {
-            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
-        }
-    }
-}
-
-fn docker_ids(uid: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=io.kubernetes.pod.uid={uid}"),
-        ])
-        .output();
-    out.map(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
-fn docker(args: &[&str]) -> Result<String> {
-    let out = Command::new("docker")
-        .args(args)
-        .output()
-        .context("docker cli")?;
-    if !out.status.success() {
-        bail!("docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// One edged over a store, with its upstream captured.
-struct Harness {
-    _dir: tempfile::TempDir,
-    config: Arc<Config>,
-    store: MetaStore,
-    events: broadcast::Sender<StoreEvent>,
-    up: mpsc::Receiver<Message>,
-    stop: CancellationToken,
-    task: Option<JoinHandle<verge_edgecore::Result<()>>>,
-}
-
-impl Harness {
-    fn new() -> Result<Self> {
-        ensure_docker()?;
-        ensure_test_image()?;
-        let dir = tempfile::tempdir()?;
-        let store = MetaStore::open(&dir.path().join("edgecore.redb"))?;
-        let config = Config {
-            node_name: "edge-test".into(),
-            data_dir: dir.path().to_owned(),
-            pod_infra_image: TEST_IMAGE.into(),
-            pod_infra_command: vec!["sleep".into(), "2147483647".into()],
-            pleg_relist_period: Duration::from_secs(1),
-            crash_loop_backoff_initial: Duration::from_secs(2),
-            crash_loop_backoff_max: Duration::from_secs(8),
-            ..Config::default()
-        };
-        let (events, _) = broadcast::channel(64);
-        let (_, up) = mpsc::channel(1);
-        let mut h = Self {
-            _dir: dir,
-            config: Arc::new(config),
-            store,
-            events,
-            up,
-            stop: CancellationToken::new(),
-            task: None,
-        };
-        h.start();
-        Ok(h)
-    }
-
-    fn start(&mut self) {
-        let (hub, up) = EdgeHubHandle::detached(1024);
-        let objects = StoreObjects::new(self.store.clone(), hub.clone(), QueryRegistry::new());
-        let edged = Edged::new(
-            Arc::clone(&self.config),
-            self.store.clone(),
-            hub,
-            objects,
-            self.events.subscribe(),
-        );
-        self.stop = CancellationToken::new();
-        self.up = up;
-        self.task = Some(tokio::spawn(edged.run(self.stop.clone())));
-    }
-
-    async fn restart(&mut self) -> Result<()> {
-        self.stop.cancel();
-        if let Some(t) = self.task.take() {
-            t.await??;
-        }
-        Ok(())
-    }
-
-    fn put(&self, pod: &Value, rv: &str) -> Result<ResourceKey> {
-        let (ns, name) = (
-            pod["metadata"]["namespace"].as_str(),
-            pod["metadata"]["name"].as_str(),
-        );
-        let key = ResourceKey::new(
-            ns.unwrap_or("default"),
-            ResourceType::Pod,
-            name.unwrap_or_default(),
-        );
-        let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
-        self.store
-            .upsert_if_newer(&key, uid, rv, &serde_json::to_vec(pod)?)?;
-        let _ = self.events.send(StoreEvent {
-            key: key.clone(),
-            uid: uid.into(),
-            applied: Applied::Stored,
-        });
-        Ok(key)
-    }
-
-    fn delete(&self, key: &ResourceKey, uid: &str) -> Result<()> {
-        self.store.delete(key, uid)?;
-        let _ = self.events.send(StoreEvent {
-            key: key.clone(),
-            uid: uid.into(),
-            applied: Applied::Deleted,
-        });
-        Ok(())
-    }
-
-    /// Waits for an upstream status of `name` satisfying `ok`; returns it.
-    async fn status(&mut self, name: &str, ok: impl Fn(&PodStatus) -> bool) -> Result<PodStatus> {
-        let resource = format!("default/podstatus/{name}");
-        let end = tokio::time::Instant::now() + DEADLINE;
-        let mut last = None;
-        loop {
-            let msg = tokio::time::timeout_at(end, self.up.recv())
-                .await
-                .with_context(|| format!("no matching status of {name}; last: {last:#?}"))?
-                .context("upstream closed")?;
-            if msg.resource() != resource {
-                continue;
-            }
-            let status: PodStatus = serde_json::from_slice(&msg.content)?;
-            if ok(&status) {
-                return Ok(status);
-            }
-            last = Some(status);
-        }
-    }
-}
-
-fn pod(name: &str, uid: &str, spec: Value) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": name, "namespace": "default", "uid": uid}, "spec": spec})
-}
-
-fn uid(test: &str) -> String {
-    format!("{test}-{}", uuid::Uuid::new_v4().simple())
-}
-
-fn container<'a>(
-    s: &'a PodStatus,
-    name: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
-    s.container_statuses
-        .iter()
-        .flatten()
-        .find(|c| c.name == name)
-}
-
-fn running(s: &PodStatus, name: &str) -> bool {
-    container(s, name).is_some_and(|c| c.state.as_ref().is_some_and(|st| st.running.is_some()))
-}
+use edged_common::{Cleanup, Harness, SERIAL, container, docker, docker_ids, pod, running, uid};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_runs_shares_network_and_is_deleted() -> Result<()> {
@@ -257,20 +65,7 @@ async fn pod_runs_shares_network_and_is_deleted() -> Result<()> {
 
     // Cloud delete: containers stopped and removed, deletion reported upstream.
     h.delete(&key, &uid)?;
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let msg = tokio::time::timeout_at(end, h.up.recv())
-            .await?
-            .context("closed")?;
-        if msg.operation()? == Operation::Delete {
-            assert_eq!(msg.resource(), "default/pod/net");
-            assert_eq!(
-                msg.header.as_ref().map(|h| h.uid.as_str()),
-                Some(uid.as_str())
-            );
-            break;
-        }
-    }
+    h.deleted("net", &uid).await?;
     assert!(docker_ids(&uid).is_empty(), "containers removed");
     h.restart().await
 }
@@ -307,6 +102,14 @@ async fn crashing_container_backs_off() -> Result<()> {
         }
     }
     assert!(backoff_seen, "reason CrashLoopBackOff reported");
+    let e = h
+        .event(
+            "crash",
+            "BackOff",
+            "Back-off restarting failed container fail in pod crash_default(",
+        )
+        .await?;
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
     // Restarts: immediate, then after 2 s, then 4 s: the gaps grow.
     let gaps: Vec<Duration> = seen_at.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
@@ -338,6 +141,10 @@ async fn never_pull_of_a_missing_image_waits() -> Result<()> {
         })
         .await?;
     assert_eq!(s.phase.as_deref(), Some("Pending"));
+    let msg = "Container image \"verge-test/absent:v1\" is not present with pull policy of Never";
+    h.event("never", "ErrImageNeverPull", msg).await?;
+    h.event("never", "Failed", "Error: ErrImageNeverPull")
+        .await?;
     h.restart().await
 }
 

@@ -135,7 +135,10 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
                 && t.toleration_seconds.is_some()
         })
         .collect();
-    anyhow::ensure!(evicting.is_empty(), "edge pods keep an unreachable toleration with seconds: {evicting:?}");
+    anyhow::ensure!(
+        evicting.is_empty(),
+        "edge pods keep an unreachable toleration with seconds: {evicting:?}"
+    );
 
     // ---- partition ----
     netns.cut()?;

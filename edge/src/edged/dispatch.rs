@@ -27,6 +27,7 @@ pub(crate) struct Dispatcher {
     events: broadcast::Receiver<StoreEvent>,
     pleg: mpsc::Receiver<PodChanged>,
     probes: broadcast::Receiver<ProbeUpdate>,
+    failures: broadcast::Receiver<ProbeUpdate>,
     live: watch::Sender<HashSet<String>>,
     workers: HashMap<String, WorkerHandle>,
     by_key: HashMap<ResourceKey, String>,
@@ -41,15 +42,20 @@ impl Dispatcher {
         ctx: Arc<Context>,
         events: broadcast::Receiver<StoreEvent>,
         pleg: mpsc::Receiver<PodChanged>,
-        probes: broadcast::Receiver<ProbeUpdate>,
+        probes: (
+            broadcast::Receiver<ProbeUpdate>,
+            broadcast::Receiver<ProbeUpdate>,
+        ),
         live: watch::Sender<HashSet<String>>,
     ) -> Self {
+        let (probes, failures) = probes;
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Self {
             ctx,
             events,
             pleg,
             probes,
+            failures,
             live,
             workers: HashMap::new(),
             by_key: HashMap::new(),
@@ -82,6 +88,9 @@ impl Dispatcher {
                         for w in self.workers.values() { w.send(WorkerMsg::Relist); }
                     }
                     Err(RecvError::Closed) => {}
+                },
+                failed = self.failures.recv() => if let Ok(u) = failed {
+                    self.send(&u.pod_uid.clone(), WorkerMsg::Unhealthy(u));
                 },
                 Some(uid) = self.done_rx.recv() => {
                     self.orphans.remove(&uid);

@@ -10,6 +10,7 @@
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
 //! - [`objects`], [`env`], [`volumes`]: configmaps/secrets/tokens, env and volumes.
 //! - [`probe`], [`gc`]: probes; container and image garbage collection.
+//! - [`events`]: the kubelet's pod events (Pulled, Created, Started, Killing, BackOff, ...).
 //!
 //! [`Edged::run`] lists every pod in the store at start-up and syncs it (containers found by
 //! label are adopted, missing ones are created: offline restart recovery), then follows
@@ -17,6 +18,7 @@
 //! refresh the volumes of the pods using them), PLEG events and probe results.
 
 pub mod env;
+pub mod events;
 pub mod gc;
 pub mod objects;
 pub mod pleg;
@@ -59,6 +61,7 @@ pub(crate) struct Context {
     pub volumes: VolumeManager<StoreObjects>,
     pub probes: ProbeManager,
     pub status: status::StatusHandle,
+    pub events: events::Recorder,
     pub store: MetaStore,
     /// The node's IP (hostIP; podIP of hostNetwork pods).
     pub node_ip: Option<IpAddr>,
@@ -145,6 +148,7 @@ impl Edged {
             objects: Arc::clone(&self.objects),
             probes: probes.clone(),
             status,
+            events: events::Recorder::new(self.hub.clone(), &self.config.node_name),
             store: self.store.clone(),
             node_ip,
         });
@@ -159,10 +163,15 @@ impl Edged {
             .pin_images([self.config.pod_infra_image.as_str()])
             .only_node(&self.config.node_name);
         tracker.spawn(gc.run(live_rx, stop.clone()));
-        let result =
-            dispatch::Dispatcher::new(ctx, self.events, pleg_rx, probes.subscribe(), live_tx)
-                .run(stop.clone())
-                .await;
+        let result = dispatch::Dispatcher::new(
+            ctx,
+            self.events,
+            pleg_rx,
+            (probes.subscribe(), probes.failures()),
+            live_tx,
+        )
+        .run(stop.clone())
+        .await;
         stop.cancel();
         probes.shutdown();
         tracker.close();

@@ -7,28 +7,44 @@
 //! cloudhub; edgehub then reconnects after a jittered exponential [`Backoff`] (reset after
 //! every session that got its `Welcome`).
 //!
-//! Other modules send upstream through an [`EdgeHubHandle`] (a bounded queue that outlives
-//! sessions) and learn about sessions from [`EdgeHubHandle::sessions`]. Downstream messages
-//! go to metamanager through a bounded channel. Upstream delivery is at-most-once for now:
-//! a message taken from the queue is lost if the session breaks before it is written; the
-//! redb outbox (removed on the cloud's ack) will make reports at-least-once.
+//! Other modules send upstream through an [`EdgeHubHandle`] and learn about sessions from
+//! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (DESIGN §3.3):
+//! * **Reports** ([`EdgeHubHandle::report`]: pod and node status, node registration,
+//!   completed pod deletions, events) are committed to the redb outbox under an
+//!   [`OutboxKey`] first (a newer report of a key replaces the older one) and leave it only
+//!   when the cloud `ack`s that very message id, i.e. after the API server accepted the
+//!   write. While a session is up, edgehub sends them in FIFO order, at most
+//!   `outbox.max_inflight` unanswered; an `error` answer is retried after a backoff and
+//!   dropped after `outbox.max_attempts` refusals by a controller; an unanswered one is
+//!   resent after `outbox.ack_timeout`; every reconnect (and edgecore restart) sends all
+//!   that is still stored. The answers to reports are consumed here, not by metamanager.
+//! * **Transient frames** ([`EdgeHubHandle::send`]: acks, queries, lease renewals) go
+//!   through a bounded in-memory queue that outlives sessions; a message taken from it is
+//!   lost if the session breaks before it is written (acks and queries are retried by their
+//!   senders; a lease is renewed again).
+//!
+//! Downstream messages go to metamanager through a bounded channel.
 
 mod backoff;
+mod drain;
+pub mod outbox;
 mod session;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use verge_proto::Message;
 
 pub use backoff::Backoff;
+pub use outbox::OutboxConfig;
 
 use crate::config::Config;
-use crate::metamanager::MetaStore;
+use crate::metamanager::{MetaStore, OutboxKey};
 use crate::{Error, Result};
+use outbox::Outbox;
 
 /// Keepalive interval used when `Welcome.keepalive_interval_ms` is 0.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
@@ -44,16 +60,52 @@ pub struct SessionInfo {
     pub keepalive: Duration,
 }
 
-/// Sends messages upstream; cheap to clone. Messages queue while no session is open.
+/// Sends messages upstream; cheap to clone. Messages queue (reports: in the outbox) while no
+/// session is open.
 #[derive(Debug, Clone)]
 pub struct EdgeHubHandle {
     tx: mpsc::Sender<Message>,
+    /// `None` for a [`detached`](EdgeHubHandle::detached) handle.
+    outbox: Option<Outbox>,
     sessions: watch::Receiver<Option<SessionInfo>>,
     _detached: Option<Arc<watch::Sender<Option<SessionInfo>>>>,
 }
 
 impl EdgeHubHandle {
-    /// Queues `msg`, waiting while the queue is full (back-pressure).
+    /// Reports `msg` durably: commits it to the outbox under `key`, replacing the report of
+    /// the same key that waits there, before returning. It is sent while a session is up
+    /// and removed when the cloud acks it (see the module docs). `msg` should carry a
+    /// unique id (one is assigned if empty). A detached handle has no outbox: `msg` goes to
+    /// its receiver like [`send`](Self::send).
+    ///
+    /// # Errors
+    /// [`Error::OutboxFull`] for a new event key while `outbox.max_entries` entries wait
+    /// (the event is dropped; log it); [`Error::Store`] if the commit fails;
+    /// [`Error::HubStopped`] for a detached handle whose receiver is gone.
+    pub async fn report(&self, key: OutboxKey, msg: Message) -> Result<()> {
+        match &self.outbox {
+            Some(outbox) => outbox.put(key, msg).await,
+            None => self.send(msg).await,
+        }
+    }
+
+    /// Like [`report`](Self::report), for callers that cannot wait (e.g. the event recorder):
+    /// hands `key` and `msg` to edgehub's outbox writer through a bounded queue
+    /// (`upstream_queue`); the commit follows shortly, in queue order. A detached handle
+    /// queues `msg` like [`try_send`](Self::try_send).
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] when the writer's queue is full (the report is not queued);
+    /// [`Error::HubStopped`] once edgehub has stopped. An [`Error::OutboxFull`] refusal of
+    /// the commit is only logged.
+    pub fn try_report(&self, key: OutboxKey, msg: Message) -> Result<()> {
+        match &self.outbox {
+            Some(outbox) => outbox.try_put(key, msg),
+            None => self.try_send(msg),
+        }
+    }
+
+    /// Queues a transient `msg` (an answer, a query, a lease renewal), waiting while the queue is full (back-pressure).
     ///
     /// # Errors
     /// [`Error::HubStopped`] once edgehub has stopped.
@@ -61,7 +113,7 @@ impl EdgeHubHandle {
         self.tx.send(msg).await.map_err(|_| Error::HubStopped)
     }
 
-    /// Queues `msg` without waiting.
+    /// Queues a transient `msg` without waiting.
     ///
     /// # Errors
     /// [`Error::QueueFull`] when the queue is full (the message is not queued);
@@ -83,11 +135,18 @@ impl EdgeHubHandle {
         let (sessions_tx, sessions) = watch::channel(None);
         let handle = Self {
             tx,
+            outbox: None,
             sessions,
             // Kept alive so `sessions().changed()` waits instead of failing.
             _detached: Some(Arc::new(sessions_tx)),
         };
         (handle, rx)
+    }
+
+    /// Whether a cloudhub session is up now (a detached handle counts as connected: its
+    /// receiver stands in for the cloud).
+    pub fn connected(&self) -> bool {
+        self._detached.is_some() || self.sessions.borrow().is_some()
     }
 
     /// The current session (`None` while disconnected); changes on every connect/disconnect.
@@ -104,12 +163,18 @@ pub struct EdgeHub {
     upstream: mpsc::Receiver<Message>,
     downstream: mpsc::Sender<Message>,
     sessions: watch::Sender<Option<SessionInfo>>,
+    /// Notified when a report is put in the outbox.
+    wake: Arc<Notify>,
+    /// The outbox and the queue of [`EdgeHubHandle::try_report`], until `run` starts the
+    /// writer.
+    writer: Option<(Outbox, mpsc::Receiver<outbox::Queued>)>,
     generation: u64,
 }
 
 impl EdgeHub {
     /// Creates edgehub and its handle. Downstream messages are sent to `downstream`
-    /// (metamanager's queue); the hello's inventory is read from `store`.
+    /// (metamanager's queue); the hello's inventory is read from `store`, which also holds
+    /// the outbox.
     pub fn new(
         config: Arc<Config>,
         store: MetaStore,
@@ -117,8 +182,15 @@ impl EdgeHub {
     ) -> (Self, EdgeHubHandle) {
         let (tx, upstream) = mpsc::channel(config.upstream_queue);
         let (sessions, sessions_rx) = watch::channel(None);
+        let (outbox, queued) = Outbox::new(
+            store.clone(),
+            config.outbox.max_entries,
+            config.upstream_queue,
+        );
+        let wake = outbox.wake();
         let handle = EdgeHubHandle {
             tx,
+            outbox: Some(outbox.clone()),
             sessions: sessions_rx,
             _detached: None,
         };
@@ -129,6 +201,8 @@ impl EdgeHub {
                 upstream,
                 downstream,
                 sessions,
+                wake,
+                writer: Some((outbox, queued)),
                 generation: 0,
             },
             handle,
@@ -143,6 +217,10 @@ impl EdgeHub {
     #[tracing::instrument(name = "edgehub", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
         let endpoint = session::endpoint(&self.config)?;
+        let writer = self
+            .writer
+            .take()
+            .map(|(outbox, queued)| tokio::spawn(outbox.write_queued(queued, shutdown.clone())));
         let mut backoff = Backoff::new(
             self.config.reconnect_initial_backoff,
             self.config.reconnect_max_backoff,
@@ -163,6 +241,10 @@ impl EdgeHub {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}
             }
+        }
+        if let Some(writer) = writer {
+            // Commits what is still queued; a panic there was already reported.
+            let _ = writer.await;
         }
         info!("edgehub stopped");
         Ok(())

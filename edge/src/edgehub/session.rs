@@ -16,6 +16,7 @@ use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
 use verge_proto::{Message, MessageExt};
 
+use super::drain::Drain;
 use super::{DEFAULT_KEEPALIVE, EdgeHub, SessionInfo};
 use crate::config::Config;
 use crate::{Error, Result};
@@ -131,7 +132,8 @@ impl EdgeHub {
         }
     }
 
-    /// Moves messages both ways until the stream ends, cloudhub goes silent or `shutdown`.
+    /// Moves messages both ways and drains the outbox until the stream ends, cloudhub goes
+    /// silent or `shutdown`.
     async fn pump(
         &mut self,
         open: Open,
@@ -148,27 +150,42 @@ impl EdgeHub {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = tokio::time::sleep(silence);
         tokio::pin!(deadline);
+        let wake = std::sync::Arc::clone(&self.wake);
+        let mut drain = Drain::new(self.store.clone(), self.config.outbox.clone());
+        drain.fill(&frames).await?;
         loop {
+            let retry_at = drain.next_deadline();
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return Ok(()),
                 frame = inbound.next() => {
                     let frame = frame.ok_or(Error::StreamClosed)?.map_err(Error::Stream)?;
                     deadline.as_mut().reset(Instant::now() + silence);
-                    self.dispatch(frame).await?;
+                    self.dispatch(frame, &mut drain, &frames).await?;
                 }
                 () = &mut deadline => return Err(Error::Timeout(silence)),
                 _ = ticker.tick() => {
                     let msg = Message::build(uuid::Uuid::new_v4().to_string(), "edgehub", Group::Hub, Operation::Keepalive, "", Vec::new());
                     send(&frames, msg).await?;
                 }
+                () = wake.notified() => drain.fill(&frames).await?,
+                () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
+                    drain.on_timer(Instant::now());
+                    drain.fill(&frames).await?;
+                }
                 Some(msg) = self.upstream.recv() => send(&frames, msg).await?,
             }
         }
     }
 
-    /// Hands a downstream frame to its module.
-    async fn dispatch(&self, frame: CloudFrame) -> Result<()> {
+    /// Hands a downstream frame to its module: answers to outbox reports to `drain` (which
+    /// may then send more), hub messages nowhere, the rest to metamanager.
+    async fn dispatch(
+        &self,
+        frame: CloudFrame,
+        drain: &mut Drain,
+        frames: &mpsc::Sender<EdgeFrame>,
+    ) -> Result<()> {
         let msg = match frame.frame {
             Some(cloud_frame::Frame::Message(msg)) => msg,
             Some(cloud_frame::Frame::Welcome(_)) | None => {
@@ -180,6 +197,9 @@ impl EdgeHub {
             trace!(id = msg.id(), op = ?msg.operation(), "hub message");
             return Ok(());
         }
+        let Some(msg) = drain.answer(msg).await? else {
+            return drain.fill(frames).await;
+        };
         self.downstream
             .send(msg)
             .await
@@ -188,7 +208,7 @@ impl EdgeHub {
 }
 
 /// Writes `msg` to the request stream.
-async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Message) -> Result<()> {
+pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Message) -> Result<()> {
     trace!(id = msg.id(), resource = msg.resource(), "upstream");
     frames
         .send(EdgeFrame {

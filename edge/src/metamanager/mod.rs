@@ -10,8 +10,8 @@
 //!   operation edgecore does not handle yet (`patch`, `query`): answered with `error` and a
 //!   UTF-8 reason; nothing changes;
 //! * `response` / `error` answering a waiting [`QueryRegistry::query`]: handed to it;
-//! * `ack` / `error` / `response` from the cloud for upstream messages: logged (the outbox,
-//!   a later issue, removes acked reports).
+//! * `ack` / `error` / `response` from the cloud for other upstream messages: logged (edgehub
+//!   hands the answers to outbox reports to the outbox before they get here).
 //!
 //! After every commit that changed the store (stored or deleted), a [`StoreEvent`] goes to
 //! the subscribers of [`MetaManager::subscribe`] (edged), so they act only on committed
@@ -20,6 +20,7 @@
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
 
+mod outbox;
 mod query;
 mod store;
 
@@ -29,6 +30,7 @@ use tracing::{debug, error, info, warn};
 use verge_core::{Group, Operation, ResourceKey};
 use verge_proto::{Message, MessageExt};
 
+pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
 pub use store::{MetaStore, StoredObject};
 

@@ -70,7 +70,9 @@ impl QueryRegistry {
     /// through `hub` and returns the content of the cloud's `response`.
     ///
     /// # Errors
-    /// [`Error::QueryRefused`] when the cloud answers `error`; [`Error::QueryTimeout`] when no
+    /// [`Error::CloudUnreachable`] at once when no cloudhub session is up (offline: callers
+    /// fall back to what they hold instead of waiting); [`Error::QueryRefused`] when the
+    /// cloud answers `error`; [`Error::QueryTimeout`] when no
     /// answer arrives within `timeout` (the message may still be queued or sent);
     /// [`Error::QueueFull`] when [`MAX_PENDING_QUERIES`] already wait; [`Error::HubStopped`]
     /// when edgehub is gone.
@@ -82,8 +84,11 @@ impl QueryRegistry {
         content: Vec<u8>,
         timeout: Duration,
     ) -> Result<Vec<u8>> {
-        let id = uuid::Uuid::new_v4().to_string();
         let resource = key.to_string();
+        if !hub.connected() {
+            return Err(Error::CloudUnreachable { resource });
+        }
+        let id = uuid::Uuid::new_v4().to_string();
         let mut msg = Message::build(
             id.clone(),
             source,

@@ -1,8 +1,9 @@
 //! The redb store of every object the edge holds (KubeEdge: metamanager's sqlite `meta` table).
 //!
-//! One table, `objects`: edge path `<namespace>/<type>/<name>` -> `(uid, resourceVersion,
-//! JSON bytes)`. Every write commits (durably) before the call returns, so a caller that acks
-//! after a write never acks what a crash could lose. Calls block on disk I/O: call them from
+//! Table `objects`: edge path `<namespace>/<type>/<name>` -> `(uid, resourceVersion, JSON
+//! bytes)`; the upstream outbox's tables live in the same file (module `outbox`). Every write
+//! commits (durably) before the call returns, so a caller that acks after a write never acks
+//! what a crash could lose. Calls block on disk I/O: call them from
 //! `tokio::task::spawn_blocking` (see [`MetaStore::blocking`]).
 
 use std::path::Path;
@@ -31,7 +32,7 @@ pub struct StoredObject {
 /// A handle to the store; cheap to clone (shares one [`Database`]).
 #[derive(Clone)]
 pub struct MetaStore {
-    db: Arc<Database>,
+    pub(super) db: Arc<Database>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -41,7 +42,7 @@ impl std::fmt::Debug for MetaStore {
 }
 
 impl MetaStore {
-    /// Opens (or creates) the database file at `path` and its table. The parent directory
+    /// Opens (or creates) the database file at `path` and its tables. The parent directory
     /// must exist.
     ///
     /// # Errors
@@ -50,6 +51,7 @@ impl MetaStore {
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
         txn.open_table(OBJECTS)?;
+        super::outbox::create_tables(&txn)?;
         txn.commit()?;
         Ok(Self { db: Arc::new(db) })
     }

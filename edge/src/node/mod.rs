@@ -5,8 +5,12 @@
 //! taints). While the session lasts: `update` `_/nodestatus/<node>` with a `v1.NodeStatus`
 //! every `node_status_update_frequency`, and `update` `kube-node-lease/lease/<node>` with a
 //! `coordination.k8s.io/v1.Lease` every `node_lease_renew_interval`; both also right after
-//! registration. Reports are not queued while disconnected: the next session sends fresh
-//! ones. Messages use group `resource` and source `edged`.
+//! registration. Registration and status are durable reports ([`EdgeHubHandle::report`],
+//! keys [`OutboxKey::Node`] and [`OutboxKey::NodeStatus`]: only the newest waits, and it is
+//! sent until the cloud acks it). The lease stays transient ([`EdgeHubHandle::try_send`]): a
+//! renewal is worthless once stale, and the next one is due within
+//! `node_lease_renew_interval`. Nothing is produced while disconnected: the next session
+//! sends fresh reports. Messages use group `resource` and source `edged`.
 
 pub mod host;
 pub mod quantity;
@@ -17,12 +21,13 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 use verge_core::{Group, Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
 use crate::config::{Config, Reserved};
-use crate::edgehub::EdgeHubHandle;
+use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 use host::HostFacts;
 use status::{Conditions, LEASE_NAMESPACE};
@@ -86,11 +91,11 @@ impl NodeAgent {
             let node = status::node_object(&self.config, &facts);
             let key = ResourceKey::cluster(ResourceType::Node, &self.config.node_name);
             let msg = message(Operation::Insert, &key, &node, "node")?;
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                sent = self.hub.send(msg) => if sent.is_err() { break },
+            match self.hub.report(OutboxKey::Node, msg).await {
+                Ok(()) => info!("node registration reported"),
+                Err(Error::HubStopped) => break,
+                Err(e) => error!(error = %DisplayChain(&e), "node registration not stored"),
             }
-            info!("node registration sent");
             let mut status_tick = tokio::time::interval(self.config.node_status_update_frequency);
             let mut lease_tick = tokio::time::interval(self.config.node_lease_renew_interval);
             status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -102,7 +107,7 @@ impl NodeAgent {
                         if changed.is_err() { return Ok(()) }
                         break;
                     }
-                    _ = status_tick.tick() => self.report_status(&facts)?,
+                    _ = status_tick.tick() => self.report_status(&facts).await?,
                     _ = lease_tick.tick() => self.renew_lease()?,
                 }
             }
@@ -110,7 +115,7 @@ impl NodeAgent {
         Ok(())
     }
 
-    fn report_status(&mut self, facts: &HostFacts) -> Result<()> {
+    async fn report_status(&mut self, facts: &HostFacts) -> Result<()> {
         let mut status = status::node_status(
             &self.config,
             &self.reserved,
@@ -122,7 +127,11 @@ impl NodeAgent {
             info.container_runtime_version = v.borrow().clone();
         }
         let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
-        self.offer(message(Operation::Update, &key, &status, "node status")?);
+        let msg = message(Operation::Update, &key, &status, "node status")?;
+        if let Err(e) = self.hub.report(OutboxKey::NodeStatus, msg).await {
+            // A store failure; the next period reports a fresh status.
+            error!(error = %DisplayChain(&e), "node status not stored");
+        }
         Ok(())
     }
 
@@ -133,11 +142,11 @@ impl NodeAgent {
         Ok(())
     }
 
-    /// Queues a periodic report without waiting: if the queue is full the next period sends
+    /// Queues a lease renewal without waiting: if the queue is full the next period sends
     /// a fresh one, so this one is dropped with a warning.
     fn offer(&self, msg: Message) {
         if let Err(error) = self.hub.try_send(msg) {
-            warn!(%error, "periodic node report dropped");
+            warn!(%error, "node lease renewal dropped");
         }
     }
 }

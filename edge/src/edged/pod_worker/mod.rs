@@ -11,10 +11,14 @@
 //! - `sync`: one sync step (sandbox, volumes, init containers, app containers).
 //! - `start`: starting one container (image, env, binds, create, start).
 //! - `terminate`: graceful termination, deletion report, orphan clean-up.
+//! - `events`: the kubelet's pod and container events.
+//! - `refresh`: preparing and re-writing volumes (object changes, token expiry).
 //! - `report`: building and sending the status.
 
 pub(crate) mod backoff;
+mod events;
 pub(crate) mod observe;
+mod refresh;
 mod report;
 pub(crate) mod start;
 pub(crate) mod state;
@@ -58,6 +62,8 @@ pub(crate) enum WorkerMsg {
     Relist,
     /// A probe result changed.
     Probe(ProbeUpdate),
+    /// A probe attempt failed (for the `Unhealthy` event).
+    Unhealthy(ProbeUpdate),
     /// A configmap/secret the pod mounts changed.
     Refresh,
 }
@@ -92,6 +98,8 @@ pub(crate) struct Worker {
     tracks: HashMap<String, ContainerTrack>,
     volumes: Option<super::volumes::PodVolumes>,
     refresh_volumes: bool,
+    /// No token refresh before this (the last one could not renew a due token).
+    token_retry: Option<Instant>,
     image_ids: ImageIds,
     last_status: Option<PodStatus>,
     start_time: Time,
@@ -130,6 +138,7 @@ pub(crate) fn spawn(
         tracks: HashMap::new(),
         volumes: None,
         refresh_volumes: false,
+        token_retry: None,
         image_ids: ImageIds::new(),
         last_status: None,
         start_time,
@@ -185,16 +194,24 @@ impl Worker {
     /// Records a message; the next sync acts on it.
     fn apply(&mut self, msg: WorkerMsg) {
         match msg {
-            WorkerMsg::Update(pod) => self.pod = *pod,
+            WorkerMsg::Update(pod) => {
+                // downwardAPI volumes show labels and annotations (kubelet: volume remount).
+                let (old, new) = (&self.pod.metadata, &pod.metadata);
+                if old.labels != new.labels || old.annotations != new.annotations {
+                    self.refresh_volumes = true;
+                }
+                self.pod = *pod;
+            }
             WorkerMsg::Deleted => self.deleted = true,
             WorkerMsg::Relist => {}
             WorkerMsg::Refresh => self.refresh_volumes = true,
+            WorkerMsg::Unhealthy(u) => self.probe_event(&u),
             WorkerMsg::Probe(u) => {
                 if !u.success
                     && matches!(u.kind, ProbeKind::Liveness | ProbeKind::Startup)
                     && let Some(t) = self.tracks.get_mut(&u.container)
                 {
-                    t.kill = Some(u.container_id.clone());
+                    t.kill = Some((u.container_id.clone(), u.kind));
                 }
             }
         }

@@ -12,8 +12,9 @@ use super::Worker;
 use super::observe::{Instance, Observation};
 use super::state::Waiting;
 use super::sync::Wake;
+use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
-use crate::edged::runtime::image::{PullPolicy, credentials_for};
+use crate::edged::runtime::image::{ImageOutcome, PullPolicy, credentials_for};
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::spec;
 use crate::edgehub::DisplayChain;
@@ -23,7 +24,7 @@ use crate::{Error, Result};
 type Failure = (&'static str, String);
 
 impl Worker {
-    fn pod_ref(&self) -> PodRef {
+    pub(super) fn pod_ref(&self) -> PodRef {
         PodRef {
             namespace: self.key.namespace.clone(),
             name: self.key.name.clone(),
@@ -70,10 +71,10 @@ impl Worker {
             self.ctx.config.crash_loop_backoff_max,
         );
         let ctx = std::sync::Arc::clone(&self.ctx);
-        let t = self.track(&c.name);
         match result {
             Ok(id) => {
                 info!(container = %c.name, restart_count, id = %id, init, "container started");
+                let t = self.track(&c.name);
                 t.waiting = None;
                 t.retry_at = None;
                 t.next_restart = restart_count;
@@ -89,6 +90,15 @@ impl Worker {
             }
             Err((reason, message)) => {
                 warn!(container = %c.name, reason, %message, "container not started");
+                // kubelet: `Failed` with `Error: <reason>` for image errors, else the detail.
+                let detail = if reason.starts_with("ErrImage") {
+                    reason
+                } else {
+                    &message
+                };
+                let event = format!("Error: {detail}");
+                self.container_event(&c.name, EventType::Warning, "Failed", event);
+                let t = self.track(&c.name);
                 let delay = t.start.next_delay(None).max(initial);
                 t.retry_at = Some(now + delay);
                 t.waiting = Some(Waiting {
@@ -118,11 +128,41 @@ impl Worker {
         } else {
             credentials_for(&image, &self.pull_secrets().await)
         };
-        self.ctx
+        let pulling = || {
+            let msg = format!("Pulling image \"{image}\"");
+            self.container_event(&c.name, EventType::Normal, "Pulling", msg);
+        };
+        let pulled = self
+            .ctx
             .runtime
-            .ensure_image(&image, policy, creds)
-            .await
-            .map_err(|e| (e.reason, e.message))?;
+            .ensure_image(&image, policy, creds, pulling)
+            .await;
+        let (type_, reason, msg) = match &pulled {
+            Ok(ImageOutcome::Present) => (
+                EventType::Normal,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            ),
+            Ok(ImageOutcome::Pulled(took)) => (
+                EventType::Normal,
+                "Pulled",
+                format!(
+                    "Successfully pulled image \"{image}\" in {:?}",
+                    Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
+                ),
+            ),
+            Err(e) if e.reason == "ErrImageNeverPull" => {
+                (EventType::Warning, e.reason, e.message.clone())
+            }
+            Err(e) => {
+                let prefix = format!("failed to pull image \"{image}\": ");
+                let detail = e.message.strip_prefix(&prefix).unwrap_or(&e.message);
+                let msg = format!("Failed to pull image \"{image}\": {detail}");
+                (EventType::Warning, "Failed", msg)
+            }
+        };
+        self.container_event(&c.name, type_, reason, msg);
+        pulled.map_err(|e| (e.reason, e.message))?;
         let config_err = |e: Error| ("CreateContainerConfigError", e.to_string());
         let env = crate::edged::env::resolve_env(
             &self.pod,
@@ -162,10 +202,14 @@ impl Worker {
             .create(&name, body)
             .await
             .map_err(|e| ("CreateContainerError", chain(&e)))?;
+        let msg = format!("Created container {}", c.name);
+        self.container_event(&c.name, EventType::Normal, "Created", msg);
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove(&id).await;
             return Err(("RunContainerError", chain(&e)));
         }
+        let msg = format!("Started container {}", c.name);
+        self.container_event(&c.name, EventType::Normal, "Started", msg);
         Ok(id)
     }
 
@@ -175,7 +219,7 @@ impl Worker {
         if let Err(e) = self
             .ctx
             .runtime
-            .ensure_image(&cfg.pod_infra_image, PullPolicy::IfNotPresent, None)
+            .ensure_image(&cfg.pod_infra_image, PullPolicy::IfNotPresent, None, || {})
             .await
         {
             return Err(Error::ContainerConfig(format!(

@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::backoff::Backoff;
+use crate::edged::probe::ProbeKind;
 
 /// Where the pod is in its lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,8 +82,8 @@ pub struct ContainerTrack {
     pub handled_exit: Option<String>,
     /// The running instance registered with the prober.
     pub probed: Option<String>,
-    /// Instance to kill (liveness or startup probe failure).
-    pub kill: Option<String>,
+    /// Instance to kill, and the probe that failed (liveness or startup).
+    pub kill: Option<(String, ProbeKind)>,
     /// The restart count the next instance gets at least (survives removed instances).
     pub next_restart: u32,
 }

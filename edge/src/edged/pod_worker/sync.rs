@@ -12,6 +12,7 @@ use super::Worker;
 use super::observe::{Instance, Observation, RunState, observe};
 use super::state::{PodState, Waiting};
 use crate::Result;
+use crate::edged::events::EventType;
 use crate::edged::probe::ProbeTarget;
 use crate::edgehub::DisplayChain;
 
@@ -73,7 +74,15 @@ impl Worker {
     async fn step(&mut self, obs: &Observation, wake: &mut Wake) -> Result<bool> {
         let Some(sandbox) = obs.sandbox().cloned() else {
             self.state = PodState::Pending;
-            self.create_sandbox(obs).await?;
+            if !obs.sandboxes.is_empty() {
+                let msg = "Pod sandbox changed, it will be killed and re-created.".to_owned();
+                self.pod_event(EventType::Normal, "SandboxChanged", msg);
+            }
+            if let Err(e) = self.create_sandbox(obs).await {
+                let msg = format!("Failed to create pod sandbox: {}", DisplayChain(&e));
+                self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
+                return Err(e);
+            }
             wake.at(Instant::now());
             return Ok(true);
         };
@@ -139,45 +148,6 @@ impl Worker {
         }
     }
 
-    /// Prepares (or refreshes) the volumes; false (and a retry) while they cannot be.
-    async fn ensure_volumes(&mut self, wake: &mut Wake) -> bool {
-        if self.volumes.is_some() {
-            if std::mem::take(&mut self.refresh_volumes)
-                && let Err(e) = self.ctx.volumes.refresh(&self.pod).await
-            {
-                warn!(error = %DisplayChain(&e), "volume refresh failed");
-                self.refresh_volumes = true;
-                wake.at(Instant::now() + super::RETRY);
-            }
-            return true;
-        }
-        match self.ctx.volumes.prepare(&self.pod).await {
-            Ok(v) => {
-                self.volumes = Some(v);
-                self.refresh_volumes = false;
-                true
-            }
-            Err(e) => {
-                warn!(error = %DisplayChain(&e), "volumes not ready");
-                let waiting = Waiting {
-                    reason: "ContainerCreating".into(),
-                    message: e.to_string(),
-                };
-                let spec = self.pod.spec.clone().unwrap_or_default();
-                for c in spec
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .chain(&spec.containers)
-                {
-                    self.track(&c.name).waiting = Some(waiting.clone());
-                }
-                wake.at(Instant::now() + super::RETRY);
-                false
-            }
-        }
-    }
-
     /// One container's step: adopt, kill (probe failure), restart with back-off, or start.
     #[allow(clippy::too_many_arguments)]
     async fn container_step(
@@ -196,9 +166,9 @@ impl Worker {
             Some(i) if i.state == RunState::Running => {
                 let t = self.track(&c.name);
                 t.waiting = None;
-                if t.kill.as_deref() == Some(i.id.as_str()) {
-                    t.kill = None;
-                    info!(container = %c.name, "probe failed; killing container");
+                if let Some((_, probe)) = t.kill.take_if(|(id, _)| *id == i.id) {
+                    info!(container = %c.name, %probe, "probe failed; killing container");
+                    self.killing_event(&c.name, Some(probe));
                     self.ctx.probes.remove_container(&self.uid, &c.name);
                     self.ctx.runtime.stop(&i.id, self.grace()).await?;
                     *changed = true;
@@ -261,6 +231,11 @@ impl Worker {
                         ),
                     });
                     wake.at(retry_at);
+                    let msg = format!(
+                        "Back-off restarting failed container {} in pod {pod_name}",
+                        c.name
+                    );
+                    self.container_event(&c.name, EventType::Warning, "BackOff", msg);
                     return Ok(Step::Pending);
                 }
                 let count = t.next_restart;
@@ -274,7 +249,18 @@ impl Worker {
                     if let Some(w) = t.waiting.as_mut().filter(|w| w.reason == "ErrImagePull") {
                         w.reason = "ImagePullBackOff".into();
                     }
+                    let pull_backoff = t
+                        .waiting
+                        .as_ref()
+                        .is_some_and(|w| w.reason == "ImagePullBackOff");
                     wake.at(t.retry_at.unwrap_or(now));
+                    if pull_backoff {
+                        let image = c.image.as_deref().unwrap_or_default();
+                        let msg = format!("Back-off pulling image \"{image}\"");
+                        self.container_event(&c.name, EventType::Normal, "BackOff", msg);
+                        let msg = "Error: ImagePullBackOff".to_owned();
+                        self.container_event(&c.name, EventType::Warning, "Failed", msg);
+                    }
                     return Ok(Step::Pending);
                 }
                 let count = t.next_restart;

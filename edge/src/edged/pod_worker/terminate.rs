@@ -32,6 +32,12 @@ impl Worker {
                 .filter(move |i| i.labels.sandbox == sandbox && i.state != RunState::Exited)
                 .map(|i| i.id.clone())
         };
+        for i in obs
+            .all()
+            .filter(|i| !i.labels.sandbox && i.state != RunState::Exited)
+        {
+            self.killing_event(&i.labels.container, None);
+        }
         for r in join_all(running(false).map(|id| async move { rt.stop(&id, grace).await })).await {
             r?;
         }
@@ -52,6 +58,7 @@ impl Worker {
             .blocking(move |s| s.delete(&key, &uid))
             .await?;
         self.ctx.status.deleted(&self.key, &self.uid).await;
+        self.ctx.events.forget(&self.uid);
         info!("pod terminated and removed");
         self.state = PodState::Terminated;
         Ok(())
@@ -86,6 +93,7 @@ pub(crate) async fn cleanup_orphan(ctx: &Context, pod: &PodRef) {
             warn!(error = %DisplayChain(&e), "cannot remove pod directory");
         }
         ctx.status.deleted(&ResourceKey::new(&pod.namespace, ResourceType::Pod, &pod.name), &pod.uid).await;
+        ctx.events.forget(&pod.uid);
         Ok(())
     }
     .await;

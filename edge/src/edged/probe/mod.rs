@@ -161,11 +161,13 @@ impl<H: ProbeHandler> ProbeManager<H> {
     /// A manager whose probe attempts are run by `handler` (tests use a fake).
     pub fn with_handler(handler: H) -> Self {
         let (updates, _) = broadcast::channel(UPDATE_CAPACITY);
+        let (failures, _) = broadcast::channel(UPDATE_CAPACITY);
         Self {
             handler: Arc::new(handler),
             shared: Arc::new(Shared {
                 entries: Mutex::default(),
                 updates,
+                failures,
             }),
             root: CancellationToken::new(),
         }
@@ -237,6 +239,12 @@ impl<H: ProbeHandler> ProbeManager<H> {
     /// (started = false with a startup probe, ready = false, live = true).
     pub fn subscribe(&self) -> broadcast::Receiver<ProbeUpdate> {
         self.shared.updates.subscribe()
+    }
+
+    /// Every failed probe attempt from now on, before thresholds (`success: false`; the
+    /// kubelet records an `Unhealthy` event for each). Lagging loses the oldest.
+    pub fn failures(&self) -> broadcast::Receiver<ProbeUpdate> {
+        self.shared.failures.subscribe()
     }
 
     /// Whether the container is ready: started, and its readiness probe (if any) has

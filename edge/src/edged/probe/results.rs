@@ -32,6 +32,8 @@ pub(super) type Key = (String, String);
 pub(super) struct Shared {
     pub entries: Mutex<HashMap<Key, Entry>>,
     pub updates: broadcast::Sender<ProbeUpdate>,
+    /// Every failed attempt (before thresholds).
+    pub failures: broadcast::Sender<ProbeUpdate>,
 }
 
 impl Shared {
@@ -41,6 +43,23 @@ impl Shared {
 
     pub fn started(&self, key: &Key) -> bool {
         self.lock().get(key).is_some_and(Entry::started)
+    }
+
+    /// Publishes a failed attempt of the entry owned by `cancel` (kubelet: the `Unhealthy`
+    /// event of every failed probe).
+    pub fn failed(&self, key: &Key, kind: ProbeKind, message: &str, cancel: &CancellationToken) {
+        let entries = self.lock();
+        let Some(entry) = entries.get(key).filter(|_| !cancel.is_cancelled()) else {
+            return;
+        };
+        let _ = self.failures.send(ProbeUpdate {
+            pod_uid: key.0.clone(),
+            container: key.1.clone(),
+            container_id: entry.container_id.clone(),
+            kind,
+            success: false,
+            message: message.to_owned(),
+        });
     }
 
     /// Records a result (after thresholds) of the entry owned by `cancel`; publishes it if it

@@ -95,6 +95,10 @@ impl<H: ProbeHandler> Worker<H> {
             };
             debug!(pod_uid = %self.key.0, container = %self.key.1, probe = %self.kind,
                 success = outcome.success, run, threshold, message = %outcome.message, "probe attempt");
+            if !outcome.success {
+                self.shared
+                    .failed(&self.key, self.kind, &outcome.message, &self.cancel);
+            }
             if run < threshold {
                 continue;
             }

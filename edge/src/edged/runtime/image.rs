@@ -47,6 +47,15 @@ pub struct ImageError {
     pub message: String,
 }
 
+/// How [`Runtime::ensure_image`] made an image available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageOutcome {
+    /// It was already present (not pulled).
+    Present,
+    /// It was pulled; the pull took this long.
+    Pulled(std::time::Duration),
+}
+
 /// The tag or digest part of an image reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Reference<'a> {
@@ -149,7 +158,8 @@ impl Runtime {
         }
     }
 
-    /// Makes `image` available according to `policy`, pulling with `credentials`.
+    /// Makes `image` available according to `policy`, pulling with `credentials`;
+    /// `on_pull` runs just before a pull starts (for the `Pulling` event).
     ///
     /// # Errors
     /// [`ImageError`] with reason `ErrImageNeverPull` (policy `Never`, image absent) or
@@ -159,10 +169,11 @@ impl Runtime {
         image: &str,
         policy: PullPolicy,
         credentials: Option<DockerCredentials>,
-    ) -> Result<(), ImageError> {
+        on_pull: impl FnOnce(),
+    ) -> Result<ImageOutcome, ImageError> {
         let present = self.image_present(image).await?.is_some();
         match policy {
-            PullPolicy::Never if present => return Ok(()),
+            PullPolicy::Never if present => return Ok(ImageOutcome::Present),
             PullPolicy::Never => {
                 return Err(ImageError {
                     reason: "ErrImageNeverPull",
@@ -171,9 +182,11 @@ impl Runtime {
                     ),
                 });
             }
-            PullPolicy::IfNotPresent if present => return Ok(()),
+            PullPolicy::IfNotPresent if present => return Ok(ImageOutcome::Present),
             _ => {}
         }
+        on_pull();
+        let started = std::time::Instant::now();
         let (repo, reference) = split_reference(image);
         let builder = CreateImageOptionsBuilder::default();
         let opts = match reference {
@@ -188,7 +201,7 @@ impl Runtime {
             .try_for_each(|_| async { Ok(()) })
             .await;
         match pulled {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(ImageOutcome::Pulled(started.elapsed())),
             // `Always` with an unreachable registry: kubelet fails the pull too.
             Err(e) => Err(ImageError {
                 reason: "ErrImagePull",

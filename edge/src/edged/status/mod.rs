@@ -3,6 +3,9 @@
 //! pod's uid) through edgehub only when the status differs from the last one reported for
 //! that pod, ignoring condition timestamps. It also reports completed deletions as
 //! `delete <ns>/pod/<name>` (header uid), after the pod's last status (docs/protocol.md).
+//! Both are durable reports ([`EdgeHubHandle::report`]): committed to the outbox under
+//! [`OutboxKey::PodStatus`] (only the newest status of a pod waits) and
+//! [`OutboxKey::PodDelete`], and sent until the cloud acks them.
 
 pub mod build;
 pub mod container;
@@ -12,11 +15,12 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 use verge_core::{Group, Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
-use crate::edgehub::EdgeHubHandle;
+use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 
 /// Source module of edged's reports.
@@ -95,14 +99,14 @@ impl StatusManager {
     /// Reports until `shutdown` or until every handle is dropped.
     ///
     /// # Errors
-    /// None: an encoding failure is logged; a stopped edgehub ends the task.
+    /// None: encoding and outbox failures are logged.
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
         loop {
             let report = tokio::select! {
                 () = shutdown.cancelled() => break,
                 r = self.rx.recv() => match r { Some(r) => r, None => break },
             };
-            let msg = match report {
+            let (key, msg, uid) = match report {
                 Report::Status { pod, uid, status } => {
                     let normalized = normalize(&status);
                     if self.last.get(&uid) == Some(&normalized) {
@@ -118,16 +122,23 @@ impl StatusManager {
                     };
                     debug!(pod = %pod, phase = ?status.phase, "reporting pod status");
                     self.last.insert(uid.clone(), normalized);
-                    message(Operation::Update, &key, content, &uid)
+                    let msg = message(Operation::Update, &key, content, &uid);
+                    (OutboxKey::pod_status(&pod), msg, uid)
                 }
                 Report::Deleted { pod, uid } => {
                     self.last.remove(&uid);
                     debug!(pod = %pod, "reporting pod deletion");
-                    message(Operation::Delete, &pod, Vec::new(), &uid)
+                    let msg = message(Operation::Delete, &pod, Vec::new(), &uid);
+                    (OutboxKey::pod_delete(&pod, &uid), msg, uid)
                 }
             };
-            if self.hub.send(msg).await.is_err() {
-                break;
+            if let Err(e) = self.hub.report(key.clone(), msg).await {
+                // A store failure: forget the status so the pod's next one is reported.
+                error!(%key, error = %DisplayChain(&e), "pod report not stored");
+                self.last.remove(&uid);
+                if matches!(e, Error::HubStopped) {
+                    break;
+                }
             }
         }
         Ok(())

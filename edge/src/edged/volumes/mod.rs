@@ -82,9 +82,9 @@ impl<O: PodObjects> VolumeManager<O> {
     /// Volumes under `pods_dir` (`<data_dir>/pods`), objects read from `objects`.
     pub fn new(pods_dir: PathBuf, objects: Arc<O>) -> Self {
         Self {
+            tokens: TokenCache::new(pods_dir.clone()),
             pods_dir,
             objects,
-            tokens: TokenCache::default(),
         }
     }
 

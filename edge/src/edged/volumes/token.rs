@@ -2,8 +2,14 @@
 //! kubelet's token manager (`requiresRefresh`): after 80% of the token's lifetime, or once
 //! it is 24 hours old, whichever comes first (without the kubelet's random jitter). A
 //! failed refresh keeps the old token until it expires.
+//!
+//! Offline autonomy (DESIGN §3.4): every token is also written to
+//! `<pods_dir>/<pod uid>/tokens.json` (mode 0600, next to the pod's volumes), and read back
+//! when the in-memory cache is empty, so a pod restarted by a new edgecore process while the
+//! cloud is unreachable gets its still-valid token instead of failing to start.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -23,10 +29,27 @@ type Key = (String, String, i64);
 /// A cached token: the token, when it is due for refresh, when it expires.
 type Cached = (String, SystemTime, SystemTime);
 
-/// Tokens by pod, audience and requested lifetime.
-#[derive(Debug, Default)]
+/// Tokens by pod, audience and requested lifetime, in memory and in each pod's directory.
+#[derive(Debug)]
 pub(super) struct TokenCache {
     tokens: Mutex<HashMap<Key, Cached>>,
+    pods_dir: PathBuf,
+}
+
+/// One persisted token (`tokens.json` holds a list of these).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Persisted {
+    audience: String,
+    expiration_seconds: i64,
+    token: String,
+    /// Seconds since the epoch.
+    due: u64,
+    /// Seconds since the epoch.
+    expires: u64,
+}
+
+fn epoch_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// When `tr` (requested with `requested` seconds, answered at `now`) must be refreshed, and
@@ -58,6 +81,81 @@ pub(super) fn refresh_at(
 }
 
 impl TokenCache {
+    /// A cache persisting under `pods_dir` (`<data_dir>/pods`).
+    pub(super) fn new(pods_dir: PathBuf) -> Self {
+        Self {
+            tokens: Mutex::default(),
+            pods_dir,
+        }
+    }
+
+    fn file(&self, uid: &str) -> PathBuf {
+        self.pods_dir.join(uid).join("tokens.json")
+    }
+
+    /// Loads the pod's persisted tokens into memory (once, when none are cached for it).
+    fn load(&self, uid: &str) {
+        if self.lock().keys().any(|(u, _, _)| u == uid) {
+            return;
+        }
+        let Ok(bytes) = std::fs::read(self.file(uid)) else {
+            return;
+        };
+        let Ok(list) = serde_json::from_slice::<Vec<Persisted>>(&bytes) else {
+            warn!(pod_uid = uid, "unreadable tokens.json ignored");
+            return;
+        };
+        let mut tokens = self.lock();
+        for p in list {
+            tokens.insert(
+                (uid.to_owned(), p.audience, p.expiration_seconds),
+                (
+                    p.token,
+                    UNIX_EPOCH + Duration::from_secs(p.due),
+                    UNIX_EPOCH + Duration::from_secs(p.expires),
+                ),
+            );
+        }
+    }
+
+    /// Writes the pod's cached tokens to its `tokens.json` (best effort: a failure is logged;
+    /// the tokens stay usable in memory).
+    fn persist(&self, uid: &str) {
+        let list: Vec<Persisted> = self
+            .lock()
+            .iter()
+            .filter(|((u, _, _), _)| u == uid)
+            .map(|((_, audience, secs), (token, due, exp))| Persisted {
+                audience: audience.clone(),
+                expiration_seconds: *secs,
+                token: token.clone(),
+                due: epoch_secs(*due),
+                expires: epoch_secs(*exp),
+            })
+            .collect();
+        let path = self.file(uid);
+        let write = || -> std::io::Result<()> {
+            use std::io::Write as _;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            let tmp = path.with_extension("json.tmp");
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&list).unwrap_or_default())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        };
+        if let Err(e) = write() {
+            warn!(error = %e, path = %path.display(), "cannot persist service account tokens");
+        }
+    }
+
     /// The token for `pod`, `audience` (empty: the API server's default) and
     /// `expiration_seconds`: the cached one unless due at `now`, else a new one from
     /// `objects`.
@@ -73,7 +171,8 @@ impl TokenCache {
         now: SystemTime,
     ) -> Result<String> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let key = (uid, audience.to_owned(), expiration_seconds);
+        self.load(&uid);
+        let key = (uid.clone(), audience.to_owned(), expiration_seconds);
         let cached = self.lock().get(&key).cloned();
         if let Some((token, due, _)) = &cached
             && now < *due
@@ -102,6 +201,7 @@ impl TokenCache {
         let (due, exp) = refresh_at(&tr, expiration_seconds, now);
         let token = tr.status.and_then(|s| s.token).unwrap_or_default();
         self.lock().insert(key, (token.clone(), due, exp));
+        self.persist(&uid);
         Ok(token)
     }
 

@@ -1,0 +1,191 @@
+//! The upstream outbox's configuration and its writing end, [`Outbox`] (DESIGN §3.3). The
+//! entries live in the [`MetaStore`]; edgehub's drain sends them (module docs of
+//! [`crate::edgehub`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+use verge_proto::{Message, MessageExt};
+
+use super::DisplayChain;
+use crate::metamanager::{MetaStore, OutboxKey};
+use crate::{Error, Result};
+
+/// A report handed to [`Outbox::try_put`], waiting for the writer task.
+pub(crate) type Queued = (OutboxKey, Message);
+
+/// Bounds and retry policy of the upstream outbox (YAML `outbox:`); every field optional.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxConfig {
+    /// Most entries kept. When it is reached, reports with a new *event* key are refused
+    /// ([`Error::OutboxFull`], logged); statuses and deletions are always kept (they are
+    /// bounded by the number of pods). Default 10000.
+    pub max_entries: usize,
+    /// Most reports sent and not yet answered, per session. Default 64.
+    pub max_inflight: usize,
+    /// A report refused this many times by a controller (`error` answers, e.g. a 4xx
+    /// "forbidden"/"not found" for a deleted pod) is dropped with an error log. Routing
+    /// errors from cloudhub itself (no controller attached) are retried without counting.
+    /// Default 10.
+    pub max_attempts: u32,
+    /// Delay before resending a refused report; doubles per counted refusal up to
+    /// `retry_max_backoff`. Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub retry_backoff: Duration,
+    /// Largest delay before resending a refused report. Default `1m`.
+    #[serde(with = "humantime_serde")]
+    pub retry_max_backoff: Duration,
+    /// A report not answered within this time is sent again (same id) in the same session.
+    /// Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub ack_timeout: Duration,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: 10_000,
+            max_inflight: 64,
+            max_attempts: 10,
+            retry_backoff: Duration::from_secs(1),
+            retry_max_backoff: Duration::from_secs(60),
+            ack_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl OutboxConfig {
+    /// Checks values that parse but cannot work.
+    ///
+    /// # Errors
+    /// The name of the first bad field and what is wrong with it.
+    pub fn validate(&self) -> std::result::Result<(), (&'static str, &'static str)> {
+        if self.max_entries == 0 {
+            return Err(("outbox.max_entries", "must hold at least one entry"));
+        }
+        if self.max_inflight == 0 {
+            return Err(("outbox.max_inflight", "must allow at least one message"));
+        }
+        if self.max_attempts == 0 {
+            return Err(("outbox.max_attempts", "must allow at least one attempt"));
+        }
+        if self.retry_backoff.is_zero() || self.ack_timeout.is_zero() {
+            return Err(("outbox.retry_backoff", "delays must be greater than zero"));
+        }
+        if self.retry_max_backoff < self.retry_backoff {
+            return Err(("outbox.retry_max_backoff", "must be at least retry_backoff"));
+        }
+        Ok(())
+    }
+
+    /// The delay before resending a report refused `attempts` times (at least once).
+    pub(crate) fn retry_delay(&self, attempts: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempts.saturating_sub(1).min(31))
+            .unwrap_or(u32::MAX);
+        self.retry_backoff
+            .checked_mul(factor)
+            .map_or(self.retry_max_backoff, |d| d.min(self.retry_max_backoff))
+    }
+}
+
+/// Writes durable reports into the outbox and wakes the drain; cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct Outbox {
+    store: MetaStore,
+    wake: Arc<Notify>,
+    max_entries: usize,
+    queue: mpsc::Sender<Queued>,
+}
+
+impl Outbox {
+    /// An outbox over `store` holding at most `max_entries` droppable entries, and the
+    /// receiving end of [`Outbox::try_put`]'s queue (`queue` reports), for
+    /// [`Outbox::write_queued`].
+    pub(crate) fn new(
+        store: MetaStore,
+        max_entries: usize,
+        queue: usize,
+    ) -> (Self, mpsc::Receiver<Queued>) {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let outbox = Self {
+            store,
+            wake: Arc::new(Notify::new()),
+            max_entries,
+            queue: tx,
+        };
+        (outbox, rx)
+    }
+
+    /// Queues a report for [`Outbox::write_queued`] without waiting (for callers that cannot
+    /// await); it is committed shortly after, in queue order.
+    ///
+    /// # Errors
+    /// [`Error::QueueFull`] when the queue is full; [`Error::HubStopped`] once the writer
+    /// has stopped.
+    pub(crate) fn try_put(&self, key: OutboxKey, msg: Message) -> Result<()> {
+        self.queue.try_send((key, msg)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => Error::QueueFull {
+                capacity: self.queue.max_capacity(),
+            },
+            mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
+        })
+    }
+
+    /// Commits queued reports in order until `shutdown`, then the ones still queued.
+    pub(crate) async fn write_queued(
+        self,
+        mut queued: mpsc::Receiver<Queued>,
+        shutdown: CancellationToken,
+    ) {
+        loop {
+            let next = tokio::select! {
+                () = shutdown.cancelled() => { queued.close(); queued.recv().await }
+                next = queued.recv() => next,
+            };
+            let Some((key, msg)) = next else { break };
+            if let Err(e) = self.put(key.clone(), msg).await {
+                warn!(%key, error = %DisplayChain(&e), "queued report not stored");
+            }
+        }
+    }
+
+    /// Notified after every put; the drain waits on it.
+    pub(crate) fn wake(&self) -> Arc<Notify> {
+        Arc::clone(&self.wake)
+    }
+
+    /// Commits `msg` under `key` (replacing that key's entry), then wakes the drain. A
+    /// message without id gets a fresh one (acks are matched by id).
+    pub(crate) async fn put(&self, key: OutboxKey, mut msg: Message) -> Result<()> {
+        if msg.id().is_empty() {
+            msg.header.get_or_insert_with(Default::default).id = uuid::Uuid::new_v4().to_string();
+        }
+        let max = self.max_entries;
+        self.store
+            .blocking(move |s| s.outbox_put(&key, &msg, max))
+            .await?;
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delay_doubles_up_to_the_cap() {
+        let c = OutboxConfig::default();
+        let secs: Vec<u64> = [0, 1, 2, 3, 6, 7, 40]
+            .into_iter()
+            .map(|n| c.retry_delay(n).as_secs())
+            .collect();
+        assert_eq!(secs, [1, 1, 2, 4, 32, 60, 60]);
+    }
+}

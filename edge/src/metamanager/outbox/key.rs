@@ -1,0 +1,93 @@
+//! [`OutboxKey`]: what an upstream report is about, i.e. which older report it replaces.
+
+use std::fmt;
+
+use verge_core::ResourceKey;
+
+/// The coalescing key of a durable upstream report: a newer report with the same key
+/// replaces the older one in the outbox (only the newest status of a pod matters).
+///
+/// Its text form (the redb key) is shown on each variant. The node lease is not a key: a
+/// stale renewal is useless, so leases are sent with
+/// [`EdgeHubHandle::send`](crate::EdgeHubHandle::send) and simply renewed again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum OutboxKey {
+    /// `podstatus/<ns>/<name>`: `update <ns>/podstatus/<name>`.
+    PodStatus {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
+    },
+    /// `pod-delete/<ns>/<name>/<uid>`: the completed deletion `delete <ns>/pod/<name>` of
+    /// one pod incarnation.
+    PodDelete {
+        /// The pod's namespace.
+        namespace: String,
+        /// The pod's name.
+        name: String,
+        /// The pod's uid.
+        uid: String,
+    },
+    /// `node`: the registration `insert _/node/<node>`.
+    Node,
+    /// `nodestatus`: `update _/nodestatus/<node>`.
+    NodeStatus,
+    /// `event/<ns>/<name>`: `insert <ns>/event/<name>`. The only droppable class: when the
+    /// outbox is full, new event keys are refused.
+    Event {
+        /// The event's namespace.
+        namespace: String,
+        /// The event's name.
+        name: String,
+    },
+}
+
+impl OutboxKey {
+    /// The status key of the pod at `pod` (`<ns>/pod/<name>`).
+    pub fn pod_status(pod: &ResourceKey) -> Self {
+        Self::PodStatus {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+        }
+    }
+
+    /// The deletion key of the pod at `pod` with `uid`.
+    pub fn pod_delete(pod: &ResourceKey, uid: &str) -> Self {
+        Self::PodDelete {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: uid.to_owned(),
+        }
+    }
+
+    /// The key of event `name` in `namespace`.
+    pub fn event(namespace: &str, name: &str) -> Self {
+        Self::Event {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// Whether a report of this class may be refused when the outbox is full (events only;
+    /// statuses and deletions are bounded by the number of pods).
+    pub const fn is_droppable(&self) -> bool {
+        matches!(self, Self::Event { .. })
+    }
+}
+
+impl fmt::Display for OutboxKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::PodStatus { namespace, name } => write!(f, "podstatus/{namespace}/{name}"),
+            Self::PodDelete {
+                namespace,
+                name,
+                uid,
+            } => write!(f, "pod-delete/{namespace}/{name}/{uid}"),
+            Self::Node => f.write_str("node"),
+            Self::NodeStatus => f.write_str("nodestatus"),
+            Self::Event { namespace, name } => write!(f, "event/{namespace}/{name}"),
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The upstream outbox (DESIGN §3.3: upstream never loses a report), in the same redb file
+//! as the objects.
+//!
+//! Tables:
+//! * `outbox`: [`OutboxKey`] text -> `(seq, attempts, message id, prost-encoded Message)`;
+//! * `outbox_order`: `seq` -> key, to read entries in FIFO order;
+//! * `outbox_meta`: `"next_seq"` -> the next sequence number (never reused, so a reader's
+//!   cursor only ever moves forward).
+//!
+//! Writing a key replaces its entry (new seq, attempts 0): only the newest report per key
+//! waits. Entries leave only through [`MetaStore::outbox_remove_if`] (the cloud acked that
+//! very message id) or when edgehub gives up on a permanently refused report. Every write
+//! commits before returning. Calls block on disk I/O (see [`MetaStore::blocking`]).
+
+mod key;
+#[cfg(test)]
+mod tests;
+
+use prost::Message as _;
+use redb::{
+    ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
+};
+use verge_proto::Message;
+
+pub use key::OutboxKey;
+
+use super::MetaStore;
+use crate::{Error, Result};
+
+/// `outbox`: key -> (seq, attempts, message id, encoded message).
+const OUTBOX: TableDefinition<&str, (u64, u32, &str, &[u8])> = TableDefinition::new("outbox");
+/// `outbox_order`: seq -> key.
+const ORDER: TableDefinition<u64, &str> = TableDefinition::new("outbox_order");
+/// `outbox_meta`: counters.
+const META: TableDefinition<&str, u64> = TableDefinition::new("outbox_meta");
+const NEXT_SEQ: &str = "next_seq";
+
+/// One report waiting for the cloud's ack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxEntry {
+    /// The coalescing key, as stored ([`OutboxKey`]'s text form).
+    pub key: String,
+    /// FIFO position; larger is newer.
+    pub seq: u64,
+    /// How many times the cloud refused this message (`error` answers that count).
+    pub attempts: u32,
+    /// The report, with its id.
+    pub message: Message,
+}
+
+/// Creates the outbox tables in `txn` (part of [`MetaStore::open`]).
+pub(super) fn create_tables(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(OUTBOX)?;
+    txn.open_table(ORDER)?;
+    txn.open_table(META)?;
+    Ok(())
+}
+
+impl MetaStore {
+    /// Puts `message` in the outbox under `key`, replacing the entry of that key if any, at
+    /// the end of the FIFO order; commits before returning. `message` must have a unique id.
+    ///
+    /// # Errors
+    /// [`Error::OutboxFull`] when `key` is droppable ([`OutboxKey::is_droppable`]), not yet
+    /// in the outbox, and `max_entries` entries already wait; nothing changes then.
+    /// [`Error::Store`] if the transaction fails.
+    pub fn outbox_put(&self, key: &OutboxKey, message: &Message, max_entries: usize) -> Result<()> {
+        let droppable = key.is_droppable();
+        let key = key.to_string();
+        let id = verge_proto::MessageExt::id(message);
+        let bytes = message.encode_to_vec();
+        let txn = self.db.begin_write()?;
+        {
+            let mut outbox = txn.open_table(OUTBOX)?;
+            let mut order = txn.open_table(ORDER)?;
+            let mut meta = txn.open_table(META)?;
+            let old = outbox.get(key.as_str())?.map(|g| g.value().0);
+            match old {
+                Some(old_seq) => {
+                    order.remove(old_seq)?;
+                }
+                None if droppable => {
+                    let entries = outbox.len()?;
+                    if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
+                        return Err(Error::OutboxFull { key, entries });
+                    }
+                }
+                None => {}
+            }
+            let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
+            meta.insert(NEXT_SEQ, seq + 1)?;
+            outbox.insert(key.as_str(), (seq, 0, id, bytes.as_slice()))?;
+            order.insert(seq, key.as_str())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Up to `limit` entries with a seq greater than `after` (all if `None`), in FIFO order.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the read fails; [`Error::OutboxRecord`] for an undecodable entry.
+    pub fn outbox_after(&self, after: Option<u64>, limit: usize) -> Result<Vec<OutboxEntry>> {
+        let txn = self.db.begin_read()?;
+        let outbox = txn.open_table(OUTBOX)?;
+        let order = txn.open_table(ORDER)?;
+        let start = after.map_or(0, |s| s.saturating_add(1));
+        let mut out = Vec::new();
+        for row in order.range(start..)? {
+            if out.len() >= limit {
+                break;
+            }
+            let (_, key) = row?;
+            if let Some(v) = outbox.get(key.value())? {
+                out.push(decode(key.value(), v.value())?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The entry of the stored `key` (text form), if any.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the read fails; [`Error::OutboxRecord`] for an undecodable entry.
+    pub fn outbox_get(&self, key: &str) -> Result<Option<OutboxEntry>> {
+        let txn = self.db.begin_read()?;
+        let outbox = txn.open_table(OUTBOX)?;
+        outbox.get(key)?.map(|v| decode(key, v.value())).transpose()
+    }
+
+    /// How many entries wait.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the read fails.
+    pub fn outbox_len(&self) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(OUTBOX)?.len()?)
+    }
+
+    /// Removes the entry of `key` if it still holds the message `id` (a newer report of the
+    /// same key stays); commits before returning. Returns whether it was removed.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the transaction fails.
+    pub fn outbox_remove_if(&self, key: &str, id: &str) -> Result<bool> {
+        let txn = self.db.begin_write()?;
+        let removed = {
+            let mut outbox = txn.open_table(OUTBOX)?;
+            let seq = match outbox.get(key)? {
+                Some(v) if v.value().2 == id => Some(v.value().0),
+                _ => None,
+            };
+            if let Some(seq) = seq {
+                outbox.remove(key)?;
+                txn.open_table(ORDER)?.remove(seq)?;
+            }
+            seq.is_some()
+        };
+        txn.commit()?;
+        Ok(removed)
+    }
+
+    /// Records a refusal of message `id` of `key`: when the entry still holds `id`, adds 1
+    /// to its attempts if `count` and returns the attempts so far; `None` when the entry is
+    /// gone or holds a newer report.
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the transaction fails.
+    pub fn outbox_refused(&self, key: &str, id: &str, count: bool) -> Result<Option<u32>> {
+        let txn = self.db.begin_write()?;
+        let attempts = {
+            let mut outbox = txn.open_table(OUTBOX)?;
+            let current = match outbox.get(key)? {
+                Some(v) if v.value().2 == id => {
+                    let (seq, attempts, _, bytes) = v.value();
+                    Some((seq, attempts, bytes.to_vec()))
+                }
+                _ => None,
+            };
+            match current {
+                Some((seq, attempts, bytes)) if count => {
+                    let attempts = attempts.saturating_add(1);
+                    outbox.insert(key, (seq, attempts, id, bytes.as_slice()))?;
+                    Some(attempts)
+                }
+                other => other.map(|(_, attempts, _)| attempts),
+            }
+        };
+        txn.commit()?;
+        Ok(attempts)
+    }
+}
+
+fn decode(key: &str, (seq, attempts, _, bytes): (u64, u32, &str, &[u8])) -> Result<OutboxEntry> {
+    let message = Message::decode(bytes).map_err(|source| Error::OutboxRecord {
+        key: key.to_owned(),
+        source,
+    })?;
+    Ok(OutboxEntry {
+        key: key.to_owned(),
+        seq,
+        attempts,
+        message,
+    })
+}

@@ -1,0 +1,199 @@
+//! An in-test fake of cloudhub's `EdgeHub` service on 127.0.0.1:0 (our own service, so a
+//! fake is allowed) and helpers to wait for what edgecore sends it.
+
+#![allow(dead_code)]
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+use verge_core::{Group, Operation};
+use verge_edgecore::Config;
+use verge_proto::hub::edge_hub_server::{EdgeHub, EdgeHubServer};
+use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
+use verge_proto::{Message, MessageExt};
+
+pub const STEP: Duration = Duration::from_secs(10);
+pub const KEEPALIVE_MS: u64 = 200;
+
+/// What the fake saw.
+#[derive(Debug)]
+pub enum Event {
+    Hello(EdgeHello, SessionCtl),
+    Keepalive,
+    Msg(Message),
+}
+
+/// Controls one session of the fake: send frames down, or end the stream.
+#[derive(Debug, Clone)]
+pub struct SessionCtl {
+    pub tx: mpsc::Sender<Result<CloudFrame, Status>>,
+    pub kill: CancellationToken,
+}
+
+impl SessionCtl {
+    pub async fn send(&self, msg: Message) -> Result<()> {
+        let frame = CloudFrame {
+            frame: Some(cloud_frame::Frame::Message(msg)),
+        };
+        self.tx.send(Ok(frame)).await.context("session gone")
+    }
+}
+
+pub struct FakeHub {
+    events: mpsc::UnboundedSender<Event>,
+    answer_keepalives: bool,
+}
+
+type FrameStream = Pin<Box<dyn Stream<Item = Result<CloudFrame, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl EdgeHub for FakeHub {
+    type ConnectStream = FrameStream;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<EdgeFrame>>,
+    ) -> Result<Response<FrameStream>, Status> {
+        let mut inbound = request.into_inner();
+        let Some(EdgeFrame {
+            frame: Some(edge_frame::Frame::Hello(hello)),
+        }) = inbound.message().await?
+        else {
+            return Err(Status::invalid_argument("first frame must be a hello"));
+        };
+        let (tx, rx) = mpsc::channel(64);
+        let kill = CancellationToken::new();
+        let welcome = Welcome {
+            session_id: uuid_like(),
+            keepalive_interval_ms: KEEPALIVE_MS,
+            max_frame_bytes: 4 << 20,
+        };
+        tx.send(Ok(CloudFrame {
+            frame: Some(cloud_frame::Frame::Welcome(welcome)),
+        }))
+        .await
+        .map_err(|_| Status::internal("closed"))?;
+        let ctl = SessionCtl {
+            tx: tx.clone(),
+            kill: kill.clone(),
+        };
+        let _ = self.events.send(Event::Hello(hello, ctl));
+        let (events, answer) = (self.events.clone(), self.answer_keepalives);
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = inbound.next().await {
+                let Some(edge_frame::Frame::Message(msg)) = frame.frame else {
+                    continue;
+                };
+                if msg.operation() == Ok(Operation::Keepalive) {
+                    let _ = events.send(Event::Keepalive);
+                    if answer {
+                        let pong = Message::build(
+                            "k",
+                            "cloudhub",
+                            Group::Hub,
+                            Operation::Keepalive,
+                            "",
+                            Vec::new(),
+                        );
+                        let _ = tx
+                            .send(Ok(CloudFrame {
+                                frame: Some(cloud_frame::Frame::Message(pong)),
+                            }))
+                            .await;
+                    }
+                } else {
+                    let _ = events.send(Event::Msg(msg));
+                }
+            }
+        });
+        let stream = ReceiverStream::new(rx).take_until(kill.cancelled_owned());
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+fn uuid_like() -> String {
+    format!("session-{}", std::process::id())
+}
+
+/// Starts the fake on 127.0.0.1:0; returns its URL and the event stream.
+pub async fn start_fake(
+    answer_keepalives: bool,
+) -> Result<(String, mpsc::UnboundedReceiver<Event>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (events, rx) = mpsc::unbounded_channel();
+    let service = EdgeHubServer::new(FakeHub {
+        events,
+        answer_keepalives,
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    Ok((format!("http://{addr}"), rx))
+}
+
+pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
+    Config {
+        node_name: "edge-test".into(),
+        cloudhub,
+        data_dir: dir.to_owned(),
+        node_status_update_frequency: Duration::from_millis(200),
+        node_lease_renew_interval: Duration::from_millis(200),
+        reconnect_initial_backoff: Duration::from_millis(100),
+        reconnect_max_backoff: Duration::from_millis(400),
+        connect_timeout: Duration::from_secs(2),
+        ..Config::default()
+    }
+}
+
+pub async fn next_hello(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+) -> Result<(EdgeHello, SessionCtl)> {
+    tokio::time::timeout(STEP, async {
+        loop {
+            match events.recv().await {
+                Some(Event::Hello(h, ctl)) => return Ok((h, ctl)),
+                Some(_) => {}
+                None => bail!("fake stopped"),
+            }
+        }
+    })
+    .await
+    .context("no hello in time")?
+}
+
+/// The next upstream message matching `pred`, skipping others.
+pub async fn next_msg(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    what: &str,
+    pred: impl Fn(&Message) -> bool,
+) -> Result<Message> {
+    tokio::time::timeout(STEP, async {
+        loop {
+            match events.recv().await {
+                Some(Event::Msg(m)) if pred(&m) => return Ok(m),
+                Some(Event::Hello(..)) => bail!("unexpected reconnect while waiting for {what}"),
+                Some(_) => {}
+                None => bail!("fake stopped"),
+            }
+        }
+    })
+    .await
+    .with_context(|| format!("no {what} in time"))?
+}
+
+pub fn is(op: Operation, resource: &'static str) -> impl Fn(&Message) -> bool {
+    move |m| m.operation() == Ok(op) && m.resource() == resource
+}
+
+pub fn answer_to(op: Operation, parent: &'static str) -> impl Fn(&Message) -> bool {
+    move |m| m.operation() == Ok(op) && m.parent_id() == parent
+}
