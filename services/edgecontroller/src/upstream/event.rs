@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use tracing::debug;
 
 use crate::{Error, Result};
@@ -26,16 +26,31 @@ pub fn prepare(node: &str, namespace: &str, name: &str, mut event: Event) -> Res
     Ok(event)
 }
 
-/// Creates `event`; an event that already exists (a retried message) counts as created.
+/// Creates `event`; when it already exists (a retried message, or the next occurrence of a
+/// series the edge aggregates under one name) its `count`, `lastTimestamp` and `message` are
+/// patched to the reported ones.
 ///
 /// # Errors
-/// [`Error::Kube`] when the API server refuses the create.
+/// [`Error::Kube`] when the API server refuses the create or the patch.
 pub async fn create(client: &kube::Client, event: &Event) -> Result<()> {
     let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
     match api.create(&PostParams::default(), event).await {
         Ok(_) => debug!("event created"),
-        Err(kube::Error::Api(s)) if s.code == 409 => debug!("event already exists"),
+        // A repeat of an event the edge aggregated (same name, higher count): bump its count
+        // and lastTimestamp, as the kubelet's event recorder patches a series.
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let name = event.metadata.name.as_deref().unwrap_or_default();
+            let patch = serde_json::json!({
+                "count": event.count,
+                "lastTimestamp": event.last_timestamp,
+                "message": event.message,
+            });
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::kube("patch event"))?;
+            debug!("event series updated");
+        }
         Err(error) => return Err(Error::kube("create event")(error)),
     }
     Ok(())
