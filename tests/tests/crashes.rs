@@ -18,6 +18,10 @@ use verge_testkit::netns::EdgeNetns;
 
 const IMAGE: &str = "verge-test/busybox:latest";
 
+/// These scenarios kill and restart processes and load the machine; they run one at a time
+/// so each one's time bounds hold on a 2-core CI machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn wait_ready(
     nodes: &Api<Node>,
     name: &str,
@@ -80,6 +84,7 @@ async fn cleanup(client: &Client, ns: &str, node: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
+    let _serial = SERIAL.lock().await;
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let cloud = Cloud::start(&cp).await?;
@@ -218,6 +223,7 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_cloudhub_loses_nothing() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
+    let _serial = SERIAL.lock().await;
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let mut cloud = Cloud::start(&cp).await?;
@@ -284,6 +290,7 @@ async fn kill_cloudhub_loses_nothing() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
+    let _serial = SERIAL.lock().await;
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let cloud = Cloud::start(&cp).await?;
@@ -357,6 +364,7 @@ async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread")]
 async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
+    let _serial = SERIAL.lock().await;
     verge_testkit::shared().await?; // docker, image, build
     let state = tempfile::tempdir()?;
     let config = verge_testkit::ControlPlaneConfig {
@@ -387,7 +395,7 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
             .ok_or_else(|| anyhow::anyhow!("no container"))?;
         docker(&["kill", &id])?;
         let restarted = Instant::now();
-        let client = wait_for("API server back", Duration::from_secs(60), || {
+        let back = wait_for("API server back", Duration::from_secs(180), || {
             let cp = cp.clone();
             let name = name.clone();
             async move {
@@ -396,7 +404,14 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
                 Ok(nodes.get_opt(&name).await.ok().map(|_| c))
             }
         })
-        .await?;
+        .await;
+        let client = match back {
+            Ok(c) => c,
+            Err(e) => anyhow::bail!(
+                "{e:#}\n--- kube-apiserver ---\n{}",
+                verge_testkit::process::log_tail(&cp.log_path("kube-apiserver"), 40)
+            ),
+        };
         let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
         let r = wait_for(
             "restart visible after the API server came back",

@@ -72,7 +72,10 @@ fn build_and_test(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow:
     if !narrowed {
         test.arg("--workspace");
     }
-    test.arg("--all-targets").args(extra).envs(env);
+    // Run every test binary even after a failure, so one run shows every failing test.
+    test.args(["--all-targets", "--no-fail-fast"])
+        .args(extra)
+        .envs(env);
     eprintln!("xtask test: {test:?}");
     let test = test.status().context("running cargo test")?;
     Ok(exit_code(test))
