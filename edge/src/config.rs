@@ -25,6 +25,12 @@ pub struct Config {
     pub node_name: String,
     /// cloudhub's EdgeHub address. Default `http://127.0.0.1:10000` (flag `--cloudhub`).
     pub cloudhub: String,
+    /// Further cloudhub addresses, for deployments without a load-balancing Service (in
+    /// Kubernetes, the Service address in `cloudhub` alone suffices). After a failed
+    /// connect or an ended session, the next attempt goes to the next address of
+    /// `[cloudhub] + cloudhub_alternates`, round-robin; the reconnect backoff applies before
+    /// every attempt (reset after a session that got its `Welcome`). Default none.
+    pub cloudhub_alternates: Vec<String>,
     /// Bootstrap token sent in `EdgeHello`. Default empty (flag `--token`).
     pub token: String,
     /// Where the redb store (`edgecore.redb`) lives; its filesystem is reported as
@@ -101,6 +107,7 @@ impl Default for Config {
         Self {
             node_name: default_node_name(),
             cloudhub: "http://127.0.0.1:10000".to_owned(),
+            cloudhub_alternates: Vec::new(),
             token: String::new(),
             data_dir: PathBuf::from("/var/lib/verge/edgecore"),
             node_ip: None,
@@ -340,6 +347,7 @@ mod tests {
     fn empty_file_gives_defaults() {
         let c = Config::from_yaml("", "t.yaml").expect("defaults");
         assert_eq!(c.cloudhub, "http://127.0.0.1:10000");
+        assert!(c.cloudhub_alternates.is_empty());
         assert_eq!(c.max_pods, 110);
         assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
         assert_eq!(c.node_lease_duration_seconds, 40);
@@ -351,10 +359,12 @@ mod tests {
         let err = Config::from_yaml(yaml, "edgecore.yaml").expect_err("camelCase is unknown");
         assert!(err.to_string().contains("nodeName"), "{err}");
         let yaml = "node_name: edge-1\nnode_status_update_frequency: 200ms\n\
+                    cloudhub_alternates: [http://hub-2:10000]\n\
                     taints: [{key: k, effect: NoSchedule}]\n\
                     system_reserved: {cpu: 500m, memory: 1Gi}\nnode_ip: 10.0.0.5\n";
         let c = Config::from_yaml(yaml, "edgecore.yaml").expect("valid");
         assert_eq!(c.node_name, "edge-1");
+        assert_eq!(c.cloudhub_alternates, ["http://hub-2:10000"]);
         assert_eq!(c.node_status_update_frequency, Duration::from_millis(200));
         assert_eq!(c.taints[0].value, "");
         let r = c.reserved().expect("quantities");

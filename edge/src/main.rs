@@ -26,7 +26,8 @@ struct Args {
     /// Node name (overrides `node_name`).
     #[arg(long)]
     node_name: Option<String>,
-    /// cloudhub EdgeHub address, e.g. `http://127.0.0.1:10000` (overrides `cloudhub`).
+    /// cloudhub EdgeHub address, e.g. `http://127.0.0.1:10000` (overrides `cloudhub`;
+    /// `cloudhub_alternates` stay).
     #[arg(long)]
     cloudhub: Option<String>,
     /// Bootstrap token (overrides `token`).

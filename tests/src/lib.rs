@@ -3,7 +3,8 @@
 //! cluster shows.
 //!
 //! # Layout
-//! - [`Cloud`]: cloudhub + edgecontroller processes on loopback ports.
+//! - [`Cloud`]: cloudhub (one or more [`Replica`]s) + edgecontroller processes on loopback
+//!   ports.
 //! - [`Edge`]: one edgecore process with its own data directory and config file.
 //! - [`wait_for`]: polls a condition with a deadline.
 //!
@@ -14,9 +15,12 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod cloud;
+
+pub use cloud::{Cloud, Replica};
+
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Node;
-use verge_testkit::ControlPlane;
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
@@ -26,90 +30,6 @@ use verge_testkit::process::{ChildProcess, workspace_bin};
 /// No port could be bound.
 pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// The cloud side: one cloudhub and one edgecontroller, as separate processes.
-#[derive(Debug)]
-pub struct Cloud {
-    /// The cloudhub process.
-    pub cloudhub: ChildProcess,
-    /// The edgecontroller process.
-    pub edgecontroller: ChildProcess,
-    /// Where edges on this host connect: `http://127.0.0.1:<port>`.
-    pub edge_url: String,
-    /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
-    /// it through their veth link).
-    pub edge_port: u16,
-    cloudhub_args: Vec<String>,
-    _dir: tempfile::TempDir,
-}
-
-impl Cloud {
-    /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge port on all interfaces so
-    /// edges in test network namespaces reach it) and edgecontroller against `cp`, and
-    /// waits until cloudhub listens.
-    ///
-    /// # Errors
-    /// A binary is missing or does not come up within 20 s.
-    pub async fn start(cp: &ControlPlane) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let edge_port = free_port()?;
-        let ctrl_port = free_port()?;
-        let config = dir.path().join("cloudhub.yaml");
-        std::fs::write(&config, "keepalive_interval: 2s\nack_timeout: 2s\n")?;
-        let cloudhub_args = vec![
-            "--config".to_owned(),
-            config.display().to_string(),
-            "--edge-addr".to_owned(),
-            format!("0.0.0.0:{edge_port}"),
-            "--controller-addr".to_owned(),
-            format!("127.0.0.1:{ctrl_port}"),
-        ];
-        let cloudhub = spawn_cloudhub(&cloudhub_args, edge_port).await?;
-        let edgecontroller = ChildProcess::spawn(
-            workspace_bin("edgecontroller")?,
-            [
-                "--cloudhub".to_owned(),
-                format!("http://127.0.0.1:{ctrl_port}"),
-                "--kubeconfig".to_owned(),
-                cp.kubeconfig().display().to_string(),
-            ],
-            [("RUST_LOG", "info")],
-        )?;
-        Ok(Self {
-            cloudhub,
-            edgecontroller,
-            edge_url: format!("http://127.0.0.1:{edge_port}"),
-            edge_port,
-            cloudhub_args,
-            _dir: dir,
-        })
-    }
-
-    /// `kill -9` cloudhub and start it again on the same ports.
-    ///
-    /// # Errors
-    /// The process cannot be killed or does not come back within 20 s.
-    pub async fn restart_cloudhub_hard(&mut self) -> anyhow::Result<()> {
-        self.cloudhub.kill9()?;
-        self.cloudhub = spawn_cloudhub(&self.cloudhub_args, self.edge_port).await?;
-        Ok(())
-    }
-
-    /// The last `n` log lines of both processes, for failure messages.
-    pub fn logs(&self, n: usize) -> String {
-        format!(
-            "--- cloudhub ---\n{}\n--- edgecontroller ---\n{}",
-            self.cloudhub.log_tail(n),
-            self.edgecontroller.log_tail(n)
-        )
-    }
-}
-
-async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<ChildProcess> {
-    let p = ChildProcess::spawn(workspace_bin("cloudhub")?, args, [("RUST_LOG", "info")])?;
-    wait_for_port(edge_port, Duration::from_secs(20)).await?;
-    Ok(p)
 }
 
 /// One edge node: an edgecore process with its data directory and config file.
@@ -255,7 +175,7 @@ where
     }
 }
 
-async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
+pub(crate) async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
     wait_for(
         &format!("127.0.0.1:{port} to listen"),
         timeout,

@@ -5,7 +5,9 @@
 //! ways and send a `keepalive` every `Welcome.keepalive_interval_ms`. The session ends when
 //! the stream fails or closes, or after three keepalive intervals without any frame from
 //! cloudhub; edgehub then reconnects after a jittered exponential [`Backoff`] (reset after
-//! every session that got its `Welcome`).
+//! every session that got its `Welcome`). With `cloudhub_alternates`, each attempt after a
+//! failed connect or an ended session goes to the next address of
+//! `[cloudhub] + cloudhub_alternates`, round-robin (the backoff applies before every attempt).
 //!
 //! Other modules send upstream through an [`EdgeHubHandle`] and learn about sessions from
 //! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (DESIGN §3.3):
@@ -35,7 +37,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 use verge_proto::Message;
 
 pub use backoff::Backoff;
@@ -213,10 +215,11 @@ impl EdgeHub {
     /// backoff. Connection failures are logged and retried, never returned.
     ///
     /// # Errors
-    /// [`Error::CloudhubAddress`] if the configured address is not a URI.
+    /// [`Error::CloudhubAddress`] if `cloudhub` or an alternate is not a URI.
     #[tracing::instrument(name = "edgehub", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
-        let endpoint = session::endpoint(&self.config)?;
+        let endpoints = session::endpoints(&self.config)?;
+        let mut attempt = 0usize;
         let writer = self
             .writer
             .take()
@@ -226,7 +229,12 @@ impl EdgeHub {
             self.config.reconnect_max_backoff,
         );
         loop {
-            let ended = self.session(&endpoint, &shutdown).await;
+            let (address, endpoint) = &endpoints[attempt % endpoints.len()];
+            attempt = attempt.wrapping_add(1);
+            let ended = self
+                .session(endpoint, &shutdown)
+                .instrument(info_span!("session", cloudhub = %address))
+                .await;
             self.sessions.send_replace(None);
             let (established, error) = match ended {
                 session::Ended::Shutdown => break,
@@ -236,7 +244,9 @@ impl EdgeHub {
                 backoff.reset();
             }
             let delay = backoff.next_delay();
-            warn!(error = %DisplayChain(&error), ?delay, "cloudhub session ended; reconnecting");
+            let next = &endpoints[attempt % endpoints.len()].0;
+            warn!(error = %DisplayChain(&error), cloudhub = %address, ?delay, %next,
+                "cloudhub session ended; reconnecting");
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(delay) => {}

@@ -34,14 +34,22 @@ pub(super) enum Ended {
     Failed { established: bool, error: Error },
 }
 
-/// The gRPC endpoint for the configured cloudhub address.
-pub(super) fn endpoint(config: &Config) -> Result<Endpoint> {
-    Endpoint::from_shared(config.cloudhub.clone())
-        .map(|e| e.connect_timeout(config.connect_timeout).tcp_nodelay(true))
-        .map_err(|source| Error::CloudhubAddress {
-            address: config.cloudhub.clone(),
-            source,
+/// The gRPC endpoints of `[cloudhub] + cloudhub_alternates`, in order, with their addresses.
+pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
+    std::iter::once(&config.cloudhub)
+        .chain(&config.cloudhub_alternates)
+        .map(|address| {
+            Endpoint::from_shared(address.clone())
+                .map(|e| {
+                    let e = e.connect_timeout(config.connect_timeout).tcp_nodelay(true);
+                    (address.clone(), e)
+                })
+                .map_err(|source| Error::CloudhubAddress {
+                    address: address.clone(),
+                    source,
+                })
         })
+        .collect()
 }
 
 /// An open session after the handshake.

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::{Error, Result};
 
@@ -11,7 +11,8 @@ use crate::{Error, Result};
 /// that names it. Durations are humantime strings (`"500ms"`, `"30s"`).
 ///
 /// ```yaml
-/// cloudhub: http://cloudhub.verge-system:10001
+/// cloudhub: [http://cloudhub-0:10001, http://cloudhub-1:10001]  # or one string
+/// cloudhub_dns: cloudhub-controllers.verge-system.svc:10001     # discover replicas
 /// node_queue: 64
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -19,8 +20,20 @@ use crate::{Error, Result};
 pub struct Config {
     /// The controller name sent in `ControllerHello.name`. Default `"edgecontroller"`.
     pub name: String,
-    /// URI of cloudhub's ControllerHub gRPC endpoint. Default `"http://127.0.0.1:10001"`.
-    pub cloudhub: String,
+    /// URIs of cloudhub ControllerHub endpoints, one per replica; a single string is
+    /// accepted too. edgecontroller attaches to every one (docs/protocol.md, "Several
+    /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhub_dns` is unset too,
+    /// else none (see [`Config::endpoints`]).
+    #[serde(deserialize_with = "one_or_many")]
+    pub cloudhub: Vec<String>,
+    /// `<host>:<port>` of a headless Service whose addresses are the cloudhub replicas;
+    /// every resolved address is attached to as `http://<address>`, in addition to
+    /// `cloudhub`. Re-resolved every `cloudhub_resolve_interval`. Default none.
+    pub cloudhub_dns: Option<String>,
+    /// How often `cloudhub_dns` is resolved again: new replicas are attached, vanished ones
+    /// detached (a failed or empty lookup keeps the current set). Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub cloudhub_resolve_interval: Duration,
     /// Timeout of one TCP/HTTP2 connect to cloudhub. Default `5s`.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -36,8 +49,8 @@ pub struct Config {
     /// Largest delay between re-attach attempts. Default `30s`.
     #[serde(with = "humantime_serde")]
     pub reconnect_max_backoff: Duration,
-    /// Capacity of the queue of frames waiting to be sent to cloudhub (answers and
-    /// downstream messages); full means senders wait. `0` counts as `1`. Default `1024`.
+    /// Capacity of the queue of frames waiting to be sent to one cloudhub replica (answers
+    /// and downstream messages), per attached stream; full means senders wait. `0` counts as `1`. Default `1024`.
     pub outbound_queue: usize,
     /// Capacity of each node's queue of upstream messages waiting to be applied; when full,
     /// further messages of that node are answered `error` at once. `0` counts as `1`.
@@ -52,7 +65,9 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             name: "edgecontroller".to_owned(),
-            cloudhub: "http://127.0.0.1:10001".to_owned(),
+            cloudhub: Vec::new(),
+            cloudhub_dns: None,
+            cloudhub_resolve_interval: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             reconnect_min_backoff: Duration::from_millis(500),
@@ -64,7 +79,41 @@ impl Default for Config {
     }
 }
 
+/// The cloudhub endpoint used when neither `cloudhub` nor `cloudhub_dns` is configured.
+pub const DEFAULT_CLOUDHUB: &str = "http://127.0.0.1:10001";
+
+/// `cloudhub` as one string or a list of strings.
+fn one_or_many<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> std::result::Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(deserializer)? {
+        OneOrMany::One(one) => vec![one],
+        OneOrMany::Many(many) => many,
+    })
+}
+
 impl Config {
+    /// The static cloudhub endpoints: `cloudhub` without duplicates, or
+    /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhub_dns` is set.
+    pub fn endpoints(&self) -> Vec<String> {
+        if self.cloudhub.is_empty() && self.cloudhub_dns.is_none() {
+            return vec![DEFAULT_CLOUDHUB.to_owned()];
+        }
+        let mut out: Vec<String> = Vec::with_capacity(self.cloudhub.len());
+        for e in &self.cloudhub {
+            if !out.contains(e) {
+                out.push(e.clone());
+            }
+        }
+        out
+    }
+
     /// Parses YAML `text`; `source_name` (usually the path) appears in errors.
     ///
     /// # Errors
@@ -102,10 +151,36 @@ mod tests {
             "t",
         )
         .expect("ok");
-        assert_eq!(c.cloudhub, "http://hub:1");
+        assert_eq!(c.cloudhub, ["http://hub:1"]);
+        assert_eq!(c.endpoints(), ["http://hub:1"]);
         assert_eq!(c.node_queue, 3);
         assert_eq!(c.connect_timeout, Duration::from_secs(2));
         assert_eq!(c.outbound_queue, Config::default().outbound_queue);
+    }
+
+    #[test]
+    fn endpoint_list() {
+        let c =
+            Config::from_yaml("cloudhub: [http://a:1, http://b:1, http://a:1]\n", "t").expect("ok");
+        assert_eq!(c.endpoints(), ["http://a:1", "http://b:1"]);
+        let c = Config::from_yaml("cloudhub: []\n", "t").expect("ok");
+        assert_eq!(c.endpoints(), [DEFAULT_CLOUDHUB]);
+        assert_eq!(Config::default().endpoints(), [DEFAULT_CLOUDHUB]);
+        assert!(Config::from_yaml("cloudhub: {a: 1}\n", "t").is_err());
+    }
+
+    #[test]
+    fn dns_discovery() {
+        let c = Config::from_yaml(
+            "cloudhub_dns: hubs.svc:10001\ncloudhub_resolve_interval: 5s\n",
+            "t",
+        )
+        .expect("ok");
+        assert_eq!(c.cloudhub_dns.as_deref(), Some("hubs.svc:10001"));
+        assert_eq!(c.cloudhub_resolve_interval, Duration::from_secs(5));
+        assert!(c.endpoints().is_empty(), "no default next to discovery");
+        let c = Config::from_yaml("cloudhub: http://a:1\ncloudhub_dns: h:1\n", "t").expect("ok");
+        assert_eq!(c.endpoints(), ["http://a:1"]);
     }
 
     #[test]

@@ -1,6 +1,11 @@
-//! Routing of hub frames: session events to [`Sessions`] and to the downstream task, upstream
+//! Routing of hub events from every attached cloudhub replica: session events to
+//! [`Sessions`] (which replica link holds each node) and to the downstream task, upstream
 //! messages to one worker task per node, the edge's answers to downstream messages and
-//! delivery errors to the downstream task.
+//! delivery errors to the downstream task. A link that ends takes its nodes with it.
+//!
+//! Upstream messages are answered on the link they came from, whichever replica holds the
+//! node now; downstream messages go to the link holding the node's session (the downstream
+//! task gets it with [`Input::Connected`]).
 //!
 //! Each node has a bounded queue (`node_queue`) drained by its own task, so messages of one
 //! node are applied in order while a slow API call for one node never delays another. A full
@@ -20,6 +25,7 @@ use verge_proto::hub::{
 use verge_proto::{Message, MessageExt};
 
 use crate::downstream::Input;
+use crate::hub::{HubEvent, Link};
 use crate::sessions::{Change, Sessions};
 use crate::upstream::Context;
 use crate::{Error, upstream};
@@ -34,26 +40,29 @@ pub fn routed_frame(node: &str, message: Message) -> ControllerFrame {
     }
 }
 
-/// Owns the per-node workers and the session map; driven by the hub loop.
+/// An upstream message and the link to answer it on.
+type Job = (Link, Message);
+
+/// Owns the per-node workers, the attached links and the session map; driven by the
+/// [`HubEvent`]s of every attach task.
 pub struct Dispatcher {
     context: Context,
     downstream: mpsc::UnboundedSender<Input>,
-    outbound: mpsc::Sender<ControllerFrame>,
+    links: HashMap<u64, Link>,
     node_queue: usize,
-    workers: HashMap<String, mpsc::Sender<Message>>,
+    workers: HashMap<String, mpsc::Sender<Job>>,
     sessions: Sessions,
     tracker: TaskTracker,
     shutdown: CancellationToken,
 }
 
 impl Dispatcher {
-    /// A dispatcher whose workers apply messages with `context`, send answers to `outbound`,
-    /// run on `tracker` and stop at `shutdown`; session changes, the edge's answers and
-    /// delivery errors go to `downstream`.
+    /// A dispatcher whose workers apply messages with `context`, run on `tracker` and stop at
+    /// `shutdown`; session changes, the edge's answers and delivery errors go to
+    /// `downstream`.
     pub fn new(
         context: Context,
         downstream: mpsc::UnboundedSender<Input>,
-        outbound: mpsc::Sender<ControllerFrame>,
         node_queue: usize,
         tracker: TaskTracker,
         shutdown: CancellationToken,
@@ -61,7 +70,7 @@ impl Dispatcher {
         Self {
             context,
             downstream,
-            outbound,
+            links: HashMap::new(),
             node_queue: node_queue.max(1),
             workers: HashMap::new(),
             sessions: Sessions::default(),
@@ -75,10 +84,32 @@ impl Dispatcher {
         &self.sessions
     }
 
-    /// A (new) hub stream is attached: cloudhub will announce every connected node again.
-    pub fn attached(&mut self) {
-        self.sessions.clear();
-        self.to_downstream(Input::Reattached);
+    /// Handles one event of an attach task. Never waits.
+    pub fn on_event(&mut self, event: HubEvent) {
+        match event {
+            HubEvent::Attached(link) => {
+                self.links.insert(link.id, link);
+            }
+            HubEvent::Frame { link, frame } => match self.links.get(&link).cloned() {
+                Some(link) => self.on_frame(&link, *frame),
+                None => warn!(link, "frame of an unknown link ignored"),
+            },
+            HubEvent::Detached { link } => {
+                let endpoint = self.links.remove(&link).map(|l| l.endpoint);
+                let gone = self.sessions.detach(link);
+                info!(link, cloudhub = ?endpoint, nodes = gone.len(),
+                    "cloudhub link ended; its nodes are disconnected");
+                for node in gone {
+                    self.disconnected(node);
+                }
+            }
+        }
+    }
+
+    fn disconnected(&mut self, node: String) {
+        // Dropping the sender lets the worker drain its queue and end.
+        self.workers.remove(&node);
+        self.to_downstream(Input::Disconnected { node });
     }
 
     fn to_downstream(&self, input: Input) {
@@ -87,11 +118,11 @@ impl Dispatcher {
         }
     }
 
-    /// Handles one frame from cloudhub. Never waits.
-    pub fn on_frame(&mut self, frame: HubFrame) {
+    /// Handles one frame that arrived on `link`. Never waits.
+    pub fn on_frame(&mut self, link: &Link, frame: HubFrame) {
         match frame.frame {
-            Some(hub_frame::Frame::Message(routed)) => self.on_message(routed),
-            Some(hub_frame::Frame::Session(session)) => self.on_session(session),
+            Some(hub_frame::Frame::Message(routed)) => self.on_message(link, routed),
+            Some(hub_frame::Frame::Session(session)) => self.on_session(link, session),
             Some(hub_frame::Frame::DeliveryError(e)) => {
                 warn!(node = %e.node, message_id = %e.message_id, reason = %e.reason,
                     "cloudhub could not deliver a downstream message");
@@ -104,23 +135,22 @@ impl Dispatcher {
         }
     }
 
-    fn on_session(&mut self, event: NodeSession) {
+    fn on_session(&mut self, link: &Link, event: NodeSession) {
         let (node, hub) = (event.node.clone(), event.cloudhub.clone());
         let objects = event.inventory.as_ref().map_or(0, |i| i.entries.len());
         let inventory = event.inventory.clone().unwrap_or_default();
-        match self.sessions.apply(event) {
+        match self.sessions.apply(link.id, event) {
             Change::Connected => {
                 self.to_downstream(Input::Connected {
                     node: node.clone(),
                     inventory,
+                    link: link.clone(),
                 });
-                info!(node = %node, cloudhub = %hub, objects, nodes = self.sessions.len(),
-                    "node connected");
+                info!(node = %node, cloudhub = %hub, link = link.id, objects,
+                    nodes = self.sessions.len(), "node connected");
             }
             Change::Disconnected => {
-                // Dropping the sender lets the worker drain its queue and end.
-                self.workers.remove(&node);
-                self.to_downstream(Input::Disconnected { node: node.clone() });
+                self.disconnected(node.clone());
                 info!(node = %node, cloudhub = %hub, nodes = self.sessions.len(),
                     "node disconnected");
             }
@@ -128,7 +158,7 @@ impl Dispatcher {
         }
     }
 
-    fn on_message(&mut self, routed: Routed) {
+    fn on_message(&mut self, link: &Link, routed: Routed) {
         let Routed { node, message } = routed;
         let Some(message) = message else {
             warn!(node = %node, "routed frame without message ignored");
@@ -146,13 +176,14 @@ impl Dispatcher {
             });
             return;
         }
-        let message = match self.worker(&node).try_send(message) {
+        let job = (link.clone(), message);
+        let (_, message) = match self.worker(&node).try_send(job) {
             Ok(()) => return,
-            Err(mpsc::error::TrySendError::Full(message)) => message,
-            Err(mpsc::error::TrySendError::Closed(message)) => {
+            Err(mpsc::error::TrySendError::Full(job)) => job,
+            Err(mpsc::error::TrySendError::Closed(job)) => {
                 // The worker ended (shutdown in progress); try a fresh one once.
                 self.workers.remove(&node);
-                match self.worker(&node).try_send(message) {
+                match self.worker(&node).try_send(job) {
                     Ok(()) => return,
                     Err(e) => e.into_inner(),
                 }
@@ -164,20 +195,19 @@ impl Dispatcher {
         };
         warn!(error = %error, id = %message.id(), "upstream message refused");
         let reply = upstream::answer(&message, Operation::Error, error.reason().into_bytes());
-        if self.outbound.try_send(routed_frame(&node, reply)).is_err() {
-            warn!(node = %node, id = %message.id(), "outbound queue full, error answer dropped");
+        if link.try_send(routed_frame(&node, reply)).is_err() {
+            warn!(node = %node, id = %message.id(), "link queue full or ended, error answer dropped");
         }
     }
 
     /// The queue of `node`'s worker, starting the worker if needed.
-    fn worker(&mut self, node: &str) -> &mpsc::Sender<Message> {
+    fn worker(&mut self, node: &str) -> &mpsc::Sender<Job> {
         if !self.workers.contains_key(node) {
             let (tx, rx) = mpsc::channel(self.node_queue);
             let task = run_worker(
                 self.context.clone(),
                 node.to_owned(),
                 rx,
-                self.outbound.clone(),
                 self.shutdown.clone(),
             );
             self.tracker
@@ -188,16 +218,16 @@ impl Dispatcher {
     }
 }
 
-/// Applies `node`'s messages one at a time, in arrival order, and sends each answer.
+/// Applies `node`'s messages one at a time, in arrival order, and sends each answer on the
+/// link the message came from (dropped if that link ended: the edge retries).
 async fn run_worker(
     context: Context,
     node: String,
-    mut queue: mpsc::Receiver<Message>,
-    outbound: mpsc::Sender<ControllerFrame>,
+    mut queue: mpsc::Receiver<Job>,
     shutdown: CancellationToken,
 ) {
     loop {
-        let message = tokio::select! {
+        let (link, message) = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             m = queue.recv() => match m { Some(m) => m, None => break },
@@ -206,7 +236,9 @@ async fn run_worker(
             continue;
         };
         tokio::select! {
-            sent = outbound.send(routed_frame(&node, reply)) => if sent.is_err() { break },
+            sent = link.send(routed_frame(&node, reply)) => if sent.is_err() {
+                debug!(link = link.id, id = %message.id(), "link ended, answer dropped");
+            },
             () = shutdown.cancelled() => break,
         }
     }

@@ -31,6 +31,9 @@ pub enum Error {
         #[source]
         source: tonic::transport::Error,
     },
+    /// `cloudhub_dns` is not `<host>:<port>`.
+    #[error("invalid cloudhub_dns {0:?}: expected <host>:<port>")]
+    Discovery(String),
     /// Connecting to cloudhub failed (TCP/HTTP2 level); retried with backoff.
     #[error("cannot connect to cloudhub")]
     Connect(#[source] tonic::transport::Error),

@@ -1,5 +1,12 @@
-//! The `ControllerHub.Attach` client stream to cloudhub, re-attached with jittered exponential
-//! backoff whenever it ends (like edgehub's reconnect, DESIGN §1).
+//! The `ControllerHub.Attach` client streams to cloudhub replicas, each re-attached with
+//! jittered exponential backoff whenever it ends (like edgehub's reconnect, DESIGN §1).
+//!
+//! One task ([`run`]) per replica endpoint. Every stream it opens is a [`Link`] with its own
+//! bounded outbound queue; the task reports [`HubEvent`]s (attached, each frame received,
+//! detached) to the dispatcher through one channel, so frames of one stream keep their order.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::mpsc;
@@ -9,28 +16,103 @@ use tonic::transport::Endpoint;
 use tracing::{info, warn};
 use verge_core::Group;
 use verge_proto::hub::controller_hub_client::ControllerHubClient;
-use verge_proto::hub::{ControllerFrame, ControllerHello, controller_frame};
+use verge_proto::hub::{ControllerFrame, ControllerHello, HubFrame, controller_frame};
 
-use crate::dispatch::Dispatcher;
 use crate::{Config, Error, Result};
 
 /// Largest frame accepted from cloudhub, in bytes: cloudhub's default `max_frame_bytes`
 /// (4 MiB) plus room for the `Routed` wrapper.
 const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
 
-/// Frames buffered per stream between the shared outbound queue and gRPC.
+/// Frames buffered per stream between a link's outbound queue and gRPC.
 const STREAM_BUFFER: usize = 16;
 
-/// The endpoint of `config.cloudhub`, with connect timeout and HTTP/2 keepalive.
+/// Source of [`Link::id`]s.
+static NEXT_LINK: AtomicU64 = AtomicU64::new(1);
+
+/// One attached stream to a cloudhub replica: where frames for that replica go. Cheap to
+/// clone; sending fails once the stream ended (the frame is lost: the edge retries what was
+/// not acknowledged, and a node is resynced when it connects again).
+#[derive(Debug, Clone)]
+pub struct Link {
+    /// Unique per stream: a re-attach to the same endpoint is a new link.
+    pub id: u64,
+    /// The replica's endpoint URI, for logs.
+    pub endpoint: Arc<str>,
+    tx: mpsc::Sender<ControllerFrame>,
+}
+
+/// Links are equal when they are the same stream.
+impl PartialEq for Link {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Link {}
+
+impl Link {
+    /// A link with a fresh id whose frames go to `tx`.
+    pub fn new(endpoint: &str, tx: mpsc::Sender<ControllerFrame>) -> Self {
+        Self {
+            id: NEXT_LINK.fetch_add(1, Ordering::Relaxed),
+            endpoint: endpoint.into(),
+            tx,
+        }
+    }
+
+    /// Queues `frame`, waiting while the queue is full (back-pressure).
+    ///
+    /// # Errors
+    /// [`NotSent`] when the stream ended (the frame is dropped).
+    pub async fn send(&self, frame: ControllerFrame) -> Result<(), NotSent> {
+        self.tx.send(frame).await.map_err(|_| NotSent)
+    }
+
+    /// Queues `frame` without waiting.
+    ///
+    /// # Errors
+    /// [`NotSent`] when the queue is full or the stream ended (the frame is dropped).
+    pub fn try_send(&self, frame: ControllerFrame) -> Result<(), NotSent> {
+        self.tx.try_send(frame).map_err(|_| NotSent)
+    }
+}
+
+/// A frame was not queued on a [`Link`]: its stream ended (or, for
+/// [`Link::try_send`], its queue is full).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cloudhub link ended or its queue is full")]
+pub struct NotSent;
+
+/// What the attach tasks tell the dispatcher, in stream order.
+#[derive(Debug)]
+pub enum HubEvent {
+    /// A stream was attached; the replica will announce every node it holds.
+    Attached(Link),
+    /// A frame arrived on link `link`.
+    Frame {
+        /// The [`Link::id`].
+        link: u64,
+        /// The frame (boxed: frames are large, the other events small).
+        frame: Box<HubFrame>,
+    },
+    /// Link `link` ended; the nodes it announced are no longer reachable through it.
+    Detached {
+        /// The [`Link::id`].
+        link: u64,
+    },
+}
+
+/// The endpoint of cloudhub address `address`, with `config`'s connect timeout and HTTP/2
+/// keepalive.
 ///
 /// # Errors
 /// [`Error::Endpoint`] when the address is not a valid URI.
-pub fn endpoint(config: &Config) -> Result<Endpoint> {
-    let endpoint =
-        Endpoint::from_shared(config.cloudhub.clone()).map_err(|source| Error::Endpoint {
-            address: config.cloudhub.clone(),
-            source,
-        })?;
+pub fn endpoint(config: &Config, address: &str) -> Result<Endpoint> {
+    let endpoint = Endpoint::from_shared(address.to_owned()).map_err(|source| Error::Endpoint {
+        address: address.to_owned(),
+        source,
+    })?;
     Ok(endpoint
         .connect_timeout(config.connect_timeout)
         .http2_keep_alive_interval(config.keepalive_interval)
@@ -48,52 +130,55 @@ pub fn hello(name: &str) -> ControllerFrame {
     }
 }
 
-/// Keeps a stream attached until `shutdown`: frames from cloudhub go to `dispatcher`, frames
-/// from `outbound` go to cloudhub. Frames taken from `outbound` while a stream breaks are
-/// lost; the edge retries what was not acknowledged.
-///
-/// # Errors
-/// [`Error::Endpoint`] for an invalid cloudhub address; stream failures are logged and retried.
+/// Keeps one stream to the replica at `endpoint` (URI `address`) attached until `stop`,
+/// reporting to `events`; returns when `stop` is cancelled or the dispatcher is gone.
+/// Stream failures are logged and retried with backoff.
 pub async fn run(
-    config: &Config,
-    outbound: &mut mpsc::Receiver<ControllerFrame>,
-    dispatcher: &mut Dispatcher,
-    shutdown: &CancellationToken,
-) -> Result<()> {
-    let endpoint = endpoint(config)?;
-    let builder = backoff(config);
+    address: String,
+    endpoint: Endpoint,
+    config: Arc<Config>,
+    events: mpsc::Sender<HubEvent>,
+    stop: CancellationToken,
+) {
+    let builder = backoff(&config);
     let mut backoff = builder.build();
     loop {
-        let mut attached = false;
+        let mut link = None;
         let outcome = tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            r = attach(&endpoint, config, outbound, dispatcher, &mut attached) => r,
+            () = stop.cancelled() => Ok(()),
+            r = attach(&address, &endpoint, &config, &events, &mut link) => r,
         };
-        if attached {
+        if let Some(link) = link {
+            // Ignored when the dispatcher is gone (shutdown).
+            let _ = events.send(HubEvent::Detached { link }).await;
             backoff = builder.build();
+        }
+        if stop.is_cancelled() || events.is_closed() {
+            return;
         }
         let delay = backoff.next().unwrap_or(config.reconnect_max_backoff);
         match outcome {
-            Ok(()) => warn!(cloudhub = %config.cloudhub, ?delay, "cloudhub ended the stream"),
+            Ok(()) => warn!(cloudhub = %address, ?delay, "cloudhub ended the stream"),
             Err(error) => {
-                warn!(error = %error.reason(), cloudhub = %config.cloudhub, ?delay,
+                warn!(error = %error.reason(), cloudhub = %address, ?delay,
                     "cloudhub stream failed");
             }
         }
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
+            () = stop.cancelled() => return,
             () = tokio::time::sleep(delay) => {}
         }
     }
 }
 
-/// One stream: connect, send the hello, then pump frames both ways until it ends.
+/// One stream: connect, send the hello, then pump frames both ways until it ends. Sets
+/// `link` to the link's id once attached.
 async fn attach(
+    address: &str,
     endpoint: &Endpoint,
     config: &Config,
-    outbound: &mut mpsc::Receiver<ControllerFrame>,
-    dispatcher: &mut Dispatcher,
-    attached: &mut bool,
+    events: &mpsc::Sender<HubEvent>,
+    link: &mut Option<u64>,
 ) -> Result<()> {
     let channel = endpoint.connect().await.map_err(Error::Connect)?;
     let mut client = ControllerHubClient::new(channel)
@@ -107,13 +192,23 @@ async fn attach(
         .await
         .map_err(Error::Attach)?
         .into_inner();
-    *attached = true;
-    dispatcher.attached();
-    info!(cloudhub = %config.cloudhub, "attached to cloudhub");
+    let (out_tx, mut outbound) = mpsc::channel(config.outbound_queue.max(1));
+    let attached = Link::new(address, out_tx);
+    let id = attached.id;
+    if events.send(HubEvent::Attached(attached)).await.is_err() {
+        return Ok(());
+    }
+    *link = Some(id);
+    info!(cloudhub = %address, link = id, "attached to cloudhub");
     loop {
         tokio::select! {
             frame = inbound.message() => match frame.map_err(Error::Attach)? {
-                Some(frame) => dispatcher.on_frame(frame),
+                Some(frame) => {
+                    let event = HubEvent::Frame { link: id, frame: Box::new(frame) };
+                    if events.send(event).await.is_err() {
+                        return Ok(());
+                    }
+                }
                 None => return Ok(()),
             },
             Some(frame) = outbound.recv() => {
@@ -151,10 +246,22 @@ mod tests {
 
     #[test]
     fn bad_address_is_an_error() {
-        let config = Config {
-            cloudhub: "not a uri".into(),
-            ..Config::default()
-        };
-        assert!(matches!(endpoint(&config), Err(Error::Endpoint { .. })));
+        let config = Config::default();
+        assert!(matches!(
+            endpoint(&config, "not a uri"),
+            Err(Error::Endpoint { .. })
+        ));
+    }
+
+    #[test]
+    fn links_are_unique_and_close_with_their_stream() {
+        let (tx, rx) = mpsc::channel(1);
+        let (a, b) = (
+            Link::new("http://a:1", tx.clone()),
+            Link::new("http://a:1", tx),
+        );
+        assert_ne!(a.id, b.id);
+        drop(rx);
+        assert!(a.try_send(hello("x")).is_err());
     }
 }

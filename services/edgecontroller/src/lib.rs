@@ -1,7 +1,7 @@
 //! Verge edgecontroller: the cloud controller of the `resource` group (KubeEdge's
 //! edgecontroller).
 //!
-//! It attaches to cloudhub's `ControllerHub`, sends the pods bound to each connected edge node
+//! It attaches to the `ControllerHub` of every cloudhub replica, sends the pods bound to each connected edge node
 //! and the configmaps and secrets they reference down to it (resyncing each node by its
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
@@ -10,10 +10,11 @@
 //!
 //! # Layout
 //! - [`config`]: the YAML [`Config`].
-//! - [`hub`]: the `ControllerHub.Attach` client stream, re-attached with backoff.
+//! - [`replicas`]: the cloudhub replicas to attach to (static list and DNS discovery).
+//! - [`hub`]: one `ControllerHub.Attach` client stream per replica, re-attached with backoff.
 //! - [`dispatch`]: routes hub frames: session events to [`sessions`] and [`downstream`],
 //!   upstream messages to one ordered worker per node.
-//! - [`sessions`]: the connected nodes and their inventories.
+//! - [`sessions`]: the connected nodes, the replica link holding each, their inventories.
 //! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
 //! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
@@ -34,11 +35,14 @@ pub mod error;
 pub mod fingerprint;
 pub mod hub;
 pub mod offline;
+pub mod replicas;
 pub mod sessions;
 pub mod upstream;
 
 pub use config::Config;
 pub use error::{Error, Result};
+
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -47,12 +51,17 @@ use tracing::{Instrument, info_span};
 
 use crate::cache::Caches;
 use crate::dispatch::Dispatcher;
+use crate::replicas::Replicas;
 use crate::upstream::Context;
 
 /// Capacity of the queue of cache changes waiting for the downstream task.
 const CACHE_EVENTS: usize = 256;
 
-/// The edgecontroller service: one `ControllerHub` stream and its per-node workers.
+/// Capacity of the queue of hub events (frames of every replica) waiting for the dispatcher.
+const HUB_EVENTS: usize = 256;
+
+/// The edgecontroller service: one `ControllerHub` stream per cloudhub replica and the
+/// per-node workers.
 pub struct EdgeController {
     config: Config,
     client: kube::Client,
@@ -69,32 +78,30 @@ impl EdgeController {
     }
 
     /// Runs until `shutdown` is cancelled: starts the watch caches, the downstream task and
-    /// the toleration task ([`offline`]), attaches to cloudhub (re-attaching with backoff whenever the stream ends), sends
-    /// objects down and applies upstream messages. On shutdown it stops taking
-    /// messages, lets every worker finish the API call it is in, and returns once all tasks
-    /// ended (callers bound this with a grace period).
+    /// the toleration task ([`offline`]), attaches to every cloudhub replica ([`replicas`];
+    /// each stream re-attached with backoff whenever it ends), sends objects down and
+    /// applies upstream messages. On shutdown it stops taking messages, lets every worker
+    /// finish the API call it is in, and returns once all tasks ended (callers bound this
+    /// with a grace period).
     ///
     /// # Errors
-    /// [`Error::Endpoint`] when the configured cloudhub address is invalid. Everything else
-    /// (connection loss, API failures) is logged and retried or answered to the edge.
+    /// [`Error::Endpoint`] when a configured cloudhub address is invalid,
+    /// [`Error::Discovery`] when `cloudhub_dns` is. Everything else (connection loss, API
+    /// failures) is logged and retried or answered to the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let tracker = TaskTracker::new();
+        let config = Arc::new(self.config);
+        let (hub_tx, mut hub_rx) = mpsc::channel(HUB_EVENTS);
+        let replicas = Replicas::start(config.clone(), hub_tx, tracker.clone(), shutdown.clone())?;
         // Workers stop with the caller's token, or when `run` itself fails.
         let workers_stop = shutdown.child_token();
-        let (outbound_tx, mut outbound_rx) = mpsc::channel(self.config.outbound_queue.max(1));
         let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
         let caches = Caches::start(&self.client, &events_tx, &tracker, &workers_stop);
         drop(events_tx);
         let (down_tx, down_rx) = mpsc::unbounded_channel();
         tracker.spawn(
-            downstream::run(
-                caches.clone(),
-                down_rx,
-                events_rx,
-                outbound_tx.clone(),
-                workers_stop.clone(),
-            )
-            .instrument(info_span!("downstream")),
+            downstream::run(caches.clone(), down_rx, events_rx, workers_stop.clone())
+                .instrument(info_span!("downstream")),
         );
         tracker.spawn(
             offline::run(self.client.clone(), caches.clone(), workers_stop.clone())
@@ -107,16 +114,25 @@ impl EdgeController {
         let mut dispatcher = Dispatcher::new(
             context,
             down_tx,
-            outbound_tx,
-            self.config.node_queue,
+            config.node_queue,
             tracker.clone(),
             workers_stop.clone(),
         );
-        let result = hub::run(&self.config, &mut outbound_rx, &mut dispatcher, &shutdown).await;
+        tracker.spawn(replicas.run().instrument(info_span!("replicas")));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                event = hub_rx.recv() => match event {
+                    Some(event) => dispatcher.on_event(event),
+                    None => break,
+                },
+            }
+        }
         workers_stop.cancel();
+        drop(hub_rx);
         drop(dispatcher);
         tracker.close();
         tracker.wait().await;
-        result
+        Ok(())
     }
 }

@@ -18,9 +18,13 @@ struct Args {
     /// YAML configuration file (every field optional).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// cloudhub's ControllerHub address; overrides `cloudhub` of the file.
+    /// A cloudhub replica's ControllerHub address; repeat it for several replicas. Replaces
+    /// `cloudhub` of the file.
     #[arg(long)]
-    cloudhub: Option<String>,
+    cloudhub: Vec<String>,
+    /// `<host>:<port>` resolving to every cloudhub replica; overrides `cloudhub_dns`.
+    #[arg(long)]
+    cloudhub_dns: Option<String>,
     /// kubeconfig file; default: `KUBECONFIG`, `~/.kube/config` or the in-cluster config.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
@@ -43,8 +47,11 @@ async fn main() -> anyhow::Result<()> {
         Some(path) => Config::load(path)?,
         None => Config::default(),
     };
-    if let Some(cloudhub) = args.cloudhub {
-        config.cloudhub = cloudhub;
+    if !args.cloudhub.is_empty() {
+        config.cloudhub = args.cloudhub;
+    }
+    if let Some(dns) = args.cloudhub_dns {
+        config.cloudhub_dns = Some(dns);
     }
     let format = match args.log_format {
         Format::Text => LogFormat::Text,

@@ -1,8 +1,12 @@
-//! The edge nodes connected to cloudhub, from `HubFrame.session` events.
+//! The edge nodes connected to cloudhub replicas, from `HubFrame.session` events: the
+//! node -> replica routing table.
 //!
-//! Cloudhub sends a `NodeSession` for every node connected when the controller attaches and
-//! for every later connect/disconnect. The inventory kept here is what the resync of the
-//! downstream side diffs against its watch caches (DESIGN §3.2).
+//! Each replica sends a `NodeSession` for every node connected when the controller attaches
+//! and for every later connect/disconnect. A node belongs to the link (attached replica
+//! stream) that last announced it connected: a node that reconnects to replica B while A
+//! still reports it is held by B, and A's later disconnect of it is stale. When a link ends,
+//! its nodes are gone ([`Sessions::detach`]). The inventory kept here is what the resync of
+//! the downstream side diffs against its watch caches (DESIGN §3.2).
 
 use std::collections::HashMap;
 
@@ -12,7 +16,9 @@ use verge_proto::hub::NodeSession;
 /// One connected node's session.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
-    /// The cloudhub replica holding the session.
+    /// The [`crate::hub::Link::id`] of the replica stream that announced the session.
+    pub link: u64,
+    /// The name the cloudhub replica announced (for logs).
     pub cloudhub: String,
     /// Every object the edge held when it connected.
     pub inventory: Inventory,
@@ -25,7 +31,7 @@ pub enum Change {
     Connected,
     /// The node disconnected.
     Disconnected,
-    /// A disconnect of a session that is not the current one (another replica, or unknown).
+    /// A disconnect of a session that is not the current one (another link, or unknown).
     Stale,
 }
 
@@ -36,11 +42,13 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Applies a session event. A disconnect reported by a replica other than the one holding
-    /// the current session is [`Change::Stale`] and ignored (the node moved replicas).
-    pub fn apply(&mut self, event: NodeSession) -> Change {
+    /// Applies a session event received on link `link`. A connect always wins (the newest
+    /// announcement holds the node); a disconnect received on a link other than the one
+    /// holding the node is [`Change::Stale`] and ignored (the node moved replicas).
+    pub fn apply(&mut self, link: u64, event: NodeSession) -> Change {
         if event.connected {
             let session = Session {
+                link,
                 cloudhub: event.cloudhub,
                 inventory: event.inventory.unwrap_or_default(),
             };
@@ -48,7 +56,7 @@ impl Sessions {
             return Change::Connected;
         }
         match self.nodes.get(&event.node) {
-            Some(s) if event.cloudhub.is_empty() || s.cloudhub == event.cloudhub => {
+            Some(s) if s.link == link => {
                 self.nodes.remove(&event.node);
                 Change::Disconnected
             }
@@ -71,9 +79,20 @@ impl Sessions {
         self.nodes.is_empty()
     }
 
-    /// Forgets every session (the hub stream ended; cloudhub re-announces them on re-attach).
-    pub fn clear(&mut self) {
-        self.nodes.clear();
+    /// Link `link` ended: forgets the nodes it held and returns them, sorted. Nodes that
+    /// moved to another link stay.
+    pub fn detach(&mut self, link: u64) -> Vec<String> {
+        let mut gone: Vec<String> = self
+            .nodes
+            .iter()
+            .filter(|(_, s)| s.link == link)
+            .map(|(n, _)| n.clone())
+            .collect();
+        gone.sort();
+        for node in &gone {
+            self.nodes.remove(node);
+        }
+        gone
     }
 }
 
@@ -93,13 +112,37 @@ mod tests {
     #[test]
     fn connect_disconnect() {
         let mut s = Sessions::default();
-        assert_eq!(s.apply(event("a", true, "hub-1")), Change::Connected);
+        assert_eq!(s.apply(1, event("a", true, "hub-1")), Change::Connected);
         assert_eq!(s.len(), 1);
-        assert_eq!(s.apply(event("a", true, "hub-2")), Change::Connected);
-        assert_eq!(s.apply(event("a", false, "hub-1")), Change::Stale);
-        assert!(s.get("a").is_some());
-        assert_eq!(s.apply(event("a", false, "hub-2")), Change::Disconnected);
+        assert_eq!(s.apply(2, event("a", true, "hub-2")), Change::Connected);
+        assert_eq!(s.apply(1, event("a", false, "hub-1")), Change::Stale);
+        assert_eq!(s.get("a").map(|s| s.link), Some(2));
+        assert_eq!(s.apply(2, event("a", false, "hub-2")), Change::Disconnected);
         assert!(s.is_empty());
-        assert_eq!(s.apply(event("b", false, "")), Change::Stale);
+        assert_eq!(s.apply(1, event("b", false, "")), Change::Stale);
+    }
+
+    #[test]
+    fn replicas_with_the_same_name_are_told_apart_by_link() {
+        let mut s = Sessions::default();
+        s.apply(1, event("a", true, "cloudhub"));
+        assert_eq!(s.apply(2, event("a", false, "cloudhub")), Change::Stale);
+        assert_eq!(s.get("a").map(|s| s.link), Some(1));
+    }
+
+    #[test]
+    fn detach_forgets_only_the_links_nodes() {
+        let mut s = Sessions::default();
+        s.apply(1, event("a", true, "hub-1"));
+        s.apply(1, event("b", true, "hub-1"));
+        s.apply(2, event("c", true, "hub-2"));
+        // b moved to hub-2 before hub-1's stream ended.
+        s.apply(2, event("b", true, "hub-2"));
+        assert_eq!(s.detach(1), ["a"]);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.get("b").map(|s| s.link), Some(2));
+        assert!(s.detach(1).is_empty());
+        assert_eq!(s.detach(2), ["b", "c"]);
+        assert!(s.is_empty());
     }
 }

@@ -31,7 +31,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let client = cp.client().await?;
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: format!("http://{addr}"),
+        cloudhub: vec![format!("http://{addr}")],
         ..Config::default()
     };
     let shutdown = CancellationToken::new();

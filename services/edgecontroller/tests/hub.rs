@@ -1,5 +1,5 @@
-//! Component test of the hub stream: hello, re-attach after the stream ends, error answers,
-//! per-node ordering. Uses an in-test ControllerHub and an API server address nobody listens
+//! Component test of the hub streams: hello, re-attach after the stream ends, error answers,
+//! per-node ordering, several replicas. Uses an in-test ControllerHub and an API server address nobody listens
 //! on, so every API call fails fast.
 
 mod common;
@@ -28,7 +28,7 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: format!("http://{addr}"),
+        cloudhub: vec![format!("http://{addr}")],
         reconnect_min_backoff: Duration::from_millis(10),
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()
@@ -102,6 +102,69 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
         json!({}),
     );
     let answer = second.ask("edge-1", bad).await?;
+    assert!(
+        reason(&answer).contains("unsupported"),
+        "{}",
+        reason(&answer)
+    );
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    Ok(())
+}
+
+/// Two replicas: the controller attaches to both, and answers each upstream message on the
+/// stream it came from, whichever replica announced the node.
+#[tokio::test]
+async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let (addr1, mut attaches1) = common::start().await?;
+    let (addr2, mut attaches2) = common::start().await?;
+    let config = Config {
+        cloudhub: vec![format!("http://{addr1}"), format!("http://{addr2}")],
+        reconnect_min_backoff: Duration::from_millis(10),
+        reconnect_max_backoff: Duration::from_millis(50),
+        ..Config::default()
+    };
+    let shutdown = CancellationToken::new();
+    let controller =
+        tokio::spawn(EdgeController::new(config, unreachable_client()?).run(shutdown.clone()));
+    let mut hub1 = common::next_attach(&mut attaches1).await?;
+    let mut hub2 = common::next_attach(&mut attaches2).await?;
+    for hub in [&mut hub1, &mut hub2] {
+        assert!(matches!(
+            hub.next().await?,
+            controller_frame::Frame::Hello(_)
+        ));
+    }
+    hub2.send(hub_frame::Frame::Session(NodeSession {
+        node: "edge-1".into(),
+        connected: true,
+        inventory: None,
+        cloudhub: "hub-2".into(),
+    }))
+    .await?;
+    let unsupported = || {
+        msg(
+            Operation::Update,
+            "node/edge-1/default/configmap/c".into(),
+            json!({}),
+        )
+    };
+    // A message that came through hub-1 (e.g. sent before the node moved) is answered there.
+    let answer = hub1.ask("edge-1", unsupported()).await?;
+    assert_eq!(answer.operation()?, Operation::Error);
+    let answer = hub2.ask("edge-1", unsupported()).await?;
+    assert_eq!(answer.operation()?, Operation::Error);
+
+    // hub-1's stream ends: it is re-attached on its own; hub-2's stream is unaffected.
+    drop(hub1);
+    let mut hub1 = common::next_attach(&mut attaches1).await?;
+    assert!(matches!(
+        hub1.next().await?,
+        controller_frame::Frame::Hello(_)
+    ));
+    let answer = hub2.ask("edge-1", unsupported()).await?;
     assert!(
         reason(&answer).contains("unsupported"),
         "{}",

@@ -27,7 +27,7 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
 
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: format!("http://{addr}"),
+        cloudhub: vec![format!("http://{addr}")],
         ..Config::default()
     };
     let shutdown = CancellationToken::new();

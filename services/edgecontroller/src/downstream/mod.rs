@@ -4,8 +4,9 @@
 //! [`Input`]s from the dispatcher (sessions, answers, delivery errors) and
 //! [`CacheEvent`]s from the watch caches. For every input it finds the nodes concerned and
 //! compares what each should hold ([`sender::desired_objects`]) with what it holds, sending
-//! only the difference as `update`/`delete` messages through the hub's outbound queue
-//! (docs/protocol.md). A node that connects is compared with its inventory (resync by
+//! only the difference as `update`/`delete` messages on the [`Link`] of the cloudhub replica
+//! that holds the node's session (docs/protocol.md); a node without a session gets nothing
+//! (its resync on connect covers what it missed). A node that connects is compared with its inventory (resync by
 //! inventory) once the caches completed their first list; the `resync` marker follows the
 //! messages of that diff. A status-only change of a pod is not sent (no echo of the edge's
 //! own reports, [`sender`]). Delivery errors of a connected node schedule a re-diff of it
@@ -26,12 +27,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::{Operation, ResourceKey};
-use verge_proto::hub::ControllerFrame;
 use verge_proto::{Inventory, MessageExt};
 
 use crate::cache::{CacheEvent, Caches};
 use crate::desired;
 use crate::dispatch::routed_frame;
+use crate::hub::Link;
 use retry::Retries;
 pub use sender::{Contents, NodeState};
 
@@ -44,14 +45,14 @@ pub enum Input {
         node: String,
         /// Every object the edge holds.
         inventory: Inventory,
+        /// The replica stream holding the session: where the node's messages go.
+        link: Link,
     },
     /// A node's current session ended.
     Disconnected {
         /// The node.
         node: String,
     },
-    /// A new hub stream is attached; cloudhub announces every connected node again.
-    Reattached,
     /// The edge answered a downstream message (`ack`, `response` or `error`).
     Answer {
         /// The node.
@@ -73,8 +74,9 @@ pub enum Input {
 /// The downstream task's state.
 struct Downstream {
     caches: Caches,
-    outbound: mpsc::Sender<ControllerFrame>,
     nodes: HashMap<String, NodeState>,
+    /// Where each connected node's messages go.
+    links: HashMap<String, Link>,
     /// Contents of disconnected nodes, for their next session (no status echo).
     remembered: HashMap<String, Contents>,
     retries: Retries,
@@ -86,13 +88,12 @@ pub async fn run(
     caches: Caches,
     mut inputs: mpsc::UnboundedReceiver<Input>,
     mut events: mpsc::Receiver<CacheEvent>,
-    outbound: mpsc::Sender<ControllerFrame>,
     shutdown: CancellationToken,
 ) {
     let mut state = Downstream {
         caches: caches.clone(),
-        outbound,
         nodes: HashMap::new(),
+        links: HashMap::new(),
         remembered: HashMap::new(),
         retries: Retries::default(),
         ready: false,
@@ -138,7 +139,11 @@ impl Downstream {
     /// Applies a dispatcher input; returns the nodes to compare again.
     fn on_input(&mut self, input: Input) -> BTreeSet<String> {
         match input {
-            Input::Connected { node, inventory } => {
+            Input::Connected {
+                node,
+                inventory,
+                link,
+            } => {
                 if !self.caches.is_edge_node(&node) && self.ready {
                     debug!(node = %node, "connected node has no edge Node object (yet)");
                 }
@@ -151,19 +156,15 @@ impl Downstream {
                 self.retries.forget(&node);
                 let state = NodeState::connected(&inventory, remembered.unwrap_or_default());
                 self.nodes.insert(node.clone(), state);
+                self.links.insert(node.clone(), link);
                 return BTreeSet::from([node]);
             }
             Input::Disconnected { node } => {
                 if let Some(state) = self.nodes.remove(&node) {
                     self.remembered.insert(node.clone(), state.into_contents());
                 }
+                self.links.remove(&node);
                 self.retries.forget(&node);
-            }
-            Input::Reattached => {
-                for (node, state) in self.nodes.drain() {
-                    self.remembered.insert(node, state.into_contents());
-                }
-                self.retries.clear();
             }
             Input::Answer {
                 node,
@@ -225,10 +226,11 @@ impl Downstream {
         nodes
     }
 
-    /// Sends `node` what it misses. Returns `false` when the outbound queue closed or
-    /// shutdown began.
+    /// Sends `node` what it misses, on the link holding its session. Returns `false` when
+    /// shutdown began. When that link ended meanwhile, the rest is dropped (the dispatcher
+    /// reports the node disconnected next; its reconnect resyncs it).
     async fn sync(&mut self, node: &str, shutdown: &CancellationToken) -> bool {
-        let Some(state) = self.nodes.get_mut(node) else {
+        let (Some(state), Some(link)) = (self.nodes.get_mut(node), self.links.get(node)) else {
             return true;
         };
         let messages = state.plan(node, &self.caches);
@@ -239,9 +241,10 @@ impl Downstream {
             debug!(node = %node, operation = ?message.operation(), resource = %message.resource(),
                 "downstream");
             tokio::select! {
-                sent = self.outbound.send(routed_frame(node, message)) => {
+                sent = link.send(routed_frame(node, message)) => {
                     if sent.is_err() {
-                        return false;
+                        debug!(node = %node, link = link.id, "link ended, downstream messages dropped");
+                        return true;
                     }
                 }
                 () = shutdown.cancelled() => return false,

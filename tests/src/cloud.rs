@@ -1,0 +1,146 @@
+//! [`Cloud`]: the cloudhub replica(s) and the edgecontroller of an end-to-end test.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use verge_testkit::ControlPlane;
+use verge_testkit::process::{ChildProcess, workspace_bin};
+
+use crate::{free_port, wait_for_port};
+
+/// The cloud side: one cloudhub (or several replicas) and one edgecontroller attached to
+/// every replica, as separate processes.
+#[derive(Debug)]
+pub struct Cloud {
+    /// The (first) cloudhub process, replica `hub-0`.
+    pub cloudhub: ChildProcess,
+    /// The edgecontroller process.
+    pub edgecontroller: ChildProcess,
+    /// Where edges on this host connect to `hub-0`: `http://127.0.0.1:<port>`.
+    pub edge_url: String,
+    /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
+    /// it through their veth link).
+    pub edge_port: u16,
+    /// Further cloudhub replicas (`hub-1`, ...); empty for [`Cloud::start`].
+    pub replicas: Vec<Replica>,
+    cloudhub_args: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// A further cloudhub replica of a [`Cloud`].
+#[derive(Debug)]
+pub struct Replica {
+    /// The replica name (`--replica-name`).
+    pub name: String,
+    /// The cloudhub process.
+    pub process: ChildProcess,
+    /// Where edges on this host connect: `http://127.0.0.1:<port>`.
+    pub edge_url: String,
+    /// The port edges connect to (bound on `0.0.0.0`).
+    pub edge_port: u16,
+}
+
+impl Cloud {
+    /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge port on all interfaces so
+    /// edges in test network namespaces reach it) and edgecontroller against `cp`, and
+    /// waits until cloudhub listens.
+    ///
+    /// # Errors
+    /// A binary is missing or does not come up within 20 s.
+    pub async fn start(cp: &ControlPlane) -> anyhow::Result<Self> {
+        Self::start_replicas(cp, 1).await
+    }
+
+    /// Like [`Cloud::start`] with `count` (at least one) cloudhub replicas named `hub-0`,
+    /// `hub-1`, ..., each on its own ports, and one edgecontroller attached to all of them
+    /// (`--cloudhub` repeated). `hub-0` is [`Cloud::cloudhub`], the others
+    /// [`Cloud::replicas`].
+    ///
+    /// # Errors
+    /// A binary is missing or does not come up within 20 s.
+    pub async fn start_replicas(cp: &ControlPlane, count: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let config = dir.path().join("cloudhub.yaml");
+        std::fs::write(&config, "keepalive_interval: 2s\nack_timeout: 2s\n")?;
+        let mut hubs = Vec::new();
+        let mut controller_args = Vec::new();
+        for i in 0..count.max(1) {
+            let edge_port = free_port()?;
+            let ctrl_port = free_port()?;
+            let args = vec![
+                "--config".to_owned(),
+                config.display().to_string(),
+                "--edge-addr".to_owned(),
+                format!("0.0.0.0:{edge_port}"),
+                "--controller-addr".to_owned(),
+                format!("127.0.0.1:{ctrl_port}"),
+                "--replica-name".to_owned(),
+                format!("hub-{i}"),
+            ];
+            let process = spawn_cloudhub(&args, edge_port).await?;
+            controller_args.push("--cloudhub".to_owned());
+            controller_args.push(format!("http://127.0.0.1:{ctrl_port}"));
+            hubs.push((args, process, edge_port));
+        }
+        controller_args.push("--kubeconfig".to_owned());
+        controller_args.push(cp.kubeconfig().display().to_string());
+        let edgecontroller = ChildProcess::spawn(
+            workspace_bin("edgecontroller")?,
+            controller_args,
+            [("RUST_LOG", "info")],
+        )?;
+        let mut hubs = hubs.into_iter();
+        let (cloudhub_args, cloudhub, edge_port) = hubs.next().context("at least one cloudhub")?;
+        let replicas = hubs
+            .enumerate()
+            .map(|(i, (_, process, port))| Replica {
+                name: format!("hub-{}", i + 1),
+                process,
+                edge_url: format!("http://127.0.0.1:{port}"),
+                edge_port: port,
+            })
+            .collect();
+        Ok(Self {
+            cloudhub,
+            edgecontroller,
+            edge_url: format!("http://127.0.0.1:{edge_port}"),
+            edge_port,
+            replicas,
+            cloudhub_args,
+            _dir: dir,
+        })
+    }
+
+    /// `kill -9` cloudhub (`hub-0`) and start it again on the same ports.
+    ///
+    /// # Errors
+    /// The process cannot be killed or does not come back within 20 s.
+    pub async fn restart_cloudhub_hard(&mut self) -> anyhow::Result<()> {
+        self.cloudhub.kill9()?;
+        self.cloudhub = spawn_cloudhub(&self.cloudhub_args, self.edge_port).await?;
+        Ok(())
+    }
+
+    /// The last `n` log lines of every process, for failure messages.
+    pub fn logs(&self, n: usize) -> String {
+        let mut out = format!(
+            "--- cloudhub ---\n{}\n--- edgecontroller ---\n{}",
+            self.cloudhub.log_tail(n),
+            self.edgecontroller.log_tail(n)
+        );
+        for r in &self.replicas {
+            out.push_str(&format!(
+                "\n--- cloudhub {} ---\n{}",
+                r.name,
+                r.process.log_tail(n)
+            ));
+        }
+        out
+    }
+}
+
+async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<ChildProcess> {
+    let p = ChildProcess::spawn(workspace_bin("cloudhub")?, args, [("RUST_LOG", "info")])?;
+    wait_for_port(edge_port, Duration::from_secs(20)).await?;
+    Ok(p)
+}
