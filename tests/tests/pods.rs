@@ -126,6 +126,13 @@ fn phase(p: &Pod) -> &str {
         .unwrap_or("")
 }
 
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 fn container_status<'a>(
     p: &'a Pod,
     name: &str,
@@ -189,12 +196,17 @@ async fn deployment_runs_and_scales_to_zero() -> anyhow::Result<()> {
     deployments.create(&PostParams::default(), &d).await?;
     let pods = s.pods();
     let lp = ListParams::default().labels("app=web");
-    let r = wait_for("3 pods Running", Duration::from_secs(30), || {
+    // Running and Ready (`kubectl get pods`: 1/1 Running), within the acceptance's 30 s.
+    let r = wait_for("3 pods Running and Ready", Duration::from_secs(30), || {
         let pods = pods.clone();
         let lp = lp.clone();
         async move {
             let list = pods.list(&lp).await?;
-            let running = list.items.iter().filter(|p| phase(p) == "Running").count();
+            let running = list
+                .items
+                .iter()
+                .filter(|p| phase(p) == "Running" && pod_ready(p))
+                .count();
             Ok((running == 3).then_some(list))
         }
     })
@@ -203,7 +215,10 @@ async fn deployment_runs_and_scales_to_zero() -> anyhow::Result<()> {
         Ok(l) => l,
         Err(e) => anyhow::bail!("{e:#}\n{}", s.logs()),
     };
-    eprintln!("3 replicas Running {:?} after create", started.elapsed());
+    eprintln!(
+        "3 replicas Running and Ready {:?} after create",
+        started.elapsed()
+    );
     for p in &list.items {
         assert_eq!(
             p.spec.as_ref().and_then(|s| s.node_name.as_deref()),
