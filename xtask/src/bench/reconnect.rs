@@ -44,6 +44,10 @@ pub struct Args {
     /// Overall time limit, in seconds (setup included).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Skip the cold phase: the nodes start with inventories built from the API objects, so
+    /// cloudhub's peak memory is that of the reconnect alone.
+    #[arg(long)]
+    pub warm_only: bool,
     /// Use the debug build instead of the release build.
     #[arg(long)]
     pub debug: bool,
@@ -67,7 +71,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let result = tokio::time::timeout(limit, async {
         let cp = crate::control_plane::up(&config).await?;
         let bin_dir = local::build_bins(!args.debug)?;
-        measure(&cp, &run_dir, &bin_dir, n, args.connections).await
+        measure(&cp, &run_dir, &bin_dir, n, &args).await
     })
     .await
     .unwrap_or_else(|_| {
@@ -94,8 +98,9 @@ async fn measure(
     run_dir: &Path,
     bin_dir: &Path,
     n: usize,
-    connections: usize,
+    args: &Args,
 ) -> anyhow::Result<()> {
+    let connections = args.connections;
     let client = cp.client().await?;
     eprintln!(
         "creating {n} edge nodes, {n} pods and {} configmaps",
@@ -119,26 +124,33 @@ async fn measure(
         .map(|i| SimEdge::new(i, objects::node_name(i)))
         .collect();
 
-    eprintln!("phase 1 (cold): {n} nodes connect with empty inventories");
-    let cold = phase(&endpoint, connections, edges, None).await?;
-    edges = cold.edges.clone();
+    let (cold, markers) = if args.warm_only {
+        objects::fill_inventories(&client, &mut edges).await?;
+        (None, None)
+    } else {
+        eprintln!("phase 1 (cold): {n} nodes connect with empty inventories");
+        let cold = phase(&endpoint, connections, edges, None).await?;
+        edges = cold.edges.clone();
+        let markers = cold.markers == n;
+        eprintln!(
+            "  all {n} nodes hold {OBJECTS_PER_NODE} objects after {:.2?} ({})",
+            cold.resynced_after,
+            if markers {
+                "resync markers"
+            } else {
+                "no resync markers: expected counts + 2 s quiet"
+            }
+        );
+        (Some(cold), Some(markers))
+    };
     let cold_rss = sampler.take();
-    let markers = cold.markers == n;
-    eprintln!(
-        "  all {n} nodes hold {OBJECTS_PER_NODE} objects after {:.2?} ({})",
-        cold.resynced_after,
-        if markers {
-            "resync markers"
-        } else {
-            "no resync markers: expected counts + 2 s quiet"
-        }
-    );
 
     // Every stream was dropped when phase 1 stopped; let cloudhub and edgecontroller see the
     // disconnects before everyone comes back.
     tokio::time::sleep(Duration::from_secs(3)).await;
     eprintln!("phase 2: {n} nodes reconnect at once with full inventories");
-    let warm = phase(&endpoint, connections, edges, Some(markers)).await?;
+    let warm = phase(&endpoint, connections, edges, markers).await?;
+    let markers = warm.markers == n;
     let warm_rss = sampler.take();
     let hwm = (
         status_kib(services.cloudhub, "VmHWM").unwrap_or(0),
@@ -150,7 +162,7 @@ async fn measure(
         n,
         connections,
         setup,
-        &cold,
+        cold.as_ref(),
         &warm,
         markers,
         idle,
@@ -397,7 +409,7 @@ fn report(
     n: usize,
     connections: usize,
     setup: Duration,
-    cold: &Phase,
+    cold: Option<&Phase>,
     warm: &Phase,
     markers: bool,
     idle: (u64, u64),
@@ -427,10 +439,11 @@ fn report(
             "NO resync markers received: expected object counts + 2 s without object messages"
         }
     );
-    for (name, p) in [
-        ("cold (empty inventory)", cold),
-        ("reconnect (full inventory)", warm),
-    ] {
+    let phases = cold
+        .map(|c| ("cold (empty inventory)", c))
+        .into_iter()
+        .chain([("reconnect (full inventory)", warm)]);
+    for (name, p) in phases {
         let objects: Vec<u64> = p.stats.iter().map(SessionStats::objects).collect();
         let total: u64 = objects.iter().sum();
         let min = objects.iter().copied().min().unwrap_or(0);
@@ -455,17 +468,19 @@ fn report(
             "    up: hello {hello} B max (inventory), {sent} acks/keepalives; {errors} error answers, {retries} connect retries"
         );
     }
+    let cold_peak =
+        |kib: u64| cold.map_or_else(|| "skipped".to_owned(), |_| format!("{:.1} MiB", mib(kib)));
     println!(
-        "  cloudhub RSS:       idle {:.1} MiB, peak cold {:.1} MiB, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
+        "  cloudhub RSS:       idle {:.1} MiB, peak cold {}, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
         mib(idle.0),
-        mib(cold_rss.0),
+        cold_peak(cold_rss.0),
         mib(warm_rss.0),
         mib(hwm.0)
     );
     println!(
-        "  edgecontroller RSS: idle {:.1} MiB, peak cold {:.1} MiB, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
+        "  edgecontroller RSS: idle {:.1} MiB, peak cold {}, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
         mib(idle.1),
-        mib(cold_rss.1),
+        cold_peak(cold_rss.1),
         mib(warm_rss.1),
         mib(hwm.1)
     );

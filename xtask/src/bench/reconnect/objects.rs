@@ -2,13 +2,20 @@
 //! Pod per node that references every ConfigMap through `envFrom`, so each node holds
 //! `1 + CONFIGMAPS` objects while the API server holds only N pods and the ConfigMaps.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
+use verge_core::{ResourceKey, ResourceType};
+
+use super::edge::SimEdge;
 
 /// The namespace of the pods and ConfigMaps.
 pub const NAMESPACE: &str = "verge-bench-reconnect";
@@ -23,6 +30,10 @@ const IMAGE: &str = "verge-test/busybox:latest";
 /// The name of node `i`.
 pub fn node_name(i: usize) -> String {
     format!("verge-sim-{i:05}")
+}
+
+fn pod_name(i: usize) -> String {
+    format!("sim-{i:05}")
 }
 
 fn configmap_name(i: usize) -> String {
@@ -64,6 +75,63 @@ where
         .await
 }
 
+/// Gives every node the inventory it would hold after a full sync: the ConfigMaps and its
+/// pod, at their current uid and resourceVersion (for `--warm-only`).
+///
+/// # Errors
+/// API errors, or a pod missing.
+pub async fn fill_inventories(client: &kube::Client, edges: &mut [SimEdge]) -> anyhow::Result<()> {
+    let lp = kube::api::ListParams::default();
+    let version = |meta: &ObjectMeta| {
+        (
+            meta.uid.clone().unwrap_or_default(),
+            meta.resource_version.clone().unwrap_or_default(),
+        )
+    };
+    let configmaps: Vec<(ResourceKey, (String, String))> =
+        Api::<ConfigMap>::namespaced(client.clone(), NAMESPACE)
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .filter(|c| {
+                c.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("shared-"))
+            })
+            .map(|c| {
+                let name = c.metadata.name.clone().unwrap_or_default();
+                let key = ResourceKey::new(NAMESPACE, ResourceType::ConfigMap, name);
+                (key, version(&c.metadata))
+            })
+            .collect();
+    let pods: HashMap<String, (String, String)> = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                version(&p.metadata),
+            )
+        })
+        .collect();
+    for edge in edges {
+        let pod = pod_name(edge.index);
+        let held = pods
+            .get(&pod)
+            .with_context(|| format!("pod {pod} missing"))?;
+        edge.held = configmaps.iter().cloned().collect();
+        edge.held.insert(
+            ResourceKey::new(NAMESPACE, ResourceType::Pod, pod),
+            held.clone(),
+        );
+    }
+    Ok(())
+}
+
 fn configmap(i: usize) -> serde_json::Value {
     json!({
         "metadata": {"name": configmap_name(i)},
@@ -88,7 +156,7 @@ fn pod(i: usize) -> serde_json::Value {
         .map(|c| json!({"configMapRef": {"name": configmap_name(c)}}))
         .collect();
     json!({
-        "metadata": {"name": format!("sim-{i:05}")},
+        "metadata": {"name": pod_name(i)},
         "spec": {
             "nodeName": node_name(i),
             "automountServiceAccountToken": false,
