@@ -24,6 +24,7 @@ pub struct Cloud {
     /// Further cloudhub replicas (`hub-1`, ...); empty for [`Cloud::start`].
     pub replicas: Vec<Replica>,
     cloudhub_args: Vec<String>,
+    controller_args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -84,11 +85,7 @@ impl Cloud {
         }
         controller_args.push("--kubeconfig".to_owned());
         controller_args.push(cp.kubeconfig().display().to_string());
-        let edgecontroller = ChildProcess::spawn(
-            workspace_bin("edgecontroller")?,
-            controller_args,
-            [("RUST_LOG", "info")],
-        )?;
+        let edgecontroller = spawn_edgecontroller(&controller_args)?;
         let mut hubs = hubs.into_iter();
         let (cloudhub_args, cloudhub, edge_port) = hubs.next().context("at least one cloudhub")?;
         let replicas = hubs
@@ -107,8 +104,20 @@ impl Cloud {
             edge_port,
             replicas,
             cloudhub_args,
+            controller_args,
             _dir: dir,
         })
+    }
+
+    /// `kill -9` edgecontroller and start it again: it must rebuild its state from the API
+    /// server and the edges' inventories (cloudhub announces every connected node again).
+    ///
+    /// # Errors
+    /// The process cannot be killed or started.
+    pub fn restart_edgecontroller_hard(&mut self) -> anyhow::Result<()> {
+        self.edgecontroller.kill9()?;
+        self.edgecontroller = spawn_edgecontroller(&self.controller_args)?;
+        Ok(())
     }
 
     /// `kill -9` cloudhub (`hub-0`) and start it again on the same ports.
@@ -137,6 +146,14 @@ impl Cloud {
         }
         out
     }
+}
+
+fn spawn_edgecontroller(args: &[String]) -> anyhow::Result<ChildProcess> {
+    ChildProcess::spawn(
+        workspace_bin("edgecontroller")?,
+        args,
+        [("RUST_LOG", "info")],
+    )
 }
 
 async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<ChildProcess> {

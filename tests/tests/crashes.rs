@@ -284,6 +284,72 @@ async fn kill_cloudhub_loses_nothing() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// edgecontroller dies (SIGKILL) while a pod is created and an edge container exits; the
+/// restarted controller rebuilds its state from the API server and the edge's inventory.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let _serial = SERIAL.lock().await;
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let mut cloud = Cloud::start(&cp).await?;
+    let name = format!("e2e-ectl-{}", std::process::id());
+    let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
+    edge.start()?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
+    create_namespace(&client, &name).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
+    pods.create(&PostParams::default(), &sleeper(&name, "before", &name)?)
+        .await?;
+    let before = running(&pods, "before", Duration::from_secs(30)).await?;
+    let before_uid = before.metadata.uid.clone().unwrap_or_default();
+
+    cloud.edgecontroller.kill9()?;
+    pods.create(&PostParams::default(), &sleeper(&name, "during", &name)?)
+        .await?;
+    let id = running_app(&before_uid)?
+        .first()
+        .cloned()
+        .ok_or_else(|| anyhow::anyhow!("no container"))?;
+    docker(&["kill", &id])?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cloud.restart_edgecontroller_hard()?;
+    let restarted = Instant::now();
+    let r = async {
+        running(&pods, "during", Duration::from_secs(60)).await?;
+        wait_for(
+            "before's restart visible in the API",
+            Duration::from_secs(60),
+            || async {
+                let p = pods.get("before").await?;
+                let rc = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .and_then(|c| c.first().map(|c| c.restart_count))
+                    .unwrap_or(0);
+                Ok((rc >= 1).then_some(()))
+            },
+        )
+        .await
+    }
+    .await;
+    if let Err(e) = r {
+        anyhow::bail!(
+            "{e:#}\n{}\n--- edgecore ---\n{}",
+            cloud.logs(40),
+            edge.logs(60)
+        );
+    }
+    eprintln!(
+        "converged {:?} after the edgecontroller restart",
+        restarted.elapsed()
+    );
+    edge.kill9()?;
+    cleanup(&client, &name, &name).await;
+    Ok(())
+}
+
 /// Offline reboot: edgecore stops, every container of the node is removed (as after a host
 /// reboot), the cloud stays unreachable, edgecore starts: every pod is Running again within
 /// 10 s, from redb alone.
