@@ -149,19 +149,22 @@ impl LocalVerge {
     }
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
+/// Writes `text` to `dir/name`; returns the path as a string (for a command line).
+pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     let path = dir.join(name);
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(path.display().to_string())
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free TCP port on 127.0.0.1 (bound once and released).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
 }
 
-async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
+/// Waits until something listens on `127.0.0.1:port`.
+pub async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

@@ -15,7 +15,7 @@
 mod edge;
 mod objects;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +29,7 @@ use verge_testkit::{ControlPlane, ControlPlaneConfig, daemon};
 use self::edge::{Event, PhaseShared, SessionStats, SimEdge};
 use self::objects::OBJECTS_PER_NODE;
 use super::percentile;
-use crate::local;
+use crate::local::{self, free_port, wait_port, write};
 
 /// Arguments of `cargo xtask bench reconnect`.
 #[derive(Debug, clap::Args)]
@@ -529,30 +529,4 @@ async fn wait_log(pid: u32, log: &Path, needles: &[&str], timeout: Duration) -> 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
-    let path: PathBuf = dir.join(name);
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path.display().to_string())
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
-async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        if Instant::now() > deadline {
-            bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
 }
