@@ -218,82 +218,24 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// cloudhub dies (SIGKILL) while the cloud changes and an edge container exits; after it
-/// restarts the edge reconnects, resyncs and both directions catch up.
-#[tokio::test(flavor = "multi_thread")]
-async fn kill_cloudhub_loses_nothing() -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
-    let _serial = SERIAL.lock().await;
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-    let mut cloud = Cloud::start(&cp).await?;
-    let name = format!("e2e-chub-{}", std::process::id());
-    let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
-    edge.start()?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
-    create_namespace(&client, &name).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
-    pods.create(&PostParams::default(), &sleeper(&name, "before", &name)?)
-        .await?;
-    let before = running(&pods, "before", Duration::from_secs(30)).await?;
-    let before_uid = before.metadata.uid.clone().unwrap_or_default();
-
-    cloud.cloudhub.kill9()?;
-    // Cloud side changes while cloudhub is down...
-    pods.create(&PostParams::default(), &sleeper(&name, "during", &name)?)
-        .await?;
-    // ...and an edge-side change: the container of "before" is killed; edged restarts it.
-    let id = running_app(&before_uid)?
-        .first()
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("no container"))?;
-    docker(&["kill", &id])?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    cloud.restart_cloudhub_hard().await?;
-    let restarted = Instant::now();
-
-    let r = async {
-        running(&pods, "during", Duration::from_secs(60)).await?;
-        wait_for(
-            "before's restart visible in the API",
-            Duration::from_secs(60),
-            || async {
-                let p = pods.get("before").await?;
-                let rc = p
-                    .status
-                    .and_then(|s| s.container_statuses)
-                    .and_then(|c| c.first().map(|c| c.restart_count))
-                    .unwrap_or(0);
-                Ok((rc >= 1).then_some(()))
-            },
-        )
-        .await
-    }
-    .await;
-    if let Err(e) = r {
-        anyhow::bail!(
-            "{e:#}\n{}\n--- edgecore ---\n{}",
-            cloud.logs(40),
-            edge.logs(60)
-        );
-    }
-    eprintln!("converged {:?} after cloudhub restart", restarted.elapsed());
-    edge.kill9()?;
-    cleanup(&client, &name, &name).await;
-    Ok(())
+/// A cloud process that dies in [`cloud_process_dies`].
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    Cloudhub,
+    Edgecontroller,
 }
 
-/// edgecontroller dies (SIGKILL) while a pod is created and an edge container exits; the
-/// restarted controller rebuilds its state from the API server and the edge's inventory.
-#[tokio::test(flavor = "multi_thread")]
-async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
+/// `victim` dies (SIGKILL) while a pod is created in the cloud and an edge container exits
+/// (edged restarts it); after `victim` restarts, the edge reconnects or the controller
+/// rebuilds its state from the API server and the edge's inventory, and both directions
+/// catch up: the new pod runs, the restart shows in the API.
+async fn cloud_process_dies(victim: Victim) -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
     let _serial = SERIAL.lock().await;
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let mut cloud = Cloud::start(&cp).await?;
-    let name = format!("e2e-ectl-{}", std::process::id());
+    let name = format!("e2e-{victim:?}-{}", std::process::id()).to_lowercase();
     let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
     edge.start()?;
     let nodes: Api<Node> = Api::all(client.clone());
@@ -305,7 +247,10 @@ async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
     let before = running(&pods, "before", Duration::from_secs(30)).await?;
     let before_uid = before.metadata.uid.clone().unwrap_or_default();
 
-    cloud.edgecontroller.kill9()?;
+    match victim {
+        Victim::Cloudhub => cloud.cloudhub.kill9()?,
+        Victim::Edgecontroller => cloud.edgecontroller.kill9()?,
+    };
     pods.create(&PostParams::default(), &sleeper(&name, "during", &name)?)
         .await?;
     let id = running_app(&before_uid)?
@@ -314,24 +259,14 @@ async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("no container"))?;
     docker(&["kill", &id])?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    cloud.restart_edgecontroller_hard()?;
+    match victim {
+        Victim::Cloudhub => cloud.restart_cloudhub_hard().await?,
+        Victim::Edgecontroller => cloud.restart_edgecontroller_hard()?,
+    }
     let restarted = Instant::now();
     let r = async {
         running(&pods, "during", Duration::from_secs(60)).await?;
-        wait_for(
-            "before's restart visible in the API",
-            Duration::from_secs(60),
-            || async {
-                let p = pods.get("before").await?;
-                let rc = p
-                    .status
-                    .and_then(|s| s.container_statuses)
-                    .and_then(|c| c.first().map(|c| c.restart_count))
-                    .unwrap_or(0);
-                Ok((rc >= 1).then_some(()))
-            },
-        )
-        .await
+        restarts_at_least(&pods, "before", 1, Duration::from_secs(60)).await
     }
     .await;
     if let Err(e) = r {
@@ -342,12 +277,48 @@ async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "converged {:?} after the edgecontroller restart",
+        "converged {:?} after the {victim:?} restart",
         restarted.elapsed()
     );
     edge.kill9()?;
     cleanup(&client, &name, &name).await;
     Ok(())
+}
+
+/// Waits until the API shows `restartCount >= n` for pod `name`'s first container.
+async fn restarts_at_least(
+    pods: &Api<Pod>,
+    name: &str,
+    n: i32,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    wait_for(
+        &format!("{name}'s restartCount >= {n} in the API"),
+        timeout,
+        || async {
+            let p = pods.get(name).await?;
+            let rc = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .and_then(|c| c.first().map(|c| c.restart_count))
+                .unwrap_or(0);
+            Ok((rc >= n).then_some(()))
+        },
+    )
+    .await
+}
+
+/// cloudhub dies and comes back: edges reconnect and resync, no message lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_cloudhub_loses_nothing() -> anyhow::Result<()> {
+    cloud_process_dies(Victim::Cloudhub).await
+}
+
+/// edgecontroller dies and comes back: it rebuilds its state from the API server and the
+/// edges' inventories.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_edgecontroller_rebuilds_state() -> anyhow::Result<()> {
+    cloud_process_dies(Victim::Edgecontroller).await
 }
 
 /// Offline reboot: edgecore stops, every container of the node is removed (as after a host
@@ -479,20 +450,7 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
             ),
         };
         let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
-        let r = wait_for(
-            "restart visible after the API server came back",
-            Duration::from_secs(90),
-            || async {
-                let p = pods.get("p").await?;
-                let rc = p
-                    .status
-                    .and_then(|s| s.container_statuses)
-                    .and_then(|c| c.first().map(|c| c.restart_count))
-                    .unwrap_or(0);
-                Ok((rc >= 1).then_some(()))
-            },
-        )
-        .await;
+        let r = restarts_at_least(&pods, "p", 1, Duration::from_secs(90)).await;
         if let Err(e) = r {
             anyhow::bail!(
                 "{e:#}\n{}\n--- edgecore ---\n{}",
