@@ -42,6 +42,9 @@ pub enum CacheEvent {
     },
     /// A configmap or secret was added, changed or deleted.
     Object(ResourceKey),
+    /// An edge Node object was added, changed (status included) or deleted (or lost the edge
+    /// label); the node's name.
+    Node(String),
     /// A cache finished a (re)list: deletions during a watch outage are only visible now,
     /// so every node is compared again.
     Relisted,
@@ -56,6 +59,8 @@ pub enum Cached {
     ConfigMap(Arc<ConfigMap>),
     /// A secret.
     Secret(Arc<Secret>),
+    /// A node's own Node object.
+    Node(Arc<Node>),
 }
 
 impl Cached {
@@ -65,6 +70,7 @@ impl Cached {
             Self::Pod(o) => Version::of(&o.metadata),
             Self::ConfigMap(o) => Version::of(&o.metadata),
             Self::Secret(o) => Version::of(&o.metadata),
+            Self::Node(o) => Version::of(&o.metadata),
         }
     }
 
@@ -74,6 +80,7 @@ impl Cached {
             Self::Pod(o) => Fingerprint::of(o.as_ref()),
             Self::ConfigMap(o) => Fingerprint::of(o.as_ref()),
             Self::Secret(o) => Fingerprint::of(o.as_ref()),
+            Self::Node(o) => Fingerprint::of(o.as_ref()),
         }
     }
 
@@ -83,6 +90,7 @@ impl Cached {
             Self::Pod(o) => serde_json::to_vec(o.as_ref()),
             Self::ConfigMap(o) => serde_json::to_vec(o.as_ref()),
             Self::Secret(o) => serde_json::to_vec(o.as_ref()),
+            Self::Node(o) => serde_json::to_vec(o.as_ref()),
         };
         // Serializing k8s-openapi types to a Vec cannot fail.
         json.unwrap_or_default()
@@ -117,7 +125,9 @@ impl Caches {
         let changed = Arc::new(Notify::new());
         let nodes_config = watch::Config::default().labels(EDGE_NODE_LABEL);
         let api = Api::all(client.clone());
-        let (nodes, task) = cache(api, nodes_config, events, Some(&changed), |_| None);
+        let (nodes, task) = cache(api, nodes_config, events, Some(&changed), |n: &Node| {
+            Some(CacheEvent::Node(n.name_any()))
+        });
         spawn_cache(tracker, shutdown, "node", task);
         let pods_config = watch::Config::default().fields("spec.nodeName!=");
         let api = Api::all(client.clone());
@@ -174,7 +184,7 @@ impl Caches {
             .state_filter(|p| crate::desired::is_bound_to(p, node))
     }
 
-    /// The cached object of a pod, configmap or secret key.
+    /// The cached object of a pod, configmap, secret or edge node key.
     pub fn get(&self, key: &ResourceKey) -> Option<Cached> {
         let ns = key.namespace.as_str();
         match key.kind {
@@ -190,6 +200,9 @@ impl Caches {
                 .secrets
                 .get(&ObjectRef::new(&key.name).within(ns))
                 .map(Cached::Secret),
+            ResourceType::Node if key.k8s_namespace().is_none() => {
+                self.nodes.get(&ObjectRef::new(&key.name)).map(Cached::Node)
+            }
             _ => None,
         }
     }

@@ -1,7 +1,9 @@
 //! What a node should hold, and what to send to get it there. Pure functions, no I/O.
 //!
-//! A node holds the pods bound to it (`spec.nodeName`) and the configmaps and secrets those
-//! pods reference (KubeEdge edgecontroller / kubelet `configmap`/`secret` managers). The
+//! A node holds its own Node object (KubeEdge sends it so the edge knows its labels, taints and
+//! spec as the cloud sees them), the pods bound to it (`spec.nodeName`) and the configmaps and
+//! secrets those pods reference (KubeEdge edgecontroller / kubelet `configmap`/`secret`
+//! managers). The
 //! downstream side compares this *desired* set with what the node *holds* (its inventory on
 //! connect, then what was sent since) and sends only the difference (docs/protocol.md,
 //! "Resync by inventory").
@@ -44,13 +46,19 @@ impl Version {
 /// Objects by key with their versions: what a node should hold or holds.
 pub type Versions = BTreeMap<ResourceKey, Version>;
 
-/// The types downstream manages. Inventory entries of other types (a node's own Node, device
-/// twins, ...) are never deleted by the resync.
+/// The types downstream manages. Inventory entries of other types (device twins, ...) are
+/// never deleted by the resync. Of type node, only the node's own Node is managed
+/// ([`held_from_inventory`]).
 pub const fn is_managed(kind: ResourceType) -> bool {
     matches!(
         kind,
-        ResourceType::Pod | ResourceType::ConfigMap | ResourceType::Secret
+        ResourceType::Pod | ResourceType::ConfigMap | ResourceType::Secret | ResourceType::Node
     )
+}
+
+/// The key of `node`'s own Node object (`_/node/<node>`).
+pub fn node_key(node: &str) -> ResourceKey {
+    ResourceKey::cluster(ResourceType::Node, node)
 }
 
 /// The configmaps and secrets `pod` references, in the pod's namespace: volumes (`configMap`,
@@ -167,19 +175,18 @@ pub fn node_references<'a>(
         .any(|p| is_bound_to(p, node) && references(p).contains(key))
 }
 
-/// The managed objects of an inventory, by key.
-pub fn held_from_inventory(inventory: &Inventory) -> Versions {
+/// The managed objects of `node`'s inventory, by key: pods, configmaps, secrets and the
+/// node's own Node object (never another node's).
+pub fn held_from_inventory(node: &str, inventory: &Inventory) -> Versions {
+    let own = node_key(node);
     inventory
         .entries
         .iter()
         .filter_map(|e| {
             let kind: ResourceType = e.r#type.parse().ok()?;
-            is_managed(kind).then(|| {
-                (
-                    ResourceKey::new(e.namespace.clone(), kind, e.name.clone()),
-                    Version::new(e.uid.clone(), e.resource_version.clone()),
-                )
-            })
+            let key = ResourceKey::new(e.namespace.clone(), kind, e.name.clone());
+            let wanted = is_managed(kind) && (kind != ResourceType::Node || key == own);
+            wanted.then(|| (key, Version::new(e.uid.clone(), e.resource_version.clone())))
         })
         .collect()
 }

@@ -1,8 +1,9 @@
 //! Verge edgecontroller: the cloud controller of the `resource` group (KubeEdge's
 //! edgecontroller).
 //!
-//! It attaches to the `ControllerHub` of every cloudhub replica, sends the pods bound to each connected edge node
-//! and the configmaps and secrets they reference down to it (resyncing each node by its
+//! It attaches to the `ControllerHub` of every cloudhub replica, sends each connected edge
+//! node its own Node object, the pods bound to it and the configmaps and secrets they
+//! reference (resyncing each node by its
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
 //! of configmaps, secrets and service account tokens (docs/protocol.md). It also keeps pods

@@ -16,10 +16,10 @@ use verge_core::Operation;
 use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
 use verge_edgecontroller::{Config, EdgeController};
 use verge_proto::hub::{DeliveryError, Routed, controller_frame, hub_frame};
-use verge_proto::{Inventory, Message, MessageExt};
+use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
-    Probe, WAIT, ask, connect, disconnect, drain, entry, next_downstream, wait_for_delete,
+    Probe, WAIT, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
     wait_for_service_account,
 };
 use common::{Attach, msg, reason};
@@ -77,8 +77,6 @@ async fn scenario(
         h: attach,
         pending: VecDeque::new(),
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     wait_for_service_account(client, ns).await?;
 
     // A registered edge node, a pod bound to it mounting `cfg`, a second pod, an unused map.
@@ -95,6 +93,48 @@ async fn scenario(
     )
     .await?;
     ensure!(a.operation()? == Operation::Ack, "{}", reason(&a));
+    // The edge reports its status every few seconds (keeps the node Ready, so the node
+    // lifecycle controller does not taint it meanwhile).
+    let nodes: Api<Node> = Api::all(client.clone());
+    let heartbeat = tokio::spawn(heartbeats(nodes.clone(), node.to_owned()));
+    let result = objects_and_queries(h, client, node, ns).await;
+    heartbeat.abort();
+    result?;
+
+    // The Node object is deleted from the API server: `delete` comes down.
+    let uid = nodes.get(node).await?.metadata.uid.unwrap_or_default();
+    nodes.delete(node, &DeleteParams::default()).await?;
+    wait_for_delete(h, &format!("node/{node}/_/node/{node}"), &uid).await
+}
+
+/// Patches the node's Ready condition with a fresh heartbeat time every 2 s.
+async fn heartbeats(nodes: Api<Node>, node: String) {
+    loop {
+        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let status = json!({ "status": { "conditions": [{ "type": "Ready", "status": "True",
+            "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now }] } });
+        let patch = Patch::Strategic(status);
+        if let Err(error) = nodes
+            .patch_status(&node, &PatchParams::default(), &patch)
+            .await
+        {
+            tracing::debug!(%error, "heartbeat failed");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Downstream objects (the node's own Node object included), queries, pod status, tokens.
+async fn objects_and_queries(
+    h: &mut Probe<'_>,
+    client: &kube::Client,
+    node: &str,
+    ns: &str,
+) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_path = format!("node/{node}/_/node/{node}");
     let pp = PostParams::default();
     for name in ["cfg", "unused"] {
         let cm = json!({ "metadata": { "name": name }, "data": { "k": "v1" } });
@@ -125,10 +165,12 @@ async fn scenario(
     let q = pods.create(&pp, &pod("q", json!([]))?).await?;
     pods.create(&pp, &pod("r", json!([]))?).await?;
 
-    // Connect with an empty inventory: the pods and `cfg` come down, `unused` does not; then
-    // the resync marker.
+    // Connect with an empty inventory: the node's own Node object, the pods and `cfg` come
+    // down, `unused` does not; then the resync marker.
     connect(h, node, Inventory::default()).await?;
+    let mut own = None;
     let mut want = vec![
+        node_path.clone(),
         format!("node/{node}/{ns}/configmap/cfg"),
         format!("node/{node}/{ns}/pod/p"),
         format!("node/{node}/{ns}/pod/q"),
@@ -148,11 +190,19 @@ async fn scenario(
                 m.resource() == format!("node/{node}/_/node/{node}"),
                 "{m:?}"
             );
+            ack(h, node, &m).await?;
             continue;
         }
         ensure!(m.operation()? == Operation::Update, "{m:?}");
         let header = m.header.clone().context("header")?;
         ensure!(!header.uid.is_empty() && !header.resource_version.is_empty());
+        if m.resource() == node_path {
+            let sent: Node = serde_json::from_slice(&m.content)?;
+            ensure!(sent.metadata.name.as_deref() == Some(node), "{sent:?}");
+            own = Some(header);
+            // The marker shares the Node's delivery key: it follows the Node's ack.
+            ack(h, node, &m).await?;
+        }
         want.retain(|r| r != m.resource());
         updates += u32::from(marker.is_none());
     }
@@ -165,8 +215,15 @@ async fn scenario(
     // Pods on the edge node tolerate an unreachable node forever, except the opted-out `r`.
     wait_for_tolerations(&pods, &["p", "q"], None).await?;
     wait_for_tolerations(&pods, &["r"], Some(300)).await?;
-    // The patched pods come down again; wait until the caches settled.
-    drain(h, Duration::from_secs(3)).await?;
+    // The patched pods come down again; wait until the caches settled (remembering the
+    // newest version of the Node object received, as the edge would).
+    while let Some(m) = next_downstream(h, Duration::from_secs(3)).await? {
+        if m.resource() == node_path && m.operation()? == Operation::Update {
+            ack(h, node, &m).await?;
+            own = m.header;
+        }
+    }
+    let own = own.context("no Node object")?;
 
     // Reconnect with an inventory equal to the cache: only the marker.
     disconnect(h, node).await?;
@@ -177,6 +234,13 @@ async fn scenario(
             .entries
             .push(entry("pod", ns, name, &pod.metadata));
     }
+    inventory.entries.push(InventoryEntry {
+        r#type: "node".into(),
+        namespace: "_".into(),
+        name: node.into(),
+        uid: own.uid.clone(),
+        resource_version: own.resource_version.clone(),
+    });
     inventory.entries.push(entry(
         "configmap",
         ns,
@@ -188,6 +252,49 @@ async fn scenario(
     if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
         bail!("current inventory got {} {}", m.operation()?, m.resource());
     }
+
+    // The edge's node status report changes only the status: not sent down.
+    let before = nodes.get(node).await?.metadata.resource_version;
+    let status = json!({ "conditions": [{ "type": "Ready", "status": "True",
+        "reason": "KubeletReady", "message": "edge report" }] });
+    let a = ask(
+        h,
+        node,
+        msg(
+            Operation::Update,
+            format!("node/{node}/_/nodestatus/{node}"),
+            status,
+        ),
+    )
+    .await?;
+    ensure!(a.operation()? == Operation::Ack, "{}", reason(&a));
+    let after = nodes.get(node).await?.metadata.resource_version;
+    ensure!(before != after, "status report changed nothing");
+    if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
+        bail!("node status echoed: {} {}", m.operation()?, m.resource());
+    }
+    // A label change is.
+    let patch = Patch::Merge(json!({ "metadata": { "labels": { "verge.io/zone": "z1" } } }));
+    let relabelled = nodes.patch(node, &PatchParams::default(), &patch).await?;
+    let m = next_downstream(h, WAIT).await?.context("no node update")?;
+    ensure!(
+        m.operation()? == Operation::Update && m.resource() == node_path,
+        "{} {}",
+        m.operation()?,
+        m.resource()
+    );
+    let sent: Node = serde_json::from_slice(&m.content)?;
+    let zone = sent
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .remove("verge.io/zone");
+    ensure!(zone.as_deref() == Some("z1"), "{zone:?}");
+    ensure!(
+        m.header.as_ref().map(|h| &h.uid) == relabelled.metadata.uid.as_ref(),
+        "Node update without its uid"
+    );
+    ack(h, node, &m).await?;
 
     // A change of `cfg` is sent down.
     let patch = Patch::Merge(json!({ "data": { "k": "v2" } }));
@@ -229,18 +336,7 @@ async fn scenario(
         "re-sent without backoff"
     );
     // The edge acks it: the backoff is reset.
-    let ack = msg(Operation::Ack, again.resource().to_owned(), json!(null));
-    h.h.send(hub_frame::Frame::Message(Routed {
-        node: node.into(),
-        message: Some(Message {
-            header: ack.header.map(|mut header| {
-                header.parent_id = again.id().to_owned();
-                header
-            }),
-            ..ack
-        }),
-    }))
-    .await?;
+    ack(h, node, &again).await?;
 
     // Queries: a referenced configmap is answered, an unreferenced one refused.
     let a = ask(
@@ -349,6 +445,22 @@ async fn scenario(
     Ok(())
 }
 
+/// Acks downstream message `m` as the edge does after its commit.
+async fn ack(h: &Probe<'_>, node: &str, m: &Message) -> anyhow::Result<()> {
+    let ack = msg(Operation::Ack, m.resource().to_owned(), json!(null));
+    h.h.send(hub_frame::Frame::Message(Routed {
+        node: node.into(),
+        message: Some(Message {
+            header: ack.header.map(|mut header| {
+                header.parent_id = m.id().to_owned();
+                header
+            }),
+            ..ack
+        }),
+    }))
+    .await
+}
+
 /// Expects the next downstream message to be the `resync` marker with `summary`.
 async fn expect_marker(
     h: &mut Probe<'_>,
@@ -371,7 +483,7 @@ async fn expect_marker(
     );
     let content: serde_json::Value = serde_json::from_slice(&m.content)?;
     ensure!(content == summary, "{content}");
-    Ok(())
+    ack(h, node, &m).await
 }
 
 /// Waits until `names` tolerate both node taints with `seconds` (`None`: forever).

@@ -107,45 +107,69 @@ fn versions(entries: &[(ResourceKey, &str, &str)]) -> Versions {
         .collect()
 }
 
+fn inv(kind: &str, ns: &str, name: &str, uid: &str, rv: &str) -> InventoryEntry {
+    InventoryEntry {
+        r#type: kind.into(),
+        namespace: ns.into(),
+        name: name.into(),
+        uid: uid.into(),
+        resource_version: rv.into(),
+    }
+}
+
 #[test]
 fn current_inventory_needs_nothing() {
     let pod_key = ResourceKey::new("ns", ResourceType::Pod, "p");
-    let desired = versions(&[(pod_key.clone(), "u1", "5"), (cm("cfg"), "u2", "7")]);
+    let desired = versions(&[
+        (pod_key.clone(), "u1", "5"),
+        (cm("cfg"), "u2", "7"),
+        (node_key("edge-1"), "n", "3"),
+    ]);
     let inventory = Inventory {
         entries: vec![
-            InventoryEntry {
-                r#type: "pod".into(),
-                namespace: "ns".into(),
-                name: "p".into(),
-                uid: "u1".into(),
-                resource_version: "5".into(),
-            },
-            InventoryEntry {
-                r#type: "configmap".into(),
-                namespace: "ns".into(),
-                name: "cfg".into(),
-                uid: "u2".into(),
-                resource_version: "7".into(),
-            },
-            // The node's own Node object and unknown types are not managed here.
-            InventoryEntry {
-                r#type: "node".into(),
-                namespace: "_".into(),
-                name: "edge-1".into(),
-                uid: "n".into(),
-                resource_version: "1".into(),
-            },
-            InventoryEntry {
-                r#type: "frobnicator".into(),
-                namespace: "ns".into(),
-                name: "x".into(),
-                ..InventoryEntry::default()
-            },
+            inv("pod", "ns", "p", "u1", "5"),
+            inv("configmap", "ns", "cfg", "u2", "7"),
+            // The node's own Node object is managed.
+            inv("node", "_", "edge-1", "n", "3"),
+            // Other nodes' Node objects and unknown types are not.
+            inv("node", "_", "edge-2", "n2", "1"),
+            inv("frobnicator", "ns", "x", "", ""),
         ],
     };
-    let held = held_from_inventory(&inventory);
-    assert_eq!(held.len(), 2);
+    let held = held_from_inventory("edge-1", &inventory);
+    assert_eq!(held.len(), 3);
+    assert!(held.contains_key(&node_key("edge-1")));
+    assert!(!held.contains_key(&node_key("edge-2")));
     assert!(diff(&desired, &held).is_empty());
+    // Held by another node, edge-1's Node is not its own: left alone.
+    let other = held_from_inventory("edge-2", &inventory);
+    assert_eq!(
+        other.get(&node_key("edge-2")),
+        Some(&Version::new("n2", "1"))
+    );
+    assert!(!other.contains_key(&node_key("edge-1")));
+}
+
+#[test]
+fn own_node_is_sent_when_its_content_changed_and_deleted_when_gone() {
+    let own = node_key("edge-1");
+    let held = versions(&[(own.clone(), "n", "3")]);
+    // A newer version that differs only in status (a heartbeat): nothing.
+    let heartbeat = versions(&[(own.clone(), "n", "4")]);
+    assert!(diff_by_content(&heartbeat, &held, |_, _| true).is_empty());
+    // Its spec or labels changed: update.
+    let d = diff_by_content(&heartbeat, &held, |_, _| false);
+    assert_eq!(d.updates, vec![own.clone()]);
+    assert!(d.deletes.is_empty());
+    // Not held yet: update; deleted from the API server: delete.
+    assert_eq!(
+        diff(&heartbeat, &Versions::new()).updates,
+        vec![own.clone()]
+    );
+    assert_eq!(
+        diff(&Versions::new(), &held).deletes,
+        vec![(own, "n".to_owned())]
+    );
 }
 
 #[test]
@@ -157,18 +181,20 @@ fn diff_sends_missing_changed_and_deletes_stale() {
         (cm("cfg"), "u2", "7"),       // same
         (secret("s"), "u3", "1"),     // missing
         (cm("re"), "u4b", "9"),       // recreated: other uid
+        (node_key("edge-1"), "n", "1"),
     ]);
     let held = versions(&[
         (pod_key.clone(), "u1", "5"),
         (cm("cfg"), "u2", "7"),
         (cm("re"), "u4a", "9"),
         (gone.clone(), "u5", "3"),
-        (ResourceKey::cluster(ResourceType::Node, "edge-1"), "n", "1"),
+        (node_key("edge-1"), "n", "1"),
+        (ResourceKey::new("ns", ResourceType::Twin, "t"), "t", "1"),
     ]);
     let d = diff(&desired, &held);
     assert_eq!(d.updates, vec![pod_key, cm("re"), secret("s")]);
     assert_eq!(d.deletes, vec![(gone, "u5".to_owned())]);
     // An empty node gets everything; an empty desired set deletes only managed types.
-    assert_eq!(diff(&desired, &Versions::new()).updates.len(), 4);
-    assert_eq!(diff(&Versions::new(), &held).deletes.len(), 4);
+    assert_eq!(diff(&desired, &Versions::new()).updates.len(), 5);
+    assert_eq!(diff(&Versions::new(), &held).deletes.len(), 5);
 }

@@ -1,4 +1,5 @@
-//! Downstream: pods, configmaps and secrets sent to the connected edge nodes that need them.
+//! Downstream: each connected edge node's own Node object, and the pods, configmaps and
+//! secrets it needs, sent to it.
 //!
 //! One task ([`run`]) owns the per-node [`NodeState`]s. It is driven by two typed channels:
 //! [`Input`]s from the dispatcher (sessions, answers, delivery errors) and
@@ -9,7 +10,8 @@
 //! (its resync on connect covers what it missed). A node that connects is compared with its inventory (resync by
 //! inventory) once the caches completed their first list; the `resync` marker follows the
 //! messages of that diff. A status-only change of a pod is not sent (no echo of the edge's
-//! own reports, [`sender`]). Delivery errors of a connected node schedule a re-diff of it
+//! own reports, [`sender`]); neither is a status-only change of the node's Node object (its
+//! heartbeat). Delivery errors of a connected node schedule a re-diff of it
 //! after a backoff ([`retry`]).
 //!
 //! - [`sender`]: per-node state: what was sent, and the plan of what to send next.
@@ -154,7 +156,7 @@ impl Downstream {
                     self.remembered.retain(|n, _| self.caches.is_edge_node(n));
                 }
                 self.retries.forget(&node);
-                let state = NodeState::connected(&inventory, remembered.unwrap_or_default());
+                let state = NodeState::connected(&node, &inventory, remembered.unwrap_or_default());
                 self.nodes.insert(node.clone(), state);
                 self.links.insert(node.clone(), link);
                 return BTreeSet::from([node]);
@@ -177,8 +179,11 @@ impl Downstream {
                             warn!(node = %node, id = %parent_id, "edge refused a downstream message");
                         }
                     } else {
-                        state.answered(&parent_id);
+                        let again = state.answered(&parent_id);
                         self.retries.succeeded(&node);
+                        if again {
+                            return BTreeSet::from([node]);
+                        }
                     }
                 }
             }
@@ -196,7 +201,7 @@ impl Downstream {
     }
 
     /// The connected nodes a cache change concerns.
-    fn on_cache(&self, event: &CacheEvent) -> BTreeSet<String> {
+    fn on_cache(&mut self, event: &CacheEvent) -> BTreeSet<String> {
         let holding = |key: &ResourceKey| {
             self.nodes
                 .iter()
@@ -206,6 +211,21 @@ impl Downstream {
         };
         let mut nodes = match event {
             CacheEvent::Relisted => return self.nodes.keys().cloned().collect(),
+            CacheEvent::Node(node) => {
+                // Most Node changes are the edge's own status reports: only a node whose
+                // Node object changed in content (or appeared or vanished) is compared again.
+                let key = desired::node_key(node);
+                let object = self.caches.get(&key);
+                let changed = self
+                    .nodes
+                    .get_mut(node)
+                    .is_some_and(|state| !state.is_current(&key, object.as_ref()));
+                return if changed {
+                    BTreeSet::from([node.clone()])
+                } else {
+                    BTreeSet::new()
+                };
+            }
             CacheEvent::Pod { key, node } => {
                 let mut nodes = holding(key);
                 nodes.extend(node.clone());

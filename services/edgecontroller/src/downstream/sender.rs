@@ -13,6 +13,12 @@
 //! downstream task keeps them across reconnects), but not a controller restart: a
 //! restarted controller resends, once, each object whose status changed since the edge
 //! received it.
+//!
+//! The node's own Node object and the `resync` marker share one cloudhub delivery key
+//! (`_/node/<node>`), and cloudhub replaces a waiting message by a newer one of its key. So at
+//! most one message of that key is unanswered at a time: a Node update or delete, or the
+//! marker, waits until the previous one was answered or failed ([`NodeState::answered`] tells
+//! the caller to plan again).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -105,14 +111,19 @@ pub struct NodeState {
     in_flight: HashMap<String, Sent>,
     /// Whether the `resync` marker is still to be sent after the next plan.
     resync_pending: bool,
+    /// Updates and deletes sent since the pending marker was due (its summary).
+    resync_counts: (usize, usize),
+    /// The unanswered message of the node's own key (`_/node/<node>`: its Node object or
+    /// the marker), if any.
+    own_in_flight: Option<String>,
 }
 
 impl NodeState {
     /// The state of a node that just connected with `inventory`; `remembered` are the
     /// contents of its previous session (those of versions it still holds are kept). The
     /// next [`NodeState::plan`] ends with the `resync` marker.
-    pub fn connected(inventory: &Inventory, remembered: Contents) -> Self {
-        let held = desired::held_from_inventory(inventory);
+    pub fn connected(node: &str, inventory: &Inventory, remembered: Contents) -> Self {
+        let held = desired::held_from_inventory(node, inventory);
         let mut contents = remembered;
         contents.0.retain(|key, c| held.get(key) == Some(&c.held));
         Self {
@@ -120,6 +131,8 @@ impl NodeState {
             contents,
             in_flight: HashMap::new(),
             resync_pending: true,
+            resync_counts: (0, 0),
+            own_in_flight: None,
         }
     }
 
@@ -134,9 +147,11 @@ impl NodeState {
         self.plan_objects(node, &desired_objects(node, caches))
     }
 
-    /// The messages that bring `node` to hold `wanted`, in order: configmaps and secrets
-    /// before the pods that use them, pod deletes before those of the configmaps and secrets
-    /// they used, then the `resync` marker if it is pending. Records them as held.
+    /// The messages that bring `node` to hold `wanted`, in order: its Node object first,
+    /// configmaps and secrets before the pods that use them, pod deletes before those of the configmaps and secrets
+    /// they used, then the `resync` marker if it is pending. Records them as held. A message
+    /// of the node's own key (its Node object, the marker) waits while another one is
+    /// unanswered (module docs); the marker also waits for a Node message of this plan.
     pub fn plan_objects(
         &mut self,
         node: &str,
@@ -165,6 +180,11 @@ impl NodeState {
                 self.contents.record(key, object);
             }
         }
+        let own = desired::node_key(node);
+        if self.own_in_flight.is_some() {
+            updates.retain(|key| *key != own);
+            deletes.retain(|(key, _)| *key != own);
+        }
         updates.sort_by_key(|key| std::cmp::Reverse(key.kind));
         deletes.sort_by_key(|(key, _)| key.kind);
         if self.in_flight.len() + updates.len() + deletes.len() + 1 > MAX_IN_FLIGHT {
@@ -177,6 +197,9 @@ impl NodeState {
                 continue;
             };
             let message = update_message(node, &key, object);
+            if key == own {
+                self.own_in_flight = Some(message.id().to_owned());
+            }
             self.held.insert(key.clone(), object.version());
             self.contents.record(&key, object);
             self.in_flight
@@ -185,29 +208,68 @@ impl NodeState {
         }
         for (key, uid) in deletes {
             let message = delete_message(node, &key, &uid);
+            if key == own {
+                self.own_in_flight = Some(message.id().to_owned());
+            }
             self.held.remove(&key);
             self.contents.0.remove(&key);
             self.in_flight
                 .insert(message.id().to_owned(), Sent::Delete(key, uid));
             messages.push(message);
         }
-        if std::mem::take(&mut self.resync_pending) {
-            let marker = resync_message(node, update_count, delete_count);
-            self.in_flight.insert(marker.id().to_owned(), Sent::Resync);
-            messages.push(marker);
+        if self.resync_pending {
+            self.resync_counts.0 += update_count;
+            self.resync_counts.1 += delete_count;
+            if self.own_in_flight.is_none() {
+                let (updates, deletes) = std::mem::take(&mut self.resync_counts);
+                let marker = resync_message(node, updates, deletes);
+                self.in_flight.insert(marker.id().to_owned(), Sent::Resync);
+                self.own_in_flight = Some(marker.id().to_owned());
+                self.resync_pending = false;
+                messages.push(marker);
+            }
         }
         messages
     }
 
-    /// The edge acknowledged message `id`.
-    pub fn answered(&mut self, id: &str) {
+    /// Whether the node holds `object` (the cached version of `key`, `None`: not cached) as
+    /// far as the edge is concerned: at the same version, or at one that differs only in
+    /// status; not held and not cached counts as current too. A cheap check before a full
+    /// [`NodeState::plan`], e.g. for the node's own Node object whose status the edge
+    /// reports every few seconds.
+    pub fn is_current(&mut self, key: &ResourceKey, object: Option<&Cached>) -> bool {
+        match (self.held.get(key), object) {
+            (None, None) => true,
+            (Some(held), Some(object)) => {
+                let version = object.version();
+                *held == version
+                    || (held.uid == version.uid && self.contents.unchanged(key, held, object))
+            }
+            _ => false,
+        }
+    }
+
+    /// Clears the node's own key if `id` is its unanswered message; returns whether it was.
+    fn own_answered(&mut self, id: &str) -> bool {
+        let own = self.own_in_flight.as_deref() == Some(id);
+        if own {
+            self.own_in_flight = None;
+        }
+        own
+    }
+
+    /// The edge acknowledged message `id`. Returns whether the node should be planned again
+    /// now (a message of its own key may have waited for this answer).
+    pub fn answered(&mut self, id: &str) -> bool {
         self.in_flight.remove(id);
+        self.own_answered(id)
     }
 
     /// Message `id` was not delivered or not applied: forget its effect, so that the next
     /// change, retry or resync sends it again (a lost `resync` marker is sent after the next
     /// plan). Returns whether the id was known.
     pub fn failed(&mut self, id: &str) -> bool {
+        self.own_answered(id);
         match self.in_flight.remove(id) {
             Some(Sent::Update(key)) => {
                 self.held.remove(&key);
@@ -223,6 +285,7 @@ impl NodeState {
             }
             Some(Sent::Resync) => {
                 self.resync_pending = true;
+                self.resync_counts = (0, 0);
                 true
             }
             None => false,
@@ -230,10 +293,14 @@ impl NodeState {
     }
 }
 
-/// The objects `node` should hold, from the caches: its pods and the configmaps and secrets
-/// they reference that exist.
+/// The objects `node` should hold, from the caches: its own Node object (when it is a known
+/// edge node), its pods and the configmaps and secrets they reference that exist.
 pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cached> {
     let mut out = BTreeMap::new();
+    let own = desired::node_key(node);
+    if let Some(object) = caches.get(&own) {
+        out.insert(own, object);
+    }
     for pod in caches.pods_on(node) {
         for key in desired::references(&pod) {
             if let Some(object) = caches.get(&key) {
