@@ -144,25 +144,7 @@ fn default_node_name() -> String {
         .map_or_else(|| "localhost".to_owned(), |h| h.to_lowercase())
 }
 
-/// Output format of the log lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-impl From<LogFormat> for verge_telemetry::LogFormat {
-    fn from(f: LogFormat) -> Self {
-        match f {
-            LogFormat::Text => Self::Text,
-            LogFormat::Json => Self::Json,
-        }
-    }
-}
+pub use verge_telemetry::LogFormat;
 
 /// One node taint (`v1.Taint` without `timeAdded`).
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]

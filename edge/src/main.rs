@@ -87,7 +87,7 @@ async fn main() -> ExitCode {
 /// Loads the configuration, runs edgecore until a signal and drains it.
 async fn run() -> anyhow::Result<()> {
     let config = Args::parse().config()?;
-    verge_telemetry::init("edgecore", config.log_format.into());
+    verge_telemetry::init("edgecore", config.log_format);
     let edgecore = EdgeCore::new(config).context("starting edgecore")?;
 
     let shutdown = CancellationToken::new();

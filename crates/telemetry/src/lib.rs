@@ -7,8 +7,10 @@
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-/// Output format of the log lines.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// Output format of the log lines; `text` or `json` in configuration files (serde) and
+/// flags (clap), shared by every binary's configuration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
     #[default]

@@ -11,25 +11,7 @@ use serde::Deserialize;
 
 use crate::{Error, Result};
 
-/// Output format of the log lines (`text` or `json`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-impl From<LogFormat> for verge_telemetry::LogFormat {
-    fn from(f: LogFormat) -> Self {
-        match f {
-            LogFormat::Text => Self::Text,
-            LogFormat::Json => Self::Json,
-        }
-    }
-}
+pub use verge_telemetry::LogFormat;
 
 /// The configuration of one cloudhub replica.
 ///

@@ -67,7 +67,7 @@ async fn shutdown_signal() -> anyhow::Result<()> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let config = Args::parse().load()?;
-    verge_telemetry::init("cloudhub", config.log_format.into());
+    verge_telemetry::init("cloudhub", config.log_format);
     let grace = config.shutdown_grace;
     let hub = CloudHub::new(config)?;
     let shutdown = CancellationToken::new();

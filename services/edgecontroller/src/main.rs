@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use verge_edgecontroller::{Config, EdgeController};
@@ -29,15 +29,8 @@ struct Args {
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     /// Log line format.
-    #[arg(long, value_enum, default_value_t = Format::Text)]
-    log_format: Format,
-}
-
-/// `--log-format` values.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Format {
-    Text,
-    Json,
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[tokio::main]
@@ -53,11 +46,7 @@ async fn main() -> anyhow::Result<()> {
     if let Some(dns) = args.cloudhub_dns {
         config.cloudhub_dns = Some(dns);
     }
-    let format = match args.log_format {
-        Format::Text => LogFormat::Text,
-        Format::Json => LogFormat::Json,
-    };
-    verge_telemetry::init("edgecontroller", format);
+    verge_telemetry::init("edgecontroller", args.log_format);
 
     let client = kube_client(args.kubeconfig).await?;
     let grace = config.shutdown_grace;
