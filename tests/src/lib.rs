@@ -133,6 +133,20 @@ impl Edge {
     }
 }
 
+impl Drop for Edge {
+    /// Stops edgecore (SIGKILL) and removes every container it made (label
+    /// `io.verge.managed=<node>`), so no test, passing or failing, leaves pods running on the
+    /// shared Docker engine.
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            let _ = p.kill9();
+        }
+        for id in containers_with(&[("io.verge.managed", &self.name)], true).unwrap_or_default() {
+            let _ = docker(&["rm", "-f", &id]);
+        }
+    }
+}
+
 /// The status of the node's `Ready` condition (`"True"`, `"False"`, `"Unknown"`), or `None`
 /// when the node or the condition does not exist.
 pub fn ready_status(node: &Node) -> Option<String> {
