@@ -263,3 +263,39 @@ pub fn containers_with(labels: &[(&str, &str)], all: bool) -> anyhow::Result<Vec
         .filter(|l| !l.is_empty())
         .collect())
 }
+
+/// A pod named `name` in `ns`, bound to `node` (no scheduler), whose one container `main`
+/// sleeps in the local test image (never pulled).
+///
+/// # Errors
+/// Never in practice (the JSON is fixed); kept fallible for `serde_json`.
+pub fn sleeper_pod(
+    ns: &str,
+    name: &str,
+    node: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+                 "containers": [{"name": "main", "image": verge_testkit::docker::TEST_IMAGE,
+                                 "imagePullPolicy": "Never", "command": ["sleep", "3600"]}]}
+    }))?)
+}
+
+/// Waits until pod `name` has phase Running; returns it.
+///
+/// # Errors
+/// API errors, or not Running within `timeout`.
+pub async fn wait_running(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    wait_for(&format!("pod {name} Running"), timeout, || async {
+        Ok(pods
+            .get_opt(name)
+            .await?
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
+    })
+    .await
+}

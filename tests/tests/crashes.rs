@@ -12,7 +12,7 @@ use serde_json::json;
 use verge_core::ResourceType;
 use verge_e2e::{
     Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, ready_status,
-    wait_for,
+    sleeper_pod, wait_for, wait_running,
 };
 use verge_testkit::netns::EdgeNetns;
 
@@ -38,23 +38,13 @@ async fn wait_ready(
     .await
 }
 
-fn sleeper(ns: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                                 "command": ["sleep", "3600"]}]}
-    }))?)
-}
-
-async fn running(pods: &Api<Pod>, name: &str, timeout: Duration) -> anyhow::Result<Pod> {
-    wait_for(&format!("pod {name} Running"), timeout, || async {
-        Ok(pods
-            .get_opt(name)
-            .await?
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
-    })
-    .await
+/// Waits until edge `name` (already started) is Ready, then creates its namespace (also
+/// named `name`); returns that namespace's Pods API.
+async fn ready_with_namespace(client: &Client, name: &str) -> anyhow::Result<Api<Pod>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_ready(&nodes, name, true, Duration::from_secs(30)).await?;
+    create_namespace(client, name).await?;
+    Ok(Api::namespaced(client.clone(), name))
 }
 
 fn running_app(uid: &str) -> anyhow::Result<Vec<String>> {
@@ -91,10 +81,7 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
     let name = format!("e2e-burst-{}", std::process::id());
     let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
     edge.start()?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
-    create_namespace(&client, &name).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
+    let pods = ready_with_namespace(&client, &name).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
     const N: usize = 200;
     let sources: Vec<_> = (0..N)
@@ -112,7 +99,7 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
                  "volumes": [{"name": "all", "projected": {"sources": sources}}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
-    let p = running(&pods, "reader", Duration::from_secs(60)).await?;
+    let p = wait_running(&pods, "reader", Duration::from_secs(60)).await?;
     let uid = p.metadata.uid.clone().unwrap_or_default();
     let container = running_app(&uid)?
         .first()
@@ -238,21 +225,24 @@ async fn cloud_process_dies(victim: Victim) -> anyhow::Result<()> {
     let name = format!("e2e-{victim:?}-{}", std::process::id()).to_lowercase();
     let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
     edge.start()?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
-    create_namespace(&client, &name).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
-    pods.create(&PostParams::default(), &sleeper(&name, "before", &name)?)
-        .await?;
-    let before = running(&pods, "before", Duration::from_secs(30)).await?;
+    let pods = ready_with_namespace(&client, &name).await?;
+    pods.create(
+        &PostParams::default(),
+        &sleeper_pod(&name, "before", &name)?,
+    )
+    .await?;
+    let before = wait_running(&pods, "before", Duration::from_secs(30)).await?;
     let before_uid = before.metadata.uid.clone().unwrap_or_default();
 
     match victim {
         Victim::Cloudhub => cloud.cloudhub.kill9()?,
         Victim::Edgecontroller => cloud.edgecontroller.kill9()?,
     };
-    pods.create(&PostParams::default(), &sleeper(&name, "during", &name)?)
-        .await?;
+    pods.create(
+        &PostParams::default(),
+        &sleeper_pod(&name, "during", &name)?,
+    )
+    .await?;
     let id = running_app(&before_uid)?
         .first()
         .cloned()
@@ -265,7 +255,7 @@ async fn cloud_process_dies(victim: Victim) -> anyhow::Result<()> {
     }
     let restarted = Instant::now();
     let r = async {
-        running(&pods, "during", Duration::from_secs(60)).await?;
+        wait_running(&pods, "during", Duration::from_secs(60)).await?;
         restarts_at_least(&pods, "before", 1, Duration::from_secs(60)).await
     }
     .await;
@@ -337,18 +327,16 @@ async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
     let extra = format!("{EDGED_TEST_CONFIG}node_ip: {}\n", netns.edge_addr());
     let mut edge = Edge::new(&name, &url, &extra)?;
     edge.start_in(&netns)?;
+    let pods = ready_with_namespace(&client, &name).await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
-    create_namespace(&client, &name).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
     let mut uids = Vec::new();
     for p in ["a", "b", "c"] {
-        pods.create(&PostParams::default(), &sleeper(&name, p, &name)?)
+        pods.create(&PostParams::default(), &sleeper_pod(&name, p, &name)?)
             .await?;
     }
     for p in ["a", "b", "c"] {
         uids.push(
-            running(&pods, p, Duration::from_secs(30))
+            wait_running(&pods, p, Duration::from_secs(30))
                 .await?
                 .metadata
                 .uid
@@ -389,7 +377,7 @@ async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
     netns.heal()?;
     wait_ready(&nodes, &name, true, Duration::from_secs(60)).await?;
     for p in ["a", "b", "c"] {
-        running(&pods, p, Duration::from_secs(30)).await?;
+        wait_running(&pods, p, Duration::from_secs(30)).await?;
     }
     edge.kill9()?;
     cleanup(&client, &name, &name).await;
@@ -415,13 +403,10 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
         let name = format!("e2e-apisrv-{}", std::process::id());
         let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
         edge.start()?;
-        let nodes: Api<Node> = Api::all(client.clone());
-        wait_ready(&nodes, &name, true, Duration::from_secs(30)).await?;
-        create_namespace(&client, &name).await?;
-        let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
-        pods.create(&PostParams::default(), &sleeper(&name, "p", &name)?)
+        let pods = ready_with_namespace(&client, &name).await?;
+        pods.create(&PostParams::default(), &sleeper_pod(&name, "p", &name)?)
             .await?;
-        let p = running(&pods, "p", Duration::from_secs(30)).await?;
+        let p = wait_running(&pods, "p", Duration::from_secs(30)).await?;
         let uid = p.metadata.uid.clone().unwrap_or_default();
 
         cp.restart_component("kube-apiserver")?;
@@ -459,9 +444,9 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
             );
         }
         // And the controller still applies new work.
-        pods.create(&PostParams::default(), &sleeper(&name, "after", &name)?)
+        pods.create(&PostParams::default(), &sleeper_pod(&name, "after", &name)?)
             .await?;
-        running(&pods, "after", Duration::from_secs(60)).await?;
+        wait_running(&pods, "after", Duration::from_secs(60)).await?;
         eprintln!(
             "statuses caught up {:?} after the API server restart",
             restarted.elapsed()

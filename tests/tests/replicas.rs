@@ -8,35 +8,13 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
 use verge_e2e::{
     Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, ready_status,
-    wait_for,
+    sleeper_pod, wait_for, wait_running,
 };
-
-const IMAGE: &str = "verge-test/busybox:latest";
 
 /// The log line edgehub writes for every established session.
 const SESSION_UP: &str = "cloudhub session established";
-
-fn sleeper(ns: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                                 "command": ["sleep", "3600"]}]}
-    }))?)
-}
-
-async fn running(pods: &Api<Pod>, name: &str, timeout: Duration) -> anyhow::Result<Pod> {
-    wait_for(&format!("pod {name} Running"), timeout, || async {
-        Ok(pods
-            .get_opt(name)
-            .await?
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
-    })
-    .await
-}
 
 /// The node's `Ready` condition: (status, lastHeartbeatTime).
 async fn ready(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<(String, String)>> {
@@ -148,12 +126,12 @@ async fn scenario(
     }
     create_namespace(client, ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.create(&PostParams::default(), &sleeper(ns, "a1", a)?)
+    pods.create(&PostParams::default(), &sleeper_pod(ns, "a1", a)?)
         .await?;
-    pods.create(&PostParams::default(), &sleeper(ns, "b1", b)?)
+    pods.create(&PostParams::default(), &sleeper_pod(ns, "b1", b)?)
         .await?;
-    running(&pods, "a1", Duration::from_secs(90)).await?;
-    running(&pods, "b1", Duration::from_secs(90)).await?;
+    wait_running(&pods, "a1", Duration::from_secs(90)).await?;
+    wait_running(&pods, "b1", Duration::from_secs(90)).await?;
     anyhow::ensure!(
         sessions(edge_a).len() == 1 && sessions(edge_b).len() == 1,
         "each edge should have had exactly one session so far"
@@ -172,9 +150,9 @@ async fn scenario(
         },
     )
     .await?;
-    pods.create(&PostParams::default(), &sleeper(ns, "a2", a)?)
+    pods.create(&PostParams::default(), &sleeper_pod(ns, "a2", a)?)
         .await?;
-    running(&pods, "a2", Duration::from_secs(60)).await?;
+    wait_running(&pods, "a2", Duration::from_secs(60)).await?;
     // A's node status reports still reach the API server (through hub-1).
     wait_for(
         "a newer Ready heartbeat of node A",
@@ -186,13 +164,13 @@ async fn scenario(
         },
     )
     .await?;
-    running(&pods, "a1", Duration::from_secs(5)).await?;
+    wait_running(&pods, "a1", Duration::from_secs(5)).await?;
 
     // B never noticed: one session, its pod still Running, a new pod Runs too.
-    pods.create(&PostParams::default(), &sleeper(ns, "b2", b)?)
+    pods.create(&PostParams::default(), &sleeper_pod(ns, "b2", b)?)
         .await?;
-    running(&pods, "b2", Duration::from_secs(60)).await?;
-    running(&pods, "b1", Duration::from_secs(5)).await?;
+    wait_running(&pods, "b2", Duration::from_secs(60)).await?;
+    wait_running(&pods, "b1", Duration::from_secs(5)).await?;
     anyhow::ensure!(
         sessions(edge_b).len() == 1,
         "edge B reconnected although its replica stayed up"

@@ -155,10 +155,7 @@ impl MetaStore {
         let mut out = Vec::new();
         for row in table.iter()? {
             let (k, v) = row?;
-            let key: ResourceKey = k.value().parse().map_err(|source| Error::StoredRecord {
-                key: k.value().to_owned(),
-                source,
-            })?;
+            let key = stored_key(k.value())?;
             if key.kind != kind {
                 continue;
             }
@@ -186,10 +183,7 @@ impl MetaStore {
         let mut entries = Vec::new();
         for row in table.iter()? {
             let (k, v) = row?;
-            let key: ResourceKey = k.value().parse().map_err(|source| Error::StoredRecord {
-                key: k.value().to_owned(),
-                source,
-            })?;
+            let key = stored_key(k.value())?;
             let (uid, rv, _) = v.value();
             entries.push(InventoryEntry {
                 r#type: key.kind.as_str().to_owned(),
@@ -201,6 +195,14 @@ impl MetaStore {
         }
         Ok(Inventory { entries })
     }
+}
+
+/// Parses a stored object's key (an edge path).
+fn stored_key(raw: &str) -> Result<ResourceKey> {
+    raw.parse().map_err(|source| Error::StoredRecord {
+        key: raw.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
