@@ -67,11 +67,13 @@ async fn edge_node_ready_notready_ready() -> anyhow::Result<()> {
             .as_ref()
             .is_some_and(|i| i.kubelet_version.starts_with("v1.37"))
     );
-    let lease = leases.get(&name).await?;
-    assert_eq!(
-        lease.spec.and_then(|s| s.holder_identity).as_deref(),
-        Some(name.as_str())
-    );
+    // The Lease is renewed on its own timer, so it may land a moment after the Ready status.
+    let holder = wait_for("node Lease", Duration::from_secs(15), || async {
+        let lease = leases.get_opt(&name).await?;
+        Ok(lease.map(|l| l.spec.and_then(|s| s.holder_identity)))
+    })
+    .await?;
+    assert_eq!(holder.as_deref(), Some(name.as_str()));
 
     edge.kill9()?;
     let killed = Instant::now();
