@@ -8,7 +8,7 @@
 
 mod edged_common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use k8s_openapi::api::core::v1::PodStatus;
@@ -80,10 +80,11 @@ async fn crashing_container_backs_off() -> Result<()> {
         {"name": "fail", "image": TEST_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", "exit 1"]},
     ]});
     h.put(&pod("crash", &uid, spec), "1")?;
-    let t0 = Instant::now();
-    let mut seen_at = Vec::new();
+    // Docker's start time of every attempt, from any status that names it: the gaps between
+    // attempts measured by the engine, not by when this test happened to read a status.
+    let mut starts = std::collections::BTreeSet::new();
     let mut backoff_seen = false;
-    while seen_at.len() < 4 {
+    while starts.len() < 4 {
         // Every reported status, in order.
         let s = h.status("crash", |_| true).await?;
         let Some(c) = container(&s, "fail") else {
@@ -95,11 +96,19 @@ async fn crashing_container_backs_off() -> Result<()> {
             let last = c.last_state.as_ref().and_then(|l| l.terminated.as_ref());
             assert_eq!(last.map(|t| t.exit_code), Some(1));
         }
-        while c.state.as_ref().is_some_and(|st| st.waiting.is_none())
-            && seen_at.len() <= usize::try_from(c.restart_count)?
-        {
-            seen_at.push(t0.elapsed());
-        }
+        let state = c.state.as_ref();
+        let running = state.and_then(|st| st.running.as_ref());
+        let terminated = [state, c.last_state.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|st| st.terminated.as_ref());
+        starts.extend(
+            running
+                .and_then(|r| r.started_at.clone())
+                .into_iter()
+                .chain(terminated.filter_map(|t| t.started_at.clone()))
+                .map(|t| t.0),
+        );
     }
     assert!(backoff_seen, "reason CrashLoopBackOff reported");
     let e = h
@@ -111,7 +120,11 @@ async fn crashing_container_backs_off() -> Result<()> {
         .await?;
     assert_eq!(e.type_.as_deref(), Some("Warning"));
     // Restarts: immediate, then after 2 s, then 4 s: the gaps grow.
-    let gaps: Vec<Duration> = seen_at.windows(2).map(|w| w[1] - w[0]).collect();
+    let starts: Vec<_> = starts.into_iter().collect();
+    let gaps: Vec<Duration> = starts
+        .windows(2)
+        .map(|w| Duration::try_from(w[1].duration_since(w[0])))
+        .collect::<std::result::Result<_, _>>()?;
     assert!(
         gaps[2] > gaps[0] + Duration::from_secs(1),
         "growing delays: {gaps:?}"

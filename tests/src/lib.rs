@@ -11,7 +11,6 @@
 //! The scenarios themselves are in `tests/tests/`.
 
 use std::future::Future;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,13 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
-/// A free TCP port on 127.0.0.1 (bound once and released; the caller binds it next).
-///
-/// # Errors
-/// No port could be bound.
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
+pub use verge_testkit::ports::free_port;
 
 /// One edge node: an edgecore process with its data directory and config file.
 #[derive(Debug)]

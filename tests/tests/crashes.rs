@@ -128,7 +128,13 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
                 .await;
         })
     };
+    let deadline = Instant::now() + Duration::from_secs(60);
     while created.load(std::sync::atomic::Ordering::Relaxed) < N / 3 {
+        anyhow::ensure!(
+            Instant::now() < deadline && !burst.is_finished(),
+            "only {} of {N} configmaps created",
+            created.load(std::sync::atomic::Ordering::Relaxed)
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     edge.kill9()?;

@@ -17,16 +17,23 @@ use verge_e2e::{
 
 const IMAGE: &str = "verge-test/busybox:latest";
 
+/// Each scenario starts its own cloud services and edgecore and creates containers; they run
+/// one at a time so the time bounds of the acceptance checks hold on a 2-core CI machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 struct Setup {
     client: Client,
     cloud: Cloud,
     edge: Edge,
     ns: String,
+    /// Released last, after the edge's containers are gone.
+    _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
 impl Setup {
     async fn new(tag: &str) -> anyhow::Result<Self> {
         verge_telemetry::init_for_tests();
+        let serial = SERIAL.lock().await;
         let cp = verge_testkit::shared().await?;
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
@@ -53,6 +60,7 @@ impl Setup {
             cloud,
             edge,
             ns,
+            _serial: serial,
         })
     }
 

@@ -132,12 +132,8 @@ async fn scenario(
         .await?;
     wait_running(&pods, "a1", Duration::from_secs(90)).await?;
     wait_running(&pods, "b1", Duration::from_secs(90)).await?;
-    anyhow::ensure!(
-        sessions(edge_a).len() == 1 && sessions(edge_b).len() == 1,
-        "each edge should have had exactly one session so far"
-    );
-
     let (_, heartbeat) = ready(&nodes, a).await?.unwrap_or_default();
+    let (a_before, b_before) = (sessions(edge_a).len(), sessions(edge_b).len());
     cloud.cloudhub.kill9()?;
 
     // A moves to hub-1 (its alternate) and is resynced there.
@@ -146,7 +142,7 @@ async fn scenario(
         Duration::from_secs(30),
         || async {
             let s = sessions(edge_a);
-            Ok((s.len() >= 2 && s.last().is_some_and(|l| l.contains(hub1))).then_some(()))
+            Ok((s.len() > a_before && s.last().is_some_and(|l| l.contains(hub1))).then_some(()))
         },
     )
     .await?;
@@ -172,7 +168,7 @@ async fn scenario(
     wait_running(&pods, "b2", Duration::from_secs(60)).await?;
     wait_running(&pods, "b1", Duration::from_secs(5)).await?;
     anyhow::ensure!(
-        sessions(edge_b).len() == 1,
+        sessions(edge_b).len() == b_before,
         "edge B reconnected although its replica stayed up"
     );
     Ok(())

@@ -156,12 +156,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     Ok(path.display().to_string())
 }
 
-/// A free TCP port on 127.0.0.1 (bound once and released).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+pub use verge_testkit::ports::free_port;
 
 /// Waits until something listens on `127.0.0.1:port`.
 pub async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {

@@ -62,6 +62,7 @@ mod lock;
 pub mod netns;
 pub mod packages;
 pub mod paths;
+pub mod ports;
 pub mod process;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};

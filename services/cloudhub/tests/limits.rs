@@ -17,7 +17,7 @@ use verge_proto::{Message, MessageExt};
 /// (c) keepalives are answered; a silent edge is dropped after three intervals.
 #[tokio::test]
 async fn keepalive_answered_and_silent_edge_dropped() {
-    let interval = Duration::from_millis(200);
+    let interval = Duration::from_millis(500);
     let hub = start(Config {
         keepalive_interval: interval,
         ..common::config()
@@ -25,7 +25,7 @@ async fn keepalive_answered_and_silent_edge_dropped() {
     .await;
     let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
     let mut edge = connect(&hub, "edge-1").await;
-    assert_eq!(edge.welcome.keepalive_interval_ms, 200);
+    assert_eq!(edge.welcome.keepalive_interval_ms, 500);
     ctrl.session().await;
 
     // Keepalives more often than the timeout keep the session alive.

@@ -24,7 +24,7 @@
 mod build;
 mod certs;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -639,16 +639,12 @@ struct Ports {
 }
 
 impl Ports {
-    /// Five distinct free ports (all bound at once, then released).
+    /// Five distinct free ports ([`crate::ports::free_port`]).
     fn pick() -> anyhow::Result<Self> {
-        let listeners = (0..5)
-            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-            .collect::<Result<Vec<_>, _>>()
+        let ports = (0..5)
+            .map(|_| crate::ports::free_port())
+            .collect::<anyhow::Result<Vec<_>>>()
             .context("picking free loopback ports")?;
-        let ports = listeners
-            .iter()
-            .map(|l| l.local_addr().map(|a| a.port()))
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             etcd: ports[0],
             etcd_peer: ports[1],
