@@ -1,7 +1,9 @@
-//! `cargo xtask bench pod-startup`: for N pods on one edge node, the time from create to
-//! Running as observed through the API (a watch), against a raw `docker run -d` of the same
-//! image measured in the same run; prints p50/p99 and the ratio, and edgecore's resident
-//! memory with 0 and with N pods running.
+//! `cargo xtask bench pod-startup`: the time from create to Running as observed through the
+//! API (a watch) on one edge node, against raw `docker run -d` of the same image measured in
+//! the same run, at the same concurrency: first a few pods one at a time (the latency of the
+//! whole path: API, scheduler-free binding, cloudhub, redb, Docker, status back), then N pods
+//! created at once against N concurrent `docker run -d` (throughput of the engine). Prints
+//! p50/p99 and the ratios, and edgecore's resident memory with 0 and with N pods running.
 
 use std::collections::HashMap;
 use std::process::{Command, ExitCode};
@@ -62,7 +64,8 @@ async fn measure(
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_idle = local::rss_kib(verge.edgecore_pid).context("reading edgecore RSS")?;
 
-    let baseline = docker_run_baseline(n)?;
+    let docker_one = docker_run_baseline(SINGLE, false)?;
+    let docker_all = docker_run_baseline(n, true)?;
 
     let client = cp.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -92,18 +95,42 @@ async fn measure(
         }
     });
 
+    // One at a time.
+    let mut verge_one = Vec::new();
+    for i in 0..SINGLE {
+        let name = format!("one-{i}");
+        let t0 = Instant::now();
+        pods.create(&PostParams::default(), &bench_pod(&name)?)
+            .await?;
+        let deadline = t0 + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some((seen, at))) = tokio::time::timeout(left, rx.recv()).await else {
+                bail!("pod {name} not Running within 60 s");
+            };
+            if seen == name {
+                verge_one.push(at - t0);
+                break;
+            }
+        }
+    }
+    verge_one.sort();
+    // Gone again before the burst, so the memory figure counts exactly N pods.
+    pods.delete_collection(&DeleteParams::default(), &Default::default())
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pods.list(&Default::default()).await?.items.is_empty() {
+        if Instant::now() > deadline {
+            bail!("the one-at-a-time pods were not removed within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // All at once.
     let mut created = HashMap::new();
     for i in 0..n {
         let name = format!("bench-{i}");
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {
-                "nodeName": NODE,
-                "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                                "command": ["sleep", "3600"]}]
-            }
-        }))?;
+        let pod = bench_pod(&name)?;
         created.insert(name, Instant::now());
         pods.create(&PostParams::default(), &pod).await?;
     }
@@ -125,18 +152,17 @@ async fn measure(
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_busy = local::rss_kib(verge.edgecore_pid).context("reading edgecore RSS")?;
 
-    let mut verge_times: Vec<Duration> = startup.into_values().collect();
-    verge_times.sort();
-    let (v50, v99) = (percentile(&verge_times, 50), percentile(&verge_times, 99));
-    let (b50, b99) = (percentile(&baseline, 50), percentile(&baseline, 99));
-    println!("pod-startup: {n} pods on one edge node (image {IMAGE})");
-    println!("  verge   create -> Running (API watch): p50 {v50:>9.1?}  p99 {v99:>9.1?}");
-    println!("  docker  run -d (baseline, same image): p50 {b50:>9.1?}  p99 {b99:>9.1?}");
+    let mut verge_all: Vec<Duration> = startup.into_values().collect();
+    verge_all.sort();
     println!(
-        "  ratio verge/docker:                    p50 {:>8.1}x  p99 {:>8.1}x",
-        v50.as_secs_f64() / b50.as_secs_f64(),
-        v99.as_secs_f64() / b99.as_secs_f64()
+        "pod-startup on one edge node (image {IMAGE}; a pod is an infra and an app container)"
     );
+    report(
+        &format!("{SINGLE} pods one at a time"),
+        &verge_one,
+        &docker_one,
+    );
+    report(&format!("{n} pods at once"), &verge_all, &docker_all);
     println!(
         "  edgecore RSS: {:.1} MiB with 0 pods, {:.1} MiB with {n} pods",
         rss_idle as f64 / 1024.0,
@@ -147,28 +173,86 @@ async fn measure(
     Ok(())
 }
 
-/// `docker run -d` of the image `n` times (sequentially), timing each until the command
-/// returns (the container is started); the containers are removed afterwards.
-fn docker_run_baseline(n: usize) -> anyhow::Result<Vec<Duration>> {
-    let mut times = Vec::with_capacity(n);
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
+/// How many pods (and `docker run`s) are timed one at a time.
+const SINGLE: usize = 5;
+
+/// The benchmark's pod `name`, bound to the edge node.
+fn bench_pod(name: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "3600"]}]
+        }
+    }))?)
+}
+
+/// Prints one verge/docker comparison: p50 and p99 of each and their ratios.
+fn report(what: &str, verge: &[Duration], docker: &[Duration]) {
+    let (v50, v99) = (percentile(verge, 50), percentile(verge, 99));
+    let (b50, b99) = (percentile(docker, 50), percentile(docker, 99));
+    println!("  {what}:");
+    println!("    verge   create -> Running (API watch): p50 {v50:>9.1?}  p99 {v99:>9.1?}");
+    println!("    docker  run -d, same concurrency:      p50 {b50:>9.1?}  p99 {b99:>9.1?}");
+    println!(
+        "    ratio verge/docker:                    p50 {:>8.1}x  p99 {:>8.1}x",
+        v50.as_secs_f64() / b50.as_secs_f64(),
+        v99.as_secs_f64() / b99.as_secs_f64()
+    );
+}
+
+/// `docker run -d` of the image `n` times, one after another or all at once (a thread
+/// each), timing each until the command returns (the container is started); the containers
+/// are removed afterwards. Returns the sorted times.
+fn docker_run_baseline(n: usize, concurrent: bool) -> anyhow::Result<Vec<Duration>> {
+    let run = || -> anyhow::Result<(Duration, String)> {
         let t0 = Instant::now();
         let out = Command::new("docker")
             .args(["run", "-d", IMAGE, "sleep", "3600"])
             .output()?;
-        times.push(t0.elapsed());
+        let took = t0.elapsed();
         if !out.status.success() {
             bail!(
                 "docker run failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        ids.push(String::from_utf8_lossy(&out.stdout).trim().to_owned());
+        Ok((took, String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+    };
+    let results: Vec<anyhow::Result<(Duration, String)>> = if concurrent {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n).map(|_| s.spawn(run)).collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("docker run thread panicked")))
+                })
+                .collect()
+        })
+    } else {
+        (0..n).map(|_| run()).collect()
+    };
+    let mut times = Vec::with_capacity(n);
+    let mut ids = Vec::with_capacity(n);
+    let mut failure = None;
+    for r in results {
+        match r {
+            Ok((t, id)) => {
+                times.push(t);
+                ids.push(id);
+            }
+            Err(e) => failure = Some(e),
+        }
     }
     let mut rm = Command::new("docker");
     rm.args(["rm", "-f"]).args(&ids);
     let _ = rm.output();
+    if let Some(e) = failure {
+        return Err(e);
+    }
     times.sort();
     Ok(times)
 }
