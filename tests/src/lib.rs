@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::Node;
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
+pub use verge_testkit::docker::remove_managed_containers;
 pub use verge_testkit::ports::free_port;
 
 /// One edge node: an edgecore process with its data directory and config file.
@@ -134,9 +135,7 @@ impl Drop for Edge {
         if let Some(mut p) = self.process.take() {
             let _ = p.kill9();
         }
-        for id in containers_with(&[("io.verge.managed", &self.name)], true).unwrap_or_default() {
-            let _ = docker(&["rm", "-f", &id]);
-        }
+        let _ = remove_managed_containers(|n| n == self.name);
     }
 }
 

@@ -60,9 +60,7 @@ fn running_app(uid: &str) -> anyhow::Result<Vec<String>> {
 async fn cleanup(client: &Client, ns: &str, node: &str) {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(ns, &DeleteParams::default()).await;
-    for id in containers_with(&[("io.verge.managed", node)], true).unwrap_or_default() {
-        let _ = docker(&["rm", "-f", &id]);
-    }
+    let _ = verge_e2e::remove_managed_containers(|n| n == node);
     let nodes: Api<Node> = Api::all(client.clone());
     let _ = nodes.delete(node, &DeleteParams::default()).await;
 }
@@ -352,9 +350,7 @@ async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
 
     netns.cut()?;
     edge.kill9()?;
-    for id in containers_with(&[("io.verge.managed", &name)], true)? {
-        docker(&["rm", "-f", &id])?;
-    }
+    verge_e2e::remove_managed_containers(|n| n == name)?;
     let started = Instant::now();
     edge.start_in(&netns)?;
     let r = wait_for(
@@ -464,9 +460,7 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
         )
         .await?;
         edge.kill9()?;
-        for cid in containers_with(&[("io.verge.managed", &name)], true)? {
-            let _ = docker(&["rm", "-f", &cid]);
-        }
+        verge_e2e::remove_managed_containers(|n| n == name)?;
         anyhow::Ok(())
     }
     .await;

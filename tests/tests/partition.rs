@@ -289,9 +289,7 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     edge.kill9()?;
-    for id in containers_with(&[("io.verge.managed", &name)], true)? {
-        let _ = docker(&["rm", "-f", &id]);
-    }
+    verge_e2e::remove_managed_containers(|n| n == name)?;
     nodes.delete(&name, &DeleteParams::default()).await?;
     Ok(())
 }

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use verge_e2e::{
-    Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, ready_status,
-    sleeper_pod, wait_for, wait_running,
+    Cloud, EDGED_TEST_CONFIG, Edge, create_namespace, ready_status, sleeper_pod, wait_for,
+    wait_running,
 };
 
 /// The log line edgehub writes for every established session.
@@ -49,9 +49,7 @@ async fn cleanup(client: &Client, ns: &str, nodes: &[&str]) {
     let _ = namespaces.delete(ns, &DeleteParams::default()).await;
     let api: Api<Node> = Api::all(client.clone());
     for node in nodes {
-        for id in containers_with(&[("io.verge.managed", node)], true).unwrap_or_default() {
-            let _ = docker(&["rm", "-f", &id]);
-        }
+        let _ = verge_e2e::remove_managed_containers(|n| n == *node);
         let _ = api.delete(node, &DeleteParams::default()).await;
     }
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask down`: stops what `cargo xtask quickstart` started — edgecore,
-//! edgecontroller, cloudhub, then the quickstart's control plane.
+//! edgecontroller, cloudhub, the edge node's pod containers, then the quickstart's control
+//! plane.
 
 use std::process::ExitCode;
 
@@ -11,7 +12,8 @@ pub struct Args {}
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let dir = crate::quickstart::run_dir();
     let n = crate::local::stop_processes(&dir);
-    eprintln!("down: stopped {n} Verge processes");
+    let containers = crate::local::remove_containers(&dir);
+    eprintln!("down: stopped {n} Verge processes, removed {containers} pod containers");
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
     eprintln!(
         "down: control plane {}",

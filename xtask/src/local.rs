@@ -72,6 +72,7 @@ pub async fn start(
 ) -> anyhow::Result<LocalVerge> {
     stop_processes(dir);
     std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::write(dir.join("node"), node_name)?;
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
     let cloudhub_cfg = write(
@@ -187,6 +188,22 @@ pub fn stop_processes(dir: &Path) -> usize {
     daemon::stop_all(&pids, Duration::from_secs(10));
     let _ = std::fs::remove_file(dir.join("pids"));
     pids.len()
+}
+
+/// Removes the containers of the edge node that [`start`] ran in `dir` (file `node`), after
+/// [`stop_processes`]: a stopped edgecore leaves its pods running by design. Returns how many
+/// were removed.
+pub fn remove_containers(dir: &Path) -> usize {
+    let Ok(node) = std::fs::read_to_string(dir.join("node")) else {
+        return 0;
+    };
+    match verge_testkit::docker::remove_managed_containers(|n| n == node.trim()) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("warning: removing the containers of node {node}: {e:#}");
+            0
+        }
+    }
 }
 
 /// Resident memory of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).

@@ -22,6 +22,9 @@ pub struct Args {
     cargo_args: Vec<String>,
 }
 
+/// Node-name prefixes of the edge nodes the tests start (`verge-e2e` and the edged tests).
+const TEST_NODE_PREFIXES: [&str; 2] = ["e2e-", "edge-test-"];
+
 /// Runs the suite; returns `cargo test`'s exit code.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("xtask test: checking Debian packages, Docker and the test image");
@@ -36,6 +39,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let cp = crate::control_plane::up(&config).await?;
 
     let code = build_and_test(&cp, &args.cargo_args);
+    // Each test removes its edge node's containers when it ends; a container whose creation
+    // raced with that clean-up would otherwise outlive the run.
+    match verge_testkit::docker::remove_managed_containers(|n| {
+        TEST_NODE_PREFIXES.iter().any(|p| n.starts_with(p))
+    }) {
+        Ok(0) => {}
+        Ok(n) => eprintln!("xtask test: removed {n} containers left by test edge nodes"),
+        Err(e) => eprintln!("xtask test: warning: removing test containers: {e:#}"),
+    }
 
     if args.keep_control_plane {
         eprintln!("xtask test: control plane left running (`cargo xtask control-plane down`)");

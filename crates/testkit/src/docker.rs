@@ -96,6 +96,53 @@ pub fn image_exists(reference: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The label edged puts on every container it creates; its value is the node name, so
+/// several edgecores can share one engine.
+pub const MANAGED_LABEL: &str = "io.verge.managed";
+
+/// Force-removes every container, running or not, that edged created for a node whose name
+/// `node` accepts (label [`MANAGED_LABEL`]). Returns how many were removed. Used when a test,
+/// the quickstart or a benchmark is torn down: stopping edgecore alone leaves its pods
+/// running, on purpose (offline autonomy).
+///
+/// # Errors
+/// `docker ps` or `docker rm` cannot be run or fail.
+pub fn remove_managed_containers(node: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
+    let format = format!("{{{{.ID}}}} {{{{.Label \"{MANAGED_LABEL}\"}}}}");
+    let out = Command::new("docker")
+        .args(["ps", "-a", "--filter", &format!("label={MANAGED_LABEL}")])
+        .args(["--format", &format])
+        .output()
+        .context("running docker ps")?;
+    if !out.status.success() {
+        bail!(
+            "docker ps failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, n)| node(n))
+        .map(|(id, _)| id.to_owned())
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let out = Command::new("docker")
+        .args(["rm", "-f"])
+        .args(&ids)
+        .output()
+        .context("running docker rm")?;
+    if !out.status.success() {
+        bail!(
+            "docker rm failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(ids.len())
+}
+
 /// Makes sure [`TEST_IMAGE`] exists, importing it when missing (installs
 /// `busybox-static` first if needed). Requires a running daemon ([`ensure_docker`]).
 /// Serialized across processes by `~/.cache/verge/run/image.lock`.

@@ -50,6 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let verge = local::start(&run_dir, &bin_dir, &cp, NODE, local::LOCAL_EDGED_CONFIG).await?;
     let result = measure(&cp, &verge, n).await;
     local::stop_processes(&run_dir);
+    local::remove_containers(&run_dir);
     crate::control_plane::down(&config).await?;
     result?;
     Ok(ExitCode::SUCCESS)
