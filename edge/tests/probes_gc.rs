@@ -1,6 +1,7 @@
 //! Real-Docker tests of edged's probes (exec, httpGet, tcpSocket) and of container and image
 //! garbage collection. Containers and images get unique names and are removed by guards.
-//! Setup uses the `docker` CLI; the code under test uses bollard.
+//! Setup uses the `docker` CLI; the code under test uses bollard. HTTPS and gRPC probes are
+//! tested without Docker in `probes_tls_grpc.rs`.
 
 use std::collections::HashSet;
 use std::process::Command;
@@ -143,6 +144,7 @@ async fn exec_http_and_tcp_probes_against_a_real_container() -> Result<()> {
         !missing.success && missing.message.contains("404"),
         "{missing:?}"
     );
+    // HTTPS to a plain-HTTP port: the TLS handshake fails.
     let mut https = http("/passwd", IntOrString::Int(8080));
     if let Some(h) = https.http_get.as_mut() {
         h.scheme = Some("HTTPS".into());

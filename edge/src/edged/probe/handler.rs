@@ -1,5 +1,5 @@
 //! One probe attempt: the [`ProbeHandler`] trait and its Docker implementation
-//! (kubelet: `prober/prober.go` with `probe/exec`, `probe/http`, `probe/tcp`).
+//! (kubelet: `prober/prober.go` with `probe/exec`, `probe/http`, `probe/tcp`, `probe/grpc`).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +11,7 @@ use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Request, Uri};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -18,12 +19,13 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
-use super::{ProbeKind, ProbeTarget};
+use super::{ProbeKind, ProbeTarget, grpc, tls, worker};
+use crate::edgehub::DisplayChain;
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;
-/// The `User-Agent` of HTTP probes (kubelet: `kube-probe/<major>.<minor>`).
-const USER_AGENT: &str = "kube-probe/1.37";
+/// The `User-Agent` of HTTP and gRPC probes (kubelet: `kube-probe/<major>.<minor>`).
+pub(super) const USER_AGENT: &str = "kube-probe/1.37";
 
 /// The result of one probe attempt (kubelet: `probe.Success` / `probe.Failure`; errors of the
 /// prober itself count as failures).
@@ -67,26 +69,41 @@ pub trait ProbeHandler: Send + Sync + 'static {
     ) -> impl Future<Output = ProbeOutcome> + Send;
 }
 
-/// Runs probes for real: `exec` in the container through Docker, `httpGet` over HTTP/1.1
-/// (no keep-alive, like the kubelet), `tcpSocket` by connecting. Limits:
-/// - `httpGet` with `scheme: HTTPS` fails with "HTTPS probes are not supported" (no TLS
-///   client on the edge yet); redirects are not followed (3xx counts as success, as the
-///   kubelet does for a redirect to another host).
-/// - `grpc` probes fail with "gRPC probes are not supported".
+/// Runs probes for real, as the kubelet does:
+/// - `exec` in the container through Docker;
+/// - `httpGet` over HTTP/1.1 (no keep-alive), for `scheme: HTTPS` over TLS without verifying
+///   the server's certificate or name (kubelet: `InsecureSkipVerify`); 200–399 is a success;
+/// - `tcpSocket` by connecting;
+/// - `grpc` with one `grpc.health.v1.Health/Check` over plaintext HTTP/2 to the pod IP:
+///   `SERVING` is a success, any other status a failure (`service unhealthy (responded with
+///   "NOT_SERVING")`).
+///
+/// Limits:
+/// - The alpha fields of Kubernetes 1.37 are not implemented: `httpGet.protocol: HTTP2` (h2c)
+///   and `grpc.mode: TLS` fail with "... is not supported" rather than silently probing over
+///   HTTP/1.1 or plaintext.
+/// - Redirects are not followed (3xx counts as success, as the kubelet does for a redirect to
+///   another host).
 /// - An `exec` that outlives its timeout keeps running in the container (as with the kubelet's
 ///   dockershim); only the probe result is a failure.
 #[derive(Debug, Clone)]
 pub struct DockerProber {
     docker: Docker,
-    http: Client<HttpConnector, Empty<Bytes>>,
+    /// One client for `http` and `https` URLs.
+    http: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
 }
 
 impl DockerProber {
     /// A prober using `docker` for `exec` probes.
     pub fn new(docker: Docker) -> Self {
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls::insecure_client_config())
+            .https_or_http()
+            .enable_http1()
+            .build();
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
-            .build_http();
+            .build(connector);
         Self { docker, http }
     }
 
@@ -167,7 +184,7 @@ impl DockerProber {
                 "HTTP probe failed with statuscode: {}",
                 response.status().as_u16()
             )),
-            Err(e) => ProbeOutcome::failure(format!("Get \"{url}\": {e}")),
+            Err(e) => ProbeOutcome::failure(format!("Get \"{url}\": {}", DisplayChain(&e))),
         }
     }
 }
@@ -189,10 +206,22 @@ impl ProbeHandler for DockerProber {
                 .await;
         }
         if let Some(http) = &probe.http_get {
-            let scheme = http.scheme.as_deref().unwrap_or("HTTP");
-            if !scheme.eq_ignore_ascii_case("HTTP") {
+            let scheme = match http.scheme.as_deref().unwrap_or("HTTP") {
+                s if s.eq_ignore_ascii_case("HTTP") => "http",
+                s if s.eq_ignore_ascii_case("HTTPS") => "https",
+                other => {
+                    return ProbeOutcome::failure(format!(
+                        "unsupported scheme {other:?} (HTTP or HTTPS)"
+                    ));
+                }
+            };
+            if let Some(protocol) = http
+                .protocol
+                .as_deref()
+                .filter(|p| !p.eq_ignore_ascii_case("HTTP1"))
+            {
                 return ProbeOutcome::failure(format!(
-                    "{scheme} probes are not supported (only HTTP)"
+                    "httpGet protocol {protocol:?} is not supported (only HTTP1)"
                 ));
             }
             let (host, port) = match address(target, container, http.host.as_deref(), &http.port) {
@@ -201,7 +230,7 @@ impl ProbeHandler for DockerProber {
             };
             let path = http.path.as_deref().unwrap_or("/");
             let slash = if path.starts_with('/') { "" } else { "/" };
-            let url = match format!("http://{}{slash}{path}", join_host_port(&host, port))
+            let url = match format!("{scheme}://{}{slash}{path}", join_host_port(&host, port))
                 .parse::<Uri>()
             {
                 Ok(url) => url,
@@ -225,15 +254,32 @@ impl ProbeHandler for DockerProber {
                 Err(e) => ProbeOutcome::failure(format!("dial tcp {addr}: {e}")),
             };
         }
-        if probe.grpc.is_some() {
-            return ProbeOutcome::failure("gRPC probes are not supported");
+        if let Some(grpc) = &probe.grpc {
+            if let Some(mode) = grpc
+                .mode
+                .as_deref()
+                .filter(|m| !m.eq_ignore_ascii_case("Plaintext"))
+            {
+                return ProbeOutcome::failure(format!(
+                    "gRPC probe mode {mode:?} is not supported (only Plaintext)"
+                ));
+            }
+            // No `host`: always the pod IP (kubelet: `p.GRPC.Port` on `status.PodIP`).
+            let port = IntOrString::Int(grpc.port);
+            let (host, port) = match address(target, container, None, &port) {
+                Ok(a) => a,
+                Err(message) => return ProbeOutcome::failure(message),
+            };
+            let service = grpc.service.as_deref().unwrap_or_default();
+            let timeout = worker::timeout_of(probe);
+            return grpc::check(&join_host_port(&host, port), service, timeout).await;
         }
         ProbeOutcome::failure("probe has no handler (exec, httpGet, tcpSocket or grpc)")
     }
 }
 
 /// The host (explicit, else the pod IP) and port (a number, or the name of one of the
-/// container's ports) of an `httpGet`/`tcpSocket` probe (kubelet: `findPortByName`).
+/// container's ports) of an `httpGet`/`tcpSocket`/`grpc` probe (kubelet: `findPortByName`).
 fn address(
     target: &ProbeTarget,
     container: &Container,

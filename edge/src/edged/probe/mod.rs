@@ -8,7 +8,11 @@
 //! - `worker`: the per-probe loop: initial delay, period, timeout, success/failure thresholds,
 //!   startup gating.
 //! - `handler`: how one probe attempt runs ([`ProbeHandler`]); [`DockerProber`] runs `exec`
-//!   through Docker, `httpGet` with a hyper client and `tcpSocket` with a TCP connect.
+//!   through Docker, `httpGet` with a hyper client (HTTP or HTTPS), `tcpSocket` with a TCP
+//!   connect and `grpc` with a health check.
+//! - `tls`: the TLS client configuration of HTTPS probes (no certificate verification, as the
+//!   kubelet's `InsecureSkipVerify`).
+//! - `grpc`: the `grpc.health.v1.Health/Check` call of gRPC probes.
 //!
 //! # Results (kubelet semantics)
 //! - **startup**: not started until its first success; while not started, liveness and
@@ -21,8 +25,10 @@
 //!   (stops probing): the subscriber (edged's pod worker) must restart the container, then
 //!   [`add`](ProbeManager::add) it again with the new container id.
 
+mod grpc;
 mod handler;
 mod results;
+mod tls;
 mod worker;
 
 #[cfg(test)]

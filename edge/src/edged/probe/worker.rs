@@ -37,11 +37,16 @@ impl Timing {
         Self {
             initial_delay: secs(probe.initial_delay_seconds, 0, 0),
             period: secs(probe.period_seconds, 10, 1),
-            timeout: secs(probe.timeout_seconds, 1, 1),
+            timeout: timeout_of(probe),
             success_threshold,
             failure_threshold: count(probe.failure_threshold, 3),
         }
     }
+}
+
+/// A probe's `timeoutSeconds`: 1s by default and at least 1s.
+pub(super) fn timeout_of(probe: &Probe) -> Duration {
+    Duration::from_secs(u64::try_from(probe.timeout_seconds.unwrap_or(1).max(1)).unwrap_or(1))
 }
 
 /// The state of one probe task.
