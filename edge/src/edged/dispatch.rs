@@ -133,6 +133,17 @@ impl Dispatcher {
         for uid in gone {
             self.send(&uid, WorkerMsg::Deleted);
         }
+        // Pods deleted while edgecore was down and without containers left are seen by no
+        // one else: remove their directories (kubelet: `cleanupOrphanedPodDirs`).
+        let live: HashSet<String> = self
+            .workers
+            .keys()
+            .chain(self.orphans.iter())
+            .cloned()
+            .collect();
+        let ctx = Arc::clone(&self.ctx);
+        self.tracker
+            .spawn(async move { ctx.volumes.cleanup_orphaned_dirs(&live).await });
     }
 
     async fn on_store_event(&mut self, ev: StoreEvent, shutdown: &CancellationToken) {

@@ -203,6 +203,15 @@ fn is_env_var_name(name: &str) -> bool {
 /// Kubernetes `expansion.Expand` with `MappingFuncFor(vars)`: `$(NAME)` -> the value of a
 /// defined `NAME` (else left as `$(NAME)`), `$$` -> `$`, any other `$` kept.
 pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    expand_with(input, |name| match vars.get(name) {
+        Some(v) => v.clone(),
+        None => format!("$({name})"),
+    })
+}
+
+/// Kubernetes `expansion.Expand`: every `$(NAME)` is replaced by `mapping(NAME)`, `$$`
+/// becomes `$`, any other `$` (also an unclosed `$(`) is kept.
+pub(crate) fn expand_with(input: &str, mut mapping: impl FnMut(&str) -> String) -> String {
     let bytes = input.as_bytes();
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -219,11 +228,7 @@ pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
             }
             b'(' => match bytes[i + 2..].iter().position(|&b| b == b')') {
                 Some(len) => {
-                    let name = &input[i + 2..i + 2 + len];
-                    match vars.get(name) {
-                        Some(v) => out.extend_from_slice(v.as_bytes()),
-                        None => out.extend_from_slice(format!("$({name})").as_bytes()),
-                    }
+                    out.extend_from_slice(mapping(&input[i + 2..i + 2 + len]).as_bytes());
                     i += len + 3;
                 }
                 None => {

@@ -174,7 +174,7 @@ impl Worker {
         .await
         .map_err(config_err)?;
         let binds = match &self.volumes {
-            Some(v) => v.binds_for(c).map_err(config_err)?,
+            Some(v) => v.binds_for(c, &env).map_err(config_err)?,
             None => Vec::new(),
         };
         let labels = ContainerLabels {

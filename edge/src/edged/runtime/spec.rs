@@ -7,7 +7,8 @@
 //! * Resources: `limits.cpu` -> `NanoCpus`, `limits.memory` -> `Memory` (bytes),
 //!   `requests.cpu` -> `CpuShares` (millicores * 1024 / 1000, at least 2).
 //! * securityContext (container over pod): runAsUser/runAsGroup -> `User "uid[:gid]"`,
-//!   privileged, capabilities add/drop, readOnlyRootFilesystem.
+//!   privileged, capabilities add/drop, readOnlyRootFilesystem; the pod's fsGroup and
+//!   supplementalGroups -> `GroupAdd`.
 //! * Network: the sandbox owns the network (bridge, or `host` for hostNetwork pods) and
 //!   publishes `hostPort`s; containers join with `container:<sandbox id>` for network and IPC.
 
@@ -23,41 +24,12 @@ use crate::node::quantity::parse_scaled;
 /// Expands `$(NAME)` references in `s` from `env` (`KEY=VALUE` entries; later wins);
 /// `$$` becomes `$`; unknown references are kept verbatim (Kubernetes `expansion.Expand`).
 pub fn expand(s: &str, env: &[String]) -> String {
-    let lookup = |name: &str| {
-        env.iter().rev().find_map(|kv| {
-            kv.split_once('=')
-                .filter(|(k, _)| *k == name)
-                .map(|(_, v)| v)
-        })
-    };
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(inner) = after.strip_prefix('(')
-            && let Some(end) = inner.find(')')
-        {
-            let name = &inner[..end];
-            match lookup(name) {
-                Some(v) => out.push_str(v),
-                None => {
-                    out.push_str("$(");
-                    out.push_str(name);
-                    out.push(')');
-                }
-            }
-            rest = &inner[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
+    crate::edged::env::expand_with(s, |name| {
+        env.iter()
+            .rev()
+            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == name))
+            .map_or_else(|| format!("$({name})"), |(_, v)| v.to_owned())
+    })
 }
 
 /// The `User` string of a container: `uid[:gid]` from the container's or the pod's
@@ -78,6 +50,25 @@ fn user(pod: &Pod, container: &Container) -> Option<String> {
         (None, Some(g)) => Some(format!("0:{g}")),
         (None, None) => None,
     }
+}
+
+/// Docker `GroupAdd` of every container: the pod's `fsGroup`, then its
+/// `supplementalGroups` (kubelet `determineEffectiveSecurityContext`), without repeats;
+/// `None` when there are none.
+fn group_add(pod: &Pod) -> Option<Vec<String>> {
+    let psc = pod.spec.as_ref()?.security_context.as_ref()?;
+    let mut groups: Vec<String> = Vec::new();
+    for gid in psc
+        .fs_group
+        .iter()
+        .chain(psc.supplemental_groups.iter().flatten())
+    {
+        let gid = gid.to_string();
+        if !groups.contains(&gid) {
+            groups.push(gid);
+        }
+    }
+    Some(groups).filter(|g| !g.is_empty())
 }
 
 /// Applies `resources.limits`/`requests` to `host`.
@@ -141,6 +132,7 @@ pub fn container_body(
         readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
         cap_add: caps.and_then(|c| c.add.clone()),
         cap_drop: caps.and_then(|c| c.drop.clone()),
+        group_add: group_add(pod),
         ..HostConfig::default()
     };
     apply_resources(container, &mut host);
@@ -242,7 +234,8 @@ mod tests {
     fn command_args_resources_security() {
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 3000}, "containers": [{
+            "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
+                "supplementalGroups": [3000, 2000, 4000]}, "containers": [{
                 "name": "c", "image": "img", "command": ["sh", "-c"], "ports": [{"containerPort": 80, "hostPort": 8080}],
                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
                 "securityContext": {"runAsUser": 7, "capabilities": {"add": ["NET_ADMIN"]}, "readOnlyRootFilesystem": true}
@@ -274,6 +267,9 @@ mod tests {
         assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
         assert_eq!(h.network_mode.as_deref(), Some("container:sb"));
         assert_eq!(h.readonly_rootfs, Some(true));
+        let groups = ["2000", "3000", "4000"].map(String::from);
+        assert_eq!(h.group_add.as_deref(), Some(groups.as_slice()));
+        assert_eq!(group_add(&Pod::default()), None);
         let s = sandbox_body(&pod, &labels, "pause", &[], Duration::ZERO);
         let ports = s.host_config.expect("host").port_bindings.expect("ports");
         assert_eq!(

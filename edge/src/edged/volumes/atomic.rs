@@ -8,12 +8,15 @@
 //! ```
 //! A write that changes nothing (same paths, contents and modes) does nothing. Otherwise a
 //! new timestamped directory is filled, `..data_tmp` pointed at it and renamed over `..data`
-//! (atomic), symlinks of removed names deleted and the old directory removed.
+//! (atomic), symlinks of removed names deleted and the old directory removed. With an
+//! fsGroup, the volume is re-owned ([`ownership`](super::ownership), read-only) before the
+//! new version is published, and a file of another group counts as a change.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::{PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
+use super::ownership;
 use crate::{Error, Result};
 
 /// One file of a payload: its bytes and mode (e.g. `0o644`).
@@ -38,14 +41,15 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes `payload` into the volume directory `dir` (created 0755 if missing); returns
-/// whether anything changed.
+/// Writes `payload` into the volume directory `dir` (created 0755 if missing), owned by
+/// group `fs_group` if given (the payload's modes should include the group bits already:
+/// [`ownership::file_mode`]); returns whether anything changed.
 ///
 /// # Errors
 /// [`Error::VolumeIo`] for a file system failure or an invalid payload path (absolute, with
 /// `..`, or starting with `..`); [`Error::Blocking`] if the writer panicked.
-pub(super) async fn write(dir: PathBuf, payload: Payload) -> Result<bool> {
-    tokio::task::spawn_blocking(move || write_blocking(&dir, &payload))
+pub(super) async fn write(dir: PathBuf, payload: Payload, fs_group: Option<u32>) -> Result<bool> {
+    tokio::task::spawn_blocking(move || write_blocking(&dir, &payload, fs_group))
         .await
         .map_err(Error::Blocking)?
 }
@@ -76,17 +80,24 @@ fn top_level(path: &str) -> &str {
     path.split('/').next().unwrap_or(path)
 }
 
-fn unchanged(old: &Path, old_files: &BTreeSet<String>, payload: &Payload) -> bool {
+fn unchanged(
+    old: &Path,
+    old_files: &BTreeSet<String>,
+    payload: &Payload,
+    fs_group: Option<u32>,
+) -> bool {
     old_files.len() == payload.len()
         && payload.iter().all(|(p, f)| {
             let path = old.join(p);
-            let same_mode = std::fs::metadata(&path)
-                .is_ok_and(|m| m.permissions().mode() & 0o7777 == f.mode & 0o7777);
-            same_mode && std::fs::read(&path).is_ok_and(|d| d == f.data)
+            let same_meta = std::fs::metadata(&path).is_ok_and(|m| {
+                m.permissions().mode() & 0o7777 == f.mode & 0o7777
+                    && fs_group.is_none_or(|g| m.gid() == g)
+            });
+            same_meta && std::fs::read(&path).is_ok_and(|d| d == f.data)
         })
 }
 
-fn write_blocking(dir: &Path, payload: &Payload) -> Result<bool> {
+fn write_blocking(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Result<bool> {
     for p in payload.keys() {
         let rel = Path::new(p);
         let bad = p.is_empty()
@@ -107,7 +118,7 @@ fn write_blocking(dir: &Path, payload: &Payload) -> Result<bool> {
     let mut old_files = BTreeSet::new();
     if let Some(old) = &old_name {
         files_under(&dir.join(old), Path::new(""), &mut old_files);
-        if unchanged(&dir.join(old), &old_files, payload) {
+        if unchanged(&dir.join(old), &old_files, payload, fs_group) {
             return Ok(false);
         }
     }
@@ -126,6 +137,9 @@ fn write_blocking(dir: &Path, payload: &Payload) -> Result<bool> {
         std::fs::write(&path, &f.data).map_err(io(&path))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode))
             .map_err(io(&path))?;
+    }
+    if let Some(gid) = fs_group {
+        ownership::set(dir, gid, true)?;
     }
 
     let new_top: BTreeSet<&str> = payload.keys().map(|p| top_level(p)).collect();

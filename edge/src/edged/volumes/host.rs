@@ -5,7 +5,10 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::Volume;
+use tracing::warn;
 
+use super::mounts;
+use super::ownership::{self, FsGroup};
 use crate::{Error, Result};
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -15,14 +18,64 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Creates an emptyDir at `dir` with mode 0777, as the kubelet does (`medium: Memory` is a
-/// plain directory here, not a tmpfs; `sizeLimit` is not enforced).
-pub(super) async fn empty_dir(dir: &Path) -> Result<()> {
-    tokio::fs::create_dir_all(dir).await.map_err(io(dir))?;
-    let perms = std::fs::Permissions::from_mode(0o777);
-    tokio::fs::set_permissions(dir, perms)
-        .await
-        .map_err(io(dir))
+/// Sets up the emptyDir `volume` at `dir` (kubelet `emptyDir.SetUpAt`):
+///
+/// * the directory, mode 0777 (chmodded only when its permission bits differ, so the setgid
+///   and sticky bits stay);
+/// * `medium: Memory`: a tmpfs mounted on it, unless it already is one (after an edgecore
+///   restart), with `size=` the `sizeLimit` in bytes; without a `sizeLimit` no size option,
+///   so the kernel default (half of RAM) applies where the kubelet would use the pod's
+///   memory limit or the node's allocatable memory. If the mount fails (edgecore not root)
+///   the volume stays a plain directory on disk and a warning says so: the kubelet would
+///   fail the pod, edged prefers to run it (edgecore runs as root in practice);
+/// * with an fsGroup, ownership as in [`ownership`](super::ownership) (writable), skipped
+///   under `fsGroupChangePolicy: OnRootMismatch` when the root is right already (the
+///   kubelet's emptyDir plugin ignores the policy and always walks).
+///
+/// # Errors
+/// [`Error::Volume`] for a `sizeLimit` that cannot be parsed; [`Error::VolumeIo`] when the
+/// directory cannot be made or re-owned; [`Error::Blocking`] if the work panicked.
+pub(super) async fn empty_dir(
+    volume: &Volume,
+    dir: &Path,
+    fs_group: Option<FsGroup>,
+) -> Result<()> {
+    let src = volume.empty_dir.as_ref();
+    let memory = src.and_then(|e| e.medium.as_deref()) == Some("Memory");
+    let size = if memory {
+        mounts::size_option(src.and_then(|e| e.size_limit.as_ref())).map_err(|reason| {
+            Error::Volume {
+                volume: volume.name.clone(),
+                reason,
+            }
+        })?
+    } else {
+        None
+    };
+    let (name, dir) = (volume.name.clone(), dir.to_owned());
+    tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let mode = std::fs::metadata(&dir)
+            .map_err(io(&dir))?
+            .permissions()
+            .mode();
+        if mode & 0o777 != 0o777 {
+            let perms = std::fs::Permissions::from_mode(0o777);
+            std::fs::set_permissions(&dir, perms).map_err(io(&dir))?;
+        }
+        if memory && let Err(error) = mounts::mount_tmpfs(&dir, size.as_deref()) {
+            warn!(volume = %name, path = %dir.display(), %error,
+                "cannot mount a tmpfs for emptyDir medium Memory; using a plain directory on disk");
+        }
+        if let Some(g) = fs_group
+            && (!g.on_root_mismatch || ownership::root_needs_change(&dir, g.gid, false))
+        {
+            ownership::set(&dir, g.gid, false)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(Error::Blocking)?
 }
 
 /// The kubelet's hostPath type check: `""` none; `DirectoryOrCreate` / `FileOrCreate`

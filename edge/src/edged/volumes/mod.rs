@@ -5,23 +5,32 @@
 //! configMap, secret, downwardAPI and projected volumes are written like the kubelet's
 //! `AtomicWriter` ([`atomic`]): files in a timestamped `..<ts>` directory, published by
 //! renaming a `..data` symlink, with per-file symlinks `key -> ..data/key`, so a container
-//! sees an update all at once. [`PodVolumes::binds_for`] turns a container's volumeMounts
+//! sees an update all at once. An emptyDir with `medium: Memory` is a tmpfs (`mounts`),
+//! unmounted before the pod directory is removed. A pod `securityContext.fsGroup` makes
+//! every volume but hostPath owned by that group (`ownership`).
+//! [`PodVolumes::binds_for`] turns a container's volumeMounts (`subPath`, `subPathExpr`)
 //! into Docker binds.
 
 mod atomic;
 mod host;
+mod mounts;
+mod ownership;
 mod payload;
 mod token;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use tracing::{info, warn};
 
+use super::env::expand_with;
 use super::objects::PodObjects;
+use crate::edgehub::DisplayChain;
 use crate::{Error, Result};
+use ownership::FsGroup;
 use token::TokenCache;
 
 /// Prepares, refreshes and removes the volumes of pods; see the module docs.
@@ -128,6 +137,7 @@ impl<O: PodObjects> VolumeManager<O> {
     }
 
     async fn write_all(&self, pod: &Pod, now: SystemTime, setup: bool) -> Result<PodVolumes> {
+        let fs_group = FsGroup::of(pod);
         let mut out = HashMap::new();
         for volume in volumes(pod) {
             let dir = self.volume_dir(pod, &volume.name);
@@ -140,12 +150,12 @@ impl<O: PodObjects> VolumeManager<O> {
                 }
                 Kind::Dir => {
                     if setup {
-                        host::empty_dir(&dir).await?;
+                        host::empty_dir(volume, &dir, fs_group).await?;
                     }
                     (dir, false)
                 }
                 Kind::Files => {
-                    let files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
+                    let mut files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
                         .await
                         .map_err(|reason| match reason {
                             payload::Failure::Reason(reason) => Error::Volume {
@@ -154,7 +164,13 @@ impl<O: PodObjects> VolumeManager<O> {
                             },
                             payload::Failure::Other(e) => e,
                         })?;
-                    atomic::write(dir.clone(), files).await?;
+                    // fsGroup: the modes set the user bits, the group reads (kubelet).
+                    if fs_group.is_some() {
+                        for f in files.values_mut() {
+                            f.mode = ownership::file_mode(f.mode, true);
+                        }
+                    }
+                    atomic::write(dir.clone(), files, fs_group.map(|g| g.gid)).await?;
                     (dir, true)
                 }
             };
@@ -163,17 +179,24 @@ impl<O: PodObjects> VolumeManager<O> {
         Ok(PodVolumes { volumes: out })
     }
 
-    /// Removes `<pods_dir>/<uid>` (all volumes of the pod; hostPaths are untouched) and
-    /// forgets the pod's tokens. Absent is fine.
+    /// Unmounts every mount under `<pods_dir>/<uid>` (the tmpfs of `medium: Memory`
+    /// emptyDirs), then removes the directory (all volumes of the pod; hostPaths are
+    /// untouched) and forgets the pod's tokens. Absent is fine.
     ///
     /// # Errors
-    /// [`Error::VolumeIo`] if the directory cannot be removed.
+    /// [`Error::VolumeIo`] if a mount cannot be unmounted (then nothing is removed) or the
+    /// directory cannot be removed; [`Error::Blocking`] if unmounting panicked.
     pub async fn cleanup(&self, pod_uid: &str) -> Result<()> {
         self.tokens.forget(pod_uid);
         if pod_uid.is_empty() {
             return Ok(());
         }
         let dir = self.pods_dir.join(pod_uid);
+        let pod_dir = dir.clone();
+        tokio::task::spawn_blocking(move || mounts::unmount_under(&pod_dir))
+            .await
+            .map_err(Error::Blocking)?
+            .map_err(|(path, source)| Error::VolumeIo { path, source })?;
         match tokio::fs::remove_dir_all(&dir).await {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::VolumeIo {
                 path: dir,
@@ -181,6 +204,36 @@ impl<O: PodObjects> VolumeManager<O> {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// Removes (with [`Self::cleanup`]) every pod directory under `pods_dir` whose uid is not
+    /// in `live` (kubelet: `cleanupOrphanedPodDirs`); returns how many were removed. A pod
+    /// deleted while edgecore was down leaves no container for the PLEG to report, so
+    /// nothing else would remove its volumes or unmount its memory emptyDirs. Failures are
+    /// logged and the directory is left for the next sweep.
+    pub async fn cleanup_orphaned_dirs(&self, live: &HashSet<String>) -> usize {
+        let Ok(mut entries) = tokio::fs::read_dir(&self.pods_dir).await else {
+            return 0;
+        };
+        let mut removed = 0;
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let Some(uid) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if live.contains(&uid) || !entry.file_type().await.is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            match self.cleanup(&uid).await {
+                Ok(()) => {
+                    info!(%uid, "removed the directory of a pod that no longer exists");
+                    removed += 1;
+                }
+                Err(e) => {
+                    warn!(%uid, error = %DisplayChain(&e), "cannot remove orphaned pod directory")
+                }
+            }
+        }
+        removed
     }
 }
 
@@ -198,6 +251,30 @@ fn sub_path(volume: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
     Ok(volume.join(rel))
 }
 
+/// The subPath of a `subPathExpr` (kubelet `ExpandContainerVolumeMounts`): `$(VAR)` is
+/// replaced from the container's `env` (`KEY=VALUE`; later wins), `$$` is a `$`.
+///
+/// # Errors
+/// `missing value for A, B` when a referenced variable is undefined or empty (the kubelet
+/// fails the container then, rather than keeping `$(A)` as env values do).
+fn expand_sub_path(expr: &str, env: &[String]) -> std::result::Result<String, String> {
+    let vars: HashMap<&str, &str> = env.iter().filter_map(|kv| kv.split_once('=')).collect();
+    let mut missing = BTreeSet::new();
+    let path = expand_with(expr, |name| match vars.get(name) {
+        Some(v) if !v.is_empty() => (*v).to_owned(),
+        _ => {
+            missing.insert(name.to_owned());
+            String::new()
+        }
+    });
+    if missing.is_empty() {
+        Ok(path)
+    } else {
+        let names: Vec<_> = missing.into_iter().collect();
+        Err(format!("missing value for {}", names.join(", ")))
+    }
+}
+
 impl PodVolumes {
     /// The host path of volume `name`, if the pod has it.
     pub fn host_path(&self, name: &str) -> Option<&Path> {
@@ -207,13 +284,17 @@ impl PodVolumes {
     /// Docker bind specs `host:container[:ro]` for `container`'s volumeMounts: `:ro` when
     /// the mount is `readOnly` or the volume is a configMap/secret/downwardAPI/projected one
     /// (the kubelet mounts those read-only). A `subPath` binds that path inside the volume,
-    /// created as a directory (with the volume's mode) if missing, as the kubelet does.
+    /// created as a directory (with the volume's mode) if missing, as the kubelet does. A
+    /// `subPathExpr` is expanded with the container's resolved `env` (`KEY=VALUE`, as
+    /// [`resolve_env`](crate::edged::env::resolve_env) returns it) and then is a `subPath`.
     ///
     /// # Errors
     /// [`Error::ContainerConfig`] for a mount of an unknown volume (kubelet: `cannot find
-    /// volume "v" to mount into container "c"`), a `subPath` that is absolute or has `..`,
-    /// or a `subPathExpr` (not supported); [`Error::VolumeIo`] if the subPath cannot be made.
-    pub fn binds_for(&self, container: &Container) -> Result<Vec<String>> {
+    /// volume "v" to mount into container "c"`), both `subPath` and `subPathExpr`, a
+    /// `subPathExpr` referencing a missing or empty variable (`missing value for X`), a
+    /// subPath that is absolute or has `..`; [`Error::VolumeIo`] if the subPath cannot be
+    /// made.
+    pub fn binds_for(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
         let mut binds = Vec::new();
         for mount in container.volume_mounts.iter().flatten() {
             let Some((volume_path, always_ro)) = self.volumes.get(&mount.name) else {
@@ -222,18 +303,24 @@ impl PodVolumes {
                     mount.name, container.name
                 )));
             };
-            if mount
-                .sub_path_expr
-                .as_deref()
-                .is_some_and(|e| !e.is_empty())
-            {
-                return Err(Error::ContainerConfig(format!(
-                    "subPathExpr of volume \"{}\" is not supported by edged",
-                    mount.name
-                )));
-            }
+            let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
+            let expr = mount.sub_path_expr.as_deref().filter(|e| !e.is_empty());
+            let sub = match (sub, expr) {
+                (Some(_), Some(_)) => {
+                    return Err(Error::ContainerConfig(format!(
+                        "volumeMount \"{}\" of container \"{}\": subPathExpr and subPath are \
+                         mutually exclusive",
+                        mount.name, container.name
+                    )));
+                }
+                (None, Some(expr)) => {
+                    let expanded = expand_sub_path(expr, env).map_err(Error::ContainerConfig)?;
+                    Some(std::borrow::Cow::Owned(expanded))
+                }
+                (sub, None) => sub.map(std::borrow::Cow::Borrowed),
+            };
             let mut source = volume_path.clone();
-            if let Some(sub) = mount.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            if let Some(sub) = sub.as_deref() {
                 source = sub_path(volume_path, sub).map_err(Error::ContainerConfig)?;
                 host::make_sub_path(volume_path, &source)?;
             }

@@ -1,6 +1,7 @@
 //! The files of configMap, secret, downwardAPI and projected volumes (the kubelet's
 //! `configmap.MakePayload`, `secret.MakePayload`, `downwardapi.CollectData` and the
-//! projected plugin's `collectData`). Modes default to the volume's `defaultMode`, 0644.
+//! projected plugin's `collectData`). Modes default to the volume's `defaultMode`, 0644;
+//! a service-account token is 0600 when the pod has an fsGroup.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -8,6 +9,7 @@ use std::time::SystemTime;
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use super::atomic::{File, Payload};
+use super::ownership::FsGroup;
 use super::token::TokenCache;
 use crate::Error;
 use crate::edged::env::{container_resource, pod_field};
@@ -207,11 +209,18 @@ pub(super) async fn build<O: PodObjects>(
                 let seconds = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
                 let audience = t.audience.as_deref().unwrap_or_default();
                 let token = tokens.get(objects, pod, audience, seconds, now).await?;
+                // kubelet: with an fsGroup the token is 0600 (0640 once group-owned), not
+                // the volume's defaultMode.
+                let m = if FsGroup::of(pod).is_some() {
+                    0o600
+                } else {
+                    mode(dm)
+                };
                 out.insert(
                     t.path.clone(),
                     File {
                         data: token.into_bytes(),
-                        mode: mode(dm),
+                        mode: m,
                     },
                 );
             } else {

@@ -6,6 +6,8 @@ use serde_json::json;
 use super::*;
 use crate::edged::objects::fake::FakeObjects;
 
+mod tmpfs_fs_group_sub_path_expr;
+
 fn pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": { "name": "web", "namespace": "ns", "uid": "u-1",
@@ -145,7 +147,8 @@ async fn empty_dir_and_host_path_types() {
     let vols = m.prepare(&p).await.expect("prepare");
     let e = vols.host_path("e").expect("e");
     assert_eq!(e, d.path().join("pods/u-1/volumes/e"));
-    assert_eq!(mode(e), 0o777);
+    // A tmpfs (mode 1777) as root, else a plain directory (0777).
+    assert_eq!(mode(e) & 0o777, 0o777);
     assert!(dir.is_dir() && file.is_file());
     assert_eq!(vols.host_path("hd"), Some(dir.as_path()));
 
@@ -162,6 +165,8 @@ async fn empty_dir_and_host_path_types() {
         let err = m.prepare(&p).await.expect_err(ty).to_string();
         assert!(err.contains(want), "{err}");
     }
+    m.cleanup("u-1").await.expect("cleanup");
+    assert!(!d.path().join("pods/u-1").exists());
 }
 
 #[tokio::test]
@@ -250,7 +255,7 @@ async fn binds_with_read_only_and_sub_path_then_cleanup() {
     let e = d.path().join("pods/u-1/volumes/e");
     let cv = d.path().join("pods/u-1/volumes/c");
     assert_eq!(
-        vols.binds_for(c).expect("binds"),
+        vols.binds_for(c, &[]).expect("binds"),
         [
             format!("{}:/data", e.display()),
             format!("{}/logs/app:/logs:ro", e.display()),
@@ -264,12 +269,12 @@ async fn binds_with_read_only_and_sub_path_then_cleanup() {
         serde_json::from_value(json!({"name": "e", "mountPath": "/x", "subPath": "../up"}))
             .expect("m"),
     ]);
-    assert!(vols.binds_for(&bad).is_err());
+    assert!(vols.binds_for(&bad, &[]).is_err());
     bad.volume_mounts = Some(vec![
         serde_json::from_value(json!({"name": "nope", "mountPath": "/x"})).expect("m"),
     ]);
     let err = vols
-        .binds_for(&bad)
+        .binds_for(&bad, &[])
         .expect_err("unknown volume")
         .to_string();
     assert_eq!(
