@@ -17,11 +17,10 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 use tracing::{debug, warn};
-use verge_core::{Group, Operation, ResourceKey, ResourceType};
-use verge_proto::Message;
+use verge_core::{Operation, ResourceKey, ResourceType};
 
 use super::runtime::labels::PodRef;
-use super::status::SOURCE;
+use super::status::report;
 use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::OutboxKey;
 
@@ -220,15 +219,7 @@ impl Recorder {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, "event not encoded"),
         };
-        let id = uuid::Uuid::new_v4().to_string();
-        let msg = Message::build(
-            id,
-            SOURCE,
-            Group::Resource,
-            Operation::Insert,
-            key.to_string(),
-            content,
-        );
+        let msg = report(Operation::Insert, key, content);
         // Durable, coalesced by event name (a repeat bumps `count` of the same name).
         let outbox_key = OutboxKey::event(&key.namespace, &key.name);
         if let Err(e) = self.hub.try_report(outbox_key, msg) {

@@ -22,7 +22,7 @@ use serde::Serialize;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
-use verge_core::{Group, Operation, ResourceKey, ResourceType};
+use verge_core::{Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
 use crate::config::{Config, Reserved};
@@ -31,9 +31,6 @@ use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 use host::HostFacts;
 use status::{Conditions, LEASE_NAMESPACE};
-
-/// The source of node reports (they are the kubelet's job; KubeEdge: edged).
-const SOURCE: &str = "edged";
 
 /// The node component; see the module docs.
 #[derive(Debug)]
@@ -159,14 +156,7 @@ fn message<T: Serialize>(
     what: &'static str,
 ) -> Result<Message> {
     let content = serde_json::to_vec(object).map_err(|source| Error::Encode { what, source })?;
-    Ok(Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        op,
-        key.to_string(),
-        content,
-    ))
+    Ok(crate::edged::status::report(op, key, content))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use tokio::sync::mpsc;
-use verge_proto::MessageExt as _;
+use verge_proto::{Message, MessageExt as _};
 
 use super::*;
 

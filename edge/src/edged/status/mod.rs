@@ -147,6 +147,13 @@ impl StatusManager {
 
 /// An upstream message about `key` of the pod `uid`.
 fn message(op: Operation, key: &ResourceKey, content: Vec<u8>, uid: &str) -> Message {
+    report(op, key, content).with_object(uid, "")
+}
+
+/// An upstream report of edged's (pod status and deletion, events, node registration, status
+/// and lease — the kubelet's reports): group `resource`, source [`SOURCE`], a fresh UUID id,
+/// `content` the object's JSON.
+pub(crate) fn report(op: Operation, key: &ResourceKey, content: Vec<u8>) -> Message {
     Message::build(
         uuid::Uuid::new_v4().to_string(),
         SOURCE,
@@ -155,7 +162,6 @@ fn message(op: Operation, key: &ResourceKey, content: Vec<u8>, uid: &str) -> Mes
         key.to_string(),
         content,
     )
-    .with_object(uid, "")
 }
 
 /// The status without the timestamps that change on their own (condition probe/transition

@@ -199,6 +199,9 @@ async fn orphaned_pod_dirs_are_removed_and_unmounted() {
     assert_eq!(m.cleanup_orphaned_dirs(&live).await, 1);
     assert!(!d.path().join("pods/u-1").exists(), "orphan removed");
     assert!(!mounted(&tmpfs), "its tmpfs unmounted");
-    assert!(d.path().join("pods/live-uid/volumes").exists(), "live pod kept");
+    assert!(
+        d.path().join("pods/live-uid/volumes").exists(),
+        "live pod kept"
+    );
     assert_eq!(m.cleanup_orphaned_dirs(&live).await, 0);
 }
