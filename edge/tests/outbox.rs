@@ -16,7 +16,7 @@ use verge_edgecore::metamanager::OutboxKey;
 use verge_edgecore::{Config, EdgeCore, EdgeHub, EdgeHubHandle, MetaStore};
 use verge_proto::{Message, MessageExt};
 
-use common::{Event, STEP, SessionCtl, config, is, next_hello, next_msg, start_fake};
+use common::{STEP, SessionCtl, config, is, next_hello, next_msg, start_fake};
 
 fn status(id: &str, pod: &str) -> (OutboxKey, Message) {
     let key = OutboxKey::pod_status(&ResourceKey::new("ns", ResourceType::Pod, pod));
@@ -186,12 +186,10 @@ async fn unacked_report_is_resent_after_an_edgecore_restart() -> Result<()> {
     let (url, mut events) = start_fake(true).await?;
     let dir = tempfile::tempdir()?;
     let (key, msg) = status("p1", "web");
-    let key = key.to_string();
 
     let edgecore = EdgeCore::new(config(url.clone(), dir.path()))?;
-    edgecore
-        .store()
-        .outbox_put(&OutboxKey::pod_status(&pod_key()), &msg, 10)?;
+    edgecore.store().outbox_put(&key, &msg, 10)?;
+    let key = key.to_string();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(edgecore.run(shutdown.clone()));
     next_hello(&mut events).await?;
@@ -204,13 +202,7 @@ async fn unacked_report_is_resent_after_an_edgecore_restart() -> Result<()> {
     let store = edgecore.store().clone();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(edgecore.run(shutdown.clone()));
-    let session = loop {
-        match tokio::time::timeout(STEP, events.recv()).await? {
-            Some(Event::Hello(_, session)) => break session,
-            Some(_) => {}
-            None => anyhow::bail!("fake stopped"),
-        }
-    };
+    let (_, session) = next_hello(&mut events).await?;
     let again = next_msg(&mut events, "p1 after restart", with_id("p1")).await?;
     ensure!(again.resource() == "ns/podstatus/web");
     // The node's own durable reports go the same way.
@@ -232,8 +224,4 @@ async fn unacked_report_is_resent_after_an_edgecore_restart() -> Result<()> {
     shutdown.cancel();
     tokio::time::timeout(STEP, run).await???;
     Ok(())
-}
-
-fn pod_key() -> ResourceKey {
-    ResourceKey::new("ns", ResourceType::Pod, "web")
 }

@@ -28,10 +28,7 @@ impl Backoff {
 
     /// The upper bound of the next delay, without jitter.
     pub fn current_cap(&self) -> Duration {
-        let factor = 1u32.checked_shl(self.attempt.min(31)).unwrap_or(u32::MAX);
-        self.initial
-            .checked_mul(factor)
-            .map_or(self.max, |d| d.min(self.max))
+        doubled(self.initial, self.max, self.attempt)
     }
 
     /// The next delay, in `[cap / 2, cap]`; advances the sequence.
@@ -47,6 +44,12 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.attempt = 0;
     }
+}
+
+/// `initial * 2^n`, at most `max` (saturating: never overflows).
+pub(crate) fn doubled(initial: Duration, max: Duration, n: u32) -> Duration {
+    let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
+    initial.checked_mul(factor).map_or(max, |d| d.min(max))
 }
 
 #[cfg(test)]

@@ -170,17 +170,9 @@ impl Drain {
                 self.ready.push_back(key);
             }
         }
-        let expired: Vec<String> = self
-            .inflight
-            .iter()
-            .filter(|(_, i)| i.deadline <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in expired {
-            if let Some(i) = self.inflight.remove(&id) {
-                warn!(key = %i.key, %id, timeout = ?self.config.ack_timeout, "outbox report not answered; resending");
-                self.ready.push_back(i.key);
-            }
+        for (id, i) in self.inflight.extract_if(|_, i| i.deadline <= now) {
+            warn!(key = %i.key, %id, timeout = ?self.config.ack_timeout, "outbox report not answered; resending");
+            self.ready.push_back(i.key);
         }
     }
 }

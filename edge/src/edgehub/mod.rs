@@ -35,7 +35,7 @@ mod session;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 use verge_proto::Message;
@@ -121,12 +121,7 @@ impl EdgeHubHandle {
     /// [`Error::QueueFull`] when the queue is full (the message is not queued);
     /// [`Error::HubStopped`] once edgehub has stopped.
     pub fn try_send(&self, msg: Message) -> Result<()> {
-        self.tx.try_send(msg).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => Error::QueueFull {
-                capacity: self.tx.max_capacity(),
-            },
-            mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
-        })
+        try_send(&self.tx, msg)
     }
 
     /// A handle that is not connected to an [`EdgeHub`]: upstream messages go to the returned
@@ -165,11 +160,10 @@ pub struct EdgeHub {
     upstream: mpsc::Receiver<Message>,
     downstream: mpsc::Sender<Message>,
     sessions: watch::Sender<Option<SessionInfo>>,
-    /// Notified when a report is put in the outbox.
-    wake: Arc<Notify>,
-    /// The outbox and the queue of [`EdgeHubHandle::try_report`], until `run` starts the
-    /// writer.
-    writer: Option<(Outbox, mpsc::Receiver<outbox::Queued>)>,
+    /// The handles' outbox; the drain waits on [`Outbox::notified`].
+    outbox: Outbox,
+    /// The queue of [`EdgeHubHandle::try_report`], until `run` starts the writer.
+    queued: Option<mpsc::Receiver<outbox::Queued>>,
     generation: u64,
 }
 
@@ -189,7 +183,6 @@ impl EdgeHub {
             config.outbox.max_entries,
             config.upstream_queue,
         );
-        let wake = outbox.wake();
         let handle = EdgeHubHandle {
             tx,
             outbox: Some(outbox.clone()),
@@ -203,8 +196,8 @@ impl EdgeHub {
                 upstream,
                 downstream,
                 sessions,
-                wake,
-                writer: Some((outbox, queued)),
+                outbox,
+                queued: Some(queued),
                 generation: 0,
             },
             handle,
@@ -221,9 +214,9 @@ impl EdgeHub {
         let endpoints = session::endpoints(&self.config)?;
         let mut attempt = 0usize;
         let writer = self
-            .writer
+            .queued
             .take()
-            .map(|(outbox, queued)| tokio::spawn(outbox.write_queued(queued, shutdown.clone())));
+            .map(|queued| tokio::spawn(self.outbox.clone().write_queued(queued, shutdown.clone())));
         let mut backoff = Backoff::new(
             self.config.reconnect_initial_backoff,
             self.config.reconnect_max_backoff,
@@ -259,6 +252,17 @@ impl EdgeHub {
         info!("edgehub stopped");
         Ok(())
     }
+}
+
+/// Queues `value` on `tx` without waiting: [`Error::QueueFull`] when full,
+/// [`Error::HubStopped`] when the receiver is gone.
+fn try_send<T>(tx: &mpsc::Sender<T>, value: T) -> Result<()> {
+    tx.try_send(value).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => Error::QueueFull {
+            capacity: tx.max_capacity(),
+        },
+        mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
+    })
 }
 
 /// Displays an error with its `source` chain: `a: b: c`.

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use verge_proto::{Message, MessageExt};
 
-use super::DisplayChain;
+use super::{DisplayChain, try_send};
+use crate::Result;
 use crate::metamanager::{MetaStore, OutboxKey};
-use crate::{Error, Result};
 
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
 pub(crate) type Queued = (OutboxKey, Message);
@@ -23,8 +24,8 @@ pub(crate) type Queued = (OutboxKey, Message);
 #[serde(deny_unknown_fields, default)]
 pub struct OutboxConfig {
     /// Most entries kept. When it is reached, reports with a new *event* key are refused
-    /// ([`Error::OutboxFull`], logged); statuses and deletions are always kept (they are
-    /// bounded by the number of pods). Default 10000.
+    /// ([`crate::Error::OutboxFull`], logged); statuses and deletions are always kept (they
+    /// are bounded by the number of pods). Default 10000.
     pub max_entries: usize,
     /// Most reports sent and not yet answered, per session. Default 64.
     pub max_inflight: usize,
@@ -85,12 +86,11 @@ impl OutboxConfig {
 
     /// The delay before resending a report refused `attempts` times (at least once).
     pub(crate) fn retry_delay(&self, attempts: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(attempts.saturating_sub(1).min(31))
-            .unwrap_or(u32::MAX);
-        self.retry_backoff
-            .checked_mul(factor)
-            .map_or(self.retry_max_backoff, |d| d.min(self.retry_max_backoff))
+        super::backoff::doubled(
+            self.retry_backoff,
+            self.retry_max_backoff,
+            attempts.saturating_sub(1),
+        )
     }
 }
 
@@ -126,15 +126,10 @@ impl Outbox {
     /// await); it is committed shortly after, in queue order.
     ///
     /// # Errors
-    /// [`Error::QueueFull`] when the queue is full; [`Error::HubStopped`] once the writer
-    /// has stopped.
+    /// [`crate::Error::QueueFull`] when the queue is full; [`crate::Error::HubStopped`] once
+    /// the writer has stopped.
     pub(crate) fn try_put(&self, key: OutboxKey, msg: Message) -> Result<()> {
-        self.queue.try_send((key, msg)).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => Error::QueueFull {
-                capacity: self.queue.max_capacity(),
-            },
-            mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
-        })
+        try_send(&self.queue, (key, msg))
     }
 
     /// Commits queued reports in order until `shutdown`, then the ones still queued.
@@ -155,9 +150,10 @@ impl Outbox {
         }
     }
 
-    /// Notified after every put; the drain waits on it.
-    pub(crate) fn wake(&self) -> Arc<Notify> {
-        Arc::clone(&self.wake)
+    /// Completes after the next put (or at once if one happened since the last wait); the
+    /// drain waits on it.
+    pub(crate) fn notified(&self) -> Notified<'_> {
+        self.wake.notified()
     }
 
     /// Commits `msg` under `key` (replacing that key's entry), then wakes the drain. A

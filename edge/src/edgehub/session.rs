@@ -158,7 +158,6 @@ impl EdgeHub {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = tokio::time::sleep(silence);
         tokio::pin!(deadline);
-        let wake = std::sync::Arc::clone(&self.wake);
         let mut drain = Drain::new(self.store.clone(), self.config.outbox.clone());
         drain.fill(&frames).await?;
         loop {
@@ -176,7 +175,7 @@ impl EdgeHub {
                     let msg = Message::build(uuid::Uuid::new_v4().to_string(), "edgehub", Group::Hub, Operation::Keepalive, "", Vec::new());
                     send(&frames, msg).await?;
                 }
-                () = wake.notified() => drain.fill(&frames).await?,
+                () = self.outbox.notified() => drain.fill(&frames).await?,
                 () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
                     drain.on_timer(Instant::now());
                     drain.fill(&frames).await?;

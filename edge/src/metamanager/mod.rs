@@ -125,7 +125,7 @@ impl MetaManager {
 
     /// Applies one downstream message; returns the reply to send, if any.
     #[tracing::instrument(skip_all, fields(id = msg.id(), resource = msg.resource()))]
-    pub async fn handle(&self, msg: Message) -> Option<Message> {
+    pub async fn handle(&self, mut msg: Message) -> Option<Message> {
         let op = match msg.operation() {
             Ok(op) => op,
             Err(e) => return Some(reply(&msg, Operation::Error, e.to_string())),
@@ -135,52 +135,26 @@ impl MetaManager {
                 debug!(parent_id = msg.parent_id(), "cloud acked");
                 None
             }
-            Operation::Error | Operation::Response
-                if self.queries.complete(msg.clone()).is_none() =>
-            {
-                debug!(parent_id = msg.parent_id(), "answer handed to its query");
-                None
-            }
-            Operation::Error => {
-                let reason = String::from_utf8_lossy(&msg.content);
-                warn!(parent_id = msg.parent_id(), %reason, "cloud answered error");
-                None
-            }
-            Operation::Response => {
-                debug!(
-                    parent_id = msg.parent_id(),
-                    "cloud response (no waiter yet)"
-                );
+            Operation::Error | Operation::Response => {
+                let parent_id = msg.parent_id().to_owned();
+                let Some(msg) = self.queries.complete(msg) else {
+                    debug!(parent_id = parent_id.as_str(), "answer handed to its query");
+                    return None;
+                };
+                if op == Operation::Error {
+                    let reason = String::from_utf8_lossy(&msg.content);
+                    warn!(parent_id = parent_id.as_str(), %reason, "cloud answered error");
+                } else {
+                    debug!(
+                        parent_id = parent_id.as_str(),
+                        "cloud response (no waiter yet)"
+                    );
+                }
                 None
             }
             Operation::Keepalive => None,
             Operation::Insert | Operation::Update | Operation::Delete => {
-                let store = self.store.clone();
-                let outcome = match validate(&msg, op) {
-                    Err(reason) => Err(reason),
-                    Ok(key) => {
-                        let (uid, rv) = object_identity(&msg);
-                        let content = msg.content.clone();
-                        let (k, u) = (key.clone(), uid.clone());
-                        let applied = store
-                            .blocking(move |s| apply(s, op, &k, &u, &rv, &content))
-                            .await
-                            .map_err(|e| {
-                                error!(error = %DisplayChain(&e), "store failed");
-                                format!("edge store failed: {e}")
-                            });
-                        if let Ok(a @ (Applied::Stored | Applied::Deleted)) = applied {
-                            // No subscriber (edged not running) is fine.
-                            let _ = self.events.send(StoreEvent {
-                                key,
-                                uid,
-                                applied: a,
-                            });
-                        }
-                        applied
-                    }
-                };
-                Some(match outcome {
+                Some(match self.apply_object(&mut msg, op).await {
                     Ok(applied) => {
                         debug!(?applied, "applied");
                         reply(&msg, Operation::Ack, String::new())
@@ -203,6 +177,33 @@ impl MetaManager {
                 format!("operation {op} is not supported by edgecore"),
             )),
         }
+    }
+
+    /// Validates and commits an insert/update/delete, then announces a change to the
+    /// subscribers. Moves the content out of `msg` (the reply does not need it). `Err` is
+    /// the reason to answer with.
+    async fn apply_object(
+        &self,
+        msg: &mut Message,
+        op: Operation,
+    ) -> std::result::Result<Applied, String> {
+        let key = validate(msg, op)?;
+        let (uid, rv) = object_identity(msg);
+        let content = std::mem::take(&mut msg.content);
+        let (k, u) = (key.clone(), uid.clone());
+        let applied = self
+            .store
+            .blocking(move |s| apply(s, op, &k, &u, &rv, &content))
+            .await
+            .map_err(|e| {
+                error!(error = %DisplayChain(&e), "store failed");
+                format!("edge store failed: {e}")
+            })?;
+        if matches!(applied, Applied::Stored | Applied::Deleted) {
+            // No subscriber (edged not running) is fine.
+            let _ = self.events.send(StoreEvent { key, uid, applied });
+        }
+        Ok(applied)
     }
 }
 

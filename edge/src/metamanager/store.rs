@@ -29,6 +29,17 @@ pub struct StoredObject {
     pub content: Vec<u8>,
 }
 
+impl StoredObject {
+    /// An `objects` row's value.
+    fn from_row((uid, resource_version, content): (&str, &str, &[u8])) -> Self {
+        Self {
+            uid: uid.to_owned(),
+            resource_version: resource_version.to_owned(),
+            content: content.to_vec(),
+        }
+    }
+}
+
 /// A handle to the store; cheap to clone (shares one [`Database`]).
 #[derive(Clone)]
 pub struct MetaStore {
@@ -107,14 +118,9 @@ impl MetaStore {
     pub fn get(&self, key: &ResourceKey) -> Result<Option<StoredObject>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(OBJECTS)?;
-        Ok(table.get(key.to_string().as_str())?.map(|guard| {
-            let (uid, rv, content) = guard.value();
-            StoredObject {
-                uid: uid.to_owned(),
-                resource_version: rv.to_owned(),
-                content: content.to_vec(),
-            }
-        }))
+        Ok(table
+            .get(key.to_string().as_str())?
+            .map(|guard| StoredObject::from_row(guard.value())))
     }
 
     /// Removes the object at `key` unless `uid` is non-empty and differs from the stored uid
@@ -159,15 +165,7 @@ impl MetaStore {
             if key.kind != kind {
                 continue;
             }
-            let (uid, rv, content) = v.value();
-            out.push((
-                key,
-                StoredObject {
-                    uid: uid.to_owned(),
-                    resource_version: rv.to_owned(),
-                    content: content.to_vec(),
-                },
-            ));
+            out.push((key, StoredObject::from_row(v.value())));
         }
         Ok(out)
     }
