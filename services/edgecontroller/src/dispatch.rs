@@ -135,10 +135,10 @@ impl Dispatcher {
         }
     }
 
-    fn on_session(&mut self, link: &Link, event: NodeSession) {
+    fn on_session(&mut self, link: &Link, mut event: NodeSession) {
         let (node, hub) = (event.node.clone(), event.cloudhub.clone());
-        let objects = event.inventory.as_ref().map_or(0, |i| i.entries.len());
-        let inventory = event.inventory.clone().unwrap_or_default();
+        let inventory = event.inventory.take().unwrap_or_default();
+        let objects = inventory.entries.len();
         match self.sessions.apply(link.id, event) {
             Change::Connected => {
                 self.to_downstream(Input::Connected {

@@ -5,12 +5,12 @@
 //! and for every later connect/disconnect. A node belongs to the link (attached replica
 //! stream) that last announced it connected: a node that reconnects to replica B while A
 //! still reports it is held by B, and A's later disconnect of it is stale. When a link ends,
-//! its nodes are gone ([`Sessions::detach`]). The inventory kept here is what the resync of
-//! the downstream side diffs against its watch caches (DESIGN §3.2).
+//! its nodes are gone ([`Sessions::detach`]). The inventory of a session goes to the
+//! downstream side (`Input::Connected`), which diffs it against its watch caches
+//! (DESIGN §3.2); it is not kept here.
 
 use std::collections::HashMap;
 
-use verge_proto::Inventory;
 use verge_proto::hub::NodeSession;
 
 /// One connected node's session.
@@ -20,8 +20,6 @@ pub struct Session {
     pub link: u64,
     /// The name the cloudhub replica announced (for logs).
     pub cloudhub: String,
-    /// Every object the edge held when it connected.
-    pub inventory: Inventory,
 }
 
 /// What a session event changed.
@@ -50,7 +48,6 @@ impl Sessions {
             let session = Session {
                 link,
                 cloudhub: event.cloudhub,
-                inventory: event.inventory.unwrap_or_default(),
             };
             self.nodes.insert(event.node, session);
             return Change::Connected;

@@ -11,18 +11,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use verge_core::Operation;
+use verge_edgecontroller::Config;
 use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
-use verge_edgecontroller::{Config, EdgeController};
-use verge_proto::hub::{DeliveryError, Routed, controller_frame, hub_frame};
+use verge_proto::hub::{DeliveryError, Routed, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
     Probe, WAIT, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
     wait_for_service_account,
 };
-use common::{Attach, msg, reason};
+use common::{Attach, Controller, msg, reason};
 
 #[tokio::test]
 async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<()> {
@@ -34,13 +33,8 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
         cloudhub: vec![format!("http://{addr}")],
         ..Config::default()
     };
-    let shutdown = CancellationToken::new();
-    let controller =
-        tokio::spawn(EdgeController::new(config, client.clone()).run(shutdown.clone()));
-    let mut h = common::next_attach(&mut attaches).await?;
-    let controller_frame::Frame::Hello(_) = h.next().await? else {
-        bail!("no hello")
-    };
+    let controller = Controller::spawn(config, client.clone());
+    let (mut h, _) = common::next_hello(&mut attaches).await?;
 
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let (node, ns) = (format!("ec-down-{id}"), format!("ec-down-{id}"));
@@ -62,8 +56,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
 
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    controller.stop().await?;
     result
 }
 

@@ -6,15 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use anyhow::bail;
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use verge_core::Operation;
-use verge_edgecontroller::{Config, EdgeController};
+use verge_edgecontroller::Config;
 use verge_proto::MessageExt;
-use verge_proto::hub::{NodeSession, controller_frame, hub_frame};
+use verge_proto::hub::{NodeSession, hub_frame};
 
-use common::{msg, reason};
+use common::{Controller, msg, reason};
 
 fn unreachable_client() -> anyhow::Result<kube::Client> {
     // Port 9 (discard) on loopback: connections are refused at once.
@@ -33,25 +31,16 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()
     };
-    let shutdown = CancellationToken::new();
-    let controller =
-        tokio::spawn(EdgeController::new(config, unreachable_client()?).run(shutdown.clone()));
+    let controller = Controller::spawn(config, unreachable_client()?);
 
-    let mut first = common::next_attach(&mut attaches).await?;
-    let controller_frame::Frame::Hello(hello) = first.next().await? else {
-        bail!("no hello")
-    };
+    let (first, hello) = common::next_hello(&mut attaches).await?;
     assert_eq!(
         (hello.name.as_str(), hello.groups.as_slice()),
         ("edgecontroller", &["resource".to_owned()][..])
     );
     // Cloudhub ends the stream: the controller attaches again and says hello again.
     drop(first);
-    let mut second = common::next_attach(&mut attaches).await?;
-    assert!(matches!(
-        second.next().await?,
-        controller_frame::Frame::Hello(_)
-    ));
+    let (mut second, _) = common::next_hello(&mut attaches).await?;
 
     second
         .send(hub_frame::Frame::Session(NodeSession {
@@ -108,8 +97,7 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
         reason(&answer)
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    controller.stop().await?;
     Ok(())
 }
 
@@ -126,17 +114,9 @@ async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()
     };
-    let shutdown = CancellationToken::new();
-    let controller =
-        tokio::spawn(EdgeController::new(config, unreachable_client()?).run(shutdown.clone()));
-    let mut hub1 = common::next_attach(&mut attaches1).await?;
-    let mut hub2 = common::next_attach(&mut attaches2).await?;
-    for hub in [&mut hub1, &mut hub2] {
-        assert!(matches!(
-            hub.next().await?,
-            controller_frame::Frame::Hello(_)
-        ));
-    }
+    let controller = Controller::spawn(config, unreachable_client()?);
+    let (mut hub1, _) = common::next_hello(&mut attaches1).await?;
+    let (mut hub2, _) = common::next_hello(&mut attaches2).await?;
     hub2.send(hub_frame::Frame::Session(NodeSession {
         node: "edge-1".into(),
         connected: true,
@@ -159,11 +139,7 @@ async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result
 
     // hub-1's stream ends: it is re-attached on its own; hub-2's stream is unaffected.
     drop(hub1);
-    let mut hub1 = common::next_attach(&mut attaches1).await?;
-    assert!(matches!(
-        hub1.next().await?,
-        controller_frame::Frame::Hello(_)
-    ));
+    let (_hub1, _) = common::next_hello(&mut attaches1).await?;
     let answer = hub2.ask("edge-1", unsupported()).await?;
     assert!(
         reason(&answer).contains("unsupported"),
@@ -171,7 +147,6 @@ async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result
         reason(&answer)
     );
 
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    controller.stop().await?;
     Ok(())
 }

@@ -3,21 +3,18 @@
 
 mod common;
 
-use std::time::Duration;
-
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use verge_core::Operation;
-use verge_edgecontroller::{Config, EdgeController};
+use verge_edgecontroller::Config;
 use verge_proto::MessageExt;
-use verge_proto::hub::{NodeSession, controller_frame, hub_frame};
+use verge_proto::hub::{NodeSession, hub_frame};
 
-use common::{Attach, msg, reason};
+use common::{Attach, Controller, msg, reason};
 
 #[tokio::test]
 async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> {
@@ -30,14 +27,8 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
         cloudhub: vec![format!("http://{addr}")],
         ..Config::default()
     };
-    let shutdown = CancellationToken::new();
-    let controller =
-        tokio::spawn(EdgeController::new(config, client.clone()).run(shutdown.clone()));
-    let mut h = common::next_attach(&mut attaches).await?;
-
-    let controller_frame::Frame::Hello(hello) = h.next().await? else {
-        bail!("no hello")
-    };
+    let controller = Controller::spawn(config, client.clone());
+    let (mut h, hello) = common::next_hello(&mut attaches).await?;
     assert_eq!(hello.name, "edgecontroller");
     assert_eq!(hello.groups, vec!["resource".to_owned()]);
 
@@ -55,8 +46,7 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
 
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
     let _ = leases.delete(&node, &DeleteParams::default()).await;
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), controller).await???;
+    controller.stop().await?;
     result
 }
 

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 use verge_core::{Operation, ResourceKey};
 use verge_proto::{Message, MessageExt};
 
+use crate::routing;
+
 #[cfg(test)]
 mod tests;
 
@@ -98,20 +100,20 @@ pub(crate) struct DeliveryQueue {
     due: VecDeque<String>,
 }
 
-/// The object key of `message`, or `None` for an answer.
-fn object_key(message: &Message) -> Option<ResourceKey> {
-    match message.operation() {
-        Ok(Operation::Ack | Operation::Response | Operation::Error | Operation::Keepalive)
-        | Err(_) => None,
-        Ok(_) => message.edge_key().ok(),
+/// The object key of `message` with `operation`, or `None` for an answer.
+fn object_key(operation: Operation, message: &Message) -> Option<ResourceKey> {
+    if routing::is_answer(operation) || operation == Operation::Keepalive {
+        return None;
     }
+    message.edge_key().ok()
 }
 
-/// Whether `message` carries the whole state of its object, so older waiting ones are moot.
-fn supersedes(message: &Message) -> bool {
+/// Whether a message with `operation` carries the whole state of its object, so older
+/// waiting ones are moot.
+fn supersedes(operation: Operation) -> bool {
     matches!(
-        message.operation(),
-        Ok(Operation::Insert | Operation::Update | Operation::Delete | Operation::Resync)
+        operation,
+        Operation::Insert | Operation::Update | Operation::Delete | Operation::Resync
     )
 }
 
@@ -148,7 +150,8 @@ impl DeliveryQueue {
     /// # Errors
     /// [`QueueFull`] when `capacity` messages wait already; the queue is then unchanged.
     pub(crate) fn push(&mut self, message: Message, origin: Origin) -> Result<(), QueueFull> {
-        let key = object_key(&message);
+        let operation = message.operation().ok();
+        let key = operation.and_then(|op| object_key(op, &message));
         let queued = Queued { message, origin };
         let Some(key) = key else {
             self.check_room()?;
@@ -156,7 +159,7 @@ impl DeliveryQueue {
             self.waiting_len += 1;
             return Ok(());
         };
-        if supersedes(&queued.message)
+        if operation.is_some_and(supersedes)
             && let Some(list) = self.waiting.get_mut(&key)
         {
             self.waiting_len = self.waiting_len + 1 - list.len();

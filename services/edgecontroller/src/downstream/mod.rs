@@ -234,9 +234,13 @@ impl Downstream {
             CacheEvent::Object(key) => {
                 let mut nodes = holding(key);
                 for pod in self.caches.pods.state() {
-                    if desired::references(&pod).contains(key) {
-                        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-                        nodes.extend(bound);
+                    // Only pods of connected nodes count; skip the others before walking
+                    // their references.
+                    let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref());
+                    if let Some(bound) = bound.filter(|n| self.nodes.contains_key(*n))
+                        && desired::references(&pod).contains(key)
+                    {
+                        nodes.insert(bound.clone());
                     }
                 }
                 nodes

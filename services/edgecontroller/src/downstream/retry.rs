@@ -65,11 +65,6 @@ impl Retries {
         }
     }
 
-    /// Forgets every node.
-    pub fn clear(&mut self) {
-        *self = Self::default();
-    }
-
     /// When the earliest pending re-diff is due.
     pub fn next_due(&self) -> Option<Instant> {
         self.queue.first().map(|(due, _)| *due)

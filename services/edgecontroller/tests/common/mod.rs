@@ -9,11 +9,16 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 use verge_core::{Group, Operation};
+use verge_edgecontroller::{Config, EdgeController};
 use verge_proto::hub::controller_hub_server::{ControllerHub, ControllerHubServer};
-use verge_proto::hub::{ControllerFrame, HubFrame, Routed, controller_frame, hub_frame};
+use verge_proto::hub::{
+    ControllerFrame, ControllerHello, HubFrame, Routed, controller_frame, hub_frame,
+};
 use verge_proto::{Message, MessageExt};
 
 type HubStream = ReceiverStream<Result<HubFrame, Status>>;
@@ -63,6 +68,40 @@ pub async fn next_attach(attaches: &mut mpsc::Receiver<Attach>) -> anyhow::Resul
         .await
         .context("no attach within 30s")?
         .context("fake hub stopped")
+}
+
+/// Waits up to 30 s for the next attached stream and reads its first frame, which must be
+/// the controller's hello.
+pub async fn next_hello(
+    attaches: &mut mpsc::Receiver<Attach>,
+) -> anyhow::Result<(Attach, ControllerHello)> {
+    let mut attach = next_attach(attaches).await?;
+    let controller_frame::Frame::Hello(hello) = attach.next().await? else {
+        bail!("no hello")
+    };
+    Ok((attach, hello))
+}
+
+/// An [`EdgeController`] running in a task of the test.
+pub struct Controller {
+    shutdown: CancellationToken,
+    task: JoinHandle<verge_edgecontroller::Result<()>>,
+}
+
+impl Controller {
+    /// Spawns `EdgeController::run` with `config` and `client`.
+    pub fn spawn(config: Config, client: kube::Client) -> Self {
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(EdgeController::new(config, client).run(shutdown.clone()));
+        Self { shutdown, task }
+    }
+
+    /// Shuts the controller down; fails unless it returns `Ok` within 10 s.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task).await???;
+        Ok(())
+    }
 }
 
 /// One attached controller stream, seen from cloudhub's side.
