@@ -4,9 +4,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use verge_testkit::ControlPlane;
+use verge_testkit::ports::free_port;
 use verge_testkit::process::{ChildProcess, workspace_bin};
-
-use crate::{free_port, wait_for_port};
+use verge_testkit::wait::wait_for_port;
 
 /// The cloud side: one cloudhub (or several replicas) and one edgecontroller attached to
 /// every replica, as separate processes.

@@ -6,25 +6,24 @@
 //! - [`Cloud`]: cloudhub (one or more [`Replica`]s) + edgecontroller processes on loopback
 //!   ports.
 //! - [`Edge`]: one edgecore process with its own data directory and config file.
-//! - [`wait_for`]: polls a condition with a deadline.
+//! - [`wait_for`]: polls a condition with a deadline (from `verge_testkit::wait`).
 //!
 //! The scenarios themselves are in `tests/tests/`.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod cloud;
 
 pub use cloud::{Cloud, Replica};
 
-use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::Node;
+use anyhow::Context as _;
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
-pub use verge_testkit::docker::remove_managed_containers;
+pub use verge_testkit::docker::{EDGED_TEST_CONFIG, docker, remove_managed_containers};
 pub use verge_testkit::ports::free_port;
+pub use verge_testkit::wait::{create_namespace, ready_status, wait_for};
 
 /// One edge node: an edgecore process with its data directory and config file.
 #[derive(Debug)]
@@ -137,101 +136,6 @@ impl Drop for Edge {
         }
         let _ = remove_managed_containers(|n| n == self.name);
     }
-}
-
-/// The status of the node's `Ready` condition (`"True"`, `"False"`, `"Unknown"`), or `None`
-/// when the node or the condition does not exist.
-pub fn ready_status(node: &Node) -> Option<String> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.clone())
-}
-
-/// Polls `check` every 250 ms until it returns `Some`, or fails after `timeout` with
-/// `what` in the message.
-///
-/// # Errors
-/// The deadline passed; the error names `what` and the last check error, if any.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Option<T>>>,
-{
-    let deadline = Instant::now() + timeout;
-    let mut last_error = None;
-    loop {
-        match check().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_error = Some(e),
-        }
-        if Instant::now() >= deadline {
-            match last_error {
-                Some(e) => {
-                    bail!("timed out after {timeout:?} waiting for {what}: last error: {e:#}")
-                }
-                None => bail!("timed out after {timeout:?} waiting for {what}"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-pub(crate) async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
-    wait_for(
-        &format!("127.0.0.1:{port} to listen"),
-        timeout,
-        || async move {
-            Ok(tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .ok()
-                .map(|_| ()))
-        },
-    )
-    .await
-}
-
-/// Extra edgecore configuration for pods on the local Docker engine: the infra (pause)
-/// container uses the local test image, because no registry can be reached.
-pub const EDGED_TEST_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
-                                     pod_infra_command: [sleep, \"2147483647\"]\n";
-
-/// Creates namespace `name` and waits until its `default` ServiceAccount exists (pods are
-/// refused before that), so tests can create pods in it.
-///
-/// # Errors
-/// API errors, or no ServiceAccount within 30 s.
-pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-    use kube::api::PostParams;
-    let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    namespaces.create(&PostParams::default(), &ns).await?;
-    let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), name);
-    wait_for("default service account", Duration::from_secs(30), || {
-        let sas = sas.clone();
-        async move { Ok(sas.get_opt("default").await?.map(|_| ())) }
-    })
-    .await
-}
-
-/// `docker <args>` and its stdout (trimmed).
-///
-/// # Errors
-/// docker cannot be run or exits non-zero (the error holds its stderr).
-pub fn docker(args: &[&str]) -> anyhow::Result<String> {
-    let out = std::process::Command::new("docker").args(args).output()?;
-    if !out.status.success() {
-        bail!(
-            "docker {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// Ids of the (running, or with `all` also exited) Docker containers carrying every

@@ -16,7 +16,7 @@ use verge_e2e::{
 };
 use verge_testkit::netns::EdgeNetns;
 
-const IMAGE: &str = "verge-test/busybox:latest";
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
 /// These scenarios kill and restart processes and load the machine; they run one at a time
 /// so each one's time bounds hold on a 2-core CI machine.

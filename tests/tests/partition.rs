@@ -17,7 +17,7 @@ use verge_e2e::{
 };
 use verge_testkit::netns::EdgeNetns;
 
-const IMAGE: &str = "verge-test/busybox:latest";
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 const PARTITION: Duration = Duration::from_secs(120);
 
 fn pod(

@@ -15,7 +15,7 @@ use verge_e2e::{
     Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, wait_for,
 };
 
-const IMAGE: &str = "verge-test/busybox:latest";
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
 /// Each scenario starts its own cloud services and edgecore and creates containers; they run
 /// one at a time so the time bounds of the acceptance checks hold on a 2-core CI machine.

@@ -9,12 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
+use verge_testkit::wait::ready_status;
 use verge_testkit::{ControlPlane, daemon};
-
-/// Extra edgecore configuration so pods run on this machine's Docker without a registry:
-/// the pod infra container uses the local test image.
-pub const LOCAL_EDGED_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
-                                      pod_infra_command: [sleep, \"2147483647\"]\n";
 
 /// The running processes of a local deployment.
 #[derive(Debug)]
@@ -109,7 +105,7 @@ pub async fn start(
         pids.push(format!("{name} {pid}"));
         std::fs::write(dir.join("pids"), pids.join("\n") + "\n")?;
         match name {
-            "cloudhub" => wait_port(edge_port, Duration::from_secs(20)).await?,
+            "cloudhub" => wait_for_port(edge_port, Duration::from_secs(20)).await?,
             "edgecore" => edgecore_pid = pid,
             _ => {}
         }
@@ -130,11 +126,10 @@ impl LocalVerge {
         let nodes: Api<Node> = Api::all(cp.client().await?);
         let deadline = Instant::now() + timeout;
         loop {
-            let ready = nodes.get_opt(&self.node_name).await?.is_some_and(|n| {
-                n.status
-                    .and_then(|s| s.conditions)
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            });
+            let ready = nodes
+                .get_opt(&self.node_name)
+                .await?
+                .is_some_and(|n| ready_status(&n).as_deref() == Some("True"));
             if ready {
                 return Ok(());
             }
@@ -158,20 +153,18 @@ pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 }
 
 pub use verge_testkit::ports::free_port;
+pub use verge_testkit::wait::{create_namespace, wait_for_port};
 
-/// Waits until something listens on `127.0.0.1:port`.
-pub async fn wait_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        if Instant::now() > deadline {
-            bail!("nothing listens on 127.0.0.1:{port} after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
+/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then
@@ -204,39 +197,4 @@ pub fn remove_containers(dir: &Path) -> usize {
             0
         }
     }
-}
-
-/// Resident memory of `pid` in KiB (`VmRSS` of `/proc/<pid>/status`).
-pub fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Creates namespace `name` and waits (up to 30 s) for its `default` ServiceAccount, without
-/// which the API server refuses pods.
-///
-/// # Errors
-/// API errors or no ServiceAccount in time.
-pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-    let namespaces: Api<Namespace> = Api::all(client.clone());
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    namespaces
-        .create(&kube::api::PostParams::default(), &ns)
-        .await?;
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while sas.get_opt("default").await?.is_none() {
-        if Instant::now() > deadline {
-            bail!("no default ServiceAccount in namespace {name} after 30 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }

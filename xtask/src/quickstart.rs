@@ -63,7 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &bin_dir,
         &cp,
         &args.node_name,
-        local::LOCAL_EDGED_CONFIG,
+        verge_testkit::docker::EDGED_TEST_CONFIG,
     )
     .await?;
 

@@ -28,12 +28,7 @@ const TEST_NODE_PREFIXES: [&str; 2] = ["e2e-", "edge-test-"];
 /// Runs the suite; returns `cargo test`'s exit code.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("xtask test: checking Debian packages, Docker and the test image");
-    tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
-        verge_testkit::packages::ensure_packages()?;
-        verge_testkit::docker::ensure_docker()?;
-        verge_testkit::docker::ensure_test_image()
-    })
-    .await??;
+    crate::local::ensure_host().await?;
 
     let config = ControlPlaneConfig::from_env();
     let cp = crate::control_plane::up(&config).await?;

@@ -108,40 +108,44 @@ pub const MANAGED_LABEL: &str = "io.verge.managed";
 /// # Errors
 /// `docker ps` or `docker rm` cannot be run or fail.
 pub fn remove_managed_containers(node: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
+    let filter = format!("label={MANAGED_LABEL}");
     let format = format!("{{{{.ID}}}} {{{{.Label \"{MANAGED_LABEL}\"}}}}");
-    let out = Command::new("docker")
-        .args(["ps", "-a", "--filter", &format!("label={MANAGED_LABEL}")])
-        .args(["--format", &format])
-        .output()
-        .context("running docker ps")?;
-    if !out.status.success() {
-        bail!(
-            "docker ps failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let listed = docker(&["ps", "-a", "--filter", &filter, "--format", &format])?;
+    let ids: Vec<&str> = listed
         .lines()
         .filter_map(|l| l.split_once(' '))
         .filter(|(_, n)| node(n))
-        .map(|(id, _)| id.to_owned())
+        .map(|(id, _)| id)
         .collect();
     if ids.is_empty() {
         return Ok(0);
     }
+    docker(&[&["rm", "-f"], ids.as_slice()].concat())?;
+    Ok(ids.len())
+}
+
+/// `docker <args>` and its stdout (trimmed).
+///
+/// # Errors
+/// docker cannot be run or exits non-zero (the error holds its stderr).
+pub fn docker(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new("docker")
-        .args(["rm", "-f"])
-        .args(&ids)
+        .args(args)
         .output()
-        .context("running docker rm")?;
+        .with_context(|| format!("running docker {args:?}"))?;
     if !out.status.success() {
         bail!(
-            "docker rm failed: {}",
+            "docker {args:?} failed: {}",
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(ids.len())
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
+
+/// Extra edgecore configuration for pods on the local Docker engine: the infra (pause)
+/// container uses [`TEST_IMAGE`], because no registry can be reached.
+pub const EDGED_TEST_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
+                                     pod_infra_command: [sleep, \"2147483647\"]\n";
 
 /// Makes sure [`TEST_IMAGE`] exists, importing it when missing (installs
 /// `busybox-static` first if needed). Requires a running daemon ([`ensure_docker`]).

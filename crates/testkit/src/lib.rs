@@ -24,6 +24,8 @@
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
 //! * [`paths`] — the default cache and run directories.
+//! * [`wait`] — [`wait::wait_for`] (poll with a deadline), [`wait::wait_for_port`],
+//!   [`wait::create_namespace`], [`wait::ready_status`].
 //!
 //! # Use from a test binary
 //!
@@ -64,6 +66,7 @@ pub mod packages;
 pub mod paths;
 pub mod ports;
 pub mod process;
+pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
 

@@ -6,7 +6,7 @@
 //! p50/p99 and the ratios, and edgecore's resident memory with 0 and with N pods running.
 
 use std::collections::HashMap;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -17,6 +17,7 @@ use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 use verge_testkit::ControlPlaneConfig;
+use verge_testkit::docker::docker;
 
 use super::percentile;
 use crate::local;
@@ -32,7 +33,7 @@ pub struct Args {
     pub debug: bool,
 }
 
-const IMAGE: &str = "verge-test/busybox:latest";
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 const NODE: &str = "verge-bench-1";
 const NAMESPACE: &str = "verge-bench";
 
@@ -47,7 +48,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let cp = crate::control_plane::up(&config).await?;
     let bin_dir = local::build_bins(!args.debug)?;
-    let verge = local::start(&run_dir, &bin_dir, &cp, NODE, local::LOCAL_EDGED_CONFIG).await?;
+    let verge = local::start(
+        &run_dir,
+        &bin_dir,
+        &cp,
+        NODE,
+        verge_testkit::docker::EDGED_TEST_CONFIG,
+    )
+    .await?;
     let result = measure(&cp, &verge, n).await;
     local::stop_processes(&run_dir);
     local::remove_containers(&run_dir);
@@ -63,7 +71,8 @@ async fn measure(
 ) -> anyhow::Result<()> {
     verge.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_idle = local::rss_kib(verge.edgecore_pid).context("reading edgecore RSS")?;
+    let rss_idle =
+        local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
 
     let docker_one = docker_run_baseline(SINGLE, false)?;
     let docker_all = docker_run_baseline(n, true)?;
@@ -74,7 +83,7 @@ async fn measure(
     while namespaces.get_opt(NAMESPACE).await?.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    crate::local::create_namespace(&client, NAMESPACE).await?;
+    local::create_namespace(&client, NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
@@ -151,7 +160,8 @@ async fn measure(
     }
     watch.abort();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_busy = local::rss_kib(verge.edgecore_pid).context("reading edgecore RSS")?;
+    let rss_busy =
+        local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
 
     let mut verge_all: Vec<Duration> = startup.into_values().collect();
     verge_all.sort();
@@ -210,17 +220,8 @@ fn report(what: &str, verge: &[Duration], docker: &[Duration]) {
 fn docker_run_baseline(n: usize, concurrent: bool) -> anyhow::Result<Vec<Duration>> {
     let run = || -> anyhow::Result<(Duration, String)> {
         let t0 = Instant::now();
-        let out = Command::new("docker")
-            .args(["run", "-d", IMAGE, "sleep", "3600"])
-            .output()?;
-        let took = t0.elapsed();
-        if !out.status.success() {
-            bail!(
-                "docker run failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok((took, String::from_utf8_lossy(&out.stdout).trim().to_owned()))
+        let id = docker(&["run", "-d", IMAGE, "sleep", "3600"])?;
+        Ok((t0.elapsed(), id))
     };
     let results: Vec<anyhow::Result<(Duration, String)>> = if concurrent {
         std::thread::scope(|s| {
@@ -248,9 +249,11 @@ fn docker_run_baseline(n: usize, concurrent: bool) -> anyhow::Result<Vec<Duratio
             Err(e) => failure = Some(e),
         }
     }
-    let mut rm = Command::new("docker");
-    rm.args(["rm", "-f"]).args(&ids);
-    let _ = rm.output();
+    let rm: Vec<&str> = ["rm", "-f"]
+        .into_iter()
+        .chain(ids.iter().map(String::as_str))
+        .collect();
+    let _ = docker(&rm);
     if let Some(e) = failure {
         return Err(e);
     }

@@ -29,7 +29,7 @@ use verge_testkit::{ControlPlane, ControlPlaneConfig, daemon};
 use self::edge::{Event, PhaseShared, SessionStats, SimEdge};
 use self::objects::OBJECTS_PER_NODE;
 use super::percentile;
-use crate::local::{self, free_port, wait_port, write};
+use crate::local::{self, free_port, status_kib, wait_for_port, write};
 
 /// Arguments of `cargo xtask bench reconnect`.
 #[derive(Debug, clap::Args)]
@@ -225,7 +225,7 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
         std::fs::write(dir.join("pids"), pids.join("\n") + "\n")?;
         started.push((pid, log));
         if name == "cloudhub" {
-            wait_port(edge_port, Duration::from_secs(20)).await?;
+            wait_for_port(edge_port, Duration::from_secs(20)).await?;
         }
     }
     let (ctrl_pid, ctrl_log) = &started[1];
@@ -492,18 +492,6 @@ fn pct(sorted: &[Duration], p: usize) -> Duration {
     } else {
         percentile(sorted, p)
     }
-}
-
-/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
 }
 
 /// Waits until `log` contains every one of `needles`, failing when `pid` exits.

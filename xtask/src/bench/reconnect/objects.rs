@@ -25,7 +25,7 @@ pub const CONFIGMAPS: usize = 99;
 pub const OBJECTS_PER_NODE: usize = CONFIGMAPS + 1;
 /// API requests in flight while creating the objects.
 const IN_FLIGHT: usize = 16;
-const IMAGE: &str = "verge-test/busybox:latest";
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
 /// The name of node `i`.
 pub fn node_name(i: usize) -> String {
