@@ -32,6 +32,12 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// Whether this answers another message (`ack`, `response`, `error`: `parent_id` names
+    /// it, and the resource may be empty).
+    pub const fn is_answer(self) -> bool {
+        matches!(self, Self::Ack | Self::Response | Self::Error)
+    }
+
     /// The wire name.
     pub const fn as_str(self) -> &'static str {
         match self {

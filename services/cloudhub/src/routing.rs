@@ -21,11 +21,6 @@ pub(crate) enum Upstream {
     Forward(Group),
 }
 
-/// Whether `op` answers another message (and so may carry an empty resource).
-pub(crate) fn is_answer(op: Operation) -> bool {
-    matches!(op, Operation::Ack | Operation::Response | Operation::Error)
-}
-
 fn malformed(message: &Message) -> impl Fn(verge_core::Error) -> Error + '_ {
     |source| Error::MalformedRoute {
         id: message.id().to_owned(),
@@ -51,7 +46,7 @@ pub(crate) fn upstream(node: &str, message: &mut Message) -> Result<Upstream> {
     if operation == Operation::Keepalive {
         return Ok(Upstream::Keepalive);
     }
-    let may_be_empty = is_answer(operation) || operation == Operation::Resync;
+    let may_be_empty = operation.is_answer() || operation == Operation::Resync;
     if !(may_be_empty && message.resource().is_empty()) {
         let key: ResourceKey = message.edge_key().map_err(malformed(message))?;
         let cloud = NodeResource::new(node, key).to_string();
@@ -82,7 +77,7 @@ pub(crate) fn downstream(routed: Routed) -> Result<(String, Message)> {
     }
     let operation = message.operation().map_err(malformed(&message))?;
     message.group().map_err(malformed(&message))?;
-    if is_answer(operation) && message.resource().is_empty() {
+    if operation.is_answer() && message.resource().is_empty() {
         return Ok((node, message));
     }
     let resource: NodeResource = message.node_resource().map_err(malformed(&message))?;

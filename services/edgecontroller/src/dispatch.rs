@@ -164,8 +164,8 @@ impl Dispatcher {
             warn!(node = %node, "routed frame without message ignored");
             return;
         };
-        if let Ok(operation @ (Operation::Ack | Operation::Response | Operation::Error)) =
-            message.operation()
+        if let Ok(operation) = message.operation()
+            && operation.is_answer()
         {
             debug!(node = %node, %operation, parent_id = %message.parent_id(),
                 "edge answered a downstream message");

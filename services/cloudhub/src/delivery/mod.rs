@@ -22,8 +22,6 @@ use std::time::{Duration, Instant};
 use verge_core::{Operation, ResourceKey};
 use verge_proto::{Message, MessageExt};
 
-use crate::routing;
-
 #[cfg(test)]
 mod tests;
 
@@ -102,7 +100,7 @@ pub(crate) struct DeliveryQueue {
 
 /// The object key of `message` with `operation`, or `None` for an answer.
 fn object_key(operation: Operation, message: &Message) -> Option<ResourceKey> {
-    if routing::is_answer(operation) || operation == Operation::Keepalive {
+    if operation.is_answer() || operation == Operation::Keepalive {
         return None;
     }
     message.edge_key().ok()

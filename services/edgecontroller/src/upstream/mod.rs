@@ -110,10 +110,7 @@ pub enum Inbound {
 /// JSON content, [`Error::Unsupported`] for any other operation/type.
 pub fn parse(node: &str, message: &Message) -> Result<Inbound> {
     let operation = message.operation()?;
-    if matches!(
-        operation,
-        Operation::Ack | Operation::Response | Operation::Error
-    ) {
+    if operation.is_answer() {
         return Ok(Inbound::Answer {
             operation,
             parent_id: message.parent_id().to_owned(),
