@@ -180,7 +180,9 @@ impl Session {
     fn handle_message(&self, mut message: Message) -> Result<()> {
         let parent_id = message.id().to_owned();
         let edge_resource = message.resource().to_owned();
-        let is_answer = message.operation().is_ok_and(verge_core::Operation::is_answer);
+        let is_answer = message
+            .operation()
+            .is_ok_and(verge_core::Operation::is_answer);
         match routing::upstream(&self.node, &mut message)? {
             Upstream::Keepalive => {
                 let reply = routing::keepalive_reply_to(&parent_id);

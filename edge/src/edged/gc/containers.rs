@@ -40,6 +40,11 @@ impl DeadContainer {
     }
 }
 
+/// Newest first; ties broken by id so the order is stable.
+fn newest_first(a: &DeadContainer, b: &DeadContainer) -> std::cmp::Ordering {
+    b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id))
+}
+
 /// The containers to remove, given the dead ones, the pods that still exist and `now` (Unix
 /// seconds):
 /// 1. containers younger than `minimum_gc_age` are kept;
@@ -70,7 +75,7 @@ pub(super) fn select_evictions(
         }
     }
     for unit in units.values_mut() {
-        unit.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id)));
+        unit.sort_by(newest_first);
     }
     if let Ok(keep) = usize::try_from(config.max_per_pod_container) {
         for unit in units.values_mut() {
@@ -86,7 +91,7 @@ pub(super) fn select_evictions(
             }
             let mut rest: Vec<DeadContainer> = units.into_values().flatten().collect();
             if rest.len() > max {
-                rest.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| a.id.cmp(&b.id)));
+                rest.sort_by(newest_first);
                 evict.extend(rest.drain(max..));
             }
         }

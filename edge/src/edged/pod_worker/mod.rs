@@ -104,8 +104,9 @@ pub(crate) struct Worker {
     last_status: Option<PodStatus>,
     start_time: Time,
     deleted: bool,
-    /// The pod's IP (kept while the sandbox is stopped, e.g. after completion).
-    pod_ip: Option<String>,
+    /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
+    /// see [`Worker::pod_ip`].
+    sandbox_ip: Option<String>,
 }
 
 /// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
@@ -143,7 +144,7 @@ pub(crate) fn spawn(
         last_status: None,
         start_time,
         deleted: false,
-        pod_ip: None,
+        sandbox_ip: None,
     };
     let span = info_span!("pod", pod = %key, %uid);
     tracker.spawn(
@@ -232,6 +233,15 @@ impl Worker {
             })
             .unwrap_or(30);
         Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+    }
+
+    /// The pod's IP: the node's for hostNetwork pods, else the sandbox's bridge IP.
+    fn pod_ip(&self) -> Option<String> {
+        if super::runtime::spec::host_network(&self.pod) {
+            self.ctx.node_ip.map(|ip| ip.to_string())
+        } else {
+            self.sandbox_ip.clone()
+        }
     }
 
     fn track(&mut self, name: &str) -> &mut ContainerTrack {

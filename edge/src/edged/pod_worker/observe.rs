@@ -98,7 +98,7 @@ fn parse_time(s: Option<&str>) -> Option<Time> {
 }
 
 /// Turns an inspect into an [`Instance`]; `None` if it is not one of edged's containers.
-pub fn instance(c: ContainerInspectResponse) -> Option<Instance> {
+fn instance(c: ContainerInspectResponse) -> Option<Instance> {
     let config = c.config.as_ref()?;
     let labels = ContainerLabels::parse(config.labels.as_ref()?)?;
     let st = c.state.unwrap_or_default();

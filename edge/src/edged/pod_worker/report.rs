@@ -5,7 +5,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Worker;
 use super::observe::Observation;
-use crate::edged::runtime::spec::host_network;
 use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
 
 impl Worker {
@@ -51,17 +50,11 @@ impl Worker {
             .iter()
             .map(|c| self.facts(obs, c, false))
             .collect();
-        let host_ip = self.ctx.node_ip.map(|ip| ip.to_string());
-        let pod_ip = if host_network(&self.pod) {
-            host_ip.clone()
-        } else {
-            self.pod_ip.clone()
-        };
         let pod_facts = PodFacts {
             pod: &self.pod,
             state: &self.state,
-            host_ip,
-            pod_ip,
+            host_ip: self.ctx.node_ip.map(|ip| ip.to_string()),
+            pod_ip: self.pod_ip(),
             start_time: self.start_time.clone(),
         };
         let now = Time(crate::node::status::now());

@@ -168,7 +168,7 @@ impl Worker {
             &self.pod,
             c,
             self.ctx.objects.as_ref(),
-            self.pod_ip.as_deref(),
+            self.pod_ip().as_deref(),
             &self.ctx.config.node_name,
         )
         .await
@@ -214,7 +214,7 @@ impl Worker {
     }
 
     /// Creates and starts sandbox `attempt` from `pod_infra_image` (pulled if not present).
-    pub(super) async fn start_sandbox(&mut self, attempt: u32) -> Result<String> {
+    pub(super) async fn start_sandbox(&self, attempt: u32) -> Result<String> {
         let cfg = &self.ctx.config;
         if let Err(e) = self
             .ctx
@@ -247,17 +247,7 @@ impl Worker {
             let _ = self.ctx.runtime.remove(&id).await;
             return Err(e);
         }
-        if spec::host_network(&self.pod) {
-            self.pod_ip = self.ctx.node_ip.map(|ip| ip.to_string());
-        } else if let Some(inst) = self
-            .ctx
-            .runtime
-            .inspect(&id)
-            .await?
-            .and_then(super::observe::instance)
-        {
-            self.pod_ip = inst.ip;
-        }
+        // Its IP is read by the sync's next observation.
         Ok(id)
     }
 }

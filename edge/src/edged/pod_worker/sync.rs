@@ -62,12 +62,21 @@ impl Worker {
             return Ok(None);
         }
         let mut wake = Wake::default();
-        let mut obs = observe(&self.ctx.runtime, &self.uid).await?;
+        let mut obs = self.observe().await?;
         if !matches!(self.state, PodState::Completed { .. }) && self.step(&obs, &mut wake).await? {
-            obs = observe(&self.ctx.runtime, &self.uid).await?;
+            obs = self.observe().await?;
         }
         self.report(&obs).await;
         Ok(wake.0)
+    }
+
+    /// What Docker holds for the pod; remembers the running sandbox's IP.
+    async fn observe(&mut self) -> Result<Observation> {
+        let obs = observe(&self.ctx.runtime, &self.uid).await?;
+        if let Some(ip) = obs.sandbox().and_then(|s| s.ip.clone()) {
+            self.sandbox_ip = Some(ip);
+        }
+        Ok(obs)
     }
 
     /// Takes the next lifecycle step; returns whether Docker changed.
@@ -86,9 +95,6 @@ impl Worker {
             wake.at(Instant::now());
             return Ok(true);
         };
-        if !crate::edged::runtime::spec::host_network(&self.pod) {
-            self.pod_ip = sandbox.ip.clone().or(self.pod_ip.take());
-        }
         if !self.ensure_volumes(wake).await {
             return Ok(false);
         }
@@ -181,7 +187,7 @@ impl Worker {
                         pod_uid: self.uid.clone(),
                         container: c.name.clone(),
                         container_id: i.id.clone(),
-                        pod_ip: self.pod_ip.clone(),
+                        pod_ip: self.pod_ip(),
                     };
                     self.ctx.probes.add(target, c);
                 }
