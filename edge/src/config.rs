@@ -100,6 +100,10 @@ pub struct Config {
     /// The upstream outbox's bounds and retry policy (`max_entries`, `max_inflight`,
     /// `max_attempts`, ...). Default: see [`OutboxConfig`].
     pub outbox: OutboxConfig,
+    /// How long the modules get to stop after SIGINT/SIGTERM before the process exits
+    /// anyway (pods keep running either way). Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Config {
@@ -132,6 +136,7 @@ impl Default for Config {
             crash_loop_backoff_max: Duration::from_secs(300),
             gc: GcConfig::default(),
             outbox: OutboxConfig::default(),
+            shutdown_grace: Duration::from_secs(10),
         }
     }
 }

@@ -107,6 +107,12 @@ pub enum Error {
     /// edgehub has stopped; nothing more can be sent.
     #[error("edgehub stopped")]
     HubStopped,
+    /// A module of edgecore panicked (the panic was printed); the others were stopped.
+    #[error("module {module} panicked")]
+    ModulePanicked {
+        /// The module's name (`edgehub`, `metamanager`, `edged`, `node`).
+        module: &'static str,
+    },
     /// An object could not be encoded as JSON.
     #[error("cannot encode {what} as JSON")]
     Encode {

@@ -29,13 +29,11 @@ pub mod error;
 pub mod metamanager;
 pub mod node;
 
-use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::{error, info};
+use tracing::info;
 
 pub use config::Config;
 pub use edged::Edged;
@@ -97,46 +95,20 @@ impl EdgeCore {
         let node = NodeAgent::new(Arc::clone(&self.config), handle)?
             .with_runtime_version(edged.runtime_version());
 
-        let stop = shutdown.child_token();
-        let failure: Arc<Mutex<Option<Error>>> = Arc::default();
-        let tracker = TaskTracker::new();
-        spawn(&tracker, "edgehub", hub.run(stop.clone()), &stop, &failure);
-        spawn(
-            &tracker,
-            "metamanager",
-            meta.run(stop.clone()),
-            &stop,
-            &failure,
-        );
-        spawn(&tracker, "edged", edged.run(stop.clone()), &stop, &failure);
-        spawn(&tracker, "node", node.run(stop.clone()), &stop, &failure);
-        tracker.close();
+        let mut modules = verge_runtime::Modules::new(shutdown.child_token());
+        let stop = modules.stop_token().clone();
+        modules.spawn("edgehub", hub.run(stop.clone()));
+        modules.spawn("metamanager", meta.run(stop.clone()));
+        modules.spawn("edged", edged.run(stop.clone()));
+        modules.spawn("node", node.run(stop));
         info!(node = %self.config.node_name, cloudhub = %self.config.cloudhub, "edgecore running");
-
-        stop.cancelled().await;
-        tracker.wait().await;
+        let result = modules.run().await;
         info!("edgecore stopped");
-        let failed = failure.lock().map(|mut f| f.take()).unwrap_or_default();
-        failed.map_or(Ok(()), Err)
+        result.map_err(|failure| {
+            let module = failure.module();
+            failure
+                .into_error()
+                .unwrap_or(Error::ModulePanicked { module })
+        })
     }
-}
-
-/// Spawns a module on `tracker`; if it fails, records the first error and cancels `stop`.
-fn spawn(
-    tracker: &TaskTracker,
-    module: &'static str,
-    fut: impl Future<Output = Result<()>> + Send + 'static,
-    stop: &CancellationToken,
-    failure: &Arc<Mutex<Option<Error>>>,
-) {
-    let (stop, failure) = (stop.clone(), Arc::clone(failure));
-    tracker.spawn(async move {
-        if let Err(e) = fut.await {
-            error!(module, error = %edgehub::DisplayChain(&e), "module failed; stopping edgecore");
-            if let Ok(mut slot) = failure.lock() {
-                slot.get_or_insert(e);
-            }
-            stop.cancel();
-        }
-    });
 }

@@ -1,20 +1,14 @@
 //! `edgecore`: the Verge edge node agent. Parses flags, loads the configuration, installs
 //! telemetry, runs [`verge_edgecore::EdgeCore`] until SIGINT/SIGTERM and then drains it
-//! within a grace period.
+//! within `shutdown_grace` (`verge_runtime::serve`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 use verge_edgecore::config::LogFormat;
 use verge_edgecore::{Config, EdgeCore};
-
-/// How long the modules get to stop after a shutdown signal.
-const GRACE_PERIOD: Duration = Duration::from_secs(10);
 
 /// The Verge edge node agent.
 #[derive(Debug, Parser)]
@@ -74,47 +68,17 @@ impl Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "edgecore failed");
-            eprintln!("edgecore: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Loads the configuration, runs edgecore until a signal and drains it.
-async fn run() -> anyhow::Result<()> {
-    let config = Args::parse().config()?;
-    verge_telemetry::init("edgecore", config.log_format);
-    let edgecore = EdgeCore::new(config).context("starting edgecore")?;
-
-    let shutdown = CancellationToken::new();
-    let mut run = tokio::spawn(edgecore.run(shutdown.clone()));
-    tokio::select! {
-        result = &mut run => return result.context("edgecore task")?.map_err(Into::into),
-        signal = shutdown_signal() => tracing::info!(signal, "shutting down"),
-    }
-    shutdown.cancel();
-    match tokio::time::timeout(GRACE_PERIOD, run).await {
-        Ok(result) => result.context("edgecore task")?.map_err(Into::into),
-        Err(_) => anyhow::bail!("edgecore did not stop within {GRACE_PERIOD:?}"),
-    }
-}
-
-/// Resolves on SIGINT or SIGTERM, naming the signal.
-async fn shutdown_signal() -> &'static str {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(error) => {
-            tracing::warn!(%error, "cannot listen for SIGTERM; only SIGINT stops edgecore");
-            let _ = tokio::signal::ctrl_c().await;
-            return "SIGINT";
-        }
+    let config = match Args::parse().config() {
+        Ok(config) => config,
+        Err(error) => return verge_runtime::fail("edgecore", &*error),
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => "SIGINT",
-        _ = term.recv() => "SIGTERM",
-    }
+    verge_telemetry::init("edgecore", config.log_format);
+    let grace = config.shutdown_grace;
+    let edgecore = match EdgeCore::new(config) {
+        Ok(edgecore) => edgecore,
+        Err(error) => return verge_runtime::fail("edgecore", &error),
+    };
+    verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown))
+        .await
+        .exit_code()
 }

@@ -1,4 +1,4 @@
-//! Component test of the upstream outbox (DESIGN §3.3) against the in-test fake cloudhub:
+//! Component test of the upstream outbox (architecture.md §3.3) against the in-test fake cloudhub:
 //! reports made while disconnected arrive after connect; an ack removes a report, and only
 //! the acked version of it; unacked reports are resent after a reconnect and after an
 //! edgecore restart; refused reports are retried, then dropped after `max_attempts`.

@@ -1,4 +1,4 @@
-//! Several cloudhub replicas lose nothing (DESIGN §1, §3): two cloudhub processes, one
+//! Several cloudhub replicas lose nothing (architecture.md §1, §3): two cloudhub processes, one
 //! edgecontroller attached to both, one edge on each. `kill -9` of one replica moves its
 //! edge to the other (its `cloudhub_alternates`), which resyncs it; new pods still reach it
 //! and its reports still reach the API server, while the other edge never notices.

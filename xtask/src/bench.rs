@@ -3,12 +3,15 @@
 //!
 //! Layout: [`pod_startup`] (pods from create to Running through the API, against raw
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
-//! resyncing by inventory against cloudhub and edgecontroller).
+//! resyncing by inventory against cloudhub and edgecontroller), [`record`] (the result
+//! tables in `docs/benchmarks.md`).
 
 mod pod_startup;
 mod reconnect;
+mod record;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Subcommand;
 
@@ -24,7 +27,7 @@ enum Bench {
     /// N pods on one edge node: create -> Running (as the API shows it) vs raw
     /// `docker run`, p50/p99 and ratio; edgecore RSS with 0 and N pods.
     PodStartup(pod_startup::Args),
-    /// N simulated edge nodes (100 objects each) reconnect at once to cloudhub +
+    /// N simulated edge nodes (101 objects each) reconnect at once to cloudhub +
     /// edgecontroller: time until all are resynced, object messages per node when nothing
     /// changed (goal 0), cloudhub's peak RSS.
     Reconnect(reconnect::Args),
@@ -38,8 +41,42 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The `p`-th percentile (nearest rank, 0..=100) of `sorted` (ascending, non-empty).
-pub fn percentile(sorted: &[std::time::Duration], p: usize) -> std::time::Duration {
+/// The `p`-th percentile (nearest rank, 0..=100) of `sorted` (ascending); zero when empty.
+pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
     let rank = (p * sorted.len()).div_ceil(100).max(1);
     sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Fewest samples for which a p99 is reported (below it, the "p99" would be the maximum).
+pub const MIN_SAMPLES_FOR_P99: usize = 20;
+
+/// n, p50, p90, p99 and max of a sorted sample.
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    /// Samples.
+    pub n: usize,
+    /// Median (nearest rank).
+    pub p50: Duration,
+    /// 90th percentile.
+    pub p90: Duration,
+    /// 99th percentile; `None` with fewer than [`MIN_SAMPLES_FOR_P99`] samples.
+    pub p99: Option<Duration>,
+    /// Largest sample.
+    pub max: Duration,
+}
+
+impl Summary {
+    /// The summary of `sorted` (ascending).
+    pub fn of(sorted: &[Duration]) -> Self {
+        Self {
+            n: sorted.len(),
+            p50: percentile(sorted, 50),
+            p90: percentile(sorted, 90),
+            p99: (sorted.len() >= MIN_SAMPLES_FOR_P99).then(|| percentile(sorted, 99)),
+            max: sorted.last().copied().unwrap_or_default(),
+        }
+    }
 }

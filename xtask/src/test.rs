@@ -1,9 +1,11 @@
 //! `cargo xtask test`: the whole test suite against the real components.
 //!
-//! Steps: install missing Debian packages, make sure Docker runs and the test image
-//! exists, start the control plane, `cargo build --workspace --bins`, then
+//! Steps: the static checks first (they are fast and fail early): `cargo fmt --check`,
+//! `cargo clippy --workspace --all-targets -- -D warnings` and `cargo doc --no-deps` with
+//! rustdoc warnings denied; then install missing Debian packages, make sure Docker runs and
+//! the test image exists, start the control plane, `cargo build --workspace --bins`, then
 //! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
-//! exported, then stop the control plane. The exit code is `cargo test`'s.
+//! exported, then stop the control plane. The exit code is the first failing step's.
 
 use std::process::{Command, ExitCode};
 
@@ -16,6 +18,9 @@ pub struct Args {
     /// Leave the control plane running afterwards.
     #[arg(long)]
     keep_control_plane: bool,
+    /// Skip the static checks (fmt, clippy, doc), e.g. when re-running one test.
+    #[arg(long)]
+    skip_static_checks: bool,
     /// Extra arguments for `cargo test` (after `--`, e.g. `-- -p verge-core`; a `-p`
     /// replaces `--workspace`).
     #[arg(last = true)]
@@ -27,6 +32,12 @@ const TEST_NODE_PREFIXES: [&str; 2] = ["e2e-", "edge-test-"];
 
 /// Runs the suite; returns `cargo test`'s exit code.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.skip_static_checks {
+        let code = static_checks()?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
     eprintln!("xtask test: checking Debian packages, Docker and the test image");
     crate::local::ensure_host().await?;
 
@@ -51,6 +62,51 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("xtask test: control plane stopped");
     }
     code
+}
+
+/// `cargo fmt --all --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
+/// `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`; stops at the first
+/// failure and returns its exit code.
+fn static_checks() -> anyhow::Result<ExitCode> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let steps: [(&str, &[&str], Option<(&str, &str)>); 3] = [
+        (
+            "cargo fmt --all --check",
+            &["fmt", "--all", "--check"],
+            None,
+        ),
+        (
+            "cargo clippy --workspace --all-targets -- -D warnings",
+            &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            None,
+        ),
+        (
+            "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
+            &["doc", "--workspace", "--no-deps"],
+            Some(("RUSTDOCFLAGS", "-D warnings")),
+        ),
+    ];
+    for (what, argv, env) in steps {
+        eprintln!("xtask test: {what}");
+        let mut cmd = Command::new(&cargo);
+        cmd.args(argv);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let status = cmd.status().with_context(|| format!("running {what}"))?;
+        if !status.success() {
+            eprintln!("xtask test: {what} failed: {status}");
+            return Ok(exit_code(status));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cargo build --workspace --bins`, then `cargo test --workspace --all-targets`.

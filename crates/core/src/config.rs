@@ -1,4 +1,4 @@
-//! Strict YAML configuration parsing, shared by every Verge binary (DESIGN §6).
+//! Strict YAML configuration parsing, shared by every Verge binary (architecture.md §5).
 //!
 //! Each binary's configuration struct derives `serde::Deserialize` with
 //! `#[serde(deny_unknown_fields, default)]`, so an empty file yields the documented defaults

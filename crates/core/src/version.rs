@@ -1,4 +1,4 @@
-//! resourceVersion comparison (DESIGN §3.1).
+//! resourceVersion comparison (architecture.md §3.1).
 
 use std::cmp::Ordering;
 

@@ -1,6 +1,6 @@
 //! The Docker engine and the local test image.
 //!
-//! DESIGN §5: Docker is Debian's `docker.io`; the test image is made locally with
+//! architecture.md §6: Docker is Debian's `docker.io`; the test image is made locally with
 //! `docker import` of a root filesystem holding Debian's `busybox-static`, because no
 //! registry can be reached from tests.
 

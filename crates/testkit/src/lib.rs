@@ -1,6 +1,6 @@
 //! Verge test kit (dev-only): the real components tests run against.
 //!
-//! DESIGN §5: tests never replace Kubernetes, Docker or the MQTT broker with
+//! architecture.md §6: tests never replace Kubernetes or Docker with
 //! hand-written fakes. This crate provides them, reproducibly, on a fresh Debian
 //! machine:
 //!

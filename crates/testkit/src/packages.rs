@@ -1,7 +1,8 @@
 //! Debian packages the build and the tests need, installed with `apt-get` on demand.
 //!
-//! DESIGN §5: the Docker engine, the MQTT broker and the test image's busybox come from
-//! Debian packages, so a fresh Debian machine (or CI runner) needs nothing but this.
+//! architecture.md §6: the Docker engine, the test image's busybox and the network tools of
+//! the partition tests come from Debian packages, so a fresh Debian machine (or CI runner)
+//! with Rust and Go needs nothing but this.
 
 use std::process::Command;
 
@@ -10,17 +11,10 @@ use anyhow::{Context as _, bail};
 use crate::lock::FileLock;
 use crate::paths;
 
-/// The packages [`ensure_packages`] installs: `protoc` for `verge-proto`'s build
-/// script, the Docker engine, the static busybox of the test image, the MQTT broker,
-/// and `ip`/`iptables` for network-partition tests.
-pub const REQUIRED_PACKAGES: &[&str] = &[
-    "protobuf-compiler",
-    "docker.io",
-    "busybox-static",
-    "mosquitto",
-    "iproute2",
-    "iptables",
-];
+/// The packages [`ensure_packages`] installs: the Docker engine, the static busybox of
+/// the test image, and `ip`/`iptables` for network-partition tests. (The build itself
+/// needs none: `protoc` comes from the `protoc-bin-vendored` crate.)
+pub const REQUIRED_PACKAGES: &[&str] = &["docker.io", "busybox-static", "iproute2", "iptables"];
 
 /// Installs every missing package of [`REQUIRED_PACKAGES`].
 ///

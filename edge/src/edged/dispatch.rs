@@ -18,8 +18,8 @@ use super::pleg::PodChanged;
 use super::pod_worker::{self, WorkerHandle, WorkerMsg};
 use super::probe::ProbeUpdate;
 use crate::Result;
-use crate::edgehub::DisplayChain;
 use crate::metamanager::{Applied, StoreEvent};
+use verge_runtime::ErrorChain;
 
 /// The dispatcher; see the module docs.
 pub(crate) struct Dispatcher {
@@ -115,7 +115,7 @@ impl Dispatcher {
     async fn resync(&mut self, shutdown: &CancellationToken) {
         let pods = match self.ctx.store.blocking(|s| s.list(ResourceType::Pod)).await {
             Ok(p) => p,
-            Err(e) => return warn!(error = %DisplayChain(&e), "cannot list stored pods"),
+            Err(e) => return warn!(error = %ErrorChain(&e), "cannot list stored pods"),
         };
         let keys: HashSet<ResourceKey> = pods.iter().map(|(k, _)| k.clone()).collect();
         for (key, obj) in pods {
@@ -179,7 +179,7 @@ impl Dispatcher {
                 Err(e) => warn!(%key, error = %e, "stored pod is not a v1.Pod; ignored"),
             },
             Ok(None) => {}
-            Err(e) => warn!(%key, error = %DisplayChain(&e), "cannot read pod"),
+            Err(e) => warn!(%key, error = %ErrorChain(&e), "cannot read pod"),
         }
     }
 

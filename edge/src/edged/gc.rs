@@ -116,10 +116,10 @@ impl GarbageCollector {
             let live = live_pods.borrow().clone();
             let pass = async {
                 if let Err(error) = self.collect_containers_once(&live).await {
-                    warn!(error = %crate::edgehub::DisplayChain(&error), "container garbage collection failed");
+                    warn!(error = %verge_runtime::ErrorChain(&error), "container garbage collection failed");
                 }
                 if let Err(error) = self.collect_images_once().await {
-                    warn!(error = %crate::edgehub::DisplayChain(&error), "image garbage collection failed");
+                    warn!(error = %verge_runtime::ErrorChain(&error), "image garbage collection failed");
                 }
             };
             tokio::select! {

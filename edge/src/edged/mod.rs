@@ -40,11 +40,12 @@ use tracing::{info, warn};
 
 use crate::Result;
 use crate::config::Config;
-use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::{MetaStore, StoreEvent};
 use objects::StoreObjects;
 use probe::ProbeManager;
 use runtime::Runtime;
+use verge_runtime::ErrorChain;
 use volumes::VolumeManager;
 
 /// What [`Edged::runtime_version`] reports until Docker answered.
@@ -121,7 +122,7 @@ impl Edged {
             .await
             {
                 Ok(rt) => break rt,
-                Err(e) => warn!(error = %DisplayChain(&e), "docker not reachable; retrying"),
+                Err(e) => warn!(error = %ErrorChain(&e), "docker not reachable; retrying"),
             }
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
@@ -133,7 +134,7 @@ impl Edged {
                 info!(runtime = %v, "docker connected");
                 self.version.send_replace(v);
             }
-            Err(e) => warn!(error = %DisplayChain(&e), "docker version unknown"),
+            Err(e) => warn!(error = %ErrorChain(&e), "docker version unknown"),
         }
         let node_ip = self
             .config

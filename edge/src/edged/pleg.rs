@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::runtime::Runtime;
 use super::runtime::labels::{ContainerLabels, PodRef};
 use crate::Result;
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// Capacity of the channel to the dispatcher.
 pub const CHANNEL_CAPACITY: usize = 256;
@@ -97,7 +97,7 @@ impl Pleg {
                     }
                     previous = current;
                 }
-                Err(e) => warn!(error = %DisplayChain(&e), "relist failed"),
+                Err(e) => warn!(error = %ErrorChain(&e), "relist failed"),
             }
         }
         Ok(())

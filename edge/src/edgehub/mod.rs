@@ -10,7 +10,7 @@
 //! `[cloudhub] + cloudhub_alternates`, round-robin (the backoff applies before every attempt).
 //!
 //! Other modules send upstream through an [`EdgeHubHandle`] and learn about sessions from
-//! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (DESIGN §3.3):
+//! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (architecture.md §3.3):
 //! * **Reports** ([`EdgeHubHandle::report`]: pod and node status, node registration,
 //!   completed pod deletions, events) are committed to the redb outbox under an
 //!   [`OutboxKey`] first (a newer report of a key replaces the older one) and leave it only
@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
 use verge_proto::Message;
+use verge_runtime::ErrorChain;
 
 pub use backoff::Backoff;
 pub use outbox::OutboxConfig;
@@ -238,7 +239,7 @@ impl EdgeHub {
             }
             let delay = backoff.next_delay();
             let next = &endpoints[attempt % endpoints.len()].0;
-            warn!(error = %DisplayChain(&error), cloudhub = %address, ?delay, %next,
+            warn!(error = %ErrorChain(&error), cloudhub = %address, ?delay, %next,
                 "cloudhub session ended; reconnecting");
             tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -263,19 +264,4 @@ fn try_send<T>(tx: &mpsc::Sender<T>, value: T) -> Result<()> {
         },
         mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
     })
-}
-
-/// Displays an error with its `source` chain: `a: b: c`.
-pub(crate) struct DisplayChain<'a>(pub &'a (dyn std::error::Error + 'static));
-
-impl std::fmt::Display for DisplayChain<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
-        let mut source = self.0.source();
-        while let Some(s) = source {
-            write!(f, ": {s}")?;
-            source = s.source();
-        }
-        Ok(())
-    }
 }

@@ -1,4 +1,4 @@
-//! The upstream outbox's configuration and its writing end, [`Outbox`] (DESIGN §3.3). The
+//! The upstream outbox's configuration and its writing end, [`Outbox`] (architecture.md §3.3). The
 //! entries live in the [`MetaStore`]; edgehub's drain sends them (module docs of
 //! [`crate::edgehub`]).
 
@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 use verge_proto::{Message, MessageExt};
 
-use super::{DisplayChain, try_send};
+use verge_runtime::ErrorChain;
+
+use super::try_send;
 use crate::Result;
 use crate::metamanager::{MetaStore, OutboxKey};
 
@@ -145,7 +147,7 @@ impl Outbox {
             };
             let Some((key, msg)) = next else { break };
             if let Err(e) = self.put(key.clone(), msg).await {
-                warn!(%key, error = %DisplayChain(&e), "queued report not stored");
+                warn!(%key, error = %ErrorChain(&e), "queued report not stored");
             }
         }
     }

@@ -1,5 +1,5 @@
 //! metamanager: persists every object the cloud sends, in redb, *before* acknowledging it
-//! (KubeEdge: metamanager). DESIGN §3.1: downstream is at-least-once and idempotent.
+//! (KubeEdge: metamanager). architecture.md §3.1: downstream is at-least-once and idempotent.
 //!
 //! For each downstream message from edgehub:
 //! * `insert` / `update` of `<ns>/<type>/<name>` with JSON content: stored if its
@@ -35,7 +35,9 @@ pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
 pub use store::{MetaStore, StoredObject};
 
 use crate::Result;
-use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use verge_runtime::ErrorChain;
+
+use crate::edgehub::EdgeHubHandle;
 
 /// What a downstream object message did to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +198,7 @@ impl MetaManager {
             .blocking(move |s| apply(s, op, &k, &u, &rv, &content))
             .await
             .map_err(|e| {
-                error!(error = %DisplayChain(&e), "store failed");
+                error!(error = %ErrorChain(&e), "store failed");
                 format!("edge store failed: {e}")
             })?;
         if matches!(applied, Applied::Stored | Applied::Deleted) {

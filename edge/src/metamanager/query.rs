@@ -17,7 +17,7 @@ use verge_proto::{Message, MessageExt};
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
 
-/// How many queries may wait for an answer at once (DESIGN §3.5: bounded everything).
+/// How many queries may wait for an answer at once (architecture.md §3.5: bounded everything).
 pub const MAX_PENDING_QUERIES: usize = 1024;
 
 type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Message>>>>;

@@ -26,7 +26,9 @@ use verge_core::{Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
 use crate::config::{Config, Reserved};
-use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use verge_runtime::ErrorChain;
+
+use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 use host::HostFacts;
@@ -91,7 +93,7 @@ impl NodeAgent {
             match self.hub.report(OutboxKey::Node, msg).await {
                 Ok(()) => info!("node registration reported"),
                 Err(Error::HubStopped) => break,
-                Err(e) => error!(error = %DisplayChain(&e), "node registration not stored"),
+                Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
             let mut status_tick = tokio::time::interval(self.config.node_status_update_frequency);
             let mut lease_tick = tokio::time::interval(self.config.node_lease_renew_interval);
@@ -127,7 +129,7 @@ impl NodeAgent {
         let msg = message(Operation::Update, &key, &status, "node status")?;
         if let Err(e) = self.hub.report(OutboxKey::NodeStatus, msg).await {
             // A store failure; the next period reports a fresh status.
-            error!(error = %DisplayChain(&e), "node status not stored");
+            error!(error = %ErrorChain(&e), "node status not stored");
         }
         Ok(())
     }

@@ -11,7 +11,7 @@
 //! - [`controller`]: the `ControllerHub` service: snapshot, events, downstream routing.
 //! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
 //! - `delivery`: the pure per-node delivery queue: coalescing by object, acks, retries,
-//!   bounds (at-least-once downstream, DESIGN §3.1 and §3.5).
+//!   bounds (at-least-once downstream, architecture.md §3.1 and §3.5).
 //! - `outbox`: the per-session task that drives a delivery queue on `tokio::time`.
 //! - `routing`: pure rules for validating messages and rewriting resource paths.
 //! - `stream`: the outbound half of a stream and how it ends.

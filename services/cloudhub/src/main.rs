@@ -1,11 +1,10 @@
 //! `cloudhub`: parse flags, load the configuration, initialise telemetry, serve until
-//! SIGINT/SIGTERM, then drain for at most `shutdown_grace`.
+//! SIGINT/SIGTERM, then drain for at most `shutdown_grace` (`verge_runtime::serve`).
 
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
 use verge_cloudhub::{CloudHub, Config, LogFormat};
 
 /// Verge cloudhub: terminates edge streams and routes messages to controllers.
@@ -47,40 +46,19 @@ impl Args {
     }
 }
 
-async fn shutdown_signal() -> anyhow::Result<()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for SIGINT")?;
-    Ok(())
-}
-
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let config = Args::parse().load()?;
+async fn main() -> ExitCode {
+    let config = match Args::parse().load() {
+        Ok(config) => config,
+        Err(error) => return verge_runtime::fail("cloudhub", &*error),
+    };
     verge_telemetry::init("cloudhub", config.log_format);
     let grace = config.shutdown_grace;
-    let hub = CloudHub::new(config)?;
-    let shutdown = CancellationToken::new();
-    let mut server = tokio::spawn(hub.run(shutdown.clone()));
-    tokio::select! {
-        result = &mut server => return result.context("cloudhub task panicked")?.map_err(Into::into),
-        signal = shutdown_signal() => signal?,
-    }
-    tracing::info!(grace = ?grace, "shutting down");
-    shutdown.cancel();
-    match tokio::time::timeout(grace, server).await {
-        Ok(result) => result.context("cloudhub task panicked")??,
-        Err(_) => tracing::warn!("grace period elapsed; exiting with streams still open"),
-    }
-    Ok(())
+    let hub = match CloudHub::new(config) {
+        Ok(hub) => hub,
+        Err(error) => return verge_runtime::fail("cloudhub", &error),
+    };
+    verge_runtime::serve("cloudhub", grace, |shutdown| hub.run(shutdown))
+        .await
+        .exit_code()
 }

@@ -1,4 +1,4 @@
-//! The YAML configuration of edgecontroller (DESIGN §6).
+//! The YAML configuration of edgecontroller (architecture.md §5).
 
 use std::path::Path;
 use std::time::Duration;

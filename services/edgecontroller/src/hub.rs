@@ -1,5 +1,5 @@
 //! The `ControllerHub.Attach` client streams to cloudhub replicas, each re-attached with
-//! jittered exponential backoff whenever it ends (like edgehub's reconnect, DESIGN §1).
+//! jittered exponential backoff whenever it ends (like edgehub's reconnect, architecture.md §1).
 //!
 //! One task ([`run`]) per replica endpoint. Every stream it opens is a [`Link`] with its own
 //! bounded outbound queue; the task reports [`HubEvent`]s (attached, each frame received,

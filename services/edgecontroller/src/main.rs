@@ -1,12 +1,13 @@
 //! The `edgecontroller` binary: parse flags, load the configuration, initialise telemetry,
-//! build the Kubernetes client, run until SIGINT/SIGTERM, drain within the grace period.
+//! build the Kubernetes client, run until SIGINT/SIGTERM, drain within the grace period
+//! (`verge_runtime::serve`).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio_util::sync::CancellationToken;
 use verge_edgecontroller::{Config, EdgeController};
 use verge_telemetry::LogFormat;
 
@@ -34,10 +35,13 @@ struct Args {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     let args = Args::parse();
     let mut config = match &args.config {
-        Some(path) => Config::load(path)?,
+        Some(path) => match Config::load(path) {
+            Ok(config) => config,
+            Err(error) => return verge_runtime::fail("edgecontroller", &error),
+        },
         None => Config::default(),
     };
     if !args.cloudhub.is_empty() {
@@ -47,23 +51,15 @@ async fn main() -> anyhow::Result<()> {
         config.cloudhub_dns = Some(dns);
     }
     verge_telemetry::init("edgecontroller", args.log_format);
-
-    let client = kube_client(args.kubeconfig).await?;
+    let client = match kube_client(args.kubeconfig).await {
+        Ok(client) => client,
+        Err(error) => return verge_runtime::fail("edgecontroller", &*error),
+    };
     let grace = config.shutdown_grace;
-    let shutdown = CancellationToken::new();
-    let mut controller = tokio::spawn(EdgeController::new(config, client).run(shutdown.clone()));
-    tokio::select! {
-        result = &mut controller => return Ok(result??),
-        () = signal() => tracing::info!(?grace, "shutdown signal received, draining"),
-    }
-    shutdown.cancel();
-    match tokio::time::timeout(grace, controller).await {
-        Ok(result) => Ok(result??),
-        Err(_) => {
-            tracing::warn!(?grace, "drain did not finish within the grace period");
-            Ok(())
-        }
-    }
+    let controller = EdgeController::new(config, client);
+    verge_runtime::serve("edgecontroller", grace, |shutdown| controller.run(shutdown))
+        .await
+        .exit_code()
 }
 
 async fn kube_client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client> {
@@ -78,30 +74,4 @@ async fn kube_client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client
         .await
         .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
-}
-
-/// Resolves on SIGINT or SIGTERM.
-async fn signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::error!(%error, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => tokio::select! {
-                () = ctrl_c => {}
-                _ = term.recv() => {}
-            },
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                ctrl_c.await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    ctrl_c.await;
 }

@@ -7,7 +7,7 @@
 //! still reports it is held by B, and A's later disconnect of it is stale. When a link ends,
 //! its nodes are gone ([`Sessions::detach`]). The inventory of a session goes to the
 //! downstream side (`Input::Connected`), which diffs it against its watch caches
-//! (DESIGN §3.2); it is not kept here.
+//! (architecture.md §3.2); it is not kept here.
 
 use std::collections::HashMap;
 

@@ -1,9 +1,11 @@
 //! `cargo xtask bench pod-startup`: the time from create to Running as observed through the
 //! API (a watch) on one edge node, against raw `docker run -d` of the same image measured in
-//! the same run, at the same concurrency: first a few pods one at a time (the latency of the
-//! whole path: API, scheduler-free binding, cloudhub, redb, Docker, status back), then N pods
-//! created at once against N concurrent `docker run -d` (throughput of the engine). Prints
-//! p50/p99 and the ratios, and edgecore's resident memory with 0 and with N pods running.
+//! the same run, at the same concurrency: first N pods one at a time (the latency of the
+//! whole path: API, scheduler-free binding, cloudhub, redb, Docker, status back) against N
+//! sequential `docker run -d`, then N pods created concurrently against N concurrent
+//! `docker run -d` (throughput of the engine). Prints n, p50, p90, p99 (with at least 20
+//! samples) and max of each, the ratios, and edgecore's resident memory with 0 and with N
+//! pods running, and writes the table to `docs/benchmarks.md`.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -19,13 +21,13 @@ use serde_json::json;
 use verge_testkit::ControlPlaneConfig;
 use verge_testkit::docker::docker;
 
-use super::percentile;
 use crate::local;
 
 /// Arguments of `cargo xtask bench pod-startup`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Number of pods (and of raw `docker run`s).
+    /// Pods per mode (one at a time, then all at once), and `docker run`s of the baseline
+    /// in each mode. A p99 is printed only with at least 20.
     #[arg(long, default_value_t = 20)]
     pub pods: usize,
     /// Use the debug build instead of the release build.
@@ -56,7 +58,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         verge_testkit::docker::EDGED_TEST_CONFIG,
     )
     .await?;
-    let result = measure(&cp, &verge, n).await;
+    let result = measure(&cp, &verge, n, !args.debug).await;
     local::stop_processes(&run_dir);
     local::remove_containers(&run_dir);
     crate::control_plane::down(&config).await?;
@@ -68,13 +70,15 @@ async fn measure(
     cp: &verge_testkit::ControlPlane,
     verge: &local::LocalVerge,
     n: usize,
+    release: bool,
 ) -> anyhow::Result<()> {
     verge.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_idle =
         local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
 
-    let docker_one = docker_run_baseline(SINGLE, false)?;
+    eprintln!("bench: {n} sequential `docker run -d`, then {n} concurrent ones");
+    let docker_one = docker_run_baseline(n, false)?;
     let docker_all = docker_run_baseline(n, true)?;
 
     let client = cp.client().await?;
@@ -85,107 +89,156 @@ async fn measure(
     }
     local::create_namespace(&client, NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut running = watch_running(pods.clone());
 
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
-    let watch = tokio::spawn({
-        let pods = pods.clone();
-        async move {
-            let mut stream = watcher(pods, watcher::Config::default()).boxed();
-            while let Some(Ok(event)) = stream.next().await {
-                let objs: Vec<Pod> = match event {
-                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => vec![p],
-                    _ => vec![],
-                };
-                for p in objs {
-                    if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
-                        let _ = tx.send((p.metadata.name.unwrap_or_default(), Instant::now()));
-                    }
-                }
-            }
-        }
-    });
-
-    // One at a time.
-    let mut verge_one = Vec::new();
-    for i in 0..SINGLE {
+    eprintln!("bench: {n} pods one at a time");
+    let mut verge_one = Vec::with_capacity(n);
+    for i in 0..n {
         let name = format!("one-{i}");
         let t0 = Instant::now();
         pods.create(&PostParams::default(), &bench_pod(&name)?)
             .await?;
-        let deadline = t0 + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let Ok(Some((seen, at))) = tokio::time::timeout(left, rx.recv()).await else {
-                bail!("pod {name} not Running within 60 s");
-            };
-            if seen == name {
-                verge_one.push(at - t0);
-                break;
-            }
-        }
+        let times = running
+            .wait_for([(name, t0)].into(), Duration::from_secs(60))
+            .await?;
+        verge_one.extend(times);
     }
     verge_one.sort();
     // Gone again before the burst, so the memory figure counts exactly N pods.
     pods.delete_collection(&DeleteParams::default(), &Default::default())
         .await?;
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(60 + n as u64);
     while !pods.list(&Default::default()).await?.items.is_empty() {
         if Instant::now() > deadline {
-            bail!("the one-at-a-time pods were not removed within 60 s");
+            bail!("the one-at-a-time pods were not removed in time");
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    // All at once.
-    let mut created = HashMap::new();
-    for i in 0..n {
-        let name = format!("bench-{i}");
-        let pod = bench_pod(&name)?;
-        created.insert(name, Instant::now());
-        pods.create(&PostParams::default(), &pod).await?;
-    }
-    let mut startup = HashMap::new();
-    let deadline = Instant::now() + Duration::from_secs(60 + 3 * n as u64);
-    while startup.len() < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let Ok(Some((name, at))) = tokio::time::timeout(left, rx.recv()).await else {
-            bail!(
-                "only {} of {n} pods Running before the deadline",
-                startup.len()
-            );
-        };
-        if let Some(t0) = created.get(&name) {
-            startup.entry(name).or_insert(at - *t0);
+    eprintln!("bench: {n} pods created at once");
+    let creates = (0..n).map(|i| {
+        let pods = pods.clone();
+        async move {
+            let name = format!("bench-{i}");
+            let pod = bench_pod(&name)?;
+            let t0 = Instant::now();
+            pods.create(&PostParams::default(), &pod).await?;
+            anyhow::Ok((name, t0))
         }
-    }
-    watch.abort();
+    });
+    let created: HashMap<String, Instant> = futures::future::try_join_all(creates)
+        .await?
+        .into_iter()
+        .collect();
+    let mut verge_all = running
+        .wait_for(created, Duration::from_secs(60 + 3 * n as u64))
+        .await?;
+    verge_all.sort();
+    running.task.abort();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss_busy =
         local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
 
-    let mut verge_all: Vec<Duration> = startup.into_values().collect();
-    verge_all.sort();
-    println!(
-        "pod-startup on one edge node (image {IMAGE}; a pod is an infra and an app container)"
+    let mut table = String::from(
+        "| mode | what | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n",
     );
-    report(
-        &format!("{SINGLE} pods one at a time"),
-        &verge_one,
-        &docker_one,
-    );
-    report(&format!("{n} pods at once"), &verge_all, &docker_all);
-    println!(
-        "  edgecore RSS: {:.1} MiB with 0 pods, {:.1} MiB with {n} pods",
+    for (mode, verge, docker) in [
+        ("one at a time", &verge_one, &docker_one),
+        ("all at once", &verge_all, &docker_all),
+    ] {
+        table.push_str(&rows(mode, verge, docker));
+    }
+    let memory = format!(
+        "edgecore resident memory (VmRSS): {:.1} MiB with 0 pods, {:.1} MiB with {n} pods.",
         rss_idle as f64 / 1024.0,
         rss_busy as f64 / 1024.0
     );
+    println!(
+        "pod-startup on one edge node (image {IMAGE}; a pod is an infra and an app container)"
+    );
+    println!("{table}\n{memory}");
+    let body = format!(
+        "{n} pods one at a time, then {n} pods created concurrently, on one edge node (image \
+         `{IMAGE}`; a pod is an infra and an app container), timed from the create call to \
+         `phase: Running` seen by an API watch; baseline: `docker run -d` of the same image \
+         and command, sequential and then {n} concurrent, timed until the command returns \
+         (container started). Verge binaries: {} build.\n\n{table}\n{memory}\n",
+        if release { "release" } else { "debug" }
+    );
+    super::record::write(
+        "pod-startup",
+        "pod-startup: create → Running vs `docker run -d`",
+        &body,
+    )?;
 
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
     Ok(())
 }
 
-/// How many pods (and `docker run`s) are timed one at a time.
-const SINGLE: usize = 5;
+/// Table rows of one mode: Verge, the docker baseline, and the ratios.
+fn rows(mode: &str, verge: &[Duration], docker: &[Duration]) -> String {
+    let (v, d) = (super::Summary::of(verge), super::Summary::of(docker));
+    let ratio = |a: Duration, b: Duration| format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64());
+    let p99 = match (v.p99, d.p99) {
+        (Some(a), Some(b)) => ratio(a, b),
+        _ => "–".to_owned(),
+    };
+    format!(
+        "| {mode} | verge: create → Running | {} |\n\
+         | {mode} | docker run -d | {} |\n\
+         | {mode} | ratio verge / docker | | {} | {} | {p99} | {} |\n",
+        super::record::duration_cells(verge),
+        super::record::duration_cells(docker),
+        ratio(v.p50, d.p50),
+        ratio(v.p90, d.p90),
+        ratio(v.max, d.max),
+    )
+}
+
+/// Pods of the bench namespace seen `Running` by a watch, with the time they were seen.
+struct RunningWatch {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn watch_running(pods: Api<Pod>) -> RunningWatch {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let (watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event else {
+                continue;
+            };
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                let _ = tx.send((p.metadata.name.unwrap_or_default(), Instant::now()));
+            }
+        }
+    });
+    RunningWatch { rx, task }
+}
+
+impl RunningWatch {
+    /// Waits until every pod of `created` (name -> create time) was seen Running; returns
+    /// each pod's create -> Running time.
+    async fn wait_for(
+        &mut self,
+        mut created: HashMap<String, Instant>,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Duration>> {
+        let deadline = Instant::now() + timeout;
+        let mut times = Vec::with_capacity(created.len());
+        while !created.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok(Some((name, at))) = tokio::time::timeout(left, self.rx.recv()).await else {
+                bail!("{} pods not Running within {timeout:?}", created.len());
+            };
+            if let Some(t0) = created.remove(&name) {
+                times.push(at - t0);
+            }
+        }
+        Ok(times)
+    }
+}
 
 /// The benchmark's pod `name`, bound to the edge node.
 fn bench_pod(name: &str) -> anyhow::Result<Pod> {
@@ -198,20 +251,6 @@ fn bench_pod(name: &str) -> anyhow::Result<Pod> {
                             "command": ["sleep", "3600"]}]
         }
     }))?)
-}
-
-/// Prints one verge/docker comparison: p50 and p99 of each and their ratios.
-fn report(what: &str, verge: &[Duration], docker: &[Duration]) {
-    let (v50, v99) = (percentile(verge, 50), percentile(verge, 99));
-    let (b50, b99) = (percentile(docker, 50), percentile(docker, 99));
-    println!("  {what}:");
-    println!("    verge   create -> Running (API watch): p50 {v50:>9.1?}  p99 {v99:>9.1?}");
-    println!("    docker  run -d, same concurrency:      p50 {b50:>9.1?}  p99 {b99:>9.1?}");
-    println!(
-        "    ratio verge/docker:                    p50 {:>8.1}x  p99 {:>8.1}x",
-        v50.as_secs_f64() / b50.as_secs_f64(),
-        v99.as_secs_f64() / b99.as_secs_f64()
-    );
 }
 
 /// `docker run -d` of the image `n` times, one after another or all at once (a thread

@@ -4,7 +4,7 @@
 //! nothing changed (goal: 0, only the inventory goes up) and cloudhub's peak resident memory.
 //!
 //! Two phases, both on the real control plane:
-//! 1. cold: every node connects with an empty inventory and receives its 100 objects;
+//! 1. cold: every node connects with an empty inventory and receives its objects;
 //! 2. measured: every stream is dropped, then all N reconnect at once with their full
 //!    inventories. A node is resynced when it received the `resync` end marker
 //!    (docs/protocol.md); without markers (an edgecontroller that does not send them) the
@@ -158,18 +158,20 @@ async fn measure(
     );
     sampler.stop();
 
-    report(
+    let table = Report {
         n,
         connections,
         setup,
-        cold.as_ref(),
-        &warm,
+        cold: cold.as_ref(),
+        warm: &warm,
         markers,
         idle,
         cold_rss,
         warm_rss,
         hwm,
-    );
+    }
+    .render();
+    println!("{table}");
     let held_wrong = warm
         .stats
         .iter()
@@ -178,30 +180,29 @@ async fn measure(
     if held_wrong > 0 {
         bail!("{held_wrong} nodes do not hold {OBJECTS_PER_NODE} objects after phase 2");
     }
-    Ok(())
+    super::record::write(
+        "reconnect",
+        "reconnect: N edge nodes resync by inventory at once",
+        &table,
+    )
 }
 
-/// Starts cloudhub and edgecontroller (no edgecore) detached from `bin_dir`, with queues
-/// large enough for N nodes, and waits until edgecontroller attached and listed its caches.
+/// Starts cloudhub and edgecontroller (no edgecore) detached from `bin_dir` with their
+/// shipped defaults, and waits until edgecontroller attached and listed its caches.
 async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow::Result<Services> {
     std::fs::create_dir_all(dir.join("logs"))?;
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
-    // 100 acks per node arrive at cloudhub faster than one controller stream drains them:
-    // a full controller queue refuses acks (answered `error`) and, for session events,
-    // detaches the controller.
+    // Shipped defaults: only the listen addresses and the cloudhub address are set.
     let cloudhub_cfg = write(
         dir,
         "cloudhub.yaml",
-        &format!(
-            "edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n\
-             controller_queue_len: 262144\nsession_queue_len: 1024\n"
-        ),
+        &format!("edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"),
     )?;
     let ctrl_cfg = write(
         dir,
         "edgecontroller.yaml",
-        &format!("cloudhub: http://127.0.0.1:{ctrl_port}\noutbound_queue: 4096\n"),
+        &format!("cloudhub: http://127.0.0.1:{ctrl_port}\n"),
     )?;
     let mut pids = Vec::new();
     let mut started = Vec::new();
@@ -404,93 +405,113 @@ impl RssSampler {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
+/// Everything one run measured.
+struct Report<'a> {
     n: usize,
     connections: usize,
     setup: Duration,
-    cold: Option<&Phase>,
-    warm: &Phase,
+    cold: Option<&'a Phase>,
+    warm: &'a Phase,
     markers: bool,
+    /// Idle RSS (KiB) of cloudhub and edgecontroller.
     idle: (u64, u64),
+    /// Peak RSS (KiB) during the cold phase.
     cold_rss: (u64, u64),
+    /// Peak RSS (KiB) during the reconnect.
     warm_rss: (u64, u64),
+    /// VmHWM (KiB) at the end.
     hwm: (u64, u64),
-) {
-    let mib = |kib: u64| kib as f64 / 1024.0;
-    let conns = if connections == 0 {
-        format!("{n} HTTP/2 connections (one per node)")
-    } else {
-        format!("{connections} shared HTTP/2 connections")
-    };
-    println!(
-        "reconnect: {n} simulated edge nodes x {OBJECTS_PER_NODE} objects (1 pod + {} configmaps), {conns}",
-        objects::CONFIGMAPS
-    );
-    println!(
-        "  setup (API objects: {n} nodes, {n} pods, {} configmaps): {setup:.1?}",
-        objects::CONFIGMAPS
-    );
-    println!(
-        "  resync detection: {}",
-        if markers {
-            "`resync` end marker of every node"
-        } else {
-            "NO resync markers received: expected object counts + 2 s without object messages"
-        }
-    );
-    let phases = cold
-        .map(|c| ("cold (empty inventory)", c))
-        .into_iter()
-        .chain([("reconnect (full inventory)", warm)]);
-    for (name, p) in phases {
-        let objects: Vec<u64> = p.stats.iter().map(SessionStats::objects).collect();
-        let total: u64 = objects.iter().sum();
-        let min = objects.iter().copied().min().unwrap_or(0);
-        let max = objects.iter().copied().max().unwrap_or(0);
-        let errors: u64 = p.stats.iter().map(|s| s.errors).sum();
-        let retries: u32 = p.stats.iter().map(|s| s.attempts.saturating_sub(1)).sum();
-        let hello = p.stats.iter().map(|s| s.hello_bytes).max().unwrap_or(0);
-        let sent: u64 = p.stats.iter().map(|s| s.sent).sum();
-        println!("  {name}:");
-        println!(
-            "    all resynced after {:>9.2?}   per node p50 {:.2?} p99 {:.2?}",
-            p.resynced_after,
-            pct(&p.per_node, 50),
-            pct(&p.per_node, 99)
-        );
-        println!(
-            "    object messages per node: min {min} avg {:.1} max {max}; total {total} (+ {} resync markers)",
-            total as f64 / n as f64,
-            p.markers
-        );
-        println!(
-            "    up: hello {hello} B max (inventory), {sent} acks/keepalives; {errors} error answers, {retries} connect retries"
-        );
-    }
-    let cold_peak =
-        |kib: u64| cold.map_or_else(|| "skipped".to_owned(), |_| format!("{:.1} MiB", mib(kib)));
-    println!(
-        "  cloudhub RSS:       idle {:.1} MiB, peak cold {}, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
-        mib(idle.0),
-        cold_peak(cold_rss.0),
-        mib(warm_rss.0),
-        mib(hwm.0)
-    );
-    println!(
-        "  edgecontroller RSS: idle {:.1} MiB, peak cold {}, peak reconnect {:.1} MiB, VmHWM {:.1} MiB",
-        mib(idle.1),
-        cold_peak(cold_rss.1),
-        mib(warm_rss.1),
-        mib(hwm.1)
-    );
 }
 
-fn pct(sorted: &[Duration], p: usize) -> Duration {
-    if sorted.is_empty() {
-        Duration::ZERO
-    } else {
-        percentile(sorted, p)
+impl Report<'_> {
+    /// The result as Markdown (printed, and written to `docs/benchmarks.md`).
+    fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let n = self.n;
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let conns = if self.connections == 0 {
+            format!("{n} HTTP/2 connections (one per node)")
+        } else {
+            format!("{} shared HTTP/2 connections", self.connections)
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{n} simulated edge nodes, each holding {OBJECTS_PER_NODE} objects (its Node, 1 pod, \
+             {} configmaps), {conns}; real cloudhub and edgecontroller (release) with their \
+             shipped defaults (no queue or limit overridden) on the real control plane. API \
+             setup ({n} nodes, {n} pods, {} configmaps): {:.1?}. Resync detected by: {}.\n",
+            objects::CONFIGMAPS,
+            objects::CONFIGMAPS,
+            self.setup,
+            if self.markers {
+                "the `resync` end marker of every node"
+            } else {
+                "NO resync markers: expected object counts + 2 s without object messages"
+            }
+        );
+        out.push_str(
+            "| phase | all resynced after | per node p50 | per node p99 | object messages per \
+             node (min / avg / max) | hello (inventory) max | error answers | connect retries |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+        let phases = self
+            .cold
+            .map(|c| ("cold (empty inventory)", c))
+            .into_iter()
+            .chain([("reconnect (full inventory)", self.warm)]);
+        for (name, p) in phases {
+            let objects: Vec<u64> = p.stats.iter().map(SessionStats::objects).collect();
+            let total: u64 = objects.iter().sum();
+            let min = objects.iter().copied().min().unwrap_or(0);
+            let max = objects.iter().copied().max().unwrap_or(0);
+            let errors: u64 = p.stats.iter().map(|s| s.errors).sum();
+            let retries: u32 = p.stats.iter().map(|s| s.attempts.saturating_sub(1)).sum();
+            let hello = p.stats.iter().map(|s| s.hello_bytes).max().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "| {name} | {:.2?} | {:.2?} | {:.2?} | {min} / {:.1} / {max} | {hello} B | \
+                 {errors} | {retries} |",
+                p.resynced_after,
+                percentile(&p.per_node, 50),
+                percentile(&p.per_node, 99),
+                total as f64 / n as f64,
+            );
+        }
+        let cold_peak = |kib: u64| {
+            self.cold
+                .map_or_else(|| "skipped".to_owned(), |_| format!("{:.1} MiB", mib(kib)))
+        };
+        let _ = writeln!(
+            out,
+            "\n| process | RSS idle | peak cold | peak reconnect | VmHWM |\n|---|---|---|---|---|"
+        );
+        for (name, idle, cold, warm, hwm) in [
+            (
+                "cloudhub",
+                self.idle.0,
+                self.cold_rss.0,
+                self.warm_rss.0,
+                self.hwm.0,
+            ),
+            (
+                "edgecontroller",
+                self.idle.1,
+                self.cold_rss.1,
+                self.warm_rss.1,
+                self.hwm.1,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "| {name} | {:.1} MiB | {} | {:.1} MiB | {:.1} MiB |",
+                mib(idle),
+                cold_peak(cold),
+                mib(warm),
+                mib(hwm)
+            );
+        }
+        out
     }
 }
 

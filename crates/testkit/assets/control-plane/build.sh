@@ -22,16 +22,36 @@ ld="-s -w"
 for p in $pkg $cgo; do
   ld="$ld -X $p.gitVersion=v$ver -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$date"
 done
-echo "verge-testkit: resolving modules for Kubernetes v$ver" >&2
-go mod download >&2 || true
+
+# Runs "$@" and prints a line every 10 s while it runs (go prints nothing for minutes).
+progress() {
+  local label=$1; shift
+  local started=$SECONDS
+  "$@" >&2 &
+  local pid=$! n=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    n=$((n + 1))
+    if [ $((n % 10)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
+      echo "verge-testkit:   $label: $((SECONDS - started)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s of ~9 min)" >&2
+    fi
+  done
+  wait "$pid"
+}
+
+targets=(./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+         k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+echo "verge-testkit: [0/${#targets[@]}] downloading modules for Kubernetes v$ver" >&2
+progress "go mod download" go mod download || true
 tmp="$dir/bin.tmp"
 rm -rf "$tmp"; mkdir -p "$tmp"
-for target in ./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-              k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl; do
-  echo "verge-testkit: go build $target" >&2
-  go build -trimpath -ldflags "$ld" -o "$tmp/" "$target"
+i=0
+for target in "${targets[@]}"; do
+  i=$((i + 1))
+  echo "verge-testkit: [$i/${#targets[@]}] go build $target" >&2
+  progress "go build ${target##*/}" go build -trimpath -ldflags "$ld" -o "$tmp/" "$target"
 done
 mv "$tmp"/* "$dir/bin/"
 rmdir "$tmp"
 echo "v$ver" > "$dir/complete"
-echo "verge-testkit: control plane v$ver built in $dir/bin" >&2
+echo "verge-testkit: control plane v$ver built in $dir/bin in $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2

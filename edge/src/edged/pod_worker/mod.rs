@@ -41,9 +41,9 @@ use verge_core::ResourceKey;
 use super::Context;
 use super::probe::{ProbeKind, ProbeUpdate};
 use super::status::build::ImageIds;
-use crate::edgehub::DisplayChain;
 use state::{ContainerTrack, PodState};
 pub(crate) use terminate::cleanup_orphan;
+use verge_runtime::ErrorChain;
 
 /// Longest time between two syncs of a pod.
 pub const RESYNC: Duration = Duration::from_secs(10);
@@ -167,7 +167,7 @@ impl Worker {
             let wake = match self.sync().await {
                 Ok(wake) => wake,
                 Err(e) => {
-                    warn!(error = %DisplayChain(&e), "pod sync failed; retrying");
+                    warn!(error = %ErrorChain(&e), "pod sync failed; retrying");
                     Some(Instant::now() + RETRY)
                 }
             };

@@ -16,7 +16,7 @@ use super::Worker;
 use super::state::Waiting;
 use super::sync::Wake;
 use crate::edged::events::EventType;
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// Delay before asking again for a token that could not be renewed (the old one is kept
 /// until it expires).
@@ -63,7 +63,7 @@ impl Worker {
                         }
                     }
                     Err(e) => {
-                        warn!(error = %DisplayChain(&e), "volume refresh failed");
+                        warn!(error = %ErrorChain(&e), "volume refresh failed");
                         self.refresh_volumes = true;
                         wake.at(Instant::now() + super::RESYNC);
                     }
@@ -79,7 +79,7 @@ impl Worker {
                 true
             }
             Err(e) => {
-                warn!(error = %DisplayChain(&e), "volumes not ready");
+                warn!(error = %ErrorChain(&e), "volumes not ready");
                 self.pod_event(EventType::Warning, "FailedMount", e.to_string());
                 let waiting = Waiting {
                     reason: "ContainerCreating".into(),

@@ -17,8 +17,8 @@ use crate::edged::objects::PodObjects as _;
 use crate::edged::runtime::image::{ImageOutcome, PullPolicy, credentials_for};
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::spec;
-use crate::edgehub::DisplayChain;
 use crate::{Error, Result};
+use verge_runtime::ErrorChain;
 
 /// A failed start: the kubelet's waiting reason and a message.
 type Failure = (&'static str, String);
@@ -46,7 +46,7 @@ impl Worker {
                 Ok(Some(s)) => out.push(s),
                 Ok(None) => warn!(secret = %r.name, "image pull secret not found"),
                 Err(e) => {
-                    warn!(secret = %r.name, error = %DisplayChain(&e), "image pull secret unavailable")
+                    warn!(secret = %r.name, error = %ErrorChain(&e), "image pull secret unavailable")
                 }
             }
         }
@@ -84,7 +84,7 @@ impl Worker {
                     if old.labels.restart_count + 1 < restart_count
                         && let Err(e) = ctx.runtime.remove(&old.id).await
                     {
-                        warn!(error = %DisplayChain(&e), "cannot remove old instance");
+                        warn!(error = %ErrorChain(&e), "cannot remove old instance");
                     }
                 }
             }
@@ -275,5 +275,5 @@ impl Worker {
 
 /// An error with its causes, for messages.
 fn chain(e: &Error) -> String {
-    DisplayChain(e).to_string()
+    ErrorChain(e).to_string()
 }

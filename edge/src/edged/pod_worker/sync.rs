@@ -14,7 +14,7 @@ use super::state::{PodState, Waiting};
 use crate::Result;
 use crate::edged::events::EventType;
 use crate::edged::probe::ProbeTarget;
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// The earliest moment the worker must sync again.
 #[derive(Debug, Default)]
@@ -88,7 +88,7 @@ impl Worker {
                 self.pod_event(EventType::Normal, "SandboxChanged", msg);
             }
             if let Err(e) = self.create_sandbox(obs).await {
-                let msg = format!("Failed to create pod sandbox: {}", DisplayChain(&e));
+                let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
                 return Err(e);
             }
@@ -150,7 +150,7 @@ impl Worker {
         info!(succeeded, "pod completed");
         self.state = PodState::Completed { succeeded };
         if let Err(e) = self.ctx.runtime.stop(&sandbox.id, Duration::ZERO).await {
-            warn!(error = %DisplayChain(&e), "cannot stop sandbox");
+            warn!(error = %ErrorChain(&e), "cannot stop sandbox");
         }
     }
 
@@ -196,7 +196,7 @@ impl Worker {
             Some(i) if i.state == RunState::Created => {
                 // An interrupted start: finish it.
                 if let Err(e) = self.ctx.runtime.start(&i.id).await {
-                    warn!(error = %DisplayChain(&e), "cannot start created container; recreating");
+                    warn!(error = %ErrorChain(&e), "cannot start created container; recreating");
                     self.ctx.runtime.remove(&i.id).await?;
                 }
                 *changed = true;

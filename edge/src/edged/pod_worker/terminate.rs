@@ -15,7 +15,7 @@ use super::state::PodState;
 use crate::Result;
 use crate::edged::Context;
 use crate::edged::runtime::labels::{ContainerLabels, GRACE, PodRef};
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// Grace period of orphans without the grace label (kubelet default).
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -50,7 +50,7 @@ impl Worker {
             rt.remove(&i.id).await?;
         }
         if let Err(e) = self.ctx.volumes.cleanup(&self.uid).await {
-            warn!(error = %DisplayChain(&e), "cannot remove pod directory");
+            warn!(error = %ErrorChain(&e), "cannot remove pod directory");
         }
         let (key, uid) = (self.key.clone(), self.uid.clone());
         self.ctx
@@ -90,7 +90,7 @@ pub(crate) async fn cleanup_orphan(ctx: &Context, pod: &PodRef) {
             r?;
         }
         if let Err(e) = ctx.volumes.cleanup(&pod.uid).await {
-            warn!(error = %DisplayChain(&e), "cannot remove pod directory");
+            warn!(error = %ErrorChain(&e), "cannot remove pod directory");
         }
         ctx.status.deleted(&ResourceKey::new(&pod.namespace, ResourceType::Pod, &pod.name), &pod.uid).await;
         ctx.events.forget(&pod.uid);
@@ -98,6 +98,6 @@ pub(crate) async fn cleanup_orphan(ctx: &Context, pod: &PodRef) {
     }
     .await;
     if let Err(e) = result {
-        warn!(uid = %pod.uid, error = %DisplayChain(&e), "orphan clean-up failed; retried on the next change");
+        warn!(uid = %pod.uid, error = %ErrorChain(&e), "orphan clean-up failed; retried on the next change");
     }
 }

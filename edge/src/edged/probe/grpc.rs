@@ -12,7 +12,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::handler::{ProbeOutcome, USER_AGENT};
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// Checks `service` ("" for the server as a whole) of the health service at `addr`
 /// (`host:port`) within `timeout`.
@@ -25,7 +25,7 @@ pub(super) async fn check(addr: &str, service: &str, timeout: Duration) -> Probe
         Err(e) => {
             return ProbeOutcome::failure(format!(
                 "error: invalid gRPC address {addr:?}: {}",
-                DisplayChain(&e)
+                ErrorChain(&e)
             ));
         }
     };
@@ -34,7 +34,7 @@ pub(super) async fn check(addr: &str, service: &str, timeout: Duration) -> Probe
         Ok(Err(e)) => {
             return ProbeOutcome::failure(format!(
                 "error: failed to connect service at {addr:?}: {}",
-                DisplayChain(&e)
+                ErrorChain(&e)
             ));
         }
         Err(_) => {
@@ -81,7 +81,7 @@ fn rpc_failure(status: &Status, timeout: Duration) -> ProbeOutcome {
                 status.message()
             );
             if let Some(source) = std::error::Error::source(status) {
-                message.push_str(&format!(": {}", DisplayChain(source)));
+                message.push_str(&format!(": {}", ErrorChain(source)));
             }
             ProbeOutcome::failure(message)
         }

@@ -20,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
 use super::{ProbeKind, ProbeTarget, grpc, tls, worker};
-use crate::edgehub::DisplayChain;
+use verge_runtime::ErrorChain;
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;
@@ -184,7 +184,7 @@ impl DockerProber {
                 "HTTP probe failed with statuscode: {}",
                 response.status().as_u16()
             )),
-            Err(e) => ProbeOutcome::failure(format!("Get \"{url}\": {}", DisplayChain(&e))),
+            Err(e) => ProbeOutcome::failure(format!("Get \"{url}\": {}", ErrorChain(&e))),
         }
     }
 }

@@ -19,9 +19,10 @@ use tracing::{debug, error, warn};
 use verge_core::{Group, Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
-use crate::edgehub::{DisplayChain, EdgeHubHandle};
+use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
+use verge_runtime::ErrorChain;
 
 /// Source module of edged's reports.
 pub const SOURCE: &str = "edged";
@@ -134,7 +135,7 @@ impl StatusManager {
             };
             if let Err(e) = self.hub.report(key.clone(), msg).await {
                 // A store failure: forget the status so the pod's next one is reported.
-                error!(%key, error = %DisplayChain(&e), "pod report not stored");
+                error!(%key, error = %ErrorChain(&e), "pod report not stored");
                 self.last.remove(&uid);
                 if matches!(e, Error::HubStopped) {
                     break;

@@ -28,10 +28,10 @@ use tracing::{info, warn};
 
 use super::env::expand_with;
 use super::objects::PodObjects;
-use crate::edgehub::DisplayChain;
 use crate::{Error, Result};
 use ownership::FsGroup;
 use token::TokenCache;
+use verge_runtime::ErrorChain;
 
 /// Prepares, refreshes and removes the volumes of pods; see the module docs.
 #[derive(Debug)]
@@ -229,7 +229,7 @@ impl<O: PodObjects> VolumeManager<O> {
                     removed += 1;
                 }
                 Err(e) => {
-                    warn!(%uid, error = %DisplayChain(&e), "cannot remove orphaned pod directory")
+                    warn!(%uid, error = %ErrorChain(&e), "cannot remove orphaned pod directory")
                 }
             }
         }

@@ -3,7 +3,7 @@
 //! it is 24 hours old, whichever comes first (without the kubelet's random jitter). A
 //! failed refresh keeps the old token until it expires.
 //!
-//! Offline autonomy (DESIGN §3.4): every token is also written to
+//! Offline autonomy (architecture.md §3.4): every token is also written to
 //! `<pods_dir>/<pod uid>/tokens.json` (mode 0600, next to the pod's volumes), and read back
 //! when the in-memory cache is empty, so a pod restarted by a new edgecore process while the
 //! cloud is unreachable gets its still-valid token instead of failing to start.

@@ -1,4 +1,4 @@
-//! The upstream outbox (DESIGN §3.3: upstream never loses a report), in the same redb file
+//! The upstream outbox (architecture.md §3.3: upstream never loses a report), in the same redb file
 //! as the objects.
 //!
 //! Tables:

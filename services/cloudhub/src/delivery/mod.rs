@@ -1,5 +1,5 @@
 //! The per-node delivery queue: at-least-once downstream delivery, coalesced by object
-//! (DESIGN §3 points 1 and 5). Pure: the caller passes the time in, nothing here does I/O.
+//! (architecture.md §3.1 and §3.5). Pure: the caller passes the time in, nothing here does I/O.
 //!
 //! Messages are of two kinds:
 //! - *answers* (`ack`, `response`, `error`, `keepalive`, or no resource): sent first, in

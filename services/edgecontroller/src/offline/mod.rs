@@ -1,5 +1,5 @@
 //! Offline autonomy, cloud side: pods on edge nodes are not evicted when the link is lost
-//! (DESIGN §3.4; docs/offline.md).
+//! (architecture.md §3.4; docs/offline.md).
 //!
 //! When an edge node stops sending heartbeats, the node lifecycle controller marks it
 //! `Ready=Unknown` and taints it `node.kubernetes.io/unreachable:NoExecute` (a `Ready=False`

@@ -1,6 +1,7 @@
 //! The API objects of the benchmark: N edge Nodes, `CONFIGMAPS` shared ConfigMaps and one
 //! Pod per node that references every ConfigMap through `envFrom`, so each node holds
-//! `1 + CONFIGMAPS` objects while the API server holds only N pods and the ConfigMaps.
+//! [`OBJECTS_PER_NODE`] objects — its own Node, its pod and the ConfigMaps — while the API
+//! server holds only N nodes, N pods and the ConfigMaps.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -21,8 +22,9 @@ use super::edge::SimEdge;
 pub const NAMESPACE: &str = "verge-bench-reconnect";
 /// ConfigMaps every pod references.
 pub const CONFIGMAPS: usize = 99;
-/// Objects each node holds: its pod and the ConfigMaps.
-pub const OBJECTS_PER_NODE: usize = CONFIGMAPS + 1;
+/// Objects each node holds: its own Node object (edgecontroller sends every edge node its
+/// Node), its pod and the ConfigMaps.
+pub const OBJECTS_PER_NODE: usize = CONFIGMAPS + 2;
 /// API requests in flight while creating the objects.
 const IN_FLIGHT: usize = 16;
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
@@ -75,11 +77,11 @@ where
         .await
 }
 
-/// Gives every node the inventory it would hold after a full sync: the ConfigMaps and its
-/// pod, at their current uid and resourceVersion (for `--warm-only`).
+/// Gives every node the inventory it would hold after a full sync: its Node, the ConfigMaps
+/// and its pod, at their current uid and resourceVersion (for `--warm-only`).
 ///
 /// # Errors
-/// API errors, or a pod missing.
+/// API errors, or a pod or node missing.
 pub async fn fill_inventories(client: &kube::Client, edges: &mut [SimEdge]) -> anyhow::Result<()> {
     let lp = kube::api::ListParams::default();
     let version = |meta: &ObjectMeta| {
@@ -118,15 +120,34 @@ pub async fn fill_inventories(client: &kube::Client, edges: &mut [SimEdge]) -> a
             )
         })
         .collect();
+    let nodes: HashMap<String, (String, String)> = Api::<Node>::all(client.clone())
+        .list(&kube::api::ListParams::default().labels("verge.io/bench=reconnect"))
+        .await?
+        .items
+        .iter()
+        .map(|n| {
+            (
+                n.metadata.name.clone().unwrap_or_default(),
+                version(&n.metadata),
+            )
+        })
+        .collect();
     for edge in edges {
         let pod = pod_name(edge.index);
         let held = pods
             .get(&pod)
             .with_context(|| format!("pod {pod} missing"))?;
+        let node = nodes
+            .get(&edge.name)
+            .with_context(|| format!("node {} missing", edge.name))?;
         edge.held = configmaps.iter().cloned().collect();
         edge.held.insert(
             ResourceKey::new(NAMESPACE, ResourceType::Pod, pod),
             held.clone(),
+        );
+        edge.held.insert(
+            ResourceKey::cluster(ResourceType::Node, edge.name.clone()),
+            node.clone(),
         );
     }
     Ok(())

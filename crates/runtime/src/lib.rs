@@ -1,0 +1,26 @@
+//! One shutdown story for every Verge binary (cloudhub, edgecontroller, edgecore).
+//!
+//! A binary parses its flags, loads its configuration, installs telemetry, builds its
+//! component and hands it to [`serve`]: the component runs until it fails or the process
+//! gets SIGINT or SIGTERM; then its [`CancellationToken`] is cancelled and it gets the
+//! configured grace period to drain (the way the kubelet gives a container
+//! `terminationGracePeriodSeconds` between SIGTERM and SIGKILL). Inside a component,
+//! [`Modules`] runs its long-lived parts and reports the first failure. Every error chain
+//! is printed the same way, by [`ErrorChain`].
+//!
+//! # Layout
+//!
+//! * [`serve`] and [`Outcome`] — run until a signal, drain within the grace period, map the
+//!   result to an exit code.
+//! * [`signal`] — SIGINT/SIGTERM as a [`Signal`].
+//! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
+//! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
+
+mod chain;
+mod modules;
+mod serve;
+
+pub use chain::ErrorChain;
+pub use modules::{ModuleError, Modules};
+pub use serve::{Outcome, Signal, fail, serve, signal};
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,166 @@
+//! Running a component until a signal, then draining it within a grace period.
+
+use std::error::Error;
+use std::fmt;
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::ErrorChain;
+
+/// The signal that asked the process to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+    /// SIGTERM (what Kubernetes and systemd send first).
+    Terminate,
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Interrupt => "SIGINT",
+            Self::Terminate => "SIGTERM",
+        })
+    }
+}
+
+/// Resolves on the first SIGINT or SIGTERM. When the SIGTERM handler cannot be installed
+/// (logged), only SIGINT is awaited; when neither can, it never resolves.
+pub async fn signal() -> Signal {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            error!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+        Signal::Interrupt
+    };
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            s = interrupt => s,
+            _ = term.recv() => Signal::Terminate,
+        },
+        Err(error) => {
+            warn!(%error, "cannot listen for SIGTERM; only SIGINT stops the process");
+            interrupt.await
+        }
+    }
+}
+
+/// How a served component ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It returned `Ok` on its own.
+    Completed,
+    /// A signal stopped it and it drained within the grace period.
+    Drained(Signal),
+    /// It returned an error or panicked (printed).
+    Failed,
+    /// A signal stopped it and it was still draining when the grace period ended.
+    GraceExceeded(Signal),
+}
+
+impl Outcome {
+    /// The process exit code: success for [`Outcome::Completed`] and [`Outcome::Drained`],
+    /// failure otherwise.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Self::Completed | Self::Drained(_) => ExitCode::SUCCESS,
+            Self::Failed | Self::GraceExceeded(_) => ExitCode::FAILURE,
+        }
+    }
+}
+
+/// Runs `component` (given a fresh shutdown token) on its own task until it ends or the
+/// process receives SIGINT/SIGTERM; then cancels the token and waits at most `grace` for
+/// it to drain. Errors are printed once, as an [`ErrorChain`], both as a `tracing` event
+/// and on stderr prefixed with `service`.
+pub async fn serve<F, E>(
+    service: &'static str,
+    grace: Duration,
+    component: impl FnOnce(CancellationToken) -> F,
+) -> Outcome
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Error + Send + Sync + 'static,
+{
+    let shutdown = CancellationToken::new();
+    let mut task = tokio::spawn(component(shutdown.clone()));
+    let signal = tokio::select! {
+        joined = &mut task => return finished(service, joined, Outcome::Completed),
+        signal = signal() => signal,
+    };
+    info!(service, %signal, ?grace, "shutting down; draining");
+    shutdown.cancel();
+    match tokio::time::timeout(grace, task).await {
+        Ok(joined) => finished(service, joined, Outcome::Drained(signal)),
+        Err(_) => {
+            warn!(
+                service,
+                ?grace,
+                "still draining when the grace period ended; exiting"
+            );
+            eprintln!("{service}: did not stop within the grace period of {grace:?}");
+            Outcome::GraceExceeded(signal)
+        }
+    }
+}
+
+fn finished<E: Error + 'static>(
+    service: &'static str,
+    joined: Result<Result<(), E>, tokio::task::JoinError>,
+    ok: Outcome,
+) -> Outcome {
+    match joined {
+        Ok(Ok(())) => {
+            info!(service, "stopped");
+            ok
+        }
+        Ok(Err(error)) => {
+            fail(service, &error);
+            Outcome::Failed
+        }
+        Err(join) => {
+            fail(service, &join);
+            Outcome::Failed
+        }
+    }
+}
+
+/// Prints `error` with its causes as the reason `service` fails — a `tracing` error event
+/// and one line on stderr — and returns [`ExitCode::FAILURE`]. For errors before
+/// [`serve`] (flags, configuration, set-up) as well.
+pub fn fail(service: &str, error: &(dyn Error + 'static)) -> ExitCode {
+    let chain = ErrorChain(error);
+    error!(service, error = %chain, "failed");
+    eprintln!("{service}: error: {chain}");
+    ExitCode::FAILURE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("bind failed")]
+    struct BindFailed(#[source] std::io::Error);
+
+    #[tokio::test]
+    async fn completion_and_failure() {
+        let ok = serve("t", Duration::from_secs(1), |_| async {
+            Ok::<(), BindFailed>(())
+        })
+        .await;
+        assert_eq!(ok, Outcome::Completed);
+        let failed = serve("t", Duration::from_secs(1), |_| async {
+            Err(BindFailed(std::io::Error::other("address in use")))
+        })
+        .await;
+        assert_eq!(failed, Outcome::Failed);
+        assert_eq!(failed.exit_code(), ExitCode::FAILURE);
+    }
+}
