@@ -8,7 +8,16 @@
 //! - [`build`]: constructors and accessors over the generated types.
 
 /// Generated code, nested as the protobuf packages are (`verge.message.v1`, `verge.hub.v1`).
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
+/// The `.proto` comments are plain text, not Markdown: rustdoc's HTML and link checks do not
+/// apply to them.
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links,
+    rustdoc::bare_urls
+)]
 pub mod verge {
     /// Package `verge.message.v1`.
     pub mod message {

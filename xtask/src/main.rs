@@ -1,8 +1,8 @@
 //! `cargo xtask`: developer tasks for the Verge workspace.
 //!
 //! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
-//! [`test`] (the whole test suite on the real components), [`quickstart`] and [`down`] (a
-//! local deployment running a sample Deployment on an edge node), [`bench`] (benchmarks);
+//! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
+//! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks);
 //! [`local`] starts and stops the Verge processes for quickstart and benchmarks.
 
 mod bench;

@@ -64,20 +64,30 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     code
 }
 
+/// One static check: a cargo command line.
+struct Check {
+    /// As printed.
+    what: &'static str,
+    /// cargo's arguments.
+    args: &'static [&'static str],
+    /// `RUSTDOCFLAGS`, if set.
+    rustdocflags: Option<&'static str>,
+}
+
 /// `cargo fmt --all --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
 /// `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`; stops at the first
 /// failure and returns its exit code.
 fn static_checks() -> anyhow::Result<ExitCode> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let steps: [(&str, &[&str], Option<(&str, &str)>); 3] = [
-        (
-            "cargo fmt --all --check",
-            &["fmt", "--all", "--check"],
-            None,
-        ),
-        (
-            "cargo clippy --workspace --all-targets -- -D warnings",
-            &[
+    let steps = [
+        Check {
+            what: "cargo fmt --all --check",
+            args: &["fmt", "--all", "--check"],
+            rustdocflags: None,
+        },
+        Check {
+            what: "cargo clippy --workspace --all-targets -- -D warnings",
+            args: &[
                 "clippy",
                 "--workspace",
                 "--all-targets",
@@ -85,20 +95,25 @@ fn static_checks() -> anyhow::Result<ExitCode> {
                 "-D",
                 "warnings",
             ],
-            None,
-        ),
-        (
-            "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
-            &["doc", "--workspace", "--no-deps"],
-            Some(("RUSTDOCFLAGS", "-D warnings")),
-        ),
+            rustdocflags: None,
+        },
+        Check {
+            what: "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
+            args: &["doc", "--workspace", "--no-deps"],
+            rustdocflags: Some("-D warnings"),
+        },
     ];
-    for (what, argv, env) in steps {
+    for Check {
+        what,
+        args,
+        rustdocflags,
+    } in steps
+    {
         eprintln!("xtask test: {what}");
         let mut cmd = Command::new(&cargo);
-        cmd.args(argv);
-        if let Some((k, v)) = env {
-            cmd.env(k, v);
+        cmd.args(args);
+        if let Some(flags) = rustdocflags {
+            cmd.env("RUSTDOCFLAGS", flags);
         }
         let status = cmd.status().with_context(|| format!("running {what}"))?;
         if !status.success() {

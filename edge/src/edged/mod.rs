@@ -8,7 +8,7 @@
 //! - [`pleg`]: the pod lifecycle event generator: relists containers by label and listens to
 //!   Docker events.
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
-//! - [`objects`], [`env`], [`volumes`]: configmaps/secrets/tokens, env and volumes.
+//! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens, env and volumes.
 //! - [`probe`], [`gc`]: probes; container and image garbage collection.
 //! - [`events`]: the kubelet's pod events (Pulled, Created, Started, Killing, BackOff, ...).
 //!

@@ -1,4 +1,4 @@
-//! The upstream outbox's configuration and its writing end, [`Outbox`] (architecture.md §3.3). The
+//! The upstream outbox's configuration and its writing end, `Outbox` (architecture.md §3.3). The
 //! entries live in the [`MetaStore`]; edgehub's drain sends them (module docs of
 //! [`crate::edgehub`]).
 

@@ -28,6 +28,7 @@ pub use verge_telemetry::LogFormat;
 /// ack_timeout: 10s
 /// max_retries: 5
 /// controller_queue_len: 4096
+/// upstream_wait: 10s
 /// shutdown_grace: 10s
 /// log_format: text
 /// ```
@@ -56,7 +57,7 @@ pub struct Config {
     pub max_frame_bytes: usize,
     /// Capacity of each node's downstream queue, in messages waiting to be sent (a newer
     /// version of an object replaces its waiting one and needs no room). A message that does
-    /// not fit is refused with `DeliveryError` "queue full: node <node> has <n> messages
+    /// not fit is refused with `DeliveryError` "queue full: node &lt;node&gt; has &lt;n&gt; messages
     /// waiting". Default 1024 (KubeEdge's `nodeLimit`-style per-node bound).
     pub session_queue_len: usize,
     /// Most object messages per node sent and not yet acknowledged by the edge; further
@@ -70,9 +71,17 @@ pub struct Config {
     /// out it is dropped and its controller gets `DeliveryError` "not acknowledged after
     /// <1 + max_retries> attempts". Default 5.
     pub max_retries: u32,
-    /// Capacity of each controller's queue, in frames; a controller whose queue overflows
-    /// is detached and must reattach. Default 4096.
+    /// Capacity of each controller's two queues, in frames: upstream messages (when every
+    /// controller of a group is full, the edge session waits up to `upstream_wait` for room)
+    /// and control frames (session events, delivery errors; a controller that lets this one
+    /// overflow is detached and must reattach). Default 4096.
     pub controller_queue_len: usize,
+    /// How long an edge session waits for room in a full controller message queue before it
+    /// answers the edge's message with `error` (the edge keeps it and sends it again). The
+    /// session reads nothing more from its edge meanwhile (back-pressure). Humantime format,
+    /// default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub upstream_wait: Duration,
     /// How long the binary waits for streams to end after SIGINT/SIGTERM. Humantime format,
     /// default `10s`.
     #[serde(with = "humantime_serde")]
@@ -95,6 +104,7 @@ impl Default for Config {
             ack_timeout: Duration::from_secs(10),
             max_retries: 5,
             controller_queue_len: 4096,
+            upstream_wait: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
             log_format: LogFormat::Text,
         }
@@ -147,6 +157,9 @@ impl Config {
         }
         if self.controller_queue_len == 0 {
             return bad("controller_queue_len", "must be at least 1");
+        }
+        if self.upstream_wait.is_zero() {
+            return bad("upstream_wait", "must be greater than zero");
         }
         Ok(())
     }

@@ -17,7 +17,7 @@ use verge_proto::hub::{
 
 use crate::routing;
 use crate::sessions::ControllerEntry;
-use crate::stream::{FrameStream, StreamEnd, outbound};
+use crate::stream::{FrameStream, StreamEnd, outbound_prioritized};
 use crate::{Error, Result, Shared};
 
 /// The `ControllerHub` gRPC service. Build it through [`crate::CloudHub`].
@@ -77,11 +77,13 @@ impl ControllerHub for ControllerHubService {
         };
         let groups = parse_hello(&hello).inspect_err(|error| warn!(%error, "attach refused"))?;
         let (tx, rx) = mpsc::channel(self.shared.config.controller_queue_len);
+        let (control, control_rx) = mpsc::channel(self.shared.config.controller_queue_len);
         let end = StreamEnd::new();
         let entry = ControllerEntry {
             name: hello.name.clone(),
             groups,
             tx: tx.clone(),
+            control,
             end: end.clone(),
         };
         let (id, snapshot) = self.shared.registry.attach_controller(entry);
@@ -98,7 +100,9 @@ impl ControllerHub for ControllerHubService {
         self.shared
             .tracker
             .spawn(attachment.run(inbound).instrument(span));
-        Ok(Response::new(outbound(snapshot, rx, end)))
+        Ok(Response::new(outbound_prioritized(
+            snapshot, control_rx, rx, end,
+        )))
     }
 }
 

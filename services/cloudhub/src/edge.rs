@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, instrument, warn};
+use verge_core::Group;
 use verge_proto::hub::edge_hub_server::EdgeHub;
 use verge_proto::hub::{
-    CloudFrame, EdgeFrame, EdgeHello, Routed, Welcome, cloud_frame, edge_frame,
+    CloudFrame, EdgeFrame, EdgeHello, HubFrame, Routed, Welcome, cloud_frame, edge_frame, hub_frame,
 };
 use verge_proto::{Message, MessageExt};
 
@@ -106,6 +108,47 @@ impl EdgeHub for EdgeHubService {
     }
 }
 
+impl Session {
+    /// Hands an upstream message to a controller serving `group`: the first of them (in
+    /// round-robin order) with room in its message queue; when all are full, waits for room
+    /// in the first for at most `upstream_wait` — back-pressure: this session reads nothing
+    /// more from its edge meanwhile, and HTTP/2 flow control slows the edge down.
+    ///
+    /// # Errors
+    /// A reason for the edge's `error` answer: no controller serves the group, they stayed
+    /// busy for `upstream_wait`, or they detached.
+    async fn forward(&self, group: Group, routed: Routed) -> std::result::Result<(), String> {
+        let targets = self.shared.registry.upstream_targets(group)?;
+        let mut frame = HubFrame {
+            frame: Some(hub_frame::Frame::Message(routed)),
+        };
+        for target in &targets {
+            match target.tx.try_send(frame) {
+                Ok(()) => {
+                    debug!(controller = %target.name, "forwarded upstream");
+                    return Ok(());
+                }
+                Err(TrySendError::Full(f) | TrySendError::Closed(f)) => frame = f,
+            }
+        }
+        let wait = self.shared.config.upstream_wait;
+        let Some(first) = targets.first() else {
+            return Err(format!("no controller attached for group \"{group}\""));
+        };
+        debug!(controller = %first.name, "controller queues full; waiting for room");
+        tokio::select! {
+            sent = tokio::time::timeout(wait, first.tx.send(frame)) => match sent {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_closed)) => Err(format!("the controller for group \"{group}\" detached; retry later")),
+                Err(_elapsed) => Err(format!(
+                    "every controller for group \"{group}\" stayed busy for {wait:?}; retry later"
+                )),
+            },
+            () = self.end.ended() => Err("session ended".to_owned()),
+        }
+    }
+}
+
 /// Compares without an early exit, so the time taken does not reveal the matching prefix.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -141,7 +184,7 @@ impl Session {
                     self.end.finish(None);
                     break;
                 }
-                Ok(Ok(Some(frame))) => self.handle_frame(frame),
+                Ok(Ok(Some(frame))) => self.handle_frame(frame).await,
             };
             if let Err(error) = outcome {
                 if matches!(error, Error::Stream(_)) {
@@ -159,9 +202,9 @@ impl Session {
         info!("edge session ended");
     }
 
-    fn handle_frame(&self, frame: EdgeFrame) -> Result<()> {
+    async fn handle_frame(&self, frame: EdgeFrame) -> Result<()> {
         match frame.frame {
-            Some(edge_frame::Frame::Message(message)) => self.handle_message(message),
+            Some(edge_frame::Frame::Message(message)) => self.handle_message(message).await,
             Some(edge_frame::Frame::Hello(_)) => {
                 Err(Error::UnexpectedFrame("hello after the session started"))
             }
@@ -177,7 +220,7 @@ impl Session {
         operation = message.route.as_ref().map_or("", |r| r.operation.as_str()),
         resource = %message.resource(),
     ))]
-    fn handle_message(&self, mut message: Message) -> Result<()> {
+    async fn handle_message(&self, mut message: Message) -> Result<()> {
         let parent_id = message.id().to_owned();
         let edge_resource = message.resource().to_owned();
         let is_answer = message
@@ -202,7 +245,7 @@ impl Session {
                     node: self.node.clone(),
                     message: Some(message),
                 };
-                let Err(reason) = self.shared.registry.route_upstream(group, routed) else {
+                let Err(reason) = self.forward(group, routed).await else {
                     return Ok(());
                 };
                 warn!(%reason, "upstream message not forwarded; answering error");

@@ -5,6 +5,13 @@
 //! The lock is never held across an `.await`; all sends under it are `try_send` into bounded
 //! controller queues or pushes into a node's bounded [`Outbox`], so a slow peer never blocks
 //! another.
+//!
+//! Each controller has two bounded queues: a *control* queue for session events and delivery
+//! errors (small, one or two per session change; a controller that lets it overflow is
+//! detached and must reattach for a fresh snapshot), and a *message* queue for the upstream
+//! messages of its groups, which applies back-pressure: an edge session whose message finds
+//! every serving controller's queue full waits for room (up to `upstream_wait`) and meanwhile
+//! reads nothing more from its stream. The controller stream sends control frames first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -12,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tracing::{debug, info, warn};
 use verge_core::Group;
-use verge_proto::hub::{HubFrame, NodeSession, Routed, hub_frame};
+use verge_proto::hub::{HubFrame, NodeSession, hub_frame};
 use verge_proto::{Inventory, Message};
 
 use crate::Error;
@@ -38,8 +45,10 @@ pub(crate) struct ControllerEntry {
     pub name: String,
     /// The groups it serves.
     pub groups: Vec<Group>,
-    /// Its bounded queue.
+    /// Its bounded queue of upstream messages (back-pressure, see the module docs).
     pub tx: mpsc::Sender<HubFrame>,
+    /// Its bounded queue of session events and delivery errors, sent before messages.
+    pub control: mpsc::Sender<HubFrame>,
     /// Ends its stream.
     pub end: Arc<StreamEnd>,
 }
@@ -111,8 +120,9 @@ impl Registry {
             .retain(|id, c| offer(*id, c, frame.clone()));
     }
 
-    /// Sends `frame` to controller `id` without waiting; a controller whose queue is full is
-    /// detached as in [`Registry::broadcast`]. A controller gone meanwhile is skipped.
+    /// Sends the control `frame` (a delivery error) to controller `id` without waiting; a
+    /// controller whose control queue is full is detached as in [`Registry::broadcast`]. A
+    /// controller gone meanwhile is skipped.
     pub(crate) fn send_to_controller(&self, id: u64, frame: HubFrame) {
         let mut inner = self.lock();
         let Some(c) = inner.controllers.get(&id) else {
@@ -172,46 +182,34 @@ impl Registry {
         self.lock().controllers.remove(&id);
     }
 
-    /// Hands an upstream message to a controller serving `group`, round-robin among them,
-    /// skipping controllers whose queue is full.
+    /// The message queues of the controllers serving `group`, in the order to try them
+    /// (round-robin: the first differs per call).
     ///
     /// # Errors
-    /// A reason for the edge: no controller serves the group, or all their queues are full.
-    pub(crate) fn route_upstream(&self, group: Group, routed: Routed) -> Result<(), String> {
+    /// A reason for the edge when no controller serves the group.
+    pub(crate) fn upstream_targets(&self, group: Group) -> Result<Vec<UpstreamTarget>, String> {
         let mut inner = self.lock();
         let Inner {
             controllers,
             round_robin,
             ..
         } = &mut *inner;
-        let serving: Vec<&ControllerEntry> = controllers
+        let mut serving: Vec<UpstreamTarget> = controllers
             .values()
             .filter(|c| c.groups.contains(&group))
+            .map(|c| UpstreamTarget {
+                name: c.name.clone(),
+                tx: c.tx.clone(),
+            })
             .collect();
         if serving.is_empty() {
             return Err(format!("no controller attached for group \"{group}\""));
         }
         let counter = round_robin.entry(group).or_default();
-        let start = *counter;
+        let start = *counter % serving.len();
         *counter = counter.wrapping_add(1);
-        let mut frame = HubFrame {
-            frame: Some(hub_frame::Frame::Message(routed)),
-        };
-        for i in 0..serving.len() {
-            let Some(c) = serving.get(start.wrapping_add(i) % serving.len()) else {
-                continue;
-            };
-            match c.tx.try_send(frame) {
-                Ok(()) => {
-                    debug!(controller = %c.name, "forwarded upstream");
-                    return Ok(());
-                }
-                Err(TrySendError::Full(f) | TrySendError::Closed(f)) => frame = f,
-            }
-        }
-        Err(format!(
-            "every controller for group \"{group}\" is busy; retry later"
-        ))
+        serving.rotate_left(start);
+        Ok(serving)
     }
 
     /// Queues the edge-side `message` from `origin` on the session of `node` without
@@ -234,15 +232,24 @@ impl Registry {
     }
 }
 
-/// Offers `frame` to controller `c`; returns whether it stays attached (a full queue ends
-/// its stream with [`Error::ControllerQueueFull`], a closed one is gone already).
+/// Where an upstream message may go: one serving controller's message queue.
+pub(crate) struct UpstreamTarget {
+    /// The controller's name.
+    pub name: String,
+    /// Its message queue.
+    pub tx: mpsc::Sender<HubFrame>,
+}
+
+/// Offers the control `frame` to controller `c`; returns whether it stays attached (a full
+/// control queue ends its stream with [`Error::ControllerQueueFull`], a closed one is gone
+/// already).
 fn offer(id: u64, c: &ControllerEntry, frame: HubFrame) -> bool {
-    match c.tx.try_send(frame) {
+    match c.control.try_send(frame) {
         Ok(()) => true,
         Err(TrySendError::Full(_)) => {
-            warn!(controller = %c.name, id, "controller queue full; detaching it");
+            warn!(controller = %c.name, id, "controller control queue full; detaching it");
             c.end
-                .finish(Some(Error::ControllerQueueFull(c.tx.max_capacity())));
+                .finish(Some(Error::ControllerQueueFull(c.control.max_capacity())));
             false
         }
         Err(TrySendError::Closed(_)) => false,

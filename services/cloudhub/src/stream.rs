@@ -72,6 +72,28 @@ pub(crate) fn outbound<T: Send + 'static>(
     Box::pin(head.chain(tail))
 }
 
+/// Like [`outbound`], with two queues: a frame waiting in `control` is always sent before
+/// any waiting in `queue` (session events and delivery errors overtake upstream messages).
+/// Ends when `end` finishes or both queues are closed.
+pub(crate) fn outbound_prioritized<T: Send + 'static>(
+    first: Vec<T>,
+    control: mpsc::Receiver<T>,
+    queue: mpsc::Receiver<T>,
+    end: Arc<StreamEnd>,
+) -> FrameStream<T> {
+    let head = futures::stream::iter(first.into_iter().map(Ok));
+    let tail = futures::stream::unfold(Some((control, queue, end)), |state| async move {
+        let (mut control, mut queue, end) = state?;
+        tokio::select! {
+            biased;
+            () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
+            Some(frame) = control.recv() => Some((Ok(frame), Some((control, queue, end)))),
+            frame = queue.recv() => frame.map(|f| (Ok(f), Some((control, queue, end)))),
+        }
+    });
+    Box::pin(head.chain(tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +110,27 @@ mod tests {
         end.finish(Some(Error::ShuttingDown));
         let status = s.next().await.expect("item").expect_err("status");
         assert_eq!(status.code(), tonic::Code::Aborted);
+        assert!(s.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn control_frames_overtake_queued_messages() {
+        let (control_tx, control_rx) = mpsc::channel(4);
+        let (tx, rx) = mpsc::channel(4);
+        let end = StreamEnd::new();
+        tx.send(10).await.expect("open");
+        tx.send(11).await.expect("open");
+        control_tx.send(1).await.expect("open");
+        let mut s = outbound_prioritized(vec![0], control_rx, rx, end.clone());
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(s.next().await.expect("item").expect("ok"));
+        }
+        assert_eq!(got, [0, 1, 10, 11]);
+        drop(control_tx);
+        tx.send(12).await.expect("open");
+        assert_eq!(s.next().await.expect("item").expect("ok"), 12);
+        end.finish(None);
         assert!(s.next().await.is_none());
     }
 

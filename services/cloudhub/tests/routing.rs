@@ -199,3 +199,43 @@ async fn unroutable_messages_are_answered() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     hub.stop().await;
 }
+
+/// A controller that falls behind slows its edges down instead of losing their messages:
+/// with a controller queue of 2 frames, 40 messages of 64 KiB (more than the HTTP/2 windows
+/// hold) from one edge all reach the controller, in order, once it reads again, and the
+/// edge gets no `error` answer (cloudhub waited for room, `upstream_wait`).
+#[tokio::test]
+async fn full_controller_queue_applies_back_pressure() {
+    let config = verge_cloudhub::Config {
+        controller_queue_len: 2,
+        ..common::config()
+    };
+    let hub = start(config).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let edge = connect(&hub, "edge-1").await;
+    assert!(ctrl.session().await.connected);
+
+    const N: usize = 40;
+    let sender = tokio::spawn(async move {
+        for i in 0..N {
+            let mut m = update(&format!("up-{i}"), &format!("default/podstatus/p{i}"));
+            m.content = vec![b'x'; 64 * 1024];
+            edge.send(m).await;
+        }
+        edge
+    });
+    // The controller reads nothing for a while: the queue (2) and the transport fill up.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    for i in 0..N {
+        let routed = ctrl.message().await;
+        assert_eq!(routed.message.unwrap().id(), format!("up-{i}"));
+    }
+    let mut edge = sender.await.unwrap();
+    edge.send(common::keepalive("probe")).await;
+    let next = edge.next().await.unwrap();
+    assert_eq!(
+        (next.operation(), next.parent_id()),
+        (Ok(Operation::Keepalive), "probe"),
+        "the edge got {next:?} instead of the keepalive answer"
+    );
+}

@@ -53,6 +53,12 @@ pub struct Args {
     pub debug: bool,
 }
 
+/// How long the benchmark Nodes must stay unchanged before the phases start (they are made
+/// Ready and get Leases, see [`objects::heartbeat`]).
+const SETTLE_QUIET: Duration = Duration::from_secs(10);
+/// The longest wait for that.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+
 /// Quiet time that ends a phase when the edgecontroller sends no `resync` markers.
 const QUIET: Duration = Duration::from_secs(2);
 
@@ -60,8 +66,11 @@ const QUIET: Duration = Duration::from_secs(2);
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let n = args.nodes.max(1);
     let run_dir = verge_testkit::paths::run_dir().join("bench-reconnect");
+    // The kit's 10 s node-monitor grace period (fast NotReady for tests) is as short as the
+    // simulated nodes' 10 s Lease renewal; the bench uses the Kubernetes default of 40 s.
     let config = ControlPlaneConfig {
         state_dir: run_dir.join("control-plane"),
+        node_monitor_grace_period: Duration::from_secs(40),
         ..ControlPlaneConfig::from_env()
     };
     // A fresh control plane: objects of an interrupted run would collide.
@@ -107,7 +116,16 @@ async fn measure(
         objects::CONFIGMAPS
     );
     let setup = objects::create(&client, n).await?;
-    eprintln!("  setup took {setup:.1?}");
+    let heartbeat = objects::heartbeat(&client, n).await?;
+    eprintln!(
+        "  setup took {setup:.1?}; waiting until kube-controller-manager stops editing the nodes"
+    );
+    let (settled, quiet) = objects::settle_nodes(&client, SETTLE_QUIET, SETTLE_LIMIT).await?;
+    if quiet {
+        eprintln!("  nodes unchanged for {SETTLE_QUIET:?} after {settled:.1?}");
+    } else {
+        eprintln!("  warning: nodes still changing after {settled:.1?}; measuring anyway");
+    }
 
     let services = start_services(run_dir, bin_dir, cp).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -157,11 +175,14 @@ async fn measure(
         status_kib(services.edgecontroller, "VmHWM").unwrap_or(0),
     );
     sampler.stop();
+    heartbeat.abort();
 
     let table = Report {
         n,
         connections,
         setup,
+        settled,
+        quiet,
         cold: cold.as_ref(),
         warm: &warm,
         markers,
@@ -410,6 +431,10 @@ struct Report<'a> {
     n: usize,
     connections: usize,
     setup: Duration,
+    /// Time until kube-controller-manager stopped editing the Nodes.
+    settled: Duration,
+    /// Whether the Nodes stopped changing before the phases.
+    quiet: bool,
     cold: Option<&'a Phase>,
     warm: &'a Phase,
     markers: bool,
@@ -440,10 +465,19 @@ impl Report<'_> {
             "{n} simulated edge nodes, each holding {OBJECTS_PER_NODE} objects (its Node, 1 pod, \
              {} configmaps), {conns}; real cloudhub and edgecontroller (release) with their \
              shipped defaults (no queue or limit overridden) on the real control plane. API \
-             setup ({n} nodes, {n} pods, {} configmaps): {:.1?}. Resync detected by: {}.\n",
+             setup ({n} nodes made Ready with renewed Leases, {n} pods, {} configmaps): {:.1?}, \
+             then {:.1?} {}. Resync detected by: {}.\n",
             objects::CONFIGMAPS,
             objects::CONFIGMAPS,
             self.setup,
+            self.settled,
+            if self.quiet {
+                format!(
+                    "until kube-controller-manager stopped editing the Nodes ({SETTLE_QUIET:?} unchanged)"
+                )
+            } else {
+                "waiting for the Nodes to stop changing: they did NOT (object messages below include real Node changes)".to_owned()
+            },
             if self.markers {
                 "the `resync` end marker of every node"
             } else {
@@ -452,8 +486,8 @@ impl Report<'_> {
         );
         out.push_str(
             "| phase | all resynced after | per node p50 | per node p99 | object messages per \
-             node (min / avg / max) | hello (inventory) max | error answers | connect retries |\n\
-             |---|---|---|---|---|---|---|---|\n",
+             node (min / avg / max) | of which redundant | hello (inventory) max | error answers \
+             | connect retries |\n|---|---|---|---|---|---|---|---|---|\n",
         );
         let phases = self
             .cold
@@ -468,14 +502,38 @@ impl Report<'_> {
             let errors: u64 = p.stats.iter().map(|s| s.errors).sum();
             let retries: u32 = p.stats.iter().map(|s| s.attempts.saturating_sub(1)).sum();
             let hello = p.stats.iter().map(|s| s.hello_bytes).max().unwrap_or(0);
+            let redundant: u64 = p.stats.iter().map(|s| s.redundant).sum();
             let _ = writeln!(
                 out,
-                "| {name} | {:.2?} | {:.2?} | {:.2?} | {min} / {:.1} / {max} | {hello} B | \
-                 {errors} | {retries} |",
+                "| {name} | {:.2?} | {:.2?} | {:.2?} | {min} / {:.1} / {max} | {redundant} | \
+                 {hello} B | {errors} | {retries} |",
                 p.resynced_after,
                 percentile(&p.per_node, 50),
                 percentile(&p.per_node, 99),
                 total as f64 / n as f64,
+            );
+        }
+        for (name, p) in self
+            .cold
+            .map(|c| ("cold", c))
+            .into_iter()
+            .chain([("reconnect", self.warm)])
+        {
+            let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
+            for s in &p.stats {
+                for (kind, n) in &s.by_type {
+                    *by_type.entry(kind).or_default() += n;
+                }
+            }
+            let list: Vec<String> = by_type.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            let _ = writeln!(
+                out,
+                "\nObject messages by type, {name}: {}.",
+                if list.is_empty() {
+                    "none".to_owned()
+                } else {
+                    list.join(", ")
+                }
             );
         }
         let cold_peak = |kib: u64| {

@@ -3,7 +3,7 @@
 //!
 //! Every volume except hostPath lives in `<pods_dir>/<pod uid>/volumes/<volume name>`.
 //! configMap, secret, downwardAPI and projected volumes are written like the kubelet's
-//! `AtomicWriter` ([`atomic`]): files in a timestamped `..<ts>` directory, published by
+//! `AtomicWriter` (`atomic`): files in a timestamped `..<ts>` directory, published by
 //! renaming a `..data` symlink, with per-file symlinks `key -> ..data/key`, so a container
 //! sees an update all at once. An emptyDir with `medium: Memory` is a tmpfs (`mounts`),
 //! unmounted before the pod directory is removed. A pod `securityContext.fsGroup` makes

@@ -80,6 +80,11 @@ pub struct SessionStats {
     pub updates: u64,
     /// Object `delete`s received.
     pub deletes: u64,
+    /// Updates of an object at the uid and resourceVersion the node already held (what resync
+    /// by inventory exists to avoid).
+    pub redundant: u64,
+    /// Object messages (updates and deletes) by resource type (`node`, `pod`, `configmap`).
+    pub by_type: std::collections::BTreeMap<&'static str, u64>,
     /// The `resync` marker, if received.
     pub marker: Option<Marker>,
     /// Time from the phase start to the marker.
@@ -279,10 +284,15 @@ fn on_message(
             let now = u64::try_from(shared.elapsed().as_nanos()).unwrap_or(u64::MAX);
             shared.last_object_ns.fetch_max(now, Ordering::Relaxed);
             if let Ok(key) = message.edge_key() {
+                *stats.by_type.entry(key.kind.as_str()).or_default() += 1;
                 if operation == Some(Operation::Update) {
                     stats.updates += 1;
                     let header = message.header.clone().unwrap_or_default();
-                    edge.held.insert(key, (header.uid, header.resource_version));
+                    let version = (header.uid, header.resource_version);
+                    if edge.held.get(&key) == Some(&version) {
+                        stats.redundant += 1;
+                    }
+                    edge.held.insert(key, version);
                 } else {
                     stats.deletes += 1;
                     edge.held.remove(&key);

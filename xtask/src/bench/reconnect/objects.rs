@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 
 use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use verge_core::{ResourceKey, ResourceType};
 
@@ -75,6 +76,55 @@ where
         .buffer_unordered(IN_FLIGHT)
         .try_collect::<()>()
         .await
+}
+
+/// Waits until no benchmark Node changed in anything but its status for `quiet` (at most
+/// `limit`): kube-controller-manager
+/// keeps editing new Nodes for a while (the TTL controller's `node.alpha.kubernetes.io/ttl`
+/// annotation follows the cluster size; the node lifecycle controller marks silent nodes),
+/// and each such edit is a real change that edgecontroller sends down. Returns the time
+/// waited and whether the nodes settled (`false`: `limit` reached).
+///
+/// # Errors
+/// API errors.
+pub async fn settle_nodes(
+    client: &kube::Client,
+    quiet: Duration,
+    limit: Duration,
+) -> anyhow::Result<(Duration, bool)> {
+    let started = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let lp = kube::api::ListParams::default().labels("verge.io/bench=reconnect");
+    let mut last: HashMap<String, String> = HashMap::new();
+    let mut unchanged_since = Instant::now();
+    while started.elapsed() < limit {
+        // What edgecontroller sends a Node for: anything but its status.
+        let now: HashMap<String, String> = nodes
+            .list(&lp)
+            .await?
+            .items
+            .into_iter()
+            .map(|n| {
+                let without_status = json!({
+                    "labels": n.metadata.labels,
+                    "annotations": n.metadata.annotations,
+                    "spec": n.spec,
+                });
+                (
+                    n.metadata.name.unwrap_or_default(),
+                    without_status.to_string(),
+                )
+            })
+            .collect();
+        if now != last {
+            last = now;
+            unchanged_since = Instant::now();
+        } else if unchanged_since.elapsed() >= quiet {
+            return Ok((started.elapsed(), true));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok((started.elapsed(), false))
 }
 
 /// Gives every node the inventory it would hold after a full sync: its Node, the ConfigMaps
@@ -167,6 +217,78 @@ fn node(i: usize) -> serde_json::Value {
             "labels": {"node-role.kubernetes.io/edge": "", "verge.io/bench": "reconnect"}
         }
     })
+}
+
+/// Lease renewal period of the simulated nodes (the kubelet's default: 10 s).
+const RENEW: Duration = Duration::from_secs(10);
+
+/// Makes the `nodes` simulated nodes look like healthy, connected edge nodes to the node
+/// lifecycle controller, as edgecore's own reports would: `Ready=True` once, then the node
+/// Lease renewed every [`RENEW`] until the returned task is aborted. Without this the
+/// controller keeps tainting and untainting the silent nodes (rate-limited, for minutes), and
+/// each such edit of a Node is a real change that edgecontroller sends down. Done here, by the
+/// benchmark, so the measured phases carry only resync traffic.
+///
+/// # Errors
+/// API errors of the first round.
+pub async fn heartbeat(
+    client: &kube::Client,
+    nodes: usize,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let node_api: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    futures::stream::iter(0..nodes)
+        .map(|i| {
+            let (node_api, leases) = (node_api.clone(), leases.clone());
+            async move {
+                let name = node_name(i);
+                let now = micro_time();
+                let status = json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "simulated edge node", "lastHeartbeatTime": now,
+                    "lastTransitionTime": now
+                }]}});
+                node_api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await?;
+                let lease: Lease = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}
+                }))?;
+                leases.create(&PostParams::default(), &lease).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(RENEW).await;
+            let renew = json!({"spec": {"renewTime": micro_time()}});
+            let renew = &renew;
+            futures::stream::iter(0..nodes)
+                .map(|i| {
+                    let leases = leases.clone();
+                    async move {
+                        let patch = Patch::Merge(renew);
+                        let _ = leases
+                            .patch(&node_name(i), &PatchParams::default(), &patch)
+                            .await;
+                    }
+                })
+                .buffer_unordered(IN_FLIGHT)
+                .collect::<()>()
+                .await;
+        }
+    }))
+}
+
+/// Now as a Kubernetes `MicroTime` (RFC 3339, microseconds, UTC).
+fn micro_time() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
 }
 
 /// Pod `i`, bound to node `i`; it tolerates every taint (the node lifecycle controller taints

@@ -1,0 +1,122 @@
+//! The state directory of a control plane: `state.json`, kubeconfig, env file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::{ControlPlane, certs};
+
+/// One started component.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Component {
+    /// Binary name, e.g. `kube-apiserver` (also the log and pid file name).
+    pub(super) name: String,
+    pub(super) pid: u32,
+}
+
+/// `<state>/state.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct State {
+    pub(super) version: String,
+    pub(super) server: String,
+    pub(super) admin_token: String,
+    pub(super) bin_dir: PathBuf,
+    pub(super) ports: Ports,
+    pub(super) components: Vec<Component>,
+}
+
+impl State {
+    /// Reads `<dir>/state.json`; `None` when missing or unparsable.
+    pub(super) fn load(dir: &Path) -> Option<Self> {
+        let bytes = std::fs::read(dir.join("state.json")).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// Writes `<dir>/state.json` (mode 0600: holds the admin token).
+    pub(super) fn save(&self, dir: &Path) -> anyhow::Result<()> {
+        certs::write_file(
+            &dir.join("state.json"),
+            &serde_json::to_string_pretty(self)?,
+            true,
+        )
+    }
+}
+
+/// Writes the admin kubeconfig (cluster/user/context `verge`).
+pub(super) fn write_kubeconfig(
+    path: &Path,
+    server: &str,
+    ca_cert: &Path,
+    token: &str,
+) -> anyhow::Result<()> {
+    let ca = std::fs::read(ca_cert).with_context(|| format!("reading {}", ca_cert.display()))?;
+    let yaml = format!(
+        "apiVersion: v1\n\
+         kind: Config\n\
+         clusters:\n\
+         - name: verge\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\n\
+         users:\n\
+         - name: admin\n  user:\n    token: {token}\n\
+         contexts:\n\
+         - name: verge\n  context:\n    cluster: verge\n    user: admin\n    namespace: default\n\
+         current-context: verge\n",
+        ca = certs::base64(&ca),
+    );
+    certs::write_file(path, &yaml, true)
+}
+
+/// Writes `<state>/env` from [`ControlPlane::env_lines`].
+pub(super) fn write_env_file(path: &Path, cp: &ControlPlane) -> anyhow::Result<()> {
+    let mut text = cp.env_lines().join("\n");
+    text.push('\n');
+    certs::write_file(path, &text, true)
+}
+
+/// Removes every entry of `dir` except the `lock` file.
+pub(super) fn wipe_except_lock(dir: &Path) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        if entry.file_name() == "lock" {
+            continue;
+        }
+        let path = entry.path();
+        let result = if entry.file_type()?.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        result.with_context(|| format!("removing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Loopback ports of the components.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Ports {
+    pub(super) etcd: u16,
+    pub(super) etcd_peer: u16,
+    pub(super) apiserver: u16,
+    pub(super) controller_manager: u16,
+    pub(super) scheduler: u16,
+}
+
+impl Ports {
+    /// Five distinct free ports ([`crate::ports::free_port`]).
+    pub(super) fn pick() -> anyhow::Result<Self> {
+        let ports = (0..5)
+            .map(|_| crate::ports::free_port())
+            .collect::<anyhow::Result<Vec<_>>>()
+            .context("picking free loopback ports")?;
+        Ok(Self {
+            etcd: ports[0],
+            etcd_peer: ports[1],
+            apiserver: ports[2],
+            controller_manager: ports[3],
+            scheduler: ports[4],
+        })
+    }
+}
