@@ -57,7 +57,7 @@ pub struct Args {
 /// Ready and get Leases, see [`objects::heartbeat`]).
 const SETTLE_QUIET: Duration = Duration::from_secs(10);
 /// The longest wait for that.
-const SETTLE_LIMIT: Duration = Duration::from_secs(120);
+const SETTLE_LIMIT: Duration = Duration::from_secs(300);
 
 /// Quiet time that ends a phase when the edgecontroller sends no `resync` markers.
 const QUIET: Duration = Duration::from_secs(2);
