@@ -122,15 +122,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A Docker engine call failed (edged's container runtime).
-    #[error("docker: {what} failed")]
-    Docker {
-        /// The call, e.g. `create container k8s_web_...`.
-        what: String,
-        /// bollard's failure.
-        #[source]
-        source: bollard::errors::Error,
-    },
+    /// A container runtime call failed (edged's runtime; the call and the engine's error
+    /// are in it).
+    #[error(transparent)]
+    Runtime(#[from] crate::edged::runtime::RuntimeError),
     /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
     /// referenced by a pod of this node).
     #[error("cloud refused query of {resource}: {reason}")]

@@ -11,9 +11,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::runtime::Runtime;
 use super::runtime::labels::{ContainerLabels, PodRef};
-use crate::Result;
+use super::runtime::{ContainerRuntime, ListFilter, RuntimeError};
 use verge_runtime::ErrorChain;
 
 /// Capacity of the channel to the dispatcher.
@@ -34,17 +33,17 @@ pub struct PodChanged {
 /// One relist: container id -> (pod, state).
 type Snapshot = HashMap<String, (PodRef, String)>;
 
-/// The PLEG task.
+/// The PLEG task over runtime `R`.
 #[derive(Debug)]
-pub struct Pleg {
-    runtime: Runtime,
+pub struct Pleg<R> {
+    runtime: R,
     period: Duration,
     out: mpsc::Sender<PodChanged>,
 }
 
-impl Pleg {
+impl<R: ContainerRuntime> Pleg<R> {
     /// A PLEG relisting `runtime` every `period`, reporting to `out`.
-    pub fn new(runtime: Runtime, period: Duration, out: mpsc::Sender<PodChanged>) -> Self {
+    pub fn new(runtime: R, period: Duration, out: mpsc::Sender<PodChanged>) -> Self {
         Self {
             runtime,
             period,
@@ -56,19 +55,19 @@ impl Pleg {
     ///
     /// # Errors
     /// None: failed relists are logged and retried.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+    pub async fn run(self, shutdown: CancellationToken) -> crate::Result<()> {
         let (kick_tx, mut kick) = mpsc::channel::<()>(1);
         let events = self.runtime.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             while !stop.is_cancelled() {
-                let mut stream = std::pin::pin!(events.events());
+                let mut stream = events.events();
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
                         ev = stream.next() => match ev {
                             Some(Ok(_)) => { let _ = kick_tx.try_send(()); }
-                            Some(Err(e)) => { debug!(error = %e, "docker events failed"); break; }
+                            Some(Err(e)) => { debug!(error = %ErrorChain(&e), "docker events failed"); break; }
                             None => break,
                         },
                     }
@@ -103,16 +102,13 @@ impl Pleg {
         Ok(())
     }
 
-    async fn relist(&self) -> Result<Snapshot> {
+    async fn relist(&self) -> Result<Snapshot, RuntimeError> {
         let mut snap = Snapshot::new();
-        for c in self.runtime.list(None).await? {
-            let (Some(id), Some(labels)) =
-                (c.id, c.labels.as_ref().and_then(ContainerLabels::parse))
-            else {
+        for c in self.runtime.list(&ListFilter::node()).await? {
+            let Some(labels) = ContainerLabels::parse(&c.labels) else {
                 continue;
             };
-            let state = c.state.map(|s| s.to_string()).unwrap_or_default();
-            snap.insert(id, (labels.pod, state));
+            snap.insert(c.id, (labels.pod, c.state));
         }
         Ok(snap)
     }

@@ -40,6 +40,7 @@ use verge_core::ResourceKey;
 
 use super::Context;
 use super::probe::{ProbeKind, ProbeUpdate};
+use super::runtime::ContainerRuntime;
 use super::status::build::ImageIds;
 use state::{ContainerTrack, PodState};
 pub(crate) use terminate::cleanup_orphan;
@@ -89,8 +90,8 @@ impl WorkerHandle {
 }
 
 /// One pod's worker.
-pub(crate) struct Worker {
-    ctx: Arc<Context>,
+pub(crate) struct Worker<R: ContainerRuntime> {
+    ctx: Arc<Context<R>>,
     key: ResourceKey,
     uid: String,
     pod: Pod,
@@ -110,8 +111,8 @@ pub(crate) struct Worker {
 }
 
 /// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
-pub(crate) fn spawn(
-    ctx: Arc<Context>,
+pub(crate) fn spawn<R: ContainerRuntime>(
+    ctx: Arc<Context<R>>,
     key: ResourceKey,
     pod: Pod,
     tracker: &TaskTracker,
@@ -157,7 +158,7 @@ pub(crate) fn spawn(
     WorkerHandle { key, pod, tx }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<WorkerMsg>,

@@ -16,6 +16,7 @@ use super::Worker;
 use super::state::Waiting;
 use super::sync::Wake;
 use crate::edged::events::EventType;
+use crate::edged::runtime::ContainerRuntime;
 use verge_runtime::ErrorChain;
 
 /// Delay before asking again for a token that could not be renewed (the old one is kept
@@ -47,7 +48,7 @@ pub(super) fn token_refresh(
     }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Prepares (or refreshes) the volumes; false (and a retry) while they cannot be.
     pub(super) async fn ensure_volumes(&mut self, wake: &mut Wake) -> bool {
         if self.volumes.is_some() {

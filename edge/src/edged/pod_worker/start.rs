@@ -14,7 +14,10 @@ use super::state::Waiting;
 use super::sync::Wake;
 use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
-use crate::edged::runtime::image::{ImageOutcome, PullPolicy, credentials_for};
+use crate::edged::runtime::ContainerRuntime;
+use crate::edged::runtime::image::{
+    ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image,
+};
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::spec;
 use crate::{Error, Result};
@@ -23,7 +26,7 @@ use verge_runtime::ErrorChain;
 /// A failed start: the kubelet's waiting reason and a message.
 type Failure = (&'static str, String);
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     pub(super) fn pod_ref(&self) -> PodRef {
         PodRef {
             namespace: self.key.namespace.clone(),
@@ -82,7 +85,7 @@ impl Worker {
                 // Keep the newest dead instance for `lastState`; older ones go.
                 for old in obs.containers.get(&c.name).into_iter().flatten() {
                     if old.labels.restart_count + 1 < restart_count
-                        && let Err(e) = ctx.runtime.remove(&old.id).await
+                        && let Err(e) = ctx.runtime.remove_if_present(&old.id).await
                     {
                         warn!(error = %ErrorChain(&e), "cannot remove old instance");
                     }
@@ -132,11 +135,7 @@ impl Worker {
             let msg = format!("Pulling image \"{image}\"");
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
-        let pulled = self
-            .ctx
-            .runtime
-            .ensure_image(&image, policy, creds, pulling)
-            .await;
+        let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling).await;
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
                 EventType::Normal,
@@ -151,18 +150,22 @@ impl Worker {
                     Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
                 ),
             ),
-            Err(e) if e.reason == "ErrImageNeverPull" => {
-                (EventType::Warning, e.reason, e.message.clone())
+            Err(e @ ImageError::NeverPull { .. }) => {
+                (EventType::Warning, "ErrImageNeverPull", e.to_string())
             }
-            Err(e) => {
-                let prefix = format!("failed to pull image \"{image}\": ");
-                let detail = e.message.strip_prefix(&prefix).unwrap_or(&e.message);
-                let msg = format!("Failed to pull image \"{image}\": {detail}");
+            Err(ImageError::Inspect { source } | ImageError::Pull { source, .. }) => {
+                let msg = format!("Failed to pull image \"{image}\": {}", source.engine());
                 (EventType::Warning, "Failed", msg)
             }
         };
         self.container_event(&c.name, type_, reason, msg);
-        pulled.map_err(|e| (e.reason, e.message))?;
+        pulled.map_err(|e| {
+            let reason = match e {
+                ImageError::NeverPull { .. } => "ErrImageNeverPull",
+                _ => "ErrImagePull",
+            };
+            (reason, e.to_string())
+        })?;
         let config_err = |e: Error| ("CreateContainerConfigError", e.to_string());
         let env = crate::edged::env::resolve_env(
             &self.pod,
@@ -183,29 +186,21 @@ impl Worker {
             restart_count,
             sandbox: false,
         };
-        let body = spec::container_body(
-            &self.pod,
-            c,
-            &labels,
-            &sandbox.id,
-            &image,
-            env,
-            binds,
-            self.grace(),
-        );
+        let spec =
+            spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
         let name = labels.docker_name();
         // A leftover with the same name (interrupted earlier attempt) would conflict.
-        let _ = self.ctx.runtime.remove(&name).await;
+        let _ = self.ctx.runtime.remove_if_present(&name).await;
         let id = self
             .ctx
             .runtime
-            .create(&name, body)
+            .create(&name, spec)
             .await
             .map_err(|e| ("CreateContainerError", chain(&e)))?;
         let msg = format!("Created container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Created", msg);
         if let Err(e) = self.ctx.runtime.start(&id).await {
-            let _ = self.ctx.runtime.remove(&id).await;
+            let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(("RunContainerError", chain(&e)));
         }
         let msg = format!("Started container {}", c.name);
@@ -216,16 +211,17 @@ impl Worker {
     /// Creates and starts sandbox `attempt` from `pod_infra_image` (pulled if not present).
     pub(super) async fn start_sandbox(&self, attempt: u32) -> Result<String> {
         let cfg = &self.ctx.config;
-        if let Err(e) = self
-            .ctx
-            .runtime
-            .ensure_image(&cfg.pod_infra_image, PullPolicy::IfNotPresent, None, || {})
-            .await
+        let infra = &cfg.pod_infra_image;
+        if let Err(e) = ensure_image(
+            &self.ctx.runtime,
+            infra,
+            PullPolicy::IfNotPresent,
+            None,
+            || {},
+        )
+        .await
         {
-            return Err(Error::ContainerConfig(format!(
-                "sandbox image: {}",
-                e.message
-            )));
+            return Err(Error::ContainerConfig(format!("sandbox image: {e}")));
         }
         let labels = ContainerLabels {
             pod: self.pod_ref(),
@@ -233,7 +229,7 @@ impl Worker {
             restart_count: attempt,
             sandbox: true,
         };
-        let body = spec::sandbox_body(
+        let spec = spec::sandbox_spec(
             &self.pod,
             &labels,
             &cfg.pod_infra_image,
@@ -241,18 +237,18 @@ impl Worker {
             self.grace(),
         );
         let name = labels.docker_name();
-        let _ = self.ctx.runtime.remove(&name).await;
-        let id = self.ctx.runtime.create(&name, body).await?;
+        let _ = self.ctx.runtime.remove_if_present(&name).await;
+        let id = self.ctx.runtime.create(&name, spec).await?;
         if let Err(e) = self.ctx.runtime.start(&id).await {
-            let _ = self.ctx.runtime.remove(&id).await;
-            return Err(e);
+            let _ = self.ctx.runtime.remove_if_present(&id).await;
+            return Err(e.into());
         }
         // Its IP is read by the sync's next observation.
         Ok(id)
     }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Creates and starts a new sandbox; earlier sandboxes and all containers (whose network
     /// namespace is gone) are removed first, so init containers run again (kubelet).
     pub(super) async fn create_sandbox(&mut self, obs: &Observation) -> Result<()> {
@@ -261,7 +257,7 @@ impl Worker {
                 let t = self.track(&i.labels.container);
                 t.next_restart = t.next_restart.max(i.labels.restart_count + 1);
             }
-            self.ctx.runtime.remove(&i.id).await?;
+            self.ctx.runtime.remove_if_present(&i.id).await?;
         }
         let attempt = obs
             .sandboxes
@@ -274,6 +270,6 @@ impl Worker {
 }
 
 /// An error with its causes, for messages.
-fn chain(e: &Error) -> String {
+fn chain(e: &crate::edged::runtime::RuntimeError) -> String {
     ErrorChain(e).to_string()
 }

@@ -14,6 +14,7 @@ use super::state::{PodState, Waiting};
 use crate::Result;
 use crate::edged::events::EventType;
 use crate::edged::probe::ProbeTarget;
+use crate::edged::runtime::ContainerRuntime;
 use verge_runtime::ErrorChain;
 
 /// The earliest moment the worker must sync again.
@@ -47,7 +48,7 @@ fn restarts(policy: &str, code: i32, init: bool) -> bool {
     }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Syncs the pod once; returns when it must run again at the latest.
     pub(super) async fn sync(&mut self) -> Result<Option<Instant>> {
         if (self.deleted || self.pod.metadata.deletion_timestamp.is_some())
@@ -197,7 +198,7 @@ impl Worker {
                 // An interrupted start: finish it.
                 if let Err(e) = self.ctx.runtime.start(&i.id).await {
                     warn!(error = %ErrorChain(&e), "cannot start created container; recreating");
-                    self.ctx.runtime.remove(&i.id).await?;
+                    self.ctx.runtime.remove_if_present(&i.id).await?;
                 }
                 *changed = true;
                 Ok(Step::Pending)

@@ -4,9 +4,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use futures::StreamExt;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
@@ -20,6 +17,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
 use super::{ProbeKind, ProbeTarget, grpc, tls, worker};
+use crate::edged::runtime::{ContainerRuntime, DockerRuntime};
 use verge_runtime::ErrorChain;
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
@@ -70,7 +68,7 @@ pub trait ProbeHandler: Send + Sync + 'static {
 }
 
 /// Runs probes for real, as the kubelet does:
-/// - `exec` in the container through Docker;
+/// - `exec` in the container through the container runtime (Docker in production);
 /// - `httpGet` over HTTP/1.1 (no keep-alive), for `scheme: HTTPS` over TLS without verifying
 ///   the server's certificate or name (kubelet: `InsecureSkipVerify`); 200–399 is a success;
 /// - `tcpSocket` by connecting;
@@ -87,15 +85,15 @@ pub trait ProbeHandler: Send + Sync + 'static {
 /// - An `exec` that outlives its timeout keeps running in the container (as with the kubelet's
 ///   dockershim); only the probe result is a failure.
 #[derive(Debug, Clone)]
-pub struct DockerProber {
-    docker: Docker,
+pub struct DockerProber<R = DockerRuntime> {
+    runtime: R,
     /// One client for `http` and `https` URLs.
     http: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
 }
 
-impl DockerProber {
-    /// A prober using `docker` for `exec` probes.
-    pub fn new(docker: Docker) -> Self {
+impl<R: ContainerRuntime> DockerProber<R> {
+    /// A prober using `runtime` for `exec` probes.
+    pub fn new(runtime: R) -> Self {
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls::insecure_client_config())
             .https_or_http()
@@ -104,52 +102,24 @@ impl DockerProber {
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(connector);
-        Self { docker, http }
+        Self { runtime, http }
     }
 
     async fn exec(&self, container_id: &str, command: &[String]) -> ProbeOutcome {
         if command.is_empty() {
             return ProbeOutcome::failure("exec probe has no command");
         }
-        let options = CreateExecOptions {
-            cmd: Some(command.to_vec()),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            ..Default::default()
-        };
-        let exec = match self.docker.create_exec(container_id, options).await {
+        let exec = match self.runtime.exec(container_id, command, MAX_OUTPUT).await {
             Ok(exec) => exec,
-            Err(e) => return ProbeOutcome::failure(format!("cannot create exec: {e}")),
+            Err(e) => return ProbeOutcome::failure(format!("cannot {}: {}", e.op(), e.engine())),
         };
-        let mut output = Vec::new();
-        match self.docker.start_exec(&exec.id, None).await {
-            Ok(StartExecResults::Attached {
-                output: mut stream, ..
-            }) => {
-                while let Some(chunk) = stream.next().await {
-                    match chunk {
-                        Ok(log) => {
-                            let bytes = log.into_bytes();
-                            let room = MAX_OUTPUT.saturating_sub(output.len());
-                            output.extend_from_slice(&bytes[..bytes.len().min(room)]);
-                        }
-                        Err(e) => return ProbeOutcome::failure(format!("exec output failed: {e}")),
-                    }
-                }
-            }
-            Ok(StartExecResults::Detached) => {}
-            Err(e) => return ProbeOutcome::failure(format!("cannot start exec: {e}")),
-        }
-        match self.docker.inspect_exec(&exec.id).await {
-            Ok(inspect) => match inspect.exit_code {
-                Some(0) => ProbeOutcome::success(),
-                Some(code) => ProbeOutcome::failure(format!(
-                    "command {command:?} exited with {code}: {}",
-                    String::from_utf8_lossy(&output).trim()
-                )),
-                None => ProbeOutcome::failure("exec finished without an exit code"),
-            },
-            Err(e) => ProbeOutcome::failure(format!("cannot inspect exec: {e}")),
+        match exec.exit_code {
+            Some(0) => ProbeOutcome::success(),
+            Some(code) => ProbeOutcome::failure(format!(
+                "command {command:?} exited with {code}: {}",
+                String::from_utf8_lossy(&exec.output).trim()
+            )),
+            None => ProbeOutcome::failure("exec finished without an exit code"),
         }
     }
 
@@ -189,7 +159,7 @@ impl DockerProber {
     }
 }
 
-impl ProbeHandler for DockerProber {
+impl<R: ContainerRuntime> ProbeHandler for DockerProber<R> {
     async fn run(
         &self,
         _kind: ProbeKind,

@@ -43,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use handler::{DockerProber, ProbeHandler, ProbeOutcome};
 
+use crate::edged::runtime::ContainerRuntime;
 use results::{Entry, Key, Shared};
 
 /// Capacity of the [`ProbeUpdate`] broadcast; a subscriber that lags further loses the oldest
@@ -155,11 +156,11 @@ impl<H: ProbeHandler> fmt::Debug for ProbeManager<H> {
     }
 }
 
-impl ProbeManager<DockerProber> {
-    /// A manager whose probes run against `docker` (exec) and the pod network (httpGet,
-    /// tcpSocket).
-    pub fn new(docker: bollard::Docker) -> Self {
-        Self::with_handler(DockerProber::new(docker))
+impl<R: ContainerRuntime> ProbeManager<DockerProber<R>> {
+    /// A manager whose probes run against `runtime` (exec) and the pod network (httpGet,
+    /// tcpSocket, grpc).
+    pub fn new(runtime: R) -> Self {
+        Self::with_handler(DockerProber::new(runtime))
     }
 }
 
