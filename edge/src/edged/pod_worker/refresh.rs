@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::Worker;
-use super::state::Waiting;
+use super::state::{Waiting, WaitingReason};
 use super::sync::Wake;
 use crate::edged::events::EventType;
 use crate::edged::runtime::ContainerRuntime;
@@ -83,7 +83,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 warn!(error = %ErrorChain(&e), "volumes not ready");
                 self.pod_event(EventType::Warning, "FailedMount", e.to_string());
                 let waiting = Waiting {
-                    reason: "ContainerCreating".into(),
+                    reason: WaitingReason::ContainerCreating,
                     message: e.to_string(),
                 };
                 let spec = self.pod.spec.clone().unwrap_or_default();
@@ -93,7 +93,7 @@ impl<R: ContainerRuntime> Worker<R> {
                     .flatten()
                     .chain(&spec.containers)
                 {
-                    self.track(&c.name).waiting = Some(waiting.clone());
+                    self.track(&c.name).set_waiting(waiting.clone());
                 }
                 wake.at(Instant::now() + super::RETRY);
                 false

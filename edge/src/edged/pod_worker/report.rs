@@ -22,8 +22,8 @@ impl<R: ContainerRuntime> Worker<R> {
             spec: c,
             latest,
             previous: obs.previous(&c.name),
-            waiting: track.and_then(|t| t.waiting.as_ref()),
-            restarts: track.map_or(0, |t| t.next_restart),
+            waiting: track.and_then(|t| t.waiting()),
+            restarts: track.map_or(0, |t| t.next_restart()),
             ready: !init && self.ctx.probes.ready(&self.uid, &c.name),
             started: !init && self.ctx.probes.started(&self.uid, &c.name),
             image_id: latest

@@ -10,21 +10,57 @@ use tracing::{info, warn};
 
 use super::Worker;
 use super::observe::{Instance, Observation};
-use super::state::Waiting;
-use super::sync::Wake;
+use super::state::{Waiting, WaitingReason};
+use super::sync::{Pass, Role, Wake};
 use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
-use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::{
     ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image,
 };
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
-use crate::edged::runtime::spec;
+use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
-/// A failed start: the kubelet's waiting reason and a message.
-type Failure = (&'static str, String);
+/// Why a container could not be started (kubelet: `startContainer`'s errors); each maps to
+/// the kubelet's waiting reason ([`StartError::reason`]) and message
+/// ([`StartError::message`]).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// The image is not available (`ErrImagePull`, `ErrImageNeverPull`).
+    #[error("image not available")]
+    Image(#[source] ImageError),
+    /// Env or volume mounts cannot be built (`CreateContainerConfigError`).
+    #[error("container configuration failed")]
+    Config(#[source] Error),
+    /// The runtime refused to create it (`CreateContainerError`).
+    #[error("container creation failed")]
+    Create(#[source] RuntimeError),
+    /// The runtime could not start it (`RunContainerError`).
+    #[error("container start failed")]
+    Run(#[source] RuntimeError),
+}
+
+impl StartError {
+    /// The kubelet's waiting reason.
+    pub(super) fn reason(&self) -> WaitingReason {
+        match self {
+            Self::Image(e) => WaitingReason::of_image(e),
+            Self::Config(_) => WaitingReason::CreateContainerConfigError,
+            Self::Create(_) => WaitingReason::CreateContainerError,
+            Self::Run(_) => WaitingReason::RunContainerError,
+        }
+    }
+
+    /// The kubelet's waiting message.
+    pub(super) fn message(&self) -> String {
+        match self {
+            Self::Image(e) => e.to_string(),
+            Self::Config(e) => e.to_string(),
+            Self::Create(e) | Self::Run(e) => ErrorChain(e).to_string(),
+        }
+    }
+}
 
 impl<R: ContainerRuntime> Worker<R> {
     pub(super) fn pod_ref(&self) -> PodRef {
@@ -62,28 +98,20 @@ impl<R: ContainerRuntime> Worker<R> {
         &mut self,
         c: &Container,
         restart_count: u32,
-        sandbox: &Instance,
-        init: bool,
-        obs: &Observation,
+        role: Role,
+        pass: &Pass<'_>,
         wake: &mut Wake,
     ) {
-        let result = self.try_start(c, restart_count, sandbox).await;
+        let result = self.try_start(c, restart_count, pass.sandbox).await;
         let now = Instant::now();
-        let (initial, max) = (
-            self.ctx.config.crash_loop_backoff_initial,
-            self.ctx.config.crash_loop_backoff_max,
-        );
         let ctx = std::sync::Arc::clone(&self.ctx);
         match result {
             Ok(id) => {
+                let init = role == Role::Init;
                 info!(container = %c.name, restart_count, id = %id, init, "container started");
-                let t = self.track(&c.name);
-                t.waiting = None;
-                t.retry_at = None;
-                t.next_restart = restart_count;
-                t.start = super::backoff::Backoff::new(initial, max);
+                self.track(&c.name).started(id, restart_count);
                 // Keep the newest dead instance for `lastState`; older ones go.
-                for old in obs.containers.get(&c.name).into_iter().flatten() {
+                for old in pass.obs.containers.get(&c.name).into_iter().flatten() {
                     if old.labels.restart_count + 1 < restart_count
                         && let Err(e) = ctx.runtime.remove_if_present(&old.id).await
                     {
@@ -91,29 +119,21 @@ impl<R: ContainerRuntime> Worker<R> {
                     }
                 }
             }
-            Err((reason, message)) => {
-                warn!(container = %c.name, reason, %message, "container not started");
+            Err(e) => {
+                let (reason, message) = (e.reason(), e.message());
+                warn!(container = %c.name, %reason, %message, "container not started");
                 // kubelet: `Failed` with `Error: <reason>` for image errors, else the detail.
-                let detail = if reason.starts_with("ErrImage") {
-                    reason
+                let detail = if reason.is_image_error() {
+                    reason.as_str()
                 } else {
                     &message
                 };
                 let event = format!("Error: {detail}");
                 self.container_event(&c.name, EventType::Warning, "Failed", event);
-                let t = self.track(&c.name);
-                let delay = t.start.next_delay(None).max(initial);
-                t.retry_at = Some(now + delay);
-                t.waiting = Some(Waiting {
-                    reason: reason.to_owned(),
-                    message,
-                });
-                // Show ErrImagePull first, then ImagePullBackOff while waiting.
-                wake.at(if reason == "ErrImagePull" {
-                    now + Duration::from_secs(1)
-                } else {
-                    now + delay
-                });
+                let retry = self
+                    .track(&c.name)
+                    .start_failed(Waiting { reason, message }, now);
+                wake.at(retry);
             }
         }
     }
@@ -123,7 +143,7 @@ impl<R: ContainerRuntime> Worker<R> {
         c: &Container,
         restart_count: u32,
         sandbox: &Instance,
-    ) -> Result<String, Failure> {
+    ) -> Result<String, StartError> {
         let image = c.image.clone().unwrap_or_default();
         let policy = PullPolicy::of(&image, c.image_pull_policy.as_deref());
         let creds = if policy == PullPolicy::Never {
@@ -150,23 +170,18 @@ impl<R: ContainerRuntime> Worker<R> {
                     Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
                 ),
             ),
-            Err(e @ ImageError::NeverPull { .. }) => {
-                (EventType::Warning, "ErrImageNeverPull", e.to_string())
-            }
+            Err(e @ ImageError::NeverPull { .. }) => (
+                EventType::Warning,
+                WaitingReason::ErrImageNeverPull.as_str(),
+                e.to_string(),
+            ),
             Err(ImageError::Inspect { source } | ImageError::Pull { source, .. }) => {
                 let msg = format!("Failed to pull image \"{image}\": {}", source.engine());
                 (EventType::Warning, "Failed", msg)
             }
         };
         self.container_event(&c.name, type_, reason, msg);
-        pulled.map_err(|e| {
-            let reason = match e {
-                ImageError::NeverPull { .. } => "ErrImageNeverPull",
-                _ => "ErrImagePull",
-            };
-            (reason, e.to_string())
-        })?;
-        let config_err = |e: Error| ("CreateContainerConfigError", e.to_string());
+        pulled.map_err(StartError::Image)?;
         let env = crate::edged::env::resolve_env(
             &self.pod,
             c,
@@ -175,9 +190,9 @@ impl<R: ContainerRuntime> Worker<R> {
             &self.ctx.config.node_name,
         )
         .await
-        .map_err(config_err)?;
+        .map_err(StartError::Config)?;
         let binds = match &self.volumes {
-            Some(v) => v.binds_for(c, &env).map_err(config_err)?,
+            Some(v) => v.binds_for(c, &env).map_err(StartError::Config)?,
             None => Vec::new(),
         };
         let labels = ContainerLabels {
@@ -196,12 +211,12 @@ impl<R: ContainerRuntime> Worker<R> {
             .runtime
             .create(&name, spec)
             .await
-            .map_err(|e| ("CreateContainerError", chain(&e)))?;
+            .map_err(StartError::Create)?;
         let msg = format!("Created container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Created", msg);
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
-            return Err(("RunContainerError", chain(&e)));
+            return Err(StartError::Run(e));
         }
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
@@ -254,8 +269,8 @@ impl<R: ContainerRuntime> Worker<R> {
     pub(super) async fn create_sandbox(&mut self, obs: &Observation) -> Result<()> {
         for i in obs.all() {
             if !i.labels.sandbox {
-                let t = self.track(&i.labels.container);
-                t.next_restart = t.next_restart.max(i.labels.restart_count + 1);
+                self.track(&i.labels.container)
+                    .saw_instance(i.labels.restart_count);
             }
             self.ctx.runtime.remove_if_present(&i.id).await?;
         }
@@ -267,9 +282,4 @@ impl<R: ContainerRuntime> Worker<R> {
         info!(sandbox = %id, attempt, "sandbox started");
         Ok(())
     }
-}
-
-/// An error with its causes, for messages.
-fn chain(e: &crate::edged::runtime::RuntimeError) -> String {
-    ErrorChain(e).to_string()
 }

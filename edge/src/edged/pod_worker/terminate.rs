@@ -11,7 +11,7 @@ use verge_core::{ResourceKey, ResourceType};
 
 use super::Worker;
 use super::observe::{RunState, observe};
-use super::state::PodState;
+use super::state::PodEvent;
 use crate::Result;
 use crate::edged::Context;
 use crate::edged::runtime::labels::{ContainerLabels, GRACE, PodRef};
@@ -22,7 +22,8 @@ use verge_runtime::ErrorChain;
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
 impl<R: ContainerRuntime> Worker<R> {
-    /// Tears the pod down; the state becomes [`PodState::Terminated`].
+    /// Tears the pod down; the state becomes
+    /// [`PodState::Terminated`](super::state::PodState::Terminated).
     pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         self.ctx.probes.remove_pod(&self.uid);
@@ -61,7 +62,7 @@ impl<R: ContainerRuntime> Worker<R> {
         self.ctx.status.deleted(&self.key, &self.uid).await;
         self.ctx.events.forget(&self.uid);
         info!("pod terminated and removed");
-        self.state = PodState::Terminated;
+        self.transition(PodEvent::TornDown);
         Ok(())
     }
 }
