@@ -13,6 +13,7 @@
 //! - `tls`: the TLS client configuration of HTTPS probes (no certificate verification, as the
 //!   kubelet's `InsecureSkipVerify`).
 //! - `grpc`: the `grpc.health.v1.Health/Check` call of gRPC probes.
+//! - `error`: [`ProbeError`], why an attempt failed (its message is the probe's output).
 //!
 //! # Results (kubelet semantics)
 //! - **startup**: not started until its first success; while not started, liveness and
@@ -25,6 +26,7 @@
 //!   (stops probing): the subscriber (edged's pod worker) must restart the container, then
 //!   [`add`](ProbeManager::add) it again with the new container id.
 
+mod error;
 mod grpc;
 mod handler;
 mod results;
@@ -41,6 +43,7 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use error::ProbeError;
 pub use handler::{DockerProber, ProbeHandler, ProbeOutcome};
 
 use crate::edged::runtime::ContainerRuntime;
