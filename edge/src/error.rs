@@ -156,24 +156,9 @@ pub enum Error {
     /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
     #[error("{0}")]
     ContainerConfig(String),
-    /// A volume cannot be set up (kubelet event `FailedMount`); the reason is the kubelet's,
-    /// e.g. `configmap "cfg" not found`.
-    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
-    Volume {
-        /// The pod's volume name.
-        volume: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A file operation under the pods directory (or a hostPath) failed.
-    #[error("volume I/O failed on {path}")]
-    VolumeIo {
-        /// The file or directory.
-        path: PathBuf,
-        /// The I/O failure.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A pod volume cannot be set up, mounted or removed (edged's volumes).
+    #[error(transparent)]
+    Volume(#[from] crate::edged::volumes::VolumeError),
 }
 
 /// `Result` with [`Error`] as the default error.

@@ -19,6 +19,7 @@ use crate::edged::runtime::image::{
 };
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
+use crate::edged::volumes::VolumeError;
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
@@ -30,9 +31,12 @@ pub(super) enum StartError {
     /// The image is not available (`ErrImagePull`, `ErrImageNeverPull`).
     #[error("image not available")]
     Image(#[source] ImageError),
-    /// Env or volume mounts cannot be built (`CreateContainerConfigError`).
+    /// Env cannot be built (`CreateContainerConfigError`).
     #[error("container configuration failed")]
     Config(#[source] Error),
+    /// Volume mounts cannot be built (`CreateContainerConfigError`).
+    #[error("volume mounts failed")]
+    Mounts(#[source] VolumeError),
     /// The runtime refused to create it (`CreateContainerError`).
     #[error("container creation failed")]
     Create(#[source] RuntimeError),
@@ -46,7 +50,7 @@ impl StartError {
     pub(super) fn reason(&self) -> WaitingReason {
         match self {
             Self::Image(e) => WaitingReason::of_image(e),
-            Self::Config(_) => WaitingReason::CreateContainerConfigError,
+            Self::Config(_) | Self::Mounts(_) => WaitingReason::CreateContainerConfigError,
             Self::Create(_) => WaitingReason::CreateContainerError,
             Self::Run(_) => WaitingReason::RunContainerError,
         }
@@ -57,6 +61,7 @@ impl StartError {
         match self {
             Self::Image(e) => e.to_string(),
             Self::Config(e) => e.to_string(),
+            Self::Mounts(e) => e.to_string(),
             Self::Create(e) | Self::Run(e) => ErrorChain(e).to_string(),
         }
     }
@@ -192,7 +197,7 @@ impl<R: ContainerRuntime> Worker<R> {
         .await
         .map_err(StartError::Config)?;
         let binds = match &self.volumes {
-            Some(v) => v.binds_for(c, &env).map_err(StartError::Config)?,
+            Some(v) => v.binds_for(c, &env).map_err(StartError::Mounts)?,
             None => Vec::new(),
         };
         let labels = ContainerLabels {
