@@ -24,6 +24,8 @@ pub(crate) mod start;
 pub(crate) mod state;
 mod sync;
 mod terminate;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -12,9 +12,12 @@
 //! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
 //! - [`spec`]: `v1.Container` -> [`ContainerSpec`] (command/args, env, binds, resources,
 //!   securityContext), and the sandbox (infra) container.
+//! - `fake` (tests only): an in-memory runtime for unit tests of the pod lifecycle.
 
 pub mod docker;
 pub mod error;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod image;
 pub mod labels;
 pub mod spec;

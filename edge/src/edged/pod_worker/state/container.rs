@@ -112,6 +112,12 @@ impl ContainerTrack {
         }
     }
 
+    /// Its phase.
+    #[cfg(test)]
+    pub fn phase(&self) -> &ContainerPhase {
+        &self.phase
+    }
+
     /// Why it is not running (shown when no instance runs).
     pub fn waiting(&self) -> Option<&Waiting> {
         match &self.phase {

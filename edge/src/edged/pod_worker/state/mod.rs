@@ -12,6 +12,8 @@ mod container;
 mod pod;
 mod reasons;
 
+#[cfg(test)]
+pub use container::ContainerPhase;
 pub use container::{ContainerTrack, ExitDecision};
 pub use pod::{PodEvent, PodState};
 pub use reasons::{RestartPolicy, Waiting, WaitingReason};
