@@ -5,7 +5,7 @@
 //! of a name replaces the earlier value. An `env` `value` has `$(VAR)` references to
 //! variables defined before it expanded (`$$` is a literal `$`; unknown references stay as
 //! written). `valueFrom` takes a configMapKeyRef / secretKeyRef, a fieldRef (see
-//! [`fieldpath`]) or a resourceFieldRef. Missing non-optional objects and keys fail with
+//! `fieldpath`) or a resourceFieldRef. Missing non-optional objects and keys fail with
 //! the kubelet's `CreateContainerConfigError` messages.
 
 mod fieldpath;
