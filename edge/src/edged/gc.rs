@@ -186,3 +186,59 @@ impl<R: ContainerRuntime> GarbageCollector<R> {
         images::collect(&self.runtime, &self.config, &mut self.images).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::edged::runtime::ContainerSpec;
+    use crate::edged::runtime::fake::FakeRuntime;
+    use crate::edged::runtime::labels;
+
+    fn spec(pod_uid: Option<&str>) -> ContainerSpec {
+        let mut l = HashMap::from([(labels::CONTAINER_NAME.to_owned(), "app".to_owned())]);
+        if let Some(uid) = pod_uid {
+            l.insert(labels::POD_UID.to_owned(), uid.to_owned());
+        }
+        ContainerSpec {
+            image: "img".into(),
+            labels: l,
+            ..ContainerSpec::default()
+        }
+    }
+
+    /// The collector works through the runtime alone: dead containers of gone pods go,
+    /// running ones, unlabelled ones and (with `only_node`) other nodes' ones stay.
+    #[tokio::test]
+    async fn removes_dead_containers_of_gone_pods_through_the_runtime() {
+        let rt = FakeRuntime::new("node-a");
+        rt.add_image("img");
+        let other = rt.for_node("node-b");
+        let create = |rt: &FakeRuntime, name: &str, uid: Option<&str>| {
+            let (rt, name, spec) = (rt.clone(), name.to_owned(), spec(uid));
+            async move { rt.create(&name, spec).await.expect("create") }
+        };
+        let gone = create(&rt, "gone", Some("gone")).await;
+        let running = create(&rt, "running", Some("gone")).await;
+        rt.start(&running).await.expect("start");
+        let live = create(&rt, "live", Some("live")).await;
+        let plain = create(&rt, "plain", None).await;
+        let foreign = create(&other, "foreign", Some("gone")).await;
+        let config = GcConfig {
+            minimum_gc_age: Duration::ZERO,
+            ..GcConfig::default()
+        };
+        let pods = HashSet::from(["live".to_owned()]);
+        let gc = GarbageCollector::new(rt.clone(), config.clone()).only_node();
+        let removed = gc.collect_containers_once(&pods).await.expect("gc");
+        assert_eq!(removed, [gone]);
+        let left: Vec<String> = rt.containers().into_iter().map(|c| c.info.id).collect();
+        assert_eq!(left, [running, live, plain, foreign.clone()]);
+        // Without `only_node`, every pod container of the engine is considered.
+        let gc = GarbageCollector::new(rt.clone(), config);
+        let removed = gc.collect_containers_once(&pods).await.expect("gc");
+        assert_eq!(removed, [foreign]);
+    }
+}

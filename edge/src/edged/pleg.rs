@@ -149,6 +149,53 @@ mod tests {
         }
     }
 
+    /// A runtime event triggers a relist at once (the period here is an hour).
+    #[tokio::test(start_paused = true)]
+    async fn runtime_events_trigger_a_relist() {
+        use crate::edged::runtime::ContainerSpec;
+        use crate::edged::runtime::fake::FakeRuntime;
+
+        let rt = FakeRuntime::new("node-a");
+        rt.add_image("img");
+        let (tx, mut rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        let pleg = Pleg::new(rt.clone(), Duration::from_secs(3600), tx);
+        let task = tokio::spawn(pleg.run(stop.clone()));
+        // Let the first relist run and the event subscription start.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let labels = ContainerLabels {
+            pod: pod("1"),
+            container: "app".into(),
+            restart_count: 0,
+            sandbox: false,
+        };
+        let spec = ContainerSpec {
+            image: "img".into(),
+            labels: labels.to_map(),
+            ..ContainerSpec::default()
+        };
+        let id = rt.create("c", spec).await.expect("create");
+        rt.start(&id).await.expect("start");
+        let bound = Duration::from_secs(10);
+        let changed = tokio::time::timeout(bound, rx.recv())
+            .await
+            .expect("relisted");
+        assert_eq!(
+            changed,
+            Some(PodChanged {
+                pod: pod("1"),
+                has_containers: true
+            })
+        );
+        rt.remove(&id, true).await.expect("remove");
+        let changed = tokio::time::timeout(bound, rx.recv())
+            .await
+            .expect("relisted");
+        assert_eq!(changed.map(|c| c.has_containers), Some(false));
+        stop.cancel();
+        task.await.expect("join").expect("pleg");
+    }
+
     #[test]
     fn diff_reports_changed_pods() {
         let prev: Snapshot = HashMap::from([

@@ -90,6 +90,14 @@ impl FakeRuntime {
         }
     }
 
+    /// The same engine as seen by the edgecore of node `node` (another node sharing it).
+    pub fn for_node(&self, node: &str) -> Self {
+        Self {
+            node: node.to_owned(),
+            ..self.clone()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
