@@ -289,3 +289,142 @@ impl ContainerTrack {
         wake
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::edged::pod_worker::observe::RunState;
+    use crate::edged::runtime::labels::{ContainerLabels, PodRef};
+
+    const S: Duration = Duration::from_secs(1);
+
+    fn exited(id: &str, restart_count: u32, ran_for_s: i64) -> Instance {
+        let at = |s: i64| Some(Time(Timestamp::from_second(1_000_000 + s).expect("time")));
+        Instance {
+            id: id.into(),
+            labels: ContainerLabels {
+                pod: PodRef {
+                    namespace: "ns".into(),
+                    name: "web".into(),
+                    uid: "u".into(),
+                },
+                container: "app".into(),
+                restart_count,
+                sandbox: false,
+            },
+            state: RunState::Exited,
+            exit_code: 1,
+            oom_killed: false,
+            error: None,
+            started_at: at(0),
+            finished_at: at(ran_for_s),
+            image: "img".into(),
+            image_id: "sha256:img".into(),
+            ip: None,
+        }
+    }
+
+    fn waiting(reason: WaitingReason) -> Waiting {
+        Waiting {
+            reason,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn exits_restart_at_once_then_back_off_and_count_once_each() {
+        let now = Instant::now();
+        let mut t = ContainerTrack::new(10 * S, 300 * S);
+        let first = exited("a", 0, 1);
+        let start = ExitDecision::Start { restart_count: 1 };
+        assert_eq!(t.on_exit(&first, true, Duration::ZERO, now, "p"), start);
+        t.started("b".into(), 1);
+        let second = exited("b", 1, 1);
+        let backoff = ExitDecision::BackOff {
+            until: now + 10 * S,
+            reason: Some(WaitingReason::CrashLoopBackOff),
+        };
+        assert_eq!(t.on_exit(&second, true, Duration::ZERO, now, "p"), backoff);
+        let message = t.waiting().map(|w| w.message.as_str());
+        assert_eq!(
+            message,
+            Some("back-off 10s restarting failed container=app pod=p")
+        );
+        // The same exit seen again does not advance the back-off.
+        assert_eq!(t.on_exit(&second, true, Duration::ZERO, now, "p"), backoff);
+        let later = now + 10 * S;
+        let start = ExitDecision::Start { restart_count: 2 };
+        assert_eq!(t.on_exit(&second, true, Duration::ZERO, later, "p"), start);
+        // Time passed since the exit (edgecore was down) counts against the delay.
+        t.started("c".into(), 2);
+        let third = exited("c", 2, 1);
+        let d = t.on_exit(&third, true, 15 * S, later, "p");
+        assert_eq!(
+            d,
+            ExitDecision::BackOff {
+                until: later + 5 * S,
+                reason: Some(WaitingReason::CrashLoopBackOff)
+            }
+        );
+        // A container the policy does not restart is done.
+        let done = t.on_exit(&exited("d", 3, 1), false, Duration::ZERO, later, "p");
+        assert_eq!(done, ExitDecision::Done { ok: false });
+        assert_eq!(t.waiting(), None);
+    }
+
+    #[test]
+    fn failed_pulls_show_err_image_pull_then_image_pull_back_off() {
+        let now = Instant::now();
+        let mut t = ContainerTrack::new(10 * S, 300 * S);
+        let wake = t.start_failed(waiting(WaitingReason::ErrImagePull), now);
+        assert_eq!(wake, now + SHOW_PULL_ERROR);
+        let d = t.on_absent(now + SHOW_PULL_ERROR);
+        assert_eq!(
+            d,
+            ExitDecision::BackOff {
+                until: now + 10 * S,
+                reason: Some(WaitingReason::ImagePullBackOff)
+            }
+        );
+        // Volumes failing meanwhile change what is shown, not when the next start is.
+        t.set_waiting(waiting(WaitingReason::ContainerCreating));
+        let reason = t.waiting().map(|w| w.reason);
+        assert_eq!(reason, Some(WaitingReason::ContainerCreating));
+        let start = ExitDecision::Start { restart_count: 0 };
+        assert_eq!(t.on_absent(now + 10 * S), start);
+        // Another failure: the start back-off is at least the initial delay, then doubles.
+        let wake = t.start_failed(waiting(WaitingReason::RunContainerError), now);
+        assert_eq!(wake, now + 10 * S);
+        let wake = t.start_failed(waiting(WaitingReason::RunContainerError), now);
+        assert_eq!(wake, now + 20 * S);
+        t.started("x".into(), 0);
+        let wake = t.start_failed(waiting(WaitingReason::RunContainerError), now);
+        assert_eq!(
+            wake,
+            now + 10 * S,
+            "a successful start resets the start back-off"
+        );
+    }
+
+    #[test]
+    fn running_instances_are_probed_once_and_killed_on_request() {
+        let mut t = ContainerTrack::new(10 * S, 300 * S);
+        assert_eq!(t.on_running("a"), None);
+        assert_eq!(t.probe().as_deref(), Some("a"));
+        assert_eq!(t.on_running("a"), None);
+        assert_eq!(t.probe(), None, "registered once per instance");
+        t.request_kill("old".into(), ProbeKind::Liveness);
+        assert_eq!(
+            t.on_running("a"),
+            None,
+            "a kill of another instance is kept"
+        );
+        t.request_kill("a".into(), ProbeKind::Startup);
+        assert_eq!(t.on_running("a"), Some(ProbeKind::Startup));
+        assert!(t.unprobe("a"), "its probes go when it exits");
+        assert!(!t.unprobe("a"));
+    }
+}
