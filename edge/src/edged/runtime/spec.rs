@@ -71,8 +71,8 @@ fn group_add(pod: &Pod) -> Option<Vec<String>> {
     Some(groups).filter(|g| !g.is_empty())
 }
 
-/// Applies `resources.limits`/`requests` to `host`.
-fn apply_resources(container: &Container, host: &mut ContainerSpec) {
+/// Applies `resources.limits`/`requests` to `spec`.
+fn apply_resources(container: &Container, spec: &mut ContainerSpec) {
     let Some(res) = container.resources.as_ref() else {
         return;
     };
@@ -83,10 +83,10 @@ fn apply_resources(container: &Container, host: &mut ContainerSpec) {
             .and_then(|q| parse_scaled(&q.0, scale))
     };
     if let Some(millis) = limit("cpu", 3) {
-        host.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
+        spec.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
     }
     if let Some(bytes) = limit("memory", 0) {
-        host.memory = i64::try_from(bytes).ok();
+        spec.memory = i64::try_from(bytes).ok();
     }
     let request = res
         .requests
@@ -94,7 +94,7 @@ fn apply_resources(container: &Container, host: &mut ContainerSpec) {
         .and_then(|r| r.get("cpu"))
         .and_then(|q| parse_scaled(&q.0, 3));
     if let Some(millis) = request {
-        host.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
+        spec.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
     }
 }
 
