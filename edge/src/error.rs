@@ -122,15 +122,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A Docker engine call failed (edged's container runtime).
-    #[error("docker: {what} failed")]
-    Docker {
-        /// The call, e.g. `create container k8s_web_...`.
-        what: String,
-        /// bollard's failure.
-        #[source]
-        source: bollard::errors::Error,
-    },
+    /// A container runtime call failed (edged's runtime; the call and the engine's error
+    /// are in it).
+    #[error(transparent)]
+    Runtime(#[from] crate::edged::runtime::RuntimeError),
     /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
     /// referenced by a pod of this node).
     #[error("cloud refused query of {resource}: {reason}")]
@@ -161,24 +156,9 @@ pub enum Error {
     /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
     #[error("{0}")]
     ContainerConfig(String),
-    /// A volume cannot be set up (kubelet event `FailedMount`); the reason is the kubelet's,
-    /// e.g. `configmap "cfg" not found`.
-    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
-    Volume {
-        /// The pod's volume name.
-        volume: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A file operation under the pods directory (or a hostPath) failed.
-    #[error("volume I/O failed on {path}")]
-    VolumeIo {
-        /// The file or directory.
-        path: PathBuf,
-        /// The I/O failure.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A pod volume cannot be set up, mounted or removed (edged's volumes).
+    #[error(transparent)]
+    Volume(#[from] crate::edged::volumes::VolumeError),
 }
 
 /// `Result` with [`Error`] as the default error.
