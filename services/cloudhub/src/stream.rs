@@ -52,21 +52,23 @@ impl StreamEnd {
     }
 }
 
-/// The response stream: `first` frames, then everything from `queue`, until `end` finishes;
+/// The response stream: `first` frames, then everything from `queue` written as a frame by
+/// `write` (the one place where typed messages become wire frames), until `end` finishes;
 /// then the end reason as a gRPC status (or a clean end). Frames still queued when the stream
 /// ends are dropped: the peer resyncs when it reconnects.
-pub(crate) fn outbound<T: Send + 'static>(
+pub(crate) fn outbound<Q: Send + 'static, T: Send + 'static>(
     first: Vec<T>,
-    queue: mpsc::Receiver<T>,
+    queue: mpsc::Receiver<Q>,
     end: Arc<StreamEnd>,
+    write: fn(Q) -> T,
 ) -> FrameStream<T> {
     let head = futures::stream::iter(first.into_iter().map(Ok));
-    let tail = futures::stream::unfold(Some((queue, end)), |state| async move {
+    let tail = futures::stream::unfold(Some((queue, end)), move |state| async move {
         let (mut queue, end) = state?;
         tokio::select! {
             biased;
             () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
-            frame = queue.recv() => frame.map(|f| (Ok(f), Some((queue, end)))),
+            frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((queue, end)))),
         }
     });
     Box::pin(head.chain(tail))
@@ -80,7 +82,7 @@ mod tests {
     async fn ends_with_first_reason() {
         let (tx, rx) = mpsc::channel(4);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![0], rx, end.clone());
+        let mut s = outbound(vec![0], rx, end.clone(), |q: i32| q);
         tx.send(1).await.expect("open");
         assert_eq!(s.next().await.expect("item").expect("ok"), 0);
         assert_eq!(s.next().await.expect("item").expect("ok"), 1);
@@ -95,7 +97,7 @@ mod tests {
     async fn clean_end() {
         let (_tx, rx) = mpsc::channel::<u8>(1);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![], rx, end.clone());
+        let mut s = outbound(vec![], rx, end.clone(), |q: u8| q);
         end.finish(None);
         assert!(s.next().await.is_none());
     }
