@@ -58,9 +58,17 @@ pub enum Error {
     OutboxRecord {
         /// The entry's key.
         key: String,
-        /// The protobuf decoding failure.
+        /// The decoding failure.
         #[source]
-        source: prost::DecodeError,
+        source: verge_proto::Error,
+    },
+    /// A message handed to the outbox is not a durable report (it has no
+    /// [`crate::OutboxKey`]: only pod status and deletions, node registration and status and
+    /// events are).
+    #[error("{message} is not an outbox report")]
+    NotAReport {
+        /// The message, as `<operation> <path> (<id>)`.
+        message: String,
     },
     /// The outbox is full: a droppable report (an event) with a new key was refused
     /// (`outbox.max_entries`). Statuses and deletions are never refused.

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use verge_core::Envelope;
 use verge_core::{ResourceKey, ResourceType};
-use verge_proto::Message;
 
 use super::state::{ContainerPhase, PodState};
 use super::{Worker, WorkerMsg, spawn};
@@ -37,7 +37,7 @@ const SEC: Duration = Duration::from_secs(1);
 struct Harness {
     rt: FakeRuntime,
     ctx: Arc<Context<FakeRuntime>>,
-    upstream: mpsc::Receiver<Message>,
+    upstream: mpsc::Receiver<Envelope>,
     _dir: tempfile::TempDir,
 }
 
@@ -90,7 +90,7 @@ impl Harness {
     fn events(&mut self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         while let Ok(m) = self.upstream.try_recv() {
-            if let Ok(e) = serde_json::from_slice::<Event>(&m.content) {
+            if let Ok(e) = serde_json::from_slice::<Event>(&m.body) {
                 out.push((e.reason.unwrap_or_default(), e.message.unwrap_or_default()));
             }
         }
