@@ -58,9 +58,17 @@ pub enum Error {
     OutboxRecord {
         /// The entry's key.
         key: String,
-        /// The protobuf decoding failure.
+        /// The decoding failure.
         #[source]
-        source: prost::DecodeError,
+        source: verge_proto::Error,
+    },
+    /// A message handed to the outbox is not a durable report (it has no
+    /// [`crate::OutboxKey`]: only pod status and deletions, node registration and status and
+    /// events are).
+    #[error("{message} is not an outbox report")]
+    NotAReport {
+        /// The message, as `<operation> <path> (<id>)`.
+        message: String,
     },
     /// The outbox is full: a droppable report (an event) with a new key was refused
     /// (`outbox.max_entries`). Statuses and deletions are never refused.
@@ -122,15 +130,10 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A Docker engine call failed (edged's container runtime).
-    #[error("docker: {what} failed")]
-    Docker {
-        /// The call, e.g. `create container k8s_web_...`.
-        what: String,
-        /// bollard's failure.
-        #[source]
-        source: bollard::errors::Error,
-    },
+    /// A container runtime call failed (edged's runtime; the call and the engine's error
+    /// are in it).
+    #[error(transparent)]
+    Runtime(#[from] crate::edged::runtime::RuntimeError),
     /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
     /// referenced by a pod of this node).
     #[error("cloud refused query of {resource}: {reason}")]
@@ -161,24 +164,9 @@ pub enum Error {
     /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
     #[error("{0}")]
     ContainerConfig(String),
-    /// A volume cannot be set up (kubelet event `FailedMount`); the reason is the kubelet's,
-    /// e.g. `configmap "cfg" not found`.
-    #[error("MountVolume.SetUp failed for volume \"{volume}\" : {reason}")]
-    Volume {
-        /// The pod's volume name.
-        volume: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A file operation under the pods directory (or a hostPath) failed.
-    #[error("volume I/O failed on {path}")]
-    VolumeIo {
-        /// The file or directory.
-        path: PathBuf,
-        /// The I/O failure.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A pod volume cannot be set up, mounted or removed (edged's volumes).
+    #[error(transparent)]
+    Volume(#[from] crate::edged::volumes::VolumeError),
 }
 
 /// `Result` with [`Error`] as the default error.

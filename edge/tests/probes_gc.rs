@@ -1,6 +1,6 @@
 //! Real-Docker tests of edged's probes (exec, httpGet, tcpSocket) and of container and image
 //! garbage collection. Containers and images get unique names and are removed by guards.
-//! Setup uses the `docker` CLI; the code under test uses bollard. HTTPS and gRPC probes are
+//! Setup uses the `docker` CLI; the code under test uses edged's Docker runtime. HTTPS and gRPC probes are
 //! tested without Docker in `probes_tls_grpc.rs`.
 
 use std::collections::HashSet;
@@ -8,7 +8,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use bollard::Docker;
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ExecAction, HTTPGetAction, HTTPHeader, Probe, TCPSocketAction,
 };
@@ -17,6 +16,7 @@ use verge_edgecore::edged::gc::{GarbageCollector, GcConfig};
 use verge_edgecore::edged::probe::{
     DockerProber, ProbeHandler, ProbeKind, ProbeManager, ProbeTarget,
 };
+use verge_edgecore::edged::runtime::DockerRuntime;
 use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
 
 const BOUND: Duration = Duration::from_secs(90);
@@ -54,10 +54,10 @@ impl Drop for Cleanup {
     }
 }
 
-fn setup() -> Result<Docker> {
+fn setup() -> Result<DockerRuntime> {
     ensure_docker()?;
     ensure_test_image()?;
-    Ok(Docker::connect_with_local_defaults()?)
+    Ok(DockerRuntime::local("verge-probes-gc")?)
 }
 
 fn unique(prefix: &str) -> String {

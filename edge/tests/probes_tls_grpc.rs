@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use bollard::Docker;
 use http_body_util::Empty;
 use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
@@ -26,13 +25,16 @@ use tonic_health::ServingStatus;
 use verge_edgecore::edged::probe::{
     DockerProber, ProbeHandler, ProbeKind, ProbeOutcome, ProbeTarget,
 };
+use verge_edgecore::edged::runtime::DockerRuntime;
 
 /// Upper bound of one probe attempt in these tests.
 const BOUND: Duration = Duration::from_secs(10);
 
 fn prober() -> Result<DockerProber> {
     // Connects lazily: nothing reaches Docker unless an `exec` probe runs.
-    Ok(DockerProber::new(Docker::connect_with_local_defaults()?))
+    Ok(DockerProber::new(DockerRuntime::local(
+        "verge-probes-tls-grpc",
+    )?))
 }
 
 /// Runs `probe` once as a liveness probe of a container in a pod with IP 127.0.0.1.

@@ -1,11 +1,17 @@
-//! Verge's wire API: bindings generated from `proto/verge/**.proto` by tonic/prost, plus
-//! helpers that build and inspect [`message::Message`]s with the typed model of `verge-core`.
+//! Verge's wire API: bindings generated from `proto/verge/**.proto` by tonic/prost, and the
+//! one conversion between the wire [`message::Message`] and the typed
+//! [`verge_core::Envelope`] every component works on.
 //!
 //! # Layout
 //! - [`verge`]: the generated code; [`message`] and [`hub`] alias its packages.
 //! - [`message`]: package `verge.message.v1` (the `Message` envelope, `Inventory`).
 //! - [`hub`]: package `verge.hub.v1` (the `EdgeHub` and `ControllerHub` services).
-//! - [`build`]: constructors and accessors over the generated types.
+//! - [`envelope`]: `TryFrom<Message> for Envelope`, `From<Envelope> for Message`, and the
+//!   stored form ([`envelope::encode`] / [`envelope::decode`]).
+//! - [`error`]: the crate's [`Error`] (a wire message that is not a valid envelope).
+//! - `build` (feature `testing` only): wire-level constructors and the `MessageExt`
+//!   accessors, for tests and tools that play a raw peer. Production code never reads
+//!   `Message` fields: it converts at the stream boundary.
 
 /// Generated code, nested as the protobuf packages are (`verge.message.v1`, `verge.hub.v1`).
 /// The `.proto` comments are plain text, not Markdown: rustdoc's HTML and link checks do not
@@ -38,7 +44,12 @@ pub mod verge {
 pub use verge::hub::v1 as hub;
 pub use verge::message::v1 as message;
 
+#[cfg(feature = "testing")]
 pub mod build;
+pub mod envelope;
+pub mod error;
 
+#[cfg(feature = "testing")]
 pub use build::MessageExt;
+pub use error::{Error, Result};
 pub use message::{Header, Inventory, InventoryEntry, Message, Route, TraceContext};

@@ -20,6 +20,12 @@ pub enum Error {
     /// A resource type Verge does not know.
     #[error("unknown resource type {0:?}")]
     UnknownResourceType(String),
+    /// A message id is empty.
+    #[error("empty message id")]
+    EmptyMessageId,
+    /// A message names no source module.
+    #[error("empty source module")]
+    EmptySource,
 }
 
 /// `Result` with [`Error`] as the default error.

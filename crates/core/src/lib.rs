@@ -3,18 +3,24 @@
 //! # Layout
 //! - [`resource`]: resource paths (`node/<node>/<ns>/<type>/<name>` in the cloud,
 //!   `<ns>/<type>/<name>` on the edge) parsed once into a typed [`ResourceKey`].
+//! - [`envelope`]: the typed message [`Envelope`] (id, source [`Module`], [`Kind`], trace
+//!   context, body) every component works on; `verge-proto` converts it at stream ends.
 //! - [`route`]: [`Operation`]s and controller [`Group`]s of a message route.
 //! - [`version`]: resourceVersion comparison used to ignore stale objects.
 //! - [`config`]: strict YAML configuration parsing shared by every binary.
 //! - [`error`]: the crate's [`Error`].
 
 pub mod config;
+pub mod envelope;
 pub mod error;
 pub mod resource;
 pub mod route;
 pub mod version;
 
 pub use config::{ConfigError, from_yaml};
+pub use envelope::{
+    Envelope, Kind, MessageId, Module, ObjectVersion, Outcome, TraceContext, Write, now_ms,
+};
 pub use error::{Error, Result};
 pub use resource::{CLUSTER_SCOPE, NodeResource, ResourceKey, ResourceType};
 pub use route::{Group, Operation};

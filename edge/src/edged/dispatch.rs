@@ -17,13 +17,14 @@ use super::Context;
 use super::pleg::PodChanged;
 use super::pod_worker::{self, WorkerHandle, WorkerMsg};
 use super::probe::ProbeUpdate;
+use super::runtime::ContainerRuntime;
 use crate::Result;
 use crate::metamanager::{Applied, StoreEvent};
 use verge_runtime::ErrorChain;
 
 /// The dispatcher; see the module docs.
-pub(crate) struct Dispatcher {
-    ctx: Arc<Context>,
+pub(crate) struct Dispatcher<R: ContainerRuntime> {
+    ctx: Arc<Context<R>>,
     events: broadcast::Receiver<StoreEvent>,
     pleg: mpsc::Receiver<PodChanged>,
     probes: broadcast::Receiver<ProbeUpdate>,
@@ -37,9 +38,9 @@ pub(crate) struct Dispatcher {
     tracker: TaskTracker,
 }
 
-impl Dispatcher {
+impl<R: ContainerRuntime> Dispatcher<R> {
     pub(crate) fn new(
-        ctx: Arc<Context>,
+        ctx: Arc<Context<R>>,
         events: broadcast::Receiver<StoreEvent>,
         pleg: mpsc::Receiver<PodChanged>,
         probes: (

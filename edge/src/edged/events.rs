@@ -17,12 +17,11 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use tokio::time::Instant;
 use tracing::{debug, warn};
-use verge_core::{Operation, ResourceKey, ResourceType};
+use verge_core::{ResourceKey, ResourceType, Write};
 
 use super::runtime::labels::PodRef;
 use super::status::report;
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::OutboxKey;
 
 /// Repeats within this window bump the first event's count (kubelet: 10 minutes).
 pub const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
@@ -219,10 +218,9 @@ impl Recorder {
             Ok(c) => c,
             Err(e) => return warn!(error = %e, "event not encoded"),
         };
-        let msg = report(Operation::Insert, key, content);
+        let msg = report(Write::Insert, key, content);
         // Durable, coalesced by event name (a repeat bumps `count` of the same name).
-        let outbox_key = OutboxKey::event(&key.namespace, &key.name);
-        if let Err(e) = self.hub.try_report(outbox_key, msg) {
+        if let Err(e) = self.hub.try_report(msg) {
             debug!(event = %key, error = %e, "event dropped");
         }
     }

@@ -6,8 +6,8 @@
 //! - `gc/containers.rs`: which dead containers to remove (pure, unit-tested).
 //! - `gc/images.rs`: image records (first seen, last used), the image filesystem's usage and
 //!   which images to remove.
-//! - [`GarbageCollector`] (this file): lists Docker's containers and images, removes what the
-//!   policy selects, every [`GcConfig::gc_period`].
+//! - [`GarbageCollector`] (this file): lists the runtime's containers and images, removes what
+//!   the policy selects, every [`GcConfig::gc_period`].
 //!
 //! Only containers labelled `io.kubernetes.pod.uid` (edged's, see
 //! [`runtime::labels`](crate::edged::runtime::labels)) are ever removed.
@@ -18,8 +18,6 @@ mod images;
 
 use std::collections::HashSet;
 
-use bollard::Docker;
-use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptions};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at};
 use tokio_util::sync::CancellationToken;
@@ -28,59 +26,61 @@ use tracing::{debug, info, warn};
 pub use config::GcConfig;
 pub use images::ImageGcReport;
 
-use crate::edged::runtime::labels;
+use crate::edged::runtime::{ContainerRuntime, ListFilter, RuntimeError, Scope};
 use containers::DeadContainer;
 
 /// A garbage collection pass failed before it could decide anything (removal failures of single
 /// containers or images are logged and skipped instead).
 #[derive(Debug, thiserror::Error)]
 pub enum GcError {
-    /// A Docker API call failed.
-    #[error("docker {operation} failed")]
-    Docker {
+    /// A container runtime call failed.
+    #[error("container runtime: {operation} failed")]
+    Runtime {
         /// What was being done, e.g. `list containers`.
         operation: &'static str,
-        /// Bollard's error.
+        /// The runtime's error.
         #[source]
-        source: bollard::errors::Error,
+        source: RuntimeError,
     },
     /// Measuring the image filesystem (a blocking task) panicked.
     #[error("cannot measure the image filesystem")]
     Blocking(#[source] tokio::task::JoinError),
 }
 
-fn docker_err(operation: &'static str) -> impl FnOnce(bollard::errors::Error) -> GcError {
-    move |source| GcError::Docker { operation, source }
+fn runtime_err(operation: &'static str) -> impl FnOnce(RuntimeError) -> GcError {
+    move |source| GcError::Runtime { operation, source }
 }
 
 /// Removes dead containers and unused images on a timer (kubelet: `containerGC` +
 /// `realImageGCManager`). Image records (first detected, last used) live in memory, so after a
 /// restart every image is "new" again for [`GcConfig::image_minimum_gc_age`].
 #[derive(Debug)]
-pub struct GarbageCollector {
-    docker: Docker,
+pub struct GarbageCollector<R> {
+    runtime: R,
     config: GcConfig,
     images: images::ImageTracker,
-    node: Option<String>,
+    scope: Scope,
 }
 
-impl GarbageCollector {
-    /// A collector with `config`'s policy. `config` should be [validated](GcConfig::validate).
-    pub fn new(docker: Docker, config: GcConfig) -> Self {
+impl<R: ContainerRuntime> GarbageCollector<R> {
+    /// A collector over `runtime` with `config`'s policy, looking at the containers of every
+    /// pod on the engine (see [`only_node`](Self::only_node)). `config` should be
+    /// [validated](GcConfig::validate).
+    pub fn new(runtime: R, config: GcConfig) -> Self {
         let images = images::ImageTracker::new(&config.pinned_images);
         Self {
-            docker,
+            runtime,
             config,
             images,
-            node: None,
+            scope: Scope::Engine,
         }
     }
 
-    /// Collect only the containers of node `node` (label `io.verge.managed=<node>`, set by
-    /// edged's runtime), so several edgecores sharing one engine leave each other alone.
+    /// Collect only the containers of the runtime's node (label `io.verge.managed=<node>`,
+    /// [`Scope::Node`]), so several edgecores sharing one engine leave each other alone.
     #[must_use]
-    pub fn only_node(mut self, node: &str) -> Self {
-        self.node = Some(node.to_owned());
+    pub fn only_node(mut self) -> Self {
+        self.scope = Scope::Node;
         self
     }
 
@@ -137,31 +137,22 @@ impl GarbageCollector {
     /// containers younger than `minimum_gc_age`. Returns the removed container ids.
     ///
     /// # Errors
-    /// [`GcError::Docker`] if the containers cannot be listed.
+    /// [`GcError::Runtime`] if the containers cannot be listed.
     pub async fn collect_containers_once(
         &self,
         live_pods: &HashSet<String>,
     ) -> Result<Vec<String>, GcError> {
-        let mut label_filter = vec![labels::POD_UID.to_owned()];
-        if let Some(node) = &self.node {
-            label_filter.push(format!("{}={node}", labels::MANAGED));
-        }
-        let filters = std::collections::HashMap::from([
-            ("label".to_owned(), label_filter),
-            (
-                "status".to_owned(),
-                vec!["created".into(), "exited".into(), "dead".into()],
-            ),
-        ]);
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
+        let filter = ListFilter {
+            scope: self.scope,
+            pods_only: true,
+            dead_only: true,
+            ..ListFilter::default()
+        };
         let listed = self
-            .docker
-            .list_containers(Some(options))
+            .runtime
+            .list(&filter)
             .await
-            .map_err(docker_err("list containers"))?;
+            .map_err(runtime_err("list containers"))?;
         let dead: Vec<DeadContainer> = listed
             .into_iter()
             .filter_map(DeadContainer::from_summary)
@@ -170,17 +161,14 @@ impl GarbageCollector {
         let evict = containers::select_evictions(dead, live_pods, &self.config, now);
         let mut removed = Vec::with_capacity(evict.len());
         for c in evict {
-            let options = RemoveContainerOptions {
-                v: true,
-                force: false,
-                link: false,
-            };
-            match self.docker.remove_container(&c.id, Some(options)).await {
+            match self.runtime.remove(&c.id, false).await {
                 Ok(()) => {
                     info!(container_id = %c.id, pod_uid = %c.pod_uid, container = %c.name, "removed dead container");
                     removed.push(c.id);
                 }
-                Err(error) => warn!(container_id = %c.id, %error, "cannot remove dead container"),
+                Err(error) => {
+                    warn!(container_id = %c.id, error = %verge_runtime::ErrorChain(&error), "cannot remove dead container")
+                }
             }
         }
         Ok(removed)
@@ -192,9 +180,65 @@ impl GarbageCollector {
     /// full. Of an image with several tags only the unpinned tags are removed.
     ///
     /// # Errors
-    /// [`GcError::Docker`] if images, containers or `docker info` cannot be read;
+    /// [`GcError::Runtime`] if images, containers or the image filesystem root cannot be read;
     /// [`GcError::Blocking`] if measuring the filesystem fails.
     pub async fn collect_images_once(&mut self) -> Result<ImageGcReport, GcError> {
-        images::collect(&self.docker, &self.config, &mut self.images).await
+        images::collect(&self.runtime, &self.config, &mut self.images).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::edged::runtime::ContainerSpec;
+    use crate::edged::runtime::fake::FakeRuntime;
+    use crate::edged::runtime::labels;
+
+    fn spec(pod_uid: Option<&str>) -> ContainerSpec {
+        let mut l = HashMap::from([(labels::CONTAINER_NAME.to_owned(), "app".to_owned())]);
+        if let Some(uid) = pod_uid {
+            l.insert(labels::POD_UID.to_owned(), uid.to_owned());
+        }
+        ContainerSpec {
+            image: "img".into(),
+            labels: l,
+            ..ContainerSpec::default()
+        }
+    }
+
+    /// The collector works through the runtime alone: dead containers of gone pods go,
+    /// running ones, unlabelled ones and (with `only_node`) other nodes' ones stay.
+    #[tokio::test]
+    async fn removes_dead_containers_of_gone_pods_through_the_runtime() {
+        let rt = FakeRuntime::new("node-a");
+        rt.add_image("img");
+        let other = rt.for_node("node-b");
+        let create = |rt: &FakeRuntime, name: &str, uid: Option<&str>| {
+            let (rt, name, spec) = (rt.clone(), name.to_owned(), spec(uid));
+            async move { rt.create(&name, spec).await.expect("create") }
+        };
+        let gone = create(&rt, "gone", Some("gone")).await;
+        let running = create(&rt, "running", Some("gone")).await;
+        rt.start(&running).await.expect("start");
+        let live = create(&rt, "live", Some("live")).await;
+        let plain = create(&rt, "plain", None).await;
+        let foreign = create(&other, "foreign", Some("gone")).await;
+        let config = GcConfig {
+            minimum_gc_age: Duration::ZERO,
+            ..GcConfig::default()
+        };
+        let pods = HashSet::from(["live".to_owned()]);
+        let gc = GarbageCollector::new(rt.clone(), config.clone()).only_node();
+        let removed = gc.collect_containers_once(&pods).await.expect("gc");
+        assert_eq!(removed, [gone]);
+        let left: Vec<String> = rt.containers().into_iter().map(|c| c.info.id).collect();
+        assert_eq!(left, [running, live, plain, foreign.clone()]);
+        // Without `only_node`, every pod container of the engine is considered.
+        let gc = GarbageCollector::new(rt.clone(), config);
+        let removed = gc.collect_containers_once(&pods).await.expect("gc");
+        assert_eq!(removed, [foreign]);
     }
 }

@@ -1,7 +1,8 @@
 //! edged: pods on Docker (KubeEdge: edged; the kubelet's pod lifecycle).
 //!
 //! # Layout
-//! - [`runtime`]: the container runtime over bollard (images, containers, labels, events).
+//! - [`runtime`]: the [`runtime::ContainerRuntime`] trait in front of the
+//!   container engine, and its Docker implementation (images, containers, labels, events).
 //! - `pod_worker`: one task per pod running its explicit lifecycle (sandbox, volumes, init
 //!   containers, app containers with restart policy and crash-loop back-off, liveness kills,
 //!   graceful termination).
@@ -43,8 +44,9 @@ use crate::config::Config;
 use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::{MetaStore, StoreEvent};
 use objects::StoreObjects;
+use probe::DockerProber;
 use probe::ProbeManager;
-use runtime::Runtime;
+use runtime::{ContainerRuntime, DockerRuntime};
 use verge_runtime::ErrorChain;
 use volumes::VolumeManager;
 
@@ -54,13 +56,14 @@ pub const UNKNOWN_RUNTIME: &str = "docker://unknown";
 /// Delay between attempts to reach Docker at start-up.
 const CONNECT_RETRY: Duration = Duration::from_secs(5);
 
-/// Everything a pod worker needs; shared by all of them.
-pub(crate) struct Context {
+/// Everything a pod worker needs; shared by all of them. `R` is the container runtime
+/// ([`DockerRuntime`] in production, a fake in unit tests).
+pub(crate) struct Context<R: ContainerRuntime = DockerRuntime> {
     pub config: Arc<Config>,
-    pub runtime: Runtime,
+    pub runtime: R,
     pub objects: Arc<StoreObjects>,
     pub volumes: VolumeManager<StoreObjects>,
-    pub probes: ProbeManager,
+    pub probes: ProbeManager<DockerProber<R>>,
     pub status: status::StatusHandle,
     pub events: events::Recorder,
     pub store: MetaStore,
@@ -115,7 +118,7 @@ impl Edged {
     #[tracing::instrument(name = "edged", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let runtime = loop {
-            match Runtime::connect(
+            match DockerRuntime::connect(
                 self.config.docker_endpoint.as_deref(),
                 &self.config.node_name,
             )
@@ -141,7 +144,7 @@ impl Edged {
             .node_ip
             .or_else(|| crate::node::host::first_ipv4().map(IpAddr::V4));
         let (status, status_task) = status::StatusManager::new(self.hub.clone());
-        let probes = ProbeManager::new(runtime.docker().clone());
+        let probes = ProbeManager::new(runtime.clone());
         let ctx = Arc::new(Context {
             volumes: VolumeManager::new(self.config.pods_dir(), Arc::clone(&self.objects)),
             config: Arc::clone(&self.config),
@@ -160,9 +163,9 @@ impl Edged {
         let pleg = pleg::Pleg::new(runtime.clone(), self.config.pleg_relist_period, pleg_tx);
         tracker.spawn(pleg.run(stop.clone()));
         let (live_tx, live_rx) = watch::channel(Default::default());
-        let gc = gc::GarbageCollector::new(runtime.docker().clone(), self.config.gc.clone())
+        let gc = gc::GarbageCollector::new(runtime.clone(), self.config.gc.clone())
             .pin_images([self.config.pod_infra_image.as_str()])
-            .only_node(&self.config.node_name);
+            .only_node();
         tracker.spawn(gc.run(live_rx, stop.clone()));
         let result = dispatch::Dispatcher::new(
             ctx,

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use tracing::debug;
-use verge_core::{ResourceKey, ResourceType};
+use verge_core::{Module, ResourceKey, ResourceType};
 
 use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::{MetaStore, QueryRegistry};
@@ -91,7 +91,7 @@ impl StoreObjects {
         }
         let answer = self
             .queries
-            .query(&self.hub, "edged", &key, Vec::new(), self.timeout)
+            .query(&self.hub, Module::Edged, &key, Vec::new(), self.timeout)
             .await;
         let content = match answer {
             Ok(content) => content,
@@ -184,7 +184,7 @@ impl PodObjects for StoreObjects {
         })?;
         let answer = self
             .queries
-            .query(&self.hub, "edged", &key, content, self.timeout)
+            .query(&self.hub, Module::Edged, &key, content, self.timeout)
             .await?;
         decode(&key, &answer)
     }

@@ -11,9 +11,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::runtime::Runtime;
 use super::runtime::labels::{ContainerLabels, PodRef};
-use crate::Result;
+use super::runtime::{ContainerRuntime, ListFilter, RuntimeError};
 use verge_runtime::ErrorChain;
 
 /// Capacity of the channel to the dispatcher.
@@ -34,17 +33,17 @@ pub struct PodChanged {
 /// One relist: container id -> (pod, state).
 type Snapshot = HashMap<String, (PodRef, String)>;
 
-/// The PLEG task.
+/// The PLEG task over runtime `R`.
 #[derive(Debug)]
-pub struct Pleg {
-    runtime: Runtime,
+pub struct Pleg<R> {
+    runtime: R,
     period: Duration,
     out: mpsc::Sender<PodChanged>,
 }
 
-impl Pleg {
+impl<R: ContainerRuntime> Pleg<R> {
     /// A PLEG relisting `runtime` every `period`, reporting to `out`.
-    pub fn new(runtime: Runtime, period: Duration, out: mpsc::Sender<PodChanged>) -> Self {
+    pub fn new(runtime: R, period: Duration, out: mpsc::Sender<PodChanged>) -> Self {
         Self {
             runtime,
             period,
@@ -56,19 +55,19 @@ impl Pleg {
     ///
     /// # Errors
     /// None: failed relists are logged and retried.
-    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+    pub async fn run(self, shutdown: CancellationToken) -> crate::Result<()> {
         let (kick_tx, mut kick) = mpsc::channel::<()>(1);
         let events = self.runtime.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move {
             while !stop.is_cancelled() {
-                let mut stream = std::pin::pin!(events.events());
+                let mut stream = events.events();
                 loop {
                     tokio::select! {
                         () = stop.cancelled() => return,
                         ev = stream.next() => match ev {
                             Some(Ok(_)) => { let _ = kick_tx.try_send(()); }
-                            Some(Err(e)) => { debug!(error = %e, "docker events failed"); break; }
+                            Some(Err(e)) => { debug!(error = %ErrorChain(&e), "docker events failed"); break; }
                             None => break,
                         },
                     }
@@ -103,16 +102,13 @@ impl Pleg {
         Ok(())
     }
 
-    async fn relist(&self) -> Result<Snapshot> {
+    async fn relist(&self) -> Result<Snapshot, RuntimeError> {
         let mut snap = Snapshot::new();
-        for c in self.runtime.list(None).await? {
-            let (Some(id), Some(labels)) =
-                (c.id, c.labels.as_ref().and_then(ContainerLabels::parse))
-            else {
+        for c in self.runtime.list(&ListFilter::node()).await? {
+            let Some(labels) = ContainerLabels::parse(&c.labels) else {
                 continue;
             };
-            let state = c.state.map(|s| s.to_string()).unwrap_or_default();
-            snap.insert(id, (labels.pod, state));
+            snap.insert(c.id, (labels.pod, c.state));
         }
         Ok(snap)
     }
@@ -151,6 +147,53 @@ mod tests {
             name: format!("p-{uid}"),
             uid: uid.into(),
         }
+    }
+
+    /// A runtime event triggers a relist at once (the period here is an hour).
+    #[tokio::test(start_paused = true)]
+    async fn runtime_events_trigger_a_relist() {
+        use crate::edged::runtime::ContainerSpec;
+        use crate::edged::runtime::fake::FakeRuntime;
+
+        let rt = FakeRuntime::new("node-a");
+        rt.add_image("img");
+        let (tx, mut rx) = mpsc::channel(16);
+        let stop = CancellationToken::new();
+        let pleg = Pleg::new(rt.clone(), Duration::from_secs(3600), tx);
+        let task = tokio::spawn(pleg.run(stop.clone()));
+        // Let the first relist run and the event subscription start.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let labels = ContainerLabels {
+            pod: pod("1"),
+            container: "app".into(),
+            restart_count: 0,
+            sandbox: false,
+        };
+        let spec = ContainerSpec {
+            image: "img".into(),
+            labels: labels.to_map(),
+            ..ContainerSpec::default()
+        };
+        let id = rt.create("c", spec).await.expect("create");
+        rt.start(&id).await.expect("start");
+        let bound = Duration::from_secs(10);
+        let changed = tokio::time::timeout(bound, rx.recv())
+            .await
+            .expect("relisted");
+        assert_eq!(
+            changed,
+            Some(PodChanged {
+                pod: pod("1"),
+                has_containers: true
+            })
+        );
+        rt.remove(&id, true).await.expect("remove");
+        let changed = tokio::time::timeout(bound, rx.recv())
+            .await
+            .expect("relisted");
+        assert_eq!(changed.map(|c| c.has_containers), Some(false));
+        stop.cancel();
+        task.await.expect("join").expect("pleg");
     }
 
     #[test]

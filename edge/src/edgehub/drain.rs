@@ -13,17 +13,13 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, error, warn};
-use verge_core::Operation;
+use verge_core::{Envelope, Kind, Module, Outcome};
 use verge_proto::hub::EdgeFrame;
-use verge_proto::{Message, MessageExt};
 
 use super::outbox::OutboxConfig;
 use super::session::send;
 use crate::Result;
 use crate::metamanager::{MetaStore, OutboxEntry};
-
-/// The `route.source` of errors cloudhub itself answers (routing, not the API server).
-const CLOUDHUB: &str = "cloudhub";
 
 /// A report sent and not yet answered.
 #[derive(Debug)]
@@ -96,7 +92,7 @@ impl Drain {
     }
 
     async fn send(&mut self, entry: OutboxEntry, frames: &mpsc::Sender<EdgeFrame>) -> Result<()> {
-        let id = entry.message.id().to_owned();
+        let id = entry.message.id.to_string();
         if self.inflight.contains_key(&id) {
             return Ok(());
         }
@@ -117,16 +113,24 @@ impl Drain {
     ///
     /// # Errors
     /// Store failures.
-    pub(super) async fn answer(&mut self, msg: Message) -> Result<Option<Message>> {
-        let op = msg.operation();
-        if !matches!(op, Ok(Operation::Ack | Operation::Error)) {
-            return Ok(Some(msg));
-        }
-        let id = msg.parent_id().to_owned();
+    pub(super) async fn answer(&mut self, msg: Envelope) -> Result<Option<Envelope>> {
+        let (id, reason) = match &msg.kind {
+            Kind::Answer {
+                to,
+                outcome: Outcome::Ack,
+                ..
+            } => (to.to_string(), None),
+            Kind::Answer {
+                to,
+                outcome: Outcome::Error(reason),
+                ..
+            } => (to.to_string(), Some(reason.clone())),
+            _ => return Ok(Some(msg)),
+        };
         let Some(Inflight { key, .. }) = self.inflight.remove(&id) else {
             return Ok(Some(msg));
         };
-        if op == Ok(Operation::Ack) {
+        let Some(reason) = reason else {
             let (k, i) = (key.clone(), id.clone());
             let removed = self
                 .store
@@ -134,9 +138,9 @@ impl Drain {
                 .await?;
             debug!(%key, %id, removed, "outbox report acked");
             return Ok(None);
-        }
-        let reason = String::from_utf8_lossy(&msg.content).into_owned();
-        let count = msg.route.as_ref().is_none_or(|r| r.source != CLOUDHUB);
+        };
+        // Routing errors of cloudhub itself (no controller attached) do not count.
+        let count = msg.source != Module::CloudHub;
         let (k, i) = (key.clone(), id.clone());
         let refused = self
             .store

@@ -13,7 +13,7 @@
 //! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (architecture.md §3.3):
 //! * **Reports** ([`EdgeHubHandle::report`]: pod and node status, node registration,
 //!   completed pod deletions, events) are committed to the redb outbox under an
-//!   [`OutboxKey`] first (a newer report of a key replaces the older one) and leave it only
+//!   [`OutboxKey`](crate::OutboxKey) first (a newer report of a key replaces the older one) and leave it only
 //!   when the cloud `ack`s that very message id, i.e. after the API server accepted the
 //!   write. While a session is up, edgehub sends them in FIFO order, at most
 //!   `outbox.max_inflight` unanswered; an `error` answer is retried after a backoff and
@@ -25,7 +25,9 @@
 //!   lost if the session breaks before it is written (acks and queries are retried by their
 //!   senders; a lease is renewed again).
 //!
-//! Downstream messages go to metamanager through a bounded channel.
+//! Downstream messages go to metamanager through a bounded channel. Every channel carries
+//! the typed [`Envelope`]; the session (`session.rs`) is the only place that reads or writes
+//! the wire `Message`.
 
 mod backoff;
 mod drain;
@@ -38,14 +40,16 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info, info_span, warn};
-use verge_proto::Message;
+use verge_core::Envelope;
 use verge_runtime::ErrorChain;
 
 pub use backoff::Backoff;
 pub use outbox::OutboxConfig;
+#[cfg(test)]
+pub(crate) use session::refusal;
 
 use crate::config::Config;
-use crate::metamanager::{MetaStore, OutboxKey};
+use crate::metamanager::MetaStore;
 use crate::{Error, Result};
 use outbox::Outbox;
 
@@ -67,7 +71,7 @@ pub struct SessionInfo {
 /// session is open.
 #[derive(Debug, Clone)]
 pub struct EdgeHubHandle {
-    tx: mpsc::Sender<Message>,
+    tx: mpsc::Sender<Envelope>,
     /// `None` for a [`detached`](EdgeHubHandle::detached) handle.
     outbox: Option<Outbox>,
     sessions: watch::Receiver<Option<SessionInfo>>,
@@ -75,25 +79,26 @@ pub struct EdgeHubHandle {
 }
 
 impl EdgeHubHandle {
-    /// Reports `msg` durably: commits it to the outbox under `key`, replacing the report of
-    /// the same key that waits there, before returning. It is sent while a session is up
-    /// and removed when the cloud acks it (see the module docs). `msg` should carry a
-    /// unique id (one is assigned if empty). A detached handle has no outbox: `msg` goes to
+    /// Reports `msg` durably: commits it to the outbox under its key
+    /// ([`OutboxKey::of`](crate::OutboxKey::of)), replacing the report of the same key that
+    /// waits there, before returning. It is sent while a session is up and removed when the
+    /// cloud acks it (see the module docs). A detached handle has no outbox: `msg` goes to
     /// its receiver like [`send`](Self::send).
     ///
     /// # Errors
-    /// [`Error::OutboxFull`] for a new event key while `outbox.max_entries` entries wait
-    /// (the event is dropped; log it); [`Error::Store`] if the commit fails;
-    /// [`Error::HubStopped`] for a detached handle whose receiver is gone.
-    pub async fn report(&self, key: OutboxKey, msg: Message) -> Result<()> {
+    /// [`Error::NotAReport`] when `msg` has no outbox key; [`Error::OutboxFull`] for a new
+    /// event key while `outbox.max_entries` entries wait (the event is dropped; log it);
+    /// [`Error::Store`] if the commit fails; [`Error::HubStopped`] for a detached handle
+    /// whose receiver is gone.
+    pub async fn report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
-            Some(outbox) => outbox.put(key, msg).await,
+            Some(outbox) => outbox.put(msg).await,
             None => self.send(msg).await,
         }
     }
 
     /// Like [`report`](Self::report), for callers that cannot wait (e.g. the event recorder):
-    /// hands `key` and `msg` to edgehub's outbox writer through a bounded queue
+    /// hands `msg` to edgehub's outbox writer through a bounded queue
     /// (`upstream_queue`); the commit follows shortly, in queue order. A detached handle
     /// queues `msg` like [`try_send`](Self::try_send).
     ///
@@ -101,9 +106,9 @@ impl EdgeHubHandle {
     /// [`Error::QueueFull`] when the writer's queue is full (the report is not queued);
     /// [`Error::HubStopped`] once edgehub has stopped. An [`Error::OutboxFull`] refusal of
     /// the commit is only logged.
-    pub fn try_report(&self, key: OutboxKey, msg: Message) -> Result<()> {
+    pub fn try_report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
-            Some(outbox) => outbox.try_put(key, msg),
+            Some(outbox) => outbox.try_put(msg),
             None => self.try_send(msg),
         }
     }
@@ -112,7 +117,7 @@ impl EdgeHubHandle {
     ///
     /// # Errors
     /// [`Error::HubStopped`] once edgehub has stopped.
-    pub async fn send(&self, msg: Message) -> Result<()> {
+    pub async fn send(&self, msg: Envelope) -> Result<()> {
         self.tx.send(msg).await.map_err(|_| Error::HubStopped)
     }
 
@@ -121,14 +126,14 @@ impl EdgeHubHandle {
     /// # Errors
     /// [`Error::QueueFull`] when the queue is full (the message is not queued);
     /// [`Error::HubStopped`] once edgehub has stopped.
-    pub fn try_send(&self, msg: Message) -> Result<()> {
+    pub fn try_send(&self, msg: Envelope) -> Result<()> {
         try_send(&self.tx, msg)
     }
 
     /// A handle that is not connected to an [`EdgeHub`]: upstream messages go to the returned
     /// receiver (bounded by `capacity`) and no session is ever announced. For embedding
     /// modules without a cloud link, and for tests that capture upstream messages.
-    pub fn detached(capacity: usize) -> (Self, mpsc::Receiver<Message>) {
+    pub fn detached(capacity: usize) -> (Self, mpsc::Receiver<Envelope>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let (sessions_tx, sessions) = watch::channel(None);
         let handle = Self {
@@ -158,8 +163,8 @@ impl EdgeHubHandle {
 pub struct EdgeHub {
     config: Arc<Config>,
     store: MetaStore,
-    upstream: mpsc::Receiver<Message>,
-    downstream: mpsc::Sender<Message>,
+    upstream: mpsc::Receiver<Envelope>,
+    downstream: mpsc::Sender<Envelope>,
     sessions: watch::Sender<Option<SessionInfo>>,
     /// The handles' outbox; the drain waits on [`Outbox::notified`].
     outbox: Outbox,
@@ -175,7 +180,7 @@ impl EdgeHub {
     pub fn new(
         config: Arc<Config>,
         store: MetaStore,
-        downstream: mpsc::Sender<Message>,
+        downstream: mpsc::Sender<Envelope>,
     ) -> (Self, EdgeHubHandle) {
         let (tx, upstream) = mpsc::channel(config.upstream_queue);
         let (sessions, sessions_rx) = watch::channel(None);

@@ -10,16 +10,15 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
-use verge_proto::{Message, MessageExt};
-
+use verge_core::Envelope;
 use verge_runtime::ErrorChain;
 
 use super::try_send;
 use crate::Result;
-use crate::metamanager::{MetaStore, OutboxKey};
+use crate::metamanager::MetaStore;
 
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
-pub(crate) type Queued = (OutboxKey, Message);
+pub(crate) type Queued = Envelope;
 
 /// Bounds and retry policy of the upstream outbox (YAML `outbox:`); every field optional.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
@@ -130,8 +129,8 @@ impl Outbox {
     /// # Errors
     /// [`crate::Error::QueueFull`] when the queue is full; [`crate::Error::HubStopped`] once
     /// the writer has stopped.
-    pub(crate) fn try_put(&self, key: OutboxKey, msg: Message) -> Result<()> {
-        try_send(&self.queue, (key, msg))
+    pub(crate) fn try_put(&self, msg: Envelope) -> Result<()> {
+        try_send(&self.queue, msg)
     }
 
     /// Commits queued reports in order until `shutdown`, then the ones still queued.
@@ -145,9 +144,10 @@ impl Outbox {
                 () = shutdown.cancelled() => { queued.close(); queued.recv().await }
                 next = queued.recv() => next,
             };
-            let Some((key, msg)) = next else { break };
-            if let Err(e) = self.put(key.clone(), msg).await {
-                warn!(%key, error = %ErrorChain(&e), "queued report not stored");
+            let Some(msg) = next else { break };
+            let report = msg.to_string();
+            if let Err(e) = self.put(msg).await {
+                warn!(%report, error = %ErrorChain(&e), "queued report not stored");
             }
         }
     }
@@ -158,15 +158,11 @@ impl Outbox {
         self.wake.notified()
     }
 
-    /// Commits `msg` under `key` (replacing that key's entry), then wakes the drain. A
-    /// message without id gets a fresh one (acks are matched by id).
-    pub(crate) async fn put(&self, key: OutboxKey, mut msg: Message) -> Result<()> {
-        if msg.id().is_empty() {
-            msg.header.get_or_insert_with(Default::default).id = uuid::Uuid::new_v4().to_string();
-        }
+    /// Commits `msg` under its key (replacing that key's entry), then wakes the drain.
+    pub(crate) async fn put(&self, msg: Envelope) -> Result<()> {
         let max = self.max_entries;
         self.store
-            .blocking(move |s| s.outbox_put(&key, &msg, max))
+            .blocking(move |s| s.outbox_put(&msg, max))
             .await?;
         self.wake.notify_one();
         Ok(())

@@ -1,5 +1,9 @@
 //! One cloudhub session: handshake, then the message pump with keepalives and the silence
 //! deadline.
+//!
+//! A stream boundary: the only place where edgecore reads or writes the wire `Message`.
+//! Received messages become [`Envelope`]s (a malformed one is answered `error`, naming the
+//! bad field, when it has an id to answer); envelopes sent are written by [`send`].
 
 use std::time::Duration;
 
@@ -11,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, trace, warn};
-use verge_core::{Group, Operation};
+use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome};
+use verge_proto::Message;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
-use verge_proto::{Message, MessageExt};
 
 use super::drain::Drain;
 use super::{DEFAULT_KEEPALIVE, EdgeHub, SessionInfo};
@@ -172,8 +176,7 @@ impl EdgeHub {
                 }
                 () = &mut deadline => return Err(Error::Timeout(silence)),
                 _ = ticker.tick() => {
-                    let msg = Message::build(uuid::Uuid::new_v4().to_string(), "edgehub", Group::Hub, Operation::Keepalive, "", Vec::new());
-                    send(&frames, msg).await?;
+                    send(&frames, Envelope::keepalive(Module::EdgeHub, None)).await?;
                 }
                 () = self.outbox.notified() => drain.fill(&frames).await?,
                 () = tokio::time::sleep_until(retry_at.unwrap_or_else(Instant::now)), if retry_at.is_some() => {
@@ -200,8 +203,18 @@ impl EdgeHub {
                 return Ok(());
             }
         };
-        if msg.group() == Ok(Group::Hub) {
-            trace!(id = msg.id(), op = ?msg.operation(), "hub message");
+        let msg = match Envelope::try_from(msg) {
+            Ok(msg) => msg,
+            Err(error) => {
+                warn!(%error, "malformed downstream message refused");
+                return match refusal(&error) {
+                    Some(answer) => send(frames, answer).await,
+                    None => Ok(()),
+                };
+            }
+        };
+        if msg.group == Group::Hub {
+            trace!(id = %msg.id, op = %msg.operation(), "hub message");
             return Ok(());
         }
         let Some(msg) = drain.answer(msg).await? else {
@@ -215,12 +228,29 @@ impl EdgeHub {
 }
 
 /// Writes `msg` to the request stream.
-pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Message) -> Result<()> {
-    trace!(id = msg.id(), resource = msg.resource(), "upstream");
+pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Envelope) -> Result<()> {
+    trace!(id = %msg.id, resource = %msg.path(), "upstream");
     frames
         .send(EdgeFrame {
-            frame: Some(edge_frame::Frame::Message(msg)),
+            frame: Some(edge_frame::Frame::Message(Message::from(msg))),
         })
         .await
         .map_err(|_| Error::StreamClosed)
+}
+
+/// The `error` answer to a downstream message that is not a valid envelope (its reason
+/// names the bad field), so cloudhub stops resending it; `None` when it has no id to answer.
+pub(crate) fn refusal(error: &verge_proto::Error) -> Option<Envelope> {
+    let to = MessageId::parse(error.message_id()).ok()?;
+    let kind = Kind::Answer {
+        to,
+        outcome: Outcome::Error(error.to_string()),
+        key: None,
+    };
+    Some(Envelope::new(
+        Module::MetaManager,
+        Group::Resource,
+        kind,
+        Vec::new(),
+    ))
 }

@@ -6,9 +6,9 @@
 //!   resourceVersion is newer than the stored one ([`MetaStore::upsert_if_newer`]), then
 //!   `ack`ed — a stale or duplicate copy is acked too, and changes nothing;
 //! * `delete`: removed (unless the stored object has another uid), then `ack`ed;
-//! * a malformed message (unknown operation, bad path, content that is not JSON) or an
-//!   operation edgecore does not handle yet (`patch`, `query`): answered with `error` and a
-//!   UTF-8 reason; nothing changes;
+//! * content that is not JSON, or an operation edgecore does not handle yet (`patch`,
+//!   `query`): answered with `error` and a UTF-8 reason; nothing changes (a message whose
+//!   route does not parse never gets here: edgehub answers it `error` at the stream);
 //! * `response` / `error` answering a waiting [`QueryRegistry::query`]: handed to it;
 //! * `ack` / `error` / `response` from the cloud for other upstream messages: logged (edgehub
 //!   hands the answers to outbox reports to the outbox before they get here).
@@ -27,8 +27,7 @@ mod store;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
-use verge_core::{Group, Operation, ResourceKey};
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, Kind, Module, ObjectVersion, Outcome, ResourceKey, Write};
 
 pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
@@ -70,7 +69,7 @@ const EVENT_CAPACITY: usize = 1024;
 #[derive(Debug)]
 pub struct MetaManager {
     store: MetaStore,
-    downstream: mpsc::Receiver<Message>,
+    downstream: mpsc::Receiver<Envelope>,
     hub: EdgeHubHandle,
     events: broadcast::Sender<StoreEvent>,
     queries: QueryRegistry,
@@ -78,7 +77,7 @@ pub struct MetaManager {
 
 impl MetaManager {
     /// A metamanager over `store`, reading `downstream` and answering through `hub`.
-    pub fn new(store: MetaStore, downstream: mpsc::Receiver<Message>, hub: EdgeHubHandle) -> Self {
+    pub fn new(store: MetaStore, downstream: mpsc::Receiver<Envelope>, hub: EdgeHubHandle) -> Self {
         Self {
             store,
             downstream,
@@ -126,76 +125,73 @@ impl MetaManager {
     }
 
     /// Applies one downstream message; returns the reply to send, if any.
-    #[tracing::instrument(skip_all, fields(id = msg.id(), resource = msg.resource()))]
-    pub async fn handle(&self, mut msg: Message) -> Option<Message> {
-        let op = match msg.operation() {
-            Ok(op) => op,
-            Err(e) => return Some(reply(&msg, Operation::Error, e.to_string())),
-        };
-        match op {
-            Operation::Ack => {
-                debug!(parent_id = msg.parent_id(), "cloud acked");
+    #[tracing::instrument(skip_all, fields(id = %msg.id, resource = %msg.path()))]
+    pub async fn handle(&self, mut msg: Envelope) -> Option<Envelope> {
+        match &msg.kind {
+            Kind::Answer {
+                to,
+                outcome: Outcome::Ack,
+                ..
+            } => {
+                debug!(parent_id = %to, "cloud acked");
                 None
             }
-            Operation::Error | Operation::Response => {
-                let parent_id = msg.parent_id().to_owned();
-                let Some(msg) = self.queries.complete(msg) else {
-                    debug!(parent_id = parent_id.as_str(), "answer handed to its query");
-                    return None;
-                };
-                if op == Operation::Error {
-                    let reason = String::from_utf8_lossy(&msg.content);
-                    warn!(parent_id = parent_id.as_str(), %reason, "cloud answered error");
-                } else {
-                    debug!(
-                        parent_id = parent_id.as_str(),
-                        "cloud response (no waiter yet)"
-                    );
+            Kind::Answer { to, .. } => {
+                let parent_id = to.clone();
+                let msg = self.queries.complete(msg)?;
+                match msg.error_reason() {
+                    Some(reason) => warn!(%parent_id, %reason, "cloud answered error"),
+                    None => debug!(%parent_id, "cloud response (no waiter yet)"),
                 }
                 None
             }
-            Operation::Keepalive => None,
-            Operation::Insert | Operation::Update | Operation::Delete => {
-                Some(match self.apply_object(&mut msg, op).await {
-                    Ok(applied) => {
-                        debug!(?applied, "applied");
-                        reply(&msg, Operation::Ack, String::new())
-                    }
-                    Err(reason) => {
-                        warn!(%reason, "rejected downstream message");
-                        reply(&msg, Operation::Error, reason)
-                    }
-                })
+            Kind::Keepalive { .. } => None,
+            Kind::Upsert {
+                write: Write::Insert | Write::Update,
+                ..
             }
-            Operation::Resync => {
+            | Kind::Delete { .. } => Some(match self.apply_object(&mut msg).await {
+                Ok(applied) => {
+                    debug!(?applied, "applied");
+                    reply(&msg, Outcome::Ack)
+                }
+                Err(reason) => {
+                    warn!(%reason, "rejected downstream message");
+                    reply(&msg, Outcome::Error(reason))
+                }
+            }),
+            Kind::Resync { .. } => {
                 // The end marker of a resync by inventory (docs/protocol.md): every message
                 // before it has been applied in order; nothing to store.
-                info!(summary = %String::from_utf8_lossy(&msg.content), "resync complete");
-                Some(reply(&msg, Operation::Ack, String::new()))
+                info!(summary = %String::from_utf8_lossy(&msg.body), "resync complete");
+                Some(reply(&msg, Outcome::Ack))
             }
-            Operation::Patch | Operation::Query => Some(reply(
-                &msg,
-                Operation::Error,
-                format!("operation {op} is not supported by edgecore"),
-            )),
+            _ => {
+                let op = msg.operation();
+                let reason = format!("operation {op} is not supported by edgecore");
+                Some(reply(&msg, Outcome::Error(reason)))
+            }
         }
     }
 
-    /// Validates and commits an insert/update/delete, then announces a change to the
-    /// subscribers. Moves the content out of `msg` (the reply does not need it). `Err` is
-    /// the reason to answer with.
-    async fn apply_object(
-        &self,
-        msg: &mut Message,
-        op: Operation,
-    ) -> std::result::Result<Applied, String> {
-        let key = validate(msg, op)?;
-        let (uid, rv) = object_identity(msg);
-        let content = std::mem::take(&mut msg.content);
-        let (k, u) = (key.clone(), uid.clone());
+    /// Validates and commits an upsert/delete, then announces a change to the subscribers.
+    /// Moves the body out of `msg` (the reply does not need it). `Err` is the reason to
+    /// answer with.
+    async fn apply_object(&self, msg: &mut Envelope) -> std::result::Result<Applied, String> {
+        let (key, version, delete) = match &msg.kind {
+            Kind::Upsert { key, version, .. } => (key.clone(), version.clone(), false),
+            Kind::Delete { key, version } => (key.clone(), version.clone(), true),
+            _ => return Err(format!("{} is not an object message", msg.operation())),
+        };
+        if !delete {
+            serde_json::from_slice::<serde::de::IgnoredAny>(&msg.body)
+                .map_err(|e| format!("content is not JSON: {e}"))?;
+        }
+        let content = std::mem::take(&mut msg.body);
+        let (k, v) = (key.clone(), version.clone());
         let applied = self
             .store
-            .blocking(move |s| apply(s, op, &k, &u, &rv, &content))
+            .blocking(move |s| apply(s, delete, &k, &v, &content))
             .await
             .map_err(|e| {
                 error!(error = %ErrorChain(&e), "store failed");
@@ -203,71 +199,52 @@ impl MetaManager {
             })?;
         if matches!(applied, Applied::Stored | Applied::Deleted) {
             // No subscriber (edged not running) is fine.
+            let uid = version.uid;
             let _ = self.events.send(StoreEvent { key, uid, applied });
         }
         Ok(applied)
     }
 }
 
-/// Checks the path and (for insert/update) that the content is JSON.
-fn validate(msg: &Message, op: Operation) -> std::result::Result<ResourceKey, String> {
-    let key = msg.edge_key().map_err(|e| e.to_string())?;
-    if op != Operation::Delete {
-        serde_json::from_slice::<serde::de::IgnoredAny>(&msg.content)
-            .map_err(|e| format!("content is not JSON: {e}"))?;
-    }
-    Ok(key)
-}
-
-/// The header's uid and resourceVersion.
-fn object_identity(msg: &Message) -> (String, String) {
-    msg.header.as_ref().map_or_else(Default::default, |h| {
-        (h.uid.clone(), h.resource_version.clone())
-    })
-}
-
-/// Applies an insert/update/delete to the store (blocking).
+/// Applies an upsert (`delete` false) or a delete to the store (blocking).
 fn apply(
     store: &MetaStore,
-    op: Operation,
+    delete: bool,
     key: &ResourceKey,
-    uid: &str,
-    rv: &str,
+    version: &ObjectVersion,
     content: &[u8],
 ) -> Result<Applied> {
-    if op == Operation::Delete {
-        return Ok(if store.delete(key, uid)? {
+    if delete {
+        return Ok(if store.delete(key, &version.uid)? {
             Applied::Deleted
         } else {
             Applied::Absent
         });
     }
-    Ok(if store.upsert_if_newer(key, uid, rv, content)? {
-        Applied::Stored
-    } else {
-        Applied::Stale
-    })
+    let ObjectVersion {
+        uid,
+        resource_version,
+    } = version;
+    Ok(
+        if store.upsert_if_newer(key, uid, resource_version, content)? {
+            Applied::Stored
+        } else {
+            Applied::Stale
+        },
+    )
 }
 
-/// An answer to `msg` with `reason` (UTF-8) as content.
-fn reply(msg: &Message, op: Operation, reason: String) -> Message {
-    let group = msg.group().unwrap_or(Group::Resource);
-    Message::reply(
-        uuid::Uuid::new_v4().to_string(),
-        msg.id(),
-        "metamanager",
-        group,
-        op,
-        msg.resource(),
-        reason.into_bytes(),
-    )
+/// metamanager's answer to `msg` (same group and resource).
+fn reply(msg: &Envelope, outcome: Outcome) -> Envelope {
+    msg.answer(Module::MetaManager, outcome, Vec::new())
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
-    use verge_core::ResourceType;
+    use verge_core::{Group, Operation, ResourceType};
+    use verge_proto::{Message, MessageExt};
 
     use super::*;
     use crate::config::Config;
@@ -281,8 +258,8 @@ mod tests {
         (dir, MetaManager::new(store, down_rx, handle))
     }
 
-    fn msg(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Message {
-        Message::build(
+    fn msg(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Envelope {
+        let m = Message::build(
             id,
             "edgecontroller",
             Group::Resource,
@@ -290,11 +267,36 @@ mod tests {
             resource,
             content.to_vec(),
         )
-        .with_object("uid-1", rv)
+        .with_object("uid-1", rv);
+        Envelope::try_from(m).expect("valid")
     }
 
-    fn answer(reply: Option<Message>) -> (Operation, String, String) {
-        let reply = reply.expect("a reply");
+    /// As edgehub hands a wire message to metamanager: a bad route is answered at the stream.
+    async fn handle(
+        m: &MetaManager,
+        id: &str,
+        op: Operation,
+        resource: &str,
+        rv: &str,
+        content: &[u8],
+    ) -> Option<Envelope> {
+        let wire = Message::build(
+            id,
+            "edgecontroller",
+            Group::Resource,
+            op,
+            resource,
+            content.to_vec(),
+        )
+        .with_object("uid-1", rv);
+        match Envelope::try_from(wire) {
+            Ok(msg) => m.handle(msg).await,
+            Err(error) => crate::edgehub::refusal(&error),
+        }
+    }
+
+    fn answer(reply: Option<Envelope>) -> (Operation, String, String) {
+        let reply = Message::from(reply.expect("a reply"));
         let op = reply.operation().expect("operation");
         (
             op,
@@ -335,7 +337,7 @@ mod tests {
             ("4", Operation::Insert, "ns/nope/s", &b"{}"[..]),
             ("5", Operation::Patch, "ns/secret/s", &b"{}"[..]),
         ] {
-            let r = m.handle(msg(id, op, path, "9", content)).await;
+            let r = handle(&m, id, op, path, "9", content).await;
             assert_eq!(answer(r).0, Operation::Error, "message {id}");
         }
         assert_eq!(
@@ -362,6 +364,7 @@ mod tests {
             "",
             Vec::new(),
         );
+        let cloud_ack = Envelope::try_from(cloud_ack).expect("valid");
         assert!(m.handle(cloud_ack).await.is_none());
     }
 }

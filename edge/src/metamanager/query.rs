@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::oneshot;
-use verge_core::{Group, Operation, ResourceKey};
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome, ResourceKey};
 
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
@@ -20,7 +19,7 @@ use crate::{Error, Result};
 /// How many queries may wait for an answer at once (architecture.md §3.5: bounded everything).
 pub const MAX_PENDING_QUERIES: usize = 1024;
 
-type Pending = Arc<Mutex<HashMap<String, oneshot::Sender<Message>>>>;
+type Pending = Arc<Mutex<HashMap<MessageId, oneshot::Sender<Envelope>>>>;
 
 /// Queries waiting for the cloud's answer, keyed by message id; cheap to clone (shared).
 #[derive(Debug, Clone, Default)]
@@ -31,7 +30,7 @@ pub struct QueryRegistry {
 /// Removes a pending entry when the waiting query ends (answer, timeout or cancellation).
 struct Registration {
     pending: Pending,
-    id: String,
+    id: MessageId,
 }
 
 impl Drop for Registration {
@@ -40,7 +39,9 @@ impl Drop for Registration {
     }
 }
 
-fn lock(pending: &Pending) -> std::sync::MutexGuard<'_, HashMap<String, oneshot::Sender<Message>>> {
+fn lock(
+    pending: &Pending,
+) -> std::sync::MutexGuard<'_, HashMap<MessageId, oneshot::Sender<Envelope>>> {
     pending.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -58,15 +59,18 @@ impl QueryRegistry {
     /// Hands `msg` (a downstream `response` or `error`) to the query waiting for its
     /// `parent_id`. Returns `msg` back when nobody waits for it (a late answer after a
     /// timeout, or an answer to something else), so the caller can log it.
-    pub fn complete(&self, msg: Message) -> Option<Message> {
-        let waiter = lock(&self.pending).remove(msg.parent_id());
+    pub fn complete(&self, msg: Envelope) -> Option<Envelope> {
+        let Some(parent) = msg.parent() else {
+            return Some(msg);
+        };
+        let waiter = lock(&self.pending).remove(parent);
         match waiter {
             Some(tx) => tx.send(msg).err(),
             None => Some(msg),
         }
     }
 
-    /// Sends `query <key>` with `content` (group `resource`, source `source`, header `sync`)
+    /// Sends `query <key>` with `content` (group `resource`, from `source`, header `sync`)
     /// through `hub` and returns the content of the cloud's `response`.
     ///
     /// # Errors
@@ -79,7 +83,7 @@ impl QueryRegistry {
     pub async fn query(
         &self,
         hub: &EdgeHubHandle,
-        source: &str,
+        source: Module,
         key: &ResourceKey,
         content: Vec<u8>,
         timeout: Duration,
@@ -88,18 +92,9 @@ impl QueryRegistry {
         if !hub.connected() {
             return Err(Error::CloudUnreachable { resource });
         }
-        let id = uuid::Uuid::new_v4().to_string();
-        let mut msg = Message::build(
-            id.clone(),
-            source,
-            Group::Resource,
-            Operation::Query,
-            resource.clone(),
-            content,
-        );
-        if let Some(h) = msg.header.as_mut() {
-            h.sync = true;
-        }
+        let kind = Kind::Query { key: key.clone() };
+        let msg = Envelope::new(source, Group::Resource, kind, content);
+        let id = msg.id.clone();
         let (tx, rx) = oneshot::channel();
         let _registration = {
             let mut pending = lock(&self.pending);
@@ -123,11 +118,18 @@ impl QueryRegistry {
             resource: resource.clone(),
             timeout,
         })??;
-        match answer.operation() {
-            Ok(Operation::Response) => Ok(answer.content),
+        match answer.kind {
+            Kind::Answer {
+                outcome: Outcome::Response,
+                ..
+            } => Ok(answer.body),
+            Kind::Answer {
+                outcome: Outcome::Error(reason),
+                ..
+            } => Err(Error::QueryRefused { resource, reason }),
             _ => Err(Error::QueryRefused {
                 resource,
-                reason: String::from_utf8_lossy(&answer.content).into_owned(),
+                reason: String::from_utf8_lossy(&answer.body).into_owned(),
             }),
         }
     }
@@ -135,12 +137,13 @@ impl QueryRegistry {
 
 #[cfg(test)]
 mod tests {
-    use verge_core::ResourceType;
+    use verge_core::{Operation, ResourceType};
+    use verge_proto::{Message, MessageExt};
 
     use super::*;
 
-    fn answer(parent: &str, op: Operation, content: &[u8]) -> Message {
-        Message::reply(
+    fn answer(parent: &str, op: Operation, content: &[u8]) -> Envelope {
+        Envelope::try_from(Message::reply(
             "a",
             parent,
             "edgecontroller",
@@ -148,7 +151,8 @@ mod tests {
             op,
             "",
             content.to_vec(),
-        )
+        ))
+        .expect("valid")
     }
 
     /// A fake cloud side: reads the upstream channel and answers through the registry.
@@ -159,6 +163,7 @@ mod tests {
         let cloud = registry.clone();
         tokio::spawn(async move {
             while let Some(q) = upstream.recv().await {
+                let q = Message::from(q);
                 let sync = q.header.as_ref().is_some_and(|h| h.sync);
                 assert!(sync, "queries are sync");
                 assert_eq!(q.operation().expect("op"), Operation::Query);
@@ -173,18 +178,18 @@ mod tests {
         let key = |n: &str| ResourceKey::new("ns", ResourceType::ConfigMap, n);
         let t = Duration::from_secs(5);
         let got = registry
-            .query(&hub, "edged", &key("ok"), Vec::new(), t)
+            .query(&hub, Module::Edged, &key("ok"), Vec::new(), t)
             .await;
         assert_eq!(got.expect("response"), b"{\"v\":1}");
         let err = registry
-            .query(&hub, "edged", &key("bad"), Vec::new(), t)
+            .query(&hub, Module::Edged, &key("bad"), Vec::new(), t)
             .await;
         assert!(
             matches!(err, Err(Error::QueryRefused { ref reason, .. }) if reason == "not referenced")
         );
         let short = Duration::from_millis(50);
         let err = registry
-            .query(&hub, "edged", &key("silent"), Vec::new(), short)
+            .query(&hub, Module::Edged, &key("silent"), Vec::new(), short)
             .await;
         assert!(matches!(err, Err(Error::QueryTimeout { .. })));
         assert_eq!(registry.pending(), 0, "timed-out queries are forgotten");
@@ -203,10 +208,12 @@ mod tests {
         let key = ResourceKey::new("ns", ResourceType::Secret, "s");
         let waiting = tokio::spawn(async move {
             let t = Duration::from_secs(5);
-            registry.query(&hub, "edged", &key, Vec::new(), t).await
+            registry
+                .query(&hub, Module::Edged, &key, Vec::new(), t)
+                .await
         });
         let sent = upstream.recv().await.expect("query sent");
-        let reply = answer(sent.id(), Operation::Response, b"{}");
+        let reply = answer(sent.id.as_str(), Operation::Response, b"{}");
         assert!(meta.handle(reply).await.is_none(), "no reply to an answer");
         let got = waiting.await.expect("join").expect("response");
         assert_eq!(got, b"{}");

@@ -6,7 +6,7 @@
 //! every `node_status_update_frequency`, and `update` `kube-node-lease/lease/<node>` with a
 //! `coordination.k8s.io/v1.Lease` every `node_lease_renew_interval`; both also right after
 //! registration. Registration and status are durable reports ([`EdgeHubHandle::report`],
-//! keys [`OutboxKey::Node`] and [`OutboxKey::NodeStatus`]: only the newest waits, and it is
+//! keys [`OutboxKey::Node`](crate::OutboxKey::Node) and [`OutboxKey::NodeStatus`](crate::OutboxKey::NodeStatus): only the newest waits, and it is
 //! sent until the cloud acks it). The lease stays transient ([`EdgeHubHandle::try_send`]): a
 //! renewal is worthless once stale, and the next one is due within
 //! `node_lease_renew_interval`. Nothing is produced while disconnected: the next session
@@ -22,14 +22,12 @@ use serde::Serialize;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
-use verge_core::{Operation, ResourceKey, ResourceType};
-use verge_proto::Message;
+use verge_core::{Envelope, ResourceKey, ResourceType, Write};
 
 use crate::config::{Config, Reserved};
 use verge_runtime::ErrorChain;
 
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 use host::HostFacts;
 use status::{Conditions, LEASE_NAMESPACE};
@@ -89,8 +87,8 @@ impl NodeAgent {
             sessions.mark_unchanged();
             let node = status::node_object(&self.config, &facts);
             let key = ResourceKey::cluster(ResourceType::Node, &self.config.node_name);
-            let msg = message(Operation::Insert, &key, &node, "node")?;
-            match self.hub.report(OutboxKey::Node, msg).await {
+            let msg = message(Write::Insert, &key, &node, "node")?;
+            match self.hub.report(msg).await {
                 Ok(()) => info!("node registration reported"),
                 Err(Error::HubStopped) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
@@ -126,8 +124,8 @@ impl NodeAgent {
             info.container_runtime_version = v.borrow().clone();
         }
         let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
-        let msg = message(Operation::Update, &key, &status, "node status")?;
-        if let Err(e) = self.hub.report(OutboxKey::NodeStatus, msg).await {
+        let msg = message(Write::Update, &key, &status, "node status")?;
+        if let Err(e) = self.hub.report(msg).await {
             // A store failure; the next period reports a fresh status.
             error!(error = %ErrorChain(&e), "node status not stored");
         }
@@ -137,28 +135,28 @@ impl NodeAgent {
     fn renew_lease(&self) -> Result<()> {
         let lease = status::lease(&self.config, status::now());
         let key = ResourceKey::new(LEASE_NAMESPACE, ResourceType::Lease, &self.config.node_name);
-        self.offer(message(Operation::Update, &key, &lease, "node lease")?);
+        self.offer(message(Write::Update, &key, &lease, "node lease")?);
         Ok(())
     }
 
     /// Queues a lease renewal without waiting: if the queue is full the next period sends
     /// a fresh one, so this one is dropped with a warning.
-    fn offer(&self, msg: Message) {
+    fn offer(&self, msg: Envelope) {
         if let Err(error) = self.hub.try_send(msg) {
             warn!(%error, "node lease renewal dropped");
         }
     }
 }
 
-/// An upstream `op` message for `key` carrying `object` as JSON.
+/// An upstream `write` message for `key` carrying `object` as JSON.
 fn message<T: Serialize>(
-    op: Operation,
+    write: Write,
     key: &ResourceKey,
     object: &T,
     what: &'static str,
-) -> Result<Message> {
+) -> Result<Envelope> {
     let content = serde_json::to_vec(object).map_err(|source| Error::Encode { what, source })?;
-    Ok(crate::edged::status::report(op, key, content))
+    Ok(crate::edged::status::report(write, key, content))
 }
 
 #[cfg(test)]

@@ -77,7 +77,7 @@ pub struct Harness {
     pub config: Arc<Config>,
     store: MetaStore,
     events: broadcast::Sender<StoreEvent>,
-    up: mpsc::Receiver<Message>,
+    up: mpsc::Receiver<verge_core::Envelope>,
     /// Every upstream message received so far, in order.
     pub log: Vec<Message>,
     stop: CancellationToken,
@@ -199,7 +199,7 @@ impl Harness {
                 .await
                 .with_context(|| format!("timed out waiting for {what}"))?
                 .context("upstream closed")?;
-            self.log.push(msg);
+            self.log.push(Message::from(msg));
         }
     }
 

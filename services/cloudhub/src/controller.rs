@@ -2,21 +2,25 @@
 //! and node session events, and send downstream messages (KubeEdge: the beehive channel
 //! between cloudhub and edgecontroller/devicecontroller, here a gRPC stream so controllers
 //! and cloudhub scale as separate processes).
+//!
+//! A stream boundary: downstream `Routed` messages become [`Envelope`]s here, and what the
+//! registry queues for a controller (`ToController`) is written as `HubFrame`s by
+//! [`hub_frame`].
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, info, info_span, instrument, warn};
-use verge_core::Group;
-use verge_proto::MessageExt;
+use verge_core::{Envelope, Group};
+use verge_proto::Message;
 use verge_proto::hub::controller_hub_server::ControllerHub;
 use verge_proto::hub::{
     ControllerFrame, ControllerHello, DeliveryError, HubFrame, Routed, controller_frame, hub_frame,
 };
 
 use crate::routing;
-use crate::sessions::ControllerEntry;
+use crate::sessions::{ControllerEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound_prioritized};
 use crate::{Error, Result, Shared};
 
@@ -100,17 +104,31 @@ impl ControllerHub for ControllerHubService {
         self.shared
             .tracker
             .spawn(attachment.run(inbound).instrument(span));
+        let snapshot = snapshot.into_iter().map(hub_frame).collect();
         Ok(Response::new(outbound_prioritized(
-            snapshot, control_rx, rx, end,
+            snapshot, control_rx, rx, end, hub_frame,
         )))
     }
+}
+
+/// The wire frame of what goes to a controller.
+fn hub_frame(item: ToController) -> HubFrame {
+    let frame = match item {
+        ToController::Session(session) => hub_frame::Frame::Session(session),
+        ToController::Message { node, envelope } => hub_frame::Frame::Message(Routed {
+            node,
+            message: Some(Message::from(*envelope)),
+        }),
+        ToController::DeliveryError(error) => hub_frame::Frame::DeliveryError(error),
+    };
+    HubFrame { frame: Some(frame) }
 }
 
 /// The reading half of one controller stream.
 struct Attachment {
     shared: Arc<Shared>,
     id: u64,
-    tx: mpsc::Sender<HubFrame>,
+    tx: mpsc::Sender<ToController>,
     end: Arc<StreamEnd>,
 }
 
@@ -151,17 +169,25 @@ impl Attachment {
         info!("controller detached");
     }
 
+    /// Reads a `Routed` wire message, then [`Attachment::deliver`]s it.
+    async fn downstream(&self, routed: Routed) -> Result<()> {
+        let Routed { node, message } = routed;
+        let message = message.ok_or(Error::UnexpectedFrame("Routed without a message"))?;
+        let envelope = Envelope::try_from(message)?;
+        self.deliver(node, envelope).await
+    }
+
     /// Validates, strips the node prefix and queues on the node's session (which coalesces,
     /// tracks and resends it, see `delivery`); answers a `DeliveryError` when the node is not
     /// connected here or its queue is full.
     #[instrument(level = "debug", skip_all, fields(
-        node = %routed.node,
-        message_id = routed.message.as_ref().map_or("", |m| m.id()),
-        resource = routed.message.as_ref().map_or("", |m| m.resource()),
+        node = %node,
+        message_id = %envelope.id,
+        resource = %envelope.path(),
     ))]
-    async fn downstream(&self, routed: Routed) -> Result<()> {
-        let (node, message) = routing::downstream(routed)?;
-        let message_id = message.id().to_owned();
+    async fn deliver(&self, node: String, envelope: Envelope) -> Result<()> {
+        let message = routing::downstream(&node, envelope)?;
+        let message_id = message.id.to_string();
         let Err(undeliverable) = self.shared.registry.deliver(&node, message, Some(self.id)) else {
             return Ok(());
         };
@@ -172,12 +198,9 @@ impl Attachment {
             message_id,
             reason,
         };
-        let frame = HubFrame {
-            frame: Some(hub_frame::Frame::DeliveryError(error)),
-        };
         tokio::select! {
             () = self.end.ended() => {}
-            _ = self.tx.send(frame) => {}
+            _ = self.tx.send(ToController::DeliveryError(error)) => {}
         }
         Ok(())
     }

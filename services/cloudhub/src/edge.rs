@@ -1,5 +1,9 @@
 //! The `EdgeHub` service: one session per edge node (KubeEdge: cloudhub's per-node
 //! connection handling in `handler/messagehandler.go`).
+//!
+//! A stream boundary: wire `Message`s from the edge become [`Envelope`]s here (a malformed
+//! one ends the stream with `INVALID_ARGUMENT`), and the session's delivery queue is written
+//! back as `CloudFrame`s by [`cloud_frame`].
 
 use std::sync::Arc;
 
@@ -7,16 +11,14 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, instrument, warn};
-use verge_core::Group;
+use verge_core::{Envelope, Group};
+use verge_proto::Message;
 use verge_proto::hub::edge_hub_server::EdgeHub;
-use verge_proto::hub::{
-    CloudFrame, EdgeFrame, EdgeHello, HubFrame, Routed, Welcome, cloud_frame, edge_frame, hub_frame,
-};
-use verge_proto::{Message, MessageExt};
+use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
 
 use crate::outbox::{self, Outbox};
 use crate::routing::{self, Upstream};
-use crate::sessions::NodeEntry;
+use crate::sessions::{NodeEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound};
 use crate::{Error, Result, Shared};
 
@@ -104,7 +106,14 @@ impl EdgeHub for EdgeHubService {
         self.shared
             .tracker
             .spawn(session.run(inbound).instrument(span));
-        Ok(Response::new(outbound(vec![welcome], rx, end)))
+        Ok(Response::new(outbound(vec![welcome], rx, end, cloud_frame)))
+    }
+}
+
+/// The wire frame of a downstream message.
+fn cloud_frame(envelope: Envelope) -> CloudFrame {
+    CloudFrame {
+        frame: Some(cloud_frame::Frame::Message(Message::from(envelope))),
     }
 }
 
@@ -117,10 +126,11 @@ impl Session {
     /// # Errors
     /// A reason for the edge's `error` answer: no controller serves the group, they stayed
     /// busy for `upstream_wait`, or they detached.
-    async fn forward(&self, group: Group, routed: Routed) -> std::result::Result<(), String> {
+    async fn forward(&self, group: Group, envelope: Envelope) -> std::result::Result<(), String> {
         let targets = self.shared.registry.upstream_targets(group)?;
-        let mut frame = HubFrame {
-            frame: Some(hub_frame::Frame::Message(routed)),
+        let mut frame = ToController::Message {
+            node: self.node.clone(),
+            envelope: Box::new(envelope),
         };
         for target in &targets {
             match target.tx.try_send(frame) {
@@ -212,44 +222,42 @@ impl Session {
         }
     }
 
+    /// Reads a wire message from the edge.
+    async fn handle_message(&self, message: Message) -> Result<()> {
+        let envelope = Envelope::try_from(message)?;
+        self.route(envelope).await
+    }
+
     /// Answers keepalives and forwards everything else to a controller of its group, or
     /// answers `error` when none can take it. An answer (`ack`, `error`, `response`) also
     /// clears the downstream message it answers from the session's in-flight set.
     #[instrument(level = "debug", skip_all, fields(
-        message_id = %message.id(),
-        operation = message.route.as_ref().map_or("", |r| r.operation.as_str()),
-        resource = %message.resource(),
+        message_id = %envelope.id,
+        operation = %envelope.operation(),
+        resource = %envelope.path(),
     ))]
-    async fn handle_message(&self, mut message: Message) -> Result<()> {
-        let parent_id = message.id().to_owned();
-        let edge_resource = message.resource().to_owned();
-        let is_answer = message
-            .operation()
-            .is_ok_and(verge_core::Operation::is_answer);
-        match routing::upstream(&self.node, &mut message)? {
+    async fn route(&self, mut envelope: Envelope) -> Result<()> {
+        let parent_id = envelope.id.clone();
+        let edge_key = envelope.key().cloned();
+        match routing::upstream(&self.node, &mut envelope)? {
             Upstream::Keepalive => {
-                let reply = routing::keepalive_reply_to(&parent_id);
+                let reply = routing::keepalive_reply_to(parent_id);
                 if self.outbox.push(reply, None).is_err() {
                     debug!("downstream queue full; keepalive answer skipped");
                 }
                 Ok(())
             }
             Upstream::Forward(group) => {
-                if is_answer && self.outbox.answered(message.parent_id()) {
-                    debug!(
-                        parent_id = message.parent_id(),
-                        "downstream message answered"
-                    );
+                if let Some(answered) = envelope.is_answer().then(|| envelope.parent()).flatten()
+                    && self.outbox.answered(answered.as_str())
+                {
+                    debug!(parent_id = %answered, "downstream message answered");
                 }
-                let routed = Routed {
-                    node: self.node.clone(),
-                    message: Some(message),
-                };
-                let Err(reason) = self.forward(group, routed).await else {
+                let Err(reason) = self.forward(group, envelope).await else {
                     return Ok(());
                 };
                 warn!(%reason, "upstream message not forwarded; answering error");
-                let reply = routing::error_reply(&parent_id, group, &edge_resource, &reason);
+                let reply = routing::error_reply(parent_id, group, edge_key, &reason);
                 if let Err(full) = self.outbox.push(reply, None) {
                     // The edge keeps its message in its outbox and sends it again.
                     warn!(

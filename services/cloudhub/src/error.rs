@@ -86,13 +86,13 @@ pub enum Error {
 
     /// A message whose group, operation or resource path does not parse
     /// (gRPC `INVALID_ARGUMENT`). `id` is the offending message's id.
-    #[error("malformed message {id:?}: {source}")]
+    #[error("malformed message: {source}")]
     MalformedRoute {
         /// The message's `header.id`.
         id: String,
-        /// The parse error of `verge-core`.
+        /// What is wrong, naming the field.
         #[source]
-        source: verge_core::Error,
+        source: verge_proto::Error,
     },
 
     /// A controller addressed a message to one node in `Routed.node` and to another in
@@ -160,6 +160,22 @@ impl Error {
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A wire message that is not a valid envelope: [`Error::MissingId`] without `header.id`,
+/// else [`Error::MalformedRoute`].
+impl From<verge_proto::Error> for Error {
+    fn from(source: verge_proto::Error) -> Self {
+        match source {
+            verge_proto::Error::Missing {
+                field: "header.id", ..
+            } => Self::MissingId,
+            source => Self::MalformedRoute {
+                id: source.message_id().to_owned(),
+                source,
+            },
+        }
+    }
+}
 
 impl From<Error> for Status {
     fn from(error: Error) -> Self {

@@ -9,14 +9,15 @@ use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::{debug, warn};
-use verge_proto::Message;
-use verge_proto::hub::{CloudFrame, DeliveryError, HubFrame, cloud_frame, hub_frame};
+use verge_core::Envelope;
+use verge_proto::hub::DeliveryError;
 
 use crate::delivery::{DeliveryQueue, Limits, Origin, QueueFull, Unacked};
+use crate::sessions::ToController;
 use crate::stream::StreamEnd;
 use crate::{Config, Shared};
 
-/// Capacity, in frames, of the channel between [`deliver`] and the gRPC response stream.
+/// Capacity, in messages, of the channel between [`deliver`] and the gRPC response stream.
 /// Small, so that a message's ack timer starts about when it is written to the wire.
 pub(crate) const WIRE_BUFFER: usize = 16;
 
@@ -53,7 +54,7 @@ impl Outbox {
     ///
     /// # Errors
     /// [`QueueFull`] with the number of messages waiting; nothing was queued.
-    pub(crate) fn push(&self, message: Message, origin: Origin) -> Result<(), QueueFull> {
+    pub(crate) fn push(&self, message: Envelope, origin: Origin) -> Result<(), QueueFull> {
         self.lock().push(message, origin)?;
         self.wake.notify_one();
         Ok(())
@@ -74,7 +75,7 @@ impl Outbox {
     /// deadline.
     fn pump(
         &self,
-        tx: &mpsc::Sender<CloudFrame>,
+        tx: &mpsc::Sender<Envelope>,
         now: Instant,
     ) -> (Vec<Unacked>, bool, Option<Instant>) {
         let now = now.into_std();
@@ -89,9 +90,7 @@ impl Outbox {
             let Some(message) = queue.next_to_send(now) else {
                 break;
             };
-            permit.send(CloudFrame {
-                frame: Some(cloud_frame::Frame::Message(message)),
-            });
+            permit.send(message);
         }
         let deadline = queue.next_deadline().map(Instant::from_std);
         (unacked, blocked, deadline)
@@ -99,14 +98,14 @@ impl Outbox {
 }
 
 /// Drives `outbox` of the session of `node` until `end` finishes: sends into `tx` (the
-/// session's response stream) as room allows, wakes for new messages, answers and deadlines,
+/// session's response stream, which writes the wire frames) as room allows, wakes for new messages, answers and deadlines,
 /// and reports messages dropped unacknowledged. What is still queued when the session ends is
 /// dropped: the node resyncs by inventory when it reconnects.
 pub(crate) async fn deliver(
     shared: Arc<Shared>,
     node: String,
     outbox: Arc<Outbox>,
-    tx: mpsc::Sender<CloudFrame>,
+    tx: mpsc::Sender<Envelope>,
     end: Arc<StreamEnd>,
 ) {
     loop {
@@ -148,10 +147,9 @@ fn report(shared: &Shared, node: &str, dropped: Unacked) {
         message_id,
         reason: format!("not acknowledged after {attempts} attempts"),
     };
-    let frame = HubFrame {
-        frame: Some(hub_frame::Frame::DeliveryError(error)),
-    };
-    shared.registry.send_to_controller(controller, frame);
+    shared
+        .registry
+        .send_to_controller(controller, ToController::DeliveryError(error));
 }
 
 #[cfg(test)]
@@ -159,26 +157,27 @@ mod tests {
     use tokio_util::sync::CancellationToken;
     use tokio_util::task::TaskTracker;
     use verge_core::{Group, Operation};
-    use verge_proto::MessageExt;
+    use verge_proto::Message;
 
     use super::*;
     use crate::sessions::Registry;
 
-    fn pod(id: &str) -> Message {
-        Message::build(
+    fn pod(id: &str) -> Envelope {
+        Envelope::try_from(Message::build(
             id,
             "edgecontroller",
             Group::Resource,
             Operation::Update,
             "default/pod/web",
             Vec::new(),
-        )
+        ))
+        .expect("valid")
     }
 
-    fn id(frame: Option<CloudFrame>) -> String {
-        match frame.and_then(|f| f.frame) {
-            Some(cloud_frame::Frame::Message(m)) => m.id().to_owned(),
-            other => panic!("expected a message, got {other:?}"),
+    fn id(message: Option<Envelope>) -> String {
+        match message {
+            Some(m) => m.id.to_string(),
+            None => panic!("expected a message"),
         }
     }
 

@@ -3,9 +3,7 @@
 //! (`node/<node>/<ns>/<type>/<name>`), as KubeEdge cloudhub does with its `node/<node>/`
 //! resource prefix.
 
-use verge_core::{Group, NodeResource, Operation, ResourceKey};
-use verge_proto::hub::Routed;
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome, ResourceKey};
 
 use crate::{Error, Result};
 
@@ -21,108 +19,101 @@ pub(crate) enum Upstream {
     Forward(Group),
 }
 
-fn malformed(message: &Message) -> impl Fn(verge_core::Error) -> Error + '_ {
-    |source| Error::MalformedRoute {
-        id: message.id().to_owned(),
-        source,
-    }
-}
-
-/// Validates a message from the session of `node` and rewrites its resource, in place, to
-/// the cloud side.
-///
-/// An empty resource is allowed for answers (`ack`, `response`, `error`), `keepalive` and
-/// `resync`.
+/// Validates a message from the session of `node` and moves its resource, in place, to the
+/// cloud side (`node/<node>/` prefix).
 ///
 /// # Errors
-/// [`Error::MissingId`], or [`Error::MalformedRoute`] for an unknown group or operation or an
-/// unparsable resource path.
-pub(crate) fn upstream(node: &str, message: &mut Message) -> Result<Upstream> {
-    if message.id().is_empty() {
-        return Err(Error::MissingId);
+/// [`Error::MalformedRoute`] when the edge used a cloud-side path (an edge only speaks for
+/// itself).
+pub(crate) fn upstream(node: &str, envelope: &mut Envelope) -> Result<Upstream> {
+    if envelope.node.is_some() {
+        return Err(Error::MalformedRoute {
+            id: envelope.id.to_string(),
+            source: verge_proto::Error::Invalid {
+                id: envelope.id.to_string(),
+                field: "route.resource",
+                source: verge_core::Error::ResourcePath {
+                    path: envelope.path(),
+                    reason: "expected <namespace>/<type>/<name>",
+                },
+            },
+        });
     }
-    let operation = message.operation().map_err(malformed(message))?;
-    let group = message.group().map_err(malformed(message))?;
-    if operation == Operation::Keepalive {
+    if matches!(envelope.kind, Kind::Keepalive { .. }) {
         return Ok(Upstream::Keepalive);
     }
-    let may_be_empty = operation.is_answer() || operation == Operation::Resync;
-    if !(may_be_empty && message.resource().is_empty()) {
-        let key: ResourceKey = message.edge_key().map_err(malformed(message))?;
-        let cloud = NodeResource::new(node, key).to_string();
-        if let Some(route) = message.route.as_mut() {
-            route.resource = cloud;
-        }
+    if envelope.key().is_some() {
+        envelope.node = Some(node.to_owned());
     }
-    Ok(Upstream::Forward(group))
+    Ok(Upstream::Forward(envelope.group))
 }
 
-/// Validates a downstream message from a controller and strips its resource to the edge side.
-/// Returns the target node and the message to enqueue.
+/// Validates a downstream message from a controller for `node` (`Routed.node`) and moves its
+/// resource to the edge side. Returns the message to enqueue.
 ///
-/// The resource must be `node/<node>/<ns>/<type>/<name>` with `<node>` equal to
-/// `Routed.node`; answers (`ack`, `response`, `error`) may have an empty resource.
+/// The resource must be `node/<node>/<ns>/<type>/<name>` with `<node>` equal to `node`;
+/// answers (`ack`, `response`, `error`) may have no resource.
 ///
 /// # Errors
-/// [`Error::UnexpectedFrame`] without a message or node, [`Error::MissingId`],
-/// [`Error::MalformedRoute`], [`Error::NodeMismatch`].
-pub(crate) fn downstream(routed: Routed) -> Result<(String, Message)> {
-    let Routed { node, message } = routed;
-    let mut message = message.ok_or(Error::UnexpectedFrame("Routed without a message"))?;
+/// [`Error::UnexpectedFrame`] without a node, [`Error::MalformedRoute`] for an edge-side
+/// path, [`Error::NodeMismatch`].
+pub(crate) fn downstream(node: &str, mut envelope: Envelope) -> Result<Envelope> {
     if node.is_empty() {
         return Err(Error::UnexpectedFrame("Routed without a node"));
     }
-    if message.id().is_empty() {
-        return Err(Error::MissingId);
+    if envelope.is_answer() && envelope.key().is_none() {
+        envelope.node = None;
+        return Ok(envelope);
     }
-    let operation = message.operation().map_err(malformed(&message))?;
-    message.group().map_err(malformed(&message))?;
-    if operation.is_answer() && message.resource().is_empty() {
-        return Ok((node, message));
+    match envelope.node.as_deref() {
+        Some(n) if n == node => {}
+        Some(_) => {
+            return Err(Error::NodeMismatch {
+                id: envelope.id.to_string(),
+                routed: node.to_owned(),
+                resource: envelope.path(),
+            });
+        }
+        None => {
+            return Err(Error::MalformedRoute {
+                id: envelope.id.to_string(),
+                source: verge_proto::Error::Invalid {
+                    id: envelope.id.to_string(),
+                    field: "route.resource",
+                    source: verge_core::Error::ResourcePath {
+                        path: envelope.path(),
+                        reason: "expected node/<node>/<namespace>/<type>/<name>",
+                    },
+                },
+            });
+        }
     }
-    let resource: NodeResource = message.node_resource().map_err(malformed(&message))?;
-    if resource.node != node {
-        return Err(Error::NodeMismatch {
-            id: message.id().to_owned(),
-            routed: node,
-            resource: message.resource().to_owned(),
-        });
-    }
-    if let Some(route) = message.route.as_mut() {
-        route.resource = resource.key.to_string();
-    }
-    Ok((node, message))
+    envelope.node = None;
+    Ok(envelope)
 }
 
-/// Cloudhub's answer to the edge keepalive `parent_id` (group `hub`, empty resource).
-pub(crate) fn keepalive_reply_to(parent_id: &str) -> Message {
-    Message::reply(
-        new_id(),
-        parent_id,
-        SOURCE,
-        Group::Hub,
-        Operation::Keepalive,
-        "",
-        Vec::new(),
-    )
+/// Cloudhub's answer to the edge keepalive `parent` (group `hub`, no resource).
+pub(crate) fn keepalive_reply_to(parent: MessageId) -> Envelope {
+    Envelope::keepalive(Module::CloudHub, Some(parent))
 }
 
-/// An `error` answer (group `group`, edge-side `resource`) to the message `parent_id`,
-/// carrying `reason` (UTF-8) in `content`.
-pub(crate) fn error_reply(parent_id: &str, group: Group, resource: &str, reason: &str) -> Message {
-    let content = reason.as_bytes().to_vec();
-    Message::reply(
-        new_id(),
-        parent_id,
-        SOURCE,
-        group,
-        Operation::Error,
-        resource,
-        content,
-    )
+/// An `error` answer (group `group`, edge-side `key`) to the message `parent`, carrying
+/// `reason`.
+pub(crate) fn error_reply(
+    parent: MessageId,
+    group: Group,
+    key: Option<ResourceKey>,
+    reason: &str,
+) -> Envelope {
+    let kind = Kind::Answer {
+        to: parent,
+        outcome: Outcome::Error(reason.to_owned()),
+        key,
+    };
+    Envelope::new(Module::CloudHub, group, kind, Vec::new())
 }
 
-/// A fresh message or session id (UUID v4).
+/// A fresh session id (UUID v4).
 pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
@@ -166,10 +157,29 @@ pub fn validate_node_name(name: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use verge_core::Operation;
+    use verge_proto::hub::Routed;
+    use verge_proto::{Message, MessageExt};
+
     use super::*;
 
     fn msg(op: Operation, resource: &str) -> Message {
         Message::build("m1", "edged", Group::Resource, op, resource, Vec::new())
+    }
+
+    /// As the edge stream does: read the wire message, route it, write it back.
+    fn upstream(node: &str, message: &mut Message) -> Result<Upstream> {
+        let mut envelope = Envelope::try_from(message.clone())?;
+        let action = super::upstream(node, &mut envelope)?;
+        *message = envelope.into();
+        Ok(action)
+    }
+
+    /// As the controller stream does.
+    fn downstream(routed: Routed) -> Result<(String, Message)> {
+        let message = routed.message.ok_or(Error::UnexpectedFrame("no message"))?;
+        let envelope = super::downstream(&routed.node, Envelope::try_from(message)?)?;
+        Ok((routed.node, envelope.into()))
     }
 
     #[test]
@@ -188,10 +198,23 @@ mod tests {
             upstream("n", &mut msg(Operation::Update, "nope")),
             Err(Error::MalformedRoute { .. })
         ));
+        assert!(matches!(
+            upstream("n", &mut msg(Operation::Update, "node/x/default/pod/a")),
+            Err(Error::MalformedRoute { .. })
+        ));
         let mut no_id = msg(Operation::Ack, "");
         no_id.header = None;
         assert!(matches!(upstream("n", &mut no_id), Err(Error::MissingId)));
-        assert!(upstream("n", &mut msg(Operation::Ack, "")).is_ok());
+        let mut ack = Message::reply(
+            "m1",
+            "p1",
+            "edged",
+            Group::Resource,
+            Operation::Ack,
+            "",
+            vec![],
+        );
+        assert!(upstream("n", &mut ack).is_ok());
     }
 
     #[test]

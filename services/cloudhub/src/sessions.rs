@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tracing::{debug, info, warn};
-use verge_core::Group;
-use verge_proto::hub::{HubFrame, NodeSession, hub_frame};
-use verge_proto::{Inventory, Message};
+use verge_core::{Envelope, Group};
+use verge_proto::Inventory;
+use verge_proto::hub::{DeliveryError, NodeSession};
 
 use crate::Error;
 use crate::delivery::{Origin, QueueFull};
@@ -39,6 +39,23 @@ pub(crate) struct NodeEntry {
     pub inventory: Inventory,
 }
 
+/// What goes to an attached controller, in order. The controller stream
+/// ([`crate::controller`]) writes each as a `HubFrame`.
+#[derive(Debug, Clone)]
+pub(crate) enum ToController {
+    /// A node session started or ended.
+    Session(NodeSession),
+    /// An upstream message from `node` (cloud-side path).
+    Message {
+        /// The node whose session it came from.
+        node: String,
+        /// The message (boxed: it is large, the other variants small).
+        envelope: Box<Envelope>,
+    },
+    /// A downstream message of this controller's could not be delivered.
+    DeliveryError(DeliveryError),
+}
+
 /// An attached controller.
 pub(crate) struct ControllerEntry {
     /// The controller's name from its hello.
@@ -46,9 +63,9 @@ pub(crate) struct ControllerEntry {
     /// The groups it serves.
     pub groups: Vec<Group>,
     /// Its bounded queue of upstream messages (back-pressure, see the module docs).
-    pub tx: mpsc::Sender<HubFrame>,
+    pub tx: mpsc::Sender<ToController>,
     /// Its bounded queue of session events and delivery errors, sent before messages.
-    pub control: mpsc::Sender<HubFrame>,
+    pub control: mpsc::Sender<ToController>,
     /// Ends its stream.
     pub end: Arc<StreamEnd>,
 }
@@ -101,20 +118,23 @@ impl Registry {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn session_frame(&self, node: &str, connected: bool, inventory: Option<Inventory>) -> HubFrame {
-        HubFrame {
-            frame: Some(hub_frame::Frame::Session(NodeSession {
-                node: node.to_owned(),
-                connected,
-                inventory,
-                cloudhub: self.replica.clone(),
-            })),
-        }
+    fn session_frame(
+        &self,
+        node: &str,
+        connected: bool,
+        inventory: Option<Inventory>,
+    ) -> ToController {
+        ToController::Session(NodeSession {
+            node: node.to_owned(),
+            connected,
+            inventory,
+            cloudhub: self.replica.clone(),
+        })
     }
 
     /// Sends `frame` to every controller; a controller whose queue is full is detached
     /// (it must reattach to get a consistent snapshot).
-    fn broadcast(&self, inner: &mut Inner, frame: &HubFrame) {
+    fn broadcast(&self, inner: &mut Inner, frame: &ToController) {
         inner
             .controllers
             .retain(|id, c| offer(*id, c, frame.clone()));
@@ -123,7 +143,7 @@ impl Registry {
     /// Sends the control `frame` (a delivery error) to controller `id` without waiting; a
     /// controller whose control queue is full is detached as in [`Registry::broadcast`]. A
     /// controller gone meanwhile is skipped.
-    pub(crate) fn send_to_controller(&self, id: u64, frame: HubFrame) {
+    pub(crate) fn send_to_controller(&self, id: u64, frame: ToController) {
         let mut inner = self.lock();
         let Some(c) = inner.controllers.get(&id) else {
             debug!(id, "controller gone; frame dropped");
@@ -164,7 +184,7 @@ impl Registry {
 
     /// Registers a controller; returns its id and a connected `NodeSession` for every node
     /// connected now, to be sent before anything queued later.
-    pub(crate) fn attach_controller(&self, entry: ControllerEntry) -> (u64, Vec<HubFrame>) {
+    pub(crate) fn attach_controller(&self, entry: ControllerEntry) -> (u64, Vec<ToController>) {
         let mut inner = self.lock();
         let snapshot = inner
             .nodes
@@ -220,7 +240,7 @@ impl Registry {
     pub(crate) fn deliver(
         &self,
         node: &str,
-        message: Message,
+        message: Envelope,
         origin: Origin,
     ) -> Result<(), Undeliverable> {
         let inner = self.lock();
@@ -237,13 +257,13 @@ pub(crate) struct UpstreamTarget {
     /// The controller's name.
     pub name: String,
     /// Its message queue.
-    pub tx: mpsc::Sender<HubFrame>,
+    pub tx: mpsc::Sender<ToController>,
 }
 
 /// Offers the control `frame` to controller `c`; returns whether it stays attached (a full
 /// control queue ends its stream with [`Error::ControllerQueueFull`], a closed one is gone
 /// already).
-fn offer(id: u64, c: &ControllerEntry, frame: HubFrame) -> bool {
+fn offer(id: u64, c: &ControllerEntry, frame: ToController) -> bool {
     match c.control.try_send(frame) {
         Ok(()) => true,
         Err(TrySendError::Full(_)) => {

@@ -52,21 +52,23 @@ impl StreamEnd {
     }
 }
 
-/// The response stream: `first` frames, then everything from `queue`, until `end` finishes;
+/// The response stream: `first` frames, then everything from `queue` written as a frame by
+/// `write` (the one place where typed messages become wire frames), until `end` finishes;
 /// then the end reason as a gRPC status (or a clean end). Frames still queued when the stream
 /// ends are dropped: the peer resyncs when it reconnects.
-pub(crate) fn outbound<T: Send + 'static>(
+pub(crate) fn outbound<Q: Send + 'static, T: Send + 'static>(
     first: Vec<T>,
-    queue: mpsc::Receiver<T>,
+    queue: mpsc::Receiver<Q>,
     end: Arc<StreamEnd>,
+    write: fn(Q) -> T,
 ) -> FrameStream<T> {
     let head = futures::stream::iter(first.into_iter().map(Ok));
-    let tail = futures::stream::unfold(Some((queue, end)), |state| async move {
+    let tail = futures::stream::unfold(Some((queue, end)), move |state| async move {
         let (mut queue, end) = state?;
         tokio::select! {
             biased;
             () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
-            frame = queue.recv() => frame.map(|f| (Ok(f), Some((queue, end)))),
+            frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((queue, end)))),
         }
     });
     Box::pin(head.chain(tail))
@@ -75,20 +77,21 @@ pub(crate) fn outbound<T: Send + 'static>(
 /// Like [`outbound`], with two queues: a frame waiting in `control` is always sent before
 /// any waiting in `queue` (session events and delivery errors overtake upstream messages).
 /// Ends when `end` finishes or both queues are closed.
-pub(crate) fn outbound_prioritized<T: Send + 'static>(
+pub(crate) fn outbound_prioritized<Q: Send + 'static, T: Send + 'static>(
     first: Vec<T>,
-    control: mpsc::Receiver<T>,
-    queue: mpsc::Receiver<T>,
+    control: mpsc::Receiver<Q>,
+    queue: mpsc::Receiver<Q>,
     end: Arc<StreamEnd>,
+    write: fn(Q) -> T,
 ) -> FrameStream<T> {
     let head = futures::stream::iter(first.into_iter().map(Ok));
-    let tail = futures::stream::unfold(Some((control, queue, end)), |state| async move {
+    let tail = futures::stream::unfold(Some((control, queue, end)), move |state| async move {
         let (mut control, mut queue, end) = state?;
         tokio::select! {
             biased;
             () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
-            Some(frame) = control.recv() => Some((Ok(frame), Some((control, queue, end)))),
-            frame = queue.recv() => frame.map(|f| (Ok(f), Some((control, queue, end)))),
+            Some(frame) = control.recv() => Some((Ok(write(frame)), Some((control, queue, end)))),
+            frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((control, queue, end)))),
         }
     });
     Box::pin(head.chain(tail))
@@ -102,7 +105,7 @@ mod tests {
     async fn ends_with_first_reason() {
         let (tx, rx) = mpsc::channel(4);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![0], rx, end.clone());
+        let mut s = outbound(vec![0], rx, end.clone(), |q: i32| q);
         tx.send(1).await.expect("open");
         assert_eq!(s.next().await.expect("item").expect("ok"), 0);
         assert_eq!(s.next().await.expect("item").expect("ok"), 1);
@@ -121,7 +124,7 @@ mod tests {
         tx.send(10).await.expect("open");
         tx.send(11).await.expect("open");
         control_tx.send(1).await.expect("open");
-        let mut s = outbound_prioritized(vec![0], control_rx, rx, end.clone());
+        let mut s = outbound_prioritized(vec![0], control_rx, rx, end.clone(), |f| f);
         let mut got = Vec::new();
         for _ in 0..4 {
             got.push(s.next().await.expect("item").expect("ok"));
@@ -138,7 +141,7 @@ mod tests {
     async fn clean_end() {
         let (_tx, rx) = mpsc::channel::<u8>(1);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![], rx, end.clone());
+        let mut s = outbound(vec![], rx, end.clone(), |q: u8| q);
         end.finish(None);
         assert!(s.next().await.is_none());
     }

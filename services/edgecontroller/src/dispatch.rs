@@ -18,11 +18,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
-use verge_core::Operation;
-use verge_proto::hub::{
-    ControllerFrame, HubFrame, NodeSession, Routed, controller_frame, hub_frame,
-};
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, Kind, Outcome};
+use verge_proto::hub::NodeSession;
 
 use crate::downstream::Input;
 use crate::hub::{HubEvent, Link};
@@ -30,18 +27,8 @@ use crate::sessions::{Change, Sessions};
 use crate::upstream::Context;
 use crate::{Error, upstream};
 
-/// Wraps `message` for `node` as a `ControllerFrame`.
-pub fn routed_frame(node: &str, message: Message) -> ControllerFrame {
-    ControllerFrame {
-        frame: Some(controller_frame::Frame::Message(Routed {
-            node: node.to_owned(),
-            message: Some(message),
-        })),
-    }
-}
-
 /// An upstream message and the link to answer it on.
-type Job = (Link, Message);
+type Job = (Link, Envelope);
 
 /// Owns the per-node workers, the attached links and the session map; driven by the
 /// [`HubEvent`]s of every attach task.
@@ -90,10 +77,26 @@ impl Dispatcher {
             HubEvent::Attached(link) => {
                 self.links.insert(link.id, link);
             }
-            HubEvent::Frame { link, frame } => match self.links.get(&link).cloned() {
-                Some(link) => self.on_frame(&link, *frame),
+            HubEvent::Session { link, session } => match self.links.get(&link).cloned() {
+                Some(link) => self.on_session(&link, session),
                 None => warn!(link, "frame of an unknown link ignored"),
             },
+            HubEvent::Message {
+                link,
+                node,
+                envelope,
+            } => match self.links.get(&link).cloned() {
+                Some(link) => self.on_message(&link, node, *envelope),
+                None => warn!(link, "frame of an unknown link ignored"),
+            },
+            HubEvent::DeliveryError { error: e, .. } => {
+                warn!(node = %e.node, message_id = %e.message_id, reason = %e.reason,
+                    "cloudhub could not deliver a downstream message");
+                self.to_downstream(Input::DeliveryError {
+                    node: e.node,
+                    message_id: e.message_id,
+                });
+            }
             HubEvent::Detached { link } => {
                 let endpoint = self.links.remove(&link).map(|l| l.endpoint);
                 let gone = self.sessions.detach(link);
@@ -115,23 +118,6 @@ impl Dispatcher {
     fn to_downstream(&self, input: Input) {
         if self.downstream.send(input).is_err() {
             debug!("downstream task ended, input dropped");
-        }
-    }
-
-    /// Handles one frame that arrived on `link`. Never waits.
-    pub fn on_frame(&mut self, link: &Link, frame: HubFrame) {
-        match frame.frame {
-            Some(hub_frame::Frame::Message(routed)) => self.on_message(link, routed),
-            Some(hub_frame::Frame::Session(session)) => self.on_session(link, session),
-            Some(hub_frame::Frame::DeliveryError(e)) => {
-                warn!(node = %e.node, message_id = %e.message_id, reason = %e.reason,
-                    "cloudhub could not deliver a downstream message");
-                self.to_downstream(Input::DeliveryError {
-                    node: e.node,
-                    message_id: e.message_id,
-                });
-            }
-            None => warn!("empty hub frame ignored"),
         }
     }
 
@@ -158,21 +144,15 @@ impl Dispatcher {
         }
     }
 
-    fn on_message(&mut self, link: &Link, routed: Routed) {
-        let Routed { node, message } = routed;
-        let Some(message) = message else {
-            warn!(node = %node, "routed frame without message ignored");
-            return;
-        };
-        if let Ok(operation) = message.operation()
-            && operation.is_answer()
-        {
-            debug!(node = %node, %operation, parent_id = %message.parent_id(),
+    fn on_message(&mut self, link: &Link, node: String, message: Envelope) {
+        if let Kind::Answer { to, .. } = &message.kind {
+            let operation = message.operation();
+            debug!(node = %node, %operation, parent_id = %to,
                 "edge answered a downstream message");
             self.to_downstream(Input::Answer {
                 node,
                 operation,
-                parent_id: message.parent_id().to_owned(),
+                parent_id: to.to_string(),
             });
             return;
         }
@@ -193,10 +173,10 @@ impl Dispatcher {
             node: node.clone(),
             capacity: self.node_queue,
         };
-        warn!(error = %error, id = %message.id(), "upstream message refused");
-        let reply = upstream::answer(&message, Operation::Error, error.reason().into_bytes());
-        if link.try_send(routed_frame(&node, reply)).is_err() {
-            warn!(node = %node, id = %message.id(), "link queue full or ended, error answer dropped");
+        warn!(error = %error, id = %message.id, "upstream message refused");
+        let reply = upstream::answer(&message, Outcome::Error(error.reason()), Vec::new());
+        if link.try_send(&node, reply).is_err() {
+            warn!(node = %node, id = %message.id, "link queue full or ended, error answer dropped");
         }
     }
 
@@ -236,8 +216,8 @@ async fn run_worker(
             continue;
         };
         tokio::select! {
-            sent = link.send(routed_frame(&node, reply)) => if sent.is_err() {
-                debug!(link = link.id, id = %message.id(), "link ended, answer dropped");
+            sent = link.send(&node, reply) => if sent.is_err() {
+                debug!(link = link.id, id = %message.id, "link ended, answer dropped");
             },
             () = shutdown.cancelled() => break,
         }

@@ -41,9 +41,10 @@ pub enum Error {
     /// retried with backoff.
     #[error("ControllerHub.Attach stream failed")]
     Attach(#[source] tonic::Status),
-    /// A message's route (operation, group or resource path) does not parse.
+    /// A message is not a valid envelope (the field named by the cause, e.g. its operation,
+    /// group or resource path, does not parse).
     #[error("malformed route")]
-    Route(#[from] verge_core::Error),
+    Route(#[from] verge_proto::Error),
     /// A message's content is not the JSON of the expected Kubernetes object.
     #[error("content is not a valid {kind} JSON")]
     Decode {

@@ -4,6 +4,10 @@
 //! One task ([`run`]) per replica endpoint. Every stream it opens is a [`Link`] with its own
 //! bounded outbound queue; the task reports [`HubEvent`]s (attached, each frame received,
 //! detached) to the dispatcher through one channel, so frames of one stream keep their order.
+//!
+//! A stream boundary: received `Routed` messages become [`Envelope`]s here and queued
+//! envelopes are written as `ControllerFrame`s; nothing else sees the wire `Message`. A
+//! message that is not a valid envelope is answered `error` at once (naming the bad field).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,9 +18,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 use tracing::{info, warn};
-use verge_core::Group;
+use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome};
+use verge_proto::Message;
 use verge_proto::hub::controller_hub_client::ControllerHubClient;
-use verge_proto::hub::{ControllerFrame, ControllerHello, HubFrame, controller_frame};
+use verge_proto::hub::{
+    ControllerFrame, ControllerHello, DeliveryError, HubFrame, NodeSession, Routed,
+    controller_frame, hub_frame,
+};
 
 use crate::{Config, Error, Result};
 
@@ -39,8 +47,11 @@ pub struct Link {
     pub id: u64,
     /// The replica's endpoint URI, for logs.
     pub endpoint: Arc<str>,
-    tx: mpsc::Sender<ControllerFrame>,
+    tx: mpsc::Sender<Outbound>,
 }
+
+/// A message for a replica: the node it is for and the message (cloud-side path).
+pub type Outbound = (String, Envelope);
 
 /// Links are equal when they are the same stream.
 impl PartialEq for Link {
@@ -52,8 +63,8 @@ impl PartialEq for Link {
 impl Eq for Link {}
 
 impl Link {
-    /// A link with a fresh id whose frames go to `tx`.
-    pub fn new(endpoint: &str, tx: mpsc::Sender<ControllerFrame>) -> Self {
+    /// A link with a fresh id whose messages go to `tx`.
+    pub fn new(endpoint: &str, tx: mpsc::Sender<Outbound>) -> Self {
         Self {
             id: NEXT_LINK.fetch_add(1, Ordering::Relaxed),
             endpoint: endpoint.into(),
@@ -61,24 +72,26 @@ impl Link {
         }
     }
 
-    /// Queues `frame`, waiting while the queue is full (back-pressure).
+    /// Queues `envelope` for `node`, waiting while the queue is full (back-pressure).
     ///
     /// # Errors
-    /// [`NotSent`] when the stream ended (the frame is dropped).
-    pub async fn send(&self, frame: ControllerFrame) -> Result<(), NotSent> {
-        self.tx.send(frame).await.map_err(|_| NotSent)
+    /// [`NotSent`] when the stream ended (the message is dropped).
+    pub async fn send(&self, node: &str, envelope: Envelope) -> Result<(), NotSent> {
+        let item = (node.to_owned(), envelope);
+        self.tx.send(item).await.map_err(|_| NotSent)
     }
 
-    /// Queues `frame` without waiting.
+    /// Queues `envelope` for `node` without waiting.
     ///
     /// # Errors
-    /// [`NotSent`] when the queue is full or the stream ended (the frame is dropped).
-    pub fn try_send(&self, frame: ControllerFrame) -> Result<(), NotSent> {
-        self.tx.try_send(frame).map_err(|_| NotSent)
+    /// [`NotSent`] when the queue is full or the stream ended (the message is dropped).
+    pub fn try_send(&self, node: &str, envelope: Envelope) -> Result<(), NotSent> {
+        let item = (node.to_owned(), envelope);
+        self.tx.try_send(item).map_err(|_| NotSent)
     }
 }
 
-/// A frame was not queued on a [`Link`]: its stream ended (or, for
+/// A message was not queued on a [`Link`]: its stream ended (or, for
 /// [`Link::try_send`], its queue is full).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("cloudhub link ended or its queue is full")]
@@ -89,12 +102,28 @@ pub struct NotSent;
 pub enum HubEvent {
     /// A stream was attached; the replica will announce every node it holds.
     Attached(Link),
-    /// A frame arrived on link `link`.
-    Frame {
+    /// Link `link`'s replica announced a node session (connected or disconnected).
+    Session {
         /// The [`Link::id`].
         link: u64,
-        /// The frame (boxed: frames are large, the other events small).
-        frame: Box<HubFrame>,
+        /// The announcement.
+        session: NodeSession,
+    },
+    /// An upstream message from `node` arrived on link `link`.
+    Message {
+        /// The [`Link::id`].
+        link: u64,
+        /// The node whose session it came from.
+        node: String,
+        /// The message (boxed: messages are large, the other events small).
+        envelope: Box<Envelope>,
+    },
+    /// Link `link`'s replica could not deliver a downstream message.
+    DeliveryError {
+        /// The [`Link::id`].
+        link: u64,
+        /// Which message, for which node, why.
+        error: DeliveryError,
     },
     /// Link `link` ended; the nodes it announced are no longer reachable through it.
     Detached {
@@ -195,7 +224,11 @@ async fn attach(
     let (out_tx, mut outbound) = mpsc::channel(config.outbound_queue.max(1));
     let attached = Link::new(address, out_tx);
     let id = attached.id;
-    if events.send(HubEvent::Attached(attached)).await.is_err() {
+    if events
+        .send(HubEvent::Attached(attached.clone()))
+        .await
+        .is_err()
+    {
         return Ok(());
     }
     *link = Some(id);
@@ -204,19 +237,80 @@ async fn attach(
         tokio::select! {
             frame = inbound.message() => match frame.map_err(Error::Attach)? {
                 Some(frame) => {
-                    let event = HubEvent::Frame { link: id, frame: Box::new(frame) };
+                    let Some(event) = read(id, frame, &attached) else { continue };
                     if events.send(event).await.is_err() {
                         return Ok(());
                     }
                 }
                 None => return Ok(()),
             },
-            Some(frame) = outbound.recv() => {
-                if tx.send(frame).await.is_err() {
+            Some((node, envelope)) = outbound.recv() => {
+                if tx.send(routed_frame(node, envelope)).await.is_err() {
                     return Ok(());
                 }
             }
         }
+    }
+}
+
+/// The wire frame of a message for `node`.
+fn routed_frame(node: String, envelope: Envelope) -> ControllerFrame {
+    ControllerFrame {
+        frame: Some(controller_frame::Frame::Message(Routed {
+            node,
+            message: Some(Message::from(envelope)),
+        })),
+    }
+}
+
+/// The event of a frame received on link `link`; `None` for a frame to ignore. A message
+/// that is not a valid envelope is answered `error` on `link` (when it has an id to answer).
+fn read(link: u64, frame: HubFrame, reply: &Link) -> Option<HubEvent> {
+    match frame.frame {
+        Some(hub_frame::Frame::Session(session)) => Some(HubEvent::Session { link, session }),
+        Some(hub_frame::Frame::DeliveryError(error)) => {
+            Some(HubEvent::DeliveryError { link, error })
+        }
+        Some(hub_frame::Frame::Message(Routed { node, message })) => {
+            let Some(message) = message else {
+                warn!(node = %node, "routed frame without message ignored");
+                return None;
+            };
+            match Envelope::try_from(message) {
+                Ok(envelope) => Some(HubEvent::Message {
+                    link,
+                    node,
+                    envelope: Box::new(envelope),
+                }),
+                Err(error) => {
+                    refuse(reply, &node, error);
+                    None
+                }
+            }
+        }
+        None => {
+            warn!("empty hub frame ignored");
+            None
+        }
+    }
+}
+
+/// Answers a malformed upstream message `error` with the conversion error as reason.
+fn refuse(link: &Link, node: &str, error: verge_proto::Error) {
+    let id = error.message_id().to_owned();
+    let reason = Error::Route(error).reason();
+    warn!(node = %node, %reason, "malformed upstream message refused");
+    let Ok(to) = MessageId::parse(id) else {
+        return;
+    };
+    let kind = Kind::Answer {
+        to,
+        outcome: Outcome::Error(reason),
+        key: None,
+    };
+    let answer = Envelope::new(Module::EdgeController, Group::Resource, kind, Vec::new());
+    if link.try_send(node, answer).is_err() {
+        warn!(node = %node, "link queue full or ended, error answer dropped");
     }
 }
 
@@ -262,6 +356,7 @@ mod tests {
         );
         assert_ne!(a.id, b.id);
         drop(rx);
-        assert!(a.try_send(hello("x")).is_err());
+        let ka = Envelope::keepalive(Module::EdgeController, None);
+        assert!(a.try_send("x", ka).is_err());
     }
 }

@@ -1,4 +1,5 @@
 use tokio::sync::mpsc;
+use verge_core::Operation;
 use verge_proto::{Message, MessageExt as _};
 
 use super::*;
@@ -11,13 +12,13 @@ fn pod() -> PodRef {
     }
 }
 
-fn recorder() -> (Recorder, mpsc::Receiver<Message>) {
+fn recorder() -> (Recorder, mpsc::Receiver<verge_core::Envelope>) {
     let (hub, up) = EdgeHubHandle::detached(64);
     (Recorder::new(hub, "edge-1"), up)
 }
 
-fn next(up: &mut mpsc::Receiver<Message>) -> Option<(String, Event)> {
-    let m = up.try_recv().ok()?;
+fn next(up: &mut mpsc::Receiver<verge_core::Envelope>) -> Option<(String, Event)> {
+    let m = Message::from(up.try_recv().ok()?);
     assert_eq!(m.operation().expect("op"), Operation::Insert);
     let e: Event = serde_json::from_slice(&m.content).expect("event");
     Some((m.resource().to_owned(), e))

@@ -2,10 +2,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use bollard::models::ContainerSummary;
-
 use super::GcConfig;
-use crate::edged::runtime::labels;
+use crate::edged::runtime::{ContainerSummary, labels};
 
 /// A container that is not running, as the collector sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,21 +19,21 @@ pub(super) struct DeadContainer {
 }
 
 impl DeadContainer {
-    /// `None` for a container without an id or without the pod uid label.
+    /// `None` for a container without the pod uid label.
     pub fn from_summary(summary: ContainerSummary) -> Option<Self> {
-        let labels = summary.labels.unwrap_or_default();
+        let labels = summary.labels;
         let pod_uid = labels
             .get(labels::POD_UID)
             .filter(|u| !u.is_empty())?
             .clone();
         Some(Self {
-            id: summary.id?,
+            id: summary.id,
             pod_uid,
             name: labels
                 .get(labels::CONTAINER_NAME)
                 .cloned()
                 .unwrap_or_default(),
-            created: summary.created.unwrap_or(0),
+            created: summary.created,
         })
     }
 }

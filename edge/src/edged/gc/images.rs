@@ -3,16 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use bollard::Docker;
-use bollard::models::ImageSummary;
-use bollard::query_parameters::{
-    ListContainersOptionsBuilder, ListImagesOptions, RemoveImageOptions,
-};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::config::normalize_reference;
-use super::{GcConfig, GcError, docker_err};
+use super::{GcConfig, GcError, runtime_err};
+use crate::edged::runtime::{ContainerRuntime, ImageSummary, ListFilter};
 
 /// What one image pass saw and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -123,20 +119,20 @@ fn tags_of(image: &ImageSummary) -> Vec<String> {
 }
 
 /// One image pass; see [`super::GarbageCollector::collect_images_once`].
-pub(super) async fn collect(
-    docker: &Docker,
+pub(super) async fn collect<R: ContainerRuntime>(
+    runtime: &R,
     config: &GcConfig,
     tracker: &mut ImageTracker,
 ) -> Result<ImageGcReport, GcError> {
-    let images = docker
-        .list_images(Some(ListImagesOptions::default()))
+    let images = runtime
+        .list_images()
         .await
-        .map_err(docker_err("list images"))?;
-    let options = ListContainersOptionsBuilder::new().all(true).build();
-    let containers = docker
-        .list_containers(Some(options))
+        .map_err(runtime_err("list images"))?;
+    // Every container of the engine, whoever made it: their images are in use.
+    let containers = runtime
+        .list(&ListFilter::engine())
         .await
-        .map_err(docker_err("list containers"))?;
+        .map_err(runtime_err("list containers"))?;
     let in_use: HashSet<String> = containers.into_iter().filter_map(|c| c.image_id).collect();
     let now = Instant::now();
     tracker.detect(&images, &in_use, now);
@@ -149,12 +145,11 @@ pub(super) async fn collect(
     if high >= 100 {
         return Ok(report);
     }
-    let root = docker
-        .info()
+    let root = runtime
+        .image_fs_root()
         .await
-        .map_err(docker_err("info"))?
-        .docker_root_dir;
-    let root = PathBuf::from(root.unwrap_or_else(|| "/var/lib/docker".to_owned()));
+        .map_err(runtime_err("info"))?
+        .unwrap_or_else(|| PathBuf::from("/var/lib/docker"));
     let (capacity, available) = tokio::task::spawn_blocking(move || filesystem_of(&root))
         .await
         .map_err(GcError::Blocking)?;
@@ -180,18 +175,13 @@ pub(super) async fn collect(
         }
         let mut all_removed = refs.len() == tags_of(image).len().max(1);
         for reference in refs {
-            let options = RemoveImageOptions {
-                force: false,
-                noprune: false,
-                platforms: None,
-            };
-            match docker.remove_image(&reference, Some(options), None).await {
-                Ok(_) => {
+            match runtime.remove_image(&reference).await {
+                Ok(()) => {
                     info!(image = %reference, id = %image.id, "removed unused image");
                     report.removed.push(reference);
                 }
                 Err(error) => {
-                    warn!(image = %reference, %error, "cannot remove unused image");
+                    warn!(image = %reference, error = %verge_runtime::ErrorChain(&error), "cannot remove unused image");
                     all_removed = false;
                 }
             }

@@ -17,12 +17,13 @@ fn pod() -> Pod {
 /// Answers queries like edgecontroller: `ns/configmap/remote` exists, other configmaps are
 /// NotFound, tokens echo the request with a status. Returns the queried resources.
 fn fake_cloud(
-    mut upstream: tokio::sync::mpsc::Receiver<Message>,
+    mut upstream: tokio::sync::mpsc::Receiver<verge_core::Envelope>,
     queries: QueryRegistry,
 ) -> tokio::task::JoinHandle<Vec<String>> {
     tokio::spawn(async move {
         let mut seen = Vec::new();
         while let Some(q) = upstream.recv().await {
+            let q = Message::from(q);
             seen.push(q.resource().to_owned());
             let (op, content) = match q.resource() {
                 "ns/configmap/remote" => (
@@ -52,6 +53,7 @@ fn fake_cloud(
                 q.resource(),
                 content.into_bytes(),
             );
+            let reply = verge_core::Envelope::try_from(reply).expect("valid");
             assert!(queries.complete(reply).is_none());
         }
         seen

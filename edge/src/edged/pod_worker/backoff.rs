@@ -48,6 +48,17 @@ impl Backoff {
         delay
     }
 
+    /// Starts over: the next attempt is immediate again.
+    pub fn reset(&mut self) {
+        self.current = Duration::ZERO;
+        self.last = Duration::ZERO;
+    }
+
+    /// The first non-zero delay (kubelet 10 s).
+    pub fn initial(&self) -> Duration {
+        self.initial
+    }
+
     /// The delay [`next_delay`](Self::next_delay) returned last (for messages).
     pub fn last(&self) -> Duration {
         self.last

@@ -3,8 +3,9 @@
 use super::Worker;
 use crate::edged::events::{EventType, field_path};
 use crate::edged::probe::{ProbeKind, ProbeUpdate};
+use crate::edged::runtime::ContainerRuntime;
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Records an event about the pod itself.
     pub(super) fn pod_event(&self, type_: EventType, reason: &'static str, message: String) {
         self.ctx

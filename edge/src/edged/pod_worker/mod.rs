@@ -24,6 +24,8 @@ pub(crate) mod start;
 pub(crate) mod state;
 mod sync;
 mod terminate;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,6 +42,7 @@ use verge_core::ResourceKey;
 
 use super::Context;
 use super::probe::{ProbeKind, ProbeUpdate};
+use super::runtime::ContainerRuntime;
 use super::status::build::ImageIds;
 use state::{ContainerTrack, PodState};
 pub(crate) use terminate::cleanup_orphan;
@@ -89,8 +92,8 @@ impl WorkerHandle {
 }
 
 /// One pod's worker.
-pub(crate) struct Worker {
-    ctx: Arc<Context>,
+pub(crate) struct Worker<R: ContainerRuntime> {
+    ctx: Arc<Context<R>>,
     key: ResourceKey,
     uid: String,
     pod: Pod,
@@ -110,8 +113,8 @@ pub(crate) struct Worker {
 }
 
 /// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
-pub(crate) fn spawn(
-    ctx: Arc<Context>,
+pub(crate) fn spawn<R: ContainerRuntime>(
+    ctx: Arc<Context<R>>,
     key: ResourceKey,
     pod: Pod,
     tracker: &TaskTracker,
@@ -119,33 +122,8 @@ pub(crate) fn spawn(
     done: mpsc::UnboundedSender<String>,
 ) -> WorkerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let start_time = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.clone())
-        .unwrap_or_else(|| Time(crate::node::status::now()));
-    let worker = Worker {
-        ctx,
-        key: key.clone(),
-        uid: uid.clone(),
-        pod: pod.clone(),
-        // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
-        state: match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
-            Some("Succeeded") => PodState::Completed { succeeded: true },
-            Some("Failed") => PodState::Completed { succeeded: false },
-            _ => PodState::Pending,
-        },
-        tracks: HashMap::new(),
-        volumes: None,
-        refresh_volumes: false,
-        token_retry: None,
-        image_ids: ImageIds::new(),
-        last_status: None,
-        start_time,
-        deleted: false,
-        sandbox_ip: None,
-    };
+    let worker = Worker::new(ctx, key.clone(), pod.clone());
+    let uid = worker.uid.clone();
     let span = info_span!("pod", pod = %key, %uid);
     tracker.spawn(
         async move {
@@ -157,7 +135,35 @@ pub(crate) fn spawn(
     WorkerHandle { key, pod, tx }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
+    /// The worker of `pod` (stored at `key`), before its first sync.
+    fn new(ctx: Arc<Context<R>>, key: ResourceKey, pod: Pod) -> Self {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let start_time = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .unwrap_or_else(|| Time(crate::node::status::now()));
+        // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
+        let state = PodState::initial(pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+        Self {
+            ctx,
+            key,
+            uid,
+            pod,
+            state,
+            tracks: HashMap::new(),
+            volumes: None,
+            refresh_volumes: false,
+            token_retry: None,
+            image_ids: ImageIds::new(),
+            last_status: None,
+            start_time,
+            deleted: false,
+            sandbox_ip: None,
+        }
+    }
+
     async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<WorkerMsg>,
@@ -212,7 +218,7 @@ impl Worker {
                     && matches!(u.kind, ProbeKind::Liveness | ProbeKind::Startup)
                     && let Some(t) = self.tracks.get_mut(&u.container)
                 {
-                    t.kill = Some((u.container_id.clone(), u.kind));
+                    t.request_kill(u.container_id.clone(), u.kind);
                 }
             }
         }

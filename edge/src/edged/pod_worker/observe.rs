@@ -3,24 +3,11 @@
 
 use std::collections::HashMap;
 
-use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
-use crate::Result;
-use crate::edged::runtime::Runtime;
+pub use crate::edged::runtime::RunState;
 use crate::edged::runtime::labels::ContainerLabels;
-
-/// The run state of one container instance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunState {
-    /// Created, never started (or being started).
-    Created,
-    /// Running (or paused/restarting).
-    Running,
-    /// Exited (or dead).
-    Exited,
-}
+use crate::edged::runtime::{ContainerInfo, ContainerRuntime, ListFilter, RuntimeError};
 
 /// One Docker container of the pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,59 +78,35 @@ impl Observation {
     }
 }
 
-/// Docker's "zero time" (`0001-01-01T00:00:00Z`) and garbage are `None`.
-fn parse_time(s: Option<&str>) -> Option<Time> {
-    let t: Timestamp = s?.parse().ok()?;
-    (t.as_second() > 0).then_some(Time(t))
-}
-
 /// Turns an inspect into an [`Instance`]; `None` if it is not one of edged's containers.
-fn instance(c: ContainerInspectResponse) -> Option<Instance> {
-    let config = c.config.as_ref()?;
-    let labels = ContainerLabels::parse(config.labels.as_ref()?)?;
-    let st = c.state.unwrap_or_default();
-    let state = match st.status {
-        Some(
-            ContainerStateStatusEnum::RUNNING
-            | ContainerStateStatusEnum::PAUSED
-            | ContainerStateStatusEnum::RESTARTING,
-        ) => RunState::Running,
-        Some(ContainerStateStatusEnum::CREATED) => RunState::Created,
-        _ if st.running == Some(true) => RunState::Running,
-        _ => RunState::Exited,
-    };
-    let ip = c
-        .network_settings
-        .and_then(|n| n.networks)
-        .and_then(|n| n.get("bridge").and_then(|b| b.ip_address.clone()))
-        .filter(|ip| !ip.is_empty());
+fn instance(c: ContainerInfo) -> Option<Instance> {
+    let labels = ContainerLabels::parse(&c.labels)?;
     Some(Instance {
-        id: c.id.unwrap_or_default(),
-        image: config.image.clone().unwrap_or_default(),
+        id: c.id,
         labels,
-        state,
-        exit_code: st
-            .exit_code
-            .and_then(|e| i32::try_from(e).ok())
-            .unwrap_or(0),
-        oom_killed: st.oom_killed.unwrap_or(false),
-        error: st.error.filter(|e| !e.is_empty()),
-        started_at: parse_time(st.started_at.as_deref()),
-        finished_at: parse_time(st.finished_at.as_deref()),
-        image_id: c.image.unwrap_or_default(),
-        ip,
+        state: c.state,
+        exit_code: c.exit_code,
+        oom_killed: c.oom_killed,
+        error: c.error,
+        started_at: c.started_at,
+        finished_at: c.finished_at,
+        image: c.image,
+        image_id: c.image_id,
+        ip: c.ip,
     })
 }
 
 /// Lists and inspects every container of pod `uid`.
 ///
 /// # Errors
-/// [`crate::Error::Docker`] if Docker cannot be listed or inspected.
-pub async fn observe(runtime: &Runtime, uid: &str) -> Result<Observation> {
+/// [`RuntimeError`] if the runtime cannot list or inspect.
+pub async fn observe<R: ContainerRuntime>(
+    runtime: &R,
+    uid: &str,
+) -> Result<Observation, RuntimeError> {
     let mut obs = Observation::default();
-    for summary in runtime.list(Some(uid)).await? {
-        let Some(id) = summary.id else { continue };
-        let Some(inst) = runtime.inspect(&id).await?.and_then(instance) else {
+    for summary in runtime.list(&ListFilter::pod(uid)).await? {
+        let Some(inst) = runtime.inspect(&summary.id).await?.and_then(instance) else {
             continue;
         };
         if inst.labels.sandbox {

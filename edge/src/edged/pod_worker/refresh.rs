@@ -13,9 +13,10 @@ use tokio::time::Instant;
 use tracing::warn;
 
 use super::Worker;
-use super::state::Waiting;
+use super::state::{Waiting, WaitingReason};
 use super::sync::Wake;
 use crate::edged::events::EventType;
+use crate::edged::runtime::ContainerRuntime;
 use verge_runtime::ErrorChain;
 
 /// Delay before asking again for a token that could not be renewed (the old one is kept
@@ -47,7 +48,7 @@ pub(super) fn token_refresh(
     }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Prepares (or refreshes) the volumes; false (and a retry) while they cannot be.
     pub(super) async fn ensure_volumes(&mut self, wake: &mut Wake) -> bool {
         if self.volumes.is_some() {
@@ -82,7 +83,7 @@ impl Worker {
                 warn!(error = %ErrorChain(&e), "volumes not ready");
                 self.pod_event(EventType::Warning, "FailedMount", e.to_string());
                 let waiting = Waiting {
-                    reason: "ContainerCreating".into(),
+                    reason: WaitingReason::ContainerCreating,
                     message: e.to_string(),
                 };
                 let spec = self.pod.spec.clone().unwrap_or_default();
@@ -92,7 +93,7 @@ impl Worker {
                     .flatten()
                     .chain(&spec.containers)
                 {
-                    self.track(&c.name).waiting = Some(waiting.clone());
+                    self.track(&c.name).set_waiting(waiting.clone());
                 }
                 wake.at(Instant::now() + super::RETRY);
                 false

@@ -5,9 +5,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Worker;
 use super::observe::Observation;
+use crate::edged::runtime::ContainerRuntime;
+use crate::edged::runtime::image::image_ref;
 use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     fn facts<'a>(
         &'a self,
         obs: &'a Observation,
@@ -20,8 +22,8 @@ impl Worker {
             spec: c,
             latest,
             previous: obs.previous(&c.name),
-            waiting: track.and_then(|t| t.waiting.as_ref()),
-            restarts: track.map_or(0, |t| t.next_restart),
+            waiting: track.and_then(|t| t.waiting()),
+            restarts: track.map_or(0, |t| t.next_restart()),
             ready: !init && self.ctx.probes.ready(&self.uid, &c.name),
             started: !init && self.ctx.probes.started(&self.uid, &c.name),
             image_id: latest
@@ -34,7 +36,7 @@ impl Worker {
     pub(super) async fn report(&mut self, obs: &Observation) {
         for i in obs.containers.values().filter_map(|v| v.first()) {
             if !i.image_id.is_empty() && !self.image_ids.contains_key(&i.image_id) {
-                let r = self.ctx.runtime.image_ref(&i.image_id).await;
+                let r = image_ref(&self.ctx.runtime, &i.image_id).await;
                 self.image_ids.insert(i.image_id.clone(), r);
             }
         }

@@ -10,20 +10,64 @@ use tracing::{info, warn};
 
 use super::Worker;
 use super::observe::{Instance, Observation};
-use super::state::Waiting;
-use super::sync::Wake;
+use super::state::{Waiting, WaitingReason};
+use super::sync::{Pass, Role, Wake};
 use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
-use crate::edged::runtime::image::{ImageOutcome, PullPolicy, credentials_for};
+use crate::edged::runtime::image::{
+    ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image,
+};
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
-use crate::edged::runtime::spec;
+use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
+use crate::edged::volumes::VolumeError;
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
-/// A failed start: the kubelet's waiting reason and a message.
-type Failure = (&'static str, String);
+/// Why a container could not be started (kubelet: `startContainer`'s errors); each maps to
+/// the kubelet's waiting reason ([`StartError::reason`]) and message
+/// ([`StartError::message`]).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    /// The image is not available (`ErrImagePull`, `ErrImageNeverPull`).
+    #[error("image not available")]
+    Image(#[source] ImageError),
+    /// Env cannot be built (`CreateContainerConfigError`).
+    #[error("container configuration failed")]
+    Config(#[source] Error),
+    /// Volume mounts cannot be built (`CreateContainerConfigError`).
+    #[error("volume mounts failed")]
+    Mounts(#[source] VolumeError),
+    /// The runtime refused to create it (`CreateContainerError`).
+    #[error("container creation failed")]
+    Create(#[source] RuntimeError),
+    /// The runtime could not start it (`RunContainerError`).
+    #[error("container start failed")]
+    Run(#[source] RuntimeError),
+}
 
-impl Worker {
+impl StartError {
+    /// The kubelet's waiting reason.
+    pub(super) fn reason(&self) -> WaitingReason {
+        match self {
+            Self::Image(e) => WaitingReason::of_image(e),
+            Self::Config(_) | Self::Mounts(_) => WaitingReason::CreateContainerConfigError,
+            Self::Create(_) => WaitingReason::CreateContainerError,
+            Self::Run(_) => WaitingReason::RunContainerError,
+        }
+    }
+
+    /// The kubelet's waiting message.
+    pub(super) fn message(&self) -> String {
+        match self {
+            Self::Image(e) => e.to_string(),
+            Self::Config(e) => e.to_string(),
+            Self::Mounts(e) => e.to_string(),
+            Self::Create(e) | Self::Run(e) => ErrorChain(e).to_string(),
+        }
+    }
+}
+
+impl<R: ContainerRuntime> Worker<R> {
     pub(super) fn pod_ref(&self) -> PodRef {
         PodRef {
             namespace: self.key.namespace.clone(),
@@ -59,58 +103,42 @@ impl Worker {
         &mut self,
         c: &Container,
         restart_count: u32,
-        sandbox: &Instance,
-        init: bool,
-        obs: &Observation,
+        role: Role,
+        pass: &Pass<'_>,
         wake: &mut Wake,
     ) {
-        let result = self.try_start(c, restart_count, sandbox).await;
+        let result = self.try_start(c, restart_count, pass.sandbox).await;
         let now = Instant::now();
-        let (initial, max) = (
-            self.ctx.config.crash_loop_backoff_initial,
-            self.ctx.config.crash_loop_backoff_max,
-        );
         let ctx = std::sync::Arc::clone(&self.ctx);
         match result {
             Ok(id) => {
+                let init = role == Role::Init;
                 info!(container = %c.name, restart_count, id = %id, init, "container started");
-                let t = self.track(&c.name);
-                t.waiting = None;
-                t.retry_at = None;
-                t.next_restart = restart_count;
-                t.start = super::backoff::Backoff::new(initial, max);
+                self.track(&c.name).started(id, restart_count);
                 // Keep the newest dead instance for `lastState`; older ones go.
-                for old in obs.containers.get(&c.name).into_iter().flatten() {
+                for old in pass.obs.containers.get(&c.name).into_iter().flatten() {
                     if old.labels.restart_count + 1 < restart_count
-                        && let Err(e) = ctx.runtime.remove(&old.id).await
+                        && let Err(e) = ctx.runtime.remove_if_present(&old.id).await
                     {
                         warn!(error = %ErrorChain(&e), "cannot remove old instance");
                     }
                 }
             }
-            Err((reason, message)) => {
-                warn!(container = %c.name, reason, %message, "container not started");
+            Err(e) => {
+                let (reason, message) = (e.reason(), e.message());
+                warn!(container = %c.name, %reason, %message, "container not started");
                 // kubelet: `Failed` with `Error: <reason>` for image errors, else the detail.
-                let detail = if reason.starts_with("ErrImage") {
-                    reason
+                let detail = if reason.is_image_error() {
+                    reason.as_str()
                 } else {
                     &message
                 };
                 let event = format!("Error: {detail}");
                 self.container_event(&c.name, EventType::Warning, "Failed", event);
-                let t = self.track(&c.name);
-                let delay = t.start.next_delay(None).max(initial);
-                t.retry_at = Some(now + delay);
-                t.waiting = Some(Waiting {
-                    reason: reason.to_owned(),
-                    message,
-                });
-                // Show ErrImagePull first, then ImagePullBackOff while waiting.
-                wake.at(if reason == "ErrImagePull" {
-                    now + Duration::from_secs(1)
-                } else {
-                    now + delay
-                });
+                let retry = self
+                    .track(&c.name)
+                    .start_failed(Waiting { reason, message }, now);
+                wake.at(retry);
             }
         }
     }
@@ -120,7 +148,7 @@ impl Worker {
         c: &Container,
         restart_count: u32,
         sandbox: &Instance,
-    ) -> Result<String, Failure> {
+    ) -> Result<String, StartError> {
         let image = c.image.clone().unwrap_or_default();
         let policy = PullPolicy::of(&image, c.image_pull_policy.as_deref());
         let creds = if policy == PullPolicy::Never {
@@ -132,11 +160,7 @@ impl Worker {
             let msg = format!("Pulling image \"{image}\"");
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
-        let pulled = self
-            .ctx
-            .runtime
-            .ensure_image(&image, policy, creds, pulling)
-            .await;
+        let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling).await;
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
                 EventType::Normal,
@@ -151,19 +175,18 @@ impl Worker {
                     Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
                 ),
             ),
-            Err(e) if e.reason == "ErrImageNeverPull" => {
-                (EventType::Warning, e.reason, e.message.clone())
-            }
-            Err(e) => {
-                let prefix = format!("failed to pull image \"{image}\": ");
-                let detail = e.message.strip_prefix(&prefix).unwrap_or(&e.message);
-                let msg = format!("Failed to pull image \"{image}\": {detail}");
+            Err(e @ ImageError::NeverPull { .. }) => (
+                EventType::Warning,
+                WaitingReason::ErrImageNeverPull.as_str(),
+                e.to_string(),
+            ),
+            Err(ImageError::Inspect { source } | ImageError::Pull { source, .. }) => {
+                let msg = format!("Failed to pull image \"{image}\": {}", source.engine());
                 (EventType::Warning, "Failed", msg)
             }
         };
         self.container_event(&c.name, type_, reason, msg);
-        pulled.map_err(|e| (e.reason, e.message))?;
-        let config_err = |e: Error| ("CreateContainerConfigError", e.to_string());
+        pulled.map_err(StartError::Image)?;
         let env = crate::edged::env::resolve_env(
             &self.pod,
             c,
@@ -172,9 +195,9 @@ impl Worker {
             &self.ctx.config.node_name,
         )
         .await
-        .map_err(config_err)?;
+        .map_err(StartError::Config)?;
         let binds = match &self.volumes {
-            Some(v) => v.binds_for(c, &env).map_err(config_err)?,
+            Some(v) => v.binds_for(c, &env).map_err(StartError::Mounts)?,
             None => Vec::new(),
         };
         let labels = ContainerLabels {
@@ -183,30 +206,22 @@ impl Worker {
             restart_count,
             sandbox: false,
         };
-        let body = spec::container_body(
-            &self.pod,
-            c,
-            &labels,
-            &sandbox.id,
-            &image,
-            env,
-            binds,
-            self.grace(),
-        );
+        let spec =
+            spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
         let name = labels.docker_name();
         // A leftover with the same name (interrupted earlier attempt) would conflict.
-        let _ = self.ctx.runtime.remove(&name).await;
+        let _ = self.ctx.runtime.remove_if_present(&name).await;
         let id = self
             .ctx
             .runtime
-            .create(&name, body)
+            .create(&name, spec)
             .await
-            .map_err(|e| ("CreateContainerError", chain(&e)))?;
+            .map_err(StartError::Create)?;
         let msg = format!("Created container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Created", msg);
         if let Err(e) = self.ctx.runtime.start(&id).await {
-            let _ = self.ctx.runtime.remove(&id).await;
-            return Err(("RunContainerError", chain(&e)));
+            let _ = self.ctx.runtime.remove_if_present(&id).await;
+            return Err(StartError::Run(e));
         }
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
@@ -216,16 +231,17 @@ impl Worker {
     /// Creates and starts sandbox `attempt` from `pod_infra_image` (pulled if not present).
     pub(super) async fn start_sandbox(&self, attempt: u32) -> Result<String> {
         let cfg = &self.ctx.config;
-        if let Err(e) = self
-            .ctx
-            .runtime
-            .ensure_image(&cfg.pod_infra_image, PullPolicy::IfNotPresent, None, || {})
-            .await
+        let infra = &cfg.pod_infra_image;
+        if let Err(e) = ensure_image(
+            &self.ctx.runtime,
+            infra,
+            PullPolicy::IfNotPresent,
+            None,
+            || {},
+        )
+        .await
         {
-            return Err(Error::ContainerConfig(format!(
-                "sandbox image: {}",
-                e.message
-            )));
+            return Err(Error::ContainerConfig(format!("sandbox image: {e}")));
         }
         let labels = ContainerLabels {
             pod: self.pod_ref(),
@@ -233,7 +249,7 @@ impl Worker {
             restart_count: attempt,
             sandbox: true,
         };
-        let body = spec::sandbox_body(
+        let spec = spec::sandbox_spec(
             &self.pod,
             &labels,
             &cfg.pod_infra_image,
@@ -241,27 +257,27 @@ impl Worker {
             self.grace(),
         );
         let name = labels.docker_name();
-        let _ = self.ctx.runtime.remove(&name).await;
-        let id = self.ctx.runtime.create(&name, body).await?;
+        let _ = self.ctx.runtime.remove_if_present(&name).await;
+        let id = self.ctx.runtime.create(&name, spec).await?;
         if let Err(e) = self.ctx.runtime.start(&id).await {
-            let _ = self.ctx.runtime.remove(&id).await;
-            return Err(e);
+            let _ = self.ctx.runtime.remove_if_present(&id).await;
+            return Err(e.into());
         }
         // Its IP is read by the sync's next observation.
         Ok(id)
     }
 }
 
-impl Worker {
+impl<R: ContainerRuntime> Worker<R> {
     /// Creates and starts a new sandbox; earlier sandboxes and all containers (whose network
     /// namespace is gone) are removed first, so init containers run again (kubelet).
     pub(super) async fn create_sandbox(&mut self, obs: &Observation) -> Result<()> {
         for i in obs.all() {
             if !i.labels.sandbox {
-                let t = self.track(&i.labels.container);
-                t.next_restart = t.next_restart.max(i.labels.restart_count + 1);
+                self.track(&i.labels.container)
+                    .saw_instance(i.labels.restart_count);
             }
-            self.ctx.runtime.remove(&i.id).await?;
+            self.ctx.runtime.remove_if_present(&i.id).await?;
         }
         let attempt = obs
             .sandboxes
@@ -271,9 +287,4 @@ impl Worker {
         info!(sandbox = %id, attempt, "sandbox started");
         Ok(())
     }
-}
-
-/// An error with its causes, for messages.
-fn chain(e: &Error) -> String {
-    ErrorChain(e).to_string()
 }

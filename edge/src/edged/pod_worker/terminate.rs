@@ -11,17 +11,19 @@ use verge_core::{ResourceKey, ResourceType};
 
 use super::Worker;
 use super::observe::{RunState, observe};
-use super::state::PodState;
+use super::state::PodEvent;
 use crate::Result;
 use crate::edged::Context;
 use crate::edged::runtime::labels::{ContainerLabels, GRACE, PodRef};
+use crate::edged::runtime::{ContainerRuntime, ListFilter};
 use verge_runtime::ErrorChain;
 
 /// Grace period of orphans without the grace label (kubelet default).
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
-impl Worker {
-    /// Tears the pod down; the state becomes [`PodState::Terminated`].
+impl<R: ContainerRuntime> Worker<R> {
+    /// Tears the pod down; the state becomes
+    /// [`PodState::Terminated`](super::state::PodState::Terminated).
     pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         self.ctx.probes.remove_pod(&self.uid);
@@ -47,7 +49,7 @@ impl Worker {
         let last = observe(rt, &self.uid).await?;
         self.report(&last).await;
         for i in last.all() {
-            rt.remove(&i.id).await?;
+            rt.remove_if_present(&i.id).await?;
         }
         if let Err(e) = self.ctx.volumes.cleanup(&self.uid).await {
             warn!(error = %ErrorChain(&e), "cannot remove pod directory");
@@ -60,7 +62,7 @@ impl Worker {
         self.ctx.status.deleted(&self.key, &self.uid).await;
         self.ctx.events.forget(&self.uid);
         info!("pod terminated and removed");
-        self.state = PodState::Terminated;
+        self.transition(PodEvent::TornDown);
         Ok(())
     }
 }
@@ -68,23 +70,22 @@ impl Worker {
 /// Removes the containers of a pod that is no longer in the store (deleted while edgecore
 /// was down, or left over): stop with the grace period from their labels, remove, clean up
 /// the pod directory and report the deletion.
-pub(crate) async fn cleanup_orphan(ctx: &Context, pod: &PodRef) {
+pub(crate) async fn cleanup_orphan<R: ContainerRuntime>(ctx: &Context<R>, pod: &PodRef) {
     let result: Result<()> = async {
-        let containers = ctx.runtime.list(Some(&pod.uid)).await?;
+        let containers = ctx.runtime.list(&ListFilter::pod(&pod.uid)).await?;
         if containers.is_empty() {
             return Ok(());
         }
         info!(pod = %pod.name, namespace = %pod.namespace, uid = %pod.uid, "removing orphaned pod containers");
         ctx.probes.remove_pod(&pod.uid);
-        let stops = containers.iter().filter_map(|c| {
-            let labels = c.labels.as_ref()?;
-            let sandbox = ContainerLabels::parse(labels).is_some_and(|l| l.sandbox);
-            let grace = labels.get(GRACE).and_then(|g| g.parse().ok()).map_or(DEFAULT_GRACE, Duration::from_secs);
-            let id = c.id.clone()?;
-            Some(async move {
+        let stops = containers.iter().map(|c| {
+            let sandbox = ContainerLabels::parse(&c.labels).is_some_and(|l| l.sandbox);
+            let grace = c.labels.get(GRACE).and_then(|g| g.parse().ok()).map_or(DEFAULT_GRACE, Duration::from_secs);
+            let id = c.id.clone();
+            async move {
                 let _ = ctx.runtime.stop(&id, if sandbox { Duration::ZERO } else { grace }).await;
-                ctx.runtime.remove(&id).await
-            })
+                ctx.runtime.remove_if_present(&id).await
+            }
         });
         for r in join_all(stops).await {
             r?;

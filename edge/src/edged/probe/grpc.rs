@@ -11,36 +11,35 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::handler::{ProbeOutcome, USER_AGENT};
-use verge_runtime::ErrorChain;
+use super::error::ProbeError;
+use super::handler::USER_AGENT;
 
 /// Checks `service` ("" for the server as a whole) of the health service at `addr`
 /// (`host:port`) within `timeout`.
-pub(super) async fn check(addr: &str, service: &str, timeout: Duration) -> ProbeOutcome {
+///
+/// # Errors
+/// [`ProbeError`] with the kubelet's message for an unusable address, a failed or slow
+/// connection or call, and any status but `SERVING`.
+pub(super) async fn check(addr: &str, service: &str, timeout: Duration) -> Result<(), ProbeError> {
     let deadline = Instant::now() + timeout;
     let endpoint = match Endpoint::from_shared(format!("http://{addr}"))
         .and_then(|e| e.user_agent(USER_AGENT))
     {
         Ok(e) => e.connect_timeout(timeout),
-        Err(e) => {
-            return ProbeOutcome::failure(format!(
-                "error: invalid gRPC address {addr:?}: {}",
-                ErrorChain(&e)
-            ));
+        Err(source) => {
+            let addr = addr.to_owned();
+            return Err(ProbeError::GrpcAddress { addr, source });
         }
     };
     let channel = match timeout_at(deadline, endpoint.connect()).await {
         Ok(Ok(channel)) => channel,
-        Ok(Err(e)) => {
-            return ProbeOutcome::failure(format!(
-                "error: failed to connect service at {addr:?}: {}",
-                ErrorChain(&e)
-            ));
+        Ok(Err(source)) => {
+            let addr = addr.to_owned();
+            return Err(ProbeError::GrpcConnect { addr, source });
         }
         Err(_) => {
-            return ProbeOutcome::failure(format!(
-                "timeout: failed to connect service {addr:?} within {timeout:?}"
-            ));
+            let addr = addr.to_owned();
+            return Err(ProbeError::GrpcConnectTimeout { addr, timeout });
         }
     };
     let mut request = Request::new(HealthCheckRequest {
@@ -50,46 +49,21 @@ pub(super) async fn check(addr: &str, service: &str, timeout: Duration) -> Probe
     request.set_timeout(deadline.saturating_duration_since(Instant::now()));
     let response = match timeout_at(deadline, HealthClient::new(channel).check(request)).await {
         Ok(Ok(response)) => response.into_inner(),
-        Ok(Err(status)) => return rpc_failure(&status, timeout),
-        Err(_) => return rpc_timeout(timeout),
+        Ok(Err(status)) => return Err(rpc_failure(status, timeout)),
+        Err(_) => return Err(ProbeError::GrpcTimeout(timeout)),
     };
     match ServingStatus::try_from(response.status) {
-        Ok(ServingStatus::Serving) => ProbeOutcome::success(),
-        Ok(status) => ProbeOutcome::failure(format!(
-            "service unhealthy (responded with {:?})",
-            status.as_str_name()
-        )),
-        Err(_) => ProbeOutcome::failure(format!(
-            "service unhealthy (responded with \"{}\")",
-            response.status
-        )),
+        Ok(ServingStatus::Serving) => Ok(()),
+        Ok(status) => Err(ProbeError::Unhealthy(format!("{:?}", status.as_str_name()))),
+        Err(_) => Err(ProbeError::Unhealthy(format!("\"{}\"", response.status))),
     }
 }
 
-/// The kubelet's message for a failed `Check` call.
-fn rpc_failure(status: &Status, timeout: Duration) -> ProbeOutcome {
+/// The kubelet's failure of a failed `Check` call.
+fn rpc_failure(status: Status, timeout: Duration) -> ProbeError {
     match status.code() {
-        Code::Unimplemented => ProbeOutcome::failure(format!(
-            "error: this server does not implement the grpc health protocol \
-             (grpc.health.v1.Health): {}",
-            status.message()
-        )),
-        Code::DeadlineExceeded => rpc_timeout(timeout),
-        code => {
-            let mut message = format!(
-                "error: health rpc probe failed: rpc error: code = {code:?} desc = {}",
-                status.message()
-            );
-            if let Some(source) = std::error::Error::source(status) {
-                message.push_str(&format!(": {}", ErrorChain(source)));
-            }
-            ProbeOutcome::failure(message)
-        }
+        Code::Unimplemented => ProbeError::GrpcUnimplemented(Box::new(status)),
+        Code::DeadlineExceeded => ProbeError::GrpcTimeout(timeout),
+        _ => ProbeError::GrpcCall(Box::new(status)),
     }
-}
-
-fn rpc_timeout(timeout: Duration) -> ProbeOutcome {
-    ProbeOutcome::failure(format!(
-        "timeout: health rpc did not complete within {timeout:?}"
-    ))
 }

@@ -4,9 +4,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use futures::StreamExt;
 use http_body_util::Empty;
 use hyper::body::Bytes;
 use hyper::header::{HeaderName, HeaderValue};
@@ -19,8 +16,9 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
+use super::error::ProbeError;
 use super::{ProbeKind, ProbeTarget, grpc, tls, worker};
-use verge_runtime::ErrorChain;
+use crate::edged::runtime::{ContainerRuntime, DockerRuntime};
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;
@@ -55,6 +53,15 @@ impl ProbeOutcome {
     }
 }
 
+impl From<Result<(), ProbeError>> for ProbeOutcome {
+    fn from(result: Result<(), ProbeError>) -> Self {
+        match result {
+            Ok(()) => Self::success(),
+            Err(e) => Self::failure(e.to_string()),
+        }
+    }
+}
+
 /// Runs one attempt of a probe. The caller bounds it by the probe's `timeoutSeconds` (by
 /// dropping the future), applies thresholds and publishes results, so an implementation only
 /// answers "did this one attempt succeed".
@@ -70,7 +77,7 @@ pub trait ProbeHandler: Send + Sync + 'static {
 }
 
 /// Runs probes for real, as the kubelet does:
-/// - `exec` in the container through Docker;
+/// - `exec` in the container through the container runtime (Docker in production);
 /// - `httpGet` over HTTP/1.1 (no keep-alive), for `scheme: HTTPS` over TLS without verifying
 ///   the server's certificate or name (kubelet: `InsecureSkipVerify`); 200–399 is a success;
 /// - `tcpSocket` by connecting;
@@ -87,15 +94,15 @@ pub trait ProbeHandler: Send + Sync + 'static {
 /// - An `exec` that outlives its timeout keeps running in the container (as with the kubelet's
 ///   dockershim); only the probe result is a failure.
 #[derive(Debug, Clone)]
-pub struct DockerProber {
-    docker: Docker,
+pub struct DockerProber<R = DockerRuntime> {
+    runtime: R,
     /// One client for `http` and `https` URLs.
     http: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
 }
 
-impl DockerProber {
-    /// A prober using `docker` for `exec` probes.
-    pub fn new(docker: Docker) -> Self {
+impl<R: ContainerRuntime> DockerProber<R> {
+    /// A prober using `runtime` for `exec` probes.
+    pub fn new(runtime: R) -> Self {
         let connector = HttpsConnectorBuilder::new()
             .with_tls_config(tls::insecure_client_config())
             .https_or_http()
@@ -104,56 +111,30 @@ impl DockerProber {
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(connector);
-        Self { docker, http }
+        Self { runtime, http }
     }
 
-    async fn exec(&self, container_id: &str, command: &[String]) -> ProbeOutcome {
+    async fn exec(&self, container_id: &str, command: &[String]) -> Result<(), ProbeError> {
         if command.is_empty() {
-            return ProbeOutcome::failure("exec probe has no command");
+            return Err(ProbeError::NoCommand);
         }
-        let options = CreateExecOptions {
-            cmd: Some(command.to_vec()),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            ..Default::default()
-        };
-        let exec = match self.docker.create_exec(container_id, options).await {
-            Ok(exec) => exec,
-            Err(e) => return ProbeOutcome::failure(format!("cannot create exec: {e}")),
-        };
-        let mut output = Vec::new();
-        match self.docker.start_exec(&exec.id, None).await {
-            Ok(StartExecResults::Attached {
-                output: mut stream, ..
-            }) => {
-                while let Some(chunk) = stream.next().await {
-                    match chunk {
-                        Ok(log) => {
-                            let bytes = log.into_bytes();
-                            let room = MAX_OUTPUT.saturating_sub(output.len());
-                            output.extend_from_slice(&bytes[..bytes.len().min(room)]);
-                        }
-                        Err(e) => return ProbeOutcome::failure(format!("exec output failed: {e}")),
-                    }
-                }
-            }
-            Ok(StartExecResults::Detached) => {}
-            Err(e) => return ProbeOutcome::failure(format!("cannot start exec: {e}")),
-        }
-        match self.docker.inspect_exec(&exec.id).await {
-            Ok(inspect) => match inspect.exit_code {
-                Some(0) => ProbeOutcome::success(),
-                Some(code) => ProbeOutcome::failure(format!(
-                    "command {command:?} exited with {code}: {}",
-                    String::from_utf8_lossy(&output).trim()
-                )),
-                None => ProbeOutcome::failure("exec finished without an exit code"),
-            },
-            Err(e) => ProbeOutcome::failure(format!("cannot inspect exec: {e}")),
+        let exec = self
+            .runtime
+            .exec(container_id, command, MAX_OUTPUT)
+            .await
+            .map_err(ProbeError::Exec)?;
+        match exec.exit_code {
+            Some(0) => Ok(()),
+            Some(code) => Err(ProbeError::Exited {
+                command: command.to_vec(),
+                code,
+                output: String::from_utf8_lossy(&exec.output).trim().to_owned(),
+            }),
+            None => Err(ProbeError::NoExitCode),
         }
     }
 
-    async fn http_get(&self, url: Uri, headers: Vec<(String, String)>) -> ProbeOutcome {
+    async fn http_get(&self, url: Uri, headers: Vec<(String, String)>) -> Result<(), ProbeError> {
         let mut request = Request::get(&url)
             .header("user-agent", USER_AGENT)
             .header("accept", "*/*")
@@ -169,73 +150,55 @@ impl DockerProber {
                         h.insert(name, value);
                     }
                 }
-                _ => return ProbeOutcome::failure(format!("invalid HTTP header {name:?}")),
+                _ => return Err(ProbeError::Header(name)),
             }
         }
-        let request = match request.body(Empty::new()) {
-            Ok(r) => r,
-            Err(e) => return ProbeOutcome::failure(format!("invalid HTTP request to {url}: {e}")),
-        };
+        let request = request
+            .body(Empty::new())
+            .map_err(|source| ProbeError::Request {
+                url: url.to_string(),
+                source,
+            })?;
         match self.http.request(request).await {
-            Ok(response) if (200..400).contains(&response.status().as_u16()) => {
-                ProbeOutcome::success()
-            }
-            Ok(response) => ProbeOutcome::failure(format!(
-                "HTTP probe failed with statuscode: {}",
-                response.status().as_u16()
-            )),
-            Err(e) => ProbeOutcome::failure(format!("Get \"{url}\": {}", ErrorChain(&e))),
+            Ok(response) if (200..400).contains(&response.status().as_u16()) => Ok(()),
+            Ok(response) => Err(ProbeError::Status(response.status().as_u16())),
+            Err(source) => Err(ProbeError::Get {
+                url: url.to_string(),
+                source,
+            }),
         }
     }
-}
 
-impl ProbeHandler for DockerProber {
-    async fn run(
+    /// One attempt of `probe`; see [`ProbeHandler::run`].
+    async fn attempt(
         &self,
-        _kind: ProbeKind,
         target: &ProbeTarget,
         container: &Container,
         probe: &Probe,
-    ) -> ProbeOutcome {
+    ) -> Result<(), ProbeError> {
         if let Some(exec) = &probe.exec {
-            return self
-                .exec(
-                    &target.container_id,
-                    exec.command.as_deref().unwrap_or_default(),
-                )
-                .await;
+            let command = exec.command.as_deref().unwrap_or_default();
+            return self.exec(&target.container_id, command).await;
         }
         if let Some(http) = &probe.http_get {
             let scheme = match http.scheme.as_deref().unwrap_or("HTTP") {
                 s if s.eq_ignore_ascii_case("HTTP") => "http",
                 s if s.eq_ignore_ascii_case("HTTPS") => "https",
-                other => {
-                    return ProbeOutcome::failure(format!(
-                        "unsupported scheme {other:?} (HTTP or HTTPS)"
-                    ));
-                }
+                other => return Err(ProbeError::Scheme(other.to_owned())),
             };
             if let Some(protocol) = http
                 .protocol
                 .as_deref()
                 .filter(|p| !p.eq_ignore_ascii_case("HTTP1"))
             {
-                return ProbeOutcome::failure(format!(
-                    "httpGet protocol {protocol:?} is not supported (only HTTP1)"
-                ));
+                return Err(ProbeError::HttpProtocol(protocol.to_owned()));
             }
-            let (host, port) = match address(target, container, http.host.as_deref(), &http.port) {
-                Ok(a) => a,
-                Err(message) => return ProbeOutcome::failure(message),
-            };
+            let (host, port) = address(target, container, http.host.as_deref(), &http.port)?;
             let path = http.path.as_deref().unwrap_or("/");
             let slash = if path.starts_with('/') { "" } else { "/" };
-            let url = match format!("{scheme}://{}{slash}{path}", join_host_port(&host, port))
+            let url = format!("{scheme}://{}{slash}{path}", join_host_port(&host, port))
                 .parse::<Uri>()
-            {
-                Ok(url) => url,
-                Err(e) => return ProbeOutcome::failure(format!("invalid probe URL: {e}")),
-            };
+                .map_err(ProbeError::Url)?;
             let headers = http
                 .http_headers
                 .iter()
@@ -244,14 +207,11 @@ impl ProbeHandler for DockerProber {
             return self.http_get(url, headers.collect()).await;
         }
         if let Some(tcp) = &probe.tcp_socket {
-            let (host, port) = match address(target, container, tcp.host.as_deref(), &tcp.port) {
-                Ok(a) => a,
-                Err(message) => return ProbeOutcome::failure(message),
-            };
+            let (host, port) = address(target, container, tcp.host.as_deref(), &tcp.port)?;
             let addr = join_host_port(&host, port);
             return match TcpStream::connect(&addr).await {
-                Ok(_) => ProbeOutcome::success(),
-                Err(e) => ProbeOutcome::failure(format!("dial tcp {addr}: {e}")),
+                Ok(_) => Ok(()),
+                Err(source) => Err(ProbeError::Dial { addr, source }),
             };
         }
         if let Some(grpc) = &probe.grpc {
@@ -260,21 +220,28 @@ impl ProbeHandler for DockerProber {
                 .as_deref()
                 .filter(|m| !m.eq_ignore_ascii_case("Plaintext"))
             {
-                return ProbeOutcome::failure(format!(
-                    "gRPC probe mode {mode:?} is not supported (only Plaintext)"
-                ));
+                return Err(ProbeError::GrpcMode(mode.to_owned()));
             }
             // No `host`: always the pod IP (kubelet: `p.GRPC.Port` on `status.PodIP`).
             let port = IntOrString::Int(grpc.port);
-            let (host, port) = match address(target, container, None, &port) {
-                Ok(a) => a,
-                Err(message) => return ProbeOutcome::failure(message),
-            };
+            let (host, port) = address(target, container, None, &port)?;
             let service = grpc.service.as_deref().unwrap_or_default();
             let timeout = worker::timeout_of(probe);
             return grpc::check(&join_host_port(&host, port), service, timeout).await;
         }
-        ProbeOutcome::failure("probe has no handler (exec, httpGet, tcpSocket or grpc)")
+        Err(ProbeError::NoHandler)
+    }
+}
+
+impl<R: ContainerRuntime> ProbeHandler for DockerProber<R> {
+    async fn run(
+        &self,
+        _kind: ProbeKind,
+        target: &ProbeTarget,
+        container: &Container,
+        probe: &Probe,
+    ) -> ProbeOutcome {
+        self.attempt(target, container, probe).await.into()
     }
 }
 
@@ -285,10 +252,10 @@ fn address(
     container: &Container,
     host: Option<&str>,
     port: &IntOrString,
-) -> Result<(String, u16), String> {
+) -> Result<(String, u16), ProbeError> {
     let host = match host.filter(|h| !h.is_empty()).or(target.pod_ip.as_deref()) {
         Some(h) => h.to_owned(),
-        None => return Err("no host for the probe: the pod has no IP yet".to_owned()),
+        None => return Err(ProbeError::NoHost),
     };
     let number = match port {
         IntOrString::Int(n) => *n,
@@ -300,13 +267,13 @@ fn address(
                 .flatten()
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
                 .map(|p| p.container_port)
-                .ok_or_else(|| format!("couldn't find port {name:?} in the container's ports"))?,
+                .ok_or_else(|| ProbeError::PortName(name.clone()))?,
         },
     };
     let port = u16::try_from(number)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {number}"))?;
+        .ok_or(ProbeError::PortNumber(number))?;
     Ok((host, port))
 }
 

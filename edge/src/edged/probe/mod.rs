@@ -13,6 +13,7 @@
 //! - `tls`: the TLS client configuration of HTTPS probes (no certificate verification, as the
 //!   kubelet's `InsecureSkipVerify`).
 //! - `grpc`: the `grpc.health.v1.Health/Check` call of gRPC probes.
+//! - `error`: [`ProbeError`], why an attempt failed (its message is the probe's output).
 //!
 //! # Results (kubelet semantics)
 //! - **startup**: not started until its first success; while not started, liveness and
@@ -25,6 +26,7 @@
 //!   (stops probing): the subscriber (edged's pod worker) must restart the container, then
 //!   [`add`](ProbeManager::add) it again with the new container id.
 
+mod error;
 mod grpc;
 mod handler;
 mod results;
@@ -41,8 +43,10 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+pub use error::ProbeError;
 pub use handler::{DockerProber, ProbeHandler, ProbeOutcome};
 
+use crate::edged::runtime::ContainerRuntime;
 use results::{Entry, Key, Shared};
 
 /// Capacity of the [`ProbeUpdate`] broadcast; a subscriber that lags further loses the oldest
@@ -155,11 +159,11 @@ impl<H: ProbeHandler> fmt::Debug for ProbeManager<H> {
     }
 }
 
-impl ProbeManager<DockerProber> {
-    /// A manager whose probes run against `docker` (exec) and the pod network (httpGet,
-    /// tcpSocket).
-    pub fn new(docker: bollard::Docker) -> Self {
-        Self::with_handler(DockerProber::new(docker))
+impl<R: ContainerRuntime> ProbeManager<DockerProber<R>> {
+    /// A manager whose probes run against `runtime` (exec) and the pod network (httpGet,
+    /// tcpSocket, grpc).
+    pub fn new(runtime: R) -> Self {
+        Self::with_handler(DockerProber::new(runtime))
     }
 }
 

@@ -1,15 +1,14 @@
 //! Images: the kubelet's pull policy (`pkg/kubelet/images/image_manager.go`) and registry
 //! credentials from `imagePullSecrets` of type `kubernetes.io/dockerconfigjson`.
 
+use std::time::Duration;
+
 use base64::Engine as _;
-use bollard::auth::DockerCredentials;
-use bollard::query_parameters::CreateImageOptionsBuilder;
-use futures::TryStreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 
-use super::{Runtime, is_not_found};
+use super::{ContainerRuntime, RegistryAuth, RuntimeError};
 
-/// `imagePullPolicy`.
+/// `imagePullPolicy`, parsed once from the container spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PullPolicy {
     /// Pull on every container start.
@@ -35,37 +34,71 @@ impl PullPolicy {
             },
         }
     }
+
+    /// Whether an image must be pulled under this policy when it is (`present`) or is not
+    /// there (kubelet: `shouldPullImage`).
+    ///
+    /// # Errors
+    /// [`ImageError::NeverPull`] for `Never` and an absent image.
+    pub fn needs_pull(self, image: &str, present: bool) -> Result<bool, ImageError> {
+        match self {
+            Self::Never if present => Ok(false),
+            Self::Never => Err(ImageError::NeverPull {
+                image: image.to_owned(),
+            }),
+            Self::IfNotPresent => Ok(!present),
+            Self::Always => Ok(true),
+        }
+    }
 }
 
-/// Why an image is not available; `reason` is the kubelet's waiting reason.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ImageError {
-    /// `ErrImagePull` or `ErrImageNeverPull` (the back-off turns the former into
-    /// `ImagePullBackOff`).
-    pub reason: &'static str,
-    /// Human-readable detail (Docker's message).
-    pub message: String,
+/// Why an image is not available (kubelet: `images.ErrImagePull`, `ErrImageNeverPull`).
+/// The messages are the kubelet's.
+#[derive(Debug, thiserror::Error)]
+pub enum ImageError {
+    /// Policy `Never` and the image is absent (waiting reason `ErrImageNeverPull`).
+    #[error("Container image \"{image}\" is not present with pull policy of Never")]
+    NeverPull {
+        /// The image reference.
+        image: String,
+    },
+    /// The local image could not be inspected (waiting reason `ErrImagePull`).
+    #[error("{}", .source.engine())]
+    Inspect {
+        /// The runtime's failure.
+        #[source]
+        source: RuntimeError,
+    },
+    /// The pull failed (waiting reason `ErrImagePull`, then `ImagePullBackOff`).
+    #[error("failed to pull image \"{image}\": {}", .source.engine())]
+    Pull {
+        /// The image reference.
+        image: String,
+        /// The runtime's failure.
+        #[source]
+        source: RuntimeError,
+    },
 }
 
-/// How [`Runtime::ensure_image`] made an image available.
+/// How [`ensure_image`] made an image available.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageOutcome {
     /// It was already present (not pulled).
     Present,
     /// It was pulled; the pull took this long.
-    Pulled(std::time::Duration),
+    Pulled(Duration),
 }
 
 /// The tag or digest part of an image reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Reference<'a> {
+pub(super) enum Reference<'a> {
     None,
     Tag(&'a str),
     Digest(&'a str),
 }
 
 /// Splits `repo[:tag][@digest]` into the repository and its tag or digest.
-fn split_reference(image: &str) -> (&str, Reference<'_>) {
+pub(super) fn split_reference(image: &str) -> (&str, Reference<'_>) {
     if let Some((repo, digest)) = image.split_once('@') {
         return (repo, Reference::Digest(digest));
     }
@@ -89,7 +122,7 @@ fn registry_of(image: &str) -> &str {
 
 /// Credentials for `image` from `kubernetes.io/dockerconfigjson` secrets: the first `auths`
 /// entry whose key names the image's registry (with or without scheme and path).
-pub fn credentials_for(image: &str, secrets: &[Secret]) -> Option<DockerCredentials> {
+pub fn credentials_for(image: &str, secrets: &[Secret]) -> Option<RegistryAuth> {
     let registry = registry_of(image);
     let aliases: &[&str] = if registry == "docker.io" {
         &["docker.io", "index.docker.io", "registry-1.docker.io"]
@@ -130,96 +163,60 @@ pub fn credentials_for(image: &str, secrets: &[Secret]) -> Option<DockerCredenti
                     (username, password) = (Some(u), Some(p));
                 }
             }
-            return Some(DockerCredentials {
+            return Some(RegistryAuth {
                 username,
                 password,
-                serveraddress: Some(key.clone()),
-                identitytoken: field("identitytoken"),
-                ..DockerCredentials::default()
+                server_address: Some(key.clone()),
+                identity_token: field("identitytoken"),
             });
         }
     }
     None
 }
 
-impl Runtime {
-    /// Whether `image` is present locally; returns its inspect (id, repo digests).
-    async fn image_present(
-        &self,
-        image: &str,
-    ) -> Result<Option<bollard::models::ImageInspect>, ImageError> {
-        match self.docker.inspect_image(image).await {
-            Ok(i) => Ok(Some(i)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(ImageError {
-                reason: "ErrImagePull",
-                message: e.to_string(),
-            }),
-        }
+/// Makes `image` available on `runtime` according to `policy`, pulling with `auth`;
+/// `on_pull` runs just before a pull starts (for the `Pulling` event). Kubelet:
+/// `imageManager.EnsureImageExists`.
+///
+/// # Errors
+/// [`ImageError::NeverPull`] (policy `Never`, image absent), [`ImageError::Inspect`] or
+/// [`ImageError::Pull`].
+pub async fn ensure_image<R: ContainerRuntime>(
+    runtime: &R,
+    image: &str,
+    policy: PullPolicy,
+    auth: Option<RegistryAuth>,
+    on_pull: impl FnOnce(),
+) -> Result<ImageOutcome, ImageError> {
+    let present = runtime
+        .image_status(image)
+        .await
+        .map_err(|source| ImageError::Inspect { source })?
+        .is_some();
+    if !policy.needs_pull(image, present)? {
+        return Ok(ImageOutcome::Present);
     }
-
-    /// Makes `image` available according to `policy`, pulling with `credentials`;
-    /// `on_pull` runs just before a pull starts (for the `Pulling` event).
-    ///
-    /// # Errors
-    /// [`ImageError`] with reason `ErrImageNeverPull` (policy `Never`, image absent) or
-    /// `ErrImagePull` (the pull or the inspect failed).
-    pub async fn ensure_image(
-        &self,
-        image: &str,
-        policy: PullPolicy,
-        credentials: Option<DockerCredentials>,
-        on_pull: impl FnOnce(),
-    ) -> Result<ImageOutcome, ImageError> {
-        let present = self.image_present(image).await?.is_some();
-        match policy {
-            PullPolicy::Never if present => return Ok(ImageOutcome::Present),
-            PullPolicy::Never => {
-                return Err(ImageError {
-                    reason: "ErrImageNeverPull",
-                    message: format!(
-                        "Container image \"{image}\" is not present with pull policy of Never"
-                    ),
-                });
-            }
-            PullPolicy::IfNotPresent if present => return Ok(ImageOutcome::Present),
-            _ => {}
-        }
-        on_pull();
-        let started = std::time::Instant::now();
-        let (repo, reference) = split_reference(image);
-        let builder = CreateImageOptionsBuilder::default();
-        let opts = match reference {
-            Reference::Digest(_) => builder.from_image(image),
-            Reference::Tag(t) => builder.from_image(repo).tag(t),
-            Reference::None => builder.from_image(repo).tag("latest"),
-        }
-        .build();
-        let pulled = self
-            .docker
-            .create_image(Some(opts), None, credentials)
-            .try_for_each(|_| async { Ok(()) })
-            .await;
-        match pulled {
-            Ok(()) => Ok(ImageOutcome::Pulled(started.elapsed())),
-            // `Always` with an unreachable registry: kubelet fails the pull too.
-            Err(e) => Err(ImageError {
-                reason: "ErrImagePull",
-                message: format!("failed to pull image \"{image}\": {e}"),
-            }),
-        }
+    on_pull();
+    let started = tokio::time::Instant::now();
+    match runtime.pull_image(image, auth).await {
+        Ok(()) => Ok(ImageOutcome::Pulled(started.elapsed())),
+        // `Always` with an unreachable registry: kubelet fails the pull too.
+        Err(source) => Err(ImageError::Pull {
+            image: image.to_owned(),
+            source,
+        }),
     }
+}
 
-    /// The kubelet's `imageID` of a local image id (`sha256:...`):
-    /// `docker-pullable://<repo>@<digest>` when it has a repo digest, else `docker://<id>`.
-    pub async fn image_ref(&self, image_id: &str) -> String {
-        match self.image_present(image_id).await {
-            Ok(Some(i)) => match i.repo_digests.unwrap_or_default().into_iter().next() {
-                Some(d) => format!("docker-pullable://{d}"),
-                None => format!("docker://{image_id}"),
-            },
-            _ => format!("docker://{image_id}"),
-        }
+/// The kubelet's `imageID` of a local image id (`sha256:...`):
+/// `docker-pullable://<repo>@<digest>` when it has a repo digest, else `docker://<id>`.
+pub async fn image_ref<R: ContainerRuntime>(runtime: &R, image_id: &str) -> String {
+    match runtime.image_status(image_id).await {
+        Ok(Some(i)) => match i.repo_digests.into_iter().next() {
+            Some(d) => format!("docker-pullable://{d}"),
+            None => format!("docker://{image_id}"),
+        },
+        _ => format!("docker://{image_id}"),
     }
 }
 
@@ -249,6 +246,20 @@ mod tests {
             PullPolicy::IfNotPresent
         );
         assert_eq!(PullPolicy::of("b", Some("Never")), PullPolicy::Never);
+    }
+
+    #[test]
+    fn pull_decisions_follow_the_kubelet() {
+        use PullPolicy::{Always, IfNotPresent, Never};
+        assert!(Always.needs_pull("a", true).expect("always"));
+        assert!(!IfNotPresent.needs_pull("a", true).expect("present"));
+        assert!(IfNotPresent.needs_pull("a", false).expect("absent"));
+        assert!(!Never.needs_pull("a", true).expect("never, present"));
+        let e = Never.needs_pull("a", false).expect_err("never, absent");
+        assert_eq!(
+            e.to_string(),
+            "Container image \"a\" is not present with pull policy of Never"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 /// Marks every container edged manages; the value is the node name (set by
-/// `Runtime::create`, which replaces the `true` of [`ContainerLabels::to_map`]).
+/// [`ContainerRuntime::create`](super::ContainerRuntime::create), which replaces the `true` of [`ContainerLabels::to_map`]).
 pub const MANAGED: &str = "io.verge.managed";
 /// The pod's namespace.
 pub const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";

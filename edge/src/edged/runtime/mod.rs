@@ -1,224 +1,126 @@
-//! The container runtime: a thin layer over [`bollard::Docker`] (what dockershim / cri-dockerd
-//! did for the kubelet). Every container edged creates carries the labels of [`labels`], so
-//! pods are found again by label after a restart of edgecore.
+//! The container runtime: the [`ContainerRuntime`] trait edged's pod workers, probes, garbage
+//! collector and PLEG use (the role CRI plays for the kubelet), and its one production
+//! implementation over Docker ([`DockerRuntime`], what dockershim / cri-dockerd did). Every
+//! container edged creates carries the labels of [`labels`], so pods are found again by label
+//! after a restart of edgecore.
 //!
 //! # Layout
+//! - [`types`]: the runtime's data types (filters, summaries, specs, images, events).
+//! - [`error`]: what a call fails with, [`RuntimeError`].
+//! - [`docker`]: [`DockerRuntime`], the only module that speaks to Docker (bollard).
 //! - [`labels`]: the labels and names tying containers to pods.
-//! - [`image`]: image pull policy and pulls with `imagePullSecrets` credentials.
-//! - [`spec`]: `v1.Container` -> Docker create body (command/args, env, binds, resources,
+//! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
+//! - [`spec`]: `v1.Container` -> [`ContainerSpec`] (command/args, env, binds, resources,
 //!   securityContext), and the sandbox (infra) container.
+//! - `fake` (tests only): an in-memory runtime for unit tests of the pod lifecycle.
 
+pub mod docker;
+pub mod error;
+#[cfg(test)]
+pub(crate) mod fake;
 pub mod image;
 pub mod labels;
 pub mod spec;
+pub mod types;
 
-use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use bollard::Docker;
-use bollard::errors::Error as DockerError;
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerSummary, EventMessage,
+use futures::stream::BoxStream;
+
+pub use docker::DockerRuntime;
+pub use error::RuntimeError;
+pub use image::ImageError;
+pub use types::{
+    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
+    ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,
 };
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, EventsOptionsBuilder, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
-};
-use futures::Stream;
 
-use crate::{Error, Result};
+/// `Result` with [`RuntimeError`].
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
-/// Seconds bollard waits for one API call (stops wait up to the grace period on top).
-const CALL_TIMEOUT_SECS: u64 = 120;
-
-/// The Docker engine as edged uses it, scoped to one node; cheap to clone.
+/// A container engine as edged uses it, scoped to one node; cheap to clone.
 ///
-/// Every container it creates carries the label [`labels::MANAGED`] with the node's name, and
-/// it lists and watches only those, so several edgecores sharing one engine (as in tests)
-/// never see, adopt or remove each other's containers.
-#[derive(Debug, Clone)]
-pub struct Runtime {
-    docker: Docker,
-    node: String,
-}
+/// Every container it creates carries the label [`labels::MANAGED`] with the node's name;
+/// [`Scope::Node`] lists and [`events`](Self::events) see only those.
+pub trait ContainerRuntime: Clone + Send + Sync + 'static {
+    /// `docker://<engine version>`, as the kubelet reports
+    /// `nodeInfo.containerRuntimeVersion`.
+    fn version(&self) -> impl Future<Output = Result<String>> + Send;
 
-/// Wraps a bollard error with the call that failed.
-pub(crate) fn docker_err(what: impl Into<String>) -> impl FnOnce(DockerError) -> Error {
-    let what = what.into();
-    move |source| Error::Docker { what, source }
-}
-
-/// Whether `e` is Docker's "no such container/image" (HTTP 404).
-pub fn is_not_found(e: &DockerError) -> bool {
-    matches!(
-        e,
-        DockerError::DockerResponseServerError {
-            status_code: 404,
-            ..
-        }
-    )
-}
-
-impl Runtime {
-    /// Connects to `endpoint` (`unix://...`, `tcp://...`, `http://...`), or the local socket
-    /// when `None` ([`Docker::connect_with_local_defaults`]), and negotiates the API version
-    /// (the engine may be older than bollard, e.g. API 1.41 of Docker 20.10).
-    ///
-    /// # Errors
-    /// [`Error::Docker`] if the endpoint is malformed or the engine does not answer.
-    pub async fn connect(endpoint: Option<&str>, node: &str) -> Result<Self> {
-        let docker = match endpoint {
-            None => Docker::connect_with_local_defaults(),
-            Some(host) => Docker::connect_with_host(host),
-        }
-        .map_err(docker_err("connect"))?
-        .with_timeout(Duration::from_secs(CALL_TIMEOUT_SECS));
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(docker_err("negotiate API version"))?;
-        Ok(Self {
-            docker,
-            node: node.to_owned(),
-        })
-    }
-
-    /// The `label=value` filter that selects this node's containers.
-    fn managed_filter(&self) -> String {
-        format!("{}={}", labels::MANAGED, self.node)
-    }
-
-    /// The bollard client (e.g. for exec probes).
-    pub fn docker(&self) -> &Docker {
-        &self.docker
-    }
-
-    /// `docker://<engine version>`, as the kubelet reports `nodeInfo.containerRuntimeVersion`.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] if the engine does not answer.
-    pub async fn version(&self) -> Result<String> {
-        let v = self.docker.version().await.map_err(docker_err("version"))?;
-        Ok(format!(
-            "docker://{}",
-            v.version.unwrap_or_else(|| "unknown".into())
-        ))
-    }
-
-    /// Every container edged manages (running or not), or only those of pod `pod_uid`.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] if the list fails.
-    pub async fn list(&self, pod_uid: Option<&str>) -> Result<Vec<ContainerSummary>> {
-        let mut label = vec![self.managed_filter()];
-        if let Some(uid) = pod_uid {
-            label.push(format!("{}={uid}", labels::POD_UID));
-        }
-        let filters = HashMap::from([("label", label)]);
-        let opts = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        self.docker
-            .list_containers(Some(opts))
-            .await
-            .map_err(docker_err("list containers"))
-    }
+    /// The containers `filter` selects, running or not.
+    fn list(
+        &self,
+        filter: &ListFilter,
+    ) -> impl Future<Output = Result<Vec<ContainerSummary>>> + Send;
 
     /// Inspects container `id`; `None` if it does not exist.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] for any other failure.
-    pub async fn inspect(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
-        match self.docker.inspect_container(id, None).await {
-            Ok(c) => Ok(Some(c)),
-            Err(e) if is_not_found(&e) => Ok(None),
-            Err(e) => Err(docker_err(format!("inspect {id}"))(e)),
-        }
-    }
+    fn inspect(&self, id: &str) -> impl Future<Output = Result<Option<ContainerInfo>>> + Send;
 
-    /// Creates container `name` from `body`; returns its id.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] (e.g. a name conflict, a missing image).
-    pub async fn create(&self, name: &str, mut body: ContainerCreateBody) -> Result<String> {
-        body.labels
-            .get_or_insert_with(HashMap::new)
-            .insert(labels::MANAGED.to_owned(), self.node.clone());
-        let opts = CreateContainerOptionsBuilder::default().name(name).build();
-        let created = self
-            .docker
-            .create_container(Some(opts), body)
-            .await
-            .map_err(docker_err(format!("create {name}")))?;
-        Ok(created.id)
-    }
+    /// Creates container `name` from `spec` (adding the label [`labels::MANAGED`]); returns
+    /// its id. [`RuntimeError::Conflict`] if the name is taken.
+    fn create(
+        &self,
+        name: &str,
+        spec: ContainerSpec,
+    ) -> impl Future<Output = Result<String>> + Send;
 
-    /// Starts container `id`.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] (e.g. the command does not exist in the image).
-    pub async fn start(&self, id: &str) -> Result<()> {
-        self.docker
-            .start_container(id, None)
-            .await
-            .map_err(docker_err(format!("start {id}")))
-    }
+    /// Starts container `id` (e.g. fails when the command does not exist in the image).
+    fn start(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
 
     /// Stops container `id`: SIGTERM (or the image's stop signal), then SIGKILL after `grace`
     /// (whole seconds, rounded up; kubelet `terminationGracePeriodSeconds`). A container that
     /// is already stopped or gone is fine.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] for any other failure.
-    pub async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
-        let secs = i32::try_from(grace.as_secs() + u64::from(grace.subsec_nanos() > 0))
-            .unwrap_or(i32::MAX);
-        let opts = StopContainerOptionsBuilder::default().t(secs).build();
-        match self.docker.stop_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(DockerError::DockerResponseServerError {
-                status_code: 304 | 404,
-                ..
-            }) => Ok(()),
-            Err(e) => Err(docker_err(format!("stop {id}"))(e)),
-        }
-    }
+    fn stop(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
 
-    /// Removes container `id` (forcibly, with its anonymous volumes); a missing one is fine.
-    ///
-    /// # Errors
-    /// [`Error::Docker`] for any other failure.
-    pub async fn remove(&self, id: &str) -> Result<()> {
-        let opts = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
-        match self.docker.remove_container(id, Some(opts)).await {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            // 409: removal already in progress.
-            Err(DockerError::DockerResponseServerError {
-                status_code: 409, ..
-            }) => Ok(()),
-            Err(e) => Err(docker_err(format!("remove {id}"))(e)),
-        }
-    }
+    /// Removes container `id` (or name) with its anonymous volumes; `force` kills it first
+    /// if it runs. [`RuntimeError::NotFound`] if it does not exist,
+    /// [`RuntimeError::Conflict`] if its removal is already in progress (or, without `force`,
+    /// it runs).
+    fn remove(&self, id: &str, force: bool) -> impl Future<Output = Result<()>> + Send;
 
-    /// Docker events of edged's containers: `start`, `die`, `oom`, `destroy`. Ends (or
-    /// yields errors) when the engine goes away; the caller re-subscribes.
-    pub fn events(&self) -> impl Stream<Item = Result<EventMessage, DockerError>> + use<> {
-        let filters = HashMap::from([
-            ("type", vec!["container".to_owned()]),
-            ("label", vec![self.managed_filter()]),
-            (
-                "event",
-                ["start", "die", "oom", "destroy"]
-                    .map(str::to_owned)
-                    .to_vec(),
-            ),
-        ]);
-        let opts = EventsOptionsBuilder::default().filters(&filters).build();
-        self.docker.events(Some(opts))
+    /// Lifecycle events of this node's containers (`start`, `die`, `oom`, `destroy`). Ends
+    /// (or yields errors) when the engine goes away; the caller subscribes again.
+    fn events(&self) -> BoxStream<'static, Result<RuntimeEvent>>;
+
+    /// Runs `cmd` in running container `id` and waits for it; keeps at most `max_output`
+    /// bytes of its output (exec probes).
+    fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        max_output: usize,
+    ) -> impl Future<Output = Result<ExecOutput>> + Send;
+
+    /// Inspects local image `image` (a reference or an id); `None` if it is not present.
+    fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
+
+    /// Pulls `image` (`repo[:tag]` — tag `latest` when none — or `repo@digest`) with `auth`.
+    fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<RegistryAuth>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every local image.
+    fn list_images(&self) -> impl Future<Output = Result<Vec<ImageSummary>>> + Send;
+
+    /// Removes image reference `reference` (a tag, or an id), never forcibly (an image in
+    /// use stays).
+    fn remove_image(&self, reference: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// The directory holding the engine's images (Docker's root directory), if it says.
+    fn image_fs_root(&self) -> impl Future<Output = Result<Option<PathBuf>>> + Send;
+
+    /// Removes container `id` forcibly (the pod worker's removal): a container that is gone
+    /// or already being removed is fine.
+    fn remove_if_present(&self, id: &str) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            match self.remove(id, true).await {
+                Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+                other => other,
+            }
+        }
     }
 }

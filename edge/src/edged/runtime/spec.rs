@@ -1,4 +1,4 @@
-//! Docker create bodies for a pod's sandbox and containers, following the kubelet's
+//! [`ContainerSpec`]s for a pod's sandbox and containers, following the kubelet's
 //! `kuberuntime_container.go` and dockershim's `helpers.go`.
 //!
 //! * Command: `command` replaces the image's Entrypoint (and then the image's Cmd is not
@@ -15,10 +15,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::labels::ContainerLabels;
+use super::types::{ContainerSpec, IpcMode, NetworkMode, PortBinding};
 use crate::node::quantity::parse_scaled;
 
 /// Expands `$(NAME)` references in `s` from `env` (`KEY=VALUE` entries; later wins);
@@ -71,8 +71,8 @@ fn group_add(pod: &Pod) -> Option<Vec<String>> {
     Some(groups).filter(|g| !g.is_empty())
 }
 
-/// Applies `resources.limits`/`requests` to `host`.
-fn apply_resources(container: &Container, host: &mut HostConfig) {
+/// Applies `resources.limits`/`requests` to `spec`.
+fn apply_resources(container: &Container, spec: &mut ContainerSpec) {
     let Some(res) = container.resources.as_ref() else {
         return;
     };
@@ -83,10 +83,10 @@ fn apply_resources(container: &Container, host: &mut HostConfig) {
             .and_then(|q| parse_scaled(&q.0, scale))
     };
     if let Some(millis) = limit("cpu", 3) {
-        host.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
+        spec.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
     }
     if let Some(bytes) = limit("memory", 0) {
-        host.memory = i64::try_from(bytes).ok();
+        spec.memory = i64::try_from(bytes).ok();
     }
     let request = res
         .requests
@@ -94,23 +94,22 @@ fn apply_resources(container: &Container, host: &mut HostConfig) {
         .and_then(|r| r.get("cpu"))
         .and_then(|q| parse_scaled(&q.0, 3));
     if let Some(millis) = request {
-        host.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
+        spec.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
     }
 }
 
-/// The create body of app or init container `container` of `pod`, joining sandbox
-/// `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds.
-#[allow(clippy::too_many_arguments)]
-pub fn container_body(
+/// The spec of app or init container `container` of `pod` (its image as given), joining
+/// sandbox `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds,
+/// `grace` the pod's grace period (kept as a label).
+pub fn container_spec(
     pod: &Pod,
     container: &Container,
     labels: &ContainerLabels,
     sandbox_id: &str,
-    image: &str,
     env: Vec<String>,
     binds: Vec<String>,
     grace: Duration,
-) -> ContainerCreateBody {
+) -> ContainerSpec {
     let expand_all = |v: &Option<Vec<String>>| {
         v.as_ref()
             .map(|v| v.iter().map(|s| expand(s, &env)).collect::<Vec<_>>())
@@ -123,33 +122,29 @@ pub fn container_body(
     };
     let sc = container.security_context.as_ref();
     let caps = sc.and_then(|s| s.capabilities.as_ref());
-    let join = format!("container:{sandbox_id}");
-    let mut host = HostConfig {
-        binds: Some(binds).filter(|b| !b.is_empty()),
-        network_mode: Some(join.clone()),
-        ipc_mode: Some(join),
-        privileged: sc.and_then(|s| s.privileged),
-        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
-        cap_add: caps.and_then(|c| c.add.clone()),
-        cap_drop: caps.and_then(|c| c.drop.clone()),
-        group_add: group_add(pod),
-        ..HostConfig::default()
-    };
-    apply_resources(container, &mut host);
-    ContainerCreateBody {
-        image: Some(image.to_owned()),
+    let mut spec = ContainerSpec {
+        image: container.image.clone().unwrap_or_default(),
         entrypoint,
         cmd,
-        env: Some(env),
         working_dir: container.working_dir.clone(),
         user: user(pod, container),
         tty: container.tty,
         open_stdin: container.stdin,
         stdin_once: container.stdin_once,
-        labels: Some(with_grace(labels, grace)),
-        host_config: Some(host),
-        ..ContainerCreateBody::default()
-    }
+        labels: with_grace(labels, grace),
+        binds,
+        network: NetworkMode::Container(sandbox_id.to_owned()),
+        ipc: IpcMode::Container(sandbox_id.to_owned()),
+        privileged: sc.and_then(|s| s.privileged),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
+        cap_add: caps.and_then(|c| c.add.clone()),
+        cap_drop: caps.and_then(|c| c.drop.clone()),
+        group_add: group_add(pod),
+        ..ContainerSpec::default()
+    };
+    apply_resources(container, &mut spec);
+    spec.env = Some(env);
+    spec
 }
 
 /// The labels plus the grace period label ([`labels::GRACE`](super::labels::GRACE)).
@@ -167,19 +162,19 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-/// The create body of the pod's sandbox: `image` running `command` (empty: the image's),
-/// hostname = `spec.hostname` or the pod name, shareable IPC, bridge network (or host) with
-/// every container port that has a `hostPort` published.
-pub fn sandbox_body(
+/// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
+/// `spec.hostname` or the pod name, shareable IPC, bridge network (or host) with every
+/// container port that has a `hostPort` published.
+pub fn sandbox_spec(
     pod: &Pod,
     labels: &ContainerLabels,
     image: &str,
     command: &[String],
     grace: Duration,
-) -> ContainerCreateBody {
+) -> ContainerSpec {
     let spec = pod.spec.as_ref();
     let host_net = host_network(pod);
-    let mut bindings: HashMap<String, Option<Vec<PortBinding>>> = HashMap::new();
+    let mut bindings: HashMap<String, Vec<PortBinding>> = HashMap::new();
     for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
         for p in c.ports.iter().flatten() {
             let Some(host_port) = p.host_port.filter(|hp| *hp > 0 && !host_net) else {
@@ -189,33 +184,32 @@ pub fn sandbox_body(
             bindings
                 .entry(format!("{}/{proto}", p.container_port))
                 .or_default()
-                .get_or_insert_with(Vec::new)
                 .push(PortBinding {
                     host_ip: p.host_ip.clone(),
-                    host_port: Some(host_port.to_string()),
+                    host_port: host_port.to_string(),
                 });
         }
     }
-    let exposed: Vec<String> = bindings.keys().cloned().collect();
     let hostname = if host_net {
         None
     } else {
         spec.and_then(|s| s.hostname.clone())
             .or_else(|| Some(labels.pod.name.clone()))
     };
-    ContainerCreateBody {
-        image: Some(image.to_owned()),
+    ContainerSpec {
+        image: image.to_owned(),
         cmd: Some(command.to_vec()).filter(|c| !c.is_empty()),
         hostname,
-        labels: Some(with_grace(labels, grace)),
-        exposed_ports: Some(exposed).filter(|e| !e.is_empty()),
-        host_config: Some(HostConfig {
-            network_mode: Some(if host_net { "host" } else { "bridge" }.to_owned()),
-            ipc_mode: Some("shareable".to_owned()),
-            port_bindings: Some(bindings).filter(|b| !b.is_empty()),
-            ..HostConfig::default()
-        }),
-        ..ContainerCreateBody::default()
+        labels: with_grace(labels, grace),
+        exposed_ports: bindings.keys().cloned().collect(),
+        port_bindings: bindings,
+        network: if host_net {
+            NetworkMode::Host
+        } else {
+            NetworkMode::Bridge
+        },
+        ipc: IpcMode::Shareable,
+        ..ContainerSpec::default()
     }
 }
 
@@ -250,31 +244,27 @@ mod tests {
             ("io.kubernetes.container.name".to_owned(), "c".to_owned()),
         ]))
         .expect("labels");
-        let b = container_body(
+        let h = container_spec(
             &pod,
             c,
             &labels,
             "sb",
-            "img",
             vec![],
             vec![],
             Duration::from_secs(3),
         );
-        assert_eq!(b.entrypoint, Some(vec!["sh".to_owned(), "-c".to_owned()]));
-        assert_eq!(b.cmd, Some(vec![]));
-        assert_eq!(b.user.as_deref(), Some("7:3000"));
-        let h = b.host_config.expect("host");
+        assert_eq!(h.image, "img");
+        assert_eq!(h.entrypoint, Some(vec!["sh".to_owned(), "-c".to_owned()]));
+        assert_eq!(h.cmd, Some(vec![]));
+        assert_eq!(h.user.as_deref(), Some("7:3000"));
         assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
-        assert_eq!(h.network_mode.as_deref(), Some("container:sb"));
+        assert_eq!(h.network, NetworkMode::Container("sb".into()));
         assert_eq!(h.readonly_rootfs, Some(true));
         let groups = ["2000", "3000", "4000"].map(String::from);
         assert_eq!(h.group_add.as_deref(), Some(groups.as_slice()));
         assert_eq!(group_add(&Pod::default()), None);
-        let s = sandbox_body(&pod, &labels, "pause", &[], Duration::ZERO);
-        let ports = s.host_config.expect("host").port_bindings.expect("ports");
-        assert_eq!(
-            ports["80/tcp"].as_ref().expect("b")[0].host_port.as_deref(),
-            Some("8080")
-        );
+        let s = sandbox_spec(&pod, &labels, "pause", &[], Duration::ZERO);
+        assert_eq!(s.port_bindings["80/tcp"][0].host_port, "8080");
+        assert_eq!(s.exposed_ports, ["80/tcp"]);
     }
 }

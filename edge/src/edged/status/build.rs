@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub use super::container::{ContainerFacts, container_status};
 
 use crate::edged::pod_worker::observe::RunState;
-use crate::edged::pod_worker::state::PodState;
+use crate::edged::pod_worker::state::{PodState, RestartPolicy, WaitingReason};
 
 /// The pod-level facts.
 #[derive(Debug, Clone)]
@@ -28,11 +28,7 @@ pub struct PodFacts<'a> {
 
 /// The kubelet's `getPhase` over the app containers' statuses.
 fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
-    let policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
+    let policy = RestartPolicy::of(pod);
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     for s in statuses {
         let st = s.state.as_ref();
@@ -56,9 +52,9 @@ fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
     match () {
         () if waiting > 0 => "Pending",
         () if running > 0 => "Running",
-        () if stopped > 0 && policy == "Always" => "Running",
+        () if stopped > 0 && policy == RestartPolicy::Always => "Running",
         () if stopped > 0 && stopped == succeeded => "Succeeded",
-        () if stopped > 0 && policy == "Never" => "Failed",
+        () if stopped > 0 && policy == RestartPolicy::Never => "Failed",
         () if stopped > 0 => "Running",
         () => "Pending",
     }
@@ -129,16 +125,16 @@ pub fn pod_status(
 ) -> PodStatus {
     let init_statuses: Vec<ContainerStatus> = init
         .iter()
-        .map(|f| container_status(f, "PodInitializing"))
+        .map(|f| container_status(f, WaitingReason::PodInitializing))
         .collect();
     let initialized = init.iter().all(|f| {
         f.latest
             .is_some_and(|i| i.state == RunState::Exited && i.exit_code == 0)
     }) || app.iter().any(|f| f.latest.is_some());
     let app_wait = if initialized {
-        "ContainerCreating"
+        WaitingReason::ContainerCreating
     } else {
-        "PodInitializing"
+        WaitingReason::PodInitializing
     };
     let statuses: Vec<ContainerStatus> =
         app.iter().map(|f| container_status(f, app_wait)).collect();

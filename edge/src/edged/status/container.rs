@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::edged::pod_worker::observe::{Instance, RunState};
-use crate::edged::pod_worker::state::Waiting;
+use crate::edged::pod_worker::state::{Waiting, WaitingReason};
 
 /// What the status of one container is built from.
 #[derive(Debug, Clone, Copy)]
@@ -49,10 +49,10 @@ fn terminated(i: &Instance) -> ContainerStateTerminated {
     }
 }
 
-fn waiting(reason: &str, message: Option<&str>) -> ContainerState {
+fn waiting(reason: WaitingReason, message: Option<&str>) -> ContainerState {
     ContainerState {
         waiting: Some(ContainerStateWaiting {
-            reason: Some(reason.to_owned()),
+            reason: Some(reason.as_str().to_owned()),
             message: message.filter(|m| !m.is_empty()).map(str::to_owned),
         }),
         ..ContainerState::default()
@@ -68,7 +68,7 @@ fn term_state(i: &Instance) -> ContainerState {
 
 /// The `ContainerStatus` of one container; `default_wait` is the reason while nothing runs
 /// (`ContainerCreating`, or `PodInitializing` for app containers during init).
-pub fn container_status(f: &ContainerFacts<'_>, default_wait: &str) -> ContainerStatus {
+pub fn container_status(f: &ContainerFacts<'_>, default_wait: WaitingReason) -> ContainerStatus {
     let (state, last) = match f.latest {
         Some(i) if i.state == RunState::Running => (
             ContainerState {
@@ -80,15 +80,15 @@ pub fn container_status(f: &ContainerFacts<'_>, default_wait: &str) -> Container
             f.previous.map(term_state),
         ),
         Some(i) if i.state == RunState::Exited => match f.waiting {
-            Some(w) => (waiting(&w.reason, Some(&w.message)), Some(term_state(i))),
+            Some(w) => (waiting(w.reason, Some(&w.message)), Some(term_state(i))),
             None => (term_state(i), f.previous.map(term_state)),
         },
         Some(_) => (
-            waiting("ContainerCreating", None),
+            waiting(WaitingReason::ContainerCreating, None),
             f.previous.map(term_state),
         ),
         None => match f.waiting {
-            Some(w) => (waiting(&w.reason, Some(&w.message)), None),
+            Some(w) => (waiting(w.reason, Some(&w.message)), None),
             None => (waiting(default_wait, None), None),
         },
     };

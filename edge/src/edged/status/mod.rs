@@ -4,8 +4,8 @@
 //! that pod, ignoring condition timestamps. It also reports completed deletions as
 //! `delete <ns>/pod/<name>` (header uid), after the pod's last status (docs/protocol.md).
 //! Both are durable reports ([`EdgeHubHandle::report`]): committed to the outbox under
-//! [`OutboxKey::PodStatus`] (only the newest status of a pod waits) and
-//! [`OutboxKey::PodDelete`], and sent until the cloud acks them.
+//! [`OutboxKey::PodStatus`](crate::OutboxKey::PodStatus) (only the newest status of a pod waits) and
+//! [`OutboxKey::PodDelete`](crate::OutboxKey::PodDelete), and sent until the cloud acks them.
 
 pub mod build;
 pub mod container;
@@ -16,11 +16,9 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
-use verge_core::{Group, Operation, ResourceKey, ResourceType};
-use verge_proto::Message;
+use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
 
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::OutboxKey;
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
@@ -107,7 +105,7 @@ impl StatusManager {
                 () = shutdown.cancelled() => break,
                 r = self.rx.recv() => match r { Some(r) => r, None => break },
             };
-            let (key, msg, uid) = match report {
+            let (msg, uid) = match report {
                 Report::Status { pod, uid, status } => {
                     let normalized = normalize(&status);
                     if self.last.get(&uid) == Some(&normalized) {
@@ -123,19 +121,27 @@ impl StatusManager {
                     };
                     debug!(pod = %pod, phase = ?status.phase, "reporting pod status");
                     self.last.insert(uid.clone(), normalized);
-                    let msg = message(Operation::Update, &key, content, &uid);
-                    (OutboxKey::pod_status(&pod), msg, uid)
+                    let kind = Kind::Upsert {
+                        write: Write::Update,
+                        key,
+                        version: ObjectVersion::uid(&uid),
+                    };
+                    (upstream(kind, content), uid)
                 }
                 Report::Deleted { pod, uid } => {
                     self.last.remove(&uid);
                     debug!(pod = %pod, "reporting pod deletion");
-                    let msg = message(Operation::Delete, &pod, Vec::new(), &uid);
-                    (OutboxKey::pod_delete(&pod, &uid), msg, uid)
+                    let kind = Kind::Delete {
+                        key: pod,
+                        version: ObjectVersion::uid(&uid),
+                    };
+                    (upstream(kind, Vec::new()), uid)
                 }
             };
-            if let Err(e) = self.hub.report(key.clone(), msg).await {
+            let what = msg.to_string();
+            if let Err(e) = self.hub.report(msg).await {
                 // A store failure: forget the status so the pod's next one is reported.
-                error!(%key, error = %ErrorChain(&e), "pod report not stored");
+                error!(report = %what, error = %ErrorChain(&e), "pod report not stored");
                 self.last.remove(&uid);
                 if matches!(e, Error::HubStopped) {
                     break;
@@ -146,23 +152,21 @@ impl StatusManager {
     }
 }
 
-/// An upstream message about `key` of the pod `uid`.
-fn message(op: Operation, key: &ResourceKey, content: Vec<u8>, uid: &str) -> Message {
-    report(op, key, content).with_object(uid, "")
+/// An upstream message of edged's (pod status and deletion, events, node registration,
+/// status and lease — the kubelet's reports): group `resource`, source `edged` ([`SOURCE`]),
+/// a fresh id, `content` the object's JSON.
+fn upstream(kind: Kind, content: Vec<u8>) -> Envelope {
+    Envelope::new(Module::Edged, Group::Resource, kind, content)
 }
 
-/// An upstream report of edged's (pod status and deletion, events, node registration, status
-/// and lease — the kubelet's reports): group `resource`, source [`SOURCE`], a fresh UUID id,
-/// `content` the object's JSON.
-pub(crate) fn report(op: Operation, key: &ResourceKey, content: Vec<u8>) -> Message {
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        op,
-        key.to_string(),
-        content,
-    )
+/// An upstream `write` of the object at `key` (no uid or resourceVersion), see [`upstream`].
+pub(crate) fn report(write: Write, key: &ResourceKey, content: Vec<u8>) -> Envelope {
+    let kind = Kind::Upsert {
+        write,
+        key: key.clone(),
+        version: ObjectVersion::default(),
+    };
+    upstream(kind, content)
 }
 
 /// The status without the timestamps that change on their own (condition probe/transition
@@ -179,7 +183,8 @@ fn normalize(status: &PodStatus) -> PodStatus {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::PodCondition;
-    use verge_proto::MessageExt as _;
+    use verge_core::Operation;
+    use verge_proto::{Message, MessageExt as _};
 
     use super::*;
 
@@ -208,7 +213,7 @@ mod tests {
         handle.deleted(&key, "u1").await;
         let mut got = Vec::new();
         for _ in 0..3 {
-            let m = up.recv().await.expect("message");
+            let m = Message::from(up.recv().await.expect("message"));
             let uid = m.header.as_ref().map(|h| h.uid.clone()).unwrap_or_default();
             got.push((m.operation().expect("op"), m.resource().to_owned(), uid));
         }

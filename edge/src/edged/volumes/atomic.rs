@@ -17,7 +17,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use super::ownership;
-use crate::{Error, Result};
+use super::{Result, VolumeError};
 
 /// One file of a payload: its bytes and mode (e.g. `0o644`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,8 +34,8 @@ pub(super) type Payload = BTreeMap<String, File>;
 const DATA: &str = "..data";
 const DATA_TMP: &str = "..data_tmp";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::VolumeIo {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
         path: path.to_owned(),
         source,
     }
@@ -46,16 +46,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// [`ownership::file_mode`]); returns whether anything changed.
 ///
 /// # Errors
-/// [`Error::VolumeIo`] for a file system failure or an invalid payload path (absolute, with
-/// `..`, or starting with `..`); [`Error::Blocking`] if the writer panicked.
+/// [`VolumeError::Io`] for a file system failure or an invalid payload path (absolute, with
+/// `..`, or starting with `..`); [`VolumeError::Blocking`] if the writer panicked.
 pub(super) async fn write(dir: PathBuf, payload: Payload, fs_group: Option<u32>) -> Result<bool> {
     tokio::task::spawn_blocking(move || write_blocking(&dir, &payload, fs_group))
         .await
-        .map_err(Error::Blocking)?
+        .map_err(VolumeError::Blocking)?
 }
 
-fn invalid(path: &Path, what: &str) -> Error {
-    Error::VolumeIo {
+fn invalid(path: &Path, what: &str) -> VolumeError {
+    VolumeError::Io {
         path: path.to_owned(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_owned()),
     }

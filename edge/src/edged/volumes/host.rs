@@ -9,10 +9,10 @@ use tracing::warn;
 
 use super::mounts;
 use super::ownership::{self, FsGroup};
-use crate::{Error, Result};
+use super::{Result, VolumeError};
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::VolumeIo {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
         path: path.to_owned(),
         source,
     }
@@ -33,8 +33,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 ///   kubelet's emptyDir plugin ignores the policy and always walks).
 ///
 /// # Errors
-/// [`Error::Volume`] for a `sizeLimit` that cannot be parsed; [`Error::VolumeIo`] when the
-/// directory cannot be made or re-owned; [`Error::Blocking`] if the work panicked.
+/// [`VolumeError::SetUp`] for a `sizeLimit` that cannot be parsed; [`VolumeError::Io`] when the
+/// directory cannot be made or re-owned; [`VolumeError::Blocking`] if the work panicked.
 pub(super) async fn empty_dir(
     volume: &Volume,
     dir: &Path,
@@ -43,12 +43,7 @@ pub(super) async fn empty_dir(
     let src = volume.empty_dir.as_ref();
     let memory = src.and_then(|e| e.medium.as_deref()) == Some("Memory");
     let size = if memory {
-        mounts::size_option(src.and_then(|e| e.size_limit.as_ref())).map_err(|reason| {
-            Error::Volume {
-                volume: volume.name.clone(),
-                reason,
-            }
-        })?
+        mounts::size_option(&volume.name, src.and_then(|e| e.size_limit.as_ref()))?
     } else {
         None
     };
@@ -75,7 +70,7 @@ pub(super) async fn empty_dir(
         Ok(())
     })
     .await
-    .map_err(Error::Blocking)?
+    .map_err(VolumeError::Blocking)?
 }
 
 /// The kubelet's hostPath type check: `""` none; `DirectoryOrCreate` / `FileOrCreate`
@@ -84,10 +79,10 @@ pub(super) async fn empty_dir(
 /// `BlockDevice` must be one.
 ///
 /// # Errors
-/// [`Error::Volume`] with the kubelet's message (`hostPath type check failed: <p> is not a
+/// [`VolumeError::SetUp`] with the kubelet's message (`hostPath type check failed: <p> is not a
 /// directory`, `... is not a file`, `... is not a socket file`, `... is not a character
 /// device`, `... is not a block device`, `<t> is an invalid volume type`);
-/// [`Error::VolumeIo`] when creating fails.
+/// [`VolumeError::Io`] when creating fails.
 pub(super) async fn check_host_path(volume: &Volume, path: &Path) -> Result<()> {
     let ty = volume
         .host_path
@@ -96,7 +91,7 @@ pub(super) async fn check_host_path(volume: &Volume, path: &Path) -> Result<()> 
         .unwrap_or_default();
     let meta = tokio::fs::metadata(path).await.ok();
     let fail = |what: &str| {
-        Err(Error::Volume {
+        Err(VolumeError::SetUp {
             volume: volume.name.clone(),
             reason: format!(
                 "hostPath type check failed: {} is not {what}",
@@ -150,7 +145,7 @@ pub(super) async fn check_host_path(volume: &Volume, path: &Path) -> Result<()> 
         }
         "Directory" | "DirectoryOrCreate" | "File" | "FileOrCreate" | "Socket" | "CharDevice"
         | "BlockDevice" => Ok(()),
-        other => Err(Error::Volume {
+        other => Err(VolumeError::SetUp {
             volume: volume.name.clone(),
             reason: format!("{other} is an invalid volume type"),
         }),

@@ -12,6 +12,7 @@
 //! into Docker binds.
 
 mod atomic;
+mod error;
 mod host;
 mod mounts;
 mod ownership;
@@ -28,7 +29,10 @@ use tracing::{info, warn};
 
 use super::env::expand_with;
 use super::objects::PodObjects;
-use crate::{Error, Result};
+pub use error::VolumeError;
+
+/// `Result` with [`VolumeError`].
+pub type Result<T, E = VolumeError> = std::result::Result<T, E>;
 use ownership::FsGroup;
 use token::TokenCache;
 use verge_runtime::ErrorChain;
@@ -72,7 +76,7 @@ fn kind(volume: &Volume) -> Result<Kind> {
     {
         return Ok(Kind::Files);
     }
-    Err(Error::Volume {
+    Err(VolumeError::SetUp {
         volume: volume.name.clone(),
         reason: "unsupported volume type (edged supports emptyDir, hostPath, configMap, secret, \
                  downwardAPI, projected)"
@@ -107,9 +111,9 @@ impl<O: PodObjects> VolumeManager<O> {
     /// (hostPath: checks or creates the host path per its `type`).
     ///
     /// # Errors
-    /// [`Error::Volume`] with the kubelet's reason (`configmap "x" not found`, `hostPath type
+    /// [`VolumeError::SetUp`] with the kubelet's reason (`configmap "x" not found`, `hostPath type
     /// check failed: /p is not a directory`, an unsupported volume type, ...);
-    /// [`Error::VolumeIo`] for a file system failure; errors of the objects source.
+    /// [`VolumeError::Io`] for a file system failure; errors of the objects source.
     pub async fn prepare(&self, pod: &Pod) -> Result<PodVolumes> {
         self.write_all(pod, SystemTime::now(), true).await
     }
@@ -158,11 +162,11 @@ impl<O: PodObjects> VolumeManager<O> {
                     let mut files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
                         .await
                         .map_err(|reason| match reason {
-                            payload::Failure::Reason(reason) => Error::Volume {
+                            payload::Failure::Reason(reason) => VolumeError::SetUp {
                                 volume: volume.name.clone(),
                                 reason,
                             },
-                            payload::Failure::Other(e) => e,
+                            payload::Failure::Other(e) => e.into(),
                         })?;
                     // fsGroup: the modes set the user bits, the group reads (kubelet).
                     if fs_group.is_some() {
@@ -184,8 +188,8 @@ impl<O: PodObjects> VolumeManager<O> {
     /// untouched) and forgets the pod's tokens. Absent is fine.
     ///
     /// # Errors
-    /// [`Error::VolumeIo`] if a mount cannot be unmounted (then nothing is removed) or the
-    /// directory cannot be removed; [`Error::Blocking`] if unmounting panicked.
+    /// [`VolumeError::Io`] if a mount cannot be unmounted (then nothing is removed) or the
+    /// directory cannot be removed; [`VolumeError::Blocking`] if unmounting panicked.
     pub async fn cleanup(&self, pod_uid: &str) -> Result<()> {
         self.tokens.forget(pod_uid);
         if pod_uid.is_empty() {
@@ -195,10 +199,10 @@ impl<O: PodObjects> VolumeManager<O> {
         let pod_dir = dir.clone();
         tokio::task::spawn_blocking(move || mounts::unmount_under(&pod_dir))
             .await
-            .map_err(Error::Blocking)?
-            .map_err(|(path, source)| Error::VolumeIo { path, source })?;
+            .map_err(VolumeError::Blocking)?
+            .map_err(|(path, source)| VolumeError::Io { path, source })?;
         match tokio::fs::remove_dir_all(&dir).await {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::VolumeIo {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(VolumeError::Io {
                 path: dir,
                 source: e,
             }),
@@ -238,15 +242,13 @@ impl<O: PodObjects> VolumeManager<O> {
 }
 
 /// Checks a `subPath`: relative, without `..` (kubelet validation).
-fn sub_path(volume: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
+fn sub_path(volume: &Path, sub: &str) -> Result<PathBuf> {
     let rel = Path::new(sub);
     if rel
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
     {
-        return Err(format!(
-            "subPath {sub:?} must be a relative path without '..'"
-        ));
+        return Err(VolumeError::SubPath(sub.to_owned()));
     }
     Ok(volume.join(rel))
 }
@@ -257,7 +259,7 @@ fn sub_path(volume: &Path, sub: &str) -> std::result::Result<PathBuf, String> {
 /// # Errors
 /// `missing value for A, B` when a referenced variable is undefined or empty (the kubelet
 /// fails the container then, rather than keeping `$(A)` as env values do).
-fn expand_sub_path(expr: &str, env: &[String]) -> std::result::Result<String, String> {
+fn expand_sub_path(expr: &str, env: &[String]) -> Result<String> {
     let vars: HashMap<&str, &str> = env.iter().filter_map(|kv| kv.split_once('=')).collect();
     let mut missing = BTreeSet::new();
     let path = expand_with(expr, |name| match vars.get(name) {
@@ -270,8 +272,9 @@ fn expand_sub_path(expr: &str, env: &[String]) -> std::result::Result<String, St
     if missing.is_empty() {
         Ok(path)
     } else {
-        let names: Vec<_> = missing.into_iter().collect();
-        Err(format!("missing value for {}", names.join(", ")))
+        Err(VolumeError::SubPathExprMissing(
+            missing.into_iter().collect(),
+        ))
     }
 }
 
@@ -289,39 +292,39 @@ impl PodVolumes {
     /// [`resolve_env`](crate::edged::env::resolve_env) returns it) and then is a `subPath`.
     ///
     /// # Errors
-    /// [`Error::ContainerConfig`] for a mount of an unknown volume (kubelet: `cannot find
-    /// volume "v" to mount into container "c"`), both `subPath` and `subPathExpr`, a
-    /// `subPathExpr` referencing a missing or empty variable (`missing value for X`), a
-    /// subPath that is absolute or has `..`; [`Error::VolumeIo`] if the subPath cannot be
+    /// [`VolumeError::UnknownVolume`] for a mount of an unknown volume (kubelet: `cannot
+    /// find volume "v" to mount into container "c"`), [`VolumeError::SubPathAndExpr`] for
+    /// both `subPath` and `subPathExpr`, [`VolumeError::SubPathExprMissing`] for a
+    /// `subPathExpr` referencing a missing or empty variable (`missing value for X`),
+    /// [`VolumeError::SubPath`] for a subPath that is absolute or has `..`; [`VolumeError::Io`] if the subPath cannot be
     /// made.
     pub fn binds_for(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
         let mut binds = Vec::new();
         for mount in container.volume_mounts.iter().flatten() {
             let Some((volume_path, always_ro)) = self.volumes.get(&mount.name) else {
-                return Err(Error::ContainerConfig(format!(
-                    "cannot find volume \"{}\" to mount into container \"{}\"",
-                    mount.name, container.name
-                )));
+                return Err(VolumeError::UnknownVolume {
+                    volume: mount.name.clone(),
+                    container: container.name.clone(),
+                });
             };
             let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
             let expr = mount.sub_path_expr.as_deref().filter(|e| !e.is_empty());
             let sub = match (sub, expr) {
                 (Some(_), Some(_)) => {
-                    return Err(Error::ContainerConfig(format!(
-                        "volumeMount \"{}\" of container \"{}\": subPathExpr and subPath are \
-                         mutually exclusive",
-                        mount.name, container.name
-                    )));
+                    return Err(VolumeError::SubPathAndExpr {
+                        volume: mount.name.clone(),
+                        container: container.name.clone(),
+                    });
                 }
                 (None, Some(expr)) => {
-                    let expanded = expand_sub_path(expr, env).map_err(Error::ContainerConfig)?;
+                    let expanded = expand_sub_path(expr, env)?;
                     Some(std::borrow::Cow::Owned(expanded))
                 }
                 (sub, None) => sub.map(std::borrow::Cow::Borrowed),
             };
             let mut source = volume_path.clone();
             if let Some(sub) = sub.as_deref() {
-                source = sub_path(volume_path, sub).map_err(Error::ContainerConfig)?;
+                source = sub_path(volume_path, sub)?;
                 host::make_sub_path(volume_path, &source)?;
             }
             let ro = *always_ro || mount.read_only.unwrap_or(false);

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustix::io::Errno;
 use rustix::mount::{MountFlags, UnmountFlags};
 
+use super::VolumeError;
 use crate::node::quantity::parse_scaled;
 
 const MOUNTINFO: &str = "/proc/self/mountinfo";
@@ -71,15 +72,22 @@ fn mounts() -> Vec<Mount> {
 /// `None` without one (the kernel default, half of RAM).
 ///
 /// # Errors
-/// The reason, for a quantity edgecore cannot parse (e.g. the exponent form `1e9`).
-pub(super) fn size_option(size_limit: Option<&Quantity>) -> Result<Option<String>, String> {
+/// [`VolumeError::SetUp`] of volume `volume` for a quantity edgecore cannot parse (e.g. the
+/// exponent form `1e9`).
+pub(super) fn size_option(
+    volume: &str,
+    size_limit: Option<&Quantity>,
+) -> Result<Option<String>, VolumeError> {
     let Some(q) = size_limit else {
         return Ok(None);
     };
     match parse_scaled(&q.0, 0) {
         Some(0) => Ok(None),
         Some(bytes) => Ok(Some(format!("size={bytes}"))),
-        None => Err(format!("sizeLimit {:?} is not a supported quantity", q.0)),
+        None => Err(VolumeError::SetUp {
+            volume: volume.to_owned(),
+            reason: format!("sizeLimit {:?} is not a supported quantity", q.0),
+        }),
     }
 }
 
@@ -167,16 +175,20 @@ bad line
     #[test]
     fn size_option_from_size_limit() {
         let q = |s: &str| Quantity(s.to_owned());
-        assert_eq!(size_option(None), Ok(None));
+        assert_eq!(size_option("v", None).ok(), Some(None));
         assert_eq!(
-            size_option(Some(&q("16Mi"))),
-            Ok(Some("size=16777216".into()))
+            size_option("v", Some(&q("16Mi"))).ok(),
+            Some(Some("size=16777216".into()))
         );
         assert_eq!(
-            size_option(Some(&q("1G"))),
-            Ok(Some("size=1000000000".into()))
+            size_option("v", Some(&q("1G"))).ok(),
+            Some(Some("size=1000000000".into()))
         );
-        assert_eq!(size_option(Some(&q("0"))), Ok(None), "zero: no limit");
-        assert!(size_option(Some(&q("1e9"))).is_err());
+        assert_eq!(
+            size_option("v", Some(&q("0"))).ok(),
+            Some(None),
+            "zero: no limit"
+        );
+        assert!(size_option("v", Some(&q("1e9"))).is_err());
     }
 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{Error, Result};
+use super::{Result, VolumeError};
 
 /// Bits added to a file of a writable volume (emptyDir).
 const RW_MASK: u32 = 0o660;
@@ -61,8 +61,8 @@ pub(super) fn root_needs_change(dir: &Path, gid: u32, read_only: bool) -> bool {
     !(meta.is_dir() && meta.gid() == gid && meta.mode() & want == want)
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::VolumeIo {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> VolumeError + '_ {
+    move |source| VolumeError::Io {
         path: path.to_owned(),
         source,
     }
@@ -73,7 +73,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// Symlinks are not followed. Blocking.
 ///
 /// # Errors
-/// [`Error::VolumeIo`] for the first file that cannot be read, re-owned or chmodded.
+/// [`VolumeError::Io`] for the first file that cannot be read, re-owned or chmodded.
 pub(super) fn set(dir: &Path, gid: u32, read_only: bool) -> Result<()> {
     let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
     while let Some(path) = stack.pop() {

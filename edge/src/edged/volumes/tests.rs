@@ -4,6 +4,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::json;
 
 use super::*;
+use crate::Error;
 use crate::edged::objects::fake::FakeObjects;
 
 mod tmpfs_fs_group_sub_path_expr;
@@ -232,7 +233,10 @@ async fn downward_api_and_projected_with_token_refresh() {
     m.refresh_at(&p, later(3000)).await.expect("kept");
     assert_eq!(read(&api.join("token")), "token-2");
     let expired = m.refresh_at(&p, later(3601)).await;
-    assert!(matches!(expired, Err(Error::HubStopped)), "{expired:?}");
+    assert!(
+        matches!(&expired, Err(VolumeError::Objects(e)) if matches!(**e, Error::HubStopped)),
+        "{expired:?}"
+    );
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use verge_core::ResourceKey;
+use verge_core::{Envelope, Kind, ResourceKey, ResourceType, Write};
 
 /// The coalescing key of a durable upstream report: a newer report with the same key
 /// replaces the older one in the outbox (only the newest status of a pod matters).
@@ -44,6 +44,48 @@ pub enum OutboxKey {
 }
 
 impl OutboxKey {
+    /// The key of the report `envelope`, derived from its kind and resource so that the key
+    /// and the route cannot disagree; `None` for a message that is not a durable report (a
+    /// lease renewal, an answer, a query).
+    pub fn of(envelope: &Envelope) -> Option<Self> {
+        let names = |key: &ResourceKey| (key.namespace.clone(), key.name.clone());
+        match &envelope.kind {
+            Kind::Upsert {
+                write: Write::Update,
+                key,
+                ..
+            } => match key.kind {
+                ResourceType::PodStatus => {
+                    let (namespace, name) = names(key);
+                    Some(Self::PodStatus { namespace, name })
+                }
+                ResourceType::NodeStatus => Some(Self::NodeStatus),
+                _ => None,
+            },
+            Kind::Upsert {
+                write: Write::Insert,
+                key,
+                ..
+            } => match key.kind {
+                ResourceType::Node => Some(Self::Node),
+                ResourceType::Event => {
+                    let (namespace, name) = names(key);
+                    Some(Self::Event { namespace, name })
+                }
+                _ => None,
+            },
+            Kind::Delete { key, version } if key.kind == ResourceType::Pod => {
+                let (namespace, name) = names(key);
+                Some(Self::PodDelete {
+                    namespace,
+                    name,
+                    uid: version.uid.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
+
     /// The status key of the pod at `pod` (`<ns>/pod/<name>`).
     pub fn pod_status(pod: &ResourceKey) -> Self {
         Self::PodStatus {

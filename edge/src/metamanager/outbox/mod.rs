@@ -2,7 +2,9 @@
 //! as the objects.
 //!
 //! Tables:
-//! * `outbox`: [`OutboxKey`] text -> `(seq, attempts, message id, prost-encoded Message)`;
+//! * `outbox`: [`OutboxKey`] text -> `(seq, attempts, message id, the report's wire
+//!   encoding)` ([`verge_proto::envelope::encode`]; unchanged since the store held wire
+//!   `Message`s, so existing databases stay readable);
 //! * `outbox_order`: `seq` -> key, to read entries in FIFO order;
 //! * `outbox_meta`: `"next_seq"` -> the next sequence number (never reused, so a reader's
 //!   cursor only ever moves forward).
@@ -16,11 +18,10 @@ mod key;
 #[cfg(test)]
 mod tests;
 
-use prost::Message as _;
 use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
-use verge_proto::Message;
+use verge_core::Envelope;
 
 pub use key::OutboxKey;
 
@@ -45,7 +46,7 @@ pub struct OutboxEntry {
     /// How many times the cloud refused this message (`error` answers that count).
     pub attempts: u32,
     /// The report, with its id.
-    pub message: Message,
+    pub message: Envelope,
 }
 
 /// Creates the outbox tables in `txn` (part of [`MetaStore::open`]).
@@ -57,18 +58,22 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> Result<()> {
 }
 
 impl MetaStore {
-    /// Puts `message` in the outbox under `key`, replacing the entry of that key if any, at
-    /// the end of the FIFO order; commits before returning. `message` must have a unique id.
+    /// Puts the report `message` in the outbox under its key ([`OutboxKey::of`]), replacing
+    /// the entry of that key if any, at the end of the FIFO order; commits before returning.
     ///
     /// # Errors
-    /// [`Error::OutboxFull`] when `key` is droppable ([`OutboxKey::is_droppable`]), not yet
-    /// in the outbox, and `max_entries` entries already wait; nothing changes then.
-    /// [`Error::Store`] if the transaction fails.
-    pub fn outbox_put(&self, key: &OutboxKey, message: &Message, max_entries: usize) -> Result<()> {
+    /// [`Error::NotAReport`] when `message` has no outbox key; [`Error::OutboxFull`] when the
+    /// key is droppable ([`OutboxKey::is_droppable`]), not yet in the outbox, and
+    /// `max_entries` entries already wait; nothing changes then. [`Error::Store`] if the
+    /// transaction fails.
+    pub fn outbox_put(&self, message: &Envelope, max_entries: usize) -> Result<()> {
+        let key = OutboxKey::of(message).ok_or_else(|| Error::NotAReport {
+            message: message.to_string(),
+        })?;
         let droppable = key.is_droppable();
         let key = key.to_string();
-        let id = verge_proto::MessageExt::id(message);
-        let bytes = message.encode_to_vec();
+        let id = message.id.as_str();
+        let bytes = verge_proto::envelope::encode(message);
         let txn = self.db.begin_write()?;
         {
             let mut outbox = txn.open_table(OUTBOX)?;
@@ -192,7 +197,7 @@ impl MetaStore {
 }
 
 fn decode(key: &str, (seq, attempts, _, bytes): (u64, u32, &str, &[u8])) -> Result<OutboxEntry> {
-    let message = Message::decode(bytes).map_err(|source| Error::OutboxRecord {
+    let message = verge_proto::envelope::decode(bytes).map_err(|source| Error::OutboxRecord {
         key: key.to_owned(),
         source,
     })?;

@@ -1,5 +1,5 @@
 use verge_core::{Group, Operation, ResourceKey, ResourceType};
-use verge_proto::{Message, MessageExt};
+use verge_proto::Message;
 
 use super::*;
 
@@ -9,23 +9,46 @@ fn store() -> (tempfile::TempDir, MetaStore) {
     (dir, store)
 }
 
-fn report(id: &str, resource: &str) -> Message {
-    Message::build(
-        id,
-        "edged",
-        Group::Resource,
-        Operation::Update,
-        resource,
-        b"{}".to_vec(),
-    )
+fn report(id: &str, resource: &str) -> Envelope {
+    let op = match resource.split('/').nth(1) {
+        Some("node" | "event") => Operation::Insert,
+        Some("pod") => Operation::Delete,
+        _ => Operation::Update,
+    };
+    let m = Message::build(id, "edged", Group::Resource, op, resource, b"{}".to_vec())
+        .with_object("u", "");
+    Envelope::try_from(m).expect("valid")
 }
 
-fn pod(name: &str) -> OutboxKey {
-    OutboxKey::pod_status(&ResourceKey::new("ns", ResourceType::Pod, name))
+#[test]
+fn keys_are_derived_from_the_report() {
+    let web = ResourceKey::new("ns", ResourceType::Pod, "web");
+    let key = |id: &str, resource: &str| OutboxKey::of(&report(id, resource));
+    assert_eq!(
+        key("1", "ns/podstatus/web"),
+        Some(OutboxKey::pod_status(&web))
+    );
+    assert_eq!(
+        key("2", "ns/pod/web"),
+        Some(OutboxKey::pod_delete(&web, "u"))
+    );
+    assert_eq!(key("3", "_/node/n"), Some(OutboxKey::Node));
+    assert_eq!(key("4", "_/nodestatus/n"), Some(OutboxKey::NodeStatus));
+    assert_eq!(key("5", "ns/event/e1"), Some(OutboxKey::event("ns", "e1")));
+    assert_eq!(
+        key("6", "kube-node-lease/lease/n"),
+        None,
+        "leases are transient"
+    );
+    let (_dir, s) = store();
+    assert!(matches!(
+        s.outbox_put(&report("7", "kube-node-lease/lease/n"), 10),
+        Err(Error::NotAReport { .. })
+    ));
 }
 
 fn ids(entries: &[OutboxEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.message.id()).collect()
+    entries.iter().map(|e| e.message.id.as_str()).collect()
 }
 
 #[test]
@@ -43,13 +66,12 @@ fn keys_have_their_documented_text() {
 #[test]
 fn coalescing_replaces_and_moves_to_the_end() {
     let (_dir, s) = store();
-    s.outbox_put(&pod("a"), &report("a1", "ns/podstatus/a"), 10)
+    s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
         .expect("a1");
-    s.outbox_put(&pod("b"), &report("b1", "ns/podstatus/b"), 10)
+    s.outbox_put(&report("b1", "ns/podstatus/b"), 10)
         .expect("b1");
-    s.outbox_put(&OutboxKey::Node, &report("n1", "_/node/n"), 10)
-        .expect("n1");
-    s.outbox_put(&pod("a"), &report("a2", "ns/podstatus/a"), 10)
+    s.outbox_put(&report("n1", "_/node/n"), 10).expect("n1");
+    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
         .expect("a2");
     assert_eq!(s.outbox_len().expect("len"), 3);
     let all = s.outbox_after(None, 100).expect("all");
@@ -58,15 +80,15 @@ fn coalescing_replaces_and_moves_to_the_end() {
     let after_b = s.outbox_after(Some(all[0].seq), 1).expect("after");
     assert_eq!(ids(&after_b), ["n1"]);
     let a = s.outbox_get("podstatus/ns/a").expect("get").expect("a");
-    assert_eq!((a.message.id(), a.attempts), ("a2", 0));
+    assert_eq!((a.message.id.as_str(), a.attempts), ("a2", 0));
 }
 
 #[test]
 fn remove_only_if_it_still_holds_the_acked_id() {
     let (_dir, s) = store();
-    s.outbox_put(&pod("a"), &report("a1", "ns/podstatus/a"), 10)
+    s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
         .expect("a1");
-    s.outbox_put(&pod("a"), &report("a2", "ns/podstatus/a"), 10)
+    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
         .expect("a2");
     assert!(
         !s.outbox_remove_if("podstatus/ns/a", "a1")
@@ -98,37 +120,19 @@ fn remove_only_if_it_still_holds_the_acked_id() {
 #[test]
 fn a_full_outbox_refuses_new_events_only() {
     let (_dir, s) = store();
-    s.outbox_put(
-        &OutboxKey::event("ns", "e1"),
-        &report("e1", "ns/event/e1"),
-        2,
-    )
-    .expect("e1");
-    s.outbox_put(&pod("a"), &report("a1", "ns/podstatus/a"), 2)
+    s.outbox_put(&report("e1", "ns/event/e1"), 2).expect("e1");
+    s.outbox_put(&report("a1", "ns/podstatus/a"), 2)
         .expect("a1");
     let err = s
-        .outbox_put(
-            &OutboxKey::event("ns", "e2"),
-            &report("e2", "ns/event/e2"),
-            2,
-        )
+        .outbox_put(&report("e2", "ns/event/e2"), 2)
         .expect_err("full");
     assert!(matches!(err, Error::OutboxFull { entries: 2, .. }), "{err}");
     // A known event key is replaced; statuses and deletions always fit.
-    s.outbox_put(
-        &OutboxKey::event("ns", "e1"),
-        &report("e1b", "ns/event/e1"),
-        2,
-    )
-    .expect("e1 replaced");
-    let web = ResourceKey::new("ns", ResourceType::Pod, "web");
-    s.outbox_put(
-        &OutboxKey::pod_delete(&web, "u"),
-        &report("d", "ns/pod/web"),
-        2,
-    )
-    .expect("deletion");
-    s.outbox_put(&pod("b"), &report("b1", "ns/podstatus/b"), 2)
+    s.outbox_put(&report("e1b", "ns/event/e1"), 2)
+        .expect("e1 replaced");
+    s.outbox_put(&report("d", "ns/pod/web"), 2)
+        .expect("deletion");
+    s.outbox_put(&report("b1", "ns/podstatus/b"), 2)
         .expect("status");
     assert_eq!(s.outbox_len().expect("len"), 4);
 }
@@ -139,9 +143,9 @@ fn survives_reopen_and_keeps_the_sequence() {
     let path = dir.path().join("edgecore.redb");
     let last = {
         let s = MetaStore::open(&path).expect("open");
-        s.outbox_put(&pod("a"), &report("a1", "ns/podstatus/a"), 10)
+        s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
             .expect("a1");
-        s.outbox_put(&OutboxKey::NodeStatus, &report("n1", "_/nodestatus/n"), 10)
+        s.outbox_put(&report("n1", "_/nodestatus/n"), 10)
             .expect("n1");
         s.outbox_refused("nodestatus", "n1", true).expect("refused");
         s.outbox_after(None, 10).expect("all")[1].seq
@@ -150,8 +154,8 @@ fn survives_reopen_and_keeps_the_sequence() {
     let all = s.outbox_after(None, 10).expect("all");
     assert_eq!(ids(&all), ["a1", "n1"]);
     assert_eq!(all[1].attempts, 1);
-    assert_eq!(all[0].message.resource(), "ns/podstatus/a");
-    s.outbox_put(&pod("a"), &report("a2", "ns/podstatus/a"), 10)
+    assert_eq!(all[0].message.path(), "ns/podstatus/a");
+    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
         .expect("a2");
     let newer = s.outbox_after(Some(last), 10).expect("newer");
     assert_eq!(ids(&newer), ["a2"]);

@@ -5,7 +5,7 @@
 //! - *answers* (`ack`, `response`, `error`, `keepalive`, or no resource): sent first, in
 //!   FIFO order, once, never coalesced, never tracked;
 //! - *object messages* (every other operation on an edge-side `<ns>/<type>/<name>`): keyed by
-//!   that [`ResourceKey`]. Per key at most one message is *in flight* (sent, not answered), so
+//!   that [`ResourceKey`], [`Envelope::delivery_key`], so route and key cannot disagree. Per key at most one message is *in flight* (sent, not answered), so
 //!   the edge sees an object's versions in order. A full-state message (`insert`, `update`,
 //!   `delete`, `resync`) replaces whatever waits for its key, so only the newest version
 //!   waits; `patch` and `query` queue behind it instead. An in-flight message without an
@@ -19,8 +19,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use verge_core::{Operation, ResourceKey};
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, MessageId, ResourceKey};
 
 #[cfg(test)]
 mod tests;
@@ -63,7 +62,7 @@ pub(crate) struct Unacked {
 /// A message and who queued it.
 #[derive(Debug)]
 struct Queued {
-    message: Message,
+    message: Envelope,
     origin: Origin,
 }
 
@@ -91,28 +90,11 @@ pub(crate) struct DeliveryQueue {
     /// `answers` plus every list in `waiting`.
     waiting_len: usize,
     /// Sent object messages by id.
-    inflight: HashMap<String, InFlight>,
+    inflight: HashMap<MessageId, InFlight>,
     /// The id in flight for each key.
-    inflight_keys: HashMap<ResourceKey, String>,
+    inflight_keys: HashMap<ResourceKey, MessageId>,
     /// Ids whose resend is due (stale ids are skipped).
-    due: VecDeque<String>,
-}
-
-/// The object key of `message` with `operation`, or `None` for an answer.
-fn object_key(operation: Operation, message: &Message) -> Option<ResourceKey> {
-    if operation.is_answer() || operation == Operation::Keepalive {
-        return None;
-    }
-    message.edge_key().ok()
-}
-
-/// Whether a message with `operation` carries the whole state of its object, so older
-/// waiting ones are moot.
-fn supersedes(operation: Operation) -> bool {
-    matches!(
-        operation,
-        Operation::Insert | Operation::Update | Operation::Delete | Operation::Resync
-    )
+    due: VecDeque<MessageId>,
 }
 
 impl DeliveryQueue {
@@ -147,9 +129,9 @@ impl DeliveryQueue {
     ///
     /// # Errors
     /// [`QueueFull`] when `capacity` messages wait already; the queue is then unchanged.
-    pub(crate) fn push(&mut self, message: Message, origin: Origin) -> Result<(), QueueFull> {
-        let operation = message.operation().ok();
-        let key = operation.and_then(|op| object_key(op, &message));
+    pub(crate) fn push(&mut self, message: Envelope, origin: Origin) -> Result<(), QueueFull> {
+        let key = message.delivery_key().cloned();
+        let supersedes = message.supersedes();
         let queued = Queued { message, origin };
         let Some(key) = key else {
             self.check_room()?;
@@ -157,9 +139,7 @@ impl DeliveryQueue {
             self.waiting_len += 1;
             return Ok(());
         };
-        if operation.is_some_and(supersedes)
-            && let Some(list) = self.waiting.get_mut(&key)
-        {
+        if supersedes && let Some(list) = self.waiting.get_mut(&key) {
             self.waiting_len = self.waiting_len + 1 - list.len();
             list.clear();
             list.push_back(queued);
@@ -195,7 +175,7 @@ impl DeliveryQueue {
     ///
     /// Message ids are expected to be unique (UUIDs); an object message reusing the id of one
     /// in flight is sent untracked.
-    pub(crate) fn next_to_send(&mut self, now: Instant) -> Option<Message> {
+    pub(crate) fn next_to_send(&mut self, now: Instant) -> Option<Envelope> {
         if let Some(queued) = self.answers.pop_front() {
             self.waiting_len -= 1;
             return Some(queued.message);
@@ -219,7 +199,7 @@ impl DeliveryQueue {
             self.waiting.remove(&key);
         }
         self.waiting_len -= 1;
-        let id = queued.message.id().to_owned();
+        let id = queued.message.id.clone();
         if self.inflight.contains_key(&id) {
             if self.waiting.contains_key(&key) {
                 self.ready.push_front(key);
@@ -261,7 +241,7 @@ impl DeliveryQueue {
     /// [`DeliveryQueue::next_to_send`]); the others are dropped, freeing their key, and
     /// returned, oldest deadline first, so their origin can be told.
     pub(crate) fn expired(&mut self, now: Instant) -> Vec<Unacked> {
-        let mut overdue: Vec<(Instant, String)> = self
+        let mut overdue: Vec<(Instant, MessageId)> = self
             .inflight
             .iter()
             .filter_map(|(id, sent)| sent.deadline.filter(|d| *d <= now).map(|d| (d, id.clone())))
@@ -280,7 +260,7 @@ impl DeliveryQueue {
             if let Some(sent) = self.inflight.remove(&id) {
                 self.release(&sent.key);
                 dropped.push(Unacked {
-                    message_id: id,
+                    message_id: id.into_string(),
                     origin: sent.queued.origin,
                     attempts: sent.attempts,
                 });

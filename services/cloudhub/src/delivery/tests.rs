@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
-use verge_core::{Group, Operation};
-use verge_proto::{Message, MessageExt};
+use verge_core::{Envelope, Group, Operation};
+use verge_proto::Message;
 
 use super::*;
 
@@ -16,23 +16,24 @@ fn queue(capacity: usize, max_inflight: usize) -> DeliveryQueue {
     })
 }
 
-fn object(id: &str, op: Operation, resource: &str) -> Message {
-    Message::build(
+fn object(id: &str, op: Operation, resource: &str) -> Envelope {
+    Envelope::try_from(Message::build(
         id,
         "edgecontroller",
         Group::Resource,
         op,
         resource,
         Vec::new(),
-    )
+    ))
+    .expect("valid")
 }
 
-fn pod(id: &str, name: &str) -> Message {
+fn pod(id: &str, name: &str) -> Envelope {
     object(id, Operation::Update, &format!("default/pod/{name}"))
 }
 
-fn ack(id: &str) -> Message {
-    Message::reply(
+fn ack(id: &str) -> Envelope {
+    Envelope::try_from(Message::reply(
         format!("a-{id}"),
         id,
         "edgecontroller",
@@ -40,13 +41,14 @@ fn ack(id: &str) -> Message {
         Operation::Ack,
         "",
         Vec::new(),
-    )
+    ))
+    .expect("valid")
 }
 
 /// Drains what may be sent at `now`, as ids.
 fn drain(q: &mut DeliveryQueue, now: Instant) -> Vec<String> {
     std::iter::from_fn(|| q.next_to_send(now))
-        .map(|m| m.id().to_owned())
+        .map(|m| m.id.to_string())
         .collect()
 }
 

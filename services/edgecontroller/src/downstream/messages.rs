@@ -2,59 +2,55 @@
 //! (docs/protocol.md, "Messages" and "Resync by inventory").
 
 use serde_json::json;
-use verge_core::{Group, NodeResource, Operation, ResourceKey, ResourceType};
-use verge_proto::Message;
+use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
 
 use crate::cache::Cached;
-use crate::upstream::SOURCE;
 
 /// `update node/<node>/<ns>/<type>/<name>` with the object JSON and header uid and
 /// resourceVersion.
-pub fn update_message(node: &str, key: &ResourceKey, object: &Cached) -> Message {
+pub fn update_message(node: &str, key: &ResourceKey, object: &Cached) -> Envelope {
     let version = object.version();
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
+    let kind = Kind::Upsert {
+        write: Write::Update,
+        key: key.clone(),
+        version: ObjectVersion::new(version.uid, version.resource_version),
+    };
+    Envelope::new(
+        Module::EdgeController,
         Group::Resource,
-        Operation::Update,
-        NodeResource::new(node, key.clone()).to_string(),
+        kind,
         object.to_json(),
     )
-    .with_object(version.uid, version.resource_version)
+    .at_node(node)
 }
 
 /// `delete node/<node>/<ns>/<type>/<name>`, empty content, header uid.
-pub fn delete_message(node: &str, key: &ResourceKey, uid: &str) -> Message {
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        Operation::Delete,
-        NodeResource::new(node, key.clone()).to_string(),
-        Vec::new(),
-    )
-    .with_object(uid, "")
+pub fn delete_message(node: &str, key: &ResourceKey, uid: &str) -> Envelope {
+    let kind = Kind::Delete {
+        key: key.clone(),
+        version: ObjectVersion::uid(uid),
+    };
+    Envelope::new(Module::EdgeController, Group::Resource, kind, Vec::new()).at_node(node)
 }
 
 /// `resync node/<node>/_/node/<node>` with content `{"updates": n, "deletes": n}`: the end
 /// of a node's resync, sent after the messages of its inventory diff.
-pub fn resync_message(node: &str, updates: usize, deletes: usize) -> Message {
+pub fn resync_message(node: &str, updates: usize, deletes: usize) -> Envelope {
     let content = json!({ "updates": updates, "deletes": deletes });
-    Message::build(
-        uuid::Uuid::new_v4().to_string(),
-        SOURCE,
-        Group::Resource,
-        Operation::Resync,
-        NodeResource::new(node, ResourceKey::cluster(ResourceType::Node, node)).to_string(),
-        content.to_string().into_bytes(),
-    )
+    let kind = Kind::Resync {
+        key: ResourceKey::cluster(ResourceType::Node, node),
+    };
+    let body = content.to_string().into_bytes();
+    Envelope::new(Module::EdgeController, Group::Resource, kind, body).at_node(node)
 }
 
 #[cfg(test)]
 mod tests {
-    use verge_proto::MessageExt;
+    use verge_core::Operation;
+    use verge_proto::{Message, MessageExt};
 
     use super::*;
+    use crate::upstream::SOURCE;
 
     #[test]
     fn messages_carry_path_and_version() {
@@ -63,7 +59,7 @@ mod tests {
             "metadata": { "name": "p", "namespace": "ns", "uid": "u", "resourceVersion": "9" }
         }))
         .expect("pod");
-        let m = update_message("edge-1", &key, &Cached::Pod(pod.into()));
+        let m = Message::from(update_message("edge-1", &key, &Cached::Pod(pod.into())));
         assert_eq!(m.resource(), "node/edge-1/ns/pod/p");
         assert_eq!(m.operation(), Ok(Operation::Update));
         let header = m.header.clone().expect("header");
@@ -73,7 +69,7 @@ mod tests {
         );
         let body: serde_json::Value = serde_json::from_slice(&m.content).expect("json");
         assert_eq!(body["kind"], "Pod");
-        let d = delete_message("edge-1", &key, "u");
+        let d = Message::from(delete_message("edge-1", &key, "u"));
         assert_eq!(d.operation(), Ok(Operation::Delete));
         assert!(d.content.is_empty());
         assert_eq!(d.header.expect("header").uid, "u");
@@ -81,7 +77,7 @@ mod tests {
 
     #[test]
     fn resync_marker_names_the_node() {
-        let m = resync_message("edge-1", 2, 1);
+        let m = Message::from(resync_message("edge-1", 2, 1));
         assert_eq!(m.resource(), "node/edge-1/_/node/edge-1");
         assert_eq!(m.operation(), Ok(Operation::Resync));
         assert_eq!(m.group(), Ok(Group::Resource));

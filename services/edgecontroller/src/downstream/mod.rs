@@ -29,11 +29,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::{Operation, ResourceKey};
-use verge_proto::{Inventory, MessageExt};
+use verge_proto::Inventory;
 
 use crate::cache::{CacheEvent, Caches};
 use crate::desired;
-use crate::dispatch::routed_frame;
 use crate::hub::Link;
 use retry::Retries;
 pub use sender::{Contents, NodeState};
@@ -262,10 +261,10 @@ impl Downstream {
             debug!(node = %node, messages = messages.len(), "sending changes down");
         }
         for message in messages {
-            debug!(node = %node, operation = ?message.operation(), resource = %message.resource(),
+            debug!(node = %node, operation = %message.operation(), resource = %message.path(),
                 "downstream");
             tokio::select! {
-                sent = link.send(routed_frame(node, message)) => {
+                sent = link.send(node, message) => {
                     if sent.is_err() {
                         debug!(node = %node, link = link.id, "link ended, downstream messages dropped");
                         return true;

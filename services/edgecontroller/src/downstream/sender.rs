@@ -22,8 +22,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use verge_core::ResourceKey;
-use verge_proto::{Inventory, Message, MessageExt};
+use verge_core::{Envelope, ResourceKey};
+use verge_proto::Inventory;
 
 use super::messages::{delete_message, resync_message, update_message};
 use crate::cache::{Cached, Caches};
@@ -143,7 +143,7 @@ impl NodeState {
 
     /// Computes what `node` misses from `caches` and returns the messages to send
     /// ([`NodeState::plan_objects`]).
-    pub fn plan(&mut self, node: &str, caches: &Caches) -> Vec<Message> {
+    pub fn plan(&mut self, node: &str, caches: &Caches) -> Vec<Envelope> {
         self.plan_objects(node, &desired_objects(node, caches))
     }
 
@@ -156,7 +156,7 @@ impl NodeState {
         &mut self,
         node: &str,
         wanted: &BTreeMap<ResourceKey, Cached>,
-    ) -> Vec<Message> {
+    ) -> Vec<Envelope> {
         let versions: Versions = wanted
             .iter()
             .map(|(key, object)| (key.clone(), object.version()))
@@ -198,23 +198,23 @@ impl NodeState {
             };
             let message = update_message(node, &key, object);
             if key == own {
-                self.own_in_flight = Some(message.id().to_owned());
+                self.own_in_flight = Some(message.id.to_string());
             }
             self.held.insert(key.clone(), object.version());
             self.contents.record(&key, object);
             self.in_flight
-                .insert(message.id().to_owned(), Sent::Update(key));
+                .insert(message.id.to_string(), Sent::Update(key));
             messages.push(message);
         }
         for (key, uid) in deletes {
             let message = delete_message(node, &key, &uid);
             if key == own {
-                self.own_in_flight = Some(message.id().to_owned());
+                self.own_in_flight = Some(message.id.to_string());
             }
             self.held.remove(&key);
             self.contents.0.remove(&key);
             self.in_flight
-                .insert(message.id().to_owned(), Sent::Delete(key, uid));
+                .insert(message.id.to_string(), Sent::Delete(key, uid));
             messages.push(message);
         }
         if self.resync_pending {
@@ -223,8 +223,8 @@ impl NodeState {
             if self.own_in_flight.is_none() {
                 let (updates, deletes) = std::mem::take(&mut self.resync_counts);
                 let marker = resync_message(node, updates, deletes);
-                self.in_flight.insert(marker.id().to_owned(), Sent::Resync);
-                self.own_in_flight = Some(marker.id().to_owned());
+                self.in_flight.insert(marker.id.to_string(), Sent::Resync);
+                self.own_in_flight = Some(marker.id.to_string());
                 self.resync_pending = false;
                 messages.push(marker);
             }

@@ -1,8 +1,8 @@
 //! Upstream: what edges report, applied to the API server.
 //!
-//! A message arrives as `Routed{node, message}` with a cloud-side path
-//! `node/<node>/<namespace>/<type>/<name>`. [`parse`] turns it into an [`Inbound`] once, at the
-//! boundary (checking that a node only writes its own objects); [`handle`] applies it with
+//! A message arrives as an [`Envelope`] from `node` with a cloud-side path
+//! `node/<node>/<namespace>/<type>/<name>` (read from the wire in `hub`). [`parse`] turns it
+//! into an [`Inbound`] (checking that a node only writes its own objects); [`handle`] applies it with
 //! kube-rs and builds the answer: `ack` after the API server accepted the write, `response`
 //! with the object for queries, `error` with a UTF-8 reason otherwise (docs/protocol.md,
 //! "Messages"). Pods, pod status, configmaps, secrets and tokens are only served for pods
@@ -29,8 +29,10 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use tracing::{debug, warn};
-use verge_core::{CLUSTER_SCOPE, Group, NodeResource, Operation, ResourceKey, ResourceType};
-use verge_proto::{Message, MessageExt};
+use verge_core::{
+    CLUSTER_SCOPE, Envelope, Group, Kind, Module, NodeResource, Operation, Outcome, ResourceKey,
+    ResourceType,
+};
 
 use crate::cache::Caches;
 use crate::{Error, Result};
@@ -105,25 +107,34 @@ pub enum Inbound {
 /// Classifies `message`, received from the session of `node`.
 ///
 /// # Errors
-/// [`Error::Route`] for an unparsable route, [`Error::Forbidden`] when the path or the object
+/// [`Error::Route`] for an edge-side path, [`Error::Forbidden`] when the path or the object
 /// names another node (or the lease is outside `kube-node-lease`), [`Error::Decode`] for bad
 /// JSON content, [`Error::Unsupported`] for any other operation/type.
-pub fn parse(node: &str, message: &Message) -> Result<Inbound> {
-    let operation = message.operation()?;
-    if operation.is_answer() {
+pub fn parse(node: &str, message: &Envelope) -> Result<Inbound> {
+    let operation = message.operation();
+    if let Kind::Answer { to, .. } = &message.kind {
         return Ok(Inbound::Answer {
             operation,
-            parent_id: message.parent_id().to_owned(),
+            parent_id: to.to_string(),
         });
     }
     let unsupported = || Error::Unsupported {
         operation: operation.to_string(),
-        resource: message.resource().to_owned(),
+        resource: message.path(),
     };
-    if message.group()? != Group::Resource {
+    if message.group != Group::Resource {
         return Err(unsupported());
     }
-    let path: NodeResource = message.node_resource()?;
+    let path: NodeResource = message.node_resource().ok_or_else(|| {
+        Error::Route(verge_proto::Error::Invalid {
+            id: message.id.to_string(),
+            field: "route.resource",
+            source: verge_core::Error::ResourcePath {
+                path: message.path(),
+                reason: "expected node/<node>/<namespace>/<type>/<name>",
+            },
+        })
+    })?;
     let forbidden = |what: String| Error::Forbidden {
         node: node.to_owned(),
         what,
@@ -132,7 +143,7 @@ pub fn parse(node: &str, message: &Message) -> Result<Inbound> {
         return Err(forbidden(format!("objects of node {:?}", path.node)));
     }
     let key = &path.key;
-    let content = message.content.as_slice();
+    let content = message.body.as_slice();
     let request = match (operation, key.kind) {
         (Operation::Insert, ResourceType::Node) => {
             check_own(
@@ -223,15 +234,15 @@ fn namespaced<'a>(node: &str, key: &'a ResourceKey) -> Result<&'a str> {
     })
 }
 
-/// The pod named by `key`, with the uid of the message header.
-fn pod_ref(node: &str, key: &ResourceKey, message: &Message) -> Result<PodRef> {
+/// The pod named by `key`, with the uid the message carries.
+fn pod_ref(node: &str, key: &ResourceKey, message: &Envelope) -> Result<PodRef> {
     Ok(PodRef {
         namespace: namespaced(node, key)?.to_owned(),
         name: key.name.clone(),
         uid: message
-            .header
-            .as_ref()
-            .map(|h| h.uid.clone())
+            .kind
+            .version()
+            .map(|v| v.uid.clone())
             .unwrap_or_default(),
     })
 }
@@ -241,16 +252,12 @@ fn decode<T: serde::de::DeserializeOwned>(content: &[u8], kind: &'static str) ->
 }
 
 /// Applies one upstream message from `node` and returns the answer to send back (`None` for
-/// answers from the edge, which are not answered, and for messages without an id).
+/// answers from the edge, which are not answered).
 #[tracing::instrument(
     skip_all,
-    fields(id = %message.id(), node = %node, resource = %message.resource())
+    fields(id = %message.id, node = %node, resource = %message.path())
 )]
-pub async fn handle(context: &Context, node: &str, message: &Message) -> Option<Message> {
-    if message.id().is_empty() {
-        warn!("upstream message without id dropped");
-        return None;
-    }
+pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option<Envelope> {
     let result = match parse(node, message) {
         Ok(Inbound::Answer {
             operation,
@@ -265,15 +272,15 @@ pub async fn handle(context: &Context, node: &str, message: &Message) -> Option<
     Some(match result {
         Ok(Reply::Ack) => {
             debug!("applied");
-            answer(message, Operation::Ack, Vec::new())
+            answer(message, Outcome::Ack, Vec::new())
         }
         Ok(Reply::Response(content)) => {
             debug!("answered");
-            answer(message, Operation::Response, content)
+            answer(message, Outcome::Response, content)
         }
         Err(error) => {
             warn!(error = %error.reason(), "upstream message rejected");
-            answer(message, Operation::Error, error.reason().into_bytes())
+            answer(message, Outcome::Error(error.reason()), Vec::new())
         }
     })
 }
@@ -303,18 +310,12 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
     Ok(Reply::Ack)
 }
 
-/// An answer (`ack`/`error`) to `message`: a new id, `parent_id` = the message's id, group
-/// `resource`, the same resource path.
-pub fn answer(message: &Message, operation: Operation, content: Vec<u8>) -> Message {
-    Message::reply(
-        uuid::Uuid::new_v4().to_string(),
-        message.id(),
-        SOURCE,
-        Group::Resource,
-        operation,
-        message.resource(),
-        content,
-    )
+/// An answer (`ack`/`response`/`error`) to `message`: a new id, `parent_id` = the message's
+/// id, group `resource`, the same resource path; `body` is a response's object.
+pub fn answer(message: &Envelope, outcome: Outcome, body: Vec<u8>) -> Envelope {
+    let mut reply = message.answer(Module::EdgeController, outcome, body);
+    reply.group = Group::Resource;
+    reply
 }
 
 #[cfg(test)]

@@ -6,6 +6,11 @@ use verge_proto::{Message, MessageExt};
 
 use super::*;
 
+/// As the hub link reads a message, then [`super::parse`].
+fn parse(node: &str, message: &Message) -> Result<Inbound> {
+    super::parse(node, &Envelope::try_from(message.clone())?)
+}
+
 fn msg(op: Operation, resource: &str, content: serde_json::Value) -> Message {
     Message::build(
         "m-1",
@@ -177,7 +182,8 @@ fn answer_names_the_parent() {
         "node/edge-1/_/nodestatus/edge-1",
         json!({}),
     );
-    let a = answer(&m, Operation::Error, b"why".to_vec());
+    let envelope = Envelope::try_from(m.clone()).expect("valid");
+    let a = Message::from(answer(&envelope, Outcome::Error("why".into()), Vec::new()));
     assert_eq!(a.parent_id(), "m-1");
     assert_ne!(a.id(), "m-1");
     assert_eq!(a.operation(), Ok(Operation::Error));

@@ -123,12 +123,14 @@ async fn fs_group_owns_volumes() {
 fn sub_path_expr_expansion() {
     let env = ["POD=web", "NS=ns", "EMPTY=", "POD=web-2"].map(String::from);
     assert_eq!(
-        expand_sub_path("$(NS)/$(POD)/$$(POD)", &env).as_deref(),
-        Ok("ns/web-2/$(POD)"),
+        expand_sub_path("$(NS)/$(POD)/$$(POD)", &env)
+            .ok()
+            .as_deref(),
+        Some("ns/web-2/$(POD)"),
         "later wins, $$ escapes"
     );
     assert_eq!(
-        expand_sub_path("$(NOPE)/$(EMPTY)/$(POD)/$(NOPE)", &env),
+        expand_sub_path("$(NOPE)/$(EMPTY)/$(POD)/$(NOPE)", &env).map_err(|e| e.to_string()),
         Err("missing value for EMPTY, NOPE".to_owned())
     );
 }

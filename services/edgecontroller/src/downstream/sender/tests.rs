@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{Value, json};
 use verge_core::{Operation, ResourceType};
-use verge_proto::InventoryEntry;
+use verge_proto::{InventoryEntry, Message, MessageExt};
 
 use super::*;
 
@@ -35,7 +35,8 @@ fn inventory(rv: &str) -> Inventory {
 }
 
 /// (operation, resource) of each message, and the marker's content if any.
-fn summary(messages: &[Message]) -> (Vec<(Operation, String)>, Option<Value>) {
+fn summary(messages: &[Envelope]) -> (Vec<(Operation, String)>, Option<Value>) {
+    let messages: Vec<Message> = messages.iter().cloned().map(Message::from).collect();
     let ops = messages
         .iter()
         .map(|m| (m.operation().expect("op"), m.resource().to_owned()))
@@ -157,7 +158,7 @@ fn current_objects_get_a_fingerprint() {
 fn failures_forget_what_was_sent() {
     let mut state = NodeState::connected("edge-1", &Inventory::default(), Contents::default());
     let messages = state.plan_objects("edge-1", &pod("5", "i", "Pending"));
-    let (update, marker) = (messages[0].id(), messages[1].id());
+    let (update, marker) = (messages[0].id.as_str(), messages[1].id.as_str());
     assert!(state.failed(update));
     assert!(state.held.is_empty() && state.contents.is_empty());
     assert!(!state.failed(update));
@@ -206,7 +207,7 @@ fn own_node_heartbeats_are_not_echoed() {
     let messages = state.plan_objects("edge-1", &wanted(node("3", "1", "True")));
     assert_eq!(messages.len(), 1, "only the marker");
     assert!(
-        state.answered(messages[0].id()),
+        state.answered(messages[0].id.as_str()),
         "the marker held the own key"
     );
     // A status report (heartbeat): current, nothing to send.
@@ -221,18 +222,18 @@ fn own_node_heartbeats_are_not_echoed() {
     let relabelled = Cached::Node(node("5", "2", "False").into());
     assert!(!state.is_current(&own, Some(&relabelled)));
     let messages = state.plan_objects("edge-1", &wanted(node("5", "2", "False")));
-    let update = messages[0].id().to_owned();
+    let update = messages[0].id.to_string();
     let (ops, _) = summary(&messages);
     assert_eq!(
         ops,
         vec![(Operation::Update, "node/edge-1/_/node/edge-1".to_owned())]
     );
-    let header = messages[0].header.clone().expect("header");
+    let header = Message::from(messages[0].clone()).header.expect("header");
     assert_eq!(
         (header.uid.as_str(), header.resource_version.as_str()),
         ("n", "5")
     );
-    let sent: Node = serde_json::from_slice(&messages[0].content).expect("node json");
+    let sent: Node = serde_json::from_slice(&messages[0].body).expect("node json");
     assert_eq!(sent.metadata.labels.expect("labels")["a"], "2");
     // The Node object is deleted: `delete`, once the update was answered (one unanswered
     // message per own key: cloudhub would replace a waiting one).
@@ -299,16 +300,16 @@ fn marker_waits_for_the_own_node_update() {
     );
     assert_eq!(marker, None);
     // The pod's ack changes nothing; the Node's ack lets the marker (counting both) go.
-    assert!(!state.answered(messages[1].id()));
+    assert!(!state.answered(messages[1].id.as_str()));
     assert!(state.plan_objects("edge-1", &wanted).is_empty());
-    assert!(state.answered(messages[0].id()));
+    assert!(state.answered(messages[0].id.as_str()));
     let (ops, marker) = summary(&state.plan_objects("edge-1", &wanted));
     assert_eq!(ops.len(), 1);
     assert_eq!(marker, Some(json!({ "updates": 2, "deletes": 0 })));
     // A failed Node update frees the key too and is sent again.
     let mut state = NodeState::connected("edge-1", &Inventory::default(), Contents::default());
     let messages = state.plan_objects("edge-1", &wanted);
-    assert!(state.failed(messages[0].id()));
+    assert!(state.failed(messages[0].id.as_str()));
     let (ops, marker) = summary(&state.plan_objects("edge-1", &wanted));
     assert_eq!(
         ops[0],

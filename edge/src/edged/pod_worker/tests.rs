@@ -1,0 +1,525 @@
+//! Unit tests of the pod lifecycle against [`FakeRuntime`] (no Docker), under Tokio's paused
+//! clock: image pull failures, crash loops, init container failures per restart policy,
+//! deletion during a start, and adoption of containers after an edgecore restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Pod};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use verge_core::Envelope;
+use verge_core::{ResourceKey, ResourceType};
+
+use super::state::{ContainerPhase, PodState};
+use super::{Worker, WorkerMsg, spawn};
+use crate::config::Config;
+use crate::edged::Context;
+use crate::edged::events::Recorder;
+use crate::edged::objects::StoreObjects;
+use crate::edged::probe::ProbeManager;
+use crate::edged::runtime::fake::FakeRuntime;
+use crate::edged::runtime::labels;
+use crate::edged::status::StatusManager;
+use crate::edged::volumes::VolumeManager;
+use crate::edgehub::EdgeHubHandle;
+use crate::metamanager::{MetaStore, QueryRegistry};
+
+const NODE: &str = "node-a";
+const PAUSE: &str = "pause:3";
+const IMAGE: &str = "registry.example/app:1";
+const SEC: Duration = Duration::from_secs(1);
+
+/// A context over a fake runtime, and the upstream messages (events) it sends.
+struct Harness {
+    rt: FakeRuntime,
+    ctx: Arc<Context<FakeRuntime>>,
+    upstream: mpsc::Receiver<Envelope>,
+    _dir: tempfile::TempDir,
+}
+
+fn harness() -> Harness {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = MetaStore::open(&dir.path().join("store.redb")).expect("store");
+    let (hub, upstream) = EdgeHubHandle::detached(100_000);
+    let objects = Arc::new(StoreObjects::new(
+        store.clone(),
+        hub.clone(),
+        QueryRegistry::new(),
+    ));
+    let config = Arc::new(Config {
+        node_name: NODE.into(),
+        data_dir: dir.path().to_owned(),
+        pod_infra_image: PAUSE.into(),
+        crash_loop_backoff_initial: Duration::from_secs(10),
+        crash_loop_backoff_max: Duration::from_secs(300),
+        ..Config::default()
+    });
+    let rt = FakeRuntime::new(NODE);
+    rt.add_image(PAUSE);
+    // Statuses are read from the worker (`last_status`); the manager is not run.
+    let (status, _manager) = StatusManager::new(hub.clone());
+    let ctx = Arc::new(Context {
+        volumes: VolumeManager::new(config.pods_dir(), Arc::clone(&objects)),
+        runtime: rt.clone(),
+        objects,
+        probes: ProbeManager::new(rt.clone()),
+        status,
+        events: Recorder::new(hub, NODE),
+        store,
+        node_ip: None,
+        config,
+    });
+    Harness {
+        rt,
+        ctx,
+        upstream,
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    fn worker(&self, pod: &Pod) -> Worker<FakeRuntime> {
+        Worker::new(Arc::clone(&self.ctx), key(pod), pod.clone())
+    }
+
+    /// `(reason, message)` of every event sent since the last call.
+    fn events(&mut self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(m) = self.upstream.try_recv() {
+            if let Ok(e) = serde_json::from_slice::<Event>(&m.body) {
+                out.push((e.reason.unwrap_or_default(), e.message.unwrap_or_default()));
+            }
+        }
+        out
+    }
+}
+
+fn key(pod: &Pod) -> ResourceKey {
+    ResourceKey::new(
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        ResourceType::Pod,
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn pod(spec: serde_json::Value) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+        "spec": spec,
+    }))
+    .expect("pod")
+}
+
+fn app_pod(policy: &str) -> Pod {
+    pod(json!({"restartPolicy": policy, "containers": [{"name": "app", "image": IMAGE}]}))
+}
+
+/// Syncs until the worker no longer asks to run again at once (sandbox creation asks so).
+async fn settle(w: &mut Worker<FakeRuntime>) -> Option<Instant> {
+    for _ in 0..10 {
+        let wake = w.sync().await.expect("sync");
+        if wake.is_none_or(|t| t > Instant::now()) {
+            return wake;
+        }
+    }
+    panic!("the pod never settles")
+}
+
+fn status(w: &Worker<FakeRuntime>, name: &str) -> ContainerStatus {
+    let s = w.last_status.as_ref().expect("status reported");
+    s.init_container_statuses
+        .iter()
+        .flatten()
+        .chain(s.container_statuses.iter().flatten())
+        .find(|c| c.name == name)
+        .cloned()
+        .expect("container status")
+}
+
+fn waiting_reason(w: &Worker<FakeRuntime>, name: &str) -> Option<String> {
+    status(w, name).state?.waiting?.reason
+}
+
+fn phase(w: &Worker<FakeRuntime>) -> String {
+    let s = w.last_status.as_ref().expect("status reported");
+    s.phase.clone().unwrap_or_default()
+}
+
+fn has(events: &[(String, String)], reason: &str, message: &str) -> bool {
+    events
+        .iter()
+        .any(|(r, m)| r == reason && m.starts_with(message))
+}
+
+#[tokio::test(start_paused = true)]
+async fn image_pull_failure_shows_err_image_pull_then_image_pull_back_off() {
+    let mut h = harness();
+    h.rt.fail_pull(IMAGE, "manifest unknown");
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    let t0 = Instant::now();
+    let wake = settle(&mut w).await;
+    assert_eq!(wake, Some(t0 + SEC), "ErrImagePull is shown for a second");
+    assert_eq!(waiting_reason(&w, "app").as_deref(), Some("ErrImagePull"));
+    let msg = status(&w, "app").state.and_then(|s| s.waiting?.message);
+    let expected = format!("failed to pull image \"{IMAGE}\": manifest unknown");
+    assert_eq!(msg.as_deref(), Some(expected.as_str()));
+    assert_eq!(phase(&w), "Pending");
+    let events = h.events();
+    assert!(has(
+        &events,
+        "Pulling",
+        &format!("Pulling image \"{IMAGE}\"")
+    ));
+    let failed = format!("Failed to pull image \"{IMAGE}\": manifest unknown");
+    assert!(has(&events, "Failed", &failed), "{events:?}");
+    assert!(has(&events, "Failed", "Error: ErrImagePull"), "{events:?}");
+
+    tokio::time::advance(SEC).await;
+    let wake = w.sync().await.expect("sync");
+    assert_eq!(
+        wake,
+        Some(t0 + 10 * SEC),
+        "the next pull waits for the back-off"
+    );
+    assert_eq!(
+        waiting_reason(&w, "app").as_deref(),
+        Some("ImagePullBackOff")
+    );
+    let events = h.events();
+    let backoff = format!("Back-off pulling image \"{IMAGE}\"");
+    assert!(has(&events, "BackOff", &backoff), "{events:?}");
+    assert!(
+        has(&events, "Failed", "Error: ImagePullBackOff"),
+        "{events:?}"
+    );
+
+    tokio::time::advance(9 * SEC).await;
+    w.sync().await.expect("sync");
+    assert_eq!(waiting_reason(&w, "app").as_deref(), Some("ErrImagePull"));
+    let pulls =
+        h.rt.take_calls()
+            .iter()
+            .filter(|c| c.starts_with("pull "))
+            .count();
+    assert_eq!(pulls, 2, "one pull per attempt");
+    assert!(h.rt.instances("app").is_empty());
+
+    h.rt.heal_pull(IMAGE);
+    tokio::time::advance(10 * SEC).await;
+    w.sync().await.expect("sync");
+    let app = h.rt.instances("app");
+    assert_eq!(app.len(), 1, "started once the image could be pulled");
+    assert!(status(&w, "app").state.and_then(|s| s.running).is_some());
+    let events = h.events();
+    assert!(
+        has(&events, "Pulled", "Successfully pulled image"),
+        "{events:?}"
+    );
+    assert!(
+        has(&events, "Started", "Started container app"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn crash_loop_backs_off_with_growing_delay_and_resets_after_a_long_run() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    h.rt.exit_on_start("app", 1);
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    // The first restart after the first exit is immediate.
+    w.sync().await.expect("sync");
+    assert_eq!(h.rt.instances("app").len(), 2);
+    let mut delays = Vec::new();
+    for _ in 0..4 {
+        let now = Instant::now();
+        let wake = w.sync().await.expect("sync").expect("a back-off wake-up");
+        delays.push((wake - now).as_secs());
+        assert_eq!(
+            waiting_reason(&w, "app").as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        let last = status(&w, "app").last_state.and_then(|s| s.terminated);
+        assert_eq!(last.map(|t| t.exit_code), Some(1));
+        tokio::time::advance(wake - now).await;
+        w.sync().await.expect("sync");
+    }
+    assert_eq!(delays, [10, 20, 40, 80]);
+    let status_now = status(&w, "app");
+    assert_eq!(status_now.restart_count, 5);
+    let events = h.events();
+    let backoff = "Back-off restarting failed container app in pod web_default(u-1)";
+    assert!(has(&events, "BackOff", backoff), "{events:?}");
+    let message = status_now.state.and_then(|s| s.waiting?.message);
+    assert_eq!(message, None, "running again after the last back-off");
+    // Only the newest dead instance is kept (for lastState).
+    assert!(h.rt.instances("app").len() <= 2);
+
+    // An instance that ran for 10 minutes restarts at once, and the back-off starts over.
+    h.rt.run_on_start("app");
+    let now = Instant::now();
+    let wake = w.sync().await.expect("sync").expect("back-off");
+    tokio::time::advance(wake - now).await;
+    w.sync().await.expect("sync");
+    let running = h.rt.instances("app").pop().expect("instance");
+    assert_eq!(running.info.state, crate::edged::runtime::RunState::Running);
+    tokio::time::advance(Duration::from_secs(600)).await;
+    h.rt.exit(&running.info.id, 1);
+    let before = h.rt.instances("app").len();
+    let wake = w.sync().await.expect("sync");
+    assert!(
+        wake.is_none_or(|t| t > Instant::now() + 60 * SEC),
+        "no back-off: {wake:?}"
+    );
+    assert!(h.rt.instances("app").len() >= before, "restarted at once");
+    let newest = h.rt.instances("app").pop().expect("instance");
+    assert_ne!(newest.info.id, running.info.id);
+    assert_eq!(newest.info.state, crate::edged::runtime::RunState::Running);
+    h.rt.exit(&newest.info.id, 1);
+    let now = Instant::now();
+    let wake = w.sync().await.expect("sync").expect("back-off");
+    assert_eq!(wake - now, 10 * SEC, "the back-off started over");
+}
+
+fn init_pod(policy: &str) -> Pod {
+    pod(json!({
+        "restartPolicy": policy,
+        "initContainers": [{"name": "init", "image": IMAGE}],
+        "containers": [{"name": "app", "image": IMAGE}],
+    }))
+}
+
+#[tokio::test(start_paused = true)]
+async fn init_container_failure_fails_the_pod_under_restart_policy_never() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    h.rt.exit_on_start("init", 1);
+    let mut w = h.worker(&init_pod("Never"));
+    settle(&mut w).await;
+    assert_eq!(w.state, PodState::Initializing);
+    settle(&mut w).await;
+    assert_eq!(w.state, PodState::Completed { succeeded: false });
+    assert_eq!(phase(&w), "Failed");
+    assert!(
+        h.rt.instances("app").is_empty(),
+        "app containers never start"
+    );
+    assert_eq!(h.rt.instances("init").len(), 1, "never restarted");
+    let sandbox = h.rt.instances(labels::SANDBOX_NAME).pop().expect("sandbox");
+    assert!(
+        h.rt.take_calls()
+            .contains(&format!("stop {} 0s", sandbox.info.id))
+    );
+    let init = status(&w, "init")
+        .state
+        .and_then(|s| s.terminated)
+        .expect("terminated");
+    assert_eq!((init.exit_code, init.reason.as_deref()), (1, Some("Error")));
+    // A completed pod is left alone.
+    assert_eq!(w.sync().await.expect("sync"), None);
+    assert_eq!(h.rt.instances("init").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn init_container_failure_is_retried_under_restart_policies_on_failure_and_always() {
+    for policy in ["OnFailure", "Always"] {
+        let h = harness();
+        h.rt.add_image(IMAGE);
+        h.rt.exit_on_start("init", 1);
+        let mut w = h.worker(&init_pod(policy));
+        settle(&mut w).await;
+        w.sync().await.expect("sync");
+        assert_eq!(
+            h.rt.instances("init").len(),
+            2,
+            "{policy}: restarted at once"
+        );
+        let wake = w.sync().await.expect("sync");
+        assert!(wake.is_some(), "{policy}: backing off");
+        assert_eq!(w.state, PodState::Initializing, "{policy}");
+        assert_eq!(
+            waiting_reason(&w, "init").as_deref(),
+            Some("CrashLoopBackOff")
+        );
+        assert_eq!(
+            waiting_reason(&w, "app").as_deref(),
+            Some("PodInitializing")
+        );
+        assert_eq!(phase(&w), "Pending");
+        // The init container succeeds next time: the app containers start.
+        h.rt.exit_on_start("init", 0);
+        tokio::time::advance(10 * SEC).await;
+        settle(&mut w).await;
+        settle(&mut w).await;
+        assert_eq!(w.state, PodState::Running, "{policy}");
+        assert_eq!(h.rt.instances("app").len(), 1, "{policy}");
+        let init = status(&w, "init")
+            .state
+            .and_then(|s| s.terminated)
+            .expect("done");
+        assert_eq!(
+            (init.exit_code, init.reason.as_deref()),
+            (0, Some("Completed"))
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn deletion_during_a_start_takes_effect_at_the_next_sync() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    let gate = h.rt.hold_start("app");
+    let p = app_pod("Always");
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let tracker = TaskTracker::new();
+    let handle = spawn(
+        Arc::clone(&h.ctx),
+        key(&p),
+        p.clone(),
+        &tracker,
+        CancellationToken::new(),
+        done_tx,
+    );
+    gate.reached.notified().await;
+    handle.send(WorkerMsg::Deleted);
+    gate.release.notify_one();
+    let done = tokio::time::timeout(Duration::from_secs(60), done_rx.recv()).await;
+    assert_eq!(done.expect("worker ends").as_deref(), Some("u-1"));
+    assert!(h.rt.containers().is_empty(), "every container removed");
+    let events = h.events();
+    assert!(
+        has(&events, "Started", "Started container app"),
+        "{events:?}"
+    );
+    assert!(
+        has(&events, "Killing", "Stopping container app"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn edgecore_restart_adopts_containers_by_label() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let p = app_pod("Always");
+    let mut first = h.worker(&p);
+    settle(&mut first).await;
+    settle(&mut first).await;
+    let app = h.rt.instances("app").pop().expect("app");
+    drop(first);
+    h.rt.take_calls();
+
+    // A new worker (edgecore restarted) adopts the running containers: nothing is created.
+    let mut second = h.worker(&p);
+    settle(&mut second).await;
+    let calls = h.rt.take_calls();
+    assert!(calls.iter().all(|c| !c.starts_with("create")), "{calls:?}");
+    assert_eq!(second.state, PodState::Running);
+    let s = status(&second, "app");
+    assert_eq!(s.container_id, Some(format!("docker://{}", app.info.id)));
+    assert!(matches!(
+        second.tracks["app"].phase(),
+        ContainerPhase::Running { probed: true, .. }
+    ));
+    drop(second);
+
+    // A container that exited while edgecore was down restarts at once (fresh back-off),
+    // counting on from its label.
+    h.rt.exit(&app.info.id, 2);
+    let mut third = h.worker(&p);
+    settle(&mut third).await;
+    let newest = h.rt.instances("app").pop().expect("app");
+    assert_ne!(newest.info.id, app.info.id);
+    assert_eq!(newest.info.labels[labels::RESTART_COUNT], "1");
+    settle(&mut third).await;
+    let s = status(&third, "app");
+    assert_eq!(s.restart_count, 1);
+    let last = s.last_state.and_then(|l| l.terminated).expect("last state");
+    assert_eq!(last.exit_code, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn liveness_failure_kills_and_restarts_the_container() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    settle(&mut w).await;
+    let app = h.rt.instances("app").pop().expect("app");
+    w.apply(WorkerMsg::Probe(crate::edged::probe::ProbeUpdate {
+        pod_uid: "u-1".into(),
+        container: "app".into(),
+        container_id: app.info.id.clone(),
+        kind: crate::edged::probe::ProbeKind::Liveness,
+        success: false,
+        message: "HTTP probe failed with statuscode: 500".into(),
+    }));
+    settle(&mut w).await;
+    let calls = h.rt.take_calls();
+    assert!(
+        calls.contains(&format!("stop {} 30s", app.info.id)),
+        "{calls:?}"
+    );
+    let events = h.events();
+    let killing = "Container app failed liveness probe, will be restarted";
+    assert!(has(&events, "Killing", killing), "{events:?}");
+    settle(&mut w).await;
+    let s = status(&w, "app");
+    assert_eq!(s.restart_count, 1);
+    assert!(s.state.and_then(|s| s.running).is_some());
+    let last = s.last_state.and_then(|l| l.terminated).expect("last state");
+    assert_eq!(last.exit_code, 137);
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_failure_is_retried_after_the_back_off() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    h.rt.fail_start("app", "exec: \"nope\": executable file not found");
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    let t0 = Instant::now();
+    assert_eq!(settle(&mut w).await, Some(t0 + 10 * SEC));
+    assert_eq!(
+        waiting_reason(&w, "app").as_deref(),
+        Some("RunContainerError")
+    );
+    assert!(
+        h.rt.instances("app").is_empty(),
+        "the failed container is removed"
+    );
+    let events = h.events();
+    assert!(
+        has(&events, "Created", "Created container app"),
+        "{events:?}"
+    );
+    let failed = "Error: docker: start c0002 failed: exec: \"nope\"";
+    assert!(has(&events, "Failed", failed), "{events:?}");
+    // Nothing happens before the back-off ends; then the start succeeds.
+    assert_eq!(w.sync().await.expect("sync"), Some(t0 + 10 * SEC));
+    h.rt.take_calls();
+    h.rt.heal_start("app");
+    tokio::time::advance(10 * SEC).await;
+    w.sync().await.expect("sync");
+    assert!(h.rt.take_calls().iter().any(|c| c.starts_with("create")));
+    let sandbox = h.rt.instances(labels::SANDBOX_NAME).pop().expect("sandbox");
+    let app = h.rt.instances("app").pop().expect("app");
+    // App containers join the sandbox's namespaces; every container is the node's.
+    let join = crate::edged::runtime::types::NetworkMode::Container(sandbox.info.id.clone());
+    assert_eq!(app.spec.network, join);
+    assert_eq!(
+        sandbox.spec.network,
+        crate::edged::runtime::types::NetworkMode::Bridge
+    );
+    assert_eq!(app.info.labels[labels::MANAGED], NODE);
+    assert_eq!(app.info.labels[labels::POD_UID], "u-1");
+    assert_eq!(app.name, "k8s_app_web_default_u-1_0");
+}

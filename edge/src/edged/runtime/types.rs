@@ -1,0 +1,249 @@
+//! The runtime's own data types: what [`ContainerRuntime`](super::ContainerRuntime) takes and
+//! returns, independent of the engine's API (the role CRI's messages play for the kubelet).
+
+use std::collections::HashMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// Which containers [`list`](super::ContainerRuntime::list) returns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Whose containers.
+    pub scope: Scope,
+    /// Only those of this pod (label `io.kubernetes.pod.uid=<uid>`).
+    pub pod_uid: Option<String>,
+    /// Only those carrying the label `io.kubernetes.pod.uid` (any pod).
+    pub pods_only: bool,
+    /// Only those that do not run: created, exited or dead (garbage collection).
+    pub dead_only: bool,
+}
+
+/// Whose containers a [`ListFilter`] selects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The containers this runtime created for its node (label `io.verge.managed=<node>`), so
+    /// several edgecores sharing one engine never see each other's containers.
+    #[default]
+    Node,
+    /// Every container of the engine (e.g. to know which images are in use).
+    Engine,
+}
+
+impl ListFilter {
+    /// Every container of this node, running or not.
+    pub fn node() -> Self {
+        Self::default()
+    }
+
+    /// Every container (running or not) of pod `uid` on this node.
+    pub fn pod(uid: &str) -> Self {
+        Self {
+            pod_uid: Some(uid.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    /// Every container of the engine, whoever made it.
+    pub fn engine() -> Self {
+        Self {
+            scope: Scope::Engine,
+            ..Self::default()
+        }
+    }
+}
+
+/// One container as listed (kubelet: CRI `Container`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerSummary {
+    /// The engine's id.
+    pub id: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+    /// The engine's word for its state (`created`, `running`, `exited`, ...); compared by the
+    /// PLEG, not interpreted.
+    pub state: String,
+    /// Creation time, Unix seconds.
+    pub created: i64,
+    /// The local image id (`sha256:...`) it was created from.
+    pub image_id: Option<String>,
+}
+
+/// The run state of a container instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunState {
+    /// Created, never started (or being started).
+    Created,
+    /// Running (or paused/restarting).
+    Running,
+    /// Exited (or dead).
+    Exited,
+}
+
+/// One container as inspected (kubelet: CRI `ContainerStatus`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerInfo {
+    /// The engine's id.
+    pub id: String,
+    /// Its labels.
+    pub labels: HashMap<String, String>,
+    /// Its state.
+    pub state: RunState,
+    /// Exit code (meaningful when exited).
+    pub exit_code: i32,
+    /// Whether the kernel OOM killer ended it.
+    pub oom_killed: bool,
+    /// The engine's error message (e.g. the executable was not found).
+    pub error: Option<String>,
+    /// When it (last) started.
+    pub started_at: Option<Time>,
+    /// When it exited.
+    pub finished_at: Option<Time>,
+    /// The image as given at creation.
+    pub image: String,
+    /// The local image id (`sha256:...`).
+    pub image_id: String,
+    /// Its IP on the default bridge network, if any.
+    pub ip: Option<String>,
+}
+
+/// The network namespace of a new container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// Its own namespace on the default bridge.
+    #[default]
+    Bridge,
+    /// The node's namespace (`hostNetwork`).
+    Host,
+    /// The namespace of container `id` (the pod's sandbox).
+    Container(String),
+}
+
+/// The IPC namespace of a new container.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum IpcMode {
+    /// The engine's default.
+    #[default]
+    Default,
+    /// Its own, shareable with other containers (the sandbox).
+    Shareable,
+    /// The namespace of container `id` (the pod's sandbox).
+    Container(String),
+}
+
+/// A host port published for a container port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortBinding {
+    /// The host address (`None`: all).
+    pub host_ip: Option<String>,
+    /// The host port.
+    pub host_port: String,
+}
+
+/// Everything needed to create a container (kubelet: CRI `ContainerConfig` plus the sandbox
+/// config). `None` fields keep the image's or the engine's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerSpec {
+    /// The image reference.
+    pub image: String,
+    /// Replaces the image's entrypoint.
+    pub entrypoint: Option<Vec<String>>,
+    /// Replaces the image's command.
+    pub cmd: Option<Vec<String>>,
+    /// `KEY=VALUE` entries.
+    pub env: Option<Vec<String>>,
+    /// Working directory.
+    pub working_dir: Option<String>,
+    /// `uid[:gid]`.
+    pub user: Option<String>,
+    /// Allocate a TTY.
+    pub tty: Option<bool>,
+    /// Keep stdin open.
+    pub open_stdin: Option<bool>,
+    /// Close stdin after the first attach ends.
+    pub stdin_once: Option<bool>,
+    /// Hostname (sandbox).
+    pub hostname: Option<String>,
+    /// Labels; the runtime adds `io.verge.managed=<node>`.
+    pub labels: HashMap<String, String>,
+    /// Exposed ports, `<port>/<proto>`.
+    pub exposed_ports: Vec<String>,
+    /// Port bindings by `<port>/<proto>`.
+    pub port_bindings: HashMap<String, Vec<PortBinding>>,
+    /// Volume binds, `host:container[:ro]`.
+    pub binds: Vec<String>,
+    /// Network namespace.
+    pub network: NetworkMode,
+    /// IPC namespace.
+    pub ipc: IpcMode,
+    /// Privileged mode.
+    pub privileged: Option<bool>,
+    /// Read-only root filesystem.
+    pub readonly_rootfs: Option<bool>,
+    /// Capabilities to add.
+    pub cap_add: Option<Vec<String>>,
+    /// Capabilities to drop.
+    pub cap_drop: Option<Vec<String>>,
+    /// Supplementary groups.
+    pub group_add: Option<Vec<String>>,
+    /// CPU limit in units of 10^-9 CPUs.
+    pub nano_cpus: Option<i64>,
+    /// Memory limit in bytes.
+    pub memory: Option<i64>,
+    /// Relative CPU weight.
+    pub cpu_shares: Option<i64>,
+}
+
+/// A local image as inspected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Its id (`sha256:...`).
+    pub id: String,
+    /// `repo@digest` references.
+    pub repo_digests: Vec<String>,
+}
+
+/// A local image as listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageSummary {
+    /// Its id (`sha256:...`).
+    pub id: String,
+    /// `repo:tag` references (`<none>:<none>` for dangling ones).
+    pub repo_tags: Vec<String>,
+    /// Size in bytes.
+    pub size: i64,
+}
+
+/// Registry credentials of a pull (from `imagePullSecrets`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryAuth {
+    /// User name.
+    pub username: Option<String>,
+    /// Password.
+    pub password: Option<String>,
+    /// The registry, as the secret names it.
+    pub server_address: Option<String>,
+    /// An identity token instead of a password.
+    pub identity_token: Option<String>,
+}
+
+/// What a command run in a container ([`exec`](super::ContainerRuntime::exec)) ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Its exit code (`None` if the engine did not report one).
+    pub exit_code: Option<i64>,
+    /// Its stdout and stderr, interleaved, cut at the requested size.
+    pub output: Vec<u8>,
+}
+
+/// A container lifecycle event from the engine (what the PLEG listens to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuntimeEvent {
+    /// Container `id` started.
+    Start(String),
+    /// Container `id` exited.
+    Die(String),
+    /// Container `id` hit its memory limit.
+    Oom(String),
+    /// Container `id` was removed.
+    Destroy(String),
+}
