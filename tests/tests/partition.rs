@@ -34,6 +34,11 @@ fn pod(
     }))?)
 }
 
+/// A container that sleeps for an hour.
+fn sleeper() -> serde_json::Value {
+    json!({"name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]})
+}
+
 fn app_ids(uid: &str, all: bool) -> anyhow::Result<Vec<String>> {
     containers_with(
         &[
@@ -42,6 +47,14 @@ fn app_ids(uid: &str, all: bool) -> anyhow::Result<Vec<String>> {
         ],
         all,
     )
+}
+
+/// The pod `name` once its phase is Running.
+async fn running(pods: &Api<Pod>, name: &str) -> anyhow::Result<Option<Pod>> {
+    Ok(pods
+        .get_opt(name)
+        .await?
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
 }
 
 async fn node_ready(nodes: &Api<Node>, name: &str) -> anyhow::Result<bool> {
@@ -83,7 +96,6 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
         &serde_json::from_value(json!({"metadata": {"name": "cfg"}, "data": {"v": "1"}}))?,
     )
     .await?;
-    let sleeper = || json!({"name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": ["sleep", "3600"]});
     let keep = pod(
         &ns,
         "keep",
@@ -103,18 +115,12 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     for p in [&keep, &crash, &doomed] {
         pods.create(&PostParams::default(), p).await?;
     }
-    let running = |n: &'static str| {
-        let pods = pods.clone();
-        async move {
-            Ok(pods
-                .get_opt(n)
-                .await?
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")))
-        }
-    };
-    let keep_pod = wait_for("keep Running", Duration::from_secs(30), || running("keep")).await?;
+    let keep_pod = wait_for("keep Running", Duration::from_secs(30), || {
+        running(&pods, "keep")
+    })
+    .await?;
     let doomed_pod = wait_for("doomed Running", Duration::from_secs(30), || {
-        running("doomed")
+        running(&pods, "doomed")
     })
     .await?;
     let keep_uid = keep_pod.metadata.uid.clone().unwrap_or_default();
@@ -145,79 +151,71 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     r.context("edge pods keep an unreachable toleration with seconds")?;
 
     // ---- partition ----
-    netns.cut()?;
-    let cut_at = Instant::now();
-    eprintln!("link cut");
-    wait_for(
-        "node NotReady during the partition",
-        Duration::from_secs(60),
-        || async { Ok((!node_ready(&nodes, &name).await?).then_some(())) },
-    )
-    .await?;
-    // Cloud changes while the edge cannot hear: a new pod, a configmap update, a deletion.
-    let fresh = pod(&ns, "fresh", &name, sleeper(), json!([]))?;
-    pods.create(&PostParams::default(), &fresh).await?;
-    cms.patch(
-        "cfg",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"data": {"v": "2"}})),
-    )
-    .await?;
-    pods.delete("doomed", &DeleteParams::default()).await?;
-    // The edge keeps working on its own: keep stays up, crash restarts.
-    let crash_uid = pods.get("crash").await?.metadata.uid.unwrap_or_default();
-    let crash_before = app_ids(&crash_uid, true)?.len();
-    while cut_at.elapsed() < PARTITION {
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        let state = docker(&["inspect", "-f", "{{.State.Running}}", &keep_container])?;
-        anyhow::ensure!(
-            state == "true",
-            "keep's container stopped during the partition\n{}",
-            logs(&cloud, &edge)
-        );
-    }
-    let crash_instances = app_ids(&crash_uid, true)?;
-    let edge_restarts = crash_instances
-        .iter()
-        .filter_map(|id| {
-            docker(&[
-                "inspect",
-                "-f",
-                "{{index .Config.Labels \"io.verge.restart-count\"}}",
-                id,
-            ])
-            .ok()
-        })
-        .filter_map(|s| s.parse::<i32>().ok())
-        .max()
-        .unwrap_or(0);
-    eprintln!(
-        "crash restarted on the edge during the partition: restart count {edge_restarts} ({crash_before} instances before)"
-    );
-    anyhow::ensure!(
-        edge_restarts >= 2,
-        "crash kept restarting while partitioned\n{}",
-        logs(&cloud, &edge)
-    );
-    anyhow::ensure!(
-        pods.get_opt("keep").await?.is_some(),
-        "keep was evicted during the partition"
-    );
-
+    let (cut_at, edge_restarts) =
+        partition_with_changes(&netns, &nodes, &pods, &cms, &name, &keep_container)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}\n{}", logs(&cloud, &edge)))?;
     // ---- heal ----
     netns.heal()?;
     let healed = Instant::now();
     eprintln!("link healed after {:?}", cut_at.elapsed());
+    let lost = lost_effects(
+        &nodes,
+        &pods,
+        &name,
+        &keep_container,
+        &doomed_uid,
+        edge_restarts,
+    )
+    .await?;
+    // Duplicated effects: keep's container must be the same one (no re-create), with no
+    // restart, and exactly one container ever.
+    let mut duplicated = Vec::new();
+    let keep_all = app_ids(&keep_uid, true)?;
+    if keep_all != vec![keep_container.clone()] {
+        duplicated.push(format!("keep's containers changed: {keep_all:?}"));
+    }
+    eprintln!(
+        "converged {:?} after heal; lost effects: {} {lost:?}; duplicated effects: {} {duplicated:?}",
+        healed.elapsed(),
+        lost.len(),
+        duplicated.len()
+    );
+    anyhow::ensure!(
+        lost.is_empty() && duplicated.is_empty(),
+        "lost {lost:?}, duplicated {duplicated:?}\n{}",
+        logs(&cloud, &edge)
+    );
+
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    edge.kill9()?;
+    verge_e2e::remove_managed_containers(|n| n == name)?;
+    nodes.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Waits (90 s each) for every effect of the partition to show on both sides after the heal;
+/// returns the ones that never did: the node's status, the pod created, the configmap update
+/// seen in `keep`, the pod deleted (`doomed`), and the edge's status (crash's restarts).
+async fn lost_effects(
+    nodes: &Api<Node>,
+    pods: &Api<Pod>,
+    name: &str,
+    keep_container: &str,
+    doomed_uid: &str,
+    edge_restarts: i32,
+) -> anyhow::Result<Vec<String>> {
     let mut lost = Vec::new();
     let converge = Duration::from_secs(90);
     let r = wait_for("node Ready after heal", converge, || async {
-        Ok(node_ready(&nodes, &name).await?.then_some(()))
+        Ok(node_ready(nodes, name).await?.then_some(()))
     })
     .await;
     if r.is_err() {
         lost.push("node status".to_owned());
     }
-    let fresh_ok = wait_for("fresh Running", converge, || running("fresh")).await;
+    let fresh_ok = wait_for("fresh Running", converge, || running(pods, "fresh")).await;
     match fresh_ok {
         Ok(p) => {
             let n = app_ids(p.metadata.uid.as_deref().unwrap_or_default(), true)?.len();
@@ -230,7 +228,7 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
         Err(_) => lost.push("fresh pod create".to_owned()),
     }
     let cfg_ok = wait_for("configmap v2 in keep", converge, || {
-        let id = keep_container.clone();
+        let id = keep_container.to_owned();
         async move { Ok((docker(&["exec", &id, "cat", "/cfg/v"])? == "2").then_some(())) }
     })
     .await;
@@ -239,7 +237,7 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     }
     let del_ok = wait_for("doomed deleted on both sides", converge, || {
         let pods = pods.clone();
-        let uid = doomed_uid.clone();
+        let uid = doomed_uid.to_owned();
         async move {
             Ok(
                 (pods.get_opt("doomed").await?.is_none() && app_ids(&uid, true)?.is_empty())
@@ -267,29 +265,78 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     if status_ok.is_err() {
         lost.push("edge status (crash restartCount)".to_owned());
     }
-    // Duplicated effects: keep's container must be the same one (no re-create), with no
-    // restart, and exactly one container ever.
-    let mut duplicated = Vec::new();
-    let keep_all = app_ids(&keep_uid, true)?;
-    if keep_all != vec![keep_container.clone()] {
-        duplicated.push(format!("keep's containers changed: {keep_all:?}"));
+    Ok(lost)
+}
+
+/// Cuts the edge's link for [`PARTITION`], makes the cloud changes the edge cannot hear (a new
+/// pod `fresh`, configmap `cfg` to v2, pod `doomed` deleted) and checks that the edge keeps
+/// working on its own (`keep` runs throughout, `crash` restarts at least twice). Returns when
+/// the cut started and crash's highest restart count on the edge.
+async fn partition_with_changes(
+    netns: &EdgeNetns,
+    nodes: &Api<Node>,
+    pods: &Api<Pod>,
+    cms: &Api<ConfigMap>,
+    name: &str,
+    keep_container: &str,
+) -> anyhow::Result<(Instant, i32)> {
+    let ns = name;
+    netns.cut()?;
+    let cut_at = Instant::now();
+    eprintln!("link cut");
+    wait_for(
+        "node NotReady during the partition",
+        Duration::from_secs(60),
+        || async { Ok((!node_ready(nodes, name).await?).then_some(())) },
+    )
+    .await?;
+    // Cloud changes while the edge cannot hear: a new pod, a configmap update, a deletion.
+    let fresh = pod(ns, "fresh", name, sleeper(), json!([]))?;
+    pods.create(&PostParams::default(), &fresh).await?;
+    cms.patch(
+        "cfg",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "2"}})),
+    )
+    .await?;
+    pods.delete("doomed", &DeleteParams::default()).await?;
+    // The edge keeps working on its own: keep stays up, crash restarts.
+    let crash_uid = pods.get("crash").await?.metadata.uid.unwrap_or_default();
+    let crash_before = app_ids(&crash_uid, true)?.len();
+    while cut_at.elapsed() < PARTITION {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let state = docker(&["inspect", "-f", "{{.State.Running}}", keep_container])?;
+        anyhow::ensure!(
+            state == "true",
+            "keep's container stopped during the partition"
+        );
     }
+    let crash_instances = app_ids(&crash_uid, true)?;
+    let edge_restarts = crash_instances
+        .iter()
+        .filter_map(|id| {
+            docker(&[
+                "inspect",
+                "-f",
+                "{{index .Config.Labels \"io.verge.restart-count\"}}",
+                id,
+            ])
+            .ok()
+        })
+        .filter_map(|s| s.parse::<i32>().ok())
+        .max()
+        .unwrap_or(0);
     eprintln!(
-        "converged {:?} after heal; lost effects: {} {lost:?}; duplicated effects: {} {duplicated:?}",
-        healed.elapsed(),
-        lost.len(),
-        duplicated.len()
+        "crash restarted on the edge during the partition: restart count {edge_restarts} ({crash_before} instances before)"
     );
     anyhow::ensure!(
-        lost.is_empty() && duplicated.is_empty(),
-        "lost {lost:?}, duplicated {duplicated:?}\n{}",
-        logs(&cloud, &edge)
+        edge_restarts >= 2,
+        "crash kept restarting while partitioned"
+    );
+    anyhow::ensure!(
+        pods.get_opt("keep").await?.is_some(),
+        "keep was evicted during the partition"
     );
 
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    namespaces.delete(&ns, &DeleteParams::default()).await?;
-    edge.kill9()?;
-    verge_e2e::remove_managed_containers(|n| n == name)?;
-    nodes.delete(&name, &DeleteParams::default()).await?;
-    Ok(())
+    Ok((cut_at, edge_restarts))
 }

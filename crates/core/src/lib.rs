@@ -8,6 +8,8 @@
 //! - [`route`]: [`Operation`]s and controller [`Group`]s of a message route.
 //! - [`version`]: resourceVersion comparison used to ignore stale objects.
 //! - [`config`]: strict YAML configuration parsing shared by every binary.
+//! - [`well_known`]: label and namespace names both sides use ([`EDGE_NODE_LABEL`],
+//!   [`NODE_LEASE_NAMESPACE`]).
 //! - [`error`]: the crate's [`Error`].
 
 pub mod config;
@@ -16,6 +18,7 @@ pub mod error;
 pub mod resource;
 pub mod route;
 pub mod version;
+pub mod well_known;
 
 pub use config::{ConfigError, from_yaml};
 pub use envelope::{
@@ -25,3 +28,4 @@ pub use error::{Error, Result};
 pub use resource::{CLUSTER_SCOPE, NodeResource, ResourceKey, ResourceType};
 pub use route::{Group, Operation};
 pub use version::is_newer;
+pub use well_known::{EDGE_NODE_LABEL, NODE_LEASE_NAMESPACE};

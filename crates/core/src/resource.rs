@@ -37,9 +37,9 @@ pub enum ResourceType {
     Event,
     /// `v1/ServiceAccountToken` request (edge -> cloud query).
     ServiceAccountToken,
-    /// `devices.verge.io/v1/Device`.
+    /// `devices.kubeedge.io/v1beta1/Device` (KubeEdge v1.23 device API).
     Device,
-    /// `devices.verge.io/v1/DeviceModel`.
+    /// `devices.kubeedge.io/v1beta1/DeviceModel`.
     DeviceModel,
     /// A device twin's state (edge <-> cloud).
     Twin,

@@ -30,7 +30,8 @@ use verge_runtime::ErrorChain;
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
 use host::HostFacts;
-use status::{Conditions, LEASE_NAMESPACE};
+use status::Conditions;
+use verge_core::NODE_LEASE_NAMESPACE;
 
 /// The node component; see the module docs.
 #[derive(Debug)]
@@ -134,7 +135,11 @@ impl NodeAgent {
 
     fn renew_lease(&self) -> Result<()> {
         let lease = status::lease(&self.config, status::now());
-        let key = ResourceKey::new(LEASE_NAMESPACE, ResourceType::Lease, &self.config.node_name);
+        let key = ResourceKey::new(
+            NODE_LEASE_NAMESPACE,
+            ResourceType::Lease,
+            &self.config.node_name,
+        );
         self.offer(message(Write::Update, &key, &lease, "node lease")?);
         Ok(())
     }

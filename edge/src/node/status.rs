@@ -16,9 +16,6 @@ use super::host::HostFacts;
 use super::quantity::{format_cpu, format_ki};
 use crate::config::{Config, Reserved};
 
-/// Namespace of node leases.
-pub const LEASE_NAMESPACE: &str = "kube-node-lease";
-
 /// `status.nodeInfo.kubeletVersion`.
 pub fn kubelet_version() -> String {
     format!("v1.37.1-verge-{}", env!("CARGO_PKG_VERSION"))
@@ -33,7 +30,7 @@ pub fn node_object(config: &Config, facts: &HostFacts) -> Node {
         ),
         ("kubernetes.io/os".to_owned(), "linux".to_owned()),
         ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
-        ("node-role.kubernetes.io/edge".to_owned(), String::new()),
+        (verge_core::EDGE_NODE_LABEL.to_owned(), String::new()),
     ]);
     labels.extend(config.labels.clone());
     let taints: Vec<Taint> = config
@@ -206,7 +203,7 @@ pub fn lease(config: &Config, now: Timestamp) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(config.node_name.clone()),
-            namespace: Some(LEASE_NAMESPACE.to_owned()),
+            namespace: Some(verge_core::NODE_LEASE_NAMESPACE.to_owned()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {

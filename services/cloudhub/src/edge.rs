@@ -16,8 +16,8 @@ use verge_proto::Message;
 use verge_proto::hub::edge_hub_server::EdgeHub;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
 
-use crate::outbox::{self, Outbox};
 use crate::routing::{self, Upstream};
+use crate::session_queue::{self, SessionQueue};
 use crate::sessions::{NodeEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound};
 use crate::{Error, Result, Shared};
@@ -68,8 +68,8 @@ impl EdgeHub for EdgeHubService {
         })?;
         let config = &self.shared.config;
         let session_id = routing::new_id();
-        let (tx, rx) = mpsc::channel(outbox::WIRE_BUFFER);
-        let outbox = Outbox::new(config);
+        let (tx, rx) = mpsc::channel(session_queue::WIRE_BUFFER);
+        let queue = SessionQueue::new(config);
         let end = StreamEnd::new();
         let welcome = CloudFrame {
             frame: Some(cloud_frame::Frame::Welcome(Welcome {
@@ -88,7 +88,7 @@ impl EdgeHub for EdgeHubService {
             shared: self.shared.clone(),
             node: node.clone(),
             session_id: session_id.clone(),
-            outbox: outbox.clone(),
+            queue: queue.clone(),
             end: end.clone(),
         };
         let inventory = hello.inventory.unwrap_or_default();
@@ -96,12 +96,12 @@ impl EdgeHub for EdgeHubService {
             &node,
             NodeEntry {
                 session_id,
-                outbox: outbox.clone(),
+                queue: queue.clone(),
                 end: end.clone(),
                 inventory,
             },
         );
-        let delivery = outbox::deliver(self.shared.clone(), node, outbox, tx, end.clone());
+        let delivery = session_queue::deliver(self.shared.clone(), node, queue, tx, end.clone());
         self.shared.tracker.spawn(delivery.instrument(span.clone()));
         self.shared
             .tracker
@@ -169,7 +169,7 @@ struct Session {
     shared: Arc<Shared>,
     node: String,
     session_id: String,
-    outbox: Arc<Outbox>,
+    queue: Arc<SessionQueue>,
     end: Arc<StreamEnd>,
 }
 
@@ -242,14 +242,14 @@ impl Session {
         match routing::upstream(&self.node, &mut envelope)? {
             Upstream::Keepalive => {
                 let reply = routing::keepalive_reply_to(parent_id);
-                if self.outbox.push(reply, None).is_err() {
+                if self.queue.push(reply, None).is_err() {
                     debug!("downstream queue full; keepalive answer skipped");
                 }
                 Ok(())
             }
             Upstream::Forward(group) => {
                 if let Some(answered) = envelope.is_answer().then(|| envelope.parent()).flatten()
-                    && self.outbox.answered(answered.as_str())
+                    && self.queue.answered(answered.as_str())
                 {
                     debug!(parent_id = %answered, "downstream message answered");
                 }
@@ -258,8 +258,8 @@ impl Session {
                 };
                 warn!(%reason, "upstream message not forwarded; answering error");
                 let reply = routing::error_reply(parent_id, group, edge_key, &reason);
-                if let Err(full) = self.outbox.push(reply, None) {
-                    // The edge keeps its message in its outbox and sends it again.
+                if let Err(full) = self.queue.push(reply, None) {
+                    // The edge keeps its message in its (redb) outbox and sends it again.
                     warn!(
                         waiting = full.waiting,
                         "downstream queue full; error answer skipped"

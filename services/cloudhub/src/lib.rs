@@ -12,7 +12,7 @@
 //! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
 //! - `delivery`: the pure per-node delivery queue: coalescing by object, acks, retries,
 //!   bounds (at-least-once downstream, architecture.md §3.1 and §3.5).
-//! - `outbox`: the per-session task that drives a delivery queue on `tokio::time`.
+//! - `session_queue`: the per-session task that drives a delivery queue on `tokio::time`.
 //! - `routing`: pure rules for validating messages and rewriting resource paths.
 //! - `stream`: the outbound half of a stream and how it ends.
 //!
@@ -31,8 +31,8 @@ pub mod controller;
 mod delivery;
 pub mod edge;
 pub mod error;
-mod outbox;
 mod routing;
+mod session_queue;
 mod sessions;
 mod stream;
 

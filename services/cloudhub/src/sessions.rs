@@ -3,7 +3,7 @@
 //! One lock guards both maps so that session events and controller snapshots are ordered: a
 //! controller sees every node exactly once, either in its attach snapshot or as a later event.
 //! The lock is never held across an `.await`; all sends under it are `try_send` into bounded
-//! controller queues or pushes into a node's bounded [`Outbox`], so a slow peer never blocks
+//! controller queues or pushes into a node's bounded [`SessionQueue`], so a slow peer never blocks
 //! another.
 //!
 //! Each controller has two bounded queues: a *control* queue for session events and delivery
@@ -24,7 +24,7 @@ use verge_proto::hub::{DeliveryError, NodeSession};
 
 use crate::Error;
 use crate::delivery::{Origin, QueueFull};
-use crate::outbox::Outbox;
+use crate::session_queue::SessionQueue;
 use crate::stream::StreamEnd;
 
 /// A live edge session.
@@ -32,7 +32,7 @@ pub(crate) struct NodeEntry {
     /// Unique id of the session (sent in `Welcome`).
     pub session_id: String,
     /// The node's bounded downstream queue.
-    pub outbox: Arc<Outbox>,
+    pub queue: Arc<SessionQueue>,
     /// Ends the session's stream.
     pub end: Arc<StreamEnd>,
     /// The inventory from the session's hello, replayed to controllers that attach later.
@@ -246,7 +246,7 @@ impl Registry {
         let inner = self.lock();
         let session = inner.nodes.get(node).ok_or(Undeliverable::NotConnected)?;
         session
-            .outbox
+            .queue
             .push(message, origin)
             .map_err(Undeliverable::QueueFull)
     }

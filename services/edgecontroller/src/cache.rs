@@ -27,8 +27,7 @@ use verge_core::{ResourceKey, ResourceType};
 use crate::desired::Version;
 use crate::fingerprint::Fingerprint;
 
-/// The label that marks edge nodes (KubeEdge: `node-role.kubernetes.io/edge`).
-pub const EDGE_NODE_LABEL: &str = "node-role.kubernetes.io/edge";
+pub use verge_core::EDGE_NODE_LABEL;
 
 /// A change seen by a cache, after its store was updated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,24 +10,28 @@
 //!    (docs/protocol.md); without markers (an edgecontroller that does not send them) the
 //!    phase ends when every node holds its objects and no object message arrived for 2 s.
 //!
-//! Layout: [`objects`] (the API objects), [`edge`] (one simulated edge node).
+//! Layout: [`objects`] (the API objects), [`edge`] (one simulated edge node), [`phase`] (all
+//! nodes connect at once), [`rss`] (peak memory), [`report`] (the Markdown table).
 
 mod edge;
 mod objects;
+mod phase;
+mod report;
+mod rss;
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
-use tokio::sync::{mpsc, watch};
-use tonic::transport::{Channel, Endpoint};
+use anyhow::bail;
+use tonic::transport::Endpoint;
 use verge_testkit::{ControlPlane, ControlPlaneConfig, daemon};
 
-use self::edge::{Event, PhaseShared, SessionStats, SimEdge};
+use self::edge::SimEdge;
 use self::objects::OBJECTS_PER_NODE;
+use self::phase::phase;
+use self::report::Report;
+use self::rss::RssSampler;
 use super::percentile;
 use crate::local::{self, free_port, status_kib, wait_for_port, write};
 
@@ -58,9 +62,6 @@ pub struct Args {
 const SETTLE_QUIET: Duration = Duration::from_secs(10);
 /// The longest wait for that.
 const SETTLE_LIMIT: Duration = Duration::from_secs(300);
-
-/// Quiet time that ends a phase when the edgecontroller sends no `resync` markers.
-const QUIET: Duration = Duration::from_secs(2);
 
 /// Runs the benchmark.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -263,314 +264,6 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
         edgecontroller: *ctrl_pid,
         edge_url: format!("http://127.0.0.1:{edge_port}"),
     })
-}
-
-/// The outcome of one phase.
-struct Phase {
-    edges: Vec<SimEdge>,
-    stats: Vec<SessionStats>,
-    /// Time until every node was resynced (marker, or the fallback's last object message).
-    resynced_after: Duration,
-    /// Per node, the time to its marker (or to holding its objects, in the fallback).
-    per_node: Vec<Duration>,
-    /// Nodes that received the marker.
-    markers: usize,
-}
-
-/// Connects every node in `edges` at once and waits until all are resynced. `markers`:
-/// `Some(true)` requires the `resync` marker of every node, `Some(false)` uses the quiet
-/// fallback, `None` decides by whether any marker arrives (phase 1).
-async fn phase(
-    endpoint: &Endpoint,
-    connections: usize,
-    edges: Vec<SimEdge>,
-    markers: Option<bool>,
-) -> anyhow::Result<Phase> {
-    let n = edges.len();
-    let channels: Vec<Channel> = if connections == 0 {
-        Vec::new()
-    } else {
-        (0..connections).map(|_| endpoint.connect_lazy()).collect()
-    };
-    let (events_tx, mut events) = mpsc::unbounded_channel();
-    let shared = Arc::new(PhaseShared {
-        t0: Instant::now(),
-        expected: OBJECTS_PER_NODE,
-        last_object_ns: AtomicU64::new(0),
-        events: events_tx,
-    });
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let tasks: Vec<_> = edges
-        .into_iter()
-        .map(|e| {
-            let channel = if channels.is_empty() {
-                endpoint.connect_lazy()
-            } else {
-                channels[e.index % channels.len()].clone()
-            };
-            tokio::spawn(edge::session(e, channel, shared.clone(), stop_rx.clone()))
-        })
-        .collect();
-    drop(channels);
-
-    let mut complete = vec![None; n];
-    let mut marked = vec![None; n];
-    let (mut n_complete, mut n_marked) = (0, 0);
-    let mut failure = None;
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
-    let mut last_progress = Instant::now();
-    let done = loop {
-        tokio::select! {
-            event = events.recv() => match event {
-                Some(Event::Complete(i, at)) => {
-                    if complete[i].replace(at).is_none() { n_complete += 1; }
-                }
-                Some(Event::Marker(i, at)) => {
-                    if marked[i].replace(at).is_none() { n_marked += 1; }
-                }
-                Some(Event::Failed(reason)) => { failure = Some(reason); break false; }
-                None => break false,
-            },
-            _ = tick.tick() => {
-                if last_progress.elapsed() > Duration::from_secs(5) {
-                    eprintln!("  ... {n_complete}/{n} nodes hold their objects, {n_marked}/{n} markers");
-                    last_progress = Instant::now();
-                }
-            },
-        }
-        let last_object = Duration::from_nanos(shared.last_object_ns.load(Ordering::Relaxed));
-        let quiet = shared.t0.elapsed().saturating_sub(last_object) >= QUIET;
-        let need_markers = markers.unwrap_or(n_marked > 0);
-        if n_complete == n && (if need_markers { n_marked == n } else { quiet }) {
-            break true;
-        }
-    };
-    stop_tx.send_replace(true);
-    let mut out_edges = Vec::with_capacity(n);
-    let mut stats = Vec::with_capacity(n);
-    for task in tasks {
-        let (e, s) = task.await.context("simulated edge task panicked")?;
-        out_edges.push(e);
-        stats.push(s);
-    }
-    if !done {
-        bail!(
-            "a simulated edge failed: {}",
-            failure.unwrap_or_else(|| "event channel closed".into())
-        );
-    }
-    let with_markers = n_marked == n;
-    let per_node: Vec<Duration> = if with_markers {
-        marked.into_iter().flatten().collect()
-    } else {
-        complete.into_iter().flatten().collect()
-    };
-    let last_object = Duration::from_nanos(shared.last_object_ns.load(Ordering::Relaxed));
-    let resynced_after = per_node
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or_default()
-        .max(if with_markers {
-            Duration::ZERO
-        } else {
-            last_object
-        });
-    let mut per_node = per_node;
-    per_node.sort();
-    Ok(Phase {
-        edges: out_edges,
-        stats,
-        resynced_after,
-        per_node,
-        markers: n_marked,
-    })
-}
-
-/// Peak VmRSS samples (KiB) of cloudhub and edgecontroller, every 100 ms.
-struct RssSampler {
-    peaks: Arc<[AtomicU64; 2]>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RssSampler {
-    fn start(services: &Services) -> Self {
-        let peaks = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let pids = [services.cloudhub, services.edgecontroller];
-        let task = tokio::spawn({
-            let peaks = peaks.clone();
-            async move {
-                loop {
-                    for (peak, pid) in peaks.iter().zip(pids) {
-                        if let Some(kib) = status_kib(pid, "VmRSS") {
-                            peak.fetch_max(kib, Ordering::Relaxed);
-                        }
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
-        });
-        Self { peaks, task }
-    }
-
-    /// The peaks since the last call (cloudhub, edgecontroller), resetting them.
-    fn take(&self) -> (u64, u64) {
-        (
-            self.peaks[0].swap(0, Ordering::Relaxed),
-            self.peaks[1].swap(0, Ordering::Relaxed),
-        )
-    }
-
-    fn stop(self) {
-        self.task.abort();
-    }
-}
-
-/// Everything one run measured.
-struct Report<'a> {
-    n: usize,
-    connections: usize,
-    setup: Duration,
-    /// Time until kube-controller-manager stopped editing the Nodes.
-    settled: Duration,
-    /// Whether the Nodes stopped changing before the phases.
-    quiet: bool,
-    cold: Option<&'a Phase>,
-    warm: &'a Phase,
-    markers: bool,
-    /// Idle RSS (KiB) of cloudhub and edgecontroller.
-    idle: (u64, u64),
-    /// Peak RSS (KiB) during the cold phase.
-    cold_rss: (u64, u64),
-    /// Peak RSS (KiB) during the reconnect.
-    warm_rss: (u64, u64),
-    /// VmHWM (KiB) at the end.
-    hwm: (u64, u64),
-}
-
-impl Report<'_> {
-    /// The result as Markdown (printed, and written to `docs/benchmarks.md`).
-    fn render(&self) -> String {
-        use std::fmt::Write as _;
-        let n = self.n;
-        let mib = |kib: u64| kib as f64 / 1024.0;
-        let conns = if self.connections == 0 {
-            format!("{n} HTTP/2 connections (one per node)")
-        } else {
-            format!("{} shared HTTP/2 connections", self.connections)
-        };
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{n} simulated edge nodes, each holding {OBJECTS_PER_NODE} objects (its Node, 1 pod, \
-             {} configmaps), {conns}; real cloudhub and edgecontroller (release) with their \
-             shipped defaults (no queue or limit overridden) on the real control plane. API \
-             setup ({n} nodes made Ready with renewed Leases, {n} pods, {} configmaps): {:.1?}, \
-             then {:.1?} {}. Resync detected by: {}.\n",
-            objects::CONFIGMAPS,
-            objects::CONFIGMAPS,
-            self.setup,
-            self.settled,
-            if self.quiet {
-                format!(
-                    "until kube-controller-manager stopped editing the Nodes ({SETTLE_QUIET:?} unchanged)"
-                )
-            } else {
-                "waiting for the Nodes to stop changing: they did NOT (object messages below include real Node changes)".to_owned()
-            },
-            if self.markers {
-                "the `resync` end marker of every node"
-            } else {
-                "NO resync markers: expected object counts + 2 s without object messages"
-            }
-        );
-        out.push_str(
-            "| phase | all resynced after | per node p50 | per node p99 | object messages per \
-             node (min / avg / max) | of which redundant | hello (inventory) max | error answers \
-             | connect retries |\n|---|---|---|---|---|---|---|---|---|\n",
-        );
-        let phases = self
-            .cold
-            .map(|c| ("cold (empty inventory)", c))
-            .into_iter()
-            .chain([("reconnect (full inventory)", self.warm)]);
-        for (name, p) in phases {
-            let objects: Vec<u64> = p.stats.iter().map(SessionStats::objects).collect();
-            let total: u64 = objects.iter().sum();
-            let min = objects.iter().copied().min().unwrap_or(0);
-            let max = objects.iter().copied().max().unwrap_or(0);
-            let errors: u64 = p.stats.iter().map(|s| s.errors).sum();
-            let retries: u32 = p.stats.iter().map(|s| s.attempts.saturating_sub(1)).sum();
-            let hello = p.stats.iter().map(|s| s.hello_bytes).max().unwrap_or(0);
-            let redundant: u64 = p.stats.iter().map(|s| s.redundant).sum();
-            let _ = writeln!(
-                out,
-                "| {name} | {:.2?} | {:.2?} | {:.2?} | {min} / {:.1} / {max} | {redundant} | \
-                 {hello} B | {errors} | {retries} |",
-                p.resynced_after,
-                percentile(&p.per_node, 50),
-                percentile(&p.per_node, 99),
-                total as f64 / n as f64,
-            );
-        }
-        for (name, p) in self
-            .cold
-            .map(|c| ("cold", c))
-            .into_iter()
-            .chain([("reconnect", self.warm)])
-        {
-            let mut by_type = std::collections::BTreeMap::<&str, u64>::new();
-            for s in &p.stats {
-                for (kind, n) in &s.by_type {
-                    *by_type.entry(kind).or_default() += n;
-                }
-            }
-            let list: Vec<String> = by_type.iter().map(|(k, n)| format!("{k} {n}")).collect();
-            let _ = writeln!(
-                out,
-                "\nObject messages by type, {name}: {}.",
-                if list.is_empty() {
-                    "none".to_owned()
-                } else {
-                    list.join(", ")
-                }
-            );
-        }
-        let cold_peak = |kib: u64| {
-            self.cold
-                .map_or_else(|| "skipped".to_owned(), |_| format!("{:.1} MiB", mib(kib)))
-        };
-        let _ = writeln!(
-            out,
-            "\n| process | RSS idle | peak cold | peak reconnect | VmHWM |\n|---|---|---|---|---|"
-        );
-        for (name, idle, cold, warm, hwm) in [
-            (
-                "cloudhub",
-                self.idle.0,
-                self.cold_rss.0,
-                self.warm_rss.0,
-                self.hwm.0,
-            ),
-            (
-                "edgecontroller",
-                self.idle.1,
-                self.cold_rss.1,
-                self.warm_rss.1,
-                self.hwm.1,
-            ),
-        ] {
-            let _ = writeln!(
-                out,
-                "| {name} | {:.1} MiB | {} | {:.1} MiB | {:.1} MiB |",
-                mib(idle),
-                cold_peak(cold),
-                mib(warm),
-                mib(hwm)
-            );
-        }
-        out
-    }
 }
 
 /// Waits until `log` contains every one of `needles`, failing when `pid` exits.

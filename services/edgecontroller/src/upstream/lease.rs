@@ -12,8 +12,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tracing::{debug, info};
 
-use super::LEASE_NAMESPACE;
 use crate::{Error, Result};
+use verge_core::NODE_LEASE_NAMESPACE;
 
 /// `spec.leaseDurationSeconds` when the edge sends none (kubelet's default
 /// `nodeLeaseDurationSeconds`: 40).
@@ -62,7 +62,7 @@ impl Renewal {
         Lease {
             metadata: ObjectMeta {
                 name: Some(node.to_owned()),
-                namespace: Some(LEASE_NAMESPACE.to_owned()),
+                namespace: Some(NODE_LEASE_NAMESPACE.to_owned()),
                 owner_references: Some(vec![owner]),
                 ..ObjectMeta::default()
             },
@@ -106,7 +106,7 @@ pub fn now() -> MicroTime {
 /// [`Error::Kube`] when the API server refuses a read or write.
 pub async fn renew(client: &kube::Client, node: &str, lease: Lease) -> Result<()> {
     let renewal = Renewal::from_lease(node, lease);
-    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let nodes: Api<Node> = Api::all(client.clone());
     let existing = leases
         .get_opt(node)

@@ -30,8 +30,8 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use tracing::{debug, warn};
 use verge_core::{
-    CLUSTER_SCOPE, Envelope, Group, Kind, Module, NodeResource, Operation, Outcome, ResourceKey,
-    ResourceType,
+    CLUSTER_SCOPE, Envelope, Group, Kind, Module, NODE_LEASE_NAMESPACE, NodeResource, Operation,
+    Outcome, ResourceKey, ResourceType,
 };
 
 use crate::cache::Caches;
@@ -40,9 +40,6 @@ pub use pod::PodRef;
 
 /// The `source` of every message edgecontroller sends.
 pub const SOURCE: &str = "edgecontroller";
-
-/// The namespace of node leases (Kubernetes `kube-node-lease`).
-pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// A write an edge asks for, parsed and checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,7 +170,7 @@ pub fn parse(node: &str, message: &Envelope) -> Result<Inbound> {
         (Operation::Update, ResourceType::Lease) => {
             check_own(
                 node,
-                key.namespace == LEASE_NAMESPACE,
+                key.namespace == NODE_LEASE_NAMESPACE,
                 &key.name,
                 "lease",
                 &path,

@@ -1,5 +1,5 @@
 //! The glue between an edge session and its [`DeliveryQueue`]: controllers and the session
-//! push into the [`Outbox`], the edge's answers clear it, and one task per session
+//! push into the [`SessionQueue`], the edge's answers clear it, and one task per session
 //! ([`deliver`]) moves messages onto the gRPC stream, resends overdue ones on `tokio::time`
 //! and reports the ones it gave up on to the controller that sent them.
 
@@ -24,13 +24,13 @@ pub(crate) const WIRE_BUFFER: usize = 16;
 /// The downstream queue of one edge session, shared by the controllers that push into it, the
 /// session that clears answered messages, and the [`deliver`] task.
 #[derive(Debug)]
-pub(crate) struct Outbox {
+pub(crate) struct SessionQueue {
     queue: Mutex<DeliveryQueue>,
     wake: Notify,
 }
 
-impl Outbox {
-    /// An empty outbox bounded by `session_queue_len`, `max_inflight`, `ack_timeout` and
+impl SessionQueue {
+    /// An empty queue bounded by `session_queue_len`, `max_inflight`, `ack_timeout` and
     /// `max_retries` of `config`.
     pub(crate) fn new(config: &Config) -> Arc<Self> {
         let limits = Limits {
@@ -97,20 +97,20 @@ impl Outbox {
     }
 }
 
-/// Drives `outbox` of the session of `node` until `end` finishes: sends into `tx` (the
+/// Drives `queue` of the session of `node` until `end` finishes: sends into `tx` (the
 /// session's response stream, which writes the wire frames) as room allows, wakes for new messages, answers and deadlines,
 /// and reports messages dropped unacknowledged. What is still queued when the session ends is
 /// dropped: the node resyncs by inventory when it reconnects.
 pub(crate) async fn deliver(
     shared: Arc<Shared>,
     node: String,
-    outbox: Arc<Outbox>,
+    queue: Arc<SessionQueue>,
     tx: mpsc::Sender<Envelope>,
     end: Arc<StreamEnd>,
 ) {
     loop {
         let now = Instant::now();
-        let (unacked, blocked, deadline) = outbox.pump(&tx, now);
+        let (unacked, blocked, deadline) = queue.pump(&tx, now);
         for dropped in unacked {
             report(&shared, &node, dropped);
         }
@@ -118,12 +118,12 @@ pub(crate) async fn deliver(
         let wake_at = deadline.unwrap_or(now + Duration::from_secs(3600));
         tokio::select! {
             () = end.ended() => break,
-            () = outbox.wake.notified() => {}
+            () = queue.wake.notified() => {}
             () = tokio::time::sleep_until(wake_at) => {}
             room = tx.reserve(), if blocked => if room.is_err() { break },
         }
     }
-    let queue = outbox.lock();
+    let queue = queue.lock();
     debug!(
         waiting = queue.waiting(),
         inflight = queue.inflight(),
@@ -194,17 +194,17 @@ mod tests {
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
         });
-        let outbox = Outbox::new(&config);
+        let queue = SessionQueue::new(&config);
         let (tx, mut rx) = mpsc::channel(WIRE_BUFFER);
         let end = StreamEnd::new();
-        let task = tokio::spawn(deliver(shared, "n".into(), outbox.clone(), tx, end.clone()));
-        outbox.push(pod("v1"), None).expect("room");
+        let task = tokio::spawn(deliver(shared, "n".into(), queue.clone(), tx, end.clone()));
+        queue.push(pod("v1"), None).expect("room");
         let start = Instant::now();
         assert_eq!(id(rx.recv().await), "v1");
-        outbox.push(pod("v2"), None).expect("room");
+        queue.push(pod("v2"), None).expect("room");
         assert_eq!(id(rx.recv().await), "v1", "resent, same id");
         assert!(start.elapsed() >= config.ack_timeout);
-        assert!(outbox.answered("v1"));
+        assert!(queue.answered("v1"));
         assert_eq!(id(rx.recv().await), "v2");
         end.finish(None);
         task.await.expect("joins");
