@@ -1,7 +1,7 @@
 //! The conversion between the typed [`Envelope`] of `verge-core` and its wire form
 //! [`Message`]: `TryFrom<Message> for Envelope` where a stream (or a stored record) is read,
 //! `From<Envelope> for Message` where one is written. Nothing else in Verge looks at the
-//! `Message` fields (architecture.md §2, DESIGN §12).
+//! `Message` fields (architecture.md §2).
 //!
 //! Field mapping (docs/protocol.md): `header.id` <-> [`Envelope::id`]; `header.parent_id`
 //! <-> the answered id of [`Kind::Answer`] / [`Kind::Keepalive`]; `header.uid` and

@@ -1,5 +1,5 @@
 //! The typed message envelope: what crosses cloud <-> edge, as every component works on it
-//! (DESIGN §12). The protobuf `verge.message.v1.Message` is its wire form only; `verge-proto`
+//! (architecture.md §2). The protobuf `verge.message.v1.Message` is its wire form only; `verge-proto`
 //! converts between the two where a stream begins or ends.
 //!
 //! # Layout
