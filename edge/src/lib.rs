@@ -54,7 +54,7 @@ impl EdgeCore {
     ///
     /// # Errors
     /// [`Error::ConfigValue`] for an unusable value; [`Error::DataDir`] if the directory
-    /// cannot be created; [`Error::Store`] if the database cannot be opened (e.g. another
+    /// cannot be created; [`Store`](crate::metamanager::error::Error::Store) if the database cannot be opened (e.g. another
     /// edgecore holds it).
     pub fn new(config: Config) -> Result<Self> {
         config.validate()?;
@@ -78,7 +78,7 @@ impl EdgeCore {
     /// A module that fails stops the others.
     ///
     /// # Errors
-    /// The first module error (e.g. [`Error::CloudhubAddress`]).
+    /// The first module error (e.g. [`CloudhubAddress`](crate::edgehub::error::Error::CloudhubAddress)).
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let (down_tx, down_rx) = mpsc::channel(self.config.downstream_queue);
         let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);

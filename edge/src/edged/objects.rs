@@ -95,7 +95,10 @@ impl StoreObjects {
             .await;
         let content = match answer {
             Ok(content) => content,
-            Err(Error::QueryRefused { reason, .. }) if is_not_found(&reason) => {
+            Err(Error::MetaManager(crate::metamanager::error::Error::QueryRefused {
+                reason,
+                ..
+            })) if is_not_found(&reason) => {
                 debug!(%key, %reason, "cloud: not found");
                 return Ok(None);
             }

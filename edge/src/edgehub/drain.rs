@@ -66,7 +66,7 @@ impl Drain {
     /// Sends entries until `max_inflight` are unanswered or nothing is left to send.
     ///
     /// # Errors
-    /// [`crate::Error::StreamClosed`] if the stream is gone; store failures.
+    /// [`StreamClosed`](crate::edgehub::error::Error::StreamClosed) if the stream is gone; store failures.
     pub(super) async fn fill(&mut self, frames: &mpsc::Sender<EdgeFrame>) -> Result<()> {
         while self.inflight.len() < self.config.max_inflight {
             let batch = if let Some(key) = self.ready.pop_front() {

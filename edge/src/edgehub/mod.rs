@@ -31,6 +31,7 @@
 
 mod backoff;
 mod drain;
+pub mod error;
 pub mod outbox;
 mod session;
 
@@ -44,13 +45,14 @@ use verge_core::Envelope;
 use verge_runtime::ErrorChain;
 
 pub use backoff::Backoff;
+use error::Error as HubError;
 pub use outbox::OutboxConfig;
 #[cfg(test)]
 pub(crate) use session::refusal;
 
+use crate::Result;
 use crate::config::Config;
 use crate::metamanager::MetaStore;
-use crate::{Error, Result};
 use outbox::Outbox;
 
 /// Keepalive interval used when `Welcome.keepalive_interval_ms` is 0.
@@ -86,9 +88,9 @@ impl EdgeHubHandle {
     /// its receiver like [`send`](Self::send).
     ///
     /// # Errors
-    /// [`Error::NotAReport`] when `msg` has no outbox key; [`Error::OutboxFull`] for a new
+    /// [`NotAReport`](crate::metamanager::error::Error::NotAReport) when `msg` has no outbox key; [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) for a new
     /// event key while `outbox.max_entries` entries wait (the event is dropped; log it);
-    /// [`Error::Store`] if the commit fails; [`Error::HubStopped`] for a detached handle
+    /// [`Store`](crate::metamanager::error::Error::Store) if the commit fails; [`HubStopped`](crate::edgehub::error::Error::HubStopped) for a detached handle
     /// whose receiver is gone.
     pub async fn report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
@@ -103,8 +105,8 @@ impl EdgeHubHandle {
     /// queues `msg` like [`try_send`](Self::try_send).
     ///
     /// # Errors
-    /// [`Error::QueueFull`] when the writer's queue is full (the report is not queued);
-    /// [`Error::HubStopped`] once edgehub has stopped. An [`Error::OutboxFull`] refusal of
+    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the writer's queue is full (the report is not queued);
+    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped. An [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) refusal of
     /// the commit is only logged.
     pub fn try_report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
@@ -116,16 +118,19 @@ impl EdgeHubHandle {
     /// Queues a transient `msg` (an answer, a query, a lease renewal), waiting while the queue is full (back-pressure).
     ///
     /// # Errors
-    /// [`Error::HubStopped`] once edgehub has stopped.
+    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped.
     pub async fn send(&self, msg: Envelope) -> Result<()> {
-        self.tx.send(msg).await.map_err(|_| Error::HubStopped)
+        self.tx
+            .send(msg)
+            .await
+            .map_err(|_| HubError::HubStopped.into())
     }
 
     /// Queues a transient `msg` without waiting.
     ///
     /// # Errors
-    /// [`Error::QueueFull`] when the queue is full (the message is not queued);
-    /// [`Error::HubStopped`] once edgehub has stopped.
+    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the queue is full (the message is not queued);
+    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped.
     pub fn try_send(&self, msg: Envelope) -> Result<()> {
         try_send(&self.tx, msg)
     }
@@ -214,7 +219,7 @@ impl EdgeHub {
     /// backoff. Connection failures are logged and retried, never returned.
     ///
     /// # Errors
-    /// [`Error::CloudhubAddress`] if `cloudhub` or an alternate is not a URI.
+    /// [`CloudhubAddress`](crate::edgehub::error::Error::CloudhubAddress) if `cloudhub` or an alternate is not a URI.
     #[tracing::instrument(name = "edgehub", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
         let endpoints = session::endpoints(&self.config)?;
@@ -260,13 +265,16 @@ impl EdgeHub {
     }
 }
 
-/// Queues `value` on `tx` without waiting: [`Error::QueueFull`] when full,
-/// [`Error::HubStopped`] when the receiver is gone.
+/// Queues `value` on `tx` without waiting: [`QueueFull`](crate::edgehub::error::Error::QueueFull) when full,
+/// [`HubStopped`](crate::edgehub::error::Error::HubStopped) when the receiver is gone.
 fn try_send<T>(tx: &mpsc::Sender<T>, value: T) -> Result<()> {
-    tx.try_send(value).map_err(|e| match e {
-        mpsc::error::TrySendError::Full(_) => Error::QueueFull {
-            capacity: tx.max_capacity(),
-        },
-        mpsc::error::TrySendError::Closed(_) => Error::HubStopped,
+    tx.try_send(value).map_err(|e| {
+        match e {
+            mpsc::error::TrySendError::Full(_) => HubError::QueueFull {
+                capacity: tx.max_capacity(),
+            },
+            mpsc::error::TrySendError::Closed(_) => HubError::HubStopped,
+        }
+        .into()
     })
 }

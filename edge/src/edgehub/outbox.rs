@@ -25,7 +25,7 @@ pub(crate) type Queued = Envelope;
 #[serde(deny_unknown_fields, default)]
 pub struct OutboxConfig {
     /// Most entries kept. When it is reached, reports with a new *event* key are refused
-    /// ([`crate::Error::OutboxFull`], logged); statuses and deletions are always kept (they
+    /// ([`OutboxFull`](crate::metamanager::error::Error::OutboxFull), logged); statuses and deletions are always kept (they
     /// are bounded by the number of pods). Default 10000.
     pub max_entries: usize,
     /// Most reports sent and not yet answered, per session. Default 64.
@@ -127,7 +127,7 @@ impl Outbox {
     /// await); it is committed shortly after, in queue order.
     ///
     /// # Errors
-    /// [`crate::Error::QueueFull`] when the queue is full; [`crate::Error::HubStopped`] once
+    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the queue is full; [`HubStopped`](crate::edgehub::error::Error::HubStopped) once
     /// the writer has stopped.
     pub(crate) fn try_put(&self, msg: Envelope) -> Result<()> {
         try_send(&self.queue, msg)

@@ -5,6 +5,7 @@
 //! Received messages become [`Envelope`]s (a malformed one is answered `error`, naming the
 //! bad field, when it has an id to answer); envelopes sent are written by [`send`].
 
+use crate::edgehub::error::Error as HubError;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -48,9 +49,12 @@ pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
                     let e = e.connect_timeout(config.connect_timeout).tcp_nodelay(true);
                     (address.clone(), e)
                 })
-                .map_err(|source| Error::CloudhubAddress {
-                    address: address.clone(),
-                    source,
+                .map_err(|source| {
+                    HubError::CloudhubAddress {
+                        address: address.clone(),
+                        source,
+                    }
+                    .into()
                 })
         })
         .collect()
@@ -107,7 +111,7 @@ impl EdgeHub {
     /// `connect_timeout`.
     async fn handshake(&self, endpoint: &Endpoint) -> Result<Open> {
         let bound = self.config.connect_timeout;
-        let channel: Channel = endpoint.connect().await.map_err(Error::Connect)?;
+        let channel: Channel = endpoint.connect().await.map_err(HubError::Connect)?;
         let inventory = self.store.blocking(|s| s.inventory()).await?;
         debug!(objects = inventory.entries.len(), "sending hello");
         let (frames, frame_rx) = mpsc::channel(FRAME_BUFFER);
@@ -122,25 +126,25 @@ impl EdgeHub {
                 frame: Some(edge_frame::Frame::Hello(hello)),
             })
             .await
-            .map_err(|_| Error::StreamClosed)?;
+            .map_err(|_| crate::Error::from(HubError::StreamClosed))?;
         let mut client = EdgeHubClient::new(channel);
         let response = tokio::time::timeout(bound, client.connect(ReceiverStream::new(frame_rx)))
             .await
-            .map_err(|_| Error::Timeout(bound))?
-            .map_err(Error::Stream)?;
+            .map_err(|_| HubError::Timeout(bound))?
+            .map_err(HubError::Stream)?;
         let mut inbound = response.into_inner();
         let first = tokio::time::timeout(bound, inbound.message())
             .await
-            .map_err(|_| Error::Timeout(bound))?
-            .map_err(Error::Stream)?
-            .ok_or(Error::StreamClosed)?;
+            .map_err(|_| HubError::Timeout(bound))?
+            .map_err(HubError::Stream)?
+            .ok_or(HubError::StreamClosed)?;
         match first.frame {
             Some(cloud_frame::Frame::Welcome(welcome)) => Ok(Open {
                 frames,
                 inbound,
                 welcome,
             }),
-            _ => Err(Error::Protocol("first frame is not a Welcome")),
+            _ => Err(HubError::Protocol("first frame is not a Welcome").into()),
         }
     }
 
@@ -170,11 +174,11 @@ impl EdgeHub {
                 biased;
                 () = shutdown.cancelled() => return Ok(()),
                 frame = inbound.next() => {
-                    let frame = frame.ok_or(Error::StreamClosed)?.map_err(Error::Stream)?;
+                    let frame = frame.ok_or(HubError::StreamClosed)?.map_err(HubError::Stream)?;
                     deadline.as_mut().reset(Instant::now() + silence);
                     self.dispatch(frame, &mut drain, &frames).await?;
                 }
-                () = &mut deadline => return Err(Error::Timeout(silence)),
+                () = &mut deadline => return Err(HubError::Timeout(silence).into()),
                 _ = ticker.tick() => {
                     send(&frames, Envelope::keepalive(Module::EdgeHub, None)).await?;
                 }
@@ -223,7 +227,7 @@ impl EdgeHub {
         self.downstream
             .send(msg)
             .await
-            .map_err(|_| Error::HubStopped)
+            .map_err(|_| crate::Error::from(HubError::HubStopped))
     }
 }
 
@@ -235,7 +239,7 @@ pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Envelope) -> Res
             frame: Some(edge_frame::Frame::Message(Message::from(msg))),
         })
         .await
-        .map_err(|_| Error::StreamClosed)
+        .map_err(|_| crate::Error::from(HubError::StreamClosed))
 }
 
 /// The `error` answer to a downstream message that is not a valid envelope (its reason

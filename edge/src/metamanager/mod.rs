@@ -20,6 +20,7 @@
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
 
+pub mod error;
 mod outbox;
 mod query;
 mod store;
@@ -34,6 +35,7 @@ pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
 pub use store::{MetaStore, StoredObject};
 
 use crate::Result;
+use crate::metamanager::error::Error as MetaError;
 use verge_runtime::ErrorChain;
 
 use crate::edgehub::EdgeHubHandle;
@@ -155,7 +157,8 @@ impl MetaManager {
                     debug!(?applied, "applied");
                     reply(&msg, Outcome::Ack)
                 }
-                Err(reason) => {
+                Err(error) => {
+                    let reason = ErrorChain(&error).to_string();
                     warn!(%reason, "rejected downstream message");
                     reply(&msg, Outcome::Error(reason))
                 }
@@ -177,15 +180,18 @@ impl MetaManager {
     /// Validates and commits an upsert/delete, then announces a change to the subscribers.
     /// Moves the body out of `msg` (the reply does not need it). `Err` is the reason to
     /// answer with.
-    async fn apply_object(&self, msg: &mut Envelope) -> std::result::Result<Applied, String> {
+    async fn apply_object(&self, msg: &mut Envelope) -> Result<Applied> {
         let (key, version, delete) = match &msg.kind {
             Kind::Upsert { key, version, .. } => (key.clone(), version.clone(), false),
             Kind::Delete { key, version } => (key.clone(), version.clone(), true),
-            _ => return Err(format!("{} is not an object message", msg.operation())),
+            _ => {
+                let operation = msg.operation();
+                return Err(MetaError::NotAnObject { operation }.into());
+            }
         };
         if !delete {
             serde_json::from_slice::<serde::de::IgnoredAny>(&msg.body)
-                .map_err(|e| format!("content is not JSON: {e}"))?;
+                .map_err(MetaError::ContentNotJson)?;
         }
         let content = std::mem::take(&mut msg.body);
         let (k, v) = (key.clone(), version.clone());
@@ -193,10 +199,7 @@ impl MetaManager {
             .store
             .blocking(move |s| apply(s, delete, &k, &v, &content))
             .await
-            .map_err(|e| {
-                error!(error = %ErrorChain(&e), "store failed");
-                format!("edge store failed: {e}")
-            })?;
+            .inspect_err(|e| error!(error = %ErrorChain(e), "store failed"))?;
         if matches!(applied, Applied::Stored | Applied::Deleted) {
             // No subscriber (edged not running) is fine.
             let uid = version.uid;

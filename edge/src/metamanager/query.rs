@@ -3,9 +3,11 @@
 //!
 //! [`QueryRegistry::query`] registers the message id, sends the `query` (header `sync`)
 //! through the [`EdgeHubHandle`] and waits for the cloud's `response` (-> its content) or
-//! `error` (-> [`Error::QueryRefused`]) with `parent_id` = that id. metamanager offers every
+//! `error` (-> [`QueryRefused`](crate::metamanager::error::Error::QueryRefused)) with `parent_id` = that id. metamanager offers every
 //! downstream `response`/`error` to [`QueryRegistry::complete`] first.
 
+use crate::edgehub::error::Error as HubError;
+use crate::metamanager::error::Error as MetaError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,8 +15,8 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome, ResourceKey};
 
+use crate::Result;
 use crate::edgehub::EdgeHubHandle;
-use crate::{Error, Result};
 
 /// How many queries may wait for an answer at once (architecture.md §3.5: bounded everything).
 pub const MAX_PENDING_QUERIES: usize = 1024;
@@ -74,11 +76,11 @@ impl QueryRegistry {
     /// through `hub` and returns the content of the cloud's `response`.
     ///
     /// # Errors
-    /// [`Error::CloudUnreachable`] at once when no cloudhub session is up (offline: callers
-    /// fall back to what they hold instead of waiting); [`Error::QueryRefused`] when the
-    /// cloud answers `error`; [`Error::QueryTimeout`] when no
+    /// [`CloudUnreachable`](crate::metamanager::error::Error::CloudUnreachable) at once when no cloudhub session is up (offline: callers
+    /// fall back to what they hold instead of waiting); [`QueryRefused`](crate::metamanager::error::Error::QueryRefused) when the
+    /// cloud answers `error`; [`QueryTimeout`](crate::metamanager::error::Error::QueryTimeout) when no
     /// answer arrives within `timeout` (the message may still be queued or sent);
-    /// [`Error::QueueFull`] when [`MAX_PENDING_QUERIES`] already wait; [`Error::HubStopped`]
+    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when [`MAX_PENDING_QUERIES`] already wait; [`HubStopped`](crate::edgehub::error::Error::HubStopped)
     /// when edgehub is gone.
     pub async fn query(
         &self,
@@ -90,7 +92,7 @@ impl QueryRegistry {
     ) -> Result<Vec<u8>> {
         let resource = key.to_string();
         if !hub.connected() {
-            return Err(Error::CloudUnreachable { resource });
+            return Err(MetaError::CloudUnreachable { resource }.into());
         }
         let kind = Kind::Query { key: key.clone() };
         let msg = Envelope::new(source, Group::Resource, kind, content);
@@ -99,9 +101,10 @@ impl QueryRegistry {
         let _registration = {
             let mut pending = lock(&self.pending);
             if pending.len() >= MAX_PENDING_QUERIES {
-                return Err(Error::QueueFull {
+                return Err(HubError::QueueFull {
                     capacity: MAX_PENDING_QUERIES,
-                });
+                }
+                .into());
             }
             pending.insert(id.clone(), tx);
             Registration {
@@ -111,10 +114,11 @@ impl QueryRegistry {
         };
         let answer = tokio::time::timeout(timeout, async {
             hub.send(msg).await?;
-            rx.await.map_err(|_| Error::HubStopped)
+            rx.await
+                .map_err(|_| crate::Error::from(HubError::HubStopped))
         })
         .await
-        .map_err(|_| Error::QueryTimeout {
+        .map_err(|_| MetaError::QueryTimeout {
             resource: resource.clone(),
             timeout,
         })??;
@@ -126,11 +130,12 @@ impl QueryRegistry {
             Kind::Answer {
                 outcome: Outcome::Error(reason),
                 ..
-            } => Err(Error::QueryRefused { resource, reason }),
-            _ => Err(Error::QueryRefused {
+            } => Err(MetaError::QueryRefused { resource, reason }.into()),
+            _ => Err(MetaError::QueryRefused {
                 resource,
                 reason: String::from_utf8_lossy(&answer.body).into_owned(),
-            }),
+            }
+            .into()),
         }
     }
 }
@@ -185,13 +190,16 @@ mod tests {
             .query(&hub, Module::Edged, &key("bad"), Vec::new(), t)
             .await;
         assert!(
-            matches!(err, Err(Error::QueryRefused { ref reason, .. }) if reason == "not referenced")
+            matches!(err, Err(crate::Error::MetaManager(MetaError::QueryRefused { ref reason, .. })) if reason == "not referenced")
         );
         let short = Duration::from_millis(50);
         let err = registry
             .query(&hub, Module::Edged, &key("silent"), Vec::new(), short)
             .await;
-        assert!(matches!(err, Err(Error::QueryTimeout { .. })));
+        assert!(matches!(
+            err,
+            Err(crate::Error::MetaManager(MetaError::QueryTimeout { .. }))
+        ));
         assert_eq!(registry.pending(), 0, "timed-out queries are forgotten");
         let late = answer("unknown", Operation::Response, b"");
         assert!(registry.complete(late).is_some(), "nobody waits");

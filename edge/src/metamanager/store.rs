@@ -6,6 +6,7 @@
 //! what a crash could lose. Calls block on disk I/O: call them from
 //! `tokio::task::spawn_blocking` (see [`MetaStore::blocking`]).
 
+use crate::metamanager::error::Error as MetaError;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use verge_core::{ResourceKey, ResourceType, is_newer};
 use verge_proto::{Inventory, InventoryEntry};
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// `objects`: edge path -> (uid, resourceVersion, content).
 const OBJECTS: TableDefinition<&str, (&str, &str, &[u8])> = TableDefinition::new("objects");
@@ -57,7 +58,7 @@ impl MetaStore {
     /// must exist.
     ///
     /// # Errors
-    /// [`Error::Store`] if the file cannot be opened (e.g. locked by another edgecore).
+    /// [`Store`](crate::metamanager::error::Error::Store) if the file cannot be opened (e.g. locked by another edgecore).
     pub fn open(path: &Path) -> Result<Self> {
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
@@ -70,7 +71,7 @@ impl MetaStore {
     /// Runs `f` on a clone of this store on tokio's blocking pool.
     ///
     /// # Errors
-    /// What `f` returns; [`Error::Blocking`] if the task panicked.
+    /// What `f` returns; [`Blocking`](crate::metamanager::error::Error::Blocking) if the task panicked.
     pub async fn blocking<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
@@ -79,7 +80,7 @@ impl MetaStore {
         let store = self.clone();
         tokio::task::spawn_blocking(move || f(&store))
             .await
-            .map_err(Error::Blocking)?
+            .map_err(MetaError::Blocking)?
     }
 
     /// Stores the object at `key` if nothing is stored there or `resource_version` is newer
@@ -87,7 +88,7 @@ impl MetaStore {
     /// Returns whether it was stored (`false`: stale or duplicate, nothing changed).
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails; nothing is changed then.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing is changed then.
     pub fn upsert_if_newer(
         &self,
         key: &ResourceKey,
@@ -114,7 +115,7 @@ impl MetaStore {
     /// The object at `key`, if any.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
     pub fn get(&self, key: &ResourceKey) -> Result<Option<StoredObject>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(OBJECTS)?;
@@ -128,7 +129,7 @@ impl MetaStore {
     /// returning; returns whether something was removed.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails; nothing is changed then.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing is changed then.
     pub fn delete(&self, key: &ResourceKey, uid: &str) -> Result<bool> {
         let path = key.to_string();
         let txn = self.db.begin_write()?;
@@ -153,7 +154,7 @@ impl MetaStore {
     /// Every stored object of type `kind`, with its key, in key order.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails; [`Error::StoredRecord`] for a key that does not
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`StoredRecord`](crate::metamanager::error::Error::StoredRecord) for a key that does not
     /// parse as an edge path.
     pub fn list(&self, kind: ResourceType) -> Result<Vec<(ResourceKey, StoredObject)>> {
         let txn = self.db.begin_read()?;
@@ -173,7 +174,7 @@ impl MetaStore {
     /// Every stored object's identity, for `EdgeHello.inventory` (resync by inventory).
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails; [`Error::StoredRecord`] for a key that does not
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`StoredRecord`](crate::metamanager::error::Error::StoredRecord) for a key that does not
     /// parse as an edge path.
     pub fn inventory(&self) -> Result<Inventory> {
         let txn = self.db.begin_read()?;
@@ -197,9 +198,12 @@ impl MetaStore {
 
 /// Parses a stored object's key (an edge path).
 fn stored_key(raw: &str) -> Result<ResourceKey> {
-    raw.parse().map_err(|source| Error::StoredRecord {
-        key: raw.to_owned(),
-        source,
+    raw.parse().map_err(|source| {
+        MetaError::StoredRecord {
+            key: raw.to_owned(),
+            source,
+        }
+        .into()
     })
 }
 

@@ -91,7 +91,7 @@ impl NodeAgent {
             let msg = message(Write::Insert, &key, &node, "node")?;
             match self.hub.report(msg).await {
                 Ok(()) => info!("node registration reported"),
-                Err(Error::HubStopped) => break,
+                Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
             let mut status_tick = tokio::time::interval(self.config.node_status_update_frequency);

@@ -10,7 +10,7 @@
 //!    (docs/protocol.md); without markers (an edgecontroller that does not send them) the
 //!    phase ends when every node holds its objects and no object message arrived for 2 s.
 //!
-//! Layout: [`objects`] (the API objects), [`edge`] (one simulated edge node), [`phase`] (all
+//! Layout: [`objects`] (the API objects), [`edge`] (one simulated edge node), [`phase`](mod@phase) (all
 //! nodes connect at once), [`rss`] (peak memory), [`report`] (the Markdown table).
 
 mod edge;

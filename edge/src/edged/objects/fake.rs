@@ -74,7 +74,9 @@ impl PodObjects for FakeObjects {
         expiration_seconds: i64,
     ) -> Result<TokenRequest> {
         if *self.fail_tokens.lock().expect("lock") {
-            return Err(crate::Error::HubStopped);
+            return Err(crate::Error::EdgeHub(
+                crate::edgehub::error::Error::HubStopped,
+            ));
         }
         let n = {
             let mut issued = self.tokens_issued.lock().expect("lock");

@@ -234,7 +234,7 @@ async fn downward_api_and_projected_with_token_refresh() {
     assert_eq!(read(&api.join("token")), "token-2");
     let expired = m.refresh_at(&p, later(3601)).await;
     assert!(
-        matches!(&expired, Err(VolumeError::Objects(e)) if matches!(**e, Error::HubStopped)),
+        matches!(&expired, Err(VolumeError::Objects(e)) if matches!(**e, Error::EdgeHub(crate::edgehub::error::Error::HubStopped))),
         "{expired:?}"
     );
 }

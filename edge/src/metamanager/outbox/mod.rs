@@ -26,7 +26,8 @@ use verge_core::Envelope;
 pub use key::OutboxKey;
 
 use super::MetaStore;
-use crate::{Error, Result};
+use crate::Result;
+use crate::metamanager::error::Error as MetaError;
 
 /// `outbox`: key -> (seq, attempts, message id, encoded message).
 const OUTBOX: TableDefinition<&str, (u64, u32, &str, &[u8])> = TableDefinition::new("outbox");
@@ -62,12 +63,12 @@ impl MetaStore {
     /// the entry of that key if any, at the end of the FIFO order; commits before returning.
     ///
     /// # Errors
-    /// [`Error::NotAReport`] when `message` has no outbox key; [`Error::OutboxFull`] when the
+    /// [`NotAReport`](crate::metamanager::error::Error::NotAReport) when `message` has no outbox key; [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) when the
     /// key is droppable ([`OutboxKey::is_droppable`]), not yet in the outbox, and
-    /// `max_entries` entries already wait; nothing changes then. [`Error::Store`] if the
+    /// `max_entries` entries already wait; nothing changes then. [`Store`](crate::metamanager::error::Error::Store) if the
     /// transaction fails.
     pub fn outbox_put(&self, message: &Envelope, max_entries: usize) -> Result<()> {
-        let key = OutboxKey::of(message).ok_or_else(|| Error::NotAReport {
+        let key = OutboxKey::of(message).ok_or_else(|| MetaError::NotAReport {
             message: message.to_string(),
         })?;
         let droppable = key.is_droppable();
@@ -87,7 +88,7 @@ impl MetaStore {
                 None if droppable => {
                     let entries = outbox.len()?;
                     if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
-                        return Err(Error::OutboxFull { key, entries });
+                        return Err(MetaError::OutboxFull { key, entries }.into());
                     }
                 }
                 None => {}
@@ -104,7 +105,7 @@ impl MetaStore {
     /// Up to `limit` entries with a seq greater than `after` (all if `None`), in FIFO order.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails; [`Error::OutboxRecord`] for an undecodable entry.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`OutboxRecord`](crate::metamanager::error::Error::OutboxRecord) for an undecodable entry.
     pub fn outbox_after(&self, after: Option<u64>, limit: usize) -> Result<Vec<OutboxEntry>> {
         let txn = self.db.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
@@ -126,7 +127,7 @@ impl MetaStore {
     /// The entry of the stored `key` (text form), if any.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails; [`Error::OutboxRecord`] for an undecodable entry.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`OutboxRecord`](crate::metamanager::error::Error::OutboxRecord) for an undecodable entry.
     pub fn outbox_get(&self, key: &str) -> Result<Option<OutboxEntry>> {
         let txn = self.db.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
@@ -136,7 +137,7 @@ impl MetaStore {
     /// How many entries wait.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
     pub fn outbox_len(&self) -> Result<u64> {
         let txn = self.db.begin_read()?;
         Ok(txn.open_table(OUTBOX)?.len()?)
@@ -146,7 +147,7 @@ impl MetaStore {
     /// same key stays); commits before returning. Returns whether it was removed.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
     pub fn outbox_remove_if(&self, key: &str, id: &str) -> Result<bool> {
         let txn = self.db.begin_write()?;
         let removed = {
@@ -170,7 +171,7 @@ impl MetaStore {
     /// gone or holds a newer report.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails.
+    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
     pub fn outbox_refused(&self, key: &str, id: &str, count: bool) -> Result<Option<u32>> {
         let txn = self.db.begin_write()?;
         let attempts = {
@@ -197,10 +198,11 @@ impl MetaStore {
 }
 
 fn decode(key: &str, (seq, attempts, _, bytes): (u64, u32, &str, &[u8])) -> Result<OutboxEntry> {
-    let message = verge_proto::envelope::decode(bytes).map_err(|source| Error::OutboxRecord {
-        key: key.to_owned(),
-        source,
-    })?;
+    let message =
+        verge_proto::envelope::decode(bytes).map_err(|source| MetaError::OutboxRecord {
+            key: key.to_owned(),
+            source,
+        })?;
     Ok(OutboxEntry {
         key: key.to_owned(),
         seq,

@@ -1,3 +1,4 @@
+use crate::metamanager::error::Error as MetaError;
 use verge_core::{Group, Operation, ResourceKey, ResourceType};
 use verge_proto::Message;
 
@@ -43,7 +44,7 @@ fn keys_are_derived_from_the_report() {
     let (_dir, s) = store();
     assert!(matches!(
         s.outbox_put(&report("7", "kube-node-lease/lease/n"), 10),
-        Err(Error::NotAReport { .. })
+        Err(crate::Error::MetaManager(MetaError::NotAReport { .. }))
     ));
 }
 
@@ -126,7 +127,13 @@ fn a_full_outbox_refuses_new_events_only() {
     let err = s
         .outbox_put(&report("e2", "ns/event/e2"), 2)
         .expect_err("full");
-    assert!(matches!(err, Error::OutboxFull { entries: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            crate::Error::MetaManager(MetaError::OutboxFull { entries: 2, .. })
+        ),
+        "{err}"
+    );
     // A known event key is replaced; statuses and deletions always fit.
     s.outbox_put(&report("e1b", "ns/event/e1"), 2)
         .expect("e1 replaced");

@@ -1,0 +1,42 @@
+//! The errors of edgehub: the cloudhub address, the connection, the stream and its queues.
+
+/// What can go wrong in edgehub. Each variant keeps its cause as `source`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cloudhub address is not a valid URI.
+    #[error("invalid cloudhub address {address:?}")]
+    CloudhubAddress {
+        /// The address as configured.
+        address: String,
+        /// The parse failure.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// The TCP/HTTP2 connection to cloudhub failed.
+    #[error("cannot connect to cloudhub")]
+    Connect(#[source] tonic::transport::Error),
+    /// Cloudhub ended the stream with an error status (or refused it).
+    #[error("cloudhub stream failed")]
+    Stream(#[source] tonic::Status),
+    /// Cloudhub broke the handshake or the protocol (e.g. no `Welcome` as first frame).
+    #[error("protocol violation by cloudhub: {0}")]
+    Protocol(&'static str),
+    /// No frame arrived from cloudhub for three keepalive intervals (or the handshake timed out).
+    #[error("cloudhub silent for {0:?}")]
+    Timeout(std::time::Duration),
+    /// Cloudhub closed the stream.
+    #[error("cloudhub closed the stream")]
+    StreamClosed,
+    /// The upstream queue is full; the message was not queued (back-pressure).
+    #[error("upstream queue full ({capacity} messages)")]
+    QueueFull {
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// edgehub has stopped; nothing more can be sent.
+    #[error("edgehub stopped")]
+    HubStopped,
+}
+
+/// edgehub's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
