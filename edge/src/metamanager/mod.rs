@@ -261,8 +261,9 @@ mod tests {
         (dir, MetaManager::new(store, down_rx, handle))
     }
 
-    fn msg(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Envelope {
-        let m = Message::build(
+    /// The wire message a controller sends: object `uid-1` at `rv`.
+    fn wire(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Message {
+        Message::build(
             id,
             "edgecontroller",
             Group::Resource,
@@ -270,8 +271,11 @@ mod tests {
             resource,
             content.to_vec(),
         )
-        .with_object("uid-1", rv);
-        Envelope::try_from(m).expect("valid")
+        .with_object("uid-1", rv)
+    }
+
+    fn msg(id: &str, op: Operation, resource: &str, rv: &str, content: &[u8]) -> Envelope {
+        Envelope::try_from(wire(id, op, resource, rv, content)).expect("valid")
     }
 
     /// As edgehub hands a wire message to metamanager: a bad route is answered at the stream.
@@ -283,16 +287,7 @@ mod tests {
         rv: &str,
         content: &[u8],
     ) -> Option<Envelope> {
-        let wire = Message::build(
-            id,
-            "edgecontroller",
-            Group::Resource,
-            op,
-            resource,
-            content.to_vec(),
-        )
-        .with_object("uid-1", rv);
-        match Envelope::try_from(wire) {
+        match Envelope::try_from(wire(id, op, resource, rv, content)) {
             Ok(msg) => m.handle(msg).await,
             Err(error) => crate::edgehub::refusal(&error),
         }

@@ -27,17 +27,7 @@ pub(crate) enum Upstream {
 /// itself).
 pub(crate) fn upstream(node: &str, envelope: &mut Envelope) -> Result<Upstream> {
     if envelope.node.is_some() {
-        return Err(Error::MalformedRoute {
-            id: envelope.id.to_string(),
-            source: verge_proto::Error::Invalid {
-                id: envelope.id.to_string(),
-                field: "route.resource",
-                source: verge_core::Error::ResourcePath {
-                    path: envelope.path(),
-                    reason: "expected <namespace>/<type>/<name>",
-                },
-            },
-        });
+        return Err(wrong_side(envelope, "expected <namespace>/<type>/<name>"));
     }
     if matches!(envelope.kind, Kind::Keepalive { .. }) {
         return Ok(Upstream::Keepalive);
@@ -75,21 +65,30 @@ pub(crate) fn downstream(node: &str, mut envelope: Envelope) -> Result<Envelope>
             });
         }
         None => {
-            return Err(Error::MalformedRoute {
-                id: envelope.id.to_string(),
-                source: verge_proto::Error::Invalid {
-                    id: envelope.id.to_string(),
-                    field: "route.resource",
-                    source: verge_core::Error::ResourcePath {
-                        path: envelope.path(),
-                        reason: "expected node/<node>/<namespace>/<type>/<name>",
-                    },
-                },
-            });
+            return Err(wrong_side(
+                &envelope,
+                "expected node/<node>/<namespace>/<type>/<name>",
+            ));
         }
     }
     envelope.node = None;
     Ok(envelope)
+}
+
+/// [`Error::MalformedRoute`] for a message whose resource path is of the other side's form
+/// (`expected` says which form this side takes).
+fn wrong_side(envelope: &Envelope, expected: &'static str) -> Error {
+    Error::MalformedRoute {
+        id: envelope.id.to_string(),
+        source: verge_proto::Error::Invalid {
+            id: envelope.id.to_string(),
+            field: "route.resource",
+            source: verge_core::Error::ResourcePath {
+                path: envelope.path(),
+                reason: expected,
+            },
+        },
+    }
 }
 
 /// Cloudhub's answer to the edge keepalive `parent` (group `hub`, no resource).
