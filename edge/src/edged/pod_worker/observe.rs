@@ -3,47 +3,12 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 pub use crate::edged::runtime::RunState;
 use crate::edged::runtime::labels::ContainerLabels;
 use crate::edged::runtime::{ContainerInfo, ContainerRuntime, ListFilter, RuntimeError};
 
-/// One Docker container of the pod.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Instance {
-    /// Docker id.
-    pub id: String,
-    /// Its labels.
-    pub labels: ContainerLabels,
-    /// Its state.
-    pub state: RunState,
-    /// Exit code (meaningful when exited).
-    pub exit_code: i32,
-    /// Whether the kernel OOM killer ended it.
-    pub oom_killed: bool,
-    /// Docker's error message (e.g. the executable was not found).
-    pub error: Option<String>,
-    /// When it (last) started.
-    pub started_at: Option<Time>,
-    /// When it exited.
-    pub finished_at: Option<Time>,
-    /// The image as given in the spec.
-    pub image: String,
-    /// The local image id (`sha256:...`).
-    pub image_id: String,
-    /// The bridge IP (sandbox only; empty for hostNetwork).
-    pub ip: Option<String>,
-}
-
-impl Instance {
-    /// How long it ran, if it started and exited.
-    pub fn ran_for(&self) -> Option<std::time::Duration> {
-        let (s, f) = (self.started_at.as_ref()?, self.finished_at.as_ref()?);
-        let d = f.0.duration_since(s.0);
-        std::time::Duration::try_from(d).ok()
-    }
-}
+/// One container of the pod as inspected, with edged's labels parsed.
+pub type Instance = ContainerInfo<ContainerLabels>;
 
 /// Everything Docker holds for one pod; instances sorted newest first (by restart count).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -80,20 +45,7 @@ impl Observation {
 
 /// Turns an inspect into an [`Instance`]; `None` if it is not one of edged's containers.
 fn instance(c: ContainerInfo) -> Option<Instance> {
-    let labels = ContainerLabels::parse(&c.labels)?;
-    Some(Instance {
-        id: c.id,
-        labels,
-        state: c.state,
-        exit_code: c.exit_code,
-        oom_killed: c.oom_killed,
-        error: c.error,
-        started_at: c.started_at,
-        finished_at: c.finished_at,
-        image: c.image,
-        image_id: c.image_id,
-        ip: c.ip,
-    })
+    c.map_labels(ContainerLabels::parse)
 }
 
 /// Lists and inspects every container of pod `uid`.

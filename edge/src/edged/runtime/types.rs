@@ -79,13 +79,15 @@ pub enum RunState {
     Exited,
 }
 
-/// One container as inspected (kubelet: CRI `ContainerStatus`).
+/// One container as inspected (kubelet: CRI `ContainerStatus`). `L` is the form of its
+/// labels: the engine's map as inspected, or parsed (edged's `Instance` holds
+/// `ContainerLabels`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct ContainerInfo {
+pub struct ContainerInfo<L = HashMap<String, String>> {
     /// The engine's id.
     pub id: String,
     /// Its labels.
-    pub labels: HashMap<String, String>,
+    pub labels: L,
     /// Its state.
     pub state: RunState,
     /// Exit code (meaningful when exited).
@@ -104,6 +106,34 @@ pub struct ContainerInfo {
     pub image_id: String,
     /// Its IP on the default bridge network, if any.
     pub ip: Option<String>,
+}
+
+impl<L> ContainerInfo<L> {
+    /// The same container with its labels turned into another form by `parse`; `None` when
+    /// `parse` rejects them.
+    pub fn map_labels<M>(self, parse: impl FnOnce(&L) -> Option<M>) -> Option<ContainerInfo<M>> {
+        let labels = parse(&self.labels)?;
+        Some(ContainerInfo {
+            id: self.id,
+            labels,
+            state: self.state,
+            exit_code: self.exit_code,
+            oom_killed: self.oom_killed,
+            error: self.error,
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            image: self.image,
+            image_id: self.image_id,
+            ip: self.ip,
+        })
+    }
+
+    /// How long it ran, if it started and exited.
+    pub fn ran_for(&self) -> Option<std::time::Duration> {
+        let (s, f) = (self.started_at.as_ref()?, self.finished_at.as_ref()?);
+        let d = f.0.duration_since(s.0);
+        std::time::Duration::try_from(d).ok()
+    }
 }
 
 /// The network namespace of a new container.
