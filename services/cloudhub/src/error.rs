@@ -118,9 +118,11 @@ pub enum Error {
     #[error("replaced by a newer session")]
     Replaced,
 
-    /// A controller did not take frames fast enough and its bounded queue overflowed; it
-    /// must reattach to get a fresh session snapshot (gRPC `RESOURCE_EXHAUSTED`).
-    #[error("controller queue full ({0} frames); reattach to resync")]
+    /// A controller did not take frames fast enough and its bounded control queue (session
+    /// events, delivery errors) overflowed; it must reattach to get a fresh session snapshot
+    /// (gRPC `RESOURCE_EXHAUSTED`). A full message queue never causes this: it slows the
+    /// edges down instead.
+    #[error("controller control queue full ({0} frames); reattach to resync")]
     ControllerQueueFull(usize),
 
     /// Cloudhub is shutting down; the peer should reconnect, possibly to another replica
