@@ -98,7 +98,16 @@ impl NodeAgent {
             let mut lease_tick = tokio::time::interval(self.config.node_lease_renew_interval);
             status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            // edged learns Docker's version after the node registered; report it at once
+            // instead of showing `docker://unknown` until the next status period.
+            let mut runtime_version = self.runtime_version.clone();
             loop {
+                let version_known = async {
+                    match runtime_version.as_mut() {
+                        Some(rx) => rx.changed().await.ok(),
+                        None => None,
+                    }
+                };
                 tokio::select! {
                     () = shutdown.cancelled() => return Ok(()),
                     changed = sessions.changed() => {
@@ -106,6 +115,7 @@ impl NodeAgent {
                         break;
                     }
                     _ = status_tick.tick() => self.report_status(&facts).await?,
+                    Some(()) = version_known => self.report_status(&facts).await?,
                     _ = lease_tick.tick() => self.renew_lease()?,
                 }
             }
