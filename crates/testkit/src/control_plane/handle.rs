@@ -133,7 +133,25 @@ impl ControlPlane {
             std::thread::sleep(Duration::from_millis(50));
         }
         let log = self.state_dir.join("logs").join(format!("{name}.log"));
-        let pid = daemon::spawn_detached(&self.bin_dir.join(name), &args, &[], &log)?;
+        // The old process's ports can stay taken for a moment after it died; a restart that
+        // loses that race exits at once with "address already in use". Wait for the ports,
+        // and start again if the new process dies within its first second.
+        let ports = listen_ports(&args);
+        let mut attempt = 0;
+        let pid = loop {
+            attempt += 1;
+            wait_bindable(&ports, Duration::from_secs(10));
+            let pid = daemon::spawn_detached(&self.bin_dir.join(name), &args, &[], &log)?;
+            std::thread::sleep(Duration::from_secs(1));
+            if daemon::is_alive(pid, Some(name)) || attempt >= 5 {
+                break pid;
+            }
+            tracing::warn!(
+                name,
+                attempt,
+                "restarted component exited at once; starting it again"
+            );
+        };
         c.pid = pid;
         std::fs::write(
             self.state_dir.join("pids").join(format!("{name}.pid")),
@@ -176,5 +194,49 @@ impl ControlPlane {
                 .await
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?;
         kube::Client::try_from(config).context("building kube client")
+    }
+}
+
+/// The local ports a component's flags make it listen on: `--secure-port=<n>` and the port
+/// of every `--listen-*-urls=<scheme>://<host>:<n>`.
+fn listen_ports(args: &[String]) -> Vec<u16> {
+    args.iter()
+        .filter_map(|a| {
+            let value = a.strip_prefix("--secure-port=").or_else(|| {
+                a.strip_prefix("--listen-")
+                    .and_then(|r| r.split_once("urls=").map(|(_, v)| v))
+            })?;
+            value.rsplit(':').next()?.parse().ok()
+        })
+        .collect()
+}
+
+/// Waits (at most `limit`) until every port of `ports` can be bound on 127.0.0.1.
+fn wait_bindable(ports: &[u16], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline
+        && ports
+            .iter()
+            .any(|p| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, *p)).is_err())
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_ports_from_flags() {
+        let args: Vec<String> = [
+            "--secure-port=21056",
+            "--listen-client-urls=https://127.0.0.1:2379",
+            "--advertise-client-urls=https://127.0.0.1:2379",
+            "--v=2",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(listen_ports(&args), [21056, 2379]);
     }
 }
