@@ -187,8 +187,8 @@ fn rows(mode: &str, verge: &[Duration], docker: &[Duration]) -> String {
         "| {mode} | verge: create → Running | {} |\n\
          | {mode} | docker run -d | {} |\n\
          | {mode} | ratio verge / docker | | {} | {} | {p99} | {} |\n",
-        super::record::duration_cells(verge),
-        super::record::duration_cells(docker),
+        super::record::duration_cells(&v),
+        super::record::duration_cells(&d),
         ratio(v.p50, d.p50),
         ratio(v.p90, d.p90),
         ratio(v.max, d.max),

@@ -111,8 +111,7 @@ fn splice(old: &str, name: &str, title: &str, run: &str) -> String {
 
 /// One row of durations as Markdown cells: n, p50, p90, p99 (only with at least 20 samples,
 /// else "–"), max.
-pub fn duration_cells(sorted: &[std::time::Duration]) -> String {
-    let s = super::Summary::of(sorted);
+pub fn duration_cells(s: &super::Summary) -> String {
     let p99 = s
         .p99
         .map_or_else(|| "–".to_owned(), |d| format!("{:.0} ms", ms(d)));

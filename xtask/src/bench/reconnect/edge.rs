@@ -196,7 +196,7 @@ async fn run(
         };
         let Some(frame) = frame else {
             let ka = Message::build(
-                new_id(),
+                verge_core::MessageId::new().to_string(),
                 "edgehub",
                 Group::Hub,
                 Operation::Keepalive,
@@ -325,7 +325,7 @@ fn on_message(
         }
     }
     Some(Message::reply(
-        new_id(),
+        verge_core::MessageId::new().to_string(),
         message.id(),
         "metamanager",
         message.group().unwrap_or(Group::Resource),
@@ -347,8 +347,4 @@ fn check_complete(
         stats.complete_after = Some(at);
         let _ = shared.events.send(Event::Complete(edge.index, at));
     }
-}
-
-fn new_id() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
