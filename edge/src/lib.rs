@@ -80,7 +80,7 @@ impl EdgeCore {
     /// # Errors
     /// The first module error (e.g. [`CloudhubAddress`](crate::edgehub::error::Error::CloudhubAddress)).
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let (down_tx, down_rx) = mpsc::channel(self.config.downstream_queue);
+        let (down_tx, down_rx) = mpsc::channel(self.config.edge_hub.downstream_queue);
         let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);
         let meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
         let objects =
@@ -101,7 +101,7 @@ impl EdgeCore {
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop));
-        info!(node = %self.config.node_name, cloudhub = %self.config.cloudhub, "edgecore running");
+        info!(node = %self.config.node_name, cloudhub = %self.config.edge_hub.server, "edgecore running");
         let result = modules.run().await;
         info!("edgecore stopped");
         result.map_err(|failure| {

@@ -1,6 +1,6 @@
 //! `edgecore`: the Verge edge node agent. Parses flags, loads the configuration, installs
 //! telemetry, runs [`verge_edgecore::EdgeCore`] until SIGINT/SIGTERM and then drains it
-//! within `shutdown_grace` (`verge_runtime::serve`).
+//! within `shutdownGrace` (`verge_runtime::serve`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -17,23 +17,23 @@ struct Args {
     /// YAML configuration file; without it, the defaults apply.
     #[arg(long, env = "EDGECORE_CONFIG")]
     config: Option<PathBuf>,
-    /// Node name (overrides `node_name`).
+    /// Node name (overrides `nodeName`).
     #[arg(long)]
     node_name: Option<String>,
-    /// cloudhub EdgeHub address, e.g. `http://127.0.0.1:10000` (overrides `cloudhub`;
-    /// `cloudhub_alternates` stay).
+    /// cloudhub EdgeHub address, e.g. `http://127.0.0.1:10000` (overrides `edgeHub.server`;
+    /// `edgeHub.serverAlternates` stay).
     #[arg(long)]
     cloudhub: Option<String>,
-    /// Bootstrap token (overrides `token`).
+    /// Bootstrap token (overrides `edgeHub.token`).
     #[arg(long, env = "EDGECORE_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Data directory (overrides `data_dir`).
+    /// Data directory (overrides `dataDir`).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// The node's InternalIP (overrides `node_ip`).
+    /// The node's InternalIP (overrides `edged.nodeIP`).
     #[arg(long)]
     node_ip: Option<IpAddr>,
-    /// Log format (overrides `log_format`).
+    /// Log format (overrides `logFormat`).
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
 }
@@ -48,16 +48,16 @@ impl Args {
             config.node_name.clone_from(v);
         }
         if let Some(v) = &self.cloudhub {
-            config.cloudhub.clone_from(v);
+            config.edge_hub.server.clone_from(v);
         }
         if let Some(v) = &self.token {
-            config.token.clone_from(v);
+            config.edge_hub.token.clone_from(v);
         }
         if let Some(v) = &self.data_dir {
             config.data_dir.clone_from(v);
         }
         if self.node_ip.is_some() {
-            config.node_ip = self.node_ip;
+            config.edged.node_ip = self.node_ip;
         }
         if let Some(v) = self.log_format {
             config.log_format = v;

@@ -69,7 +69,7 @@ fn hub(
     tweak: impl FnOnce(&mut Config),
 ) -> Result<(EdgeHub, EdgeHubHandle, MetaStore, mpsc::Receiver<Envelope>)> {
     let mut config = config(url, dir);
-    config.outbox.retry_backoff = Duration::from_millis(100);
+    config.edge_hub.outbox.retry_backoff = Duration::from_millis(100);
     tweak(&mut config);
     let store = MetaStore::open(&config.store_path())?;
     let (down_tx, down_rx) = mpsc::channel(16);
@@ -146,7 +146,7 @@ async fn refused_reports_are_retried_then_dropped() -> Result<()> {
     verge_telemetry::init_for_tests();
     let (url, mut events) = start_fake(true).await?;
     let dir = tempfile::tempdir()?;
-    let (hub, handle, store, _down) = hub(url, dir.path(), |c| c.outbox.max_attempts = 2)?;
+    let (hub, handle, store, _down) = hub(url, dir.path(), |c| c.edge_hub.outbox.max_attempts = 2)?;
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(hub.run(shutdown.clone()));
     let (_, session) = next_hello(&mut events).await?;

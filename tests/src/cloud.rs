@@ -62,7 +62,7 @@ impl Cloud {
     pub async fn start_replicas(cp: &ControlPlane, count: usize) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("cloudhub.yaml");
-        std::fs::write(&config, "keepalive_interval: 2s\nack_timeout: 2s\n")?;
+        std::fs::write(&config, "keepaliveInterval: 2s\nackTimeout: 2s\n")?;
         let mut hubs = Vec::new();
         let mut controller_args = Vec::new();
         for i in 0..count.max(1) {

@@ -21,9 +21,32 @@ use anyhow::Context as _;
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
-pub use verge_testkit::docker::{EDGED_TEST_CONFIG, docker, remove_managed_containers};
+pub use verge_edgecore::Config;
+pub use verge_testkit::docker::{docker, remove_managed_containers};
 pub use verge_testkit::ports::free_port;
 pub use verge_testkit::wait::{create_namespace, ready_status, wait_for};
+
+/// The edgecore configuration of every e2e edge: node `name` on `cloudhub_url` with its data
+/// in `data_dir`; node status and Lease every 2 s, reconnects after 200 ms to 2 s, and the
+/// local test image as the pod sandbox (no registry can be reached).
+pub fn edge_config(name: &str, cloudhub_url: &str, data_dir: &Path) -> Config {
+    let mut config = Config {
+        node_name: name.to_owned(),
+        data_dir: data_dir.to_owned(),
+        ..Config::default()
+    };
+    config.edge_hub.server = cloudhub_url.to_owned();
+    config.edge_hub.reconnect_initial_backoff = Duration::from_millis(200);
+    config.edge_hub.reconnect_max_backoff = Duration::from_secs(2);
+    config.edged.node_status_update_frequency = Duration::from_secs(2);
+    config.edged.node_lease_renew_interval = Duration::from_secs(2);
+    config.edged.pod_sandbox_image = verge_testkit::docker::TEST_IMAGE.to_owned();
+    config.edged.pod_sandbox_command = verge_testkit::docker::TEST_SANDBOX_COMMAND
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    config
+}
 
 /// One edge node: an edgecore process with its data directory and config file.
 #[derive(Debug)]
@@ -38,24 +61,28 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// Prepares an edge named `name` that connects to `cloudhub_url`, reporting status and
-    /// renewing its lease every 2 s, with `extra_yaml` appended to its config.
+    /// Prepares an edge named `name` that connects to `cloudhub_url` with [`edge_config`].
     ///
     /// # Errors
     /// The data directory or config file cannot be written.
-    pub fn new(name: &str, cloudhub_url: &str, extra_yaml: &str) -> anyhow::Result<Self> {
+    pub fn new(name: &str, cloudhub_url: &str) -> anyhow::Result<Self> {
+        Self::with_config(name, cloudhub_url, |_| {})
+    }
+
+    /// Like [`Edge::new`], with `change` applied to the configuration before it is written.
+    ///
+    /// # Errors
+    /// The data directory or config file cannot be written.
+    pub fn with_config(
+        name: &str,
+        cloudhub_url: &str,
+        change: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("edgecore.yaml");
-        let data = dir.path().join("data");
-        std::fs::write(
-            &config,
-            format!(
-                "node_name: {name}\ncloudhub: {cloudhub_url}\ndata_dir: {}\n\
-                 node_status_update_frequency: 2s\nnode_lease_renew_interval: 2s\n\
-                 reconnect_initial_backoff: 200ms\nreconnect_max_backoff: 2s\n{extra_yaml}",
-                data.display()
-            ),
-        )?;
+        let mut edge_config = edge_config(name, cloudhub_url, &dir.path().join("data"));
+        change(&mut edge_config);
+        std::fs::write(&config, edge_config.to_yaml()?)?;
         Ok(Self {
             name: name.to_owned(),
             process: None,

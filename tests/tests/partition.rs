@@ -11,10 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use verge_e2e::{
-    Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, ready_status,
-    wait_for,
-};
+use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, ready_status, wait_for};
 use verge_testkit::netns::EdgeNetns;
 
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
@@ -73,8 +70,9 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     let netns = EdgeNetns::create(11)?;
     let name = format!("e2e-part-{}", std::process::id());
     let url = format!("http://{}:{}", netns.host_addr(), cloud.edge_port);
-    let extra = format!("{EDGED_TEST_CONFIG}node_ip: {}\n", netns.edge_addr());
-    let mut edge = Edge::new(&name, &url, &extra)?;
+    let mut edge = Edge::with_config(&name, &url, |c| {
+        c.edged.node_ip = Some(netns.edge_addr().into());
+    })?;
     edge.start_in(&netns)?;
     let nodes: Api<Node> = Api::all(client.clone());
     let logs = |cloud: &Cloud, edge: &Edge| {

@@ -11,9 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use verge_e2e::{
-    Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, wait_for,
-};
+use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, wait_for};
 
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
@@ -38,7 +36,7 @@ impl Setup {
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
         let name = format!("e2e-{tag}-{}", std::process::id());
-        let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
+        let mut edge = Edge::new(&name, &cloud.edge_url)?;
         edge.start()?;
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
         let n = name.clone();

@@ -8,10 +8,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use verge_e2e::{
-    Cloud, EDGED_TEST_CONFIG, Edge, create_namespace, ready_status, sleeper_pod, wait_for,
-    wait_running,
-};
+use verge_e2e::{Cloud, Edge, create_namespace, ready_status, sleeper_pod, wait_for, wait_running};
 
 /// The log line edgehub writes for every established session.
 const SESSION_UP: &str = "cloudhub session established";
@@ -76,16 +73,12 @@ async fn killing_a_replica_moves_its_edges_and_loses_nothing() -> anyhow::Result
         format!("e2e-rep-b-{pid}"),
         format!("e2e-rep-{pid}"),
     );
-    let mut edge_a = Edge::new(
-        &a,
-        &hub0,
-        &format!("{EDGED_TEST_CONFIG}cloudhub_alternates: [{hub1}]\n"),
-    )?;
-    let mut edge_b = Edge::new(
-        &b,
-        &hub1,
-        &format!("{EDGED_TEST_CONFIG}cloudhub_alternates: [{hub0}]\n"),
-    )?;
+    let mut edge_a = Edge::with_config(&a, &hub0, |c| {
+        c.edge_hub.server_alternates = vec![hub1.clone()];
+    })?;
+    let mut edge_b = Edge::with_config(&b, &hub1, |c| {
+        c.edge_hub.server_alternates = vec![hub0.clone()];
+    })?;
     edge_a.start()?;
     edge_b.start()?;
 

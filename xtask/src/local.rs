@@ -64,7 +64,6 @@ pub async fn start(
     bin_dir: &Path,
     cp: &ControlPlane,
     node_name: &str,
-    extra_edge_yaml: &str,
 ) -> anyhow::Result<LocalVerge> {
     stop_processes(dir);
     std::fs::create_dir_all(dir.join("logs"))?;
@@ -74,14 +73,17 @@ pub async fn start(
     let cloudhub_cfg = write(
         dir,
         "cloudhub.yaml",
-        &format!("edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"),
+        &format!("edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n"),
     )?;
     let edgecore_cfg = write(
         dir,
         "edgecore.yaml",
         &format!(
-            "node_name: {node_name}\ncloudhub: http://127.0.0.1:{edge_port}\ndata_dir: {}\n{extra_edge_yaml}",
-            dir.join("edge").display()
+            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: http://127.0.0.1:{edge_port}\n\
+             edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n",
+            dir.join("edge").display(),
+            verge_testkit::docker::TEST_IMAGE,
+            verge_testkit::docker::TEST_SANDBOX_COMMAND,
         ),
     )?;
     let mut pids = Vec::new();

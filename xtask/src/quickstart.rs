@@ -58,14 +58,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let bin_dir = local::build_bins(false)?;
 
     eprintln!("quickstart: [4/6] starting cloudhub, edgecontroller and edgecore");
-    let verge = local::start(
-        &run_dir(),
-        &bin_dir,
-        &cp,
-        &args.node_name,
-        verge_testkit::docker::EDGED_TEST_CONFIG,
-    )
-    .await?;
+    let verge = local::start(&run_dir(), &bin_dir, &cp, &args.node_name).await?;
 
     eprintln!(
         "quickstart: [5/6] waiting for node {} to be Ready",

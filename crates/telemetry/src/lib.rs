@@ -9,7 +9,17 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 /// Output format of the log lines; `text` or `json` in configuration files (serde) and
 /// flags (clap), shared by every binary's configuration.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Deserialize,
+    serde::Serialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.

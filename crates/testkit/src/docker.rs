@@ -142,10 +142,9 @@ pub fn docker(args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// Extra edgecore configuration for pods on the local Docker engine: the infra (pause)
-/// container uses [`TEST_IMAGE`], because no registry can be reached.
-pub const EDGED_TEST_CONFIG: &str = "pod_infra_image: verge-test/busybox:latest\n\
-                                     pod_infra_command: [sleep, \"2147483647\"]\n";
+/// The command of the pod sandbox container when [`TEST_IMAGE`] is the sandbox image (edged
+/// `podSandboxImage`, because no registry can be reached): busybox has no pause binary.
+pub const TEST_SANDBOX_COMMAND: [&str; 2] = ["sleep", "2147483647"];
 
 /// Makes sure [`TEST_IMAGE`] exists, importing it when missing (installs
 /// `busybox-static` first if needed). Requires a running daemon ([`ensure_docker`]).

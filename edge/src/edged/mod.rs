@@ -119,7 +119,7 @@ impl Edged {
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let runtime = loop {
             match DockerRuntime::connect(
-                self.config.docker_endpoint.as_deref(),
+                self.config.edged.container_runtime_endpoint.as_deref(),
                 &self.config.node_name,
             )
             .await
@@ -141,6 +141,7 @@ impl Edged {
         }
         let node_ip = self
             .config
+            .edged
             .node_ip
             .or_else(|| crate::node::host::first_ipv4().map(IpAddr::V4));
         let (status, status_task) = status::StatusManager::new(self.hub.clone());
@@ -160,11 +161,15 @@ impl Edged {
         let stop = shutdown.child_token();
         tracker.spawn(status_task.run(stop.clone()));
         let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(pleg::CHANNEL_CAPACITY);
-        let pleg = pleg::Pleg::new(runtime.clone(), self.config.pleg_relist_period, pleg_tx);
+        let pleg = pleg::Pleg::new(
+            runtime.clone(),
+            self.config.edged.pleg_relist_period,
+            pleg_tx,
+        );
         tracker.spawn(pleg.run(stop.clone()));
         let (live_tx, live_rx) = watch::channel(Default::default());
-        let gc = gc::GarbageCollector::new(runtime.clone(), self.config.gc.clone())
-            .pin_images([self.config.pod_infra_image.as_str()])
+        let gc = gc::GarbageCollector::new(runtime.clone(), self.config.edged.gc.clone())
+            .pin_images([self.config.edged.pod_sandbox_image.as_str()])
             .only_node();
         tracker.spawn(gc.run(live_rx, stop.clone()));
         let result = dispatch::Dispatcher::new(

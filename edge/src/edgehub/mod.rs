@@ -187,12 +187,12 @@ impl EdgeHub {
         store: MetaStore,
         downstream: mpsc::Sender<Envelope>,
     ) -> (Self, EdgeHubHandle) {
-        let (tx, upstream) = mpsc::channel(config.upstream_queue);
+        let (tx, upstream) = mpsc::channel(config.edge_hub.upstream_queue);
         let (sessions, sessions_rx) = watch::channel(None);
         let (outbox, queued) = Outbox::new(
             store.clone(),
-            config.outbox.max_entries,
-            config.upstream_queue,
+            config.edge_hub.outbox.max_entries,
+            config.edge_hub.upstream_queue,
         );
         let handle = EdgeHubHandle {
             tx,
@@ -229,8 +229,8 @@ impl EdgeHub {
             .take()
             .map(|queued| tokio::spawn(self.outbox.clone().write_queued(queued, shutdown.clone())));
         let mut backoff = Backoff::new(
-            self.config.reconnect_initial_backoff,
-            self.config.reconnect_max_backoff,
+            self.config.edge_hub.reconnect_initial_backoff,
+            self.config.edge_hub.reconnect_max_backoff,
         );
         loop {
             let (address, endpoint) = &endpoints[attempt % endpoints.len()];

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -20,9 +20,9 @@ use crate::metamanager::MetaStore;
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
 pub(crate) type Queued = Envelope;
 
-/// Bounds and retry policy of the upstream outbox (YAML `outbox:`); every field optional.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
+/// Bounds and retry policy of the upstream outbox (YAML `edgeHub.outbox:`); every field optional.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct OutboxConfig {
     /// Most entries kept. When it is reached, reports with a new *event* key are refused
     /// ([`OutboxFull`](crate::metamanager::error::Error::OutboxFull), logged); statuses and deletions are always kept (they
@@ -36,7 +36,7 @@ pub struct OutboxConfig {
     /// Default 10.
     pub max_attempts: u32,
     /// Delay before resending a refused report; doubles per counted refusal up to
-    /// `retry_max_backoff`. Default `1s`.
+    /// `retryMaxBackoff`. Default `1s`.
     #[serde(with = "humantime_serde")]
     pub retry_backoff: Duration,
     /// Largest delay before resending a refused report. Default `1m`.
@@ -68,19 +68,31 @@ impl OutboxConfig {
     /// The name of the first bad field and what is wrong with it.
     pub fn validate(&self) -> std::result::Result<(), (&'static str, &'static str)> {
         if self.max_entries == 0 {
-            return Err(("outbox.max_entries", "must hold at least one entry"));
+            return Err(("edgeHub.outbox.maxEntries", "must hold at least one entry"));
         }
         if self.max_inflight == 0 {
-            return Err(("outbox.max_inflight", "must allow at least one message"));
+            return Err((
+                "edgeHub.outbox.maxInflight",
+                "must allow at least one message",
+            ));
         }
         if self.max_attempts == 0 {
-            return Err(("outbox.max_attempts", "must allow at least one attempt"));
+            return Err((
+                "edgeHub.outbox.maxAttempts",
+                "must allow at least one attempt",
+            ));
         }
         if self.retry_backoff.is_zero() || self.ack_timeout.is_zero() {
-            return Err(("outbox.retry_backoff", "delays must be greater than zero"));
+            return Err((
+                "edgeHub.outbox.retryBackoff",
+                "delays must be greater than zero",
+            ));
         }
         if self.retry_max_backoff < self.retry_backoff {
-            return Err(("outbox.retry_max_backoff", "must be at least retry_backoff"));
+            return Err((
+                "edgeHub.outbox.retryMaxBackoff",
+                "must be at least retryBackoff",
+            ));
         }
         Ok(())
     }

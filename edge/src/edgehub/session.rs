@@ -41,12 +41,14 @@ pub(super) enum Ended {
 
 /// The gRPC endpoints of `[cloudhub] + cloudhub_alternates`, in order, with their addresses.
 pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
-    std::iter::once(&config.cloudhub)
-        .chain(&config.cloudhub_alternates)
+    std::iter::once(&config.edge_hub.server)
+        .chain(&config.edge_hub.server_alternates)
         .map(|address| {
             Endpoint::from_shared(address.clone())
                 .map(|e| {
-                    let e = e.connect_timeout(config.connect_timeout).tcp_nodelay(true);
+                    let e = e
+                        .connect_timeout(config.edge_hub.connect_timeout)
+                        .tcp_nodelay(true);
                     (address.clone(), e)
                 })
                 .map_err(|source| {
@@ -110,14 +112,14 @@ impl EdgeHub {
     /// Connects, sends `EdgeHello` and waits for `Welcome`, each step bounded by
     /// `connect_timeout`.
     async fn handshake(&self, endpoint: &Endpoint) -> Result<Open> {
-        let bound = self.config.connect_timeout;
+        let bound = self.config.edge_hub.connect_timeout;
         let channel: Channel = endpoint.connect().await.map_err(HubError::Connect)?;
         let inventory = self.store.blocking(|s| s.inventory()).await?;
         debug!(objects = inventory.entries.len(), "sending hello");
         let (frames, frame_rx) = mpsc::channel(FRAME_BUFFER);
         let hello = EdgeHello {
             node_name: self.config.node_name.clone(),
-            token: self.config.token.clone(),
+            token: self.config.edge_hub.token.clone(),
             inventory: Some(inventory),
             edgecore_version: env!("CARGO_PKG_VERSION").to_owned(),
         };
@@ -166,7 +168,7 @@ impl EdgeHub {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let deadline = tokio::time::sleep(silence);
         tokio::pin!(deadline);
-        let mut drain = Drain::new(self.store.clone(), self.config.outbox.clone());
+        let mut drain = Drain::new(self.store.clone(), self.config.edge_hub.outbox.clone());
         drain.fill(&frames).await?;
         loop {
             let retry_at = drain.next_deadline();

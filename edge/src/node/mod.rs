@@ -94,8 +94,9 @@ impl NodeAgent {
                 Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
-            let mut status_tick = tokio::time::interval(self.config.node_status_update_frequency);
-            let mut lease_tick = tokio::time::interval(self.config.node_lease_renew_interval);
+            let mut status_tick =
+                tokio::time::interval(self.config.edged.node_status_update_frequency);
+            let mut lease_tick = tokio::time::interval(self.config.edged.node_lease_renew_interval);
             status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
             // edged learns Docker's version after the node registered; report it at once
@@ -198,7 +199,7 @@ mod tests {
     #[test]
     fn node_status_shape() {
         let config = Config::from_yaml(
-            "node_name: edge-1\nsystem_reserved: {cpu: 500m, memory: 1Gi}\n",
+            "nodeName: edge-1\nedged: {systemReserved: {cpu: 500m, memory: 1Gi}}\n",
             "t",
         )
         .expect("config");
@@ -251,7 +252,8 @@ mod tests {
     #[test]
     fn node_object_and_lease() {
         let config = Config::from_yaml(
-            "node_name: edge-1\nlabels: {zone: a}\ntaints: [{key: edge, value: 'true', effect: NoSchedule}]\n",
+            "nodeName: edge-1\nedged:\n  nodeLabels: {zone: a}\n  \
+             registerWithTaints: [{key: edge, value: 'true', effect: NoSchedule}]\n",
             "t",
         )
         .expect("config");

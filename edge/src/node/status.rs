@@ -32,9 +32,10 @@ pub fn node_object(config: &Config, facts: &HostFacts) -> Node {
         ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
         (verge_core::EDGE_NODE_LABEL.to_owned(), String::new()),
     ]);
-    labels.extend(config.labels.clone());
+    labels.extend(config.edged.node_labels.clone());
     let taints: Vec<Taint> = config
-        .taints
+        .edged
+        .register_with_taints
         .iter()
         .map(|t| Taint {
             key: t.key.clone(),
@@ -101,7 +102,7 @@ pub fn node_status(
     let mut capacity = BTreeMap::from([
         ("cpu".to_owned(), q(format_cpu(facts.cpu_millis))),
         ("memory".to_owned(), q(format_ki(facts.memory_bytes))),
-        ("pods".to_owned(), q(config.max_pods.to_string())),
+        ("pods".to_owned(), q(config.edged.max_pods.to_string())),
     ]);
     let mut allocatable = BTreeMap::from([
         (
@@ -116,7 +117,7 @@ pub fn node_status(
                 facts.memory_bytes.saturating_sub(reserved.memory_bytes),
             )),
         ),
-        ("pods".to_owned(), q(config.max_pods.to_string())),
+        ("pods".to_owned(), q(config.edged.max_pods.to_string())),
     ]);
     if let Some(bytes) = facts.ephemeral_storage_bytes {
         capacity.insert("ephemeral-storage".to_owned(), q(format_ki(bytes)));
@@ -154,6 +155,7 @@ pub fn node_status(
         ),
     ];
     let internal_ip = config
+        .edged
         .node_ip
         .map(|ip| ip.to_string())
         .or_else(|| facts.ipv4.map(|ip| ip.to_string()));
@@ -208,7 +210,7 @@ pub fn lease(config: &Config, now: Timestamp) -> Lease {
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(config.node_name.clone()),
-            lease_duration_seconds: Some(config.node_lease_duration_seconds),
+            lease_duration_seconds: Some(config.edged.node_lease_duration_seconds),
             renew_time: Some(MicroTime(now)),
             ..LeaseSpec::default()
         }),

@@ -141,17 +141,19 @@ pub async fn start_fake(
 }
 
 pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
-    Config {
+    let mut config = Config {
         node_name: "edge-test".into(),
-        cloudhub,
         data_dir: dir.to_owned(),
-        node_status_update_frequency: Duration::from_millis(200),
-        node_lease_renew_interval: Duration::from_millis(200),
-        reconnect_initial_backoff: Duration::from_millis(100),
-        reconnect_max_backoff: Duration::from_millis(400),
-        connect_timeout: Duration::from_secs(2),
         ..Config::default()
-    }
+    };
+    let hub = &mut config.edge_hub;
+    hub.server = cloudhub;
+    hub.reconnect_initial_backoff = Duration::from_millis(100);
+    hub.reconnect_max_backoff = Duration::from_millis(400);
+    hub.connect_timeout = Duration::from_secs(2);
+    config.edged.node_status_update_frequency = Duration::from_millis(200);
+    config.edged.node_lease_renew_interval = Duration::from_millis(200);
+    config
 }
 
 pub async fn next_hello(

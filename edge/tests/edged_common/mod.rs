@@ -91,19 +91,20 @@ impl Harness {
         ensure_test_image()?;
         let dir = tempfile::tempdir()?;
         let store = MetaStore::open(&dir.path().join("edgecore.redb"))?;
-        let config = Config {
+        let mut config = Config {
             node_name: format!(
                 "edge-test-{}",
                 &uuid::Uuid::new_v4().simple().to_string()[..8]
             ),
             data_dir: dir.path().to_owned(),
-            pod_infra_image: TEST_IMAGE.into(),
-            pod_infra_command: vec!["sleep".into(), "2147483647".into()],
-            pleg_relist_period: Duration::from_secs(1),
-            crash_loop_backoff_initial: Duration::from_secs(2),
-            crash_loop_backoff_max: Duration::from_secs(8),
             ..Config::default()
         };
+        let edged = &mut config.edged;
+        edged.pod_sandbox_image = TEST_IMAGE.into();
+        edged.pod_sandbox_command = vec!["sleep".into(), "2147483647".into()];
+        edged.pleg_relist_period = Duration::from_secs(1);
+        edged.crash_loop_back_off.initial_delay = Duration::from_secs(2);
+        edged.crash_loop_back_off.max_container_restart_period = Duration::from_secs(8);
         let (events, _) = broadcast::channel(64);
         let (_, up) = mpsc::channel(1);
         let mut h = Self {

@@ -17,23 +17,23 @@ pub use verge_telemetry::LogFormat;
 ///
 /// Example (every field shown with its default):
 /// ```yaml
-/// edge_addr: 0.0.0.0:10000
-/// controller_addr: 0.0.0.0:10001
+/// edgeAddr: 0.0.0.0:10000
+/// controllerAddr: 0.0.0.0:10001
 /// token: ""
-/// replica_name: ""
-/// keepalive_interval: 10s
-/// max_frame_bytes: 4194304
-/// session_queue_len: 1024
-/// max_inflight: 256
-/// ack_timeout: 10s
-/// max_retries: 5
-/// controller_queue_len: 4096
-/// upstream_wait: 10s
-/// shutdown_grace: 10s
-/// log_format: text
+/// replicaName: ""
+/// keepaliveInterval: 10s
+/// maxFrameBytes: 4194304
+/// sessionQueueLen: 1024
+/// maxInflight: 256
+/// ackTimeout: 10s
+/// maxRetries: 5
+/// controllerQueueLen: 4096
+/// upstreamWait: 10s
+/// shutdownGrace: 10s
+/// logFormat: text
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct Config {
     /// Address of the `EdgeHub` gRPC server that edge nodes connect to.
     /// Default `0.0.0.0:10000` (KubeEdge cloudhub's websocket port).
@@ -72,7 +72,7 @@ pub struct Config {
     /// <1 + max_retries> attempts". Default 5.
     pub max_retries: u32,
     /// Capacity of each controller's two queues, in frames: upstream messages (when every
-    /// controller of a group is full, the edge session waits up to `upstream_wait` for room)
+    /// controller of a group is full, the edge session waits up to `upstreamWait` for room)
     /// and control frames (session events, delivery errors; a controller that lets this one
     /// overflow is detached and must reattach). Default 4096.
     pub controller_queue_len: usize,
@@ -141,30 +141,30 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         let bad = |field, reason| Err(Error::InvalidConfig { field, reason });
         if self.keepalive_interval.is_zero() {
-            return bad("keepalive_interval", "must be greater than zero");
+            return bad("keepaliveInterval", "must be greater than zero");
         }
         if self.max_frame_bytes < 1024 {
-            return bad("max_frame_bytes", "must be at least 1024");
+            return bad("maxFrameBytes", "must be at least 1024");
         }
         if self.session_queue_len == 0 {
-            return bad("session_queue_len", "must be at least 1");
+            return bad("sessionQueueLen", "must be at least 1");
         }
         if self.max_inflight == 0 {
-            return bad("max_inflight", "must be at least 1");
+            return bad("maxInflight", "must be at least 1");
         }
         if self.ack_timeout.is_zero() {
-            return bad("ack_timeout", "must be greater than zero");
+            return bad("ackTimeout", "must be greater than zero");
         }
         if self.controller_queue_len == 0 {
-            return bad("controller_queue_len", "must be at least 1");
+            return bad("controllerQueueLen", "must be at least 1");
         }
         if self.upstream_wait.is_zero() {
-            return bad("upstream_wait", "must be greater than zero");
+            return bad("upstreamWait", "must be greater than zero");
         }
         Ok(())
     }
 
-    /// The replica name to announce: `replica_name`, else `$HOSTNAME`, else `"cloudhub"`.
+    /// The replica name to announce: `replicaName`, else `$HOSTNAME`, else `"cloudhub"`.
     pub fn effective_replica_name(&self) -> String {
         if !self.replica_name.is_empty() {
             return self.replica_name.clone();
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn fields_parse() {
         let c = Config::from_yaml(
-            "keepalive_interval: 200ms\ntoken: s3cret\nlog_format: json\nack_timeout: 300ms\n",
+            "keepaliveInterval: 200ms\ntoken: s3cret\nlogFormat: json\nackTimeout: 300ms\n",
             "c.yaml",
         )
         .expect("ok");
@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn zero_queue_is_rejected() {
-        let e = Config::from_yaml("session_queue_len: 0\n", "c.yaml").expect_err("invalid");
-        assert!(e.to_string().contains("session_queue_len"), "{e}");
+        let e = Config::from_yaml("sessionQueueLen: 0\n", "c.yaml").expect_err("invalid");
+        assert!(e.to_string().contains("sessionQueueLen"), "{e}");
     }
 }

@@ -8,13 +8,13 @@ use verge_cloudhub::Config;
 #[test]
 fn unknown_field_is_named() {
     let error = Config::from_yaml(
-        "edge_addr: 127.0.0.1:1\nkeepalive_intervall: 5s\n",
+        "edgeAddr: 127.0.0.1:1\nkeepaliveIntervall: 5s\n",
         "cloudhub.yaml",
     )
     .unwrap_err();
     let text = error.to_string();
     assert!(
-        text.contains("keepalive_intervall") && text.contains("cloudhub.yaml"),
+        text.contains("keepaliveIntervall") && text.contains("cloudhub.yaml"),
         "{text}"
     );
 }

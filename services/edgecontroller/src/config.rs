@@ -12,25 +12,25 @@ use crate::{Error, Result};
 ///
 /// ```yaml
 /// cloudhub: [http://cloudhub-0:10001, http://cloudhub-1:10001]  # or one string
-/// cloudhub_dns: cloudhub-controllers.verge-system.svc:10001     # discover replicas
-/// node_queue: 64
+/// cloudhubDns: cloudhub-controllers.verge-system.svc:10001     # discover replicas
+/// nodeQueue: 64
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct Config {
     /// The controller name sent in `ControllerHello.name`. Default `"edgecontroller"`.
     pub name: String,
     /// URIs of cloudhub ControllerHub endpoints, one per replica; a single string is
     /// accepted too. edgecontroller attaches to every one (docs/protocol.md, "Several
-    /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhub_dns` is unset too,
+    /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhubDns` is unset too,
     /// else none (see [`Config::endpoints`]).
     #[serde(deserialize_with = "one_or_many")]
     pub cloudhub: Vec<String>,
     /// `<host>:<port>` of a headless Service whose addresses are the cloudhub replicas;
     /// every resolved address is attached to as `http://<address>`, in addition to
-    /// `cloudhub`. Re-resolved every `cloudhub_resolve_interval`. Default none.
+    /// `cloudhub`. Re-resolved every `cloudhubResolveInterval`. Default none.
     pub cloudhub_dns: Option<String>,
-    /// How often `cloudhub_dns` is resolved again: new replicas are attached, vanished ones
+    /// How often `cloudhubDns` is resolved again: new replicas are attached, vanished ones
     /// detached (a failed or empty lookup keeps the current set). Default `30s`.
     #[serde(with = "humantime_serde")]
     pub cloudhub_resolve_interval: Duration,
@@ -79,7 +79,7 @@ impl Default for Config {
     }
 }
 
-/// The cloudhub endpoint used when neither `cloudhub` nor `cloudhub_dns` is configured.
+/// The cloudhub endpoint used when neither `cloudhub` nor `cloudhubDns` is configured.
 pub const DEFAULT_CLOUDHUB: &str = "http://127.0.0.1:10001";
 
 /// `cloudhub` as one string or a list of strings.
@@ -100,7 +100,7 @@ fn one_or_many<'de, D: Deserializer<'de>>(
 
 impl Config {
     /// The static cloudhub endpoints: `cloudhub` without duplicates, or
-    /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhub_dns` is set.
+    /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhubDns` is set.
     pub fn endpoints(&self) -> Vec<String> {
         if self.cloudhub.is_empty() && self.cloudhub_dns.is_none() {
             return vec![DEFAULT_CLOUDHUB.to_owned()];
@@ -147,7 +147,7 @@ mod tests {
     #[test]
     fn fields_parse() {
         let c = Config::from_yaml(
-            "cloudhub: http://hub:1\nnode_queue: 3\nconnect_timeout: 2s\n",
+            "cloudhub: http://hub:1\nnodeQueue: 3\nconnectTimeout: 2s\n",
             "t",
         )
         .expect("ok");
@@ -172,14 +172,14 @@ mod tests {
     #[test]
     fn dns_discovery() {
         let c = Config::from_yaml(
-            "cloudhub_dns: hubs.svc:10001\ncloudhub_resolve_interval: 5s\n",
+            "cloudhubDns: hubs.svc:10001\ncloudhubResolveInterval: 5s\n",
             "t",
         )
         .expect("ok");
         assert_eq!(c.cloudhub_dns.as_deref(), Some("hubs.svc:10001"));
         assert_eq!(c.cloudhub_resolve_interval, Duration::from_secs(5));
         assert!(c.endpoints().is_empty(), "no default next to discovery");
-        let c = Config::from_yaml("cloudhub: http://a:1\ncloudhub_dns: h:1\n", "t").expect("ok");
+        let c = Config::from_yaml("cloudhub: http://a:1\ncloudhubDns: h:1\n", "t").expect("ok");
         assert_eq!(c.endpoints(), ["http://a:1"]);
     }
 

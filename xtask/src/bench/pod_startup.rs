@@ -50,14 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let cp = crate::control_plane::up(&config).await?;
     let bin_dir = local::build_bins(!args.debug)?;
-    let verge = local::start(
-        &run_dir,
-        &bin_dir,
-        &cp,
-        NODE,
-        verge_testkit::docker::EDGED_TEST_CONFIG,
-    )
-    .await?;
+    let verge = local::start(&run_dir, &bin_dir, &cp, NODE).await?;
     let result = measure(&cp, &verge, n, !args.debug).await;
     local::stop_processes(&run_dir);
     local::remove_containers(&run_dir);

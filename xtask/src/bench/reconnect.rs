@@ -219,7 +219,7 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
     let cloudhub_cfg = write(
         dir,
         "cloudhub.yaml",
-        &format!("edge_addr: 127.0.0.1:{edge_port}\ncontroller_addr: 127.0.0.1:{ctrl_port}\n"),
+        &format!("edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n"),
     )?;
     let ctrl_cfg = write(
         dir,

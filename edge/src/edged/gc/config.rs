@@ -3,19 +3,21 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Container and image garbage collection settings; every field optional in YAML.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, default)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct GcConfig {
     /// How often both collections run (the kubelet runs container GC every minute, image GC
     /// every five). Default `1m`.
     #[serde(with = "humantime_serde")]
+    #[serde(rename = "gcPeriod")]
     pub gc_period: Duration,
     /// Dead containers younger than this (by creation time) are kept (kubelet
     /// `--minimum-container-ttl-duration`). Default `1m`.
     #[serde(with = "humantime_serde")]
+    #[serde(rename = "minimumGCAge")]
     pub minimum_gc_age: Duration,
     /// Dead instances kept per (pod, container name) of pods that still exist; negative =
     /// unlimited (kubelet `--maximum-dead-containers-per-container`). Default 1.
@@ -26,13 +28,16 @@ pub struct GcConfig {
     /// Image GC starts when the image filesystem (Docker's root directory) is at least this
     /// full, in percent; 100 disables image GC (kubelet `imageGCHighThresholdPercent`).
     /// Default 85.
+    #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: u8,
     /// Image GC frees space until the filesystem is at most this full, in percent (kubelet
     /// `imageGCLowThresholdPercent`). Default 80.
+    #[serde(rename = "imageGCLowThresholdPercent")]
     pub image_gc_low_threshold_percent: u8,
     /// Images first seen (by this edgecore) less than this long ago are never deleted (kubelet
     /// `imageMinimumGCAge`). Default `2m`.
     #[serde(with = "humantime_serde")]
+    #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Duration,
     /// Images never deleted, by reference (`busybox`, `busybox:1.36`, `repo/name:tag`: only
     /// that tag is kept) or by id (`sha256:…`: the whole image is kept). edged's pod infra image
@@ -60,7 +65,7 @@ impl GcConfig {
     ///
     /// # Errors
     /// A description of the first bad field: a threshold above 100, low above high, or a zero
-    /// `gc_period`.
+    /// `gcPeriod`.
     pub fn validate(&self) -> Result<(), String> {
         let (high, low) = (
             self.image_gc_high_threshold_percent,
@@ -68,16 +73,16 @@ impl GcConfig {
         );
         if high > 100 {
             return Err(format!(
-                "image_gc_high_threshold_percent must be at most 100, got {high}"
+                "imageGCHighThresholdPercent must be at most 100, got {high}"
             ));
         }
         if low > high {
             return Err(format!(
-                "image_gc_low_threshold_percent ({low}) must not exceed image_gc_high_threshold_percent ({high})"
+                "imageGCLowThresholdPercent ({low}) must not exceed imageGCHighThresholdPercent ({high})"
             ));
         }
         if self.gc_period.is_zero() {
-            return Err("gc_period must be positive".to_owned());
+            return Err("gcPeriod must be positive".to_owned());
         }
         Ok(())
     }
@@ -107,7 +112,7 @@ mod tests {
 
     #[test]
     fn defaults_and_yaml() -> anyhow::Result<()> {
-        let c: GcConfig = serde_json::from_str(r#"{"gc_period":"30s","max_containers":10}"#)?;
+        let c: GcConfig = serde_json::from_str(r#"{"gcPeriod":"30s","maxContainers":10}"#)?;
         assert_eq!(c.gc_period, Duration::from_secs(30));
         assert_eq!(c.max_containers, 10);
         assert_eq!(c.max_per_pod_container, 1);

@@ -252,8 +252,12 @@ impl<R: ContainerRuntime> Worker<R> {
 
     fn track(&mut self, name: &str) -> &mut ContainerTrack {
         let (i, m) = (
-            self.ctx.config.crash_loop_backoff_initial,
-            self.ctx.config.crash_loop_backoff_max,
+            self.ctx.config.edged.crash_loop_back_off.initial_delay,
+            self.ctx
+                .config
+                .edged
+                .crash_loop_back_off
+                .max_container_restart_period,
         );
         self.tracks
             .entry(name.to_owned())

@@ -231,7 +231,7 @@ impl<R: ContainerRuntime> Worker<R> {
     /// Creates and starts sandbox `attempt` from `pod_infra_image` (pulled if not present).
     pub(super) async fn start_sandbox(&self, attempt: u32) -> Result<String> {
         let cfg = &self.ctx.config;
-        let infra = &cfg.pod_infra_image;
+        let infra = &cfg.edged.pod_sandbox_image;
         if let Err(e) = ensure_image(
             &self.ctx.runtime,
             infra,
@@ -252,8 +252,8 @@ impl<R: ContainerRuntime> Worker<R> {
         let spec = spec::sandbox_spec(
             &self.pod,
             &labels,
-            &cfg.pod_infra_image,
-            &cfg.pod_infra_command,
+            &cfg.edged.pod_sandbox_image,
+            &cfg.edged.pod_sandbox_command,
             self.grace(),
         );
         let name = labels.docker_name();

@@ -50,14 +50,13 @@ fn harness() -> Harness {
         hub.clone(),
         QueryRegistry::new(),
     ));
-    let config = Arc::new(Config {
+    let mut config = Config {
         node_name: NODE.into(),
         data_dir: dir.path().to_owned(),
-        pod_infra_image: PAUSE.into(),
-        crash_loop_backoff_initial: Duration::from_secs(10),
-        crash_loop_backoff_max: Duration::from_secs(300),
         ..Config::default()
-    });
+    };
+    config.edged.pod_sandbox_image = PAUSE.into();
+    let config = Arc::new(config);
     let rt = FakeRuntime::new(NODE);
     rt.add_image(PAUSE);
     // Statuses are read from the worker (`last_status`); the manager is not run.

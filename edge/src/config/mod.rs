@@ -1,0 +1,238 @@
+//! edgecore's configuration: one YAML file (`--config`), strict (`deny_unknown_fields`), every
+//! field optional with the default documented on it; common fields are overridable by flags.
+//!
+//! Laid out like KubeEdge's `edgecore.yaml` (top-level node settings, then one section per
+//! module), in camelCase like every Kubernetes component configuration:
+//!
+//! ```yaml
+//! nodeName: edge-1                  # default: the host name
+//! dataDir: /var/lib/verge/edgecore
+//! logFormat: text                   # or json
+//! shutdownGrace: 10s
+//! edgeHub:                          # see EdgeHubConfig
+//!   server: http://cloudhub:10000
+//!   token: ""
+//! edged:                            # see EdgedConfig: KubeletConfiguration names
+//!   maxPods: 110
+//!   nodeStatusUpdateFrequency: 10s
+//!   podSandboxImage: registry.k8s.io/pause:3.10
+//! ```
+
+mod edged;
+mod edgehub;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
+pub use edgehub::EdgeHubConfig;
+pub use verge_telemetry::LogFormat;
+
+use crate::{Error, Result};
+
+/// The configuration of one edgecore.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct Config {
+    /// The Kubernetes node name. Default: the host name, lower-cased (flag `--node-name`).
+    pub node_name: String,
+    /// Where the redb store (`edgecore.redb`) and pod directories live; its filesystem is
+    /// reported as `ephemeral-storage`. Default `/var/lib/verge/edgecore` (flag `--data-dir`).
+    pub data_dir: PathBuf,
+    /// Log line format, `text` or `json`. Default `text` (flag `--log-format`).
+    pub log_format: LogFormat,
+    /// How long the modules get to stop after SIGINT/SIGTERM before the process exits
+    /// anyway (pods keep running either way). Default `10s`.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+    /// edgehub: the link to cloudhub (KubeEdge `modules.edgeHub`).
+    pub edge_hub: EdgeHubConfig,
+    /// edged: node status, Lease and pods (KubeEdge `modules.edged`, kubelet names).
+    pub edged: EdgedConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node_name: default_node_name(),
+            data_dir: PathBuf::from("/var/lib/verge/edgecore"),
+            log_format: LogFormat::Text,
+            shutdown_grace: Duration::from_secs(10),
+            edge_hub: EdgeHubConfig::default(),
+            edged: EdgedConfig::default(),
+        }
+    }
+}
+
+/// The host name, lower-cased (a node name must be a DNS-1123 subdomain); `localhost` if unknown.
+fn default_node_name() -> String {
+    hostname::get()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .map_or_else(|| "localhost".to_owned(), |h| h.to_lowercase())
+}
+
+impl Config {
+    /// Parses YAML `text` (named `source_name` in errors) and validates it.
+    ///
+    /// # Errors
+    /// [`Error::ConfigParse`] naming an unknown or mistyped field; [`Error::ConfigValue`] for a
+    /// value that parses but cannot be used.
+    pub fn from_yaml(text: &str, source_name: &str) -> Result<Self> {
+        let config: Self = verge_core::from_yaml(text, source_name)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses the file at `path` (see [`Config::from_yaml`]).
+    ///
+    /// # Errors
+    /// [`Error::ConfigRead`] if the file cannot be read, else as [`Config::from_yaml`].
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ConfigRead {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_yaml(&text, &path.display().to_string())
+    }
+
+    /// The configuration as YAML that [`Config::from_yaml`] reads back unchanged.
+    ///
+    /// # Errors
+    /// Never for a `Config` built by this crate; the serializer's error otherwise.
+    pub fn to_yaml(&self) -> std::result::Result<String, serde_norway::Error> {
+        serde_norway::to_string(self)
+    }
+
+    /// Checks values that serde cannot: a usable node name, positive intervals, parsable
+    /// quantities.
+    ///
+    /// # Errors
+    /// [`Error::ConfigValue`] naming the first bad field by its YAML path
+    /// (e.g. `edged.systemReserved.cpu`).
+    pub fn validate(&self) -> Result<()> {
+        let value = |(field, reason)| Error::ConfigValue { field, reason };
+        if self.node_name.is_empty() || self.node_name.contains('/') {
+            return Err(value((
+                "nodeName",
+                "must be a non-empty DNS-1123 subdomain".to_owned(),
+            )));
+        }
+        self.edge_hub.validate().map_err(value)?;
+        self.edged.validate().map_err(value)
+    }
+
+    /// The parsed `edged.systemReserved`.
+    ///
+    /// # Errors
+    /// [`Error::ConfigValue`] naming the field whose quantity does not parse.
+    pub fn reserved(&self) -> Result<Reserved> {
+        self.edged
+            .reserved()
+            .map_err(|(field, reason)| Error::ConfigValue { field, reason })
+    }
+
+    /// The redb file: `<dataDir>/edgecore.redb`.
+    pub fn store_path(&self) -> PathBuf {
+        self.data_dir.join("edgecore.redb")
+    }
+
+    /// Where pod directories (volumes) live: `<dataDir>/pods`, one `<pod uid>/` each.
+    pub fn pods_dir(&self) -> PathBuf {
+        self.data_dir.join("pods")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::from_yaml("", "t.yaml").expect("defaults");
+        assert_eq!(c.edge_hub.server, "http://127.0.0.1:10000");
+        assert!(c.edge_hub.server_alternates.is_empty());
+        assert_eq!(c.edged.max_pods, 110);
+        assert_eq!(
+            c.edged.node_status_update_frequency,
+            Duration::from_secs(10)
+        );
+        assert_eq!(c.edged.node_lease_duration_seconds, 40);
+    }
+
+    #[test]
+    fn sections_parse_with_kubelet_names() {
+        let err = Config::from_yaml("node_name: x\n", "edgecore.yaml").expect_err("snake_case");
+        assert!(err.to_string().contains("node_name"), "{err}");
+        let yaml = "nodeName: edge-1\n\
+                    edgeHub: {server: http://hub-1:10000, serverAlternates: [http://hub-2:10000]}\n\
+                    edged:\n  nodeStatusUpdateFrequency: 200ms\n  nodeIP: 10.0.0.5\n\
+                    \x20 registerWithTaints: [{key: k, effect: NoSchedule}]\n\
+                    \x20 systemReserved: {cpu: 500m, memory: 1Gi}\n\
+                    \x20 crashLoopBackOff: {maxContainerRestartPeriod: 1m}\n";
+        let c = Config::from_yaml(yaml, "edgecore.yaml").expect("valid");
+        assert_eq!(c.node_name, "edge-1");
+        assert_eq!(c.edge_hub.server_alternates, ["http://hub-2:10000"]);
+        assert_eq!(
+            c.edged.node_status_update_frequency,
+            Duration::from_millis(200)
+        );
+        assert_eq!(c.edged.register_with_taints[0].value, "");
+        assert_eq!(
+            c.edged.crash_loop_back_off.max_container_restart_period,
+            Duration::from_secs(60)
+        );
+        let r = c.reserved().expect("quantities");
+        assert_eq!((r.cpu_millis, r.memory_bytes), (500, 1 << 30));
+    }
+
+    #[test]
+    fn yaml_round_trip() {
+        let mut c = Config {
+            node_name: "edge-7".to_owned(),
+            ..Config::default()
+        };
+        c.edged.node_ip = Some([10, 0, 0, 7].into());
+        c.edged.pod_sandbox_command = vec!["sleep".to_owned(), "1".to_owned()];
+        c.edged.system_reserved.cpu = Some("250m".to_owned());
+        let text = c.to_yaml().expect("serialize");
+        assert_eq!(Config::from_yaml(&text, "t").expect("parse"), c, "{text}");
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_by_name() {
+        let err = Config::from_yaml("nodeNmae: x\n", "edgecore.yaml").expect_err("unknown");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("nodeNmae") && msg.contains("edgecore.yaml"),
+            "{msg}"
+        );
+        let err = Config::from_yaml("edged: {systemReserved: {gpu: 1}}\n", "e").expect_err("?");
+        assert!(err.to_string().contains("gpu"), "{err}");
+        let err = Config::from_yaml("maxPods: 3\n", "e").expect_err("belongs to edged");
+        assert!(err.to_string().contains("maxPods"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let err =
+            Config::from_yaml("edged: {systemReserved: {cpu: lots}}\n", "e").expect_err("bad");
+        assert!(
+            err.to_string().contains("edged.systemReserved.cpu"),
+            "{err}"
+        );
+        let err = Config::from_yaml(
+            "edged: {registerWithTaints: [{key: k, effect: Never}]}\n",
+            "e",
+        )
+        .expect_err("bad");
+        assert!(err.to_string().contains("registerWithTaints"), "{err}");
+        let err = Config::from_yaml("edgeHub: {outbox: {maxInflight: 0}}\n", "e").expect_err("bad");
+        assert!(
+            err.to_string().contains("edgeHub.outbox.maxInflight"),
+            "{err}"
+        );
+    }
+}
