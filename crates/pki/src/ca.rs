@@ -16,7 +16,9 @@ use rcgen::{
 use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
 
-use crate::cert_info::CertInfo;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::cert_info::{CertInfo, x509_error};
 use crate::csr::CsrRequest;
 use crate::error::{Error, Result};
 use crate::hash::ca_cert_hash_der;
@@ -118,12 +120,7 @@ impl Ca {
         if !info.is_ca {
             return Err(Error::NotACa);
         }
-        let (_, parsed) =
-            <x509_parser::prelude::X509Certificate<'_> as x509_parser::prelude::FromDer<
-                '_,
-                x509_parser::error::X509Error,
-            >>::from_der(&cert_der)
-            .map_err(crate::cert_info::x509_error)?;
+        let (_, parsed) = X509Certificate::from_der(&cert_der).map_err(x509_error)?;
         if parsed.public_key().raw != key.subject_public_key_info().as_slice() {
             return Err(Error::KeyMismatch);
         }

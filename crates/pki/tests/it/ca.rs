@@ -33,6 +33,12 @@ fn hash_matches_openssl_and_an_independent_spki_digest() -> Result<()> {
     let ca = Ca::from_pem(OPENSSL_CA, &PrivateKeyPem::new(OPENSSL_KEY))?;
     assert_eq!(ca.cert_hash()?, OPENSSL_HASH.trim());
     assert_eq!(ca_cert_hash(OPENSSL_CA)?, OPENSSL_HASH.trim());
+    // A CA Verge did not make issues certificates that chain to it.
+    let (node_pem, _) = crate::node_cert(&ca, "edge-1")?;
+    assert_eq!(
+        verge_pki::node_identity(&verge_pki::pem_io::cert_from_pem(&node_pem)?)?,
+        "edge-1"
+    );
 
     // Independently: SHA-256 over x509-parser's raw SubjectPublicKeyInfo bytes.
     let own = new_ca("verge-ca")?;

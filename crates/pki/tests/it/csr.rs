@@ -197,7 +197,14 @@ fn tampered_and_garbage_csrs_are_refused() -> Result<()> {
     trailing.push(0);
     assert!(matches!(
         CsrRequest::parse_der(&trailing),
-        Err(CsrError::Malformed(_))
+        Err(CsrError::NotDer { .. })
+    ));
+    // Outside the signed part: an application-class outer SEQUENCE is not DER.
+    let mut wrong_class = CsrRequest::parse(&pem)?.der().to_vec();
+    wrong_class[0] = 0x70;
+    assert!(matches!(
+        CsrRequest::parse_der(&wrong_class),
+        Err(CsrError::NotDer { .. })
     ));
     assert!(matches!(
         CsrRequest::parse("not a csr"),
@@ -207,5 +214,34 @@ fn tampered_and_garbage_csrs_are_refused() -> Result<()> {
         CsrRequest::parse_der(b"\x30\x03\x02\x01\x00"),
         Err(CsrError::Malformed(_))
     ));
+    Ok(())
+}
+
+#[test]
+fn mutated_csrs_are_refused_without_panicking() -> Result<()> {
+    use rand::{Rng, SeedableRng};
+
+    let der = CsrRequest::parse(&NodeKey::generate()?.csr_pem("edge-1")?)?
+        .der()
+        .to_vec();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(10);
+    for _ in 0..5000 {
+        let mut mutated = der.clone();
+        for _ in 0..rng.random_range(1..4) {
+            if mutated.is_empty() {
+                break;
+            }
+            let at = rng.random_range(0..mutated.len());
+            match rng.random_range(0..3) {
+                0 => mutated[at] ^= 1 << rng.random_range(0..8),
+                1 => mutated[at] = rng.random(),
+                _ => mutated.truncate(at),
+            }
+        }
+        // Any change to a signed CSR must be refused (truncation included).
+        if mutated != der {
+            assert!(CsrRequest::parse_der(&mutated).is_err(), "{mutated:02x?}");
+        }
+    }
     Ok(())
 }

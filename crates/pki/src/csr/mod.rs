@@ -1,7 +1,7 @@
 //! [`CsrRequest`]: a node's PKCS#10 certificate signing request, parsed and checked the way the
 //! Kubernetes CSR approver checks a kubelet client CSR before Verge signs it.
 //!
-//! Accepted: a valid self-signature; a subject of exactly `CN=system:node:<name>` (a DNS-1123
+//! Accepted: a DER-encoded request with a valid self-signature; a subject of exactly `CN=system:node:<name>` (a DNS-1123
 //! node name) and `O=system:nodes`, nothing else; no subject alternative names; no CA request;
 //! an ECDSA P-256/P-384, Ed25519 or RSA (2048 bits or more) key. Every other requested
 //! extension is ignored: the signer decides the certificate's extensions.
@@ -16,6 +16,8 @@ use x509_parser::prelude::FromDer;
 use x509_parser::public_key::PublicKey;
 
 use crate::cert_info::subject_names;
+
+mod envelope;
 use crate::node::{NODES_GROUP, SubjectError, node_name_from_common_name, single_common_name};
 
 /// Smallest RSA key accepted in a CSR, in bits.
@@ -31,6 +33,12 @@ pub enum CsrError {
     /// The DER is not a PKCS#10 request (or has trailing bytes).
     #[error("malformed PKCS#10 certificate request")]
     Malformed(#[source] X509Error),
+    /// The unsigned outer encoding is not DER (see the `envelope` check).
+    #[error("the CSR is not DER-encoded: {part}")]
+    NotDer {
+        /// The part that is wrong.
+        part: &'static str,
+    },
     /// The request's signature does not verify with its own public key (tampered or forged).
     #[error("the CSR signature does not verify")]
     Signature(#[source] X509Error),
@@ -96,8 +104,11 @@ impl CsrRequest {
             })
         })?;
         if !rest.is_empty() {
-            return Err(CsrError::Malformed(X509Error::InvalidCertificate));
+            return Err(CsrError::NotDer {
+                part: "bytes after the CertificationRequest",
+            });
         }
+        envelope::check(der)?;
         csr.verify_signature().map_err(CsrError::Signature)?;
         let info = &csr.certification_request_info;
 
