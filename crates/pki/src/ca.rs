@@ -100,7 +100,8 @@ impl Ca {
     }
 
     /// Loads a CA from its certificate and private key PEM (e.g. `tls.crt`/`tls.key` of the CA
-    /// Secret).
+    /// Secret, or a CA the operator made with OpenSSL). An expired CA loads (check
+    /// [`info`](Self::info)) but issues nothing: every issuing call returns [`Error::Expired`].
     ///
     /// # Errors
     /// PEM/X.509 errors, [`Error::Rcgen`] for an unreadable key, [`Error::NotACa`] for a

@@ -66,3 +66,59 @@ pub(crate) fn from_unix(secs: i64) -> SystemTime {
 pub fn rfc3339(t: SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn window(params: &CertificateParams) -> (i64, i64) {
+        (
+            params.not_before.unix_timestamp(),
+            params.not_after.unix_timestamp(),
+        )
+    }
+
+    #[test]
+    fn windows_are_backdated_and_capped() -> Result<()> {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut params = CertificateParams::default();
+        apply(&mut params, now, DAY, None)?;
+        assert_eq!(
+            window(&params),
+            (1_700_000_000 - 300, 1_700_000_000 + 86_400)
+        );
+        apply(&mut params, now, 10 * DAY, Some(now + DAY))?;
+        assert_eq!(window(&params).1, 1_700_000_000 + 86_400);
+        Ok(())
+    }
+
+    #[test]
+    fn bad_windows_are_refused() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut params = CertificateParams::default();
+        assert!(matches!(
+            apply(&mut params, now, Duration::ZERO, None),
+            Err(Error::InvalidValidity { .. })
+        ));
+        assert!(matches!(
+            apply(&mut params, now, Duration::from_secs(u64::MAX / 2), None),
+            Err(Error::InvalidValidity { .. })
+        ));
+        // An expired CA issues nothing; the error names when it expired.
+        assert!(matches!(
+            apply(&mut params, now, DAY, Some(now - DAY)),
+            Err(Error::Expired { not_after }) if not_after == now - DAY
+        ));
+    }
+
+    #[test]
+    fn times_format_as_rfc3339_utc() {
+        assert_eq!(
+            rfc3339(UNIX_EPOCH + Duration::from_secs(1_599_971_950)),
+            "2020-09-13T04:39:10Z"
+        );
+        assert_eq!(from_unix(-1), UNIX_EPOCH - Duration::from_secs(1));
+    }
+}
