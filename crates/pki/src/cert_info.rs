@@ -1,0 +1,161 @@
+//! Reading certificates: validity, subject, renewal time, and the node identity of a peer.
+
+use std::time::{Duration, SystemTime};
+
+use rand::Rng;
+use x509_parser::error::X509Error;
+use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
+
+use crate::error::{Error, Result};
+use crate::node::{NODES_GROUP, SubjectError, node_name_from_common_name, single_common_name};
+use crate::pem_io::cert_from_pem;
+use crate::validity::from_unix;
+
+/// Fraction of a certificate's lifetime after which it is renewed: 80 %, in the middle of the
+/// 70–90 % window of the kubelet's certificate manager.
+pub const RENEW_FRACTION: f64 = 0.8;
+/// Earliest and latest fraction [`CertInfo::renew_at_jittered`] picks from (the kubelet's window).
+pub const RENEW_JITTER_RANGE: (f64, f64) = (0.7, 0.9);
+
+/// What Verge reads from an X.509 certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    /// Start of validity (`notBefore`).
+    pub not_before: SystemTime,
+    /// End of validity (`notAfter`).
+    pub not_after: SystemTime,
+    /// Every subject common name (normally exactly one).
+    pub common_names: Vec<String>,
+    /// Every subject organization, in order (Kubernetes reads them as groups).
+    pub organizations: Vec<String>,
+    /// Whether `basicConstraints` says CA:TRUE.
+    pub is_ca: bool,
+}
+
+impl CertInfo {
+    /// Parses the first certificate of PEM text, or DER bytes when the input is not PEM.
+    ///
+    /// # Errors
+    /// [`Error::Pem`]/[`Error::NoPem`] for broken PEM, [`Error::Certificate`] for bad X.509.
+    pub fn parse(pem_or_der: &[u8]) -> Result<Self> {
+        let trimmed = pem_or_der.trim_ascii_start();
+        if trimmed.starts_with(b"-----BEGIN") {
+            let text = std::str::from_utf8(trimmed).map_err(|_| Error::NoPem {
+                label: "CERTIFICATE",
+            })?;
+            Self::parse_der(&cert_from_pem(text)?)
+        } else {
+            Self::parse_der(pem_or_der)
+        }
+    }
+
+    /// Parses a DER certificate.
+    ///
+    /// # Errors
+    /// [`Error::Certificate`].
+    pub fn parse_der(der: &[u8]) -> Result<Self> {
+        let (_, cert) = X509Certificate::from_der(der).map_err(x509_error)?;
+        let validity = cert.validity();
+        let (common_names, organizations) = subject_names(cert.subject());
+        Ok(Self {
+            not_before: from_unix(validity.not_before.timestamp()),
+            not_after: from_unix(validity.not_after.timestamp()),
+            common_names,
+            organizations,
+            is_ca: cert.is_ca(),
+        })
+    }
+
+    /// The single common name, if there is exactly one.
+    pub fn common_name(&self) -> Option<&str> {
+        single_common_name(&self.common_names).ok()
+    }
+
+    /// The certificate's lifetime (`notAfter - notBefore`), zero if inverted.
+    pub fn lifetime(&self) -> Duration {
+        self.not_after
+            .duration_since(self.not_before)
+            .unwrap_or_default()
+    }
+
+    /// The time at `fraction` (clamped to 0..=1) of the lifetime. Verge renews at
+    /// `renew_at(RENEW_FRACTION)`, i.e. 80 %, without jitter: certificates issued at join time
+    /// are already spread by the joins themselves.
+    pub fn renew_at(&self, fraction: f64) -> SystemTime {
+        let fraction = if fraction.is_nan() {
+            1.0
+        } else {
+            fraction.clamp(0.0, 1.0)
+        };
+        self.not_before + self.lifetime().mul_f64(fraction)
+    }
+
+    /// The renewal time at a fraction drawn uniformly from [`RENEW_JITTER_RANGE`] (70–90 %, as
+    /// the kubelet's certificate manager does), for fleets whose certificates were all issued at
+    /// once and should not all renew at the same moment.
+    pub fn renew_at_jittered(&self, rng: &mut impl Rng) -> SystemTime {
+        let (low, high) = RENEW_JITTER_RANGE;
+        self.renew_at(rng.random_range(low..=high))
+    }
+
+    /// Checks that `now` lies within `notBefore..=notAfter`.
+    ///
+    /// # Errors
+    /// [`Error::Expired`] (carrying `not_after`) or [`Error::NotYetValid`].
+    pub fn check_valid_at(&self, now: SystemTime) -> Result<()> {
+        if now > self.not_after {
+            Err(Error::Expired {
+                not_after: self.not_after,
+            })
+        } else if now < self.not_before {
+            Err(Error::NotYetValid {
+                not_before: self.not_before,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The node name of a peer's client certificate: its single common name is
+/// `system:node:<name>` with a valid node name, and its organizations include `system:nodes`
+/// (what the Kubernetes Node authorizer requires of a kubelet).
+///
+/// Call it only with a certificate the TLS layer has verified against the Verge CA (e.g. the
+/// first of `ServerConnection::peer_certificates()`); this function checks the subject, not the
+/// chain.
+///
+/// # Errors
+/// [`Error::Certificate`] for bad X.509, [`Error::NotANode`] with the [`SubjectError`].
+pub fn node_identity(peer_cert_der: &[u8]) -> Result<String> {
+    let info = CertInfo::parse_der(peer_cert_der)?;
+    let common_name = single_common_name(&info.common_names).map_err(Error::NotANode)?;
+    let name = node_name_from_common_name(common_name).map_err(Error::NotANode)?;
+    if !info.organizations.iter().any(|o| o == NODES_GROUP) {
+        return Err(Error::NotANode(SubjectError::NotInNodesGroup {
+            organizations: info.organizations,
+        }));
+    }
+    Ok(name)
+}
+
+/// Common names and organizations of a subject, in order. Values that are not strings are
+/// kept as `"<non-string>"` so that they still count (and fail name checks).
+pub(crate) fn subject_names(name: &X509Name<'_>) -> (Vec<String>, Vec<String>) {
+    let text = |attr: &x509_parser::x509::AttributeTypeAndValue<'_>| {
+        attr.as_str()
+            .map_or_else(|_| "<non-string>".to_owned(), str::to_owned)
+    };
+    (
+        name.iter_common_name().map(text).collect(),
+        name.iter_organization().map(text).collect(),
+    )
+}
+
+/// Flattens x509-parser's nom error.
+pub(crate) fn x509_error(e: x509_parser::nom::Err<X509Error>) -> Error {
+    Error::Certificate(match e {
+        x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
+        x509_parser::nom::Err::Incomplete(_) => X509Error::InvalidCertificate,
+    })
+}

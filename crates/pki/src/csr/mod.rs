@@ -1,0 +1,205 @@
+//! [`CsrRequest`]: a node's PKCS#10 certificate signing request, parsed and checked the way the
+//! Kubernetes CSR approver checks a kubelet client CSR before Verge signs it.
+//!
+//! Accepted: a DER-encoded request with a valid self-signature; a subject of exactly `CN=system:node:<name>` (a DNS-1123
+//! node name) and `O=system:nodes`, nothing else; no subject alternative names; no CA request;
+//! an ECDSA P-256/P-384, Ed25519 or RSA (2048 bits or more) key. Every other requested
+//! extension is ignored: the signer decides the certificate's extensions.
+
+use rustls::pki_types::CertificateSigningRequestDer;
+use rustls::pki_types::pem::PemObject;
+use x509_parser::certification_request::X509CertificationRequest;
+use x509_parser::error::X509Error;
+use x509_parser::extensions::ParsedExtension;
+use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
+use x509_parser::prelude::FromDer;
+use x509_parser::public_key::PublicKey;
+
+use crate::cert_info::subject_names;
+
+mod envelope;
+use crate::node::{NODES_GROUP, SubjectError, node_name_from_common_name, single_common_name};
+
+/// Smallest RSA key accepted in a CSR, in bits.
+pub const MIN_RSA_BITS: usize = 2048;
+
+/// Why a CSR was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CsrError {
+    /// The input is not a PEM `CERTIFICATE REQUEST`.
+    #[error("not a PEM CERTIFICATE REQUEST")]
+    Pem(#[source] rustls::pki_types::pem::Error),
+    /// The DER is not a PKCS#10 request (or has trailing bytes).
+    #[error("malformed PKCS#10 certificate request")]
+    Malformed(#[source] X509Error),
+    /// The unsigned outer encoding is not DER (see the `envelope` check).
+    #[error("the CSR is not DER-encoded: {part}")]
+    NotDer {
+        /// The part that is wrong.
+        part: &'static str,
+    },
+    /// The request's signature does not verify with its own public key (tampered or forged).
+    #[error("the CSR signature does not verify")]
+    Signature(#[source] X509Error),
+    /// The subject is not a node identity.
+    #[error("the CSR subject is not a node identity")]
+    Subject(#[from] SubjectError),
+    /// The organizations are not exactly `system:nodes`.
+    #[error("the CSR organizations must be exactly [{NODES_GROUP}], got {organizations:?}")]
+    Organizations {
+        /// The organizations requested.
+        organizations: Vec<String>,
+    },
+    /// The subject has an attribute other than CN and O.
+    #[error("the CSR subject has an attribute other than CN and O (OID {oid})")]
+    SubjectAttribute {
+        /// The attribute's OID, dotted.
+        oid: String,
+    },
+    /// The request asks for subject alternative names; a node client certificate has none.
+    #[error("the CSR requests subject alternative names; node client certificates have none")]
+    SubjectAltNames,
+    /// The request asks for a CA certificate.
+    #[error("the CSR requests a CA certificate")]
+    CaRequested,
+    /// The public key type or size is not accepted.
+    #[error("unsupported CSR public key: {reason}")]
+    UnsupportedKey {
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// A checked node CSR, ready for [`Ca::sign_client_csr`](crate::Ca::sign_client_csr).
+#[derive(Debug, Clone)]
+pub struct CsrRequest {
+    der: Vec<u8>,
+    common_name: String,
+    organizations: Vec<String>,
+    node_name: String,
+    public_key: rcgen::SubjectPublicKeyInfo,
+}
+
+impl CsrRequest {
+    /// Parses and checks a PEM CSR (see the module docs for the rules).
+    ///
+    /// # Errors
+    /// A [`CsrError`] naming the first rule broken.
+    pub fn parse(csr_pem: &str) -> Result<Self, CsrError> {
+        let der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
+            .map_err(CsrError::Pem)?;
+        Self::parse_der(&der)
+    }
+
+    /// Parses and checks a DER CSR (e.g. `spec.request` of a Kubernetes CSR after PEM decoding).
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse).
+    pub fn parse_der(der: &[u8]) -> Result<Self, CsrError> {
+        let (rest, csr) = X509CertificationRequest::from_der(der).map_err(|e| {
+            CsrError::Malformed(match e {
+                x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
+                x509_parser::nom::Err::Incomplete(_) => X509Error::InvalidCertificate,
+            })
+        })?;
+        if !rest.is_empty() {
+            return Err(CsrError::NotDer {
+                part: "bytes after the CertificationRequest",
+            });
+        }
+        envelope::check(der)?;
+        csr.verify_signature().map_err(CsrError::Signature)?;
+        let info = &csr.certification_request_info;
+
+        for attr in info.subject.iter_attributes() {
+            let oid = attr.attr_type();
+            if *oid != OID_X509_COMMON_NAME && *oid != OID_X509_ORGANIZATION_NAME {
+                return Err(CsrError::SubjectAttribute {
+                    oid: oid.to_id_string(),
+                });
+            }
+        }
+        let (common_names, organizations) = subject_names(&info.subject);
+        let common_name = single_common_name(&common_names)?.to_owned();
+        let node_name = node_name_from_common_name(&common_name)?;
+        if organizations != [NODES_GROUP] {
+            return Err(CsrError::Organizations { organizations });
+        }
+
+        if let Some(extensions) = csr.requested_extensions() {
+            for extension in extensions {
+                match extension {
+                    ParsedExtension::SubjectAlternativeName(_) => {
+                        return Err(CsrError::SubjectAltNames);
+                    }
+                    ParsedExtension::BasicConstraints(bc) if bc.ca => {
+                        return Err(CsrError::CaRequested);
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        check_key(&info.subject_pki)?;
+        let public_key =
+            rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw).map_err(|e| {
+                CsrError::UnsupportedKey {
+                    reason: e.to_string(),
+                }
+            })?;
+        Ok(Self {
+            der: der.to_vec(),
+            common_name,
+            organizations,
+            node_name,
+            public_key,
+        })
+    }
+
+    /// The subject common name, `system:node:<name>`.
+    pub fn common_name(&self) -> &str {
+        &self.common_name
+    }
+
+    /// The subject organizations: always `["system:nodes"]` once parsed.
+    pub fn organizations(&self) -> &[String] {
+        &self.organizations
+    }
+
+    /// The node name (the common name without `system:node:`), a valid DNS-1123 subdomain.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    /// The request as DER, e.g. for `spec.request` of a `certificates.k8s.io/v1` CSR.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// The requested public key, as rcgen signs it.
+    pub(crate) fn public_key(&self) -> &rcgen::SubjectPublicKeyInfo {
+        &self.public_key
+    }
+}
+
+/// Refuses RSA keys below [`MIN_RSA_BITS`] and keys that are neither EC, Ed25519 nor RSA.
+fn check_key(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Result<(), CsrError> {
+    let parsed = spki.parsed().map_err(|e| CsrError::UnsupportedKey {
+        reason: e.to_string(),
+    })?;
+    match parsed {
+        PublicKey::RSA(rsa) if rsa.key_size() < MIN_RSA_BITS => Err(CsrError::UnsupportedKey {
+            reason: format!(
+                "RSA key of {} bits, at least {MIN_RSA_BITS} required",
+                rsa.key_size()
+            ),
+        }),
+        PublicKey::RSA(_) | PublicKey::EC(_) => Ok(()),
+        // x509-parser does not decode Ed25519 keys; rcgen's algorithm match decides.
+        PublicKey::Unknown(_) => Ok(()),
+        _ => Err(CsrError::UnsupportedKey {
+            reason: "only ECDSA, Ed25519 and RSA keys are accepted".to_owned(),
+        }),
+    }
+}
