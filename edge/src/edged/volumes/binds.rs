@@ -68,8 +68,9 @@ impl PodVolumes {
     /// following symlinks out of it, created as a directory (with the volume's mode) if
     /// missing, and pinned by a bind mount at
     /// `<pod dir>/volume-subpaths/<volume>/<container>/<index>`, which is the bind's source
-    /// (kubelet safe subPath, see [`safe_open`](super::safe_open) and
-    /// [`subpath`](super::subpath)). A `subPathExpr` is expanded with the container's
+    /// (the kubelet's safe subPath, CVE-2017-1002101: a symlink is followed only while it
+    /// stays inside the volume; an absolute one or one climbing above the volume root is
+    /// refused). A `subPathExpr` is expanded with the container's
     /// resolved `env` (`KEY=VALUE`, as [`resolve_env`](crate::edged::env::resolve_env)
     /// returns it) and then is a `subPath`. Every subPath is checked before any is pinned.
     ///

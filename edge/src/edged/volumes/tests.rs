@@ -20,12 +20,25 @@ fn pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
     .expect("pod")
 }
 
-fn manager() -> (
-    tempfile::TempDir,
-    Arc<FakeObjects>,
-    VolumeManager<FakeObjects>,
-) {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A test's temporary directory; whatever is still mounted under it (a tmpfs of a secret
+/// or projected volume of a test that does not clean up, a pin) is unmounted before it is
+/// removed.
+pub(super) struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    pub(super) fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = mounts::unmount_under(self.0.path());
+    }
+}
+
+fn manager() -> (TestDir, Arc<FakeObjects>, VolumeManager<FakeObjects>) {
+    let dir = TestDir(tempfile::tempdir().expect("tempdir"));
     let objects = Arc::new(FakeObjects::default());
     let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects));
     (dir, objects, m)
@@ -255,7 +268,6 @@ async fn binds_with_read_only_and_sub_path_then_cleanup() {
         json!([{"name": "e", "emptyDir": {}}, {"name": "c", "configMap": {"name": "cfg"}}]),
         mounts,
     );
-    let _unmount = safe_sub_path::Unmount(d.path().to_owned());
     let vols = m.prepare(&p).await.expect("prepare");
     let c = &p.spec.as_ref().expect("spec").containers[0];
     let e = d.path().join("pods/u-1/volumes/e");

@@ -15,16 +15,6 @@ pub(super) fn root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Unmounts whatever a failing test left mounted under its tempdir, before the tempdir is
-/// removed recursively.
-pub(super) struct Unmount(pub PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let _ = mounts::unmount_under(&self.0);
-    }
-}
-
 /// The file system types mounted on `p`, bottom first (`/proc/self/mountinfo`).
 fn fs_types(p: &Path) -> Vec<String> {
     let p = std::fs::canonicalize(p).expect("canonical");
@@ -152,7 +142,6 @@ fn emptydir_pod(mounts: serde_json::Value) -> Pod {
 #[tokio::test]
 async fn refused_sub_path_is_a_config_error_and_mounts_nothing() {
     let (d, _objects, m) = manager();
-    let _unmount = Unmount(d.path().to_owned());
     let p = emptydir_pod(json!([
         {"name": "data", "mountPath": "/ok", "subPath": "ok"},
         {"name": "data", "mountPath": "/host", "subPath": "link/verge-should-not-exist"},
@@ -182,7 +171,6 @@ async fn pin_survives_a_swap_for_a_symlink_and_is_removed_with_the_pod() {
         return;
     }
     let (d, _objects, m) = manager();
-    let _unmount = Unmount(d.path().to_owned());
     let host = d.path().join("host");
     std::fs::create_dir(&host).expect("host");
     std::fs::write(host.join("secret"), "host file").expect("host file");
@@ -243,7 +231,6 @@ async fn item_paths_out_of_the_volume_are_refused() {
 #[tokio::test]
 async fn secret_and_projected_volumes_live_in_memory_in_private_dirs() {
     let (d, objects, m) = manager();
-    let _unmount = Unmount(d.path().to_owned());
     objects.put_secret(json!({"metadata": {"name": "s", "namespace": "ns"},
         "data": {"k": "aGk="}}));
     let p = pod(
