@@ -15,6 +15,7 @@
 //!   manager and lease controller).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
+//! - `private_dir`: the data, pods and pod directories, mode 0700.
 //!
 //! Later modules (devicetwin, eventbus) plug
 //! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
@@ -28,6 +29,7 @@ pub mod edgehub;
 pub mod error;
 pub mod metamanager;
 pub mod node;
+mod private_dir;
 
 use std::sync::Arc;
 
@@ -50,18 +52,19 @@ pub struct EdgeCore {
 }
 
 impl EdgeCore {
-    /// Validates `config`, creates `data_dir` and opens `<data_dir>/edgecore.redb`.
+    /// Validates `config`, creates `data_dir` and its `pods` directory private (mode 0700,
+    /// owned by edgecore's user; an existing directory's mode and owner are fixed) and opens
+    /// `<data_dir>/edgecore.redb` (mode 0600).
     ///
     /// # Errors
-    /// [`Error::ConfigValue`] for an unusable value; [`Error::DataDir`] if the directory
-    /// cannot be created; [`Store`](crate::metamanager::error::Error::Store) if the database cannot be opened (e.g. another
+    /// [`Error::ConfigValue`] for an unusable value; [`Error::DataDir`] if a directory
+    /// cannot be created or made private; [`Store`](crate::metamanager::error::Error::Store) if the database cannot be opened (e.g. another
     /// edgecore holds it).
     pub fn new(config: Config) -> Result<Self> {
         config.validate()?;
-        std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
-            path: config.data_dir.clone(),
-            source,
-        })?;
+        for dir in [config.data_dir.clone(), config.pods_dir()] {
+            private_dir::ensure(&dir).map_err(|source| Error::DataDir { path: dir, source })?;
+        }
         let store = MetaStore::open(&config.store_path())?;
         Ok(Self {
             config: Arc::new(config),

@@ -7,6 +7,7 @@
 //!   ports.
 //! - [`Edge`]: one edgecore process with its own data directory and config file.
 //! - [`wait_for`]: polls a condition with a deadline (from `verge_testkit::wait`).
+//! - [`host`]: mount points, Docker bind sources and what another user can read.
 //!
 //! The scenarios themselves are in `tests/tests/`.
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod cloud;
+pub mod host;
 
 pub use cloud::{Cloud, Replica};
 

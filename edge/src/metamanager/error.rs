@@ -19,6 +19,15 @@ pub enum Error {
         resource: String,
     },
 
+    /// The redb file cannot be opened or made private (mode 0600).
+    #[error("cannot open the store file {path}")]
+    StoreFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The I/O failure.
+        #[source]
+        source: std::io::Error,
+    },
     /// The redb store failed (open, transaction, table or commit).
     #[error("metamanager store failed")]
     Store(#[source] redb::Error),

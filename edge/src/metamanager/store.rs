@@ -54,12 +54,31 @@ impl std::fmt::Debug for MetaStore {
 }
 
 impl MetaStore {
-    /// Opens (or creates) the database file at `path` and its tables. The parent directory
-    /// must exist.
+    /// Opens (or creates) the database file at `path` and its tables. The file is made
+    /// mode 0600 (an existing one too): it holds every object received, Secrets included.
+    /// The parent directory must exist.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the file cannot be opened (e.g. locked by another edgecore).
+    /// [`StoreFile`](crate::metamanager::error::Error::StoreFile) if the file cannot be opened
+    /// or chmodded; [`Store`](crate::metamanager::error::Error::Store) if the database cannot
+    /// be opened (e.g. locked by another edgecore).
     pub fn open(path: &Path) -> Result<Self> {
+        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+        let file_err = |source| MetaError::StoreFile {
+            path: path.to_owned(),
+            source,
+        };
+        // Created 0600 (no window with a wider mode), then redb opens it.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(file_err)?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .map_err(file_err)?;
+        drop(file);
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
         txn.open_table(OBJECTS)?;
@@ -291,5 +310,18 @@ mod tests {
             ("_", "un")
         );
         assert_eq!(inv[1].resource_version, "2");
+    }
+
+    #[test]
+    fn file_is_private_even_when_it_existed_wider() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("edgecore.redb");
+        let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+        drop(MetaStore::open(&path).expect("create"));
+        assert_eq!(mode(&path), 0o600);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        drop(MetaStore::open(&path).expect("reopen"));
+        assert_eq!(mode(&path), 0o600, "an existing file is fixed");
     }
 }

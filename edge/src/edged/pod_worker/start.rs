@@ -61,7 +61,7 @@ impl StartError {
         match self {
             Self::Image(e) => e.to_string(),
             Self::Config(e) => e.to_string(),
-            Self::Mounts(e) => e.to_string(),
+            Self::Mounts(e) => ErrorChain(e).to_string(),
             Self::Create(e) | Self::Run(e) => ErrorChain(e).to_string(),
         }
     }
@@ -197,7 +197,7 @@ impl<R: ContainerRuntime> Worker<R> {
         .await
         .map_err(StartError::Config)?;
         let binds = match &self.volumes {
-            Some(v) => v.binds_for(c, &env).map_err(StartError::Mounts)?,
+            Some(v) => v.binds_for(c, &env).await.map_err(StartError::Mounts)?,
             None => Vec::new(),
         };
         let labels = ContainerLabels {

@@ -13,19 +13,29 @@
 //! new version is published, and a file of another group counts as a change.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
 use super::ownership;
 use super::{Result, VolumeError};
 
-/// One file of a payload: its bytes and mode (e.g. `0o644`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One file of a payload: its bytes and mode (e.g. `0o644`). Its `Debug` shows the size,
+/// not the content (secrets and tokens are never logged).
+#[derive(Clone, PartialEq, Eq)]
 pub(super) struct File {
     /// The content.
     pub data: Vec<u8>,
     /// Permission bits.
     pub mode: u32,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("bytes", &self.data.len())
+            .field("mode", &format_args!("{:o}", self.mode))
+            .finish()
+    }
 }
 
 /// Relative path (`key`, `dir/key`) -> file.
@@ -97,6 +107,25 @@ fn unchanged(
         })
 }
 
+/// Creates the file `path` (which must not exist: never through a symlink) with `f`'s content
+/// and mode (set on the open file, past the umask).
+fn write_new(path: &Path, f: &File) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nofollow_flag())
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(&f.data)?;
+    file.set_permissions(std::fs::Permissions::from_mode(f.mode))
+}
+
+/// `O_NOFOLLOW` as an `open` flag.
+fn nofollow_flag() -> i32 {
+    i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0)
+}
+
 fn write_blocking(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Result<bool> {
     for p in payload.keys() {
         let rel = Path::new(p);
@@ -134,9 +163,7 @@ fn write_blocking(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Resul
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        std::fs::write(&path, &f.data).map_err(io(&path))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode))
-            .map_err(io(&path))?;
+        write_new(&path, f).map_err(io(&path))?;
     }
     if let Some(gid) = fs_group {
         ownership::set(dir, gid, true)?;

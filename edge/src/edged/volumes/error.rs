@@ -49,6 +49,25 @@ pub enum VolumeError {
         /// The container.
         container: String,
     },
+    /// A `subPath` (or expanded `subPathExpr`) cannot be used safely: it leads out of its
+    /// volume through a symlink, or it cannot be opened or pinned (kubelet: `failed to prepare
+    /// subPath for volumeMount`; the container waits with `CreateContainerConfigError`).
+    /// Nothing outside the volume was created or changed.
+    #[error(
+        "failed to prepare subPath {sub_path:?} for volumeMount {volume:?} of container \
+         {container:?}"
+    )]
+    PrepareSubPath {
+        /// The mount's volume name.
+        volume: String,
+        /// The container.
+        container: String,
+        /// The subPath (after `subPathExpr` expansion).
+        sub_path: String,
+        /// Why.
+        #[source]
+        source: SubPathError,
+    },
     /// A `subPath` that is absolute or contains `..` (kubelet validation).
     #[error("subPath {0:?} must be a relative path without '..'")]
     SubPath(String),
@@ -65,4 +84,41 @@ impl From<crate::Error> for VolumeError {
     fn from(e: crate::Error) -> Self {
         Self::Objects(Box::new(e))
     }
+}
+
+/// Why a subPath cannot be used (see [`VolumeError::PrepareSubPath`]). Paths are relative to
+/// the volume root, as the walk reached them.
+#[derive(Debug, thiserror::Error)]
+pub enum SubPathError {
+    /// A symlink whose target is absolute or climbs above the volume root (kubelet: the
+    /// subPath is not within the volume path). Symlinks that stay inside the volume are
+    /// followed.
+    #[error("{0:?} is a symlink leading out of the volume; refused")]
+    Escapes(PathBuf),
+    /// More than 40 symlinks on the way (Linux `ELOOP`).
+    #[error("{0:?}: too many levels of symbolic links; refused")]
+    Loop(PathBuf),
+    /// A component that must be a directory is a file (or another non-directory).
+    #[error("{0:?} is not a directory")]
+    NotADirectory(PathBuf),
+    /// A file system call failed on the way (`openat`, `mkdirat`, `fstat`, `readlinkat`).
+    #[error("cannot open {path:?} in the volume")]
+    Io {
+        /// Where in the volume.
+        path: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The opened target cannot be pinned: creating its mount point or bind-mounting
+    /// `/proc/self/fd/<fd>` there failed (`EPERM` when edgecore is not root: subPath
+    /// mounts need root, as the kubelet's do).
+    #[error("cannot bind-mount the subPath onto {target}")]
+    Bind {
+        /// The mount point under `<pod dir>/volume-subpaths/`.
+        target: PathBuf,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
 }

@@ -1,5 +1,5 @@
-//! emptyDir and hostPath volumes, and subPath directories (kubelet `emptydir` and
-//! `hostpath` plugins, `hostPathTypeChecker`).
+//! emptyDir and hostPath volumes (kubelet `emptydir` and `hostpath` plugins,
+//! `hostPathTypeChecker`).
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::Path;
@@ -150,18 +150,4 @@ pub(super) async fn check_host_path(volume: &Volume, path: &Path) -> Result<()> 
             reason: format!("{other} is an invalid volume type"),
         }),
     }
-}
-
-/// Creates a missing subPath `sub` inside `volume` as a directory with the volume's mode
-/// (kubelet `SafeMakeDir`). An existing path (also a symlink) is left alone.
-pub(super) fn make_sub_path(volume: &Path, sub: &Path) -> Result<()> {
-    if std::fs::symlink_metadata(sub).is_ok() {
-        return Ok(());
-    }
-    let mode = std::fs::metadata(volume)
-        .map_err(io(volume))?
-        .permissions()
-        .mode();
-    std::fs::create_dir_all(sub).map_err(io(sub))?;
-    std::fs::set_permissions(sub, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io(sub))
 }

@@ -1,35 +1,48 @@
 //! Pod volumes on the node's filesystem (the kubelet's volume manager and its in-tree
 //! plugins emptyDir, hostPath, configMap, secret, downwardAPI and projected).
 //!
-//! Every volume except hostPath lives in `<pods_dir>/<pod uid>/volumes/<volume name>`.
-//! configMap, secret, downwardAPI and projected volumes are written like the kubelet's
-//! `AtomicWriter` (`atomic`): files in a timestamped `..<ts>` directory, published by
-//! renaming a `..data` symlink, with per-file symlinks `key -> ..data/key`, so a container
-//! sees an update all at once. An emptyDir with `medium: Memory` is a tmpfs (`mounts`),
-//! unmounted before the pod directory is removed. A pod `securityContext.fsGroup` makes
-//! every volume but hostPath owned by that group (`ownership`).
-//! [`PodVolumes::binds_for`] turns a container's volumeMounts (`subPath`, `subPathExpr`)
-//! into Docker binds.
+//! Every volume except hostPath lives in `<pods_dir>/<pod uid>/volumes/<volume name>`; the
+//! pods directory and every pod directory are private (mode 0700, owned by edgecore's user:
+//! `private_dir`), so no other user of the host reaches a volume's files whatever
+//! their modes. configMap, secret, downwardAPI and projected volumes are written like the
+//! kubelet's `AtomicWriter` (`atomic`): files in a timestamped `..<ts>` directory, published
+//! by renaming a `..data` symlink, with per-file symlinks `key -> ..data/key`, so a container
+//! sees an update all at once; their item paths must be relative without `..` (`payload`).
+//! An emptyDir with `medium: Memory`, and every secret and projected volume (they hold
+//! secrets and service-account tokens; the kubelet backs them by memory too), is a tmpfs
+//! (`mounts`), unmounted before the pod directory is removed. A pod `securityContext.fsGroup`
+//! makes every volume but hostPath owned by that group (`ownership`).
+//! [`PodVolumes::binds_for`] turns a container's volumeMounts into Docker binds (`binds`),
+//! opening a `subPath` or `subPathExpr` without following symlinks out of its volume
+//! (`safe_open`) and pinning it with a bind mount (`subpath`), as the kubelet does since
+//! CVE-2017-1002101.
+//!
+//! Layout: `atomic` (the atomic writer), `binds` (volumeMounts to binds), `error`, `host`
+//! (emptyDir, hostPath), `mounts` (tmpfs, unmounting), `ownership` (fsGroup), `payload`
+//! (the files of object volumes), `safe_open` (the subPath walk), `subpath` (pins),
+//! `token` (service-account tokens).
 
 mod atomic;
+mod binds;
 mod error;
 mod host;
 mod mounts;
 mod ownership;
 mod payload;
+mod safe_open;
+mod subpath;
 mod token;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Container, Pod, Volume};
+use k8s_openapi::api::core::v1::{Pod, Volume};
 use tracing::{info, warn};
 
-use super::env::expand_with;
 use super::objects::PodObjects;
-pub use error::VolumeError;
+pub use error::{SubPathError, VolumeError};
 
 /// `Result` with [`VolumeError`].
 pub type Result<T, E = VolumeError> = std::result::Result<T, E>;
@@ -50,6 +63,8 @@ pub struct VolumeManager<O: PodObjects> {
 pub struct PodVolumes {
     /// Volume name -> (host path, always read-only: configMap/secret/downwardAPI/projected).
     volumes: HashMap<String, (PathBuf, bool)>,
+    /// `<pods_dir>/<uid>`: subPaths are pinned under it.
+    pod_dir: PathBuf,
 }
 
 /// How a volume is materialised.
@@ -58,8 +73,9 @@ enum Kind {
     Dir,
     /// A path on the host (hostPath).
     Host(PathBuf),
-    /// Files written atomically from objects (configMap, secret, downwardAPI, projected).
-    Files,
+    /// Files written atomically from objects (configMap, downwardAPI); `memory`: on a tmpfs
+    /// (secret, projected).
+    Files { memory: bool },
 }
 
 fn kind(volume: &Volume) -> Result<Kind> {
@@ -69,12 +85,11 @@ fn kind(volume: &Volume) -> Result<Kind> {
     if volume.empty_dir.is_some() {
         return Ok(Kind::Dir);
     }
-    if volume.config_map.is_some()
-        || volume.secret.is_some()
-        || volume.downward_api.is_some()
-        || volume.projected.is_some()
-    {
-        return Ok(Kind::Files);
+    if volume.secret.is_some() || volume.projected.is_some() {
+        return Ok(Kind::Files { memory: true });
+    }
+    if volume.config_map.is_some() || volume.downward_api.is_some() {
+        return Ok(Kind::Files { memory: false });
     }
     Err(VolumeError::SetUp {
         volume: volume.name.clone(),
@@ -101,10 +116,15 @@ impl<O: PodObjects> VolumeManager<O> {
         }
     }
 
+    /// `<pods_dir>/<uid>`.
+    fn pod_dir(&self, pod: &Pod) -> PathBuf {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        self.pods_dir.join(uid)
+    }
+
     /// `<pods_dir>/<uid>/volumes/<name>`.
     fn volume_dir(&self, pod: &Pod, name: &str) -> PathBuf {
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        self.pods_dir.join(uid).join("volumes").join(name)
+        self.pod_dir(pod).join("volumes").join(name)
     }
 
     /// Materialises every volume of the pod under `<pods_dir>/<uid>/volumes/<name>`
@@ -142,6 +162,20 @@ impl<O: PodObjects> VolumeManager<O> {
 
     async fn write_all(&self, pod: &Pod, now: SystemTime, setup: bool) -> Result<PodVolumes> {
         let fs_group = FsGroup::of(pod);
+        let pod_dir = self.pod_dir(pod);
+        if setup {
+            let dirs = [self.pods_dir.clone(), pod_dir.clone()];
+            tokio::task::spawn_blocking(move || {
+                dirs.iter().try_for_each(|d| {
+                    crate::private_dir::ensure(d).map_err(|source| VolumeError::Io {
+                        path: d.clone(),
+                        source,
+                    })
+                })
+            })
+            .await
+            .map_err(VolumeError::Blocking)??;
+        }
         let mut out = HashMap::new();
         for volume in volumes(pod) {
             let dir = self.volume_dir(pod, &volume.name);
@@ -158,7 +192,10 @@ impl<O: PodObjects> VolumeManager<O> {
                     }
                     (dir, false)
                 }
-                Kind::Files => {
+                Kind::Files { memory } => {
+                    if setup && memory {
+                        mounts::memory_volume(&volume.name, &dir).await?;
+                    }
                     let mut files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
                         .await
                         .map_err(|reason| match reason {
@@ -180,16 +217,21 @@ impl<O: PodObjects> VolumeManager<O> {
             };
             out.insert(volume.name.clone(), (path, read_only));
         }
-        Ok(PodVolumes { volumes: out })
+        Ok(PodVolumes {
+            volumes: out,
+            pod_dir,
+        })
     }
 
-    /// Unmounts every mount under `<pods_dir>/<uid>` (the tmpfs of `medium: Memory`
-    /// emptyDirs), then removes the directory (all volumes of the pod; hostPaths are
-    /// untouched) and forgets the pod's tokens. Absent is fine.
+    /// Unmounts every mount under `<pods_dir>/<uid>` (the tmpfs of memory-backed volumes, the
+    /// pinned subPaths), removes the pins one by one without recursing (`subpath`), checks
+    /// that nothing is mounted under the directory any more, then removes it (all volumes of
+    /// the pod; hostPaths are untouched) and forgets the pod's tokens. Absent is fine.
     ///
     /// # Errors
-    /// [`VolumeError::Io`] if a mount cannot be unmounted (then nothing is removed) or the
-    /// directory cannot be removed; [`VolumeError::Blocking`] if unmounting panicked.
+    /// [`VolumeError::Io`] if a mount cannot be unmounted, a pin removed, or the directory
+    /// removed (nothing is removed recursively while anything is still mounted under it);
+    /// [`VolumeError::Blocking`] if unmounting panicked.
     pub async fn cleanup(&self, pod_uid: &str) -> Result<()> {
         self.tokens.forget(pod_uid);
         if pod_uid.is_empty() {
@@ -197,10 +239,20 @@ impl<O: PodObjects> VolumeManager<O> {
         }
         let dir = self.pods_dir.join(pod_uid);
         let pod_dir = dir.clone();
-        tokio::task::spawn_blocking(move || mounts::unmount_under(&pod_dir))
-            .await
-            .map_err(VolumeError::Blocking)?
-            .map_err(|(path, source)| VolumeError::Io { path, source })?;
+        tokio::task::spawn_blocking(move || {
+            mounts::unmount_under(&pod_dir)
+                .map_err(|(path, source)| VolumeError::Io { path, source })?;
+            subpath::remove_pins(&pod_dir)?;
+            match mounts::first_mount_under(&pod_dir) {
+                Some(path) => Err(VolumeError::Io {
+                    path,
+                    source: std::io::Error::other("still mounted after unmounting"),
+                }),
+                None => Ok(()),
+            }
+        })
+        .await
+        .map_err(VolumeError::Blocking)??;
         match tokio::fs::remove_dir_all(&dir).await {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(VolumeError::Io {
                 path: dir,
@@ -241,97 +293,10 @@ impl<O: PodObjects> VolumeManager<O> {
     }
 }
 
-/// Checks a `subPath`: relative, without `..` (kubelet validation).
-fn sub_path(volume: &Path, sub: &str) -> Result<PathBuf> {
-    let rel = Path::new(sub);
-    if rel
-        .components()
-        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(VolumeError::SubPath(sub.to_owned()));
-    }
-    Ok(volume.join(rel))
-}
-
-/// The subPath of a `subPathExpr` (kubelet `ExpandContainerVolumeMounts`): `$(VAR)` is
-/// replaced from the container's `env` (`KEY=VALUE`; later wins), `$$` is a `$`.
-///
-/// # Errors
-/// `missing value for A, B` when a referenced variable is undefined or empty (the kubelet
-/// fails the container then, rather than keeping `$(A)` as env values do).
-fn expand_sub_path(expr: &str, env: &[String]) -> Result<String> {
-    let vars: HashMap<&str, &str> = env.iter().filter_map(|kv| kv.split_once('=')).collect();
-    let mut missing = BTreeSet::new();
-    let path = expand_with(expr, |name| match vars.get(name) {
-        Some(v) if !v.is_empty() => (*v).to_owned(),
-        _ => {
-            missing.insert(name.to_owned());
-            String::new()
-        }
-    });
-    if missing.is_empty() {
-        Ok(path)
-    } else {
-        Err(VolumeError::SubPathExprMissing(
-            missing.into_iter().collect(),
-        ))
-    }
-}
-
 impl PodVolumes {
     /// The host path of volume `name`, if the pod has it.
     pub fn host_path(&self, name: &str) -> Option<&Path> {
         self.volumes.get(name).map(|(p, _)| p.as_path())
-    }
-
-    /// Docker bind specs `host:container[:ro]` for `container`'s volumeMounts: `:ro` when
-    /// the mount is `readOnly` or the volume is a configMap/secret/downwardAPI/projected one
-    /// (the kubelet mounts those read-only). A `subPath` binds that path inside the volume,
-    /// created as a directory (with the volume's mode) if missing, as the kubelet does. A
-    /// `subPathExpr` is expanded with the container's resolved `env` (`KEY=VALUE`, as
-    /// [`resolve_env`](crate::edged::env::resolve_env) returns it) and then is a `subPath`.
-    ///
-    /// # Errors
-    /// [`VolumeError::UnknownVolume`] for a mount of an unknown volume (kubelet: `cannot
-    /// find volume "v" to mount into container "c"`), [`VolumeError::SubPathAndExpr`] for
-    /// both `subPath` and `subPathExpr`, [`VolumeError::SubPathExprMissing`] for a
-    /// `subPathExpr` referencing a missing or empty variable (`missing value for X`),
-    /// [`VolumeError::SubPath`] for a subPath that is absolute or has `..`; [`VolumeError::Io`] if the subPath cannot be
-    /// made.
-    pub fn binds_for(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
-        let mut binds = Vec::new();
-        for mount in container.volume_mounts.iter().flatten() {
-            let Some((volume_path, always_ro)) = self.volumes.get(&mount.name) else {
-                return Err(VolumeError::UnknownVolume {
-                    volume: mount.name.clone(),
-                    container: container.name.clone(),
-                });
-            };
-            let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
-            let expr = mount.sub_path_expr.as_deref().filter(|e| !e.is_empty());
-            let sub = match (sub, expr) {
-                (Some(_), Some(_)) => {
-                    return Err(VolumeError::SubPathAndExpr {
-                        volume: mount.name.clone(),
-                        container: container.name.clone(),
-                    });
-                }
-                (None, Some(expr)) => {
-                    let expanded = expand_sub_path(expr, env)?;
-                    Some(std::borrow::Cow::Owned(expanded))
-                }
-                (sub, None) => sub.map(std::borrow::Cow::Borrowed),
-            };
-            let mut source = volume_path.clone();
-            if let Some(sub) = sub.as_deref() {
-                source = sub_path(volume_path, sub)?;
-                host::make_sub_path(volume_path, &source)?;
-            }
-            let ro = *always_ro || mount.read_only.unwrap_or(false);
-            let suffix = if ro { ":ro" } else { "" };
-            binds.push(format!("{}:{}{suffix}", source.display(), mount.mount_path));
-        }
-        Ok(binds)
     }
 }
 

@@ -1,4 +1,5 @@
-//! tmpfs mounts of emptyDir `medium: Memory` volumes (the kubelet's `setupTmpfs`) and the
+//! tmpfs mounts of emptyDir `medium: Memory` volumes (the kubelet's `setupTmpfs`) and of
+//! secret and projected volumes (the kubelet's memory-backed wrapper of them), and the
 //! unmounting of everything under a pod directory before it is removed.
 //!
 //! Mount points are read from `/proc/self/mountinfo`, so a mount made before an edgecore
@@ -12,6 +13,8 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustix::io::Errno;
 use rustix::mount::{MountFlags, UnmountFlags};
+
+use tracing::warn;
 
 use super::VolumeError;
 use crate::node::quantity::parse_scaled;
@@ -116,6 +119,58 @@ pub(super) fn mount_tmpfs(dir: &Path, option: Option<&str>) -> std::io::Result<(
         .map_err(std::io::Error::other)?;
     rustix::mount::mount("tmpfs", &dir, "tmpfs", MountFlags::empty(), data.as_deref())?;
     Ok(())
+}
+
+/// Mode of the root of a secret or projected volume's tmpfs (the same as on disk).
+const MEMORY_VOLUME_OPTION: &str = "mode=0755";
+
+/// Puts the secret or projected volume `volume` at `dir` on a tmpfs, so its secrets and
+/// tokens never reach the disk: creates `dir` (0755) and mounts a tmpfs on it unless it is
+/// one already (after an edgecore restart). A directory that already holds files (written
+/// on disk by an earlier edgecore, or after a failed mount) is left on disk: its running
+/// containers bind it, and a tmpfs over it would hide later updates from them. When the
+/// mount fails (edgecore not root) the volume stays on disk with a warning (the kubelet
+/// would fail the pod; edgecore runs as root in practice).
+///
+/// # Errors
+/// [`VolumeError::Io`] when `dir` cannot be created or read; [`VolumeError::Blocking`] if
+/// the work panicked.
+pub(super) async fn memory_volume(volume: &str, dir: &Path) -> Result<(), VolumeError> {
+    let (volume, dir) = (volume.to_owned(), dir.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let io = |source| VolumeError::Io {
+            path: dir.clone(),
+            source,
+        };
+        if std::fs::symlink_metadata(&dir).is_err() {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(&dir)
+                .map_err(io)?;
+        }
+        let canonical = std::fs::canonicalize(&dir).map_err(io)?;
+        if is_tmpfs(&canonical) || std::fs::read_dir(&dir).map_err(io)?.next().is_some() {
+            return Ok(());
+        }
+        if let Err(error) = mount_tmpfs(&dir, Some(MEMORY_VOLUME_OPTION)) {
+            warn!(%volume, path = %dir.display(), %error,
+                "cannot mount a tmpfs for a secret or projected volume; its files stay on disk");
+        }
+        Ok(())
+    })
+    .await
+    .map_err(VolumeError::Blocking)?
+}
+
+/// The first mount point at or under `dir` (canonical), if any is left.
+pub(super) fn first_mount_under(dir: &Path) -> Option<PathBuf> {
+    let dir = std::fs::canonicalize(dir).ok()?;
+    mounts()
+        .into_iter()
+        .map(|m| m.point)
+        .find(|p| p.starts_with(&dir))
 }
 
 /// Unmounts every mount point under `dir` (and `dir` itself), topmost first, so the pod

@@ -1,7 +1,8 @@
 //! The files of configMap, secret, downwardAPI and projected volumes (the kubelet's
 //! `configmap.MakePayload`, `secret.MakePayload`, `downwardapi.CollectData` and the
 //! projected plugin's `collectData`). Modes default to the volume's `defaultMode`, 0644;
-//! a service-account token is 0600 when the pod has an fsGroup.
+//! a service-account token is 0600 when the pod has an fsGroup. Item paths are checked
+//! (`check_path`).
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -32,6 +33,30 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         Self::Other(e)
     }
+}
+
+/// Checks an item path of a configMap, secret, downwardAPI or projected volume like the
+/// kubelet's atomic writer: not empty, relative, no `..` component, and not starting with
+/// `..` (names the writer reserves for `..data` and its `..<timestamp>` directories).
+/// Files are never written through a symlink either ([`super::atomic`]).
+///
+/// # Errors
+/// The mount failure reason, e.g. `invalid item path "../x": must not contain '..'`.
+fn check_path(path: &str) -> Result<(), Failure> {
+    let what = if path.is_empty() {
+        "must not be empty"
+    } else if path.starts_with('/') {
+        "must be a relative path"
+    } else if path.split('/').any(|c| c == "..") {
+        "must not contain '..'"
+    } else if path.starts_with("..") {
+        "must not start with '..'"
+    } else {
+        return Ok(());
+    };
+    Err(Failure::Reason(format!(
+        "invalid item path {path:?}: {what}"
+    )))
 }
 
 fn mode(m: i32) -> u32 {
@@ -230,5 +255,6 @@ pub(super) async fn build<O: PodObjects>(
             }
         }
     }
+    out.keys().try_for_each(|p| check_path(p))?;
     Ok(out)
 }

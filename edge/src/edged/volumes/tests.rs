@@ -7,6 +7,7 @@ use super::*;
 use crate::Error;
 use crate::edged::objects::fake::FakeObjects;
 
+mod safe_sub_path;
 mod tmpfs_fs_group_sub_path_expr;
 
 fn pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
@@ -19,12 +20,25 @@ fn pod(volumes: serde_json::Value, mounts: serde_json::Value) -> Pod {
     .expect("pod")
 }
 
-fn manager() -> (
-    tempfile::TempDir,
-    Arc<FakeObjects>,
-    VolumeManager<FakeObjects>,
-) {
-    let dir = tempfile::tempdir().expect("tempdir");
+/// A test's temporary directory; whatever is still mounted under it (a tmpfs of a secret
+/// or projected volume of a test that does not clean up, a pin) is unmounted before it is
+/// removed.
+pub(super) struct TestDir(tempfile::TempDir);
+
+impl TestDir {
+    pub(super) fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = mounts::unmount_under(self.0.path());
+    }
+}
+
+fn manager() -> (TestDir, Arc<FakeObjects>, VolumeManager<FakeObjects>) {
+    let dir = TestDir(tempfile::tempdir().expect("tempdir"));
     let objects = Arc::new(FakeObjects::default());
     let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects));
     (dir, objects, m)
@@ -257,28 +271,33 @@ async fn binds_with_read_only_and_sub_path_then_cleanup() {
     let vols = m.prepare(&p).await.expect("prepare");
     let c = &p.spec.as_ref().expect("spec").containers[0];
     let e = d.path().join("pods/u-1/volumes/e");
-    let cv = d.path().join("pods/u-1/volumes/c");
-    assert_eq!(
-        vols.binds_for(c, &[]).expect("binds"),
-        [
-            format!("{}:/data", e.display()),
-            format!("{}/logs/app:/logs:ro", e.display()),
-            format!("{}/f:/etc/f:ro", cv.display()),
-        ]
-    );
-    assert!(e.join("logs/app").is_dir(), "subPath created");
+    let pins = d.path().join("pods/u-1/volume-subpaths");
+    if safe_sub_path::root() {
+        assert_eq!(
+            vols.binds_for(c, &[]).await.expect("binds"),
+            [
+                format!("{}:/data", e.display()),
+                format!("{}/e/c/1:/logs:ro", pins.display()),
+                format!("{}/c/c/2:/etc/f:ro", pins.display()),
+            ]
+        );
+        assert!(e.join("logs/app").is_dir(), "subPath created");
+        // The configMap key (`f -> ..data/f -> ..<ts>/f`) is pinned as a file.
+        assert_eq!(read(&pins.join("c/c/2")), "x");
+    }
 
     let mut bad = c.clone();
     bad.volume_mounts = Some(vec![
         serde_json::from_value(json!({"name": "e", "mountPath": "/x", "subPath": "../up"}))
             .expect("m"),
     ]);
-    assert!(vols.binds_for(&bad, &[]).is_err());
+    assert!(vols.binds_for(&bad, &[]).await.is_err());
     bad.volume_mounts = Some(vec![
         serde_json::from_value(json!({"name": "nope", "mountPath": "/x"})).expect("m"),
     ]);
     let err = vols
         .binds_for(&bad, &[])
+        .await
         .expect_err("unknown volume")
         .to_string();
     assert_eq!(

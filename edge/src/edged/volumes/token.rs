@@ -30,14 +30,23 @@ type Key = (String, String, i64);
 type Cached = (String, SystemTime, SystemTime);
 
 /// Tokens by pod, audience and requested lifetime, in memory and in each pod's directory.
-#[derive(Debug)]
+/// Its `Debug` shows how many tokens it holds, never a token.
 pub(super) struct TokenCache {
     tokens: Mutex<HashMap<Key, Cached>>,
     pods_dir: PathBuf,
 }
 
-/// One persisted token (`tokens.json` holds a list of these).
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+impl std::fmt::Debug for TokenCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenCache")
+            .field("tokens", &self.lock().len())
+            .field("pods_dir", &self.pods_dir)
+            .finish()
+    }
+}
+
+/// One persisted token (`tokens.json` holds a list of these; no `Debug`: it holds a token).
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Persisted {
     audience: String,
     expiration_seconds: i64,
