@@ -20,9 +20,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use verge_e2e::host::{Unmount, all_bind_sources, mounts_under, mounts_with_types, nobody_reads};
-use verge_e2e::{
-    Cloud, EDGED_TEST_CONFIG, Edge, containers_with, create_namespace, docker, wait_for,
-};
+use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, wait_for};
 
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
@@ -51,7 +49,7 @@ impl Setup {
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
         let name = format!("e2e-{tag}-{}", std::process::id());
-        let mut edge = Edge::new(&name, &cloud.edge_url, EDGED_TEST_CONFIG)?;
+        let mut edge = Edge::new(&name, &cloud.edge_url)?;
         let unmount = Unmount(
             edge.config_path()
                 .parent()
