@@ -5,7 +5,11 @@
 //! environment overrides it.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["verge/message/v1/message.proto", "verge/hub/v1/hub.proto"];
+    let protos = [
+        "verge/message/v1/message.proto",
+        "verge/hub/v1/join.proto",
+        "verge/hub/v1/hub.proto",
+    ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");
     }

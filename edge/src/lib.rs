@@ -13,6 +13,8 @@
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
 //!   manager and lease controller).
+//! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
+//!   load for every connection, renew at 80 % of the lifetime.
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
@@ -23,6 +25,7 @@
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
 
+pub mod certificates;
 pub mod config;
 pub mod edged;
 pub mod edgehub;
@@ -103,7 +106,12 @@ impl EdgeCore {
         modules.spawn("edgehub", hub.run(stop.clone()));
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));
-        modules.spawn("node", node.run(stop));
+        modules.spawn("node", node.run(stop.clone()));
+        let config = (*self.config).clone();
+        modules.spawn("certificates", async move {
+            certificates::renew(config, stop).await;
+            Ok(())
+        });
         info!(node = %self.config.node_name, cloudhub = %self.config.edge_hub.server, "edgecore running");
         let result = modules.run().await;
         info!("edgecore stopped");

@@ -1,12 +1,17 @@
 //! `edgecore`: the Verge edge node agent. Parses flags, loads the configuration, installs
-//! telemetry, runs [`verge_edgecore::EdgeCore`] until SIGINT/SIGTERM and then drains it
-//! within `shutdownGrace` (`verge_runtime::serve`).
+//! telemetry, makes sure the node has a certificate (joining with `edgeHub.token` if not),
+//! runs [`verge_edgecore::EdgeCore`] until SIGINT/SIGTERM and then drains it within
+//! `shutdownGrace` (`verge_runtime::serve`).
+//!
+//! `edgecore join --cloudhub <host>:10002 --token <id.secret> [--ca-cert-hash sha256:…]`
+//! only joins: it stores the node's key and certificate under `<dataDir>/pki` and exits.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use verge_edgecore::certificates::{self, Credentials, JoinParams};
 use verge_edgecore::config::LogFormat;
 use verge_edgecore::{Config, EdgeCore};
 
@@ -36,6 +41,39 @@ struct Args {
     /// Log format (overrides `logFormat`).
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// What to do; without a command, run the agent.
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// edgecore's commands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Join the cluster with a Kubernetes bootstrap token: make the node's private key,
+    /// send a CSR to cloudhub's Join service and store the signed certificate under
+    /// `<dataDir>/pki`. `kubectl get csr` shows the request, approved and issued.
+    Join(JoinArgs),
+}
+
+/// Arguments of `edgecore join` (the node name, data directory and config come from the
+/// global flags).
+#[derive(Debug, clap::Args)]
+struct JoinArgs {
+    /// cloudhub's Join service, `<host>:<port>` or `https://<host>:<port>` (port 10002 by
+    /// default).
+    #[arg(long = "cloudhub", value_name = "ADDR")]
+    address: String,
+    /// The bootstrap token, `<token-id>.<token-secret>` (a `bootstrap.kubernetes.io/token`
+    /// Secret in `kube-system`, e.g. from `kubeadm token create`).
+    #[arg(long, env = "EDGECORE_JOIN_TOKEN", hide_env_values = true)]
+    token: String,
+    /// Pin of the Verge CA, `sha256:<hex>` (kubeadm's `--discovery-token-ca-cert-hash`);
+    /// without it the CA is authenticated by the token.
+    #[arg(long)]
+    ca_cert_hash: Option<String>,
+    /// Verify cloudhub's certificate against this name instead of the address's host.
+    #[arg(long)]
+    tls_server_name: Option<String>,
 }
 
 impl Args {
@@ -66,13 +104,50 @@ impl Args {
     }
 }
 
+/// `edgecore join`: joins and prints what happened.
+async fn join(config: &Config, args: JoinArgs) -> ExitCode {
+    let address = if args.address.contains("://") {
+        args.address
+    } else {
+        format!("https://{}", args.address)
+    };
+    let params = JoinParams {
+        address,
+        token: args.token,
+        ca_cert_hash: args.ca_cert_hash,
+        node_name: config.node_name.clone(),
+        tls_server_name: args.tls_server_name,
+    };
+    let credentials = Credentials::of(config);
+    match certificates::join(&params, &credentials).await {
+        Ok(joined) => {
+            println!(
+                "node {} joined: certificate in {} (CertificateSigningRequest {}); start edgecore",
+                joined.node,
+                credentials.dir().display(),
+                joined.csr_name
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => verge_runtime::fail("edgecore join", &error),
+    }
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match Args::parse().config() {
+    let mut args = Args::parse();
+    let command = args.command.take();
+    let config = match args.config() {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("edgecore", &*error),
     };
     verge_telemetry::init("edgecore", config.log_format);
+    if let Some(Command::Join(join_args)) = command {
+        return join(&config, join_args).await;
+    }
+    if let Err(error) = certificates::ensure(&config).await {
+        return verge_runtime::fail("edgecore", &error);
+    }
     let grace = config.shutdown_grace;
     let edgecore = match EdgeCore::new(config) {
         Ok(edgecore) => edgecore,

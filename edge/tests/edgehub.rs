@@ -186,3 +186,46 @@ async fn silent_cloudhub_triggers_reconnect() -> Result<()> {
         .context("edgecore did not stop")???;
     Ok(())
 }
+
+/// Certificate rotation: a renewal over the mutual-TLS connection stores a new key and
+/// certificate for the same node, and the next session uses them; an expired certificate
+/// is refused locally with an error that says how to re-join.
+#[tokio::test]
+async fn certificate_renewal_and_expiry() -> Result<()> {
+    use verge_edgecore::certificates::{self, Credentials};
+    verge_telemetry::init_for_tests();
+    let (url, mut events) = start_fake(true).await?;
+    let dir = tempfile::tempdir()?;
+    let config = config(url, dir.path());
+    let credentials = Credentials::of(&config);
+    let before = credentials.load()?;
+    certificates::renew_once(&config, &credentials).await?;
+    let after = credentials.load()?;
+    assert_ne!(before.cert_pem, after.cert_pem, "a new certificate");
+    assert_ne!(before.key.expose(), after.key.expose(), "a new key");
+    assert!(after.info.not_after > before.info.not_after);
+    after.check("edge-test", std::time::SystemTime::now())?;
+
+    // The renewed credentials open a session.
+    let edgecore = EdgeCore::new(config.clone())?;
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn(edgecore.run(shutdown.clone()));
+    let (hello, _session) = next_hello(&mut events).await?;
+    assert_eq!(hello.node_name, "edge-test");
+    shutdown.cancel();
+    run.await??;
+
+    // Long offline: past notAfter, nothing connects and the error names the way back.
+    let later = after.info.not_after + Duration::from_secs(1);
+    let error = after.check("edge-test", later).expect_err("expired");
+    let text = error.to_string();
+    assert!(
+        text.contains("expired") && text.contains("edgecore join"),
+        "{text}"
+    );
+    let error = after
+        .check("other-node", std::time::SystemTime::now())
+        .expect_err("other");
+    assert!(error.to_string().contains("other-node"), "{error}");
+    Ok(())
+}

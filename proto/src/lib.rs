@@ -48,6 +48,7 @@ pub use verge::message::v1 as message;
 pub mod build;
 pub mod envelope;
 pub mod error;
+pub mod transport;
 
 #[cfg(feature = "testing")]
 pub use build::MessageExt;

@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use verge_testkit::ControlPlane;
 use verge_testkit::ports::free_port;
 use verge_testkit::process::{ChildProcess, workspace_bin};
+use verge_testkit::trust::{TokenKind, create_bootstrap_token, ensure_controller_accounts};
 use verge_testkit::wait::wait_for_port;
 
 /// The cloud side: one cloudhub (or several replicas) and one edgecontroller attached to
@@ -16,11 +17,19 @@ pub struct Cloud {
     pub cloudhub: ChildProcess,
     /// The edgecontroller process.
     pub edgecontroller: ChildProcess,
-    /// Where edges on this host connect to `hub-0`: `http://127.0.0.1:<port>`.
+    /// Where edges on this host connect to `hub-0`: `https://127.0.0.1:<port>`.
     pub edge_url: String,
     /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
     /// it through their veth link).
     pub edge_port: u16,
+    /// Where edges on this host join at `hub-0`: `https://127.0.0.1:<port>`.
+    pub join_url: String,
+    /// `hub-0`'s join port (bound on `0.0.0.0`).
+    pub join_port: u16,
+    /// A valid bootstrap token (an hour) that every test edge joins with.
+    pub bootstrap_token: String,
+    /// `hub-0`'s ControllerHub: `https://127.0.0.1:<port>`.
+    pub controller_url: String,
     /// Further cloudhub replicas (`hub-1`, ...); empty for [`Cloud::start`].
     pub replicas: Vec<Replica>,
     cloudhub_args: Vec<String>,
@@ -35,16 +44,19 @@ pub struct Replica {
     pub name: String,
     /// The cloudhub process.
     pub process: ChildProcess,
-    /// Where edges on this host connect: `http://127.0.0.1:<port>`.
+    /// Where edges on this host connect: `https://127.0.0.1:<port>`.
     pub edge_url: String,
     /// The port edges connect to (bound on `0.0.0.0`).
     pub edge_port: u16,
+    /// Where edges on this host join: `https://127.0.0.1:<port>`.
+    pub join_url: String,
 }
 
 impl Cloud {
-    /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge port on all interfaces so
-    /// edges in test network namespaces reach it) and edgecontroller against `cp`, and
-    /// waits until cloudhub listens.
+    /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge and join ports on all
+    /// interfaces so edges in test network namespaces reach them; the Verge CA in the
+    /// cluster) and edgecontroller (authenticated by a token of its service account) against
+    /// `cp`, creates a bootstrap token for the edges, and waits until cloudhub listens.
     ///
     /// # Errors
     /// A binary is missing or does not come up within 20 s.
@@ -60,48 +72,65 @@ impl Cloud {
     /// # Errors
     /// A binary is missing or does not come up within 20 s.
     pub async fn start_replicas(cp: &ControlPlane, count: usize) -> anyhow::Result<Self> {
+        let client = cp.client().await?;
+        ensure_controller_accounts(&client).await?;
+        let bootstrap_token =
+            create_bootstrap_token(&client, TokenKind::Valid, Duration::from_secs(3600)).await?;
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("cloudhub.yaml");
-        std::fs::write(&config, "keepaliveInterval: 2s\nackTimeout: 2s\n")?;
+        std::fs::write(
+            &config,
+            "keepaliveInterval: 2s\nackTimeout: 2s\ntrust: {serverSans: [localhost, 127.0.0.1]}\n",
+        )?;
+        let kubeconfig = cp.kubeconfig().display().to_string();
         let mut hubs = Vec::new();
         let mut controller_args = Vec::new();
         for i in 0..count.max(1) {
-            let edge_port = free_port()?;
-            let ctrl_port = free_port()?;
+            let (edge_port, ctrl_port, join_port) = (free_port()?, free_port()?, free_port()?);
             let args = vec![
                 "--config".to_owned(),
                 config.display().to_string(),
+                "--kubeconfig".to_owned(),
+                kubeconfig.clone(),
                 "--edge-addr".to_owned(),
                 format!("0.0.0.0:{edge_port}"),
                 "--controller-addr".to_owned(),
                 format!("127.0.0.1:{ctrl_port}"),
+                "--join-addr".to_owned(),
+                format!("0.0.0.0:{join_port}"),
                 "--replica-name".to_owned(),
                 format!("hub-{i}"),
             ];
             let process = spawn_cloudhub(&args, edge_port).await?;
             controller_args.push("--cloudhub".to_owned());
-            controller_args.push(format!("http://127.0.0.1:{ctrl_port}"));
-            hubs.push((args, process, edge_port));
+            controller_args.push(format!("https://127.0.0.1:{ctrl_port}"));
+            hubs.push((args, process, edge_port, join_port, ctrl_port));
         }
         controller_args.push("--kubeconfig".to_owned());
         controller_args.push(cp.kubeconfig().display().to_string());
         let edgecontroller = spawn_edgecontroller(&controller_args)?;
         let mut hubs = hubs.into_iter();
-        let (cloudhub_args, cloudhub, edge_port) = hubs.next().context("at least one cloudhub")?;
+        let (cloudhub_args, cloudhub, edge_port, join_port, ctrl_port) =
+            hubs.next().context("at least one cloudhub")?;
         let replicas = hubs
             .enumerate()
-            .map(|(i, (_, process, port))| Replica {
+            .map(|(i, (_, process, port, join, _))| Replica {
                 name: format!("hub-{}", i + 1),
                 process,
-                edge_url: format!("http://127.0.0.1:{port}"),
+                edge_url: format!("https://127.0.0.1:{port}"),
                 edge_port: port,
+                join_url: format!("https://127.0.0.1:{join}"),
             })
             .collect();
         Ok(Self {
             cloudhub,
             edgecontroller,
-            edge_url: format!("http://127.0.0.1:{edge_port}"),
+            edge_url: format!("https://127.0.0.1:{edge_port}"),
             edge_port,
+            join_url: format!("https://127.0.0.1:{join_port}"),
+            join_port,
+            bootstrap_token,
+            controller_url: format!("https://127.0.0.1:{ctrl_port}"),
             replicas,
             cloudhub_args,
             controller_args,

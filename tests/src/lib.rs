@@ -28,16 +28,19 @@ pub use verge_testkit::docker::{docker, remove_managed_containers};
 pub use verge_testkit::ports::free_port;
 pub use verge_testkit::wait::{create_namespace, ready_status, wait_for};
 
-/// The edgecore configuration of every e2e edge: node `name` on `cloudhub_url` with its data
-/// in `data_dir`; node status and Lease every 2 s, reconnects after 200 ms to 2 s, and the
-/// local test image as the pod sandbox (no registry can be reached).
-pub fn edge_config(name: &str, cloudhub_url: &str, data_dir: &Path) -> Config {
+/// The edgecore configuration of every e2e edge: node `name` of `cloud` (joining on start
+/// with its bootstrap token) with its data in `data_dir`; node status and Lease every 2 s,
+/// reconnects after 200 ms to 2 s, and the local test image as the pod sandbox (no
+/// registry can be reached).
+pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
     let mut config = Config {
         node_name: name.to_owned(),
         data_dir: data_dir.to_owned(),
         ..Config::default()
     };
-    config.edge_hub.server = cloudhub_url.to_owned();
+    config.edge_hub.server.clone_from(&cloud.edge_url);
+    config.edge_hub.join_server = Some(cloud.join_url.clone());
+    config.edge_hub.token.clone_from(&cloud.bootstrap_token);
     config.edge_hub.reconnect_initial_backoff = Duration::from_millis(200);
     config.edge_hub.reconnect_max_backoff = Duration::from_secs(2);
     config.edged.node_status_update_frequency = Duration::from_secs(2);
@@ -48,6 +51,14 @@ pub fn edge_config(name: &str, cloudhub_url: &str, data_dir: &Path) -> Config {
         .map(|s| (*s).to_owned())
         .collect();
     config
+}
+
+/// Points `config` at `cloud` through `host` (an address of this host, e.g. a network
+/// namespace's link), verifying cloudhub's certificate for `localhost` (which it names).
+pub fn via_host(config: &mut Config, cloud: &Cloud, host: impl std::fmt::Display) {
+    config.edge_hub.server = format!("https://{host}:{}", cloud.edge_port);
+    config.edge_hub.join_server = Some(format!("https://{host}:{}", cloud.join_port));
+    config.edge_hub.tls_server_name = Some("localhost".to_owned());
 }
 
 /// One edge node: an edgecore process with its data directory and config file.
@@ -63,12 +74,12 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// Prepares an edge named `name` that connects to `cloudhub_url` with [`edge_config`].
+    /// Prepares an edge named `name` of `cloud` with [`edge_config`].
     ///
     /// # Errors
     /// The data directory or config file cannot be written.
-    pub fn new(name: &str, cloudhub_url: &str) -> anyhow::Result<Self> {
-        Self::with_config(name, cloudhub_url, |_| {})
+    pub fn new(name: &str, cloud: &Cloud) -> anyhow::Result<Self> {
+        Self::with_config(name, cloud, |_| {})
     }
 
     /// Like [`Edge::new`], with `change` applied to the configuration before it is written.
@@ -77,12 +88,12 @@ impl Edge {
     /// The data directory or config file cannot be written.
     pub fn with_config(
         name: &str,
-        cloudhub_url: &str,
+        cloud: &Cloud,
         change: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("edgecore.yaml");
-        let mut edge_config = edge_config(name, cloudhub_url, &dir.path().join("data"));
+        let mut edge_config = edge_config(name, cloud, &dir.path().join("data"));
         change(&mut edge_config);
         std::fs::write(&config, edge_config.to_yaml()?)?;
         Ok(Self {

@@ -11,8 +11,8 @@ use kube::{Api, Client};
 use serde_json::json;
 use verge_core::ResourceType;
 use verge_e2e::{
-    Cloud, Edge, containers_with, create_namespace, docker, ready_status, sleeper_pod, wait_for,
-    wait_running,
+    Cloud, Edge, containers_with, create_namespace, docker, ready_status, sleeper_pod, via_host,
+    wait_for, wait_running,
 };
 use verge_testkit::netns::EdgeNetns;
 
@@ -77,7 +77,7 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
     let client = cp.client().await?;
     let cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-burst-{}", std::process::id());
-    let mut edge = Edge::new(&name, &cloud.edge_url)?;
+    let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
     let pods = ready_with_namespace(&client, &name).await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &name);
@@ -227,7 +227,7 @@ async fn cloud_process_dies(victim: Victim) -> anyhow::Result<()> {
     let client = cp.client().await?;
     let mut cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-{victim:?}-{}", std::process::id()).to_lowercase();
-    let mut edge = Edge::new(&name, &cloud.edge_url)?;
+    let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
     let pods = ready_with_namespace(&client, &name).await?;
     pods.create(
@@ -327,8 +327,8 @@ async fn offline_reboot_brings_pods_back() -> anyhow::Result<()> {
     let cloud = Cloud::start(&cp).await?;
     let netns = EdgeNetns::create(12)?;
     let name = format!("e2e-reboot-{}", std::process::id());
-    let url = format!("http://{}:{}", netns.host_addr(), cloud.edge_port);
-    let mut edge = Edge::with_config(&name, &url, |c| {
+    let mut edge = Edge::with_config(&name, &cloud, |c| {
+        via_host(c, &cloud, netns.host_addr());
         c.edged.node_ip = Some(netns.edge_addr().into());
     })?;
     edge.start_in(&netns)?;
@@ -404,7 +404,7 @@ async fn apiserver_restart_statuses_catch_up() -> anyhow::Result<()> {
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
         let name = format!("e2e-apisrv-{}", std::process::id());
-        let mut edge = Edge::new(&name, &cloud.edge_url)?;
+        let mut edge = Edge::new(&name, &cloud)?;
         edge.start()?;
         let pods = ready_with_namespace(&client, &name).await?;
         pods.create(&PostParams::default(), &sleeper_pod(&name, "p", &name)?)

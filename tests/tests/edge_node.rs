@@ -27,7 +27,7 @@ async fn edge_node_ready_notready_ready() -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-edge-{}", std::process::id());
-    let mut edge = Edge::with_config(&name, &cloud.edge_url, |c| {
+    let mut edge = Edge::with_config(&name, &cloud, |c| {
         c.edged.node_labels.insert("site".into(), "e2e".into());
     })?;
 

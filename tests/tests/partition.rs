@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, ready_status, wait_for};
+use verge_e2e::{
+    Cloud, Edge, containers_with, create_namespace, docker, ready_status, via_host, wait_for,
+};
 use verge_testkit::netns::EdgeNetns;
 
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
@@ -69,8 +71,8 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     let cloud = Cloud::start(&cp).await?;
     let netns = EdgeNetns::create(11)?;
     let name = format!("e2e-part-{}", std::process::id());
-    let url = format!("http://{}:{}", netns.host_addr(), cloud.edge_port);
-    let mut edge = Edge::with_config(&name, &url, |c| {
+    let mut edge = Edge::with_config(&name, &cloud, |c| {
+        via_host(c, &cloud, netns.host_addr());
         c.edged.node_ip = Some(netns.edge_addr().into());
     })?;
     edge.start_in(&netns)?;

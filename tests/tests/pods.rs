@@ -36,7 +36,7 @@ impl Setup {
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
         let name = format!("e2e-{tag}-{}", std::process::id());
-        let mut edge = Edge::new(&name, &cloud.edge_url)?;
+        let mut edge = Edge::new(&name, &cloud)?;
         edge.start()?;
         let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
         let n = name.clone();

@@ -62,10 +62,10 @@ async fn killing_a_replica_moves_its_edges_and_loses_nothing() -> anyhow::Result
     let client = cp.client().await?;
     let mut cloud = Cloud::start_replicas(&cp, 2).await?;
     let hub0 = cloud.edge_url.clone();
-    let hub1 = cloud
+    let (hub1, join1) = cloud
         .replicas
         .first()
-        .map(|r| r.edge_url.clone())
+        .map(|r| (r.edge_url.clone(), r.join_url.clone()))
         .ok_or_else(|| anyhow::anyhow!("no second replica"))?;
     let pid = std::process::id();
     let (a, b, ns) = (
@@ -73,10 +73,12 @@ async fn killing_a_replica_moves_its_edges_and_loses_nothing() -> anyhow::Result
         format!("e2e-rep-b-{pid}"),
         format!("e2e-rep-{pid}"),
     );
-    let mut edge_a = Edge::with_config(&a, &hub0, |c| {
+    let mut edge_a = Edge::with_config(&a, &cloud, |c| {
         c.edge_hub.server_alternates = vec![hub1.clone()];
     })?;
-    let mut edge_b = Edge::with_config(&b, &hub1, |c| {
+    let mut edge_b = Edge::with_config(&b, &cloud, |c| {
+        c.edge_hub.server.clone_from(&hub1);
+        c.edge_hub.join_server = Some(join1.clone());
         c.edge_hub.server_alternates = vec![hub0.clone()];
     })?;
     edge_a.start()?;

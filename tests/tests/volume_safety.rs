@@ -49,7 +49,7 @@ impl Setup {
         let client = cp.client().await?;
         let cloud = Cloud::start(&cp).await?;
         let name = format!("e2e-{tag}-{}", std::process::id());
-        let mut edge = Edge::new(&name, &cloud.edge_url)?;
+        let mut edge = Edge::new(&name, &cloud)?;
         let unmount = Unmount(
             edge.config_path()
                 .parent()

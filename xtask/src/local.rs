@@ -58,7 +58,10 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts cloudhub, edgecontroller and edgecore from `bin_dir` against `cp`, stopping
-/// whatever an earlier start left in `dir`.
+/// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
+/// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
+/// service account, and edgecore joins with a new bootstrap token (its earlier credentials
+/// are dropped, since the control plane and so the CA may be new).
 pub async fn start(
     dir: &Path,
     bin_dir: &Path,
@@ -68,35 +71,56 @@ pub async fn start(
     stop_processes(dir);
     std::fs::create_dir_all(dir.join("logs"))?;
     std::fs::write(dir.join("node"), node_name)?;
-    let edge_port = free_port()?;
-    let ctrl_port = free_port()?;
+    let (edge_port, ctrl_port, join_port) = (free_port()?, free_port()?, free_port()?);
+    let client = cp.client().await?;
+    verge_testkit::trust::ensure_controller_accounts(&client).await?;
+    let token = verge_testkit::trust::create_bootstrap_token(
+        &client,
+        verge_testkit::trust::TokenKind::Valid,
+        Duration::from_secs(3600),
+    )
+    .await?;
     let cloudhub_cfg = write(
         dir,
         "cloudhub.yaml",
-        &format!("edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n"),
+        &format!(
+            "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
+             joinAddr: 127.0.0.1:{join_port}\n"
+        ),
     )?;
+    let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
     let edgecore_cfg = write(
         dir,
         "edgecore.yaml",
         &format!(
-            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: http://127.0.0.1:{edge_port}\n\
+            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
+             \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n",
             dir.join("edge").display(),
             verge_testkit::docker::TEST_IMAGE,
             verge_testkit::docker::TEST_SANDBOX_COMMAND,
         ),
     )?;
+    let kubeconfig = cp.kubeconfig().display().to_string();
     let mut pids = Vec::new();
     let mut edgecore_pid = 0;
     for (name, argv) in [
-        ("cloudhub", vec!["--config".to_owned(), cloudhub_cfg]),
+        (
+            "cloudhub",
+            vec![
+                "--config".to_owned(),
+                cloudhub_cfg,
+                "--kubeconfig".to_owned(),
+                kubeconfig.clone(),
+            ],
+        ),
         (
             "edgecontroller",
             vec![
                 "--cloudhub".to_owned(),
-                format!("http://127.0.0.1:{ctrl_port}"),
+                format!("https://127.0.0.1:{ctrl_port}"),
                 "--kubeconfig".to_owned(),
-                cp.kubeconfig().display().to_string(),
+                kubeconfig.clone(),
             ],
         ),
         ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),

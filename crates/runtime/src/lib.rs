@@ -15,12 +15,17 @@
 //! * [`signal`] — SIGINT/SIGTERM as a [`Signal`].
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
+//! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
 
 mod chain;
+#[cfg(feature = "kube")]
+mod kube_client;
 mod modules;
 mod serve;
 
 pub use chain::ErrorChain;
+#[cfg(feature = "kube")]
+pub use kube_client::kube_client;
 pub use modules::{ModuleError, Modules};
 pub use serve::{Outcome, Signal, fail, serve, signal};
 pub use tokio_util::sync::CancellationToken;

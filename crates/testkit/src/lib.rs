@@ -66,6 +66,7 @@ pub mod packages;
 pub mod paths;
 pub mod ports;
 pub mod process;
+pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use crate::edgehub::OutboxConfig;
 
 /// How edgehub reaches cloudhub (YAML `edgeHub:`); every field optional.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct EdgeHubConfig {
-    /// cloudhub's EdgeHub address. Default `http://127.0.0.1:10000` (flag `--cloudhub`).
+    /// cloudhub's EdgeHub address (mutual TLS with the node certificate from
+    /// `<dataDir>/pki`). Default `https://127.0.0.1:10000` (flag `--cloudhub`).
     pub server: String,
     /// Further cloudhub addresses, for deployments without a load-balancing Service (in
     /// Kubernetes, the Service address in `server` alone suffices). After a failed connect or
@@ -19,8 +20,23 @@ pub struct EdgeHubConfig {
     /// `[server] + serverAlternates`, round-robin; the reconnect backoff applies before every
     /// attempt (reset after a session that got its `Welcome`). Default none.
     pub server_alternates: Vec<String>,
-    /// Bootstrap token sent in `EdgeHello`. Default empty (flag `--token`).
+    /// A Kubernetes bootstrap token (`<id>.<secret>`): when set, edgecore joins on start if
+    /// it has no valid node certificate (as `edgecore join` does). Never logged. Default
+    /// empty (flag `--token`).
     pub token: String,
+    /// cloudhub's Join service for those joins. Default: `server`'s host on port 10002.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join_server: Option<String>,
+    /// Pin of the Verge CA for joins, `sha256:<hex>` of its public key (kubeadm's
+    /// `--discovery-token-ca-cert-hash`). Default none: the CA is authenticated by the
+    /// token's MAC instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_cert_hash: Option<String>,
+    /// The name cloudhub's serving certificate is verified against, instead of the host of
+    /// `server` (kubeconfig's `tls-server-name`), e.g. when cloudhub is reached through an
+    /// address its certificate does not list. Default none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_server_name: Option<String>,
     /// Bound on establishing a session: TCP/HTTP2 connect, and again for the `Welcome`.
     /// Default `10s`.
     #[serde(with = "humantime_serde")]
@@ -43,9 +59,12 @@ pub struct EdgeHubConfig {
 impl Default for EdgeHubConfig {
     fn default() -> Self {
         Self {
-            server: "http://127.0.0.1:10000".to_owned(),
+            server: "https://127.0.0.1:10000".to_owned(),
             server_alternates: Vec::new(),
             token: String::new(),
+            join_server: None,
+            ca_cert_hash: None,
+            tls_server_name: None,
             connect_timeout: Duration::from_secs(10),
             reconnect_initial_backoff: Duration::from_secs(1),
             reconnect_max_backoff: Duration::from_secs(30),
@@ -53,6 +72,31 @@ impl Default for EdgeHubConfig {
             downstream_queue: 1024,
             outbox: OutboxConfig::default(),
         }
+    }
+}
+
+/// Like a derived `Debug`, with the bootstrap token redacted.
+impl std::fmt::Debug for EdgeHubConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let token = if self.token.is_empty() {
+            ""
+        } else {
+            "<redacted>"
+        };
+        f.debug_struct("EdgeHubConfig")
+            .field("server", &self.server)
+            .field("server_alternates", &self.server_alternates)
+            .field("token", &token)
+            .field("join_server", &self.join_server)
+            .field("ca_cert_hash", &self.ca_cert_hash)
+            .field("tls_server_name", &self.tls_server_name)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("reconnect_initial_backoff", &self.reconnect_initial_backoff)
+            .field("reconnect_max_backoff", &self.reconnect_max_backoff)
+            .field("upstream_queue", &self.upstream_queue)
+            .field("downstream_queue", &self.downstream_queue)
+            .field("outbox", &self.outbox)
+            .finish()
     }
 }
 

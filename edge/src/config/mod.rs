@@ -10,8 +10,8 @@
 //! logFormat: text                   # or json
 //! shutdownGrace: 10s
 //! edgeHub:                          # see EdgeHubConfig
-//!   server: http://cloudhub:10000
-//!   token: ""
+//!   server: https://cloudhub:10000
+//!   token: ""                      # bootstrap token: join on start
 //! edged:                            # see EdgedConfig: KubeletConfiguration names
 //!   maxPods: 110
 //!   nodeStatusUpdateFrequency: 10s
@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn empty_file_gives_defaults() {
         let c = Config::from_yaml("", "t.yaml").expect("defaults");
-        assert_eq!(c.edge_hub.server, "http://127.0.0.1:10000");
+        assert_eq!(c.edge_hub.server, "https://127.0.0.1:10000");
         assert!(c.edge_hub.server_alternates.is_empty());
         assert_eq!(c.edged.max_pods, 110);
         assert_eq!(

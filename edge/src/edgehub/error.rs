@@ -8,11 +8,14 @@ pub enum Error {
     CloudhubAddress {
         /// The address as configured.
         address: String,
-        /// The parse failure.
+        /// Why it cannot be used.
         #[source]
-        source: tonic::transport::Error,
+        source: verge_proto::transport::EndpointError,
     },
-    /// The TCP/HTTP2 connection to cloudhub failed.
+    /// The node's credentials are missing, expired or unreadable.
+    #[error("node credentials")]
+    Credentials(#[from] crate::certificates::Error),
+    /// The TCP/TLS/HTTP2 connection to cloudhub failed.
     #[error("cannot connect to cloudhub")]
     Connect(#[source] tonic::transport::Error),
     /// Cloudhub ended the stream with an error status (or refused it).

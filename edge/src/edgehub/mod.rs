@@ -176,6 +176,8 @@ pub struct EdgeHub {
     /// The queue of [`EdgeHubHandle::try_report`], until `run` starts the writer.
     queued: Option<mpsc::Receiver<outbox::Queued>>,
     generation: u64,
+    /// The node's key and certificate, read for every connection.
+    credentials: crate::certificates::Credentials,
 }
 
 impl EdgeHub {
@@ -202,6 +204,7 @@ impl EdgeHub {
         };
         (
             Self {
+                credentials: crate::certificates::Credentials::of(&config),
                 config,
                 store,
                 upstream,

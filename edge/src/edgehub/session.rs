@@ -44,7 +44,7 @@ pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
     std::iter::once(&config.edge_hub.server)
         .chain(&config.edge_hub.server_alternates)
         .map(|address| {
-            Endpoint::from_shared(address.clone())
+            verge_proto::transport::endpoint(address)
                 .map(|e| {
                     let e = e
                         .connect_timeout(config.edge_hub.connect_timeout)
@@ -113,7 +113,15 @@ impl EdgeHub {
     /// `connect_timeout`.
     async fn handshake(&self, endpoint: &Endpoint) -> Result<Open> {
         let bound = self.config.edge_hub.connect_timeout;
-        let channel: Channel = endpoint.connect().await.map_err(HubError::Connect)?;
+        let tls = self
+            .credentials
+            .client_config(&self.config.node_name)
+            .map_err(HubError::Credentials)?;
+        let server_name = self.config.edge_hub.tls_server_name.clone();
+        let channel: Channel =
+            verge_proto::transport::connect_tls(endpoint.clone(), tls, server_name)
+                .await
+                .map_err(HubError::Connect)?;
         let inventory = self.store.blocking(|s| s.inventory()).await?;
         debug!(objects = inventory.entries.len(), "sending hello");
         let (frames, frame_rx) = mpsc::channel(FRAME_BUFFER);

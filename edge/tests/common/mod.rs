@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::pin::Pin;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -11,11 +12,16 @@ use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 use verge_core::{Group, Operation};
 use verge_edgecore::Config;
+use verge_edgecore::certificates::Credentials;
+use verge_pki::{Ca, CsrRequest};
 use verge_proto::hub::edge_hub_server::{EdgeHub, EdgeHubServer};
-use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
+use verge_proto::hub::{
+    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, Welcome, cloud_frame, edge_frame,
+};
 use verge_proto::{Message, MessageExt};
 
 pub const STEP: Duration = Duration::from_secs(10);
@@ -55,6 +61,22 @@ type FrameStream = Pin<Box<dyn Stream<Item = Result<CloudFrame, Status>> + Send>
 #[tonic::async_trait]
 impl EdgeHub for FakeHub {
     type ConnectStream = FrameStream;
+
+    /// Signs the CSR with [`test_ca`], like cloudhub (without the CSR API).
+    async fn renew_certificate(
+        &self,
+        request: Request<RenewRequest>,
+    ) -> Result<Response<RenewResponse>, Status> {
+        let csr = CsrRequest::parse(&request.get_ref().csr)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let certificate = test_ca()
+            .sign_client_csr(&csr, Duration::from_secs(7200))
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(Response::new(RenewResponse {
+            certificate,
+            csr_name: "fake-renewal".into(),
+        }))
+    }
 
     async fn connect(
         &self,
@@ -132,12 +154,43 @@ pub async fn start_fake(
         events,
         answer_keepalives,
     });
+    // Mutual TLS like cloudhub: the serving certificate and the node's from the test CA.
+    let serving = test_ca().issue_serving(
+        "cloudhub",
+        &["127.0.0.1".to_owned()],
+        Duration::from_secs(3600),
+    )?;
+    let tls = ServerTlsConfig::new()
+        .identity(Identity::from_pem(
+            serving.chain_pem(),
+            serving.key_pem.expose(),
+        ))
+        .client_ca_root(Certificate::from_pem(test_ca().cert_pem()));
     tokio::spawn(
         tonic::transport::Server::builder()
+            .tls_config(tls)?
             .add_service(service)
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
-    Ok((format!("http://{addr}"), rx))
+    Ok((format!("https://{addr}"), rx))
+}
+
+/// The CA of these tests (one per test process).
+pub fn test_ca() -> &'static Ca {
+    static CA: OnceLock<Ca> = OnceLock::new();
+    CA.get_or_init(|| Ca::generate("edge-tests", Duration::from_secs(24 * 3600)).expect("test CA"))
+}
+
+/// Stores a node certificate for `node` from [`test_ca`] in `config`'s credentials
+/// directory, as `edgecore join` would.
+pub fn write_credentials(config: &Config) -> Result<()> {
+    let issued = test_ca().issue_client(
+        &format!("system:node:{}", config.node_name),
+        Some("system:nodes"),
+        Duration::from_secs(3600),
+    )?;
+    Credentials::of(config).store(&issued.key_pem, &issued.cert_pem, test_ca().cert_pem())?;
+    Ok(())
 }
 
 pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
@@ -153,6 +206,7 @@ pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
     hub.connect_timeout = Duration::from_secs(2);
     config.edged.node_status_update_frequency = Duration::from_millis(200);
     config.edged.node_lease_renew_interval = Duration::from_millis(200);
+    write_credentials(&config).expect("node credentials");
     config
 }
 

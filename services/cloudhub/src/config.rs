@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::trust::TrustConfig;
 use crate::{Error, Result};
 
 pub use verge_telemetry::LogFormat;
@@ -19,7 +20,7 @@ pub use verge_telemetry::LogFormat;
 /// ```yaml
 /// edgeAddr: 0.0.0.0:10000
 /// controllerAddr: 0.0.0.0:10001
-/// token: ""
+/// joinAddr: 0.0.0.0:10002
 /// replicaName: ""
 /// keepaliveInterval: 10s
 /// maxFrameBytes: 4194304
@@ -41,9 +42,10 @@ pub struct Config {
     /// Address of the `ControllerHub` gRPC server that controllers attach to.
     /// Default `0.0.0.0:10001`.
     pub controller_addr: SocketAddr,
-    /// Shared bootstrap token every edge must present in its hello. Default `""`: no
-    /// authentication.
-    pub token: String,
+    /// Address of the `Join` gRPC server where new nodes trade a bootstrap token and a CSR
+    /// for their client certificate (TLS, no client certificate). Default `0.0.0.0:10002`
+    /// (KubeEdge cloudcore's certificate port).
+    pub join_addr: SocketAddr,
     /// The name this replica announces in `NodeSession.cloudhub`, so controllers send to the
     /// replica holding a node. Default `""`: the `HOSTNAME` environment variable (the pod
     /// name in Kubernetes), else `"cloudhub"`.
@@ -88,6 +90,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Log line format, `text` or `json`. Default `text`.
     pub log_format: LogFormat,
+    /// Identities: the CA Secret, the serving certificate's names and lifetimes, node
+    /// certificate lifetime, the controllers allowed, handshake limits. See [`TrustConfig`].
+    pub trust: TrustConfig,
 }
 
 impl Default for Config {
@@ -95,7 +100,7 @@ impl Default for Config {
         Self {
             edge_addr: SocketAddr::from(([0, 0, 0, 0], 10000)),
             controller_addr: SocketAddr::from(([0, 0, 0, 0], 10001)),
-            token: String::new(),
+            join_addr: SocketAddr::from(([0, 0, 0, 0], 10002)),
             replica_name: String::new(),
             keepalive_interval: Duration::from_secs(10),
             max_frame_bytes: 4 * 1024 * 1024,
@@ -106,6 +111,7 @@ impl Default for Config {
             controller_queue_len: 4096,
             upstream_wait: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(10),
+            trust: TrustConfig::default(),
             log_format: LogFormat::Text,
         }
     }
@@ -161,6 +167,9 @@ impl Config {
         if self.upstream_wait.is_zero() {
             return bad("upstreamWait", "must be greater than zero");
         }
+        if let Err((field, reason)) = self.trust.validate() {
+            return bad(field, reason);
+        }
         Ok(())
     }
 
@@ -197,12 +206,13 @@ mod tests {
     #[test]
     fn fields_parse() {
         let c = Config::from_yaml(
-            "keepaliveInterval: 200ms\ntoken: s3cret\nlogFormat: json\nackTimeout: 300ms\n",
+            "keepaliveInterval: 200ms\nlogFormat: json\nackTimeout: 300ms\n\
+             trust: {serverSans: [hub.example]}\n",
             "c.yaml",
         )
         .expect("ok");
         assert_eq!(c.keepalive_interval, Duration::from_millis(200));
-        assert_eq!(c.token, "s3cret");
+        assert_eq!(c.trust.server_sans, ["hub.example"]);
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.idle_timeout(), Duration::from_millis(600));
         assert_eq!(c.ack_timeout, Duration::from_millis(300));

@@ -22,6 +22,7 @@ use verge_proto::hub::{
 use crate::routing;
 use crate::sessions::{ControllerEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound_prioritized};
+use crate::trust::TrustError;
 use crate::{Error, Result, Shared};
 
 /// The `ControllerHub` gRPC service. Build it through [`crate::CloudHub`].
@@ -62,6 +63,28 @@ fn parse_hello(hello: &ControllerHello) -> Result<Vec<Group>> {
     Ok(groups)
 }
 
+impl ControllerHubService {
+    /// The controller's user: its `authorization: Bearer <token>` checked by a TokenReview
+    /// (see [`crate::trust::Trust::review_controller`]).
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<String, Status> {
+        let trust = &self.shared.trust;
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            let peer = format!("controller at {:?}", request.remote_addr());
+            return Err(trust
+                .refuse(&peer, TrustError::ControllerUnauthenticated)
+                .into());
+        };
+        Ok(trust.review_controller(token).await?)
+    }
+}
+
 #[tonic::async_trait]
 impl ControllerHub for ControllerHubService {
     type AttachStream = FrameStream<HubFrame>;
@@ -72,6 +95,7 @@ impl ControllerHub for ControllerHubService {
         &self,
         request: Request<Streaming<ControllerFrame>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        let user = self.authenticate(&request).await?;
         let mut inbound = request.into_inner();
         let frame = self.shared.first_frame(inbound.message()).await?;
         let Some(controller_frame::Frame::Hello(hello)) = frame.frame else {
@@ -91,7 +115,7 @@ impl ControllerHub for ControllerHubService {
             end: end.clone(),
         };
         let (id, snapshot) = self.shared.registry.attach_controller(entry);
-        let span = info_span!("controller", name = %hello.name, id);
+        let span = info_span!("controller", name = %hello.name, %user, id);
         span.in_scope(
             || info!(groups = ?hello.groups, nodes = snapshot.len(), "controller attached"),
         );

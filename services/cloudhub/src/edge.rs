@@ -14,12 +14,15 @@ use tracing::{Instrument, debug, info, info_span, instrument, warn};
 use verge_core::{Envelope, Group};
 use verge_proto::Message;
 use verge_proto::hub::edge_hub_server::EdgeHub;
-use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
+use verge_proto::hub::{
+    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, Welcome, cloud_frame, edge_frame,
+};
 
 use crate::routing::{self, Upstream};
 use crate::session_queue::{self, SessionQueue};
 use crate::sessions::{NodeEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound};
+use crate::trust::TrustError;
 use crate::{Error, Result, Shared};
 
 /// The `EdgeHub` gRPC service. Build it through [`crate::CloudHub`].
@@ -32,28 +35,61 @@ impl EdgeHubService {
         Self { shared }
     }
 
-    /// Reads and checks the hello: token, then node name.
-    async fn hello(&self, inbound: &mut Streaming<EdgeFrame>) -> Result<EdgeHello> {
+    /// Reads and checks the hello: a valid node name, the same as the client certificate's
+    /// `identity`.
+    async fn hello(&self, identity: &str, inbound: &mut Streaming<EdgeFrame>) -> Result<EdgeHello> {
         let frame = self.shared.first_frame(inbound.message()).await?;
         let Some(edge_frame::Frame::Hello(hello)) = frame.frame else {
             return Err(Error::UnexpectedFrame(
                 "the first frame must be EdgeFrame.hello",
             ));
         };
-        let expected = self.shared.config.token.as_bytes();
-        if !expected.is_empty() && !constant_time_eq(expected, hello.token.as_bytes()) {
-            return Err(Error::Unauthenticated {
-                node: hello.node_name,
-            });
-        }
         routing::validate_node_name(&hello.node_name)?;
+        if hello.node_name != identity {
+            let mismatch = TrustError::IdentityMismatch {
+                certificate: identity.to_owned(),
+                hello: hello.node_name,
+            };
+            return Err(self.shared.trust.refuse(identity, mismatch).into());
+        }
         Ok(hello)
     }
+}
+
+/// The node named by the request's verified TLS client certificate
+/// (`CN=system:node:<name>, O=system:nodes`).
+///
+/// # Errors
+/// [`TrustError::NoClientCertificate`] without one (a connection that bypassed the mutual
+/// TLS listener, e.g. in-process) or when its subject is not a node's.
+pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, TrustError> {
+    let certs = request.peer_certs().ok_or_else(|| {
+        TrustError::NoClientCertificate("the connection has no TLS client certificate".into())
+    })?;
+    let leaf = certs
+        .first()
+        .ok_or_else(|| TrustError::NoClientCertificate("empty certificate chain".into()))?;
+    verge_pki::node_identity(leaf).map_err(|e| TrustError::NoClientCertificate(e.to_string()))
 }
 
 #[tonic::async_trait]
 impl EdgeHub for EdgeHubService {
     type ConnectStream = FrameStream<CloudFrame>;
+
+    /// Signs a new certificate for the node of the connection's client certificate, from a
+    /// CSR for that same node (see [`crate::trust::Trust::renew`]).
+    async fn renew_certificate(
+        &self,
+        request: Request<RenewRequest>,
+    ) -> Result<Response<RenewResponse>, Status> {
+        let trust = &self.shared.trust;
+        let node = peer_node(&request).map_err(|error| trust.refuse("renewal", error))?;
+        let issued = trust.renew(&node, &request.get_ref().csr).await?;
+        Ok(Response::new(RenewResponse {
+            certificate: issued.certificate_pem,
+            csr_name: issued.csr_name,
+        }))
+    }
 
     /// Accepts an edge stream: hello, welcome, then messages both ways until the stream ends
     /// (see `docs/protocol.md`). Handshake errors are returned as the call's status.
@@ -62,10 +98,15 @@ impl EdgeHub for EdgeHubService {
         request: Request<Streaming<EdgeFrame>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let peer = request.remote_addr();
+        let identity = peer_node(&request)
+            .map_err(|error| self.shared.trust.refuse(&format!("{peer:?}"), error))?;
         let mut inbound = request.into_inner();
-        let hello = self.hello(&mut inbound).await.inspect_err(|error| {
-            warn!(%error, ?peer, "edge handshake refused");
-        })?;
+        let hello = self
+            .hello(&identity, &mut inbound)
+            .await
+            .inspect_err(|error| {
+                warn!(%error, ?peer, "edge handshake refused");
+            })?;
         let config = &self.shared.config;
         let session_id = routing::new_id();
         let (tx, rx) = mpsc::channel(session_queue::WIRE_BUFFER);
@@ -160,10 +201,6 @@ impl Session {
 }
 
 /// Compares without an early exit, so the time taken does not reveal the matching prefix.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The reading half of one edge session.
 struct Session {
     shared: Arc<Shared>,

@@ -55,12 +55,10 @@ pub enum Error {
         source: tonic::transport::Error,
     },
 
-    /// An edge presented a token other than the configured one (gRPC `UNAUTHENTICATED`).
-    #[error("invalid token for node {node:?}")]
-    Unauthenticated {
-        /// The node name the edge claimed.
-        node: String,
-    },
+    /// A trust check refused the peer (node identity, controller token, join); its
+    /// [`TrustError`](crate::trust::TrustError) picks the gRPC code.
+    #[error(transparent)]
+    Trust(#[from] crate::trust::TrustError),
 
     /// An edge's node name is not a DNS-1123 subdomain (gRPC `INVALID_ARGUMENT`).
     #[error("invalid node name {name:?}: {reason}")]
@@ -183,7 +181,7 @@ impl From<Error> for Status {
     fn from(error: Error) -> Self {
         let message = error.to_string();
         match error {
-            Error::Unauthenticated { .. } => Status::unauthenticated(message),
+            Error::Trust(error) => Status::from(error),
             Error::InvalidNodeName { .. }
             | Error::InvalidControllerHello(_)
             | Error::UnexpectedFrame(_)

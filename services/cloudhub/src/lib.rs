@@ -9,6 +9,9 @@
 //! - [`error`]: the crate's [`Error`] and its one mapping to `tonic::Status`.
 //! - [`edge`]: the `EdgeHub` service: handshake, keepalive, upstream routing.
 //! - [`controller`]: the `ControllerHub` service: snapshot, events, downstream routing.
+//! - [`join`]: the `Join` service: bootstrap-token joins of new nodes.
+//! - [`trust`]: identities: the Verge CA, TLS on every listener, joins and renewals through
+//!   the CSR API, node identity, controller TokenReviews.
 //! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
 //! - `delivery`: the pure per-node delivery queue: coalescing by object, acks, retries,
 //!   bounds (at-least-once downstream, architecture.md §3.1 and §3.5).
@@ -18,11 +21,15 @@
 //!
 //! # Example
 //! ```no_run
-//! # async fn f() -> verge_cloudhub::Result<()> {
+//! # async fn f(client: kube::Client) -> verge_cloudhub::Result<()> {
+//! use std::sync::Arc;
 //! use tokio_util::sync::CancellationToken;
-//! let hub = verge_cloudhub::CloudHub::new(verge_cloudhub::Config::default())?;
-//! let shutdown = CancellationToken::new();
-//! hub.run(shutdown).await
+//! use verge_cloudhub::trust::{KubeCluster, Trust};
+//! let config = verge_cloudhub::Config::default();
+//! let ca = verge_cloudhub::trust::load_or_create(&client, &config.trust).await?;
+//! let trust = Trust::new(ca, Arc::new(KubeCluster::new(client)), config.trust.clone());
+//! let hub = verge_cloudhub::CloudHub::new(config, Arc::new(trust))?;
+//! hub.run(CancellationToken::new()).await
 //! # }
 //! ```
 
@@ -31,34 +38,41 @@ pub mod controller;
 mod delivery;
 pub mod edge;
 pub mod error;
+pub mod join;
 mod routing;
 mod session_queue;
 mod sessions;
 mod stream;
+pub mod trust;
 
 use std::future::Future;
+
 use std::sync::Arc;
+use trust::Trust;
+use trust::tls::{self, ServerTls};
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::Status;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tracing::info;
 use verge_proto::hub::controller_hub_server::ControllerHubServer;
 use verge_proto::hub::edge_hub_server::EdgeHubServer;
+use verge_proto::hub::join_server::JoinServer;
 
 pub use config::{Config, LogFormat};
 pub use controller::ControllerHubService;
 pub use edge::EdgeHubService;
 pub use error::{Error, Result};
+pub use join::JoinService;
 pub use routing::{SOURCE, validate_node_name};
 pub use stream::FrameStream;
 
 /// State shared by both services of one replica.
 pub(crate) struct Shared {
     config: Config,
+    trust: Arc<Trust>,
     registry: sessions::Registry,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -88,16 +102,17 @@ impl Shared {
 #[derive(Debug)]
 pub struct CloudHub {
     config: Config,
+    trust: Arc<Trust>,
 }
 
 impl CloudHub {
-    /// A replica with `config`.
+    /// A replica with `config`, deciding identities with `trust`.
     ///
     /// # Errors
     /// [`Error::InvalidConfig`] when a value is out of range.
-    pub fn new(config: Config) -> Result<Self> {
+    pub fn new(config: Config, trust: Arc<Trust>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config })
+        Ok(Self { config, trust })
     }
 
     /// The configuration.
@@ -105,8 +120,8 @@ impl CloudHub {
         &self.config
     }
 
-    /// Binds [`Config::edge_addr`] and [`Config::controller_addr`] and serves until
-    /// `shutdown` is cancelled, as [`CloudHub::serve_with_listeners`].
+    /// Binds [`Config::edge_addr`], [`Config::controller_addr`] and [`Config::join_addr`]
+    /// and serves until `shutdown` is cancelled, as [`CloudHub::serve_with_listeners`].
     ///
     /// # Errors
     /// [`Error::Bind`] if an address cannot be bound, else as `serve_with_listeners`.
@@ -116,13 +131,17 @@ impl CloudHub {
                 .await
                 .map_err(|source| Error::Bind { addr, source })
         };
-        let edge = bind(self.config.edge_addr).await?;
-        let controllers = bind(self.config.controller_addr).await?;
-        self.serve_with_listeners(edge, controllers, shutdown).await
+        let listeners = Listeners {
+            edge: bind(self.config.edge_addr).await?,
+            controllers: bind(self.config.controller_addr).await?,
+            join: bind(self.config.join_addr).await?,
+        };
+        self.serve_with_listeners(listeners, shutdown).await
     }
 
-    /// Serves edges on `edge` and controllers on `controllers` (already bound, e.g. to
-    /// `127.0.0.1:0` in tests, which read the ports with `TcpListener::local_addr` first).
+    /// Serves edges (mutual TLS), controllers and joins (TLS) on `listeners` (already bound,
+    /// e.g. to `127.0.0.1:0` in tests, which read the ports with `TcpListener::local_addr`
+    /// first).
     ///
     /// On cancellation of `shutdown` every stream ends (`UNAVAILABLE`, "cloudhub is shutting
     /// down", so edges reconnect elsewhere), and this returns once both servers and all
@@ -132,26 +151,38 @@ impl CloudHub {
     /// [`Error::Serve`] if a server fails; the other one is then stopped too.
     pub async fn serve_with_listeners(
         self,
-        edge: TcpListener,
-        controllers: TcpListener,
+        listeners: Listeners,
         shutdown: CancellationToken,
     ) -> Result<()> {
         let max = self.config.max_frame_bytes;
         let replica = self.config.effective_replica_name();
         info!(
             replica = %replica,
-            edge_addr = %local_addr(&edge),
-            controller_addr = %local_addr(&controllers),
+            edge_addr = %local_addr(&listeners.edge),
+            controller_addr = %local_addr(&listeners.controllers),
+            join_addr = %local_addr(&listeners.join),
             "cloudhub serving"
         );
-        // Either server stopping (on shutdown or on failure) stops the other.
+        // Any server stopping (on shutdown or on failure) stops the others.
         let stop = shutdown.child_token();
+        let tls = ServerTls::new(self.trust.ca(), &self.config.trust)?;
+        let trust_config = self.config.trust.clone();
         let shared = Arc::new(Shared {
             config: self.config,
+            trust: self.trust.clone(),
             registry: sessions::Registry::new(replica),
             tracker: TaskTracker::new(),
             shutdown: stop.clone(),
         });
+        shared
+            .tracker
+            .spawn(tls.clone().rotate(self.trust.clone(), stop.clone()));
+        let incoming = |listener, config, name| {
+            tls::incoming(listener, config, &trust_config, name, stop.clone())
+        };
+        let edge = incoming(listeners.edge, tls.mutual(), "edge");
+        let controllers = incoming(listeners.controllers, tls.server_only(), "controller");
+        let join = incoming(listeners.join, tls.server_only(), "join");
         let edge_service = EdgeHubServer::new(EdgeHubService::new(shared.clone()))
             .max_decoding_message_size(max)
             .max_encoding_message_size(max);
@@ -162,10 +193,7 @@ impl CloudHub {
         let edge_server = async {
             let result = Server::builder()
                 .add_service(edge_service)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(edge),
-                    stop.clone().cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(edge, stop.clone().cancelled_owned())
                 .await
                 .map_err(|source| Error::Serve {
                     server: "edge",
@@ -181,10 +209,7 @@ impl CloudHub {
                 .http2_keepalive_interval(Some(interval))
                 .http2_keepalive_timeout(Some(interval))
                 .add_service(controller_service)
-                .serve_with_incoming_shutdown(
-                    TcpIncoming::from(controllers),
-                    stop.clone().cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(controllers, stop.clone().cancelled_owned())
                 .await
                 .map_err(|source| Error::Serve {
                     server: "controller",
@@ -193,12 +218,39 @@ impl CloudHub {
             stop.cancel();
             result
         };
-        let (edge_result, controller_result) = tokio::join!(edge_server, controller_server);
+        let join_service = JoinServer::new(JoinService::new(self.trust.clone()))
+            .max_decoding_message_size(max)
+            .max_encoding_message_size(max);
+        let join_server = async {
+            let result = Server::builder()
+                .add_service(join_service)
+                .serve_with_incoming_shutdown(join, stop.clone().cancelled_owned())
+                .await
+                .map_err(|source| Error::Serve {
+                    server: "join",
+                    source,
+                });
+            stop.cancel();
+            result
+        };
+        let (edge_result, controller_result, join_result) =
+            tokio::join!(edge_server, controller_server, join_server);
         shared.tracker.close();
         shared.tracker.wait().await;
         info!("cloudhub stopped");
-        edge_result.and(controller_result)
+        edge_result.and(controller_result).and(join_result)
     }
+}
+
+/// The three bound listeners of a replica.
+#[derive(Debug)]
+pub struct Listeners {
+    /// EdgeHub (mutual TLS).
+    pub edge: TcpListener,
+    /// ControllerHub (TLS, service-account tokens).
+    pub controllers: TcpListener,
+    /// Join (TLS, bootstrap tokens).
+    pub join: TcpListener,
 }
 
 /// A listener's address for logs.

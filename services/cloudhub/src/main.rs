@@ -1,10 +1,15 @@
-//! `cloudhub`: parse flags, load the configuration, initialise telemetry, serve until
-//! SIGINT/SIGTERM, then drain for at most `shutdown_grace` (`verge_runtime::serve`).
+//! `cloudhub`: parse flags, load the configuration, initialise telemetry, load (or create)
+//! the Verge CA, serve until SIGINT/SIGTERM, then drain for at most `shutdownGrace`
+//! (`verge_runtime::serve`).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::Parser;
+use verge_cloudhub::trust::{KubeCluster, Trust};
 use verge_cloudhub::{CloudHub, Config, LogFormat};
 
 /// Verge cloudhub: terminates edge streams and routes messages to controllers.
@@ -14,49 +19,65 @@ struct Args {
     /// YAML configuration file; every field is optional.
     #[arg(long, env = "CLOUDHUB_CONFIG")]
     config: Option<String>,
-    /// Overrides `edge_addr`.
+    /// kubeconfig file; default: `KUBECONFIG`, `~/.kube/config` or the in-cluster config.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Overrides `edgeAddr`.
     #[arg(long)]
     edge_addr: Option<SocketAddr>,
-    /// Overrides `controller_addr`.
+    /// Overrides `controllerAddr`.
     #[arg(long)]
     controller_addr: Option<SocketAddr>,
-    /// Overrides `token` (the shared edge bootstrap token).
-    #[arg(long, env = "CLOUDHUB_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-    /// Overrides `replica_name`.
+    /// Overrides `joinAddr`.
+    #[arg(long)]
+    join_addr: Option<SocketAddr>,
+    /// Overrides `replicaName`.
     #[arg(long)]
     replica_name: Option<String>,
-    /// Overrides `log_format`.
+    /// Overrides `logFormat`.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
 }
 
 impl Args {
-    fn load(self) -> anyhow::Result<Config> {
+    fn load(&self) -> anyhow::Result<Config> {
         let mut config = match &self.config {
             Some(path) => Config::load(path)?,
             None => Config::default(),
         };
         config.edge_addr = self.edge_addr.unwrap_or(config.edge_addr);
         config.controller_addr = self.controller_addr.unwrap_or(config.controller_addr);
-        config.token = self.token.unwrap_or(config.token);
-        config.replica_name = self.replica_name.unwrap_or(config.replica_name);
+        config.join_addr = self.join_addr.unwrap_or(config.join_addr);
+        if let Some(name) = &self.replica_name {
+            config.replica_name.clone_from(name);
+        }
         config.log_format = self.log_format.unwrap_or(config.log_format);
         Ok(config)
     }
 }
 
+/// The CloudHub with its trust: the CA from the cluster (created when absent).
+async fn build(args: &Args, config: Config) -> anyhow::Result<CloudHub> {
+    let client = verge_runtime::kube_client(args.kubeconfig.as_deref()).await?;
+    let ca = verge_cloudhub::trust::load_or_create(&client, &config.trust)
+        .await
+        .context("cannot load the Verge CA")?;
+    let trust = Trust::new(ca, Arc::new(KubeCluster::new(client)), config.trust.clone());
+    Ok(CloudHub::new(config, Arc::new(trust))?)
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let config = match Args::parse().load() {
+    let args = Args::parse();
+    let config = match args.load() {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
     verge_telemetry::init("cloudhub", config.log_format);
     let grace = config.shutdown_grace;
-    let hub = match CloudHub::new(config) {
+    let hub = match build(&args, config).await {
         Ok(hub) => hub,
-        Err(error) => return verge_runtime::fail("cloudhub", &error),
+        Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
     verge_runtime::serve("cloudhub", grace, |shutdown| hub.run(shutdown))
         .await

@@ -190,6 +190,7 @@ mod tests {
         };
         let shared = Arc::new(Shared {
             config: config.clone(),
+            trust: crate::trust::Trust::for_tests(),
             registry: Registry::new("test".into()),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),

@@ -5,10 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{
-    attach, connect, connect_with_token, edge_msg, keepalive, open_edge, open_raw_edge, start,
-    update,
-};
+use common::{attach, connect, edge_msg, keepalive, open_edge, open_raw_edge, start, update};
 use tonic::Code;
 use verge_cloudhub::Config;
 use verge_core::{Group, Operation};
@@ -97,7 +94,7 @@ async fn bad_frames_end_only_their_stream() {
     ctrl.session().await;
 
     // Bytes that are not protobuf after a valid hello -> INVALID_ARGUMENT.
-    let hello = prost::Message::encode_to_vec(&common::hello("undecodable", ""));
+    let hello = prost::Message::encode_to_vec(&common::hello("edge-raw"));
     let mut raw = open_raw_edge(&hub, vec![hello, vec![0xff; 16]])
         .await
         .unwrap();
@@ -146,31 +143,6 @@ async fn bad_frames_end_only_their_stream() {
     );
     ctrl.send("good", pod).await;
     assert_eq!(good.next().await.unwrap().id(), "still-down");
-    hub.stop().await;
-}
-
-/// A configured token is enforced; node names must be DNS-1123 subdomains.
-#[tokio::test]
-async fn handshake_checks() {
-    let hub = start(Config {
-        token: "s3cret".into(),
-        ..common::config()
-    })
-    .await;
-    let status = connect_with_token(&hub, "edge-1", "wrong")
-        .await
-        .err()
-        .unwrap();
-    assert_eq!(status.code(), Code::Unauthenticated);
-    let status = connect_with_token(&hub, "Not_A_Name", "s3cret")
-        .await
-        .err()
-        .unwrap();
-    assert_eq!(status.code(), Code::InvalidArgument);
-    assert!(status.message().contains("Not_A_Name"), "{status:?}");
-    let mut edge = connect_with_token(&hub, "edge-1", "s3cret").await.unwrap();
-    edge.send(keepalive("k")).await;
-    assert_eq!(edge.next().await.unwrap().parent_id(), "k");
     hub.stop().await;
 }
 

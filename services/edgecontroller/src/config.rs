@@ -11,7 +11,7 @@ use crate::{Error, Result};
 /// that names it. Durations are humantime strings (`"500ms"`, `"30s"`).
 ///
 /// ```yaml
-/// cloudhub: [http://cloudhub-0:10001, http://cloudhub-1:10001]  # or one string
+/// cloudhub: [https://cloudhub-0:10001, https://cloudhub-1:10001]  # or one string
 /// cloudhubDns: cloudhub-controllers.verge-system.svc:10001     # discover replicas
 /// nodeQueue: 64
 /// ```
@@ -27,7 +27,8 @@ pub struct Config {
     #[serde(deserialize_with = "one_or_many")]
     pub cloudhub: Vec<String>,
     /// `<host>:<port>` of a headless Service whose addresses are the cloudhub replicas;
-    /// every resolved address is attached to as `http://<address>`, in addition to
+    /// every resolved address is attached to as `https://<address>` (its certificate
+    /// verified for the Service's host name), in addition to
     /// `cloudhub`. Re-resolved every `cloudhubResolveInterval`. Default none.
     pub cloudhub_dns: Option<String>,
     /// How often `cloudhubDns` is resolved again: new replicas are attached, vanished ones
@@ -59,6 +60,47 @@ pub struct Config {
     /// How long the binary waits for in-flight work after SIGINT/SIGTERM. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// How cloudhub is verified and how edgecontroller authenticates to it.
+    pub cloudhub_auth: HubAuthConfig,
+}
+
+/// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
+/// serving certificate is verified against the Verge CA, and every attach carries a
+/// service-account token for the ControllerHub audience (checked by cloudhub with a
+/// TokenReview).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct HubAuthConfig {
+    /// The ConfigMap publishing the Verge CA certificate (`ca.crt`), `<namespace>/<name>`.
+    /// Default `verge-system/verge-ca` (written by cloudhub).
+    pub ca_config_map: String,
+    /// A CA certificate file used instead of the ConfigMap. Default none.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// A token file (e.g. a projected service-account token with the ControllerHub audience)
+    /// read at every attach. Default none: a token is requested for `serviceAccount`
+    /// (TokenRequest API, one hour, renewed at 80 %).
+    pub token_file: Option<std::path::PathBuf>,
+    /// The service account, `<namespace>/<name>`, whose token is requested. Default
+    /// `verge-system/edgecontroller`.
+    pub service_account: String,
+    /// The audience of the token. Default `verge-controllerhub`.
+    pub audience: String,
+    /// Server name to verify for static `cloudhub` endpoints instead of their host.
+    /// Default none.
+    pub tls_server_name: Option<String>,
+}
+
+impl Default for HubAuthConfig {
+    fn default() -> Self {
+        Self {
+            ca_config_map: "verge-system/verge-ca".to_owned(),
+            ca_file: None,
+            token_file: None,
+            service_account: "verge-system/edgecontroller".to_owned(),
+            audience: "verge-controllerhub".to_owned(),
+            tls_server_name: None,
+        }
+    }
 }
 
 impl Default for Config {
@@ -75,12 +117,13 @@ impl Default for Config {
             outbound_queue: 1024,
             node_queue: 64,
             shutdown_grace: Duration::from_secs(10),
+            cloudhub_auth: HubAuthConfig::default(),
         }
     }
 }
 
 /// The cloudhub endpoint used when neither `cloudhub` nor `cloudhubDns` is configured.
-pub const DEFAULT_CLOUDHUB: &str = "http://127.0.0.1:10001";
+pub const DEFAULT_CLOUDHUB: &str = "https://127.0.0.1:10001";
 
 /// `cloudhub` as one string or a list of strings.
 fn one_or_many<'de, D: Deserializer<'de>>(
@@ -147,12 +190,12 @@ mod tests {
     #[test]
     fn fields_parse() {
         let c = Config::from_yaml(
-            "cloudhub: http://hub:1\nnodeQueue: 3\nconnectTimeout: 2s\n",
+            "cloudhub: https://hub:1\nnodeQueue: 3\nconnectTimeout: 2s\n",
             "t",
         )
         .expect("ok");
-        assert_eq!(c.cloudhub, ["http://hub:1"]);
-        assert_eq!(c.endpoints(), ["http://hub:1"]);
+        assert_eq!(c.cloudhub, ["https://hub:1"]);
+        assert_eq!(c.endpoints(), ["https://hub:1"]);
         assert_eq!(c.node_queue, 3);
         assert_eq!(c.connect_timeout, Duration::from_secs(2));
         assert_eq!(c.outbound_queue, Config::default().outbound_queue);
@@ -160,9 +203,9 @@ mod tests {
 
     #[test]
     fn endpoint_list() {
-        let c =
-            Config::from_yaml("cloudhub: [http://a:1, http://b:1, http://a:1]\n", "t").expect("ok");
-        assert_eq!(c.endpoints(), ["http://a:1", "http://b:1"]);
+        let c = Config::from_yaml("cloudhub: [https://a:1, https://b:1, https://a:1]\n", "t")
+            .expect("ok");
+        assert_eq!(c.endpoints(), ["https://a:1", "https://b:1"]);
         let c = Config::from_yaml("cloudhub: []\n", "t").expect("ok");
         assert_eq!(c.endpoints(), [DEFAULT_CLOUDHUB]);
         assert_eq!(Config::default().endpoints(), [DEFAULT_CLOUDHUB]);
@@ -179,8 +222,8 @@ mod tests {
         assert_eq!(c.cloudhub_dns.as_deref(), Some("hubs.svc:10001"));
         assert_eq!(c.cloudhub_resolve_interval, Duration::from_secs(5));
         assert!(c.endpoints().is_empty(), "no default next to discovery");
-        let c = Config::from_yaml("cloudhub: http://a:1\ncloudhubDns: h:1\n", "t").expect("ok");
-        assert_eq!(c.endpoints(), ["http://a:1"]);
+        let c = Config::from_yaml("cloudhub: https://a:1\ncloudhubDns: h:1\n", "t").expect("ok");
+        assert_eq!(c.endpoints(), ["https://a:1"]);
     }
 
     #[test]

@@ -27,14 +27,24 @@ pub enum Error {
     Endpoint {
         /// The address as configured.
         address: String,
-        /// Why tonic rejected it.
+        /// Why it cannot be used (e.g. plaintext `http://`).
         #[source]
-        source: tonic::transport::Error,
+        source: verge_proto::transport::EndpointError,
     },
     /// `cloudhub_dns` is not `<host>:<port>`.
     #[error("invalid cloudhub_dns {0:?}: expected <host>:<port>")]
     Discovery(String),
-    /// Connecting to cloudhub failed (TCP/HTTP2 level); retried with backoff.
+    /// The Verge CA or the service-account token for cloudhub could not be obtained;
+    /// retried with backoff.
+    #[error("cannot {what}")]
+    HubAuth {
+        /// What was attempted.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// Connecting to cloudhub failed (TCP/TLS/HTTP2 level); retried with backoff.
     #[error("cannot connect to cloudhub")]
     Connect(#[source] tonic::transport::Error),
     /// Cloudhub refused or ended the `ControllerHub.Attach` stream with a gRPC status;

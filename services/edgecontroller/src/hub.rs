@@ -26,6 +26,7 @@ use verge_proto::hub::{
     controller_frame, hub_frame,
 };
 
+use crate::hub_auth::HubAuth;
 use crate::{Config, Error, Result};
 
 /// Largest frame accepted from cloudhub, in bytes: cloudhub's default `max_frame_bytes`
@@ -138,7 +139,7 @@ pub enum HubEvent {
 /// # Errors
 /// [`Error::Endpoint`] when the address is not a valid URI.
 pub fn endpoint(config: &Config, address: &str) -> Result<Endpoint> {
-    let endpoint = Endpoint::from_shared(address.to_owned()).map_err(|source| Error::Endpoint {
+    let endpoint = verge_proto::transport::endpoint(address).map_err(|source| Error::Endpoint {
         address: address.to_owned(),
         source,
     })?;
@@ -159,23 +160,36 @@ pub fn hello(name: &str) -> ControllerFrame {
     }
 }
 
-/// Keeps one stream to the replica at `endpoint` (URI `address`) attached until `stop`,
+/// One cloudhub replica to attach to.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its URI, for logs.
+    pub address: String,
+    /// Its endpoint (timeouts, keepalives).
+    pub endpoint: Endpoint,
+    /// The name its certificate is verified for, when not the URI's host.
+    pub server_name: Option<String>,
+    /// The CA and token source.
+    pub auth: Arc<HubAuth>,
+}
+
+/// Keeps one stream to the replica `target` attached until `stop`,
 /// reporting to `events`; returns when `stop` is cancelled or the dispatcher is gone.
 /// Stream failures are logged and retried with backoff.
 pub async fn run(
-    address: String,
-    endpoint: Endpoint,
+    target: Target,
     config: Arc<Config>,
     events: mpsc::Sender<HubEvent>,
     stop: CancellationToken,
 ) {
+    let address = target.address.clone();
     let builder = backoff(&config);
     let mut backoff = builder.build();
     loop {
         let mut link = None;
         let outcome = tokio::select! {
             () = stop.cancelled() => Ok(()),
-            r = attach(&address, &endpoint, &config, &events, &mut link) => r,
+            r = attach(&target, &config, &events, &mut link) => r,
         };
         if let Some(link) = link {
             // Ignored when the dispatcher is gone (shutdown).
@@ -203,21 +217,34 @@ pub async fn run(
 /// One stream: connect, send the hello, then pump frames both ways until it ends. Sets
 /// `link` to the link's id once attached.
 async fn attach(
-    address: &str,
-    endpoint: &Endpoint,
+    target: &Target,
     config: &Config,
     events: &mpsc::Sender<HubEvent>,
     link: &mut Option<u64>,
 ) -> Result<()> {
-    let channel = endpoint.connect().await.map_err(Error::Connect)?;
+    let address = target.address.as_str();
+    let tls = target.auth.tls().await?;
+    let token = target.auth.token().await?;
+    let channel = verge_proto::transport::connect_tls(
+        target.endpoint.clone(),
+        tls,
+        target.server_name.clone(),
+    )
+    .await
+    .map_err(Error::Connect)?;
     let mut client = ControllerHubClient::new(channel)
         .max_decoding_message_size(MAX_FRAME_BYTES)
         .max_encoding_message_size(MAX_FRAME_BYTES);
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     // Cannot fail: the channel is empty and its receiver alive.
     let _ = tx.try_send(hello(&config.name));
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    let bearer = format!("Bearer {token}")
+        .parse()
+        .map_err(|_| Error::Attach(tonic::Status::internal("the token is not a valid header")))?;
+    request.metadata_mut().insert("authorization", bearer);
     let mut inbound = client
-        .attach(ReceiverStream::new(rx))
+        .attach(request)
         .await
         .map_err(Error::Attach)?
         .into_inner();

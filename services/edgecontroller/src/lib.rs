@@ -35,6 +35,7 @@ pub mod downstream;
 pub mod error;
 pub mod fingerprint;
 pub mod hub;
+pub mod hub_auth;
 pub mod offline;
 pub mod replicas;
 pub mod sessions;
@@ -93,7 +94,14 @@ impl EdgeController {
         let tracker = TaskTracker::new();
         let config = Arc::new(self.config);
         let (hub_tx, mut hub_rx) = mpsc::channel(HUB_EVENTS);
-        let replicas = Replicas::start(config.clone(), hub_tx, tracker.clone(), shutdown.clone())?;
+        let auth = hub_auth::HubAuth::new(config.cloudhub_auth.clone(), self.client.clone());
+        let replicas = Replicas::start(
+            config.clone(),
+            auth,
+            hub_tx,
+            tracker.clone(),
+            shutdown.clone(),
+        )?;
         // Workers stop with the caller's token, or when `run` itself fails.
         let workers_stop = shutdown.child_token();
         let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);

@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use verge_edgecontroller::{Config, EdgeController};
 use verge_telemetry::LogFormat;
 
@@ -51,7 +49,7 @@ async fn main() -> ExitCode {
         config.cloudhub_dns = Some(dns);
     }
     verge_telemetry::init("edgecontroller", args.log_format);
-    let client = match kube_client(args.kubeconfig).await {
+    let client = match verge_runtime::kube_client(args.kubeconfig.as_deref()).await {
         Ok(client) => client,
         Err(error) => return verge_runtime::fail("edgecontroller", &*error),
     };
@@ -60,18 +58,4 @@ async fn main() -> ExitCode {
     verge_runtime::serve("edgecontroller", grace, |shutdown| controller.run(shutdown))
         .await
         .exit_code()
-}
-
-async fn kube_client(kubeconfig: Option<PathBuf>) -> anyhow::Result<kube::Client> {
-    let Some(path) = kubeconfig else {
-        return kube::Client::try_default()
-            .await
-            .context("no Kubernetes configuration found");
-    };
-    let file = Kubeconfig::read_from(&path)
-        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }

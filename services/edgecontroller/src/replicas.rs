@@ -14,11 +14,13 @@ use tonic::transport::Endpoint;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::hub::{self, HubEvent};
+use crate::hub_auth::HubAuth;
 use crate::{Config, Error, Result};
 
 /// The attach tasks, by endpoint URI.
 pub struct Replicas {
     config: Arc<Config>,
+    auth: Arc<HubAuth>,
     events: mpsc::Sender<HubEvent>,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -34,6 +36,7 @@ impl Replicas {
     /// `cloudhub_dns` that is not `<host>:<port>`.
     pub fn start(
         config: Arc<Config>,
+        auth: Arc<HubAuth>,
         events: mpsc::Sender<HubEvent>,
         tracker: TaskTracker,
         shutdown: CancellationToken,
@@ -48,23 +51,30 @@ impl Replicas {
             .collect::<Result<Vec<_>>>()?;
         let mut replicas = Self {
             config,
+            auth,
             events,
             tracker,
             shutdown,
             attached: HashMap::new(),
         };
+        let server_name = replicas.config.cloudhub_auth.tls_server_name.clone();
         for (endpoint, address) in statics {
-            replicas.spawn(address, endpoint);
+            replicas.spawn(address, endpoint, server_name.clone());
         }
         Ok(replicas)
     }
 
-    fn spawn(&mut self, address: String, endpoint: Endpoint) {
+    fn spawn(&mut self, address: String, endpoint: Endpoint, server_name: Option<String>) {
         let stop = self.shutdown.child_token();
         let span = info_span!("hub", cloudhub = %address);
-        let task = hub::run(
-            address.clone(),
+        let target = hub::Target {
+            address: address.clone(),
             endpoint,
+            server_name,
+            auth: self.auth.clone(),
+        };
+        let task = hub::run(
+            target,
             self.config.clone(),
             self.events.clone(),
             stop.clone(),
@@ -117,7 +127,9 @@ impl Replicas {
                 match hub::endpoint(&self.config, address) {
                     Ok(endpoint) => {
                         info!(cloudhub = %address, "cloudhub replica discovered");
-                        self.spawn(address.clone(), endpoint);
+                        // Replicas are verified for the Service's name, not their pod IPs.
+                        let host = dns.rsplit_once(':').map(|(h, _)| h.to_owned());
+                        self.spawn(address.clone(), endpoint, host);
                     }
                     Err(error) => warn!(error = %error.reason(), "discovered address unusable"),
                 }
@@ -138,7 +150,7 @@ fn parse_dns(dns: &str) -> Result<()> {
 
 /// The endpoint URIs of resolved socket addresses, sorted, without duplicates.
 fn addresses(found: impl IntoIterator<Item = SocketAddr>) -> Vec<String> {
-    let mut out: Vec<String> = found.into_iter().map(|a| format!("http://{a}")).collect();
+    let mut out: Vec<String> = found.into_iter().map(|a| format!("https://{a}")).collect();
     out.sort();
     out.dedup();
     out
@@ -164,7 +176,7 @@ mod tests {
             .collect();
         assert_eq!(
             addresses(found),
-            ["http://10.0.0.2:10001", "http://[fd00::1]:10001"]
+            ["https://10.0.0.2:10001", "https://[fd00::1]:10001"]
         );
     }
 
@@ -175,8 +187,14 @@ mod tests {
             ..Config::default()
         };
         let (tx, _rx) = mpsc::channel(1);
+        let client = kube::Client::try_from(kube::Config::new(
+            "https://127.0.0.1:1".parse().expect("uri"),
+        ))
+        .expect("client");
+        let auth = crate::hub_auth::HubAuth::new(config.cloudhub_auth.clone(), client);
         let r = Replicas::start(
             Arc::new(config),
+            auth,
             tx,
             TaskTracker::new(),
             CancellationToken::new(),

@@ -30,7 +30,8 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let client = cp.client().await?;
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: vec![format!("http://{addr}")],
+        cloudhub: vec![format!("https://{addr}")],
+        cloudhub_auth: common::hub_auth(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());

@@ -26,7 +26,8 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: vec![format!("http://{addr}")],
+        cloudhub: vec![format!("https://{addr}")],
+        cloudhub_auth: common::hub_auth(),
         reconnect_min_backoff: Duration::from_millis(10),
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()
@@ -109,7 +110,8 @@ async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result
     let (addr1, mut attaches1) = common::start().await?;
     let (addr2, mut attaches2) = common::start().await?;
     let config = Config {
-        cloudhub: vec![format!("http://{addr1}"), format!("http://{addr2}")],
+        cloudhub: vec![format!("https://{addr1}"), format!("https://{addr2}")],
+        cloudhub_auth: common::hub_auth(),
         reconnect_min_backoff: Duration::from_millis(10),
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()

@@ -24,7 +24,8 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
 
     let (addr, mut attaches) = common::start().await?;
     let config = Config {
-        cloudhub: vec![format!("http://{addr}")],
+        cloudhub: vec![format!("https://{addr}")],
+        cloudhub_auth: common::hub_auth(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());

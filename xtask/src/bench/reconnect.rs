@@ -24,7 +24,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use tonic::transport::Endpoint;
 use verge_testkit::{ControlPlane, ControlPlaneConfig, daemon};
 
 use self::edge::SimEdge;
@@ -41,10 +40,6 @@ pub struct Args {
     /// Number of simulated edge nodes.
     #[arg(long, default_value_t = 1000)]
     pub nodes: usize,
-    /// HTTP/2 connections the simulated nodes share; 0: one connection per node (as real
-    /// edges have).
-    #[arg(long, default_value_t = 0)]
-    pub connections: usize,
     /// Overall time limit, in seconds (setup included).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -110,7 +105,6 @@ async fn measure(
     n: usize,
     args: &Args,
 ) -> anyhow::Result<()> {
-    let connections = args.connections;
     let client = cp.client().await?;
     eprintln!(
         "creating {n} edge nodes, {n} pods and {} configmaps",
@@ -136,19 +130,23 @@ async fn measure(
     );
     let sampler = RssSampler::start(&services);
 
-    let endpoint = Endpoint::from_shared(services.edge_url.clone())?
+    let endpoint = verge_proto::transport::endpoint(&services.edge_url)?
         .connect_timeout(Duration::from_secs(20))
         .tcp_nodelay(true);
-    let mut edges: Vec<SimEdge> = (0..n)
-        .map(|i| SimEdge::new(i, objects::node_name(i)))
-        .collect();
+    eprintln!("issuing {n} node certificates from the Verge CA");
+    let mut edges = node_credentials(&client, n)
+        .await?
+        .into_iter()
+        .enumerate()
+        .map(|(i, tls)| SimEdge::new(i, objects::node_name(i), tls))
+        .collect::<Vec<_>>();
 
     let (cold, markers) = if args.warm_only {
         objects::fill_inventories(&client, &mut edges).await?;
         (None, None)
     } else {
         eprintln!("phase 1 (cold): {n} nodes connect with empty inventories");
-        let cold = phase(&endpoint, connections, edges, None).await?;
+        let cold = phase(&endpoint, edges, None).await?;
         edges = cold.edges.clone();
         let markers = cold.markers == n;
         eprintln!(
@@ -168,7 +166,7 @@ async fn measure(
     // disconnects before everyone comes back.
     tokio::time::sleep(Duration::from_secs(3)).await;
     eprintln!("phase 2: {n} nodes reconnect at once with full inventories");
-    let warm = phase(&endpoint, connections, edges, markers).await?;
+    let warm = phase(&endpoint, edges, markers).await?;
     let markers = warm.markers == n;
     let warm_rss = sampler.take();
     let hwm = (
@@ -180,7 +178,6 @@ async fn measure(
 
     let table = Report {
         n,
-        connections,
         setup,
         settled,
         quiet,
@@ -216,27 +213,41 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
     // Shipped defaults: only the listen addresses and the cloudhub address are set.
+    let join_port = free_port()?;
     let cloudhub_cfg = write(
         dir,
         "cloudhub.yaml",
-        &format!("edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n"),
+        &format!(
+            "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
+             joinAddr: 127.0.0.1:{join_port}\n"
+        ),
     )?;
     let ctrl_cfg = write(
         dir,
         "edgecontroller.yaml",
-        &format!("cloudhub: http://127.0.0.1:{ctrl_port}\n"),
+        &format!("cloudhub: https://127.0.0.1:{ctrl_port}\n"),
     )?;
+    verge_testkit::trust::ensure_controller_accounts(&cp.client().await?).await?;
+    let kubeconfig = cp.kubeconfig().display().to_string();
     let mut pids = Vec::new();
     let mut started = Vec::new();
     for (name, argv) in [
-        ("cloudhub", vec!["--config".to_owned(), cloudhub_cfg]),
+        (
+            "cloudhub",
+            vec![
+                "--config".to_owned(),
+                cloudhub_cfg,
+                "--kubeconfig".to_owned(),
+                kubeconfig.clone(),
+            ],
+        ),
         (
             "edgecontroller",
             vec![
                 "--config".to_owned(),
                 ctrl_cfg,
                 "--kubeconfig".to_owned(),
-                cp.kubeconfig().display().to_string(),
+                kubeconfig.clone(),
             ],
         ),
     ] {
@@ -262,7 +273,7 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
     Ok(Services {
         cloudhub: started[0].0,
         edgecontroller: *ctrl_pid,
-        edge_url: format!("http://127.0.0.1:{edge_port}"),
+        edge_url: format!("https://127.0.0.1:{edge_port}"),
     })
 }
 
@@ -289,4 +300,17 @@ async fn wait_log(pid: u32, log: &Path, needles: &[&str], timeout: Duration) -> 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A mutual-TLS client configuration per simulated node `0..n`, with a node certificate
+/// issued directly from the Verge CA that cloudhub keeps in the cluster (what a join would
+/// give each node, without 1,000 CSR objects).
+async fn node_credentials(
+    client: &kube::Client,
+    n: usize,
+) -> anyhow::Result<Vec<std::sync::Arc<rustls::ClientConfig>>> {
+    let ca = verge_testkit::trust::verge_ca(client).await?;
+    (0..n)
+        .map(|i| verge_testkit::trust::node_client_config(&ca, &objects::node_name(i)))
+        .collect()
 }

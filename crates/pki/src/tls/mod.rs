@@ -15,10 +15,12 @@ use crate::pem_io::{certs_from_pem, private_key_from_pem};
 use crate::secret::PrivateKeyPem;
 
 pub mod client;
+mod discovery;
 pub mod pinned;
 pub mod server;
 
 pub use client::{ClientIdentity, client_config};
+pub use discovery::discovery_client_config;
 pub use pinned::{join_client_config, pinned_ca_pem};
 pub use server::{ReloadableServerCert, server_config};
 

@@ -11,8 +11,10 @@ use std::fmt;
 use rand::Rng;
 use zeroize::Zeroizing;
 
+mod discovery;
 mod validate;
 
+pub use discovery::{ca_mac, verify_ca_mac};
 pub use validate::{TokenError, TokenGrant, Usage, validate_token_secret};
 
 /// The Secret type of bootstrap tokens.

@@ -2,7 +2,10 @@
 //! clients for edges and controllers, every wait bounded.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -10,10 +13,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Status, Streaming};
-use verge_cloudhub::{CloudHub, Config};
+use verge_cloudhub::trust::Trust;
+use verge_cloudhub::{CloudHub, Config, Listeners};
 use verge_core::{Group, Operation};
+use verge_pki::{Ca, ClientIdentity};
 use verge_proto::hub::controller_hub_client::ControllerHubClient;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{
@@ -25,10 +30,13 @@ use verge_proto::{Inventory, InventoryEntry, Message};
 /// Upper bound of every wait in these tests.
 pub const WAIT: Duration = Duration::from_secs(5);
 
-/// A cloudhub running in this process.
+/// A cloudhub running in this process, with its own CA and a fake cluster.
 pub struct Hub {
     pub edge_addr: SocketAddr,
     pub controller_addr: SocketAddr,
+    pub join_addr: SocketAddr,
+    pub trust: Arc<Trust>,
+    pub cluster: Arc<cluster::FakeCluster>,
     shutdown: CancellationToken,
     task: JoinHandle<verge_cloudhub::Result<()>>,
 }
@@ -43,19 +51,58 @@ pub fn config() -> Config {
 
 pub async fn start(config: Config) -> Hub {
     verge_telemetry::init_for_tests();
-    let edge = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let controllers = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let edge_addr = edge.local_addr().unwrap();
-    let controller_addr = controllers.local_addr().unwrap();
+    let bind = || TcpListener::bind("127.0.0.1:0");
+    let listeners = Listeners {
+        edge: bind().await.unwrap(),
+        controllers: bind().await.unwrap(),
+        join: bind().await.unwrap(),
+    };
+    let edge_addr = listeners.edge.local_addr().unwrap();
+    let controller_addr = listeners.controllers.local_addr().unwrap();
+    let join_addr = listeners.join.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let hub = CloudHub::new(config).unwrap();
-    let task = tokio::spawn(hub.serve_with_listeners(edge, controllers, shutdown.clone()));
+    let ca = Ca::generate("test-ca", Duration::from_secs(3600)).unwrap();
+    let cluster = Arc::new(cluster::FakeCluster::default());
+    let trust = Arc::new(Trust::new(ca, cluster.clone(), config.trust.clone()));
+    let hub = CloudHub::new(config, trust.clone()).unwrap();
+    let task = tokio::spawn(hub.serve_with_listeners(listeners, shutdown.clone()));
     Hub {
         edge_addr,
         controller_addr,
+        join_addr,
+        trust,
+        cluster,
         shutdown,
         task,
     }
+}
+
+/// A node client certificate (chain PEM, key) for `node` from `ca`.
+pub fn node_cert(ca: &Ca, node: &str) -> (String, verge_pki::PrivateKeyPem) {
+    let issued = ca
+        .issue_client(
+            &format!("system:node:{node}"),
+            Some("system:nodes"),
+            Duration::from_secs(600),
+        )
+        .unwrap();
+    (issued.cert_pem.clone(), issued.key_pem.clone())
+}
+
+/// A TLS channel to `addr` trusting `hub`'s CA, presenting `identity` when given.
+pub async fn tls_channel(
+    hub: &Hub,
+    addr: SocketAddr,
+    identity: Option<(String, verge_pki::PrivateKeyPem)>,
+) -> Result<Channel, tonic::transport::Error> {
+    let ca_pem = hub.trust.ca().cert_pem().to_owned();
+    let identity = identity.as_ref().map(|(cert, key)| ClientIdentity {
+        cert_chain_pem: cert,
+        key_pem: key,
+    });
+    let config = verge_pki::tls::client_config(&ca_pem, identity).unwrap();
+    let endpoint = verge_proto::transport::endpoint(&format!("https://{addr}")).unwrap();
+    verge_proto::transport::connect_tls(endpoint, Arc::new(config), None).await
 }
 
 impl Hub {
@@ -70,10 +117,10 @@ impl Hub {
     }
 }
 
-async fn channel(addr: SocketAddr) -> Channel {
-    Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
+/// An EdgeHub channel with `node`'s certificate.
+pub async fn edge_channel(hub: &Hub, node: &str) -> Channel {
+    let identity = node_cert(hub.trust.ca(), node);
+    tls_channel(hub, hub.edge_addr, Some(identity))
         .await
         .unwrap()
 }
@@ -91,7 +138,7 @@ pub struct Edge {
     pub welcome: Welcome,
 }
 
-pub fn hello(node: &str, token: &str) -> EdgeFrame {
+pub fn hello(node: &str) -> EdgeFrame {
     let entry = InventoryEntry {
         r#type: "pod".into(),
         namespace: "default".into(),
@@ -102,7 +149,7 @@ pub fn hello(node: &str, token: &str) -> EdgeFrame {
     EdgeFrame {
         frame: Some(edge_frame::Frame::Hello(EdgeHello {
             node_name: node.into(),
-            token: token.into(),
+            token: String::new(),
             inventory: Some(Inventory {
                 entries: vec![entry],
             }),
@@ -117,25 +164,36 @@ pub fn edge_msg(message: Message) -> EdgeFrame {
     }
 }
 
-/// Opens `EdgeHub.Connect` and sends `first`; returns the call's error, or the stream.
-pub async fn open_edge(
+/// Opens `EdgeHub.Connect` with `node`'s certificate and sends `first`; returns the call's
+/// error, or the stream.
+pub async fn open_edge_as(
     hub: &Hub,
+    node: &str,
     first: EdgeFrame,
 ) -> Result<(mpsc::Sender<EdgeFrame>, Streaming<CloudFrame>), Status> {
-    let mut client = EdgeHubClient::new(channel(hub.edge_addr).await);
+    let mut client = EdgeHubClient::new(edge_channel(hub, node).await);
     let (tx, rx) = mpsc::channel(16);
     tx.send(first).await.unwrap();
     let response = within("connect", client.connect(ReceiverStream::new(rx))).await?;
     Ok((tx, response.into_inner()))
 }
 
-/// Connects `node` (no token) and reads the welcome.
-pub async fn connect(hub: &Hub, node: &str) -> Edge {
-    connect_with_token(hub, node, "").await.unwrap()
+/// Opens `EdgeHub.Connect` as node `edge-cert` and sends `first`.
+pub async fn open_edge(
+    hub: &Hub,
+    first: EdgeFrame,
+) -> Result<(mpsc::Sender<EdgeFrame>, Streaming<CloudFrame>), Status> {
+    open_edge_as(hub, "edge-cert", first).await
 }
 
-pub async fn connect_with_token(hub: &Hub, node: &str, token: &str) -> Result<Edge, Status> {
-    let (tx, mut rx) = open_edge(hub, hello(node, token)).await?;
+/// Connects `node` with its own certificate and reads the welcome.
+pub async fn connect(hub: &Hub, node: &str) -> Edge {
+    connect_as(hub, node, node).await.unwrap()
+}
+
+/// Connects with `cert_node`'s certificate and a hello naming `hello_node`.
+pub async fn connect_as(hub: &Hub, cert_node: &str, hello_node: &str) -> Result<Edge, Status> {
+    let (tx, mut rx) = open_edge_as(hub, cert_node, hello(hello_node)).await?;
     let first = within("welcome", rx.message()).await?.expect("a frame");
     let Some(cloud_frame::Frame::Welcome(welcome)) = first.frame else {
         panic!("expected a welcome, got {first:?}");
@@ -177,7 +235,21 @@ pub struct Controller {
 }
 
 pub async fn attach(hub: &Hub, name: &str, groups: &[&str]) -> Controller {
-    let mut client = ControllerHubClient::new(channel(hub.controller_addr).await);
+    try_attach(hub, name, groups, Some(cluster::CONTROLLER_TOKEN))
+        .await
+        .unwrap()
+}
+
+/// Attaches with `token` as bearer (none: no `authorization`); the call's error or the
+/// controller.
+pub async fn try_attach(
+    hub: &Hub,
+    name: &str,
+    groups: &[&str],
+    token: Option<&str>,
+) -> Result<Controller, Status> {
+    let channel = tls_channel(hub, hub.controller_addr, None).await.unwrap();
+    let mut client = ControllerHubClient::new(channel);
     let (tx, rx) = mpsc::channel(16);
     let hello = ControllerHello {
         name: name.into(),
@@ -188,13 +260,16 @@ pub async fn attach(hub: &Hub, name: &str, groups: &[&str]) -> Controller {
     })
     .await
     .unwrap();
-    let response = within("attach", client.attach(ReceiverStream::new(rx)))
-        .await
-        .unwrap();
-    Controller {
+    let mut request = tonic::Request::new(ReceiverStream::new(rx));
+    if let Some(token) = token {
+        let bearer = format!("Bearer {token}").parse().unwrap();
+        request.metadata_mut().insert("authorization", bearer);
+    }
+    let response = within("attach", client.attach(request)).await?;
+    Ok(Controller {
         tx,
         rx: response.into_inner(),
-    }
+    })
 }
 
 impl Controller {
@@ -310,7 +385,7 @@ pub async fn open_raw_edge(
     hub: &Hub,
     frames: Vec<Vec<u8>>,
 ) -> Result<Streaming<CloudFrame>, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel(hub.edge_addr).await);
+    let mut grpc = tonic::client::Grpc::new(edge_channel(hub, "edge-raw").await);
     within("ready", grpc.ready()).await.unwrap();
     let path =
         tonic::codegen::http::uri::PathAndQuery::from_static("/verge.hub.v1.EdgeHub/Connect");

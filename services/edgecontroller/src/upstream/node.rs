@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
+use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{Error, Result};
 
@@ -17,7 +18,10 @@ const CONFLICT_RETRIES: usize = 5;
 
 /// Registers node `name` from the edge's `object` (only its labels and `spec.taints` are used).
 ///
-/// Creates the Node if absent. If it exists, merges the labels (the edge's values win, other
+/// Creates the Node if absent. A Node that exists without the edge label
+/// (`node-role.kubernetes.io/edge`, e.g. a kubelet's worker) is never taken over: the
+/// registration is refused ([`Error::Forbidden`], logged) and the Node is left untouched.
+/// If it exists as an edge node, merges the labels (the edge's values win, other
 /// labels stay) and adds the taints it lacks (matched by key and effect; taints other
 /// controllers manage, such as the node lifecycle controller's `unreachable` taints, are never
 /// removed), guarded by the read resourceVersion and retried on conflict. Nothing is written
@@ -40,6 +44,16 @@ pub async fn register(client: &kube::Client, name: &str, object: Node) -> Result
                 api.create(&PostParams::default(), &node)
                     .await
                     .map(|_| info!("node created"))
+            }
+            Some(existing) if !existing.labels().contains_key(verge_core::EDGE_NODE_LABEL) => {
+                warn!(
+                    node = name,
+                    "refused: the Node exists and is not a Verge edge node"
+                );
+                return Err(Error::Forbidden {
+                    node: name.to_owned(),
+                    what: "a Node that is not a Verge edge node (no node-role.kubernetes.io/edge label)".to_owned(),
+                });
             }
             Some(existing) => match registration_patch(&existing, &labels, &taints) {
                 None => return Ok(()),

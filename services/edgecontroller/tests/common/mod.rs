@@ -5,6 +5,7 @@
 pub mod probe;
 
 use std::net::SocketAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -12,9 +13,12 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 use verge_core::{Group, Operation};
+use verge_edgecontroller::config::HubAuthConfig;
 use verge_edgecontroller::{Config, EdgeController};
+use verge_pki::Ca;
 use verge_proto::hub::controller_hub_server::{ControllerHub, ControllerHubServer};
 use verge_proto::hub::{
     ControllerFrame, ControllerHello, HubFrame, Routed, controller_frame, hub_frame,
@@ -36,6 +40,15 @@ impl ControllerHub for FakeHub {
         &self,
         request: Request<Streaming<ControllerFrame>>,
     ) -> Result<Response<HubStream>, Status> {
+        // Like cloudhub: a bearer token is required (its TokenReview is cloudhub's business).
+        let bearer = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if bearer.as_deref() != Some(&format!("Bearer {TEST_TOKEN}")) {
+            return Err(Status::unauthenticated("no or wrong bearer token"));
+        }
         let (tx, rx) = mpsc::channel(64);
         let attach = Attach {
             to_controller: tx,
@@ -49,13 +62,49 @@ impl ControllerHub for FakeHub {
     }
 }
 
-/// Starts the fake on a free loopback port; returns its address and the accepted streams.
+/// The bearer token the fake accepts (what [`hub_auth`]'s token file holds).
+pub const TEST_TOKEN: &str = "test-controller-token";
+
+/// The CA of the fake's serving certificate (one per test process).
+fn test_ca() -> &'static Ca {
+    static CA: OnceLock<Ca> = OnceLock::new();
+    CA.get_or_init(|| Ca::generate("edgecontroller-tests", Duration::from_secs(3600)).expect("CA"))
+}
+
+/// `cloudhubAuth` for the fake: its CA and [`TEST_TOKEN`] from files.
+pub fn hub_auth() -> HubAuthConfig {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("ca.crt"), test_ca().cert_pem()).expect("ca file");
+        std::fs::write(dir.path().join("token"), TEST_TOKEN).expect("token file");
+        dir
+    });
+    HubAuthConfig {
+        ca_file: Some(dir.path().join("ca.crt")),
+        token_file: Some(dir.path().join("token")),
+        ..HubAuthConfig::default()
+    }
+}
+
+/// Starts the fake (TLS with a certificate from [`test_ca`]) on a free loopback port;
+/// returns its address and the accepted streams.
 pub async fn start() -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::channel(4);
+    let serving = test_ca().issue_serving(
+        "cloudhub",
+        &["127.0.0.1".to_owned()],
+        Duration::from_secs(3600),
+    )?;
+    let tls = ServerTlsConfig::new().identity(Identity::from_pem(
+        serving.chain_pem(),
+        serving.key_pem.expose(),
+    ));
     tokio::spawn(
         tonic::transport::Server::builder()
+            .tls_config(tls)?
             .add_service(ControllerHubServer::new(FakeHub { attaches: tx }))
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use prost::Message as _;
+use rustls::ClientConfig;
 use tokio::sync::{mpsc, watch};
-use tonic::transport::Channel;
+use tonic::transport::Endpoint;
 use verge_core::{Group, Operation, ResourceKey};
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, cloud_frame, edge_frame};
@@ -30,15 +31,18 @@ pub struct SimEdge {
     pub name: String,
     /// Held objects: key -> (uid, resourceVersion).
     pub held: HashMap<ResourceKey, (String, String)>,
+    /// Its mutual-TLS client configuration (a node certificate from the Verge CA).
+    pub tls: Arc<ClientConfig>,
 }
 
 impl SimEdge {
     /// A node holding nothing.
-    pub fn new(index: usize, name: String) -> Self {
+    pub fn new(index: usize, name: String, tls: Arc<ClientConfig>) -> Self {
         Self {
             index,
             name,
             held: HashMap::new(),
+            tls,
         }
     }
 
@@ -144,7 +148,7 @@ impl PhaseShared {
 /// what it now holds) and the session's figures. A failure is reported as [`Event::Failed`].
 pub async fn session(
     mut edge: SimEdge,
-    channel: Channel,
+    channel: Endpoint,
     shared: Arc<PhaseShared>,
     stop: watch::Receiver<bool>,
 ) -> (SimEdge, SessionStats) {
@@ -160,7 +164,7 @@ pub async fn session(
 
 async fn run(
     edge: &mut SimEdge,
-    channel: Channel,
+    channel: Endpoint,
     shared: &PhaseShared,
     mut stop: watch::Receiver<bool>,
     stats: &mut SessionStats,
@@ -225,7 +229,7 @@ async fn run(
 /// the node index).
 async fn open(
     edge: &SimEdge,
-    channel: Channel,
+    endpoint: Endpoint,
     hello: EdgeFrame,
     stats: &mut SessionStats,
 ) -> anyhow::Result<(mpsc::Sender<EdgeFrame>, tonic::Streaming<CloudFrame>)> {
@@ -237,7 +241,20 @@ async fn open(
         let outbound = futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|frame| (frame, rx))
         });
-        let mut client = EdgeHubClient::new(channel.clone())
+        let channel =
+            match verge_proto::transport::connect_tls(endpoint.clone(), edge.tls.clone(), None)
+                .await
+            {
+                Ok(channel) => channel,
+                Err(error) => {
+                    last = Some(tonic::Status::unavailable(error.to_string()));
+                    let jitter = (edge.index % 97) as u64;
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt) + jitter))
+                        .await;
+                    continue;
+                }
+            };
+        let mut client = EdgeHubClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);
         match client.connect(outbound).await {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use tokio::sync::{mpsc, watch};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 use super::edge::{self, Event, PhaseShared, SessionStats, SimEdge};
 use super::objects::OBJECTS_PER_NODE;
@@ -31,16 +31,10 @@ pub(super) struct Phase {
 /// fallback, `None` decides by whether any marker arrives (phase 1).
 pub(super) async fn phase(
     endpoint: &Endpoint,
-    connections: usize,
     edges: Vec<SimEdge>,
     markers: Option<bool>,
 ) -> anyhow::Result<Phase> {
     let n = edges.len();
-    let channels: Vec<Channel> = if connections == 0 {
-        Vec::new()
-    } else {
-        (0..connections).map(|_| endpoint.connect_lazy()).collect()
-    };
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let shared = Arc::new(PhaseShared {
         t0: Instant::now(),
@@ -52,15 +46,14 @@ pub(super) async fn phase(
     let tasks: Vec<_> = edges
         .into_iter()
         .map(|e| {
-            let channel = if channels.is_empty() {
-                endpoint.connect_lazy()
-            } else {
-                channels[e.index % channels.len()].clone()
-            };
-            tokio::spawn(edge::session(e, channel, shared.clone(), stop_rx.clone()))
+            tokio::spawn(edge::session(
+                e,
+                endpoint.clone(),
+                shared.clone(),
+                stop_rx.clone(),
+            ))
         })
         .collect();
-    drop(channels);
 
     let mut complete = vec![None; n];
     let mut marked = vec![None; n];

@@ -10,7 +10,6 @@ use super::{SETTLE_QUIET, percentile};
 /// Everything one run measured.
 pub(super) struct Report<'a> {
     pub(super) n: usize,
-    pub(super) connections: usize,
     pub(super) setup: Duration,
     /// Time until kube-controller-manager stopped editing the Nodes.
     pub(super) settled: Duration,
@@ -35,11 +34,9 @@ impl Report<'_> {
         use std::fmt::Write as _;
         let n = self.n;
         let mib = |kib: u64| kib as f64 / 1024.0;
-        let conns = if self.connections == 0 {
-            format!("{n} HTTP/2 connections (one per node)")
-        } else {
-            format!("{} shared HTTP/2 connections", self.connections)
-        };
+        let conns = format!(
+            "{n} mutual-TLS HTTP/2 connections (one per node, each with its node certificate)"
+        );
         let mut out = String::new();
         let _ = writeln!(
             out,

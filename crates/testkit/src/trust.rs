@@ -1,0 +1,155 @@
+//! Identities for tests and the quickstart on a real control plane: the Verge namespace and
+//! the controllers' service accounts, and Kubernetes bootstrap-token Secrets in the format
+//! kubeadm creates (`kube-system/bootstrap-token-<id>`, type `bootstrap.kubernetes.io/token`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+
+/// The namespace of Verge's cloud services, CA Secret and ConfigMap.
+pub const VERGE_NAMESPACE: &str = "verge-system";
+
+/// The service accounts cloudhub accepts as controllers by default.
+pub const CONTROLLER_ACCOUNTS: [&str; 2] = ["edgecontroller", "devicecontroller"];
+
+/// Creates `obj` unless it exists (409 is success).
+async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Creates the `verge-system` namespace and the controllers' service accounts if absent.
+///
+/// # Errors
+/// The API server refuses.
+pub async fn ensure_controller_accounts(client: &kube::Client) -> anyhow::Result<()> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(VERGE_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    create_if_absent(&namespaces, &ns).await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), VERGE_NAMESPACE);
+    for name in CONTROLLER_ACCOUNTS {
+        let sa = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        create_if_absent(&accounts, &sa).await?;
+    }
+    Ok(())
+}
+
+/// What a test token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    /// `usage-bootstrap-authentication` and `usage-bootstrap-signing`, valid for `ttl`.
+    Valid,
+    /// Both usages, expired an hour ago.
+    Expired,
+    /// `usage-bootstrap-signing` only (no authentication).
+    WrongUsage,
+}
+
+/// Creates a bootstrap-token Secret of `kind` valid for `ttl` and returns the token
+/// `<id>.<secret>`.
+///
+/// # Errors
+/// The API server refuses.
+pub async fn create_bootstrap_token(
+    client: &kube::Client,
+    kind: TokenKind,
+    ttl: Duration,
+) -> anyhow::Result<String> {
+    let token = verge_pki::BootstrapToken::generate();
+    let expiration = match kind {
+        TokenKind::Expired => SystemTime::now() - Duration::from_secs(3600),
+        TokenKind::Valid | TokenKind::WrongUsage => SystemTime::now() + ttl,
+    };
+    let mut data = BTreeMap::from([
+        ("token-id".to_owned(), token.id().to_owned()),
+        ("token-secret".to_owned(), token.secret().to_owned()),
+        (
+            "expiration".to_owned(),
+            chrono::DateTime::<chrono::Utc>::from(expiration)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        ),
+        ("usage-bootstrap-signing".to_owned(), "true".to_owned()),
+        ("description".to_owned(), "Verge test token".to_owned()),
+    ]);
+    if kind != TokenKind::WrongUsage {
+        data.insert(
+            "usage-bootstrap-authentication".to_owned(),
+            "true".to_owned(),
+        );
+    }
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(token.secret_name()),
+            namespace: Some("kube-system".to_owned()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("bootstrap.kubernetes.io/token".to_owned()),
+        string_data: Some(data),
+        ..Secret::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kube-system");
+    secrets.create(&PostParams::default(), &secret).await?;
+    Ok(token.expose().to_string())
+}
+
+/// The Verge CA that cloudhub keeps in `verge-system/verge-ca` (read with admin
+/// credentials), for tests and benches that issue node certificates directly.
+///
+/// # Errors
+/// The Secret is missing or does not hold a CA.
+pub async fn verge_ca(client: &kube::Client) -> anyhow::Result<verge_pki::Ca> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), VERGE_NAMESPACE);
+    let data = secrets.get("verge-ca").await?.data.unwrap_or_default();
+    let text = |key: &str| -> anyhow::Result<String> {
+        let bytes = data.get(key).map(|b| b.0.clone()).unwrap_or_default();
+        Ok(String::from_utf8(bytes)?)
+    };
+    let key = verge_pki::PrivateKeyPem::new(text("tls.key")?);
+    Ok(verge_pki::Ca::from_pem(&text("tls.crt")?, &key)?)
+}
+
+/// A mutual-TLS client configuration for node `node` with a certificate issued directly
+/// from `ca` (what a join gives a node, without a CSR object).
+///
+/// # Errors
+/// Issuing fails.
+pub fn node_client_config(
+    ca: &verge_pki::Ca,
+    node: &str,
+) -> anyhow::Result<std::sync::Arc<rustls::ClientConfig>> {
+    let issued = ca.issue_client(
+        &format!("system:node:{node}"),
+        Some("system:nodes"),
+        Duration::from_secs(24 * 3600),
+    )?;
+    let identity = verge_pki::ClientIdentity {
+        cert_chain_pem: &issued.cert_pem,
+        key_pem: &issued.key_pem,
+    };
+    Ok(std::sync::Arc::new(verge_pki::tls::client_config(
+        ca.cert_pem(),
+        Some(identity),
+    )?))
+}

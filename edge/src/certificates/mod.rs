@@ -1,0 +1,194 @@
+//! The node's credentials: its private key (made on the node, never sent), its client
+//! certificate from the Verge CA and the CA certificate, kept in `<dataDir>/pki/`
+//! (`node.key` 0600, `node.crt`, `ca.crt`; the data directory itself is 0700).
+//!
+//! - [`join`]: trade a Kubernetes bootstrap token and a CSR for the first certificate at
+//!   cloudhub's Join service (`edgecore join`, or on start when `edgeHub.token` is set).
+//! - [`Credentials`]: the stored files, loaded for every connection so a renewed
+//!   certificate is used from the next connection on.
+//! - [`renew`]: at 80 % of the certificate's lifetime, a new key and certificate over the
+//!   authenticated EdgeHub connection (kubelet certificate rotation).
+
+mod error;
+mod join;
+mod renew;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustls::ClientConfig;
+use tracing::info;
+use verge_pki::pem_io::{
+    read_pem_file, read_private_key_file, write_cert_file, write_private_key_file,
+};
+use verge_pki::{CertInfo, ClientIdentity, PrivateKeyPem};
+
+pub use error::Error;
+pub use join::{JoinParams, Joined, join, join_address};
+pub use renew::{renew, renew_once};
+
+use crate::Config;
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The node's credential files.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    dir: PathBuf,
+}
+
+/// Loaded credentials.
+pub struct Loaded {
+    /// The CA certificate, PEM.
+    pub ca_pem: String,
+    /// The node certificate, PEM.
+    pub cert_pem: String,
+    /// The node's private key.
+    pub key: PrivateKeyPem,
+    /// The node certificate's fields.
+    pub info: CertInfo,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Credentials {
+    /// The credentials of `config`: `<dataDir>/pki`.
+    pub fn of(config: &Config) -> Self {
+        Self::in_dir(config.data_dir.join("pki"))
+    }
+
+    /// The credentials in `dir`.
+    pub fn in_dir(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Whether a node certificate is stored.
+    pub fn exists(&self) -> bool {
+        self.path("node.crt").exists() && self.path("node.key").exists()
+    }
+
+    /// Reads the three files.
+    ///
+    /// # Errors
+    /// [`Error::NotJoined`] when they are missing, [`Error::Pki`] when unreadable.
+    pub fn load(&self) -> Result<Loaded> {
+        if !self.exists() {
+            return Err(Error::NotJoined {
+                dir: self.dir.clone(),
+            });
+        }
+        let cert_pem = read_pem_file(&self.path("node.crt"))?;
+        Ok(Loaded {
+            ca_pem: read_pem_file(&self.path("ca.crt"))?,
+            info: CertInfo::parse(cert_pem.as_bytes())?,
+            cert_pem,
+            key: read_private_key_file(&self.path("node.key"))?,
+        })
+    }
+
+    /// Stores a new key, certificate and CA (the key first, each file replaced atomically;
+    /// the directory is created 0700).
+    ///
+    /// # Errors
+    /// [`Error::Pki`] for I/O errors.
+    pub fn store(&self, key: &PrivateKeyPem, cert_pem: &str, ca_pem: &str) -> Result<()> {
+        crate::private_dir::ensure(&self.dir).map_err(|source| verge_pki::Error::Io {
+            action: "create",
+            path: self.dir.clone(),
+            source,
+        })?;
+        write_private_key_file(&self.path("node.key"), key)?;
+        write_cert_file(&self.path("node.crt"), cert_pem)?;
+        write_cert_file(&self.path("ca.crt"), ca_pem)?;
+        Ok(())
+    }
+
+    /// A TLS client configuration presenting the node certificate and trusting the CA, after
+    /// checking that the certificate is for `node` and not expired.
+    ///
+    /// # Errors
+    /// As [`Credentials::load`], [`Error::Expired`], [`Error::OtherNode`].
+    pub fn client_config(&self, node: &str) -> Result<Arc<ClientConfig>> {
+        let loaded = self.load()?;
+        loaded.check(node, SystemTime::now())?;
+        let identity = ClientIdentity {
+            cert_chain_pem: &loaded.cert_pem,
+            key_pem: &loaded.key,
+        };
+        Ok(Arc::new(verge_pki::tls::client_config(
+            &loaded.ca_pem,
+            Some(identity),
+        )?))
+    }
+}
+
+impl Loaded {
+    /// Checks that the certificate names `node` and is valid at `now`.
+    ///
+    /// # Errors
+    /// [`Error::OtherNode`], [`Error::Expired`].
+    pub fn check(&self, node: &str, now: SystemTime) -> Result<()> {
+        let der = verge_pki::pem_io::cert_from_pem(&self.cert_pem)?;
+        let certificate = verge_pki::node_identity(&der)?;
+        if certificate != node {
+            return Err(Error::OtherNode {
+                certificate,
+                configured: node.to_owned(),
+            });
+        }
+        if self.info.not_after <= now {
+            return Err(Error::Expired {
+                not_after: self.info.not_after,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Makes sure the node has a valid certificate before edgecore starts: joins with
+/// `edgeHub.token` when there is none or it expired (the data directory survives, so pods
+/// and their state are kept).
+///
+/// # Errors
+/// [`Error::NotJoined`] / [`Error::Expired`] without a token, else the join's errors.
+pub async fn ensure(config: &Config) -> Result<()> {
+    let credentials = Credentials::of(config);
+    let usable = match credentials.load() {
+        Ok(loaded) => loaded.check(&config.node_name, SystemTime::now()),
+        Err(error) => Err(error),
+    };
+    let error = match usable {
+        Ok(()) => return Ok(()),
+        Err(error @ (Error::NotJoined { .. } | Error::Expired { .. })) => error,
+        Err(error) => return Err(error),
+    };
+    if config.edge_hub.token.is_empty() {
+        return Err(error);
+    }
+    info!(reason = %error, "joining with the configured bootstrap token");
+    let request = JoinParams {
+        address: join_address(config)?,
+        token: config.edge_hub.token.clone(),
+        ca_cert_hash: config.edge_hub.ca_cert_hash.clone(),
+        node_name: config.node_name.clone(),
+        tls_server_name: config.edge_hub.tls_server_name.clone(),
+    };
+    join(&request, &credentials).await.map(|_| ())
+}

@@ -1,0 +1,240 @@
+//! [`ClusterApi`]: the Kubernetes API calls behind trust decisions, as a trait so the
+//! decisions (in [`super::Trust`]) are unit-tested with a fake, and [`KubeCluster`], the
+//! implementation on kube-rs used in production.
+
+use std::collections::BTreeMap;
+
+use futures::future::BoxFuture;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
+    CertificateSigningRequestStatus,
+};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use verge_core::well_known::EDGE_NODE_LABEL;
+
+/// The signer of node client certificates (`spec.signerName` of their CSRs).
+pub const NODE_SIGNER: &str = "verge.io/edge-node";
+
+/// Annotation on a join's CSR naming the bootstrap token id used.
+pub const TOKEN_ID_ANNOTATION: &str = "verge.io/bootstrap-token-id";
+
+/// A bootstrap-token Secret as the trust checks read it: its `type` and decoded `data`.
+pub type TokenSecret = (String, BTreeMap<String, Vec<u8>>);
+
+/// What a node name refers to in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeOwner {
+    /// No Node of that name exists.
+    Absent,
+    /// A Verge edge node (it has the edge label).
+    Edge,
+    /// A Node that is not a Verge edge node (e.g. a kubelet's): never taken over.
+    Foreign,
+}
+
+/// A CertificateSigningRequest to record, approve and fill.
+#[derive(Debug, Clone)]
+pub struct CsrRecord {
+    /// `metadata.generateName` prefix, e.g. `verge-join-edge-1-`.
+    pub generate_name: String,
+    /// The PKCS#10 request, PEM.
+    pub request_pem: String,
+    /// Requested lifetime, seconds (`spec.expirationSeconds`).
+    pub expiration_seconds: i32,
+    /// Annotations, e.g. the bootstrap token id.
+    pub annotations: BTreeMap<String, String>,
+    /// `reason` of the Approved condition, e.g. `VergeBootstrapTokenJoin`.
+    pub approval_reason: String,
+    /// `message` of the Approved condition.
+    pub approval_message: String,
+}
+
+/// The Kubernetes API calls trust decisions need. Implementations return the API server's
+/// error as is; callers decide what it means.
+pub trait ClusterApi: Send + Sync + 'static {
+    /// The bootstrap-token Secret `kube-system/bootstrap-token-<token_id>`: its `type` and
+    /// `data`, or `None` when it does not exist.
+    fn bootstrap_token_secret<'a>(
+        &'a self,
+        token_id: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<TokenSecret>>>;
+
+    /// Whether Node `name` exists and is a Verge edge node.
+    fn node_owner<'a>(&'a self, name: &'a str) -> BoxFuture<'a, kube::Result<NodeOwner>>;
+
+    /// Creates the CSR with signer [`NODE_SIGNER`] and approves it; returns its name.
+    fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>>;
+
+    /// Writes the signed certificate (PEM) into the CSR's `status.certificate`.
+    fn issue_csr<'a>(
+        &'a self,
+        name: &'a str,
+        certificate_pem: &'a str,
+    ) -> BoxFuture<'a, kube::Result<()>>;
+
+    /// A TokenReview of `token` for `audience`: the authenticated user name, or `None`.
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<String>>>;
+}
+
+/// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`, get Nodes,
+/// create/approve/update-status CSRs and `approve`/`sign` on signer `verge.io/edge-node`,
+/// create TokenReviews; see `deploy/cloud/rbac.yaml`).
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: kube::Client,
+}
+
+impl KubeCluster {
+    /// Calls through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+}
+
+impl std::fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeCluster")
+    }
+}
+
+/// `Ok(None)` for a 404, the error otherwise.
+fn absent_is_none<T>(result: kube::Result<T>) -> kube::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+impl ClusterApi for KubeCluster {
+    fn bootstrap_token_secret<'a>(
+        &'a self,
+        token_id: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<TokenSecret>>> {
+        Box::pin(async move {
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), "kube-system");
+            let name = format!("bootstrap-token-{token_id}");
+            Ok(absent_is_none(api.get(&name).await)?.map(|secret| {
+                let data = secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, ByteString(v))| (k, v))
+                    .collect();
+                (secret.type_.unwrap_or_default(), data)
+            }))
+        })
+    }
+
+    fn node_owner<'a>(&'a self, name: &'a str) -> BoxFuture<'a, kube::Result<NodeOwner>> {
+        Box::pin(async move {
+            let api: Api<Node> = Api::all(self.client.clone());
+            Ok(match absent_is_none(api.get(name).await)? {
+                None => NodeOwner::Absent,
+                Some(node) if node.labels().contains_key(EDGE_NODE_LABEL) => NodeOwner::Edge,
+                Some(_) => NodeOwner::Foreign,
+            })
+        })
+    }
+
+    fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>> {
+        Box::pin(async move {
+            let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+            let csr = CertificateSigningRequest {
+                metadata: ObjectMeta {
+                    generate_name: Some(record.generate_name),
+                    annotations: Some(record.annotations),
+                    ..ObjectMeta::default()
+                },
+                spec: CertificateSigningRequestSpec {
+                    request: ByteString(record.request_pem.into_bytes()),
+                    signer_name: NODE_SIGNER.to_owned(),
+                    expiration_seconds: Some(record.expiration_seconds),
+                    usages: Some(vec![
+                        "digital signature".to_owned(),
+                        "client auth".to_owned(),
+                    ]),
+                    ..CertificateSigningRequestSpec::default()
+                },
+                status: None,
+            };
+            let created = api.create(&PostParams::default(), &csr).await?;
+            let name = created.metadata.name.unwrap_or_default();
+            let approval = CertificateSigningRequestStatus {
+                conditions: Some(vec![CertificateSigningRequestCondition {
+                    type_: "Approved".to_owned(),
+                    status: "True".to_owned(),
+                    reason: Some(record.approval_reason),
+                    message: Some(record.approval_message),
+                    ..CertificateSigningRequestCondition::default()
+                }]),
+                certificate: None,
+            };
+            api.patch_approval(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "status": approval })),
+            )
+            .await?;
+            Ok(name)
+        })
+    }
+
+    fn issue_csr<'a>(
+        &'a self,
+        name: &'a str,
+        certificate_pem: &'a str,
+    ) -> BoxFuture<'a, kube::Result<()>> {
+        Box::pin(async move {
+            let api: Api<CertificateSigningRequest> = Api::all(self.client.clone());
+            let status = json!({
+                "status": { "certificate": ByteString(certificate_pem.as_bytes().to_vec()) }
+            });
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<String>>> {
+        Box::pin(async move {
+            let api: Api<TokenReview> = Api::all(self.client.clone());
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: token.to_owned(),
+                    audiences: Some(vec![audience.to_owned()]),
+                },
+                ..TokenReview::default()
+            };
+            let status = api
+                .create(&PostParams::default(), &review)
+                .await?
+                .status
+                .unwrap_or_default();
+            let audience_ok = status
+                .audiences
+                .as_ref()
+                .is_some_and(|a| a.iter().any(|a| a == audience));
+            Ok(match (status.authenticated, audience_ok, status.user) {
+                (Some(true), true, Some(user)) => user.username,
+                _ => None,
+            })
+        })
+    }
+}
+
+use kube::ResourceExt as _;

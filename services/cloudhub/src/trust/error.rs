@@ -1,0 +1,91 @@
+//! [`TrustError`]: why a trust decision refused, and the gRPC status each maps to.
+
+use tonic::Status;
+use verge_pki::CsrError;
+use verge_pki::token::TokenError;
+
+/// A refused or failed trust decision.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    /// The bootstrap token is malformed, unknown, expired, mismatched or lacks
+    /// `usage-bootstrap-authentication`.
+    #[error("bootstrap token refused: {0}")]
+    Token(#[from] TokenError),
+    /// The certificate signing request is malformed or asks for a subject other than
+    /// `CN=system:node:<name>, O=system:nodes`.
+    #[error("certificate signing request refused: {0}")]
+    Csr(#[from] CsrError),
+    /// A renewal asked for another node than the one authenticated.
+    #[error("node {node} asked for a certificate for {asked}")]
+    OtherSubject {
+        /// The authenticated node.
+        node: String,
+        /// The node the CSR names.
+        asked: String,
+    },
+    /// The name belongs to a Node that is not a Verge edge node.
+    #[error(
+        "node {node} exists and is not a Verge edge node (no node-role.kubernetes.io/edge label); refusing to take it over"
+    )]
+    ForeignNode {
+        /// The node name.
+        node: String,
+    },
+    /// A hello names another node than the client certificate.
+    #[error("the client certificate is for node {certificate}, the hello names {hello}")]
+    IdentityMismatch {
+        /// The node of the certificate.
+        certificate: String,
+        /// The node of the hello.
+        hello: String,
+    },
+    /// No usable client certificate on the connection.
+    #[error("no valid node client certificate: {0}")]
+    NoClientCertificate(String),
+    /// A controller presented no token, or one that the TokenReview did not authenticate for
+    /// the ControllerHub audience.
+    #[error(
+        "controller not authenticated: send `authorization: Bearer <service-account token>` with the ControllerHub audience"
+    )]
+    ControllerUnauthenticated,
+    /// An authenticated user that is not an allowed controller.
+    #[error("{user} is not allowed to attach as a controller (trust.controllerUsers)")]
+    ControllerForbidden {
+        /// The authenticated user.
+        user: String,
+    },
+    /// The API server could not be asked.
+    #[error("Kubernetes API: {0}")]
+    Cluster(#[from] kube::Error),
+    /// The CA could not sign.
+    #[error("signing failed: {0}")]
+    Pki(#[from] verge_pki::Error),
+    /// The CA Secret exists but holds no usable CA.
+    #[error("CA Secret {secret} is unusable: {reason}")]
+    BadCaSecret {
+        /// `namespace/name`.
+        secret: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl From<TrustError> for Status {
+    fn from(error: TrustError) -> Self {
+        let message = error.to_string();
+        match error {
+            TrustError::Token(_) | TrustError::ControllerUnauthenticated => {
+                Status::unauthenticated(message)
+            }
+            TrustError::NoClientCertificate(_) => Status::unauthenticated(message),
+            TrustError::Csr(_) | TrustError::OtherSubject { .. } => {
+                Status::invalid_argument(message)
+            }
+            TrustError::ForeignNode { .. }
+            | TrustError::IdentityMismatch { .. }
+            | TrustError::ControllerForbidden { .. } => Status::permission_denied(message),
+            TrustError::Cluster(_) => Status::unavailable(message),
+            TrustError::Pki(_) | TrustError::BadCaSecret { .. } => Status::internal(message),
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Trust: who may be a node and who may be a controller (issue "Trust", architecture.md §7).
+//!
+//! - [`Trust::join`]: a bootstrap token (a standard `bootstrap.kubernetes.io/token` Secret)
+//!   and a node's CSR become a signed client certificate through a `certificates.k8s.io/v1`
+//!   CertificateSigningRequest with signer `verge.io/edge-node`, so `kubectl get csr` shows
+//!   every join. A name that belongs to a Node that is not a Verge edge node is refused.
+//! - [`Trust::renew`]: a node authenticated by its certificate gets a new one for its own
+//!   name only.
+//! - [`Trust::review_controller`]: a controller's service-account token, checked with a
+//!   TokenReview for the ControllerHub audience against the allowed users.
+//!
+//! Every refusal is logged with the node (or controller) and the reason, and counted
+//! ([`Trust::refusals`]). The decisions are here; the API calls behind them are
+//! [`ClusterApi`] (kube-rs in production, a fake in unit tests).
+
+mod ca_store;
+mod cluster;
+mod config;
+mod error;
+pub mod tls;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use tracing::{info, warn};
+use verge_pki::token::{BootstrapToken, Usage, validate_token_secret};
+use verge_pki::{Ca, CsrRequest};
+
+pub use ca_store::{CA_CERT_KEY, load_or_create};
+pub use cluster::{
+    ClusterApi, CsrRecord, KubeCluster, NODE_SIGNER, NodeOwner, TOKEN_ID_ANNOTATION, TokenSecret,
+};
+pub use config::TrustConfig;
+pub use error::TrustError;
+
+/// A signed node certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issued {
+    /// The client certificate, PEM.
+    pub certificate_pem: String,
+    /// The CertificateSigningRequest's name.
+    pub csr_name: String,
+    /// The node it names.
+    pub node: String,
+}
+
+/// Refusals counted by kind since start.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    /// Joins with an unknown, expired, malformed or wrong-usage token.
+    pub bad_token: AtomicU64,
+    /// Malformed CSRs or CSRs for another subject.
+    pub bad_csr: AtomicU64,
+    /// Joins naming a Node that is not a Verge edge node.
+    pub foreign_node: AtomicU64,
+    /// Edge hellos naming another node than the client certificate.
+    pub identity_mismatch: AtomicU64,
+    /// Controllers without an allowed, valid token.
+    pub controller: AtomicU64,
+}
+
+/// The trust decisions of one cloudhub replica.
+pub struct Trust {
+    ca: Ca,
+    api: Arc<dyn ClusterApi>,
+    config: TrustConfig,
+    refusals: Refusals,
+}
+
+impl std::fmt::Debug for Trust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trust")
+            .field("ca", &self.ca)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Trust {
+    /// Decisions signed by `ca`, looked up through `api`.
+    pub fn new(ca: Ca, api: Arc<dyn ClusterApi>, config: TrustConfig) -> Self {
+        Self {
+            ca,
+            api,
+            config,
+            refusals: Refusals::default(),
+        }
+    }
+
+    /// The Verge CA.
+    pub fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &TrustConfig {
+        &self.config
+    }
+
+    /// The refusal counters.
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
+    }
+
+    /// Counts and logs a refusal of `who` for `error`, and returns the error.
+    pub fn refuse(&self, who: &str, error: TrustError) -> TrustError {
+        let counter = match &error {
+            TrustError::Token(_) => &self.refusals.bad_token,
+            TrustError::Csr(_) | TrustError::OtherSubject { .. } => &self.refusals.bad_csr,
+            TrustError::ForeignNode { .. } => &self.refusals.foreign_node,
+            TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => {
+                &self.refusals.identity_mismatch
+            }
+            TrustError::ControllerUnauthenticated | TrustError::ControllerForbidden { .. } => {
+                &self.refusals.controller
+            }
+            _ => {
+                warn!(who, %error, "trust check failed");
+                return error;
+            }
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        warn!(who, reason = %error, "refused");
+        error
+    }
+
+    /// Finds and checks the bootstrap token `id.secret` for joining.
+    async fn grant(&self, token: &BootstrapToken) -> Result<(), TrustError> {
+        let Some((secret_type, data)) = self.api.bootstrap_token_secret(token.id()).await? else {
+            return Err(TrustError::Token(verge_pki::token::TokenError::Unknown {
+                token_id: token.id().to_owned(),
+            }));
+        };
+        validate_token_secret(
+            token,
+            &secret_type,
+            &data,
+            SystemTime::now(),
+            Usage::Authentication,
+        )?;
+        Ok(())
+    }
+
+    /// The CA certificate (PEM) and HMAC-SHA256 of its DER keyed with the secret of bootstrap
+    /// token `token_id`, which must be valid for joining (kubeadm's token-signed discovery:
+    /// the edge trusts the CA because only someone knowing its token can make the MAC).
+    ///
+    /// # Errors
+    /// [`TrustError::Token`] for an unknown, expired or wrong-usage token,
+    /// [`TrustError::Cluster`] when the API server cannot be asked.
+    pub async fn ca_for_token(&self, token_id: &str) -> Result<(String, Vec<u8>), TrustError> {
+        let result = async {
+            let Some((secret_type, data)) = self.api.bootstrap_token_secret(token_id).await? else {
+                return Err(TrustError::Token(verge_pki::token::TokenError::Unknown {
+                    token_id: token_id.to_owned(),
+                }));
+            };
+            let secret = data
+                .get(verge_pki::token::TOKEN_SECRET_KEY)
+                .and_then(|s| std::str::from_utf8(s).ok())
+                .unwrap_or_default();
+            let token = BootstrapToken::parse(&format!("{token_id}.{secret}"))?;
+            validate_token_secret(
+                &token,
+                &secret_type,
+                &data,
+                SystemTime::now(),
+                Usage::Authentication,
+            )?;
+            let mac = verge_pki::token::ca_mac(&token, self.ca.cert_der());
+            Ok((self.ca.cert_pem().to_owned(), mac))
+        }
+        .await;
+        result.map_err(|e| self.refuse(&format!("token {token_id}"), e))
+    }
+
+    /// Signs a first node certificate for the CSR `csr_pem` if bootstrap token `token` is
+    /// valid for joining and the name it asks for is free or already a Verge edge node.
+    /// Checks run before anything is written: a refused join creates no CSR and no Node.
+    ///
+    /// # Errors
+    /// [`TrustError::Token`], [`TrustError::Csr`], [`TrustError::ForeignNode`],
+    /// [`TrustError::Cluster`], [`TrustError::Pki`].
+    pub async fn join(&self, token: &str, csr_pem: &str) -> Result<Issued, TrustError> {
+        let token = BootstrapToken::parse(token).map_err(|e| self.refuse("join", e.into()))?;
+        let who = format!("join with token {}", token.id());
+        self.grant(&token).await.map_err(|e| self.refuse(&who, e))?;
+        let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(&who, e.into()))?;
+        let node = csr.node_name().to_owned();
+        if self.api.node_owner(&node).await? == NodeOwner::Foreign {
+            return Err(self.refuse(&node, TrustError::ForeignNode { node: node.clone() }));
+        }
+        let annotations = BTreeMap::from([(TOKEN_ID_ANNOTATION.to_owned(), token.id().to_owned())]);
+        let issued = self
+            .sign(
+                &csr,
+                csr_pem,
+                annotations,
+                "VergeBootstrapTokenJoin",
+                format!("node {node} joined with bootstrap token {}", token.id()),
+                "join",
+            )
+            .await?;
+        info!(node, csr = %issued.csr_name, token_id = token.id(), "node joined");
+        Ok(issued)
+    }
+
+    /// Signs a new certificate for `node` (authenticated by its current certificate) from
+    /// `csr_pem`, which must ask for the same node.
+    ///
+    /// # Errors
+    /// [`TrustError::Csr`], [`TrustError::OtherSubject`], [`TrustError::Cluster`],
+    /// [`TrustError::Pki`].
+    pub async fn renew(&self, node: &str, csr_pem: &str) -> Result<Issued, TrustError> {
+        let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(node, e.into()))?;
+        if csr.node_name() != node {
+            return Err(self.refuse(
+                node,
+                TrustError::OtherSubject {
+                    node: node.to_owned(),
+                    asked: csr.node_name().to_owned(),
+                },
+            ));
+        }
+        let issued = self
+            .sign(
+                &csr,
+                csr_pem,
+                BTreeMap::new(),
+                "VergeNodeRenewal",
+                format!("node {node} renewed its own client certificate"),
+                "renew",
+            )
+            .await?;
+        info!(node, csr = %issued.csr_name, "node certificate renewed");
+        Ok(issued)
+    }
+
+    /// Records an approved CSR, signs it and writes the certificate into it.
+    async fn sign(
+        &self,
+        csr: &CsrRequest,
+        csr_pem: &str,
+        annotations: BTreeMap<String, String>,
+        reason: &str,
+        message: String,
+        kind: &str,
+    ) -> Result<Issued, TrustError> {
+        let node = csr.node_name().to_owned();
+        let validity = self.config.node_cert_validity;
+        let record = CsrRecord {
+            generate_name: format!("verge-{kind}-{node}-"),
+            request_pem: csr_pem.to_owned(),
+            expiration_seconds: i32::try_from(validity.as_secs()).unwrap_or(i32::MAX),
+            annotations,
+            approval_reason: reason.to_owned(),
+            approval_message: message,
+        };
+        let csr_name = self.api.create_approved_csr(record).await?;
+        let certificate_pem = self.ca.sign_client_csr(csr, validity)?;
+        self.api.issue_csr(&csr_name, &certificate_pem).await?;
+        Ok(Issued {
+            certificate_pem,
+            csr_name,
+            node,
+        })
+    }
+
+    /// The user of a controller's bearer `token` when a TokenReview for the ControllerHub
+    /// audience authenticates it as one of the allowed users.
+    ///
+    /// # Errors
+    /// [`TrustError::ControllerUnauthenticated`], [`TrustError::ControllerForbidden`],
+    /// [`TrustError::Cluster`].
+    pub async fn review_controller(&self, token: &str) -> Result<String, TrustError> {
+        let audience = &self.config.controller_audience;
+        let Some(user) = self.api.review_token(token, audience).await? else {
+            return Err(self.refuse("controller", TrustError::ControllerUnauthenticated));
+        };
+        if !self.config.controller_users.contains(&user) {
+            return Err(self.refuse(
+                &user,
+                TrustError::ControllerForbidden { user: user.clone() },
+            ));
+        }
+        Ok(user)
+    }
+}
+
+/// A [`ClusterApi`] with nothing in it, for unit tests that need a [`Trust`] but no
+/// decisions.
+#[cfg(test)]
+pub(crate) struct EmptyCluster;
+
+#[cfg(test)]
+impl ClusterApi for EmptyCluster {
+    fn bootstrap_token_secret<'a>(
+        &'a self,
+        _token_id: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<Option<cluster::TokenSecret>>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn node_owner<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<NodeOwner>> {
+        Box::pin(async { Ok(NodeOwner::Absent) })
+    }
+    fn create_approved_csr(
+        &self,
+        _record: CsrRecord,
+    ) -> futures::future::BoxFuture<'_, kube::Result<String>> {
+        Box::pin(async { Ok("csr".to_owned()) })
+    }
+    fn issue_csr<'a>(
+        &'a self,
+        _name: &'a str,
+        _pem: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn review_token<'a>(
+        &'a self,
+        _t: &'a str,
+        _a: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<Option<String>>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+#[cfg(test)]
+impl Trust {
+    /// A trust with a fresh CA and an [`EmptyCluster`].
+    pub(crate) fn for_tests() -> Arc<Self> {
+        let ca = Ca::generate("test", std::time::Duration::from_secs(600)).expect("CA");
+        Arc::new(Self::new(
+            ca,
+            Arc::new(EmptyCluster),
+            TrustConfig::default(),
+        ))
+    }
+}

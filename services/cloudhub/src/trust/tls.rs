@@ -1,0 +1,163 @@
+//! TLS on cloudhub's listeners (rustls through tokio-rustls, served by tonic with
+//! `serve_with_incoming`, so peer certificates reach the services as `TlsConnectInfo`):
+//!
+//! - EdgeHub: mutual TLS; a client certificate issued by the Verge CA is required, so
+//!   plaintext and certificate-less connections fail in the handshake.
+//! - ControllerHub and Join: server authentication only (controllers authenticate with a
+//!   service-account token, joining nodes with a bootstrap token).
+//!
+//! All share one serving certificate issued from the Verge CA for `trust.serverSans`,
+//! reissued at 80 % of its lifetime ([`ServerTls::rotate`]): new handshakes get the new
+//! certificate and established sessions are not dropped. At most `trust.maxHandshakes`
+//! handshakes run at once per listener, each bounded by `trust.handshakeTimeout`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rustls::ServerConfig;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use verge_pki::{Ca, CertInfo, RENEW_FRACTION, ReloadableServerCert};
+
+use super::{Trust, TrustConfig, TrustError};
+
+/// The serving certificate and the two server configurations built on it.
+#[derive(Debug, Clone)]
+pub struct ServerTls {
+    cert: Arc<ReloadableServerCert>,
+    mutual: Arc<ServerConfig>,
+    server_only: Arc<ServerConfig>,
+}
+
+impl ServerTls {
+    /// Issues a serving certificate from `ca` for `config.server_sans` and builds the
+    /// configurations.
+    ///
+    /// # Errors
+    /// [`TrustError::Pki`] when issuing or building fails.
+    pub fn new(ca: &Ca, config: &TrustConfig) -> Result<Self, TrustError> {
+        let cert = Arc::new(ReloadableServerCert::new(serving_key(ca, config)?));
+        let client_ca = [ca.cert_der().clone()];
+        let mutual = verge_pki::tls::server_config(cert.clone(), &client_ca, true)?;
+        let server_only = verge_pki::tls::server_config(cert.clone(), &[], false)?;
+        Ok(Self {
+            cert,
+            mutual: Arc::new(mutual),
+            server_only: Arc::new(server_only),
+        })
+    }
+
+    /// The configuration requiring a client certificate from the Verge CA (EdgeHub).
+    pub fn mutual(&self) -> Arc<ServerConfig> {
+        self.mutual.clone()
+    }
+
+    /// The configuration without client authentication (ControllerHub, Join).
+    pub fn server_only(&self) -> Arc<ServerConfig> {
+        self.server_only.clone()
+    }
+
+    /// Reissues the serving certificate at 80 % of its lifetime, for ever, until `shutdown`.
+    /// A failed reissue is retried after a minute (the current certificate stays).
+    pub async fn rotate(self, trust: Arc<Trust>, shutdown: CancellationToken) {
+        let (ca, config) = (trust.ca(), trust.config());
+        loop {
+            let key = self.cert.current();
+            let renew_at = key
+                .end_entity_cert()
+                .ok()
+                .and_then(|der| CertInfo::parse_der(der).ok())
+                .map_or_else(SystemTime::now, |info| info.renew_at(RENEW_FRACTION));
+            let wait = renew_at
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+                .max(Duration::from_secs(1));
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+            match serving_key(ca, config) {
+                Ok(key) => {
+                    self.cert.replace(key);
+                    info!("serving certificate reissued");
+                }
+                Err(error) => {
+                    warn!(%error, "cannot reissue the serving certificate; retrying in 1m");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A new serving certificate and key.
+fn serving_key(
+    ca: &Ca,
+    config: &TrustConfig,
+) -> Result<Arc<rustls::sign::CertifiedKey>, TrustError> {
+    let issued = ca.issue_serving("cloudhub", &config.server_sans, config.server_cert_validity)?;
+    Ok(issued.certified_key()?)
+}
+
+/// Accepted TLS connections of `listener` for tonic's `serve_with_incoming`: at most
+/// `max_handshakes` handshakes at once, each bounded by `timeout`; failed handshakes
+/// (plaintext, no or a foreign client certificate) are logged and dropped. Ends when
+/// `shutdown` is cancelled or the consumer is gone.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    trust: &TrustConfig,
+    name: &'static str,
+    shutdown: CancellationToken,
+) -> ReceiverStream<std::io::Result<TlsStream<TcpStream>>> {
+    let (tx, rx) = mpsc::channel(16);
+    let acceptor = TlsAcceptor::from(config);
+    let permits = Arc::new(Semaphore::new(trust.max_handshakes));
+    let timeout = trust.handshake_timeout;
+    tokio::spawn(async move {
+        loop {
+            let permit = tokio::select! {
+                () = shutdown.cancelled() => return,
+                permit = permits.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_closed) => return,
+                },
+            };
+            let (tcp, peer) = tokio::select! {
+                () = shutdown.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        warn!(server = name, %error, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            tokio::spawn(async move {
+                let handshake = tokio::time::timeout(timeout, acceptor.accept(tcp)).await;
+                drop(permit);
+                match handshake {
+                    Ok(Ok(stream)) => {
+                        let _ = tx.send(Ok(stream)).await;
+                    }
+                    Ok(Err(error)) => {
+                        debug!(server = name, %peer, %error, "TLS handshake refused");
+                    }
+                    Err(_elapsed) => debug!(server = name, %peer, "TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}

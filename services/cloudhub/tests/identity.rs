@@ -1,0 +1,208 @@
+//! Trust at cloudhub's doors: EdgeHub takes only mutual TLS with a node certificate from the
+//! Verge CA and a hello naming that node; ControllerHub takes only allowed service-account
+//! tokens; Join trades a valid bootstrap token and CSR for a certificate, through a recorded
+//! and approved CSR. (The cluster behind the decisions is a fake of our `ClusterApi`; the
+//! e2e tests use the real API server.)
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{attach, cluster, connect, connect_as, keepalive, start, tls_channel, try_attach};
+use tonic::Code;
+use tonic::transport::Endpoint;
+use verge_cloudhub::trust::NodeOwner;
+use verge_pki::token::{BootstrapToken, verify_ca_mac};
+use verge_pki::{Ca, NodeKey};
+use verge_proto::MessageExt;
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::join_client::JoinClient;
+use verge_proto::hub::{GetCaRequest, JoinRequest, RenewRequest};
+
+/// A certificate for node A with a hello naming node B is refused; A itself is accepted.
+#[tokio::test]
+async fn hello_must_name_the_certificates_node() {
+    let hub = start(common::config()).await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let status = connect_as(&hub, "node-a", "node-b").await.err().unwrap();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("node-a") && status.message().contains("node-b"));
+    assert_eq!(
+        hub.trust
+            .refusals()
+            .identity_mismatch
+            .load(Ordering::Relaxed),
+        1
+    );
+    let status = connect_as(&hub, "node-a", "Not_A_Name")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    let mut edge = connect(&hub, "node-a").await;
+    let session = ctrl.session().await;
+    assert_eq!(session.node, "node-a", "node-b never got a session");
+    edge.send(keepalive("k")).await;
+    assert_eq!(edge.next().await.unwrap().parent_id(), "k");
+    hub.stop().await;
+}
+
+/// Plaintext, no client certificate and a certificate from another CA fail in the handshake.
+#[tokio::test]
+async fn edge_connections_without_a_verge_certificate_are_refused() {
+    let hub = start(common::config()).await;
+    // Plaintext HTTP/2.
+    let plain = Endpoint::from_shared(format!("http://{}", hub.edge_addr))
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(2));
+    if let Ok(channel) = plain.connect().await {
+        let status = EdgeHubClient::new(channel)
+            .renew_certificate(RenewRequest { csr: String::new() })
+            .await
+            .expect_err("plaintext call fails");
+        assert_ne!(status.code(), Code::Ok);
+    }
+    // TLS without a client certificate.
+    let refused = tls_channel(&hub, hub.edge_addr, None).await;
+    assert_call_fails(refused).await;
+    // A certificate from another CA for a valid node name.
+    let other = Ca::generate("other-ca", Duration::from_secs(600)).unwrap();
+    let foreign = common::node_cert(&other, "node-a");
+    let refused = tls_channel(&hub, hub.edge_addr, Some(foreign)).await;
+    assert_call_fails(refused).await;
+    hub.stop().await;
+}
+
+/// A connection that may or may not fail at connect time must fail by the first call.
+async fn assert_call_fails(channel: Result<tonic::transport::Channel, tonic::transport::Error>) {
+    let Ok(channel) = channel else { return };
+    let result = EdgeHubClient::new(channel)
+        .renew_certificate(RenewRequest { csr: String::new() })
+        .await;
+    assert!(result.is_err(), "the call must fail: {result:?}");
+}
+
+/// No token, an unknown token and a token of a non-controller user cannot attach.
+#[tokio::test]
+async fn controllers_need_an_allowed_service_account_token() {
+    let hub = start(common::config()).await;
+    let status = try_attach(&hub, "x", &["resource"], None)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let status = try_attach(&hub, "x", &["resource"], Some("forged"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let status = try_attach(&hub, "x", &["resource"], Some(cluster::STRANGER_TOKEN))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(hub.trust.refusals().controller.load(Ordering::Relaxed), 3);
+    attach(&hub, "edgecontroller", &["resource"]).await;
+    hub.stop().await;
+}
+
+/// A join with a valid token gets a certificate that EdgeHub accepts, through an approved CSR;
+/// bad tokens and foreign nodes are refused before any CSR is recorded.
+#[tokio::test]
+async fn join_with_bootstrap_tokens() {
+    let hub = start(common::config()).await;
+    let cluster = hub.cluster.clone();
+    cluster.add_token(
+        "abcdef",
+        "0123456789abcdef",
+        &["authentication", "signing"],
+        None,
+    );
+    cluster.add_token(
+        "expird",
+        "0123456789abcdef",
+        &["authentication"],
+        Some("2000-01-01T00:00:00Z"),
+    );
+    cluster.add_token("nouse0", "0123456789abcdef", &["signing"], None);
+    cluster
+        .nodes
+        .lock()
+        .unwrap()
+        .insert("worker-1".into(), NodeOwner::Foreign);
+    let channel = tls_channel(&hub, hub.join_addr, None).await.unwrap();
+    let mut join = JoinClient::new(channel);
+
+    // The CA comes with the token's MAC.
+    let token = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+    let ca = join
+        .get_ca(GetCaRequest {
+            token_id: "abcdef".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let der = verge_pki::pem_io::cert_from_pem(&ca.ca_certificate).unwrap();
+    assert!(verify_ca_mac(&token, &der, &ca.token_mac));
+
+    let key = NodeKey::generate().unwrap();
+    let request = |token: &str, node: &str| JoinRequest {
+        token: token.into(),
+        csr: key.csr_pem(node).unwrap(),
+    };
+    for (bad, code) in [
+        ("zzzzzz.0123456789abcdef", Code::Unauthenticated),
+        ("abcdef.ffffffffffffffff", Code::Unauthenticated),
+        ("expird.0123456789abcdef", Code::Unauthenticated),
+        ("nouse0.0123456789abcdef", Code::Unauthenticated),
+        ("not-a-token", Code::Unauthenticated),
+    ] {
+        let status = join.join_node(request(bad, "edge-9")).await.err().unwrap();
+        assert_eq!(status.code(), code, "{bad}: {status:?}");
+    }
+    let status = join
+        .join_node(request("abcdef.0123456789abcdef", "worker-1"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(
+        cluster.csrs.lock().unwrap().is_empty(),
+        "no CSR for refused joins"
+    );
+
+    let joined = join
+        .join_node(request("abcdef.0123456789abcdef", "edge-9"))
+        .await
+        .unwrap()
+        .into_inner();
+    {
+        let csrs = cluster.csrs.lock().unwrap();
+        assert_eq!(csrs.len(), 1);
+        assert_eq!(csrs[0].0, joined.csr_name);
+        assert_eq!(csrs[0].2.as_deref(), Some(joined.certificate.as_str()));
+        assert_eq!(
+            csrs[0].1.annotations["verge.io/bootstrap-token-id"],
+            "abcdef"
+        );
+    }
+    // The joined certificate opens an EdgeHub session for edge-9.
+    let identity = (joined.certificate.clone(), key.to_pem());
+    let channel = tls_channel(&hub, hub.edge_addr, Some(identity))
+        .await
+        .unwrap();
+    let renewed = EdgeHubClient::new(channel)
+        .renew_certificate(RenewRequest {
+            csr: NodeKey::generate().unwrap().csr_pem("edge-9").unwrap(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!renewed.certificate.is_empty());
+    let _ = Arc::strong_count(&hub.trust);
+    hub.stop().await;
+}

@@ -1,0 +1,269 @@
+//! Joining with a Kubernetes bootstrap token, as an operator does it: a token Secret made
+//! with kubectl, `edgecore join`, the CSR visible as Approved,Issued in `kubectl get csr`,
+//! then the node Ready over mutual TLS. Expired, unknown and wrong-usage tokens and a name
+//! owned by a non-edge Node are refused with clear errors, leaving no approved CSR and no
+//! Node behind.
+
+use std::process::Output;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use verge_e2e::{Cloud, Edge, ready_status, wait_for};
+use verge_testkit::ControlPlane;
+use verge_testkit::process::workspace_bin;
+
+/// Creates a bootstrap-token Secret with `kubectl create secret generic` (kubeadm's format);
+/// returns the token.
+fn kubectl_token(
+    cp: &ControlPlane,
+    id: &str,
+    expiration: SystemTime,
+    usages: &[&str],
+) -> anyhow::Result<String> {
+    // 16 characters of [a-z0-9], derived from the id so each test token is distinct.
+    let secret: String = format!("{id}0123456789abcdef").chars().take(16).collect();
+    let expiration = chrono::DateTime::<chrono::Utc>::from(expiration)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mut cmd = cp.kubectl_command();
+    cmd.args([
+        "-n",
+        "kube-system",
+        "create",
+        "secret",
+        "generic",
+        &format!("bootstrap-token-{id}"),
+        "--type",
+        "bootstrap.kubernetes.io/token",
+        &format!("--from-literal=token-id={id}"),
+        &format!("--from-literal=token-secret={secret}"),
+        &format!("--from-literal=expiration={expiration}"),
+    ]);
+    for usage in usages {
+        cmd.arg(format!("--from-literal=usage-bootstrap-{usage}=true"));
+    }
+    let out = cmd.output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(format!("{id}.{secret}"))
+}
+
+/// `edgecore --config <edge's config> join --cloudhub <join> --token <token> [--ca-cert-hash]`.
+fn join(edge: &Edge, cloud: &Cloud, token: &str, hash: Option<&str>) -> anyhow::Result<Output> {
+    let mut cmd = std::process::Command::new(workspace_bin("edgecore")?);
+    cmd.arg("--config").arg(edge.config_path()).args([
+        "join",
+        "--cloudhub",
+        &cloud.join_url,
+        "--token",
+        token,
+    ]);
+    if let Some(hash) = hash {
+        cmd.args(["--ca-cert-hash", hash]);
+    }
+    Ok(cmd.output()?)
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// CSRs of signer verge.io/edge-node naming `node` in their generated name.
+async fn csrs_for(
+    client: &kube::Client,
+    node: &str,
+) -> anyhow::Result<Vec<CertificateSigningRequest>> {
+    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|c| c.spec.signer_name == "verge.io/edge-node")
+        .filter(|c| {
+            c.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.contains(&format!("-{node}-")))
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let cloud = Cloud::start(&cp).await?;
+    let pid = std::process::id();
+    let tag = format!("{:06x}", pid % 0xff_ffff);
+    let now = SystemTime::now();
+    let hour = Duration::from_secs(3600);
+    let r = async {
+        // Refusals first: expired, unknown, wrong usage. No CSR, no Node.
+        let refused_name = format!("e2e-join-refused-{pid}");
+        let refused = Edge::with_config(&refused_name, &cloud, |c| c.edge_hub.token.clear())?;
+        let expired = kubectl_token(
+            &cp,
+            &format!("x{}", &tag[1..]),
+            now - hour,
+            &["authentication", "signing"],
+        )?;
+        let wrong = kubectl_token(&cp, &format!("w{}", &tag[1..]), now + hour, &["signing"])?;
+        let unknown = format!("u{}.0123456789abcdef", &tag[1..]);
+        for (token, expect) in [(&expired, "expired"), (&wrong, "usage"), (&unknown, "")] {
+            let out = join(&refused, &cloud, token, None)?;
+            let said = text(&out);
+            ensure!(
+                !out.status.success(),
+                "join with {expect:?} token succeeded: {said}"
+            );
+            ensure!(
+                said.contains("refused") || said.contains("token"),
+                "unclear error: {said}"
+            );
+            ensure!(
+                said.contains(expect),
+                "error does not say {expect:?}: {said}"
+            );
+            ensure!(
+                !said.contains(token.split('.').nth(1).unwrap_or("-")),
+                "secret printed: {said}"
+            );
+        }
+        ensure!(
+            csrs_for(&client, &refused_name).await?.is_empty(),
+            "a CSR for a refused join"
+        );
+        let nodes: Api<Node> = Api::all(client.clone());
+        ensure!(
+            nodes.get_opt(&refused_name).await?.is_none(),
+            "a Node for a refused join"
+        );
+        // Without a certificate (and no token to join with), edgecore says how to join.
+        let run = std::process::Command::new(workspace_bin("edgecore")?)
+            .arg("--config")
+            .arg(refused.config_path())
+            .output()?;
+        ensure!(!run.status.success(), "edgecore ran without a certificate");
+        ensure!(
+            text(&run).contains("edgecore join"),
+            "no join hint: {}",
+            text(&run)
+        );
+
+        // A Node that is not a Verge edge node cannot be taken over.
+        let worker = format!("e2e-worker-{pid}");
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(worker.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        let before = nodes.create(&PostParams::default(), &node).await?;
+        let valid = kubectl_token(
+            &cp,
+            &format!("v{}", &tag[1..]),
+            now + hour,
+            &["authentication", "signing"],
+        )?;
+        let takeover = Edge::with_config(&worker, &cloud, |c| c.edge_hub.token.clear())?;
+        let out = join(&takeover, &cloud, &valid, None)?;
+        ensure!(!out.status.success(), "took over {worker}: {}", text(&out));
+        ensure!(
+            text(&out).contains("not a Verge edge node"),
+            "{}",
+            text(&out)
+        );
+        // Its labels (what a registration would merge into) are as created; controllers of
+        // the cluster may annotate or taint it, Verge writes nothing.
+        let after = nodes.get(&worker).await?;
+        ensure!(
+            after.metadata.labels == before.metadata.labels,
+            "the worker Node's labels changed: {:?}",
+            after.metadata.labels
+        );
+        ensure!(
+            csrs_for(&client, &worker).await?.is_empty(),
+            "a CSR for the worker"
+        );
+        nodes.delete(&worker, &Default::default()).await?;
+
+        // The join: pinned CA hash, CSR Approved,Issued, node Ready over mTLS.
+        let name = format!("e2e-join-{pid}");
+        let mut edge = Edge::with_config(&name, &cloud, |c| c.edge_hub.token.clear())?;
+        let hash = ca_hash(&cp).await?;
+        let out = join(&edge, &cloud, &valid, Some(&hash))?;
+        ensure!(out.status.success(), "join failed: {}", text(&out));
+        let csrs = csrs_for(&client, &name).await?;
+        ensure!(csrs.len() == 1, "one CSR for the join, got {}", csrs.len());
+        let csr_name = csrs[0].metadata.name.clone().context("csr name")?;
+        ensure!(
+            text(&out).contains(&csr_name),
+            "join output names the CSR: {}",
+            text(&out)
+        );
+        let get = cp
+            .kubectl_command()
+            .args(["get", "csr", &csr_name])
+            .output()?;
+        let shown = String::from_utf8_lossy(&get.stdout).to_string();
+        ensure!(
+            shown.contains("Approved,Issued"),
+            "kubectl get csr: {shown}"
+        );
+        ensure!(
+            shown.contains("verge.io/edge-node"),
+            "kubectl get csr: {shown}"
+        );
+        edge.start()?;
+        wait_for("joined node Ready", Duration::from_secs(30), || {
+            let nodes = nodes.clone();
+            let name = name.clone();
+            async move {
+                let ready = nodes
+                    .get_opt(&name)
+                    .await?
+                    .is_some_and(|n| ready_status(&n).as_deref() == Some("True"));
+                Ok(ready.then_some(()))
+            }
+        })
+        .await?;
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        bail!("{e:#}\n{}", cloud.logs(40));
+    }
+    Ok(())
+}
+
+/// The CA hash as an operator computes it from the published CA certificate.
+async fn ca_hash(cp: &ControlPlane) -> anyhow::Result<String> {
+    let out = cp
+        .kubectl_command()
+        .args([
+            "-n",
+            "verge-system",
+            "get",
+            "configmap",
+            "verge-ca",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+        .output()?;
+    ensure!(out.status.success(), "kubectl get configmap verge-ca");
+    Ok(verge_pki::ca_cert_hash(&String::from_utf8(out.stdout)?)?)
+}
