@@ -30,6 +30,10 @@ pub use verge_telemetry::LogFormat;
 /// maxRetries: 5
 /// controllerQueueLen: 4096
 /// upstreamWait: 10s
+/// maxSessions: 10000
+/// maxInventoryEntries: 100000
+/// nodeMessageRate: 200
+/// nodeMessageBurst: 1000
 /// shutdownGrace: 10s
 /// logFormat: text
 /// ```
@@ -84,6 +88,19 @@ pub struct Config {
     /// default `10s`.
     #[serde(with = "humantime_serde")]
     pub upstream_wait: Duration,
+    /// Most node sessions this replica holds; a further node is refused with
+    /// `RESOURCE_EXHAUSTED` (it retries, possibly reaching another replica). Default 10000.
+    pub max_sessions: usize,
+    /// Most entries in a hello's inventory (objects an edge holds); a larger one is refused
+    /// with `RESOURCE_EXHAUSTED`. Default 100000.
+    pub max_inventory_entries: usize,
+    /// Sustained rate of new upstream messages (reports and queries; keepalives and answers
+    /// to cloudhub's messages are not counted) per node session, per second; beyond it (and
+    /// the burst) a message is answered `error` "rate limited" and the edge sends it again
+    /// later from its outbox. Default 200.
+    pub node_message_rate: u32,
+    /// Messages a node may send at once above `nodeMessageRate`. Default 1000.
+    pub node_message_burst: u32,
     /// How long the binary waits for streams to end after SIGINT/SIGTERM. Humantime format,
     /// default `10s`.
     #[serde(with = "humantime_serde")]
@@ -110,6 +127,10 @@ impl Default for Config {
             max_retries: 5,
             controller_queue_len: 4096,
             upstream_wait: Duration::from_secs(10),
+            max_sessions: 10_000,
+            max_inventory_entries: 100_000,
+            node_message_rate: 200,
+            node_message_burst: 1000,
             shutdown_grace: Duration::from_secs(10),
             trust: TrustConfig::default(),
             log_format: LogFormat::Text,
@@ -166,6 +187,12 @@ impl Config {
         }
         if self.upstream_wait.is_zero() {
             return bad("upstreamWait", "must be greater than zero");
+        }
+        if self.max_sessions == 0 {
+            return bad("maxSessions", "must allow at least one session");
+        }
+        if self.node_message_rate == 0 || self.node_message_burst == 0 {
+            return bad("nodeMessageRate", "rate and burst must be at least 1");
         }
         if let Err((field, reason)) = self.trust.validate() {
             return bad(field, reason);

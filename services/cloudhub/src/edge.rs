@@ -5,7 +5,10 @@
 //! one ends the stream with `INVALID_ARGUMENT`), and the session's delivery queue is written
 //! back as `CloudFrame`s by [`cloud_frame`].
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -45,6 +48,11 @@ impl EdgeHubService {
             ));
         };
         routing::validate_node_name(&hello.node_name)?;
+        let entries = hello.inventory.as_ref().map_or(0, |i| i.entries.len());
+        let max = self.shared.config.max_inventory_entries;
+        if entries > max {
+            return Err(Error::InventoryTooLarge { entries, max });
+        }
         if hello.node_name != identity {
             let mismatch = TrustError::IdentityMismatch {
                 certificate: identity.to_owned(),
@@ -131,17 +139,22 @@ impl EdgeHub for EdgeHubService {
             session_id: session_id.clone(),
             queue: queue.clone(),
             end: end.clone(),
+            rate: rate_limiter(config),
         };
         let inventory = hello.inventory.unwrap_or_default();
-        self.shared.registry.attach_node(
-            &node,
-            NodeEntry {
-                session_id,
-                queue: queue.clone(),
-                end: end.clone(),
-                inventory,
-            },
-        );
+        self.shared
+            .registry
+            .attach_node(
+                &node,
+                NodeEntry {
+                    session_id,
+                    queue: queue.clone(),
+                    end: end.clone(),
+                    inventory,
+                },
+                config.max_sessions,
+            )
+            .inspect_err(|error| warn!(%error, %node, "edge session refused"))?;
         let delivery = session_queue::deliver(self.shared.clone(), node, queue, tx, end.clone());
         self.shared.tracker.spawn(delivery.instrument(span.clone()));
         self.shared
@@ -200,7 +213,6 @@ impl Session {
     }
 }
 
-/// Compares without an early exit, so the time taken does not reveal the matching prefix.
 /// The reading half of one edge session.
 struct Session {
     shared: Arc<Shared>,
@@ -208,6 +220,15 @@ struct Session {
     session_id: String,
     queue: Arc<SessionQueue>,
     end: Arc<StreamEnd>,
+    /// `nodeMessageRate` with `nodeMessageBurst` for new upstream messages.
+    rate: DefaultDirectRateLimiter,
+}
+
+/// The per-session limiter of new upstream messages.
+fn rate_limiter(config: &crate::Config) -> DefaultDirectRateLimiter {
+    let rate = NonZeroU32::new(config.node_message_rate).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(config.node_message_burst).unwrap_or(NonZeroU32::MIN);
+    RateLimiter::direct(Quota::per_second(rate).allow_burst(burst))
 }
 
 impl Session {
@@ -285,12 +306,23 @@ impl Session {
                 Ok(())
             }
             Upstream::Forward(group) => {
-                if let Some(answered) = envelope.is_answer().then(|| envelope.parent()).flatten()
+                let answer = envelope.is_answer();
+                if let Some(answered) = answer.then(|| envelope.parent()).flatten()
                     && self.queue.answered(answered.as_str())
                 {
                     debug!(parent_id = %answered, "downstream message answered");
                 }
-                let Err(reason) = self.forward(group, envelope).await else {
+                let forwarded = if !answer && self.rate.check().is_err() {
+                    Err(format!(
+                        "rate limited: node {} sends more than {} messages/s (burst {}); retry later",
+                        self.node,
+                        self.shared.config.node_message_rate,
+                        self.shared.config.node_message_burst
+                    ))
+                } else {
+                    self.forward(group, envelope).await
+                };
+                let Err(reason) = forwarded else {
                     return Ok(());
                 };
                 warn!(%reason, "upstream message not forwarded; answering error");

@@ -123,6 +123,21 @@ pub enum Error {
     #[error("controller control queue full ({0} frames); reattach to resync")]
     ControllerQueueFull(usize),
 
+    /// This replica already holds `maxSessions` node sessions (gRPC `RESOURCE_EXHAUSTED`); the
+    /// edge retries, possibly reaching another replica.
+    #[error("cloudhub holds its maximum of {0} node sessions (maxSessions); retry later")]
+    TooManySessions(usize),
+
+    /// A hello's inventory has more entries than `maxInventoryEntries` (gRPC
+    /// `RESOURCE_EXHAUSTED`).
+    #[error("inventory of {entries} entries exceeds maxInventoryEntries ({max})")]
+    InventoryTooLarge {
+        /// Entries sent.
+        entries: usize,
+        /// The limit.
+        max: usize,
+    },
+
     /// Cloudhub is shutting down; the peer should reconnect, possibly to another replica
     /// (gRPC `UNAVAILABLE`).
     #[error("cloudhub is shutting down")]
@@ -191,9 +206,10 @@ impl From<Error> for Status {
             | Error::UndecodableFrame(_) => Status::invalid_argument(message),
             Error::Timeout(_) => Status::deadline_exceeded(message),
             Error::Replaced => Status::aborted(message),
-            Error::ControllerQueueFull(_) | Error::FrameTooLarge(_) => {
-                Status::resource_exhausted(message)
-            }
+            Error::ControllerQueueFull(_)
+            | Error::FrameTooLarge(_)
+            | Error::TooManySessions(_)
+            | Error::InventoryTooLarge { .. } => Status::resource_exhausted(message),
             Error::ShuttingDown => Status::unavailable(message),
             Error::Stream(status) => status,
             Error::ConfigFile(_)

@@ -155,15 +155,29 @@ impl Registry {
     }
 
     /// Makes `entry` the session of `node`, ending the previous one with
-    /// [`Error::Replaced`], and announces it to every controller.
-    pub(crate) fn attach_node(&self, node: &str, entry: NodeEntry) {
+    /// [`Error::Replaced`], and announces it to every controller. A new node is refused
+    /// when `max_sessions` nodes have sessions already (a node replacing its own session is
+    /// always accepted).
+    ///
+    /// # Errors
+    /// [`Error::TooManySessions`] (nothing changed).
+    pub(crate) fn attach_node(
+        &self,
+        node: &str,
+        entry: NodeEntry,
+        max_sessions: usize,
+    ) -> Result<(), Error> {
         let frame = self.session_frame(node, true, Some(entry.inventory.clone()));
         let mut inner = self.lock();
+        if !inner.nodes.contains_key(node) && inner.nodes.len() >= max_sessions {
+            return Err(Error::TooManySessions(max_sessions));
+        }
         if let Some(old) = inner.nodes.insert(node.to_owned(), entry) {
             info!(node, old_session = %old.session_id, "session replaced by a newer one");
             old.end.finish(Some(Error::Replaced));
         }
         self.broadcast(&mut inner, &frame);
+        Ok(())
     }
 
     /// Removes the session `session_id` of `node` if it is still the current one and then

@@ -160,3 +160,69 @@ async fn shutdown_ends_streams() {
         .unwrap()
         .unwrap();
 }
+
+/// Abuse limits: sessions per replica, inventory size and the per-node message rate, each
+/// refused with a clear error while the nodes within the limits keep working.
+#[tokio::test]
+async fn sessions_inventories_and_rates_are_bounded() {
+    let hub = start(Config {
+        max_sessions: 2,
+        max_inventory_entries: 1,
+        node_message_rate: 1,
+        node_message_burst: 2,
+        ..common::config()
+    })
+    .await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+
+    // An inventory of two entries (the limit is one) is refused.
+    let mut big_hello = common::hello("edge-inv");
+    if let Some(verge_proto::hub::edge_frame::Frame::Hello(h)) = big_hello.frame.as_mut()
+        && let Some(inventory) = h.inventory.as_mut()
+    {
+        let mut second = inventory.entries[0].clone();
+        second.name = "other".into();
+        inventory.entries.push(second);
+    }
+    let status = common::open_edge_as(&hub, "edge-inv", big_hello)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("maxInventoryEntries"),
+        "{status:?}"
+    );
+
+    // Two sessions fit; a third node is refused, a node replacing its own session is not.
+    let mut one = connect(&hub, "edge-1").await;
+    ctrl.session().await;
+    let _two = connect(&hub, "edge-2").await;
+    ctrl.session().await;
+    let status = common::connect_as(&hub, "edge-3", "edge-3")
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.message().contains("maxSessions"), "{status:?}");
+    let _two_again = connect(&hub, "edge-2").await;
+    assert!(ctrl.session().await.connected, "edge-2's new session");
+
+    // Rate: the burst of two passes, the third message at once is answered "rate limited";
+    // keepalives are not counted.
+    for id in ["r1", "r2", "r3"] {
+        one.send(update(id, "default/podstatus/a")).await;
+    }
+    for _ in 0..2 {
+        let forwarded = ctrl.message().await;
+        assert_eq!(forwarded.node, "edge-1");
+    }
+    let answer = one.next().await.unwrap();
+    assert_eq!(answer.parent_id(), "r3");
+    assert_eq!(answer.operation(), Ok(Operation::Error));
+    let reason = String::from_utf8_lossy(&answer.content).to_string();
+    assert!(reason.contains("rate limited"), "{reason}");
+    one.send(keepalive("k")).await;
+    assert_eq!(one.next().await.unwrap().parent_id(), "k");
+    hub.stop().await;
+}

@@ -28,6 +28,7 @@ pub mod token;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
+use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{debug, warn};
 use verge_core::{
     CLUSTER_SCOPE, Envelope, Group, Kind, Module, NODE_LEASE_NAMESPACE, NodeResource, Operation,
@@ -276,11 +277,21 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
             answer(message, Outcome::Response, content)
         }
         Err(error) => {
-            warn!(error = %error.reason(), "upstream message rejected");
+            if matches!(error, Error::Forbidden { .. } | Error::NotReferenced { .. }) {
+                AUTHORIZATION_REFUSALS.fetch_add(1, Ordering::Relaxed);
+                warn!(%node, reason = %error.reason(), "refused by node authorization");
+            } else {
+                warn!(error = %error.reason(), "upstream message rejected");
+            }
             answer(message, Outcome::Error(error.reason()), Vec::new())
         }
     })
 }
+
+/// Upstream messages refused by node authorization since start: a node writing another
+/// node's objects or a Node that is not a Verge edge node, or asking for objects or tokens
+/// no pod of its own references. Each is also logged with the node and the reason.
+pub static AUTHORIZATION_REFUSALS: AtomicU64 = AtomicU64::new(0);
 
 async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply> {
     let client = &context.client;
