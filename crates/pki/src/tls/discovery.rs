@@ -15,14 +15,28 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use super::{ALPN_H2, PROTOCOL_VERSIONS, crypto_provider};
 use crate::error::{Error, Result};
 
-/// A client configuration that accepts any server certificate (the handshake signature is
-/// still checked), for fetching the MAC-authenticated CA certificate only.
+/// A client configuration (ALPN `h2`) that accepts any server certificate (the handshake
+/// signature is still checked), for fetching the MAC-authenticated CA certificate only.
 ///
 /// # Errors
 /// [`Error::Tls`] (not expected).
 pub fn discovery_client_config() -> Result<ClientConfig> {
+    let mut config = unverified_client_config()?;
+    config.alpn_protocols = vec![ALPN_H2.to_vec()];
+    Ok(config)
+}
+
+/// A client configuration (no ALPN, no client certificate) that accepts any server
+/// certificate for any name but still verifies the handshake signatures: the peer must hold
+/// the key of the certificate it sends. For [`discovery_client_config`], and for HTTPS probes,
+/// which the kubelet runs with `InsecureSkipVerify` (a probe asks "does the container answer",
+/// not "is it who it claims to be").
+///
+/// # Errors
+/// [`Error::Tls`] (not expected).
+pub fn unverified_client_config() -> Result<ClientConfig> {
     let provider = crypto_provider();
-    let mut config = ClientConfig::builder_with_provider(provider.clone())
+    Ok(ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(PROTOCOL_VERSIONS)
         .map_err(|source| Error::Tls {
             context: "selecting TLS versions",
@@ -30,9 +44,7 @@ pub fn discovery_client_config() -> Result<ClientConfig> {
         })?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyServer { provider }))
-        .with_no_client_auth();
-    config.alpn_protocols = vec![ALPN_H2.to_vec()];
-    Ok(config)
+        .with_no_client_auth())
 }
 
 /// Accepts every server certificate; checks handshake signatures.

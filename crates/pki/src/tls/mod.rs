@@ -20,7 +20,7 @@ pub mod pinned;
 pub mod server;
 
 pub use client::{ClientIdentity, client_config};
-pub use discovery::discovery_client_config;
+pub use discovery::{discovery_client_config, unverified_client_config};
 pub use pinned::{join_client_config, pinned_ca_pem};
 pub use server::{ReloadableServerCert, server_config};
 
