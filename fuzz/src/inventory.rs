@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use verge_core::{ResourceType, Kind};
+use verge_core::{Kind, ResourceType};
 use verge_edgecontroller::desired::{self, Versions};
 use verge_edgecontroller::downstream::{Contents, NodeState};
 use verge_proto::{Inventory, Message};

@@ -10,6 +10,9 @@
 //! - [`config`]: the YAML configurations of edgecore, cloudhub and edgecontroller.
 //! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
 //!
+//! - `seeds` and `tests` (test builds): the seed inputs, and checks that each reaches the
+//!   code it was made for.
+//!
 //! `fuzz_targets/<name>.rs` are one-line libFuzzer entry points calling `<module>::check`.
 
 pub mod config;
@@ -18,6 +21,8 @@ pub mod message;
 pub mod path;
 pub mod pki;
 
+#[cfg(test)]
+mod seeds;
 #[cfg(test)]
 mod tests;
 

@@ -32,10 +32,11 @@ pub fn check(data: &[u8]) {
     if let Ok(frame) = ControllerFrame::decode(data) {
         controller_frame(frame);
     }
-    if let Ok(frame) = CloudFrame::decode(data) {
-        if let Some(cloud_frame::Frame::Message(message)) = frame.frame {
-            read(message);
-        }
+    if let Ok(CloudFrame {
+        frame: Some(cloud_frame::Frame::Message(message)),
+    }) = CloudFrame::decode(data)
+    {
+        read(message);
     }
     if let Ok(frame) = HubFrame::decode(data) {
         match frame.frame {

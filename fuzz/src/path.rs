@@ -55,7 +55,12 @@ fn single(s: &str) {
 /// `s.parse::<T>()`, when it succeeds, prints back as `s`.
 fn round_trip<T: FromStr + ToString>(s: &str) {
     if let Ok(parsed) = s.parse::<T>() {
-        assert_eq!(parsed.to_string(), s, "{} round trip", std::any::type_name::<T>());
+        assert_eq!(
+            parsed.to_string(),
+            s,
+            "{} round trip",
+            std::any::type_name::<T>()
+        );
     }
 }
 
@@ -64,7 +69,10 @@ fn round_trip<T: FromStr + ToString>(s: &str) {
 pub fn node_name(name: &str) {
     let hub = verge_cloudhub::validate_node_name(name).is_ok();
     let pki = verge_pki::validate_node_name(name).is_ok();
-    assert_eq!(hub, pki, "node name {name:?}: cloudhub {hub}, verge-pki {pki}");
+    assert_eq!(
+        hub, pki,
+        "node name {name:?}: cloudhub {hub}, verge-pki {pki}"
+    );
     let common_name = format!("{}{name}", verge_pki::NODE_USER_PREFIX);
     let from_cn = verge_pki::node::node_name_from_common_name(&common_name);
     assert_eq!(from_cn.is_ok(), pki, "node name from {common_name:?}");
@@ -128,7 +136,10 @@ pub fn route_upstream(node: &str, envelope: Envelope) {
         assert!(original.node.is_some(), "only a cloud-side path is refused");
         return;
     };
-    assert!(original.node.is_none(), "a cloud-side path is never forwarded");
+    assert!(
+        original.node.is_none(),
+        "a cloud-side path is never forwarded"
+    );
     let Some(group) = group else {
         return;
     };

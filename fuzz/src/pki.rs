@@ -105,7 +105,10 @@ fn secret(text: &str) {
         };
         assert_eq!(grant.token_id, token.id());
         assert_eq!(grant.user, token.user_name());
-        assert_eq!(grant.groups.first().map(String::as_str), Some(BOOTSTRAPPERS_GROUP));
+        assert_eq!(
+            grant.groups.first().map(String::as_str),
+            Some(BOOTSTRAPPERS_GROUP)
+        );
         for group in &grant.groups[1..] {
             assert!(group.starts_with("system:bootstrappers:"), "{group:?}");
         }

@@ -78,7 +78,10 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         for target in &args.targets {
             if !all.contains(target) {
-                bail!("unknown fuzz target {target:?}; targets: {}", all.join(", "));
+                bail!(
+                    "unknown fuzz target {target:?}; targets: {}",
+                    all.join(", ")
+                );
             }
         }
         args.targets.clone()
@@ -87,7 +90,10 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
     let build = build::Build::new(&fuzz)?;
     if args.write_seeds {
         build.harness_tests(true)?;
-        eprintln!("xtask fuzz: seeds written to {}", fuzz.join("seeds").display());
+        eprintln!(
+            "xtask fuzz: seeds written to {}",
+            fuzz.join("seeds").display()
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let started = Instant::now();
@@ -117,7 +123,11 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
     for target in &targets {
         let outcome = run::run_target(&fuzz, &bins.join(target), target, &limits)?;
         println!("{}", outcome.summary(target));
-        if let run::Verdict::Crashed { reproducer, excerpt } = &outcome.verdict {
+        if let run::Verdict::Crashed {
+            reproducer,
+            excerpt,
+        } = &outcome.verdict
+        {
             eprintln!("{excerpt}");
             eprintln!(
                 "xtask fuzz: {target} crashed; reproducer: {}\n  replay it: {} {}\n  \

@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets in `fuzz/` (docs/fuzzing.md): the crate-private pure
-//! rules of [`crate::routing`] and the controller hello check, so that the fuzzer exercises
+//! rules of `routing` and the controller hello check, so that the fuzzer exercises
 //! the code the services run instead of a copy. Not an API: hidden from the docs, and may
 //! change with the fuzz targets.
 

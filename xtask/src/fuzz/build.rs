@@ -115,7 +115,9 @@ impl Build {
 
 /// Runs `cmd`; an error naming `what` unless it succeeds.
 fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
-    let status = cmd.status().with_context(|| format!("{what}: running cargo"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("{what}: running cargo"))?;
     if !status.success() {
         bail!("{what} failed: {status}");
     }

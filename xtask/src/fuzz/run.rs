@@ -92,7 +92,12 @@ impl Outcome {
 }
 
 /// Runs the target binary `bin` within `limits`.
-pub fn run_target(fuzz: &Path, bin: &Path, target: &str, limits: &Limits) -> anyhow::Result<Outcome> {
+pub fn run_target(
+    fuzz: &Path,
+    bin: &Path,
+    target: &str,
+    limits: &Limits,
+) -> anyhow::Result<Outcome> {
     let work = fuzz.join("target");
     let corpus = work.join("corpus").join(target);
     let artifacts = work.join("artifacts").join(target);
@@ -126,7 +131,8 @@ pub fn run_target(fuzz: &Path, bin: &Path, target: &str, limits: &Limits) -> any
         .stderr(log_file)
         .status()
         .with_context(|| format!("running {}", bin.display()))?;
-    let text = std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
+    let text =
+        std::fs::read_to_string(&log).with_context(|| format!("reading {}", log.display()))?;
     let stats = parse_stats(&text);
     let verdict = match (status.success(), reproducer(&text)) {
         (true, _) => Verdict::Clean,
@@ -242,7 +248,15 @@ mod tests {
     fn stats_from_the_log() {
         let s = parse_stats(LOG);
         assert_eq!(
-            (s.runs, s.exec_per_sec, s.cov, s.features, s.corpus, s.new_units, s.peak_rss_mb),
+            (
+                s.runs,
+                s.exec_per_sec,
+                s.cov,
+                s.features,
+                s.corpus,
+                s.new_units,
+                s.peak_rss_mb
+            ),
             (123_457, 4115, 1234, 5678, 90, 89, 86)
         );
     }
@@ -262,8 +276,14 @@ mod tests {
             stack backtrace:\n   0: frames\n==1== ERROR: libFuzzer: deadly signal\n\
             Test unit written to a/crash-1\n";
         let text = excerpt(log, std::process::ExitStatus::from_raw(77 << 8));
-        assert!(text.contains("panicked at src/a.rs:1:2:\nboom\n..."), "{text}");
+        assert!(
+            text.contains("panicked at src/a.rs:1:2:\nboom\n..."),
+            "{text}"
+        );
         assert!(!text.contains("frames"), "{text}");
-        assert!(text.contains("deadly signal\nTest unit written to a/crash-1"), "{text}");
+        assert!(
+            text.contains("deadly signal\nTest unit written to a/crash-1"),
+            "{text}"
+        );
     }
 }
