@@ -99,7 +99,7 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     build.targets(&targets)?;
     eprintln!(
-        "xtask fuzz: built {} targets in {:.0?}",
+        "xtask fuzz: built {} target(s) in {:.0?}",
         targets.len(),
         started.elapsed()
     );
@@ -115,7 +115,7 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
         timeout_seconds: args.timeout,
     };
     eprintln!(
-        "xtask fuzz: running {} targets for {} s each (rss limit {} MiB)",
+        "xtask fuzz: running {} target(s) for {} s each (rss limit {} MiB)",
         targets.len(),
         limits.seconds,
         limits.rss_limit_mb
@@ -139,6 +139,6 @@ fn run_blocking(args: &Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     }
-    eprintln!("xtask fuzz: no crash in {} targets", targets.len());
+    eprintln!("xtask fuzz: no crash in {} target(s)", targets.len());
     Ok(ExitCode::SUCCESS)
 }
