@@ -2,12 +2,14 @@
 //!
 //! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
 //! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
-//! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks);
-//! [`local`] starts and stops the Verge processes for quickstart and benchmarks.
+//! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
+//! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time); [`local`] starts and stops
+//! the Verge processes for quickstart and benchmarks.
 
 mod bench;
 mod control_plane;
 mod down;
+mod fuzz;
 mod local;
 mod quickstart;
 mod test;
@@ -37,6 +39,9 @@ enum Command {
     Down(down::Args),
     /// Run a benchmark (figures against a baseline measured in the same run).
     Bench(bench::Args),
+    /// Build the fuzz targets (stable Rust, libFuzzer) and run each for a bounded time;
+    /// fails on the first crash, naming the reproducer (docs/fuzzing.md).
+    Fuzz(fuzz::Args),
 }
 
 #[tokio::main]
@@ -48,6 +53,7 @@ async fn main() -> ExitCode {
         Command::Quickstart(args) => quickstart::run(args).await,
         Command::Down(args) => down::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Fuzz(args) => fuzz::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -37,7 +37,7 @@ impl ControllerHubService {
 }
 
 /// Checks a controller hello: a name and at least one known group other than `hub`.
-fn parse_hello(hello: &ControllerHello) -> Result<Vec<Group>> {
+pub(crate) fn parse_hello(hello: &ControllerHello) -> Result<Vec<Group>> {
     if hello.name.is_empty() {
         return Err(Error::InvalidControllerHello("name is required".into()));
     }

@@ -18,6 +18,7 @@
 //! - `session_queue`: the per-session task that drives a delivery queue on `tokio::time`.
 //! - `routing`: pure rules for validating messages and rewriting resource paths.
 //! - `stream`: the outbound half of a stream and how it ends.
+//! - `fuzzing` (hidden): entry points of the pure rules for the fuzz targets in `fuzz/`.
 //!
 //! # Example
 //! ```no_run
@@ -38,6 +39,8 @@ pub mod controller;
 mod delivery;
 pub mod edge;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod join;
 mod routing;
 mod session_queue;

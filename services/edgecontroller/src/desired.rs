@@ -177,14 +177,20 @@ pub fn node_references<'a>(
 
 /// The managed objects of `node`'s inventory, by key: pods, configmaps, secrets and the
 /// node's own Node object (never another node's).
+///
+/// Entries whose namespace and name do not form a valid resource path (a `/`, whitespace or
+/// a control character in them, an empty one) are left out: no object of the cluster has
+/// such a key, and a `delete` of it would carry a path cloudhub refuses, ending the
+/// controller's stream (found by the `inventory` fuzz target, docs/fuzzing.md).
 pub fn held_from_inventory(node: &str, inventory: &Inventory) -> Versions {
     let own = node_key(node);
     inventory
         .entries
         .iter()
         .filter_map(|e| {
-            let kind: ResourceType = e.r#type.parse().ok()?;
-            let key = ResourceKey::new(e.namespace.clone(), kind, e.name.clone());
+            let path = format!("{}/{}/{}", e.namespace, e.r#type, e.name);
+            let key: ResourceKey = path.parse().ok()?;
+            let kind = key.kind;
             let wanted = is_managed(kind) && (kind != ResourceType::Node || key == own);
             wanted.then(|| (key, Version::new(e.uid.clone(), e.resource_version.clone())))
         })

@@ -150,6 +150,32 @@ fn current_inventory_needs_nothing() {
     assert!(!other.contains_key(&node_key("edge-1")));
 }
 
+/// Regression (fuzz target `inventory`): an entry whose namespace or name is no valid path
+/// segment was held, and the resync's `delete` of it carried a path cloudhub refuses, which
+/// ended the controller's stream on every (re-)attach.
+#[test]
+fn inventory_entries_with_invalid_paths_are_not_held() {
+    let inventory = Inventory {
+        entries: vec![
+            inv("pod", "\u{b}uidlt", "web-0", "u1", "1"),
+            inv("pod", "a/b", "p", "u2", "1"),
+            inv("secret", "ns", "x/y", "u3", "1"),
+            inv("configmap", "", "cfg", "u4", "1"),
+            inv("configmap", "ns", "with space", "u5", "1"),
+            inv("node", "_", "", "u6", "1"),
+            inv("pod", "ns", "ok", "u7", "1"),
+        ],
+    };
+    let held = held_from_inventory("edge-1", &inventory);
+    let keys: Vec<String> = held.keys().map(ToString::to_string).collect();
+    assert_eq!(keys, ["ns/pod/ok"]);
+    // Every delete the resync would send names a path that parses back.
+    for (key, _) in diff(&Versions::new(), &held).deletes {
+        let path = format!("node/edge-1/{key}");
+        assert!(path.parse::<verge_core::NodeResource>().is_ok(), "{path}");
+    }
+}
+
 #[test]
 fn own_node_is_sent_when_its_content_changed_and_deleted_when_gone() {
     let own = node_key("edge-1");

@@ -1,0 +1,33 @@
+//! The checks behind Verge's fuzz targets (docs/fuzzing.md). Each module takes the raw bytes
+//! libFuzzer made, feeds them to the real parsing code of the crate that owns it, and asserts
+//! the properties that code promises; a panic (a failed assertion, an overflow, an index out
+//! of bounds) is what the fuzzer reports as a crash.
+//!
+//! # Layout
+//! - [`message`]: protobuf frames and messages → the typed envelope, routing at cloudhub.
+//! - [`path`]: resource paths, route names, node names, resourceVersions, routing rules.
+//! - [`inventory`]: a node's inventory → what edgecontroller believes it holds → resync plan.
+//! - [`config`]: the YAML configurations of edgecore, cloudhub and edgecontroller.
+//! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
+//!
+//! - `seeds` and `tests` (test builds): the seed inputs, and checks that each reaches the
+//!   code it was made for.
+//!
+//! `fuzz_targets/<name>.rs` are one-line libFuzzer entry points calling `<module>::check`.
+
+pub mod config;
+pub mod inventory;
+pub mod message;
+pub mod path;
+pub mod pki;
+
+#[cfg(test)]
+mod seeds;
+#[cfg(test)]
+mod tests;
+
+// The unit tests are built with the instrumentation flags too (by `cargo xtask fuzz`, reusing
+// the fuzz build), so they link libFuzzer for its coverage callbacks (`__sanitizer_cov_*`);
+// libFuzzer's entry point calls a target, so they define one that does nothing.
+#[cfg(test)]
+libfuzzer_sys::fuzz_target!(|_data: &[u8]| {});

@@ -1,0 +1,255 @@
+//! The seed inputs of every target (test builds only): small valid examples of what each
+//! target reads, so that the fuzzer starts past the parsers. `cargo xtask fuzz --write-seeds`
+//! writes them to `fuzz/seeds/<target>/` (the CSR and certificates with fresh keys).
+
+use std::time::Duration;
+
+use prost::Message as _;
+use verge_pki::{Ca, CsrRequest, NodeKey};
+use verge_proto::hub::{
+    CloudFrame, ControllerFrame, ControllerHello, EdgeFrame, EdgeHello, HubFrame, NodeSession,
+    Routed, cloud_frame, controller_frame, edge_frame, hub_frame,
+};
+use verge_proto::{Header, Inventory, InventoryEntry, Message, Route, TraceContext};
+
+fn message(operation: &str, resource: &str, parent: &str, content: &[u8]) -> Message {
+    Message {
+        header: Some(Header {
+            id: "0b8e2f54-7d1c-4c36-9a55-3c1f0e6f8a01".to_owned(),
+            parent_id: parent.to_owned(),
+            timestamp_ms: 1_760_000_000_000,
+            resource_version: "1042".to_owned(),
+            sync: operation == "query",
+            uid: "6f1c2b9e-5a7d-4e21-8c3b-9d0a4f7e2b10".to_owned(),
+        }),
+        route: Some(Route {
+            source: "edged".to_owned(),
+            group: "resource".to_owned(),
+            operation: operation.to_owned(),
+            resource: resource.to_owned(),
+        }),
+        content: content.to_vec(),
+        trace_context: None,
+    }
+}
+
+fn entry(kind: &str, namespace: &str, name: &str, rv: &str) -> InventoryEntry {
+    InventoryEntry {
+        r#type: kind.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        resource_version: rv.to_owned(),
+    }
+}
+
+pub fn inventory() -> Inventory {
+    Inventory {
+        entries: vec![
+            entry("pod", "default", "web-0", "1001"),
+            entry("configmap", "default", "web-config", "990"),
+            entry("secret", "default", "web-tls", "991"),
+            entry("node", "_", "edge-1", "1200"),
+            entry("node", "_", "edge-2", "1201"),
+            entry("podstatus", "default", "web-0", "1002"),
+            entry("twin", "default", "sensor", "7"),
+        ],
+    }
+}
+
+fn message_seeds() -> Seeds {
+    let pod =
+        br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"web-0","namespace":"default"}}"#;
+    let mut query = message("query", "default/configmap/web-config", "", b"");
+    query.trace_context = Some(TraceContext {
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        tracestate: "verge=1".to_owned(),
+    });
+    let routed = Routed {
+        node: "edge-1".to_owned(),
+        message: Some(message("update", "node/edge-1/default/pod/web-0", "", pod)),
+    };
+    vec![
+        (
+            "message-update",
+            message("update", "default/podstatus/web-0", "", b"{}").encode_to_vec(),
+        ),
+        (
+            "message-ack",
+            message("ack", "", "1f7a", b"").encode_to_vec(),
+        ),
+        (
+            "message-error",
+            message("error", "default/pod/web-0", "1f7a", b"no such pod").encode_to_vec(),
+        ),
+        (
+            "message-keepalive",
+            message("keepalive", "", "", b"").encode_to_vec(),
+        ),
+        ("message-query", query.encode_to_vec()),
+        (
+            "message-delete-node",
+            message("delete", "node/edge-1/default/secret/web-tls", "", b"").encode_to_vec(),
+        ),
+        (
+            "edge-hello",
+            EdgeFrame {
+                frame: Some(edge_frame::Frame::Hello(EdgeHello {
+                    node_name: "edge-1".to_owned(),
+                    token: String::new(),
+                    inventory: Some(inventory()),
+                    edgecore_version: "0.1.0".to_owned(),
+                })),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "edge-message",
+            EdgeFrame {
+                frame: Some(edge_frame::Frame::Message(message(
+                    "insert",
+                    "_/node/edge-1",
+                    "",
+                    b"{}",
+                ))),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "controller-hello",
+            ControllerFrame {
+                frame: Some(controller_frame::Frame::Hello(ControllerHello {
+                    name: "edgecontroller".to_owned(),
+                    groups: vec!["resource".to_owned(), "device".to_owned()],
+                })),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "controller-routed",
+            ControllerFrame {
+                frame: Some(controller_frame::Frame::Message(routed.clone())),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "cloud-message",
+            CloudFrame {
+                frame: Some(cloud_frame::Frame::Message(message(
+                    "update",
+                    "default/pod/web-0",
+                    "",
+                    pod,
+                ))),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "hub-session",
+            HubFrame {
+                frame: Some(hub_frame::Frame::Session(NodeSession {
+                    node: "edge-1".to_owned(),
+                    connected: true,
+                    inventory: Some(inventory()),
+                    cloudhub: "cloudhub-0".to_owned(),
+                })),
+            }
+            .encode_to_vec(),
+        ),
+        (
+            "hub-routed",
+            HubFrame {
+                frame: Some(hub_frame::Frame::Message(routed)),
+            }
+            .encode_to_vec(),
+        ),
+    ]
+}
+
+fn path_seeds() -> Seeds {
+    [
+        ("update-edge", "update\nedge-1\ndefault/pod/web-0"),
+        ("ack-no-resource", "ack\nedge-1\n"),
+        (
+            "delete-cloud",
+            "delete\nedge-1\nnode/edge-1/default/configmap/web-config",
+        ),
+        ("resync-own-node", "resync\nedge-1\n_/node/edge-1"),
+        (
+            "lease",
+            "patch\nedge.zone-1.example\nkube-node-lease/lease/edge.zone-1.example",
+        ),
+        (
+            "cloud-path",
+            "node/edge-1/default/serviceaccounttoken/default",
+        ),
+        ("versions", "1043\n1042"),
+        ("names", "edgecontroller\ndevicetwin\nhub\ndevicemodel"),
+    ]
+    .into_iter()
+    .map(|(name, text)| (name, text.as_bytes().to_vec()))
+    .collect()
+}
+
+fn config_seeds() -> Seeds {
+    let edgecore = verge_edgecore::Config {
+        node_name: "edge-1".to_owned(),
+        ..verge_edgecore::Config::default()
+    };
+    let edgecore = edgecore.to_yaml().expect("yaml");
+    let cloudhub = "edgeAddr: 0.0.0.0:10000\ncontrollerAddr: 0.0.0.0:10001\ntoken: s3cret\n\
+                    replicaName: cloudhub-0\nkeepaliveInterval: 15s\nmaxFrameBytes: 4194304\n\
+                    sessionQueueLen: 1024\nmaxInflight: 64\nackTimeout: 30s\nmaxRetries: 5\n\
+                    controllerQueueLen: 1024\nupstreamWait: 2s\nshutdownGrace: 10s\nlogFormat: json\n";
+    let edgecontroller = "name: edgecontroller\ncloudhub: [http://cloudhub-0:10001, http://cloudhub-1:10001]\n\
+                          cloudhubDns: cloudhub.verge.svc\ncloudhubResolveInterval: 30s\nconnectTimeout: 5s\n\
+                          keepaliveInterval: 20s\nreconnectMinBackoff: 1s\nreconnectMaxBackoff: 30s\n\
+                          outboundQueue: 1024\nnodeQueue: 256\nshutdownGrace: 10s\n";
+    vec![
+        ("edgecore.yaml", edgecore.into_bytes()),
+        ("cloudhub.yaml", cloudhub.as_bytes().to_vec()),
+        ("edgecontroller.yaml", edgecontroller.as_bytes().to_vec()),
+    ]
+}
+
+fn pki_seeds() -> Seeds {
+    let ca = Ca::generate("verge-seed-ca", Duration::from_secs(10 * 365 * 86_400)).expect("CA");
+    let key = NodeKey::generate().expect("key");
+    let csr_pem = key.csr_pem("edge-1").expect("csr");
+    let csr = CsrRequest::parse(&csr_pem).expect("own CSR");
+    let cert_pem = ca
+        .sign_client_csr(&csr, Duration::from_secs(10 * 365 * 86_400))
+        .expect("signed");
+    let cert_der = verge_pki::pem_io::cert_from_pem(&cert_pem).expect("der");
+    let hash = ca.cert_hash().expect("hash");
+    let secret = "token-id=abcdef\ntoken-secret=0123456789abcdef\nexpiration=2099-01-01T00:00:00Z\n\
+                  usage-bootstrap-authentication=true\nusage-bootstrap-signing=true\n\
+                  auth-extra-groups=system:bootstrappers:verge:edge\n";
+    vec![
+        ("node-csr.pem", csr_pem.into_bytes()),
+        ("node-csr.der", csr.der().to_vec()),
+        ("node-cert.pem", cert_pem.into_bytes()),
+        ("node-cert.der", cert_der.to_vec()),
+        ("ca-cert.pem", ca.cert_pem().as_bytes().to_vec()),
+        ("token", b"abcdef.0123456789abcdef".to_vec()),
+        ("ca-hash", hash.into_bytes()),
+        ("token-secret", secret.as_bytes().to_vec()),
+    ]
+}
+
+/// Named seed inputs of one target.
+pub type Seeds = Vec<(&'static str, Vec<u8>)>;
+
+/// (target, seeds) of every target.
+pub fn all() -> Vec<(&'static str, Seeds)> {
+    vec![
+        ("message_decode", message_seeds()),
+        ("resource_path", path_seeds()),
+        (
+            "inventory",
+            vec![("inventory", inventory().encode_to_vec())],
+        ),
+        ("config_yaml", config_seeds()),
+        ("csr", pki_seeds()),
+    ]
+}

@@ -1,0 +1,126 @@
+//! The seed corpora in `fuzz/seeds/<target>/`: every seed runs through its target's check
+//! without a finding and reaches the accepting path it was made for. `write_seeds` (ignored;
+//! `cargo xtask fuzz --write-seeds`) writes them again from [`crate::seeds`].
+
+use std::path::{Path, PathBuf};
+
+use prost::Message as _;
+use verge_core::Envelope;
+use verge_pki::{CertInfo, CsrRequest};
+use verge_proto::hub::{EdgeFrame, edge_frame};
+use verge_proto::{Inventory, Message};
+
+fn seeds_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("seeds")
+        .join(target)
+}
+
+/// Every committed seed of `target`, by file name.
+fn seeds(target: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(seeds_dir(target))
+        .expect("seed directory")
+        .map(|entry| {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            (name, std::fs::read(&path).expect("seed"))
+        })
+        .collect();
+    out.sort();
+    assert!(!out.is_empty(), "no seeds for {target}");
+    out
+}
+
+#[test]
+#[ignore = "writes fuzz/seeds; run by hand to make the seed corpora again"]
+fn write_seeds() {
+    for (target, seeds) in crate::seeds::all() {
+        let dir = seeds_dir(target);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        for (name, bytes) in seeds {
+            std::fs::write(dir.join(name), bytes).expect("write seed");
+        }
+    }
+}
+
+#[test]
+fn message_seeds_read_as_envelopes() {
+    for (name, bytes) in seeds("message_decode") {
+        crate::message::check(&bytes);
+        let read = if name.starts_with("message-") {
+            Message::decode(bytes.as_slice()).ok()
+        } else if name.starts_with("edge-message") {
+            EdgeFrame::decode(bytes.as_slice())
+                .ok()
+                .and_then(|f| match f.frame {
+                    Some(edge_frame::Frame::Message(m)) => Some(m),
+                    _ => None,
+                })
+        } else {
+            continue;
+        };
+        let read = read.expect(&name);
+        Envelope::try_from(read).unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
+#[test]
+fn path_seeds_pass() {
+    for (_, bytes) in seeds("resource_path") {
+        crate::path::check(&bytes);
+    }
+}
+
+#[test]
+fn inventory_seed_holds_managed_objects() {
+    for (_, bytes) in seeds("inventory") {
+        crate::inventory::check(&bytes);
+        let inventory = Inventory::decode(bytes.as_slice()).expect("inventory");
+        let held = verge_edgecontroller::desired::held_from_inventory("edge-1", &inventory);
+        assert_eq!(held.len(), 4, "pod, configmap, secret, own node");
+    }
+}
+
+#[test]
+fn config_seeds_are_accepted() {
+    for (name, bytes) in seeds("config_yaml") {
+        crate::config::check(&bytes);
+        let text = String::from_utf8(bytes).expect("utf-8");
+        let ok = match name.as_str() {
+            "edgecore.yaml" => verge_edgecore::Config::from_yaml(&text, &name).is_ok(),
+            "cloudhub.yaml" => verge_cloudhub::Config::from_yaml(&text, &name).is_ok(),
+            _ => verge_edgecontroller::Config::from_yaml(&text, &name).is_ok(),
+        };
+        assert!(ok, "{name} is refused");
+    }
+}
+
+#[test]
+fn pki_seeds_are_accepted() {
+    let seeds = seeds("csr");
+    for (_, bytes) in &seeds {
+        crate::pki::check(bytes);
+    }
+    let get = |name: &str| {
+        seeds
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.clone())
+            .expect(name)
+    };
+    let pem = String::from_utf8(get("node-csr.pem")).expect("utf-8");
+    assert_eq!(CsrRequest::parse(&pem).expect("csr").node_name(), "edge-1");
+    assert!(CsrRequest::parse_der(&get("node-csr.der")).is_ok());
+    assert!(CertInfo::parse(&get("node-cert.pem")).is_ok());
+    assert_eq!(
+        verge_pki::node_identity(&get("node-cert.der"))
+            .ok()
+            .as_deref(),
+        Some("edge-1")
+    );
+    assert!(CertInfo::parse(&get("ca-cert.pem")).expect("ca").is_ca);
+}
