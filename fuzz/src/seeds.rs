@@ -197,14 +197,20 @@ fn config_seeds() -> Seeds {
         ..verge_edgecore::Config::default()
     };
     let edgecore = edgecore.to_yaml().expect("yaml");
-    let cloudhub = "edgeAddr: 0.0.0.0:10000\ncontrollerAddr: 0.0.0.0:10001\ntoken: s3cret\n\
+    let cloudhub = "edgeAddr: 0.0.0.0:10000\ncontrollerAddr: 0.0.0.0:10001\njoinAddr: 0.0.0.0:10002\n\
                     replicaName: cloudhub-0\nkeepaliveInterval: 15s\nmaxFrameBytes: 4194304\n\
                     sessionQueueLen: 1024\nmaxInflight: 64\nackTimeout: 30s\nmaxRetries: 5\n\
-                    controllerQueueLen: 1024\nupstreamWait: 2s\nshutdownGrace: 10s\nlogFormat: json\n";
-    let edgecontroller = "name: edgecontroller\ncloudhub: [http://cloudhub-0:10001, http://cloudhub-1:10001]\n\
+                    controllerQueueLen: 1024\nupstreamWait: 2s\nmaxSessions: 100\n\
+                    maxInventoryEntries: 1000\nnodeMessageRate: 50\nnodeMessageBurst: 100\n\
+                    shutdownGrace: 10s\nlogFormat: json\n\
+                    trust: {namespace: verge-system, caName: verge-ca, serverSans: [cloudhub, 10.0.0.1],\n\
+                    \x20 serverCertValidity: 720h, nodeCertValidity: 8760h, maxHandshakes: 64}\n";
+    let edgecontroller = "name: edgecontroller\ncloudhub: [https://cloudhub-0:10001, https://cloudhub-1:10001]\n\
                           cloudhubDns: cloudhub.verge.svc\ncloudhubResolveInterval: 30s\nconnectTimeout: 5s\n\
                           keepaliveInterval: 20s\nreconnectMinBackoff: 1s\nreconnectMaxBackoff: 30s\n\
-                          outboundQueue: 1024\nnodeQueue: 256\nshutdownGrace: 10s\n";
+                          outboundQueue: 1024\nnodeQueue: 256\nshutdownGrace: 10s\n\
+                          cloudhubAuth: {caConfigMap: verge-system/verge-ca, audience: verge-controllerhub,\n\
+                          \x20 serviceAccount: verge-system/edgecontroller, tlsServerName: cloudhub}\n";
     vec![
         ("edgecore.yaml", edgecore.into_bytes()),
         ("cloudhub.yaml", cloudhub.as_bytes().to_vec()),

@@ -43,6 +43,23 @@ pub struct Args {
     targets: Vec<String>,
 }
 
+/// A short pass over every target, `seconds` each, with the default limits: what
+/// `cargo xtask test` runs last.
+///
+/// # Errors
+/// As [`run`].
+pub async fn short_pass(seconds: u64) -> anyhow::Result<ExitCode> {
+    run(Args {
+        seconds,
+        rss_limit_mb: 2048,
+        timeout: 10,
+        build_only: false,
+        write_seeds: false,
+        targets: Vec::new(),
+    })
+    .await
+}
+
 /// The `fuzz/` workspace (an absolute path without `..` where the file system allows).
 fn fuzz_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");

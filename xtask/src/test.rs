@@ -5,7 +5,8 @@
 //! rustdoc warnings denied; then install missing Debian packages, make sure Docker runs and
 //! the test image exists, start the control plane, `cargo build --workspace --bins`, then
 //! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
-//! exported, then stop the control plane. The exit code is the first failing step's.
+//! exported, then stop the control plane, then a short fuzz pass (every target of `fuzz/`
+//! for 10 s, built for libFuzzer on stable). The exit code is the first failing step's.
 
 use std::process::{Command, ExitCode};
 
@@ -21,6 +22,9 @@ pub struct Args {
     /// Skip the static checks (fmt, clippy, doc), e.g. when re-running one test.
     #[arg(long)]
     skip_static_checks: bool,
+    /// Skip the closing fuzz pass (`cargo xtask fuzz --seconds 10`).
+    #[arg(long)]
+    skip_fuzz: bool,
     /// Extra arguments for `cargo test` (after `--`, e.g. `-- -p verge-core`; a `-p`
     /// replaces `--workspace`).
     #[arg(last = true)]
@@ -61,8 +65,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::control_plane::down(&config).await?;
         eprintln!("xtask test: control plane stopped");
     }
-    code
+    let code = code?;
+    if code != ExitCode::SUCCESS || args.skip_fuzz || !args.cargo_args.is_empty() {
+        return Ok(code);
+    }
+    eprintln!("xtask test: fuzz pass, {FUZZ_SECONDS} s per target (`cargo xtask fuzz`)");
+    crate::fuzz::short_pass(FUZZ_SECONDS).await
 }
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SECONDS: u64 = 10;
 
 /// One static check: a cargo command line.
 struct Check {
