@@ -47,7 +47,7 @@ pub struct Args {
 /// `cargo xtask test` runs last.
 ///
 /// # Errors
-/// As [`run`].
+/// As [`run()`].
 pub async fn short_pass(seconds: u64) -> anyhow::Result<ExitCode> {
     run(Args {
         seconds,
