@@ -126,20 +126,28 @@ impl Credentials {
     /// # Errors
     /// As [`Credentials::load`], [`Error::Expired`], [`Error::OtherNode`].
     pub fn client_config(&self, node: &str) -> Result<Arc<ClientConfig>> {
-        let loaded = self.load()?;
-        loaded.check(node, SystemTime::now())?;
-        let identity = ClientIdentity {
-            cert_chain_pem: &loaded.cert_pem,
-            key_pem: &loaded.key,
-        };
-        Ok(Arc::new(verge_pki::tls::client_config(
-            &loaded.ca_pem,
-            Some(identity),
-        )?))
+        self.load()?.client_config(node)
     }
 }
 
 impl Loaded {
+    /// A TLS client configuration presenting this certificate and trusting this CA, after
+    /// checking that the certificate is for `node` and not expired.
+    ///
+    /// # Errors
+    /// [`Error::Expired`], [`Error::OtherNode`], [`Error::Pki`].
+    pub fn client_config(&self, node: &str) -> Result<Arc<ClientConfig>> {
+        self.check(node, SystemTime::now())?;
+        let identity = ClientIdentity {
+            cert_chain_pem: &self.cert_pem,
+            key_pem: &self.key,
+        };
+        Ok(Arc::new(verge_pki::tls::client_config(
+            &self.ca_pem,
+            Some(identity),
+        )?))
+    }
+
     /// Checks that the certificate names `node` and is valid at `now`.
     ///
     /// # Errors

@@ -53,8 +53,9 @@ pub async fn renew(config: Config, shutdown: CancellationToken) {
 /// As [`Credentials::client_config`], [`Error::Connect`], [`Error::Refused`], [`Error::Pki`].
 pub async fn renew_once(config: &Config, credentials: &Credentials) -> Result<()> {
     let address = config.edge_hub.server.clone();
-    let tls = credentials.client_config(&config.node_name)?;
-    let ca_pem = credentials.load()?.ca_pem;
+    let loaded = credentials.load()?;
+    let tls = loaded.client_config(&config.node_name)?;
+    let ca_pem = loaded.ca_pem;
     let endpoint = verge_proto::transport::endpoint(&address)
         .map_err(|_| Error::Address {
             address: address.clone(),

@@ -126,17 +126,30 @@ impl Trust {
         error
     }
 
-    /// Finds and checks the bootstrap token `id.secret` for joining.
-    async fn grant(&self, token: &BootstrapToken) -> Result<(), TrustError> {
-        let Some((secret_type, data)) = self.api.bootstrap_token_secret(token.id()).await? else {
-            return Err(TrustError::Token(verge_pki::token::TokenError::Unknown {
-                token_id: token.id().to_owned(),
-            }));
-        };
+    /// The Secret of bootstrap token `token_id`.
+    ///
+    /// # Errors
+    /// [`TrustError::Token`] (`Unknown`) when it does not exist, [`TrustError::Cluster`].
+    async fn token_secret(&self, token_id: &str) -> Result<TokenSecret, TrustError> {
+        self.api
+            .bootstrap_token_secret(token_id)
+            .await?
+            .ok_or_else(|| {
+                TrustError::Token(verge_pki::token::TokenError::Unknown {
+                    token_id: token_id.to_owned(),
+                })
+            })
+    }
+
+    /// Checks `token` against its Secret `(secret_type, data)` for joining.
+    fn check_token(
+        token: &BootstrapToken,
+        (secret_type, data): &TokenSecret,
+    ) -> Result<(), TrustError> {
         validate_token_secret(
             token,
-            &secret_type,
-            &data,
+            secret_type,
+            data,
             SystemTime::now(),
             Usage::Authentication,
         )?;
@@ -152,23 +165,14 @@ impl Trust {
     /// [`TrustError::Cluster`] when the API server cannot be asked.
     pub async fn ca_for_token(&self, token_id: &str) -> Result<(String, Vec<u8>), TrustError> {
         let result = async {
-            let Some((secret_type, data)) = self.api.bootstrap_token_secret(token_id).await? else {
-                return Err(TrustError::Token(verge_pki::token::TokenError::Unknown {
-                    token_id: token_id.to_owned(),
-                }));
-            };
-            let secret = data
+            let stored = self.token_secret(token_id).await?;
+            let secret = stored
+                .1
                 .get(verge_pki::token::TOKEN_SECRET_KEY)
                 .and_then(|s| std::str::from_utf8(s).ok())
                 .unwrap_or_default();
             let token = BootstrapToken::parse(&format!("{token_id}.{secret}"))?;
-            validate_token_secret(
-                &token,
-                &secret_type,
-                &data,
-                SystemTime::now(),
-                Usage::Authentication,
-            )?;
+            Self::check_token(&token, &stored)?;
             let mac = verge_pki::token::ca_mac(&token, self.ca.cert_der());
             Ok((self.ca.cert_pem().to_owned(), mac))
         }
@@ -186,7 +190,10 @@ impl Trust {
     pub async fn join(&self, token: &str, csr_pem: &str) -> Result<Issued, TrustError> {
         let token = BootstrapToken::parse(token).map_err(|e| self.refuse("join", e.into()))?;
         let who = format!("join with token {}", token.id());
-        self.grant(&token).await.map_err(|e| self.refuse(&who, e))?;
+        let stored = self.token_secret(token.id()).await;
+        stored
+            .and_then(|stored| Self::check_token(&token, &stored))
+            .map_err(|e| self.refuse(&who, e))?;
         let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(&who, e.into()))?;
         let node = csr.node_name().to_owned();
         if self.api.node_owner(&node).await? == NodeOwner::Foreign {
