@@ -43,6 +43,9 @@ pub enum ResourceType {
     DeviceModel,
     /// A device twin's state (edge <-> cloud).
     Twin,
+    /// A Device's reported twins, state and last online time (edge -> cloud), written into
+    /// the `devices.kubeedge.io/v1beta1/DeviceStatus` of the same name.
+    DeviceStatus,
 }
 
 impl ResourceType {
@@ -61,6 +64,7 @@ impl ResourceType {
             Self::Device => "device",
             Self::DeviceModel => "devicemodel",
             Self::Twin => "twin",
+            Self::DeviceStatus => "devicestatus",
         }
     }
 
@@ -87,6 +91,7 @@ impl FromStr for ResourceType {
             "device" => Self::Device,
             "devicemodel" => Self::DeviceModel,
             "twin" => Self::Twin,
+            "devicestatus" => Self::DeviceStatus,
             other => return Err(Error::UnknownResourceType(other.to_owned())),
         })
     }

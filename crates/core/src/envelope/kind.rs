@@ -59,8 +59,9 @@ pub enum Outcome {
 /// key is the edge-side `<namespace>/<type>/<name>` (the cloud-side `node/<node>/` prefix is
 /// [`crate::Envelope::node`]).
 ///
-/// Device twins travel as object messages of [`crate::ResourceType::Twin`] in group
-/// [`crate::Group::Device`]; more kinds may be added (the enum is non-exhaustive).
+/// Devices travel as object messages in group [`crate::Group::Device`]: Devices and
+/// DeviceModels downstream, [`crate::ResourceType::DeviceStatus`] reports upstream; more
+/// kinds may be added (the enum is non-exhaustive).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Kind {
