@@ -10,6 +10,7 @@
 //!   detached background processes that outlive the calling test binary;
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
+//! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
 //!   the workspace's built binaries ([`process::workspace_bin`]).
@@ -20,6 +21,7 @@
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
@@ -61,6 +63,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod docker;
 mod lock;
+pub mod mosquitto;
 pub mod netns;
 pub mod packages;
 pub mod paths;
