@@ -52,7 +52,7 @@ use std::fmt;
 
 use futures::future::BoxFuture;
 
-pub use address::BrokerAddress;
+pub use address::{AddressError, BrokerAddress};
 pub use client::EventBus;
 pub use error::Error;
 pub use handle::EventBusHandle;

@@ -49,16 +49,21 @@ pub enum RequestError {
     /// A state that is none of KubeEdge's (code 400).
     #[error("unknown state {0:?}: use online, offline, ok, unknown or disconnected")]
     UnknownState(String),
+    /// The twin logic did not answer in time (code 500).
+    #[error("the twin logic did not answer within {0:?}")]
+    Timeout(std::time::Duration),
     /// The twin logic refused the request (its code).
     #[error(transparent)]
     Twin(#[from] TwinError),
 }
 
 impl RequestError {
-    /// The code of the error result: 400, or the twin logic's ([`TwinError::code`]).
+    /// The code of the error result: 400, 500 for a timeout, or the twin logic's
+    /// ([`TwinError::code`]).
     pub fn code(&self) -> u16 {
         match self {
             Self::Twin(e) => e.code(),
+            Self::Timeout(_) => 500,
             _ => 400,
         }
     }
