@@ -151,8 +151,8 @@ impl EventBus {
                         error!(refused, "the broker refused eventbus subscriptions (ACL?)");
                     } else {
                         info!(topics = ?topic::SUBSCRIPTIONS, "eventbus subscribed");
+                        connected.send_replace(true);
                     }
-                    connected.send_replace(true);
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
                     if let Err(full) = tx.try_send(publish) {
