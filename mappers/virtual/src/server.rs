@@ -10,7 +10,6 @@ use std::io;
 use std::path::Path;
 
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::info;
@@ -42,7 +41,9 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     UnixListener::bind(path)
 }
 
-/// Serves DeviceMapperService for `mapper` on `listener` until `shutdown` fires.
+/// Serves DeviceMapperService for `mapper` on `listener` until `shutdown` fires. Connections
+/// go through `verge_runtime::unix_grpc`, so clients that send the socket path as
+/// `:authority` (grpc-go dialling a plain path, as KubeEdge's edgecore does) are served too.
 ///
 /// # Errors
 /// The server fails (tonic's transport error).
@@ -54,7 +55,7 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .add_service(DeviceMapperServiceServer::new(Service(mapper)))
         .serve_with_incoming_shutdown(
-            UnixListenerStream::new(listener),
+            verge_runtime::unix_grpc::incoming(listener),
             shutdown.cancelled_owned(),
         )
         .await
