@@ -63,12 +63,15 @@ impl FakeEdgecore {
     /// The socket cannot be bound.
     pub fn start(socket: &Path, answer: MapperRegisterResponse) -> anyhow::Result<Self> {
         let _ = std::fs::remove_file(socket);
-        let listener = UnixListener::bind(socket)
-            .with_context(|| format!("binding {}", socket.display()))?;
+        let listener =
+            UnixListener::bind(socket).with_context(|| format!("binding {}", socket.display()))?;
         let (tx, calls) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let server = tonic::transport::Server::builder()
-            .add_service(DeviceManagerServiceServer::new(Service { answer, calls: tx }))
+            .add_service(DeviceManagerServiceServer::new(Service {
+                answer,
+                calls: tx,
+            }))
             .serve_with_incoming_shutdown(
                 verge_runtime::unix_grpc::incoming(listener),
                 stop.clone().cancelled_owned(),
@@ -148,7 +151,11 @@ impl DeviceManagerService for Service {
     ) -> Result<Response<MapperRegisterResponse>, Status> {
         let request = request.into_inner();
         let _ = self.calls.send(DmiCall::Register(request.clone()));
-        if request.mapper.as_ref().is_none_or(|m| m.protocol.is_empty()) {
+        if request
+            .mapper
+            .as_ref()
+            .is_none_or(|m| m.protocol.is_empty())
+        {
             return Err(Status::invalid_argument("mapper protocol is empty"));
         }
         Ok(Response::new(self.answer.clone()))
@@ -177,7 +184,9 @@ impl DeviceManagerService for Service {
         let request = request.into_inner();
         let _ = self.calls.send(DmiCall::States(request.clone()));
         if request.state.is_empty() || request.device_name.is_empty() {
-            return Err(Status::invalid_argument("device name and state are required"));
+            return Err(Status::invalid_argument(
+                "device name and state are required",
+            ));
         }
         Ok(Response::new(ReportDeviceStatesResponse {}))
     }

@@ -59,7 +59,10 @@ pub fn protoc_include() -> anyhow::Result<PathBuf> {
 pub fn cache_root() -> PathBuf {
     std::env::var_os("VERGE_GO_MAPPER_CACHE")
         .filter(|p| !p.is_empty())
-        .map_or_else(|| crate::paths::verge_home().join("go-mapper"), PathBuf::from)
+        .map_or_else(
+            || crate::paths::verge_home().join("go-mapper"),
+            PathBuf::from,
+        )
 }
 
 /// SHA-256 (first 16 hex digits) over the build inputs: every regular file of
@@ -139,6 +142,9 @@ pub fn ensure_built() -> anyhow::Result<PathBuf> {
         bail!("{} {} failed: {status}", script.display(), dir.display());
     }
     std::fs::write(&stamp, "complete\n").with_context(|| format!("writing {}", stamp.display()))?;
-    eprintln!("verge-testkit: Go mapper built in {:.0?}", started.elapsed());
+    eprintln!(
+        "verge-testkit: Go mapper built in {:.0?}",
+        started.elapsed()
+    );
     Ok(binary)
 }

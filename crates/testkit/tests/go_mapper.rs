@@ -41,7 +41,9 @@ async fn go_mapper_registers_reports_and_takes_updates() -> anyhow::Result<()> {
     let socket = dir.path().join("go-virtual.sock");
     let answer = MapperRegisterResponse {
         model_list: vec![dmi::thermometer_model("default")],
-        device_list: vec![dmi::thermometer_device("default", "thermo", "virtual", "21", 200)],
+        device_list: vec![dmi::thermometer_device(
+            "default", "thermo", "virtual", "21", 200,
+        )],
     };
     let mut edgecore = FakeEdgecore::start(&dmi_socket, answer)?;
     let mut mapper = ChildProcess::spawn(

@@ -51,7 +51,9 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
     let config = config(dir.path());
     let answer = MapperRegisterResponse {
         model_list: vec![dmi::thermometer_model("default")],
-        device_list: vec![dmi::thermometer_device("default", "thermo", "virtual", "21", 100)],
+        device_list: vec![dmi::thermometer_device(
+            "default", "thermo", "virtual", "21", 100,
+        )],
     };
     let mut edgecore = FakeEdgecore::start(&config.dmi_socket, answer)?;
     let shutdown = CancellationToken::new();
@@ -65,7 +67,10 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
         .await?;
     assert!(register.with_data);
     let info = register.mapper.unwrap_or_default();
-    assert_eq!((info.name.as_str(), info.protocol.as_str()), ("virtual-mapper", "virtual"));
+    assert_eq!(
+        (info.name.as_str(), info.protocol.as_str()),
+        ("virtual-mapper", "virtual")
+    );
     assert_eq!(info.api_version, "v1beta1");
     assert_eq!(info.address, config.socket.as_os_str().as_encoded_bytes());
 
@@ -75,7 +80,9 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
         .wait_for("temperature", WAIT, |c| twin(c, "thermo", "temperature"))
         .await?;
     assert!(
-        temperature.parse::<i64>().is_ok_and(|t| (18..=26).contains(&t)),
+        temperature
+            .parse::<i64>()
+            .is_ok_and(|t| (18..=26).contains(&t)),
         "{temperature}"
     );
     assert_eq!(observed, "");
@@ -94,7 +101,9 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
     // A new desired value is applied at once and comes back as reported and observedDesired.
     let updated = dmi::thermometer_device("default", "thermo", "virtual", "23", 100);
     client
-        .update_device(UpdateDeviceRequest { device: Some(updated) })
+        .update_device(UpdateDeviceRequest {
+            device: Some(updated),
+        })
         .await?;
     edgecore
         .wait_for("setpoint 23", Duration::from_secs(2), |c| {
@@ -108,7 +117,11 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
         })
         .await?
         .into_inner();
-    let twins = got.device.and_then(|d| d.status).map(|s| s.twins).unwrap_or_default();
+    let twins = got
+        .device
+        .and_then(|d| d.status)
+        .map(|s| s.twins)
+        .unwrap_or_default();
     assert_eq!(twins.len(), 2);
 
     // A model in another namespace, then a device using it.
@@ -121,11 +134,19 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
     assert_eq!(created.device_model_name, "thermometer-model");
     let registered = client
         .register_device(RegisterDeviceRequest {
-            device: Some(dmi::thermometer_device("plant", "boiler", "virtual", "30", 100)),
+            device: Some(dmi::thermometer_device(
+                "plant", "boiler", "virtual", "30", 100,
+            )),
         })
         .await?
         .into_inner();
-    assert_eq!((registered.device_name.as_str(), registered.device_namespace.as_str()), ("boiler", "plant"));
+    assert_eq!(
+        (
+            registered.device_name.as_str(),
+            registered.device_namespace.as_str()
+        ),
+        ("boiler", "plant")
+    );
     let boiler = edgecore
         .wait_for("boiler setpoint", WAIT, |c| twin(c, "boiler", "setpoint"))
         .await?;
@@ -148,8 +169,16 @@ async fn registers_reports_and_serves_every_call() -> anyhow::Result<()> {
     edgecore.drain();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = edgecore.drain();
-    assert!(after.iter().all(|c| twin(c, "thermo", "setpoint").is_none()));
-    assert!(after.iter().any(|c| twin(c, "boiler", "setpoint").is_some()));
+    assert!(
+        after
+            .iter()
+            .all(|c| twin(c, "thermo", "setpoint").is_none())
+    );
+    assert!(
+        after
+            .iter()
+            .any(|c| twin(c, "boiler", "setpoint").is_some())
+    );
     let missing = client
         .get_device(GetDeviceRequest {
             device_name: "thermo".into(),
@@ -176,16 +205,23 @@ async fn retries_registration_until_edgecore_is_up() -> anyhow::Result<()> {
 
     let answer = MapperRegisterResponse {
         model_list: vec![dmi::thermometer_model("default")],
-        device_list: vec![dmi::thermometer_device("default", "late", "virtual", "", 100)],
+        device_list: vec![dmi::thermometer_device(
+            "default", "late", "virtual", "", 100,
+        )],
     };
     let mut edgecore = FakeEdgecore::start(&config.dmi_socket, answer)?;
     edgecore
-        .wait_for("MapperRegister", WAIT, |c| matches!(c, DmiCall::Register(_)).then_some(()))
+        .wait_for("MapperRegister", WAIT, |c| {
+            matches!(c, DmiCall::Register(_)).then_some(())
+        })
         .await?;
     let (setpoint, observed) = edgecore
         .wait_for("late setpoint", WAIT, |c| twin(c, "late", "setpoint"))
         .await?;
-    assert!(setpoint.parse::<i64>().is_ok_and(|v| (5..=35).contains(&v)), "{setpoint}");
+    assert!(
+        setpoint.parse::<i64>().is_ok_and(|v| (5..=35).contains(&v)),
+        "{setpoint}"
+    );
     assert_eq!(observed, "");
 
     shutdown.cancel();
@@ -197,7 +233,10 @@ async fn retries_registration_until_edgecore_is_up() -> anyhow::Result<()> {
 async fn stops_while_edgecore_is_down() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let shutdown = CancellationToken::new();
-    let mapper = tokio::spawn(verge_virtual_mapper::run(config(dir.path()), shutdown.clone()));
+    let mapper = tokio::spawn(verge_virtual_mapper::run(
+        config(dir.path()),
+        shutdown.clone(),
+    ));
     tokio::time::sleep(Duration::from_millis(300)).await;
     shutdown.cancel();
     tokio::time::timeout(WAIT, mapper).await???;
