@@ -11,6 +11,7 @@
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
 //! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
+//! * the Go DMI mapper built from Verge's `.proto` ([`go_mapper::ensure_built`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
 //!   the workspace's built binaries ([`process::workspace_bin`]).
@@ -22,6 +23,9 @@
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
+//! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
+//!   client, sample DMI devices and models.
+//! * [`go_mapper`] — [`go_mapper::ensure_built`]: the Go mapper generated from the DMI proto.
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
@@ -61,7 +65,9 @@
 
 pub mod control_plane;
 pub mod daemon;
+pub mod dmi;
 pub mod docker;
+pub mod go_mapper;
 mod lock;
 pub mod mosquitto;
 pub mod netns;
