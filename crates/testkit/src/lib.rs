@@ -19,6 +19,7 @@
 //! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
+//! * [`crds`] — [`crds::install_device_crds`]: the device CRDs of `deploy/crds/`.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
@@ -58,6 +59,7 @@
 //! the failing component's log: this crate only serves tests and xtask.
 
 pub mod control_plane;
+pub mod crds;
 pub mod daemon;
 pub mod docker;
 mod lock;
@@ -70,6 +72,7 @@ pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
+pub use crds::install_device_crds;
 
 /// The control plane shared by all test binaries of one run.
 ///

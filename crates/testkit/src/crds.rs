@@ -1,0 +1,52 @@
+//! The device CustomResourceDefinitions of `deploy/crds/` (Device, DeviceModel, DeviceStatus
+//! of `devices.kubeedge.io`), installed into a test control plane.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use anyhow::{Context as _, bail};
+
+use crate::ControlPlane;
+
+/// The repository's `deploy/crds/` directory.
+pub fn crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")
+}
+
+/// Applies every CRD of [`crds_dir`] server-side (`kubectl apply --server-side
+/// --force-conflicts`, so a run with changed definitions takes over the fields) and waits up
+/// to 60 s until each is `Established` (its resources are served). Idempotent: the shared
+/// control plane keeps them for the next test binary.
+///
+/// # Errors
+/// kubectl cannot be run, the apply fails (the error holds kubectl's output), or a CRD is
+/// not established in time.
+pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
+    let dir = crds_dir();
+    let mut apply = cp.kubectl_command();
+    apply
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(&dir);
+    let mut wait = cp.kubectl_command();
+    wait.args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+        .arg(&dir);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        check("kubectl apply of the device CRDs", apply.output())?;
+        check("kubectl wait for the device CRDs", wait.output())
+    })
+    .await?
+}
+
+/// Fails with kubectl's output unless it succeeded.
+fn check(what: &str, output: std::io::Result<Output>) -> anyhow::Result<()> {
+    let output = output.with_context(|| format!("cannot run {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
