@@ -19,7 +19,8 @@
 //! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
-//! * [`crds`] — [`crds::install_device_crds`]: the device CRDs of `deploy/crds/`.
+//! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
+//!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
@@ -72,7 +73,7 @@ pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
-pub use crds::install_device_crds;
+pub use crds::{install_cloud_rbac, install_device_crds};
 
 /// The control plane shared by all test binaries of one run.
 ///

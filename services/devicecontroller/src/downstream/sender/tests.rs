@@ -14,7 +14,9 @@ fn object(value: Value) -> Arc<DynamicObject> {
 fn device(rv: &str, desired: &str, status: Value) -> Arc<DynamicObject> {
     object(json!({
         "apiVersion": "devices.kubeedge.io/v1beta1", "kind": "Device",
-        "metadata": { "name": "d", "namespace": "ns", "uid": "u-d", "resourceVersion": rv },
+        // Without a status subresource every write bumps the generation.
+        "metadata": { "name": "d", "namespace": "ns", "uid": "u-d", "resourceVersion": rv,
+            "generation": rv.parse::<i64>().unwrap_or_default() },
         "spec": { "nodeName": "edge-1", "deviceModelRef": { "name": "m" },
             "properties": [{ "name": "temp", "desired": { "value": desired } }] },
         "status": status,
@@ -170,7 +172,7 @@ fn failed_messages_are_sent_again() {
     // A lost delete is sent again too.
     let deletes = state.plan("edge-1", &BTreeMap::new());
     assert_eq!(deletes.len(), 2);
-    assert!(state.failed(&deletes[0].id.to_string()));
+    assert!(state.failed(deletes[0].id.as_str()));
     let (ops, _) = summary(&state.plan("edge-1", &BTreeMap::new()));
     assert_eq!(ops, [op(Operation::Delete, "node/edge-1/ns/device/d")]);
 }
