@@ -74,8 +74,8 @@ pub struct DeviceController {
 impl DeviceController {
     /// A controller that reads and writes the API server with `client`. It needs list/watch
     /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
-    /// `devices`; get/create/patch on `devicestatuses`; create/patch on `events.k8s.io`
-    /// events; get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
+    /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
+    /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
     /// (deploy/cloud/rbac.yaml).
     pub fn new(config: Config, client: kube::Client) -> Self {
         Self { config, client }
@@ -110,7 +110,7 @@ impl DeviceController {
         let caches = Caches::start(&self.client, &events_tx, &tracker, &workers_stop);
         drop(events_tx);
         let (reports_tx, reports_rx) = mpsc::channel(REPORTS);
-        let instance = Some(config.name_for(&IDENTITY).to_owned());
+        let instance = config.name_for(&IDENTITY).to_owned();
         tracker.spawn(
             problems::run(
                 self.client.clone(),

@@ -1,17 +1,21 @@
 //! Clear errors for Devices that cannot go to their node: a Warning event on the Device
 //! (`events.k8s.io/v1`, reportingController `devicecontroller`, reason
 //! `DeviceModelNotFound` or `InvalidDevice`, the note naming the field), published once
-//! per Device and problem; kube-runtime's [`Recorder`] turns a repetition within minutes
-//! into a series (count) on the same Event.
+//! per Device and problem.
 //!
-//! [`Reported`] decides what to publish (pure); [`run`] publishes.
+//! [`Reported`] decides what to publish (pure); [`run`] publishes, creating one Event per
+//! report. (kube-runtime's `Recorder` is not used: it folds every event of the same reason
+//! within minutes into a series of the first one, keeping its note, so a second, different
+//! `InvalidDevice` problem would show the first one's text.)
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Resource;
-use kube::api::DynamicObject;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DynamicObject, PostParams};
+use kube::{Api, Resource};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -89,19 +93,15 @@ fn truncate(mut note: String) -> String {
 }
 
 /// Publishes every [`Report`] of `reports` as a Warning event until `shutdown` or until the
-/// channel closes. A failed publish is logged (the Device's problem stays visible in the
-/// log; it is published again when the Device or its model changes).
+/// channel closes; `instance` is the event's `reportingInstance`. A failed publish is logged
+/// (the problem stays visible in the log; it is published again when the Device or its
+/// model changes in a way that changes the problem, or after a restart).
 pub async fn run(
     client: kube::Client,
-    instance: Option<String>,
+    instance: String,
     mut reports: mpsc::Receiver<Report>,
     shutdown: CancellationToken,
 ) {
-    let reporter = Reporter {
-        controller: crate::IDENTITY.name.to_owned(),
-        instance,
-    };
-    let recorder = Recorder::new(client, reporter);
     loop {
         let report = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -111,19 +111,39 @@ pub async fn run(
         let namespace = report.device.namespace.clone().unwrap_or_default();
         warn!(%namespace, %device, reason = report.reason, note = %report.note,
             "device not sent to its node");
-        let event = Event {
-            type_: EventType::Warning,
-            reason: report.reason.to_owned(),
-            note: Some(report.note),
-            action: "SendToNode".to_owned(),
-            secondary: None,
-        };
-        match recorder.publish(&event, &report.device).await {
-            Ok(()) => debug!(%namespace, %device, "event published"),
+        let events: Api<Event> = Api::namespaced(client.clone(), &namespace);
+        let event = event(&report, &instance, Timestamp::now());
+        match events.create(&PostParams::default(), &event).await {
+            Ok(_) => debug!(%namespace, %device, "event published"),
             Err(error) => warn!(%error, %namespace, %device, "cannot publish event"),
         }
     }
 }
+
+/// The Warning event of `report` at `now`, named `<device>.<nanoseconds as hex>` (as
+/// Kubernetes' event recorders name theirs).
+pub fn event(report: &Report, instance: &str, now: Timestamp) -> Event {
+    let device = report.device.name.clone().unwrap_or_default();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{device}.{:x}", now.as_nanosecond())),
+            namespace: report.device.namespace.clone(),
+            ..ObjectMeta::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some("Warning".to_owned()),
+        reason: Some(report.reason.to_owned()),
+        note: Some(report.note.clone()),
+        action: Some(ACTION.to_owned()),
+        regarding: Some(report.device.clone()),
+        reporting_controller: Some(crate::IDENTITY.name.to_owned()),
+        reporting_instance: Some(instance.to_owned()),
+        ..Event::default()
+    }
+}
+
+/// The event's `action`: what devicecontroller did not do.
+pub const ACTION: &str = "SendToNode";
 
 #[cfg(test)]
 mod tests {
@@ -166,6 +186,27 @@ mod tests {
         assert_eq!(report.reason, "InvalidDevice");
         r.forget(&key);
         assert!(r.check(&key, &device("u2"), Err(&no_visitor)).is_some());
+    }
+
+    #[test]
+    fn the_event_names_device_reason_and_controller() {
+        let key = ResourceKey::new("ns", ResourceType::Device, "d");
+        let problem = Problem::Invalid(Invalid::NoProtocol);
+        let report = Reported::default()
+            .check(&key, &device("u1"), Err(&problem))
+            .expect("new");
+        let e = event(&report, "dc-0", Timestamp::UNIX_EPOCH);
+        assert_eq!(e.metadata.name.as_deref(), Some("d.0"));
+        assert_eq!(e.metadata.namespace.as_deref(), Some("ns"));
+        assert_eq!(e.type_.as_deref(), Some("Warning"));
+        assert_eq!(e.reason.as_deref(), Some("InvalidDevice"));
+        assert_eq!(
+            e.note.as_deref(),
+            Some("spec.protocol.protocolName is empty")
+        );
+        assert_eq!(e.reporting_controller.as_deref(), Some("devicecontroller"));
+        assert_eq!(e.reporting_instance.as_deref(), Some("dc-0"));
+        assert_eq!(e.regarding.and_then(|r| r.uid).as_deref(), Some("u1"));
     }
 
     #[test]
