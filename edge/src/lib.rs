@@ -15,11 +15,14 @@
 //!   manager and lease controller).
 //! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
 //!   load for every connection, renew at 80 % of the lifetime.
+//! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
+//!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
+//!   [`eventbus::EventBusHandle`]).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
 //!
-//! Later modules (devicetwin, eventbus) plug
+//! Later modules (devicetwin) plug
 //! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
 //!
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
@@ -30,6 +33,7 @@ pub mod config;
 pub mod edged;
 pub mod edgehub;
 pub mod error;
+pub mod eventbus;
 pub mod metamanager;
 pub mod node;
 mod private_dir;

@@ -10,6 +10,7 @@
 //!   detached background processes that outlive the calling test binary;
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
+//! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
 //!   the workspace's built binaries ([`process::workspace_bin`]).
@@ -22,6 +23,7 @@
 //! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
 //!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
@@ -64,6 +66,7 @@ pub mod crds;
 pub mod daemon;
 pub mod docker;
 mod lock;
+pub mod mosquitto;
 pub mod netns;
 pub mod packages;
 pub mod paths;

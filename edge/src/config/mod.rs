@@ -16,10 +16,14 @@
 //!   maxPods: 110
 //!   nodeStatusUpdateFrequency: 10s
 //!   podSandboxImage: registry.k8s.io/pause:3.10
+//! eventBus:                         # see EventBusConfig: MQTT for edge apps
+//!   enable: false
+//!   mqttServer: tcp://127.0.0.1:1883
 //! ```
 
 mod edged;
 mod edgehub;
+mod eventbus;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -28,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
+pub use eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::LogFormat;
 
 use crate::{Error, Result};
@@ -51,6 +56,8 @@ pub struct Config {
     pub edge_hub: EdgeHubConfig,
     /// edged: node status, Lease and pods (KubeEdge `modules.edged`, kubelet names).
     pub edged: EdgedConfig,
+    /// eventBus: the MQTT client of KubeEdge's device topics (KubeEdge `modules.eventBus`).
+    pub event_bus: EventBusConfig,
 }
 
 impl Default for Config {
@@ -62,6 +69,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             edge_hub: EdgeHubConfig::default(),
             edged: EdgedConfig::default(),
+            event_bus: EventBusConfig::default(),
         }
     }
 }
@@ -121,7 +129,8 @@ impl Config {
             )));
         }
         self.edge_hub.validate().map_err(value)?;
-        self.edged.validate().map_err(value)
+        self.edged.validate().map_err(value)?;
+        self.event_bus.validate().map_err(value)
     }
 
     /// The parsed `edged.systemReserved`.
