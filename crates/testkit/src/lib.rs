@@ -21,6 +21,8 @@
 //! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
+//! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
+//!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
@@ -64,6 +66,7 @@
 //! the failing component's log: this crate only serves tests and xtask.
 
 pub mod control_plane;
+pub mod crds;
 pub mod daemon;
 pub mod dmi;
 pub mod docker;
@@ -79,6 +82,7 @@ pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
+pub use crds::{install_cloud_rbac, install_device_crds};
 
 /// The control plane shared by all test binaries of one run.
 ///
