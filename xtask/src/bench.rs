@@ -3,9 +3,11 @@
 //!
 //! Layout: [`pod_startup`] (pods from create to Running through the API, against raw
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
-//! resyncing by inventory against cloudhub and edgecontroller), [`record`] (the result
+//! resyncing by inventory against cloudhub and edgecontroller), [`devices`] (device twins
+//! from the mapper to the DeviceStatus), [`record`] (the result
 //! tables in `docs/benchmarks.md`).
 
+mod devices;
 mod pod_startup;
 mod reconnect;
 mod record;
@@ -31,6 +33,10 @@ enum Bench {
     /// edgecontroller: time until all are resynced, object messages per node when nothing
     /// changed (goal 0), cloudhub's peak RSS.
     Reconnect(reconnect::Args),
+    /// N devices × P properties reported every second by the virtual mapper on one edge
+    /// node: lag from report to DeviceStatus (p50/p99) against a direct DeviceStatus apply,
+    /// DeviceStatus writes per second through cloudhub.
+    Devices(devices::Args),
 }
 
 /// Runs one benchmark.
@@ -38,6 +44,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.bench {
         Bench::PodStartup(a) => pod_startup::run(a).await,
         Bench::Reconnect(a) => reconnect::run(a).await,
+        Bench::Devices(a) => devices::run(a).await,
     }
 }
 

@@ -97,10 +97,12 @@ pub async fn start(
         &format!(
             "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
-             edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n",
+             edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
+             deviceTwin:\n  dmiSocket: {}\n",
             dir.join("edge").display(),
             verge_testkit::docker::TEST_IMAGE,
             verge_testkit::docker::TEST_SANDBOX_COMMAND,
+            dmi_socket(dir).display(),
         ),
     )?;
     let kubeconfig = cp.kubeconfig().display().to_string();
@@ -180,6 +182,39 @@ impl LocalVerge {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+}
+
+/// The DMI socket of the local edge node: in the run directory rather than KubeEdge's
+/// `/etc/kubeedge/dmi.sock`, so a local run never takes over a real installation's socket.
+pub fn dmi_socket(dir: &Path) -> PathBuf {
+    dir.join("dmi.sock")
+}
+
+/// Starts Verge's Rust virtual mapper for `protocol` on the local edge node's DMI socket
+/// (detached, logging to `logs/virtual-mapper.log`, its pid added to the pids file so
+/// [`stop_processes`] stops it). Returns its pid.
+///
+/// # Errors
+/// The binary cannot be started or the pids file written.
+pub fn start_mapper(dir: &Path, bin_dir: &Path, protocol: &str) -> anyhow::Result<u32> {
+    let log = dir.join("logs").join("virtual-mapper.log");
+    let argv = [
+        "--protocol".to_owned(),
+        protocol.to_owned(),
+        "--name".to_owned(),
+        format!("{protocol}-mapper"),
+        "--socket".to_owned(),
+        dir.join(format!("{protocol}.sock")).display().to_string(),
+        "--dmi-socket".to_owned(),
+        dmi_socket(dir).display().to_string(),
+    ];
+    let pid = daemon::spawn_detached(&bin_dir.join("virtual-mapper"), &argv, &[], &log)?;
+    eprintln!("  virtual-mapper pid {pid}, log {}", log.display());
+    let pids = dir.join("pids");
+    let mut text = std::fs::read_to_string(&pids).unwrap_or_default();
+    text.push_str(&format!("virtual-mapper {pid}\n"));
+    std::fs::write(&pids, text)?;
+    Ok(pid)
 }
 
 /// Writes `text` to `dir/name`; returns the path as a string (for a command line).
