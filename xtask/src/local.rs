@@ -21,6 +21,9 @@ pub struct LocalVerge {
     pub node_name: String,
     /// edgecore's pid.
     pub edgecore_pid: u32,
+    /// The local MQTT broker (mosquitto) edgecore's eventbus uses: `tcp://127.0.0.1:<port>`,
+    /// user [`verge_testkit::mosquitto::MOSQUITTO_USER`], password in `mqtt/client-password`.
+    pub mqtt_url: String,
 }
 
 /// Ensures the Debian packages, the Docker engine and the test image (blocking work on a
@@ -91,6 +94,7 @@ pub async fn start(
         ),
     )?;
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
+    let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
     let edgecore_cfg = write(
         dir,
         "edgecore.yaml",
@@ -98,15 +102,18 @@ pub async fn start(
             "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
-             deviceTwin:\n  dmiSocket: {}\n",
+             deviceTwin:\n  dmiSocket: {}\n\
+             eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n",
             dir.join("edge").display(),
             verge_testkit::docker::TEST_IMAGE,
             verge_testkit::docker::TEST_SANDBOX_COMMAND,
             dmi_socket(dir).display(),
+            verge_testkit::mosquitto::MOSQUITTO_USER,
+            dir.join("mqtt").join("client-password").display(),
         ),
     )?;
     let kubeconfig = cp.kubeconfig().display().to_string();
-    let mut pids = Vec::new();
+    let mut pids = vec![format!("mosquitto {mqtt_pid}")];
     let mut edgecore_pid = 0;
     for (name, argv) in [
         (
@@ -153,7 +160,29 @@ pub async fn start(
         dir: dir.to_owned(),
         node_name: node_name.to_owned(),
         edgecore_pid,
+        mqtt_url,
     })
+}
+
+/// Starts a private mosquitto for the local edge node (detached, 127.0.0.1 only, one user
+/// with a random password, files in `dir/mqtt`) and waits until it listens. Returns its URL
+/// and pid.
+async fn start_broker(dir: &Path) -> anyhow::Result<(String, u32)> {
+    use verge_testkit::mosquitto;
+    tokio::task::spawn_blocking(mosquitto::ensure_mosquitto).await??;
+    let mqtt = dir.join("mqtt");
+    let _ = std::fs::remove_dir_all(&mqtt);
+    std::fs::create_dir_all(&mqtt)?;
+    std::fs::set_permissions(&mqtt, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    mosquitto::write_credentials(&mqtt)?;
+    let port = free_port()?;
+    let config = mosquitto::write_config(&mqtt, port)?;
+    let log = dir.join("logs").join("mosquitto.log");
+    let argv = ["-c".to_owned(), config.display().to_string()];
+    let pid = daemon::spawn_detached(Path::new(mosquitto::MOSQUITTO_BIN), &argv, &[], &log)?;
+    eprintln!("  mosquitto pid {pid}, log {}", log.display());
+    wait_for_port(port, Duration::from_secs(15)).await?;
+    Ok((format!("tcp://127.0.0.1:{port}"), pid))
 }
 
 impl LocalVerge {

@@ -1,6 +1,7 @@
 //! `cargo xtask quickstart`: the main job on one machine — a local Kubernetes control
-//! plane, cloudhub, edgecontroller and one edgecore, all as background processes, and a
-//! sample Deployment running on the edge node.
+//! plane, cloudhub, edgecontroller, devicecontroller, a private MQTT broker and one
+//! edgecore, all as background processes, a sample Deployment running on the edge node and
+//! a simulated thermometer reporting through a mapper into its DeviceStatus.
 //!
 //! Steps (each prints progress): Debian packages, Docker and the test image; the control
 //! plane (built once into the cache, then started; its state in
@@ -8,7 +9,9 @@
 //! processes (configs, logs and pids in `~/.cache/verge/run/quickstart/`); then it waits
 //! until the edge node is Ready, applies `deploy/examples/edge-deployment.yaml` pinned to
 //! the node, waits until its pods are Running, prints `kubectl get pods -o wide` and the
-//! `export KUBECONFIG=...` line, and exits 0. `cargo xtask down` stops everything.
+//! `export KUBECONFIG=...` line; then it starts the virtual mapper, applies
+//! `deploy/examples/devices/` for the node and waits until the DeviceStatus `thermometer`
+//! shows a reported temperature, and exits 0. `cargo xtask down` stops everything.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,20 +51,20 @@ pub fn control_plane_config() -> ControlPlaneConfig {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_secs);
-    eprintln!("quickstart: [1/6] Debian packages, Docker engine and the local test image");
+    eprintln!("quickstart: [1/7] Debian packages, Docker engine and the local test image");
     local::ensure_host().await?;
 
-    eprintln!("quickstart: [2/6] Kubernetes control plane (the first build takes ~10 minutes)");
+    eprintln!("quickstart: [2/7] Kubernetes control plane (the first build takes ~10 minutes)");
     let cp = crate::control_plane::up(&control_plane_config()).await?;
 
-    eprintln!("quickstart: [3/6] cargo build --bins");
+    eprintln!("quickstart: [3/7] cargo build --bins");
     let bin_dir = local::build_bins(false)?;
 
-    eprintln!("quickstart: [4/6] starting cloudhub, edgecontroller, devicecontroller and edgecore");
+    eprintln!("quickstart: [4/7] starting cloudhub, edgecontroller, devicecontroller and edgecore");
     let verge = local::start(&run_dir(), &bin_dir, &cp, &args.node_name).await?;
 
     eprintln!(
-        "quickstart: [5/6] waiting for node {} to be Ready",
+        "quickstart: [5/7] waiting for node {} to be Ready",
         args.node_name
     );
     verge.wait_ready(&cp, timeout).await?;
@@ -70,7 +73,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .args(["get", "nodes", "-o", "wide"])
         .status();
 
-    eprintln!("quickstart: [6/6] applying a sample Deployment to the edge node");
+    eprintln!("quickstart: [6/7] applying a sample Deployment to the edge node");
     let manifest = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/edge-deployment.yaml"),
     )?
@@ -101,10 +104,67 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .kubectl_command()
         .args(["get", "pods", "-o", "wide"])
         .status();
+    eprintln!("quickstart: [7/7] devices: the virtual mapper and the example thermometer");
+    devices(&cp, &bin_dir, &args).await?;
+    eprintln!(
+        "quickstart: edge apps reach the node's MQTT broker at {}",
+        verge.mqtt_url
+    );
     eprintln!(
         "quickstart: ready after {:.1?}; `cargo xtask down` stops it all",
         started.elapsed()
     );
     println!("export KUBECONFIG={}", cp.kubeconfig().display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the virtual mapper, applies the example DeviceModel and Device for the node and
+/// waits until the DeviceStatus shows a reported temperature; prints it.
+async fn devices(
+    cp: &verge_testkit::ControlPlane,
+    bin_dir: &std::path::Path,
+    args: &Args,
+) -> anyhow::Result<()> {
+    local::start_mapper(&run_dir(), bin_dir, "virtual")?;
+    let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/devices");
+    for file in ["thermometer-model.yaml", "thermometer-device.yaml"] {
+        let text =
+            std::fs::read_to_string(examples.join(file))?.replace("verge-edge-1", &args.node_name);
+        let path = run_dir().join(file);
+        std::fs::write(&path, text)?;
+        let status = cp
+            .kubectl_command()
+            .arg("apply")
+            .arg("-f")
+            .arg(&path)
+            .status()?;
+        if !status.success() {
+            bail!("kubectl apply -f {} failed: {status}", path.display());
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    loop {
+        let out = cp
+            .kubectl_command()
+            .args([
+                "get",
+                "devicestatus",
+                "thermometer",
+                "-o",
+                "jsonpath={range .status.twins[*]}{.propertyName}={.reported.value} {end}",
+            ])
+            .output()?;
+        let twins = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && twins.contains("temperature=") {
+            eprintln!("quickstart: DeviceStatus thermometer: {}", twins.trim());
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the thermometer's DeviceStatus shows no reported temperature; logs in {}",
+                run_dir().join("logs").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

@@ -65,22 +65,7 @@ impl Mosquitto {
             .prefix("verge-mosquitto-")
             .tempdir()
             .context("creating the broker's directory")?;
-        let password = Alphanumeric.sample_string(&mut rand::rng(), 24);
-        write_private(
-            &dir.path().join("client-password"),
-            &format!("{password}\n"),
-        )?;
-        let passwd = dir.path().join("passwd");
-        write_private(&passwd, &format!("{MOSQUITTO_USER}:{password}\n"))?;
-        let status = Command::new("mosquitto_passwd")
-            .arg("-U")
-            .arg(&passwd)
-            .stdin(Stdio::null())
-            .status()
-            .context("running mosquitto_passwd -U")?;
-        if !status.success() {
-            bail!("mosquitto_passwd -U {} failed: {status}", passwd.display());
-        }
+        let password = write_credentials(dir.path())?;
         let mut last_error = None;
         // A free port can still be taken between the pick and the broker's bind: retry.
         for _ in 0..3 {
@@ -168,11 +153,45 @@ impl Mosquitto {
     }
 }
 
+/// Writes a broker's credentials into `dir`: a random password for [`MOSQUITTO_USER`], the
+/// broker's password file `passwd` (hashed with `mosquitto_passwd -U`) and the client's
+/// `client-password` (mode 0600, the password and a newline). Returns the password.
+///
+/// # Errors
+/// A file cannot be written or `mosquitto_passwd` fails.
+pub fn write_credentials(dir: &Path) -> anyhow::Result<String> {
+    let password = Alphanumeric.sample_string(&mut rand::rng(), 24);
+    write_private(&dir.join("client-password"), &format!("{password}\n"))?;
+    let passwd = dir.join("passwd");
+    write_private(&passwd, &format!("{MOSQUITTO_USER}:{password}\n"))?;
+    let status = Command::new("mosquitto_passwd")
+        .arg("-U")
+        .arg(&passwd)
+        .stdin(Stdio::null())
+        .status()
+        .context("running mosquitto_passwd -U")?;
+    if !status.success() {
+        bail!("mosquitto_passwd -U {} failed: {status}", passwd.display());
+    }
+    Ok(password)
+}
+
+/// Writes `<dir>/mosquitto.conf` for a broker on `127.0.0.1:port` using the credentials of
+/// [`write_credentials`] in `dir` (for a broker started by other means, e.g. detached by the
+/// quickstart); returns its path.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_config(dir: &Path, port: u16) -> anyhow::Result<PathBuf> {
+    let config = dir.join("mosquitto.conf");
+    write_private(&config, &config_text(dir, port))?;
+    Ok(config)
+}
+
 /// Writes `<dir>/mosquitto.conf` for `port` and starts the broker, waiting until it logs that
 /// it runs.
 async fn spawn_broker(dir: &Path, port: u16) -> anyhow::Result<ChildProcess> {
-    let config = dir.join("mosquitto.conf");
-    write_private(&config, &config_text(dir, port))?;
+    let config = write_config(dir, port)?;
     let mut process = ChildProcess::spawn(
         MOSQUITTO_BIN,
         [Path::new("-c"), &config],
