@@ -16,8 +16,13 @@
 //!   maxPods: 110
 //!   nodeStatusUpdateFrequency: 10s
 //!   podSandboxImage: registry.k8s.io/pause:3.10
+//! deviceTwin:                       # see DeviceTwinConfig: twins, DMI server, mappers
+//!   enable: true
+//!   dmiSocket: /etc/kubeedge/dmi.sock
+//!   mapperCallTimeout: 10s
 //! ```
 
+mod devicetwin;
 mod edged;
 mod edgehub;
 
@@ -26,6 +31,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
 pub use verge_telemetry::LogFormat;
@@ -51,6 +57,9 @@ pub struct Config {
     pub edge_hub: EdgeHubConfig,
     /// edged: node status, Lease and pods (KubeEdge `modules.edged`, kubelet names).
     pub edged: EdgedConfig,
+    /// devicetwin: device twins and the DMI server for mappers (KubeEdge
+    /// `modules.deviceTwin`).
+    pub device_twin: DeviceTwinConfig,
 }
 
 impl Default for Config {
@@ -62,6 +71,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             edge_hub: EdgeHubConfig::default(),
             edged: EdgedConfig::default(),
+            device_twin: DeviceTwinConfig::default(),
         }
     }
 }
@@ -121,7 +131,8 @@ impl Config {
             )));
         }
         self.edge_hub.validate().map_err(value)?;
-        self.edged.validate().map_err(value)
+        self.edged.validate().map_err(value)?;
+        self.device_twin.validate().map_err(value)
     }
 
     /// The parsed `edged.systemReserved`.
@@ -160,6 +171,11 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(c.edged.node_lease_duration_seconds, 40);
+        assert!(c.device_twin.enable);
+        assert_eq!(
+            c.device_twin.dmi_socket,
+            Path::new("/etc/kubeedge/dmi.sock")
+        );
     }
 
     #[test]

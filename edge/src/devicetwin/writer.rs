@@ -1,0 +1,378 @@
+//! The twin writer: the one task that owns the twin records. It takes operations
+//! ([`Op`]) from [`DeviceTwinHandle`](super::DeviceTwinHandle)s in order, applies a batch of
+//! them (whatever queued up, at most [`MAX_BATCH`]) to working copies, and commits the
+//! batch in **one** redb transaction together with the `devicestatus` reports of the devices
+//! whose cloud-visible state changed (at most one per device: the newest snapshot). Only
+//! after the commit does any caller get its answer, so a DMI report answered OK is durable,
+//! and reports of many devices share one disk sync.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
+use verge_device_api::Twin;
+use verge_runtime::ErrorChain;
+
+use super::devices::{DeviceCache, DeviceId, StoredDevice};
+use super::error::Error;
+use super::state;
+use super::twin::{self, DeviceTwins, TwinDocument, TwinRecord};
+use crate::metamanager::MetaStore;
+use crate::{EdgeHubHandle, Result};
+
+/// Most operations applied in one transaction.
+pub const MAX_BATCH: usize = 256;
+
+/// An answer channel.
+pub(super) type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// One operation on the twins.
+#[derive(Debug)]
+pub(super) enum Op {
+    /// Reported and observed-desired values of some properties.
+    Report {
+        id: DeviceId,
+        twins: Vec<Twin>,
+        reply: Reply<TwinDocument>,
+    },
+    /// A device state.
+    State {
+        id: DeviceId,
+        state: String,
+        reply: Reply<TwinDocument>,
+    },
+    /// The current twin.
+    Get {
+        id: DeviceId,
+        reply: Reply<DeviceTwins>,
+    },
+    /// The Device changed or went: drop its record (gone or replaced), or the values of
+    /// properties it no longer has.
+    Sync { id: DeviceId },
+    /// As `Sync`, for every record (after a relist).
+    SyncAll,
+}
+
+/// An answer to send after the commit.
+enum Answer {
+    Document(Reply<TwinDocument>, Result<TwinDocument>),
+    Twins(Reply<DeviceTwins>, Result<DeviceTwins>),
+}
+
+/// The writer task's state.
+pub(super) struct TwinWriter {
+    store: MetaStore,
+    hub: EdgeHubHandle,
+    devices: DeviceCache,
+    records: HashMap<DeviceId, TwinRecord>,
+    ops: mpsc::Receiver<Op>,
+    changes: broadcast::Sender<Arc<TwinDocument>>,
+}
+
+/// The changes a batch makes, before its commit.
+#[derive(Default)]
+struct Batch {
+    /// New versions of records.
+    staged: BTreeMap<DeviceId, TwinRecord>,
+    /// Records to delete.
+    removed: BTreeSet<DeviceId>,
+    answers: Vec<Answer>,
+    /// Documents to announce after the commit.
+    documents: Vec<Arc<TwinDocument>>,
+}
+
+impl TwinWriter {
+    /// A writer over the records stored in `store` (loaded here, blocking).
+    pub(super) fn new(
+        store: MetaStore,
+        hub: EdgeHubHandle,
+        devices: DeviceCache,
+        ops: mpsc::Receiver<Op>,
+        changes: broadcast::Sender<Arc<TwinDocument>>,
+    ) -> Result<Self> {
+        state::create_tables(&store)?;
+        let records = state::load_twins(&store)?;
+        Ok(Self {
+            store,
+            hub,
+            devices,
+            records,
+            ops,
+            changes,
+        })
+    }
+
+    /// Applies operations until `shutdown` or until every handle is gone; then applies what
+    /// is still queued.
+    pub(super) async fn run(mut self, shutdown: CancellationToken) {
+        self.apply(vec![Op::SyncAll]).await;
+        loop {
+            let first = tokio::select! {
+                () = shutdown.cancelled() => { self.ops.close(); self.ops.recv().await }
+                op = self.ops.recv() => op,
+            };
+            let Some(first) = first else { break };
+            let mut ops = vec![first];
+            while ops.len() < MAX_BATCH {
+                match self.ops.try_recv() {
+                    Ok(op) => ops.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.apply(ops).await;
+        }
+        info!("twin writer stopped");
+    }
+
+    /// Applies `ops` and commits them in one transaction, then answers them.
+    async fn apply(&mut self, ops: Vec<Op>) {
+        let now = chrono::Utc::now();
+        let now_ms = now.timestamp_millis();
+        let mut batch = Batch::default();
+        for op in ops {
+            match op {
+                Op::Report { id, twins, reply } => {
+                    let result = self.report(&mut batch, &id, twins, now_ms);
+                    batch.answers.push(Answer::Document(reply, result));
+                }
+                Op::State { id, state, reply } => {
+                    let result = self.state(&mut batch, &id, &state, now);
+                    batch.answers.push(Answer::Document(reply, result));
+                }
+                Op::Get { id, reply } => {
+                    let result = self.with_record(&mut batch, &id, |device, record| {
+                        Ok(twin::view(device, record))
+                    });
+                    batch.answers.push(Answer::Twins(reply, result));
+                }
+                Op::Sync { id } => self.sync(&mut batch, &id),
+                Op::SyncAll => {
+                    let ids: Vec<DeviceId> = self.records.keys().cloned().collect();
+                    for id in ids {
+                        self.sync(&mut batch, &id);
+                    }
+                }
+            }
+        }
+        match self.commit(&batch).await {
+            Ok(()) => {
+                for id in &batch.removed {
+                    self.records.remove(id);
+                }
+                self.records.extend(std::mem::take(&mut batch.staged));
+                for doc in batch.documents {
+                    // Nobody listening is fine.
+                    let _ = self.changes.send(doc);
+                }
+                for answer in batch.answers {
+                    answer.send();
+                }
+            }
+            Err(error) => {
+                warn!(error = %ErrorChain(&error), "twin changes not stored");
+                let shared = Arc::new(error);
+                for answer in batch.answers {
+                    answer.fail(&shared);
+                }
+            }
+        }
+    }
+
+    /// Commits the batch's records with the `devicestatus` reports of the devices whose
+    /// status report changed.
+    async fn commit(&self, batch: &Batch) -> Result<()> {
+        let staged: Vec<(DeviceId, TwinRecord)> = batch
+            .staged
+            .iter()
+            .filter(|(id, r)| self.records.get(*id) != Some(*r))
+            .map(|(id, r)| (id.clone(), r.clone()))
+            .collect();
+        if staged.is_empty() && batch.removed.is_empty() {
+            return Ok(());
+        }
+        let mut reports = Vec::new();
+        for (id, record) in &staged {
+            let Some(device) = self.devices.device(id) else {
+                continue;
+            };
+            let after = twin::status_report(&device.device, record);
+            let before = self
+                .records
+                .get(id)
+                .filter(|r| r.uid == record.uid)
+                .map(|r| twin::status_report(&device.device, r));
+            if before.as_ref() != Some(&after) {
+                reports.push(status_message(&device, &after)?);
+            }
+        }
+        debug!(
+            records = staged.len(),
+            removed = batch.removed.len(),
+            reports = reports.len(),
+            "committing twin changes"
+        );
+        let removed: Vec<DeviceId> = batch.removed.iter().cloned().collect();
+        self.hub
+            .report_with(&self.store, move |txn| {
+                for (id, record) in &staged {
+                    state::put_twin(txn, id, record)?;
+                }
+                for id in &removed {
+                    state::remove_twin(txn, id)?;
+                }
+                Ok(((), reports))
+            })
+            .await
+    }
+
+    fn report(
+        &self,
+        batch: &mut Batch,
+        id: &DeviceId,
+        twins: Vec<Twin>,
+        now_ms: i64,
+    ) -> Result<TwinDocument> {
+        let doc = self.with_record(batch, id, |device, record| {
+            twin::check_report(device, &twins)?;
+            let last = twin::view(device, record);
+            let updated = twin::apply_report(record, twins, now_ms);
+            Ok(TwinDocument {
+                updated,
+                last,
+                current: twin::view(device, record),
+                timestamp_ms: now_ms,
+            })
+        })?;
+        batch.documents.push(Arc::new(doc.clone()));
+        Ok(doc)
+    }
+
+    fn state(
+        &self,
+        batch: &mut Batch,
+        id: &DeviceId,
+        state: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<TwinDocument> {
+        let state = twin::check_state(state)?;
+        let mut changed = false;
+        let doc = self.with_record(batch, id, |device, record| {
+            let last = twin::view(device, record);
+            changed = twin::apply_state(record, state, now);
+            Ok(TwinDocument {
+                updated: BTreeSet::new(),
+                last,
+                current: twin::view(device, record),
+                timestamp_ms: now.timestamp_millis(),
+            })
+        })?;
+        if changed {
+            batch.documents.push(Arc::new(doc.clone()));
+        }
+        Ok(doc)
+    }
+
+    /// Runs `f` on the working copy of `id`'s record (staged in `batch`), created empty for
+    /// a Device without one (or with a record of an older uid).
+    fn with_record<T>(
+        &self,
+        batch: &mut Batch,
+        id: &DeviceId,
+        f: impl FnOnce(&verge_device_api::Device, &mut TwinRecord) -> Result<T>,
+    ) -> Result<T> {
+        let device = self.device(id)?;
+        let record = batch.staged.entry(id.clone()).or_insert_with(|| {
+            self.records
+                .get(id)
+                .filter(|r| r.uid == device.uid)
+                .cloned()
+                .unwrap_or_else(|| TwinRecord::new(device.uid.clone()))
+        });
+        if record.uid != device.uid {
+            *record = TwinRecord::new(device.uid.clone());
+        }
+        batch.removed.remove(id);
+        f(&device.device, record)
+    }
+
+    fn device(&self, id: &DeviceId) -> Result<Arc<StoredDevice>> {
+        self.devices.device(id).ok_or_else(|| {
+            Error::UnknownDevice {
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+            }
+            .into()
+        })
+    }
+
+    fn sync(&self, batch: &mut Batch, id: &DeviceId) {
+        let current = batch.staged.get(id).or_else(|| self.records.get(id));
+        let Some(record) = current else { return };
+        match self.devices.device(id) {
+            Some(device) if device.uid == record.uid => {
+                let mut kept = record.clone();
+                twin::retain_properties(&mut kept, &device.device);
+                if &kept != record {
+                    batch.staged.insert(id.clone(), kept);
+                }
+            }
+            _ => {
+                debug!(device = %id, "twin record of a removed or replaced device dropped");
+                batch.staged.remove(id);
+                batch.removed.insert(id.clone());
+            }
+        }
+    }
+}
+
+impl Answer {
+    fn send(self) {
+        // A caller that stopped waiting is fine.
+        match self {
+            Self::Document(reply, result) => {
+                let _ = reply.send(result);
+            }
+            Self::Twins(reply, result) => {
+                let _ = reply.send(result);
+            }
+        }
+    }
+
+    /// Answers with the commit failure (a caller's own error, e.g. an unknown property, is
+    /// kept: nothing of its would have been stored anyway).
+    fn fail(self, error: &Arc<crate::Error>) {
+        let failed = || crate::Error::from(Error::NotStored(Arc::clone(error)));
+        match self {
+            Self::Document(reply, result) => {
+                let _ = reply.send(result.and_then(|_| Err(failed())));
+            }
+            Self::Twins(reply, result) => {
+                let _ = reply.send(result.and_then(|_| Err(failed())));
+            }
+        }
+    }
+}
+
+/// The `update <ns>/devicestatus/<name>` report of `device` (header uid: the Device's).
+fn status_message(
+    device: &StoredDevice,
+    report: &verge_device_api::StatusReport,
+) -> Result<Envelope> {
+    let body = serde_json::to_vec(report).map_err(|source| crate::Error::Encode {
+        what: "device status",
+        source,
+    })?;
+    let kind = Kind::Upsert {
+        write: Write::Update,
+        key: ResourceKey::new(
+            device.device.namespace(),
+            ResourceType::DeviceStatus,
+            device.device.name(),
+        ),
+        version: ObjectVersion::uid(device.uid.clone()),
+    };
+    Ok(Envelope::new(Module::DeviceTwin, Group::Device, kind, body))
+}
