@@ -1,4 +1,4 @@
-//! Generates the protobuf and tonic bindings from `verge/**/*.proto`.
+//! Generates the protobuf and tonic bindings from `verge/**/*.proto` and `dmi/v1beta1/api.proto`.
 //!
 //! `protoc` comes from the `protoc-bin-vendored` crate (Google's release binaries shipped
 //! on crates.io), so building the workspace needs no system package. `PROTOC` in the
@@ -9,6 +9,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "verge/message/v1/message.proto",
         "verge/hub/v1/join.proto",
         "verge/hub/v1/hub.proto",
+        // KubeEdge's device-management interface (DMI), package `v1beta1`, wire-compatible
+        // with KubeEdge v1.23 mappers.
+        "dmi/v1beta1/api.proto",
     ];
     for p in &protos {
         println!("cargo:rerun-if-changed={p}");

@@ -6,6 +6,7 @@
 //! - [`verge`]: the generated code; [`message`] and [`hub`] alias its packages.
 //! - [`message`]: package `verge.message.v1` (the `Message` envelope, `Inventory`).
 //! - [`hub`]: package `verge.hub.v1` (the `EdgeHub` and `ControllerHub` services).
+//! - [`dmi`]: package `v1beta1`, KubeEdge's device-management interface (DMI).
 //! - [`envelope`]: `TryFrom<Message> for Envelope`, `From<Envelope> for Message`, and the
 //!   stored form ([`envelope::encode`] / [`envelope::decode`]).
 //! - [`error`]: the crate's [`Error`] (a wire message that is not a valid envelope).
@@ -38,6 +39,26 @@ pub mod verge {
         pub mod v1 {
             tonic::include_proto!("verge.hub.v1");
         }
+    }
+}
+
+/// KubeEdge's device-management interface (DMI), protobuf package `v1beta1`
+/// (`proto/dmi/v1beta1/api.proto`): `DeviceManagerService`, which edgecore serves to
+/// mappers, and `DeviceMapperService`, which every mapper serves to edgecore. Same
+/// services, messages, field names and numbers as KubeEdge v1.23, so KubeEdge mappers talk
+/// to edgecore unchanged. `google.protobuf.Any` is [`prost_types::Any`].
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    rustdoc::invalid_html_tags,
+    rustdoc::broken_intra_doc_links,
+    rustdoc::bare_urls
+)]
+pub mod dmi {
+    /// Package `v1beta1`.
+    pub mod v1beta1 {
+        tonic::include_proto!("v1beta1");
     }
 }
 

@@ -45,6 +45,10 @@ pub struct DeviceSpec {
     /// Methods the device offers (kept as written; Verge does not interpret them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub methods: Vec<Value>,
+    /// How often and whether the mapper reports the device's state
+    /// (`{reportCycle, reportToCloud}`, KubeEdge v1.23), kept as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_report: Option<Value>,
 }
 
 /// A reference to a [`DeviceModel`] by name.

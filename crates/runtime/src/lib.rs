@@ -16,12 +16,16 @@
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
 //! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
+//! * `unix_grpc` (feature `unix-grpc`) — gRPC servers on unix sockets that accept the
+//!   socket-path `:authority` of Go gRPC clients (KubeEdge mappers).
 
 mod chain;
 #[cfg(feature = "kube")]
 mod kube_client;
 mod modules;
 mod serve;
+#[cfg(feature = "unix-grpc")]
+pub mod unix_grpc;
 
 pub use chain::ErrorChain;
 #[cfg(feature = "kube")]
