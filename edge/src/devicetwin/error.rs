@@ -60,6 +60,20 @@ pub enum Error {
     /// The twin writer task has stopped (edgecore is shutting down).
     #[error("devicetwin has stopped")]
     Stopped,
+    /// A call to a mapper failed (its socket is unreachable, it answered an error, or the
+    /// call timed out).
+    #[error("{call} on the mapper of protocol {protocol:?} at {address} failed")]
+    MapperCall {
+        /// The mapper's protocol.
+        protocol: String,
+        /// Its socket path.
+        address: String,
+        /// The DMI method, e.g. `RegisterDevice`.
+        call: &'static str,
+        /// The gRPC status (`UNAVAILABLE` when the socket cannot be reached).
+        #[source]
+        source: tonic::Status,
+    },
     /// No mapper has registered the device's protocol (yet).
     #[error("no mapper registered for protocol {protocol:?}")]
     NoMapper {

@@ -1,13 +1,12 @@
 //! [`Mappers`]: the mappers that registered (DMI `MapperRegister`), one per protocol (the
 //! newest registration of a protocol wins, as in KubeEdge), persisted in redb so that after
 //! an edgecore restart their devices are served again without waiting for a new
-//! registration. Registrations are announced to the reconciler.
+//! registration.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
 
 use super::state;
 use crate::Result;
@@ -34,23 +33,10 @@ pub struct MapperRecord {
     pub state: String,
 }
 
-/// Capacity of the registration broadcast; a lagging reconciler re-reads every mapper.
-const CAPACITY: usize = 64;
-
 /// The registry; cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Mappers {
     by_protocol: Arc<RwLock<BTreeMap<String, MapperRecord>>>,
-    registered: broadcast::Sender<MapperRecord>,
-}
-
-impl Default for Mappers {
-    fn default() -> Self {
-        Self {
-            by_protocol: Arc::default(),
-            registered: broadcast::channel(CAPACITY).0,
-        }
-    }
 }
 
 impl Mappers {
@@ -69,17 +55,14 @@ impl Mappers {
         Ok(mappers)
     }
 
-    /// Commits `record` to `store` (blocking), then makes it the mapper of its protocol and
-    /// announces it.
+    /// Makes `record` the mapper of its protocol and commits it to `store` (blocking).
     ///
     /// # Errors
-    /// Store failures; nothing changes then.
+    /// Store failures: the mapper is registered all the same (a mapper exits on a failed
+    /// registration), only not remembered across a restart.
     pub(super) fn register(&self, store: &MetaStore, record: MapperRecord) -> Result<()> {
-        state::put_mapper(store, &record)?;
         self.write().insert(record.protocol.clone(), record.clone());
-        // No reconciler listening (not started yet, or stopping) is fine: it reads them all.
-        let _ = self.registered.send(record);
-        Ok(())
+        state::put_mapper(store, &record)
     }
 
     /// The mapper serving `protocol`.
@@ -90,11 +73,6 @@ impl Mappers {
     /// Every registered mapper.
     pub fn all(&self) -> Vec<MapperRecord> {
         self.read().values().cloned().collect()
-    }
-
-    /// Registrations from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<MapperRecord> {
-        self.registered.subscribe()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, MapperRecord>> {

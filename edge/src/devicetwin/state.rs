@@ -3,7 +3,10 @@
 //! * `devicetwin_twins`: `<namespace>/<name>` -> [`TwinRecord`] as JSON;
 //! * `devicetwin_mappers`: protocol -> [`MapperRecord`] as JSON (the mapper that registered
 //!   it last), so after a restart edgecore calls mappers again without waiting for them to
-//!   register anew.
+//!   register anew;
+//! * `devicetwin_sent`: protocol -> [`Sent`] as JSON: what that mapper was given, so that
+//!   after a restart only the differences are sent (and Devices deleted meanwhile are
+//!   removed from it).
 //!
 //! Calls block on disk I/O (run them through [`MetaStore::blocking`]). An unreadable record
 //! is skipped with a warning when loading, never fatal.
@@ -17,18 +20,52 @@ use verge_runtime::ErrorChain;
 use super::devices::DeviceId;
 use super::error::Error;
 use super::mappers::MapperRecord;
+use super::reconcile::Sent;
 use super::twin::TwinRecord;
 use crate::Result;
 use crate::metamanager::MetaStore;
 
 const TWINS: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_twins");
 const MAPPERS: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_mappers");
+const SENT: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_sent");
 
 /// Creates the tables if missing.
 pub(super) fn create_tables(store: &MetaStore) -> Result<()> {
     store.write(|txn| {
         txn.open_table(TWINS)?;
         txn.open_table(MAPPERS)?;
+        txn.open_table(SENT)?;
+        Ok(())
+    })
+}
+
+/// What the mapper of `protocol` was given, as last stored (empty when unknown or
+/// unreadable).
+pub(super) fn load_sent(store: &MetaStore, protocol: &str) -> Result<Sent> {
+    store.read(|txn| {
+        let table = txn.open_table(SENT)?;
+        let Some(value) = table.get(protocol)? else {
+            return Ok(Sent::default());
+        };
+        Ok(serde_json::from_slice(value.value()).unwrap_or_else(|source| {
+            let error = Error::Record {
+                key: protocol.to_owned(),
+                source,
+            };
+            warn!(error = %ErrorChain(&error), "record of what a mapper holds skipped");
+            Sent::default()
+        }))
+    })
+}
+
+/// Stores what the mapper of `protocol` was given, and commits.
+pub(super) fn put_sent(store: &MetaStore, protocol: &str, sent: &Sent) -> Result<()> {
+    let bytes = serde_json::to_vec(sent).map_err(|source| Error::Record {
+        key: protocol.to_owned(),
+        source,
+    })?;
+    store.write(|txn| {
+        txn.open_table(SENT)?.insert(protocol, bytes.as_slice())?;
         Ok(())
     })
 }
