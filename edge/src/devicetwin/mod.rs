@@ -27,6 +27,8 @@ pub mod handle;
 pub mod mappers;
 pub mod reconcile;
 mod state;
+#[cfg(test)]
+mod tests;
 pub mod twin;
 mod writer;
 

@@ -143,8 +143,13 @@ impl TwinWriter {
                     batch.answers.push(Answer::Document(reply, result));
                 }
                 Op::Get { id, reply } => {
-                    let result = self.with_record(&mut batch, &id, |device, record| {
-                        Ok(twin::view(device, record))
+                    let result = self.device(&id).map(|device| {
+                        let empty = TwinRecord::new(device.uid.clone());
+                        let record = self
+                            .current(&batch, &id)
+                            .filter(|r| r.uid == device.uid)
+                            .unwrap_or(&empty);
+                        twin::view(&device.device, record)
                     });
                     batch.answers.push(Answer::Twins(reply, result));
                 }
@@ -199,12 +204,13 @@ impl TwinWriter {
                 continue;
             };
             let after = twin::status_report(&device.device, record);
-            let before = self
+            let empty = TwinRecord::new(record.uid.clone());
+            let committed = self
                 .records
                 .get(id)
                 .filter(|r| r.uid == record.uid)
-                .map(|r| twin::status_report(&device.device, r));
-            if before.as_ref() != Some(&after) {
+                .unwrap_or(&empty);
+            if twin::status_report(&device.device, committed) != after {
                 reports.push(status_message(&device, &after)?);
             }
         }
@@ -275,8 +281,9 @@ impl TwinWriter {
         Ok(doc)
     }
 
-    /// Runs `f` on the working copy of `id`'s record (staged in `batch`), created empty for
-    /// a Device without one (or with a record of an older uid).
+    /// Runs `f` on a copy of the working record of `id` (staged in `batch`, else the
+    /// committed one; empty for a Device without one or with a record of an older uid) and
+    /// stages the copy when `f` succeeds (a failed operation leaves nothing behind).
     fn with_record<T>(
         &self,
         batch: &mut Batch,
@@ -284,18 +291,23 @@ impl TwinWriter {
         f: impl FnOnce(&verge_device_api::Device, &mut TwinRecord) -> Result<T>,
     ) -> Result<T> {
         let device = self.device(id)?;
-        let record = batch.staged.entry(id.clone()).or_insert_with(|| {
-            self.records
-                .get(id)
-                .filter(|r| r.uid == device.uid)
-                .cloned()
-                .unwrap_or_else(|| TwinRecord::new(device.uid.clone()))
-        });
-        if record.uid != device.uid {
-            *record = TwinRecord::new(device.uid.clone());
-        }
+        let mut record = self
+            .current(batch, id)
+            .filter(|r| r.uid == device.uid)
+            .cloned()
+            .unwrap_or_else(|| TwinRecord::new(device.uid.clone()));
+        let out = f(&device.device, &mut record)?;
         batch.removed.remove(id);
-        f(&device.device, record)
+        batch.staged.insert(id.clone(), record);
+        Ok(out)
+    }
+
+    /// The working record of `id`: staged in `batch`, else committed (unless removed).
+    fn current<'a>(&'a self, batch: &'a Batch, id: &DeviceId) -> Option<&'a TwinRecord> {
+        if batch.removed.contains(id) {
+            return None;
+        }
+        batch.staged.get(id).or_else(|| self.records.get(id))
     }
 
     fn device(&self, id: &DeviceId) -> Result<Arc<StoredDevice>> {
@@ -309,8 +321,9 @@ impl TwinWriter {
     }
 
     fn sync(&self, batch: &mut Batch, id: &DeviceId) {
-        let current = batch.staged.get(id).or_else(|| self.records.get(id));
-        let Some(record) = current else { return };
+        let Some(record) = self.current(batch, id) else {
+            return;
+        };
         match self.devices.device(id) {
             Some(device) if device.uid == record.uid => {
                 let mut kept = record.clone();
