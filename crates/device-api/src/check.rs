@@ -165,7 +165,10 @@ mod tests {
         }]));
         assert_eq!(check_device(&d, Some(&model())), Ok(()));
         assert_eq!(d.spec.node_name, "edge-1");
-        assert_eq!(d.property("temperature").map(|p| p.report_cycle), Some(1000));
+        assert_eq!(
+            d.property("temperature").map(|p| p.report_cycle),
+            Some(1000)
+        );
     }
 
     #[test]
@@ -176,7 +179,8 @@ mod tests {
             check_device(&no_visitor, Some(&m)),
             Err(Invalid::NoVisitor { .. })
         ));
-        let unknown = device(json!([{"name": "humidity", "visitors": {"protocolName": "virtual"}}]));
+        let unknown =
+            device(json!([{"name": "humidity", "visitors": {"protocolName": "virtual"}}]));
         assert!(matches!(
             check_device(&unknown, Some(&m)),
             Err(Invalid::UnknownProperty { .. })
@@ -184,7 +188,11 @@ mod tests {
         let nested = device(json!([{"name": "temperature",
             "visitors": {"protocolName": "virtual", "configData": {"reg": {"a": 1}}}}]));
         let err = check_device(&nested, Some(&m)).expect_err("nested");
-        assert!(err.to_string().contains("visitors.configData.reg is an object"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("visitors.configData.reg is an object"),
+            "{err}"
+        );
         let missing = check_device(&device(json!([])), None).expect_err("missing model");
         assert_eq!(missing.reason(), "DeviceModelNotFound");
         assert_eq!(missing.to_string(), "device model default/thermo not found");

@@ -32,7 +32,9 @@ pub enum Error {
         name: String,
     },
     /// A reported value (with its metadata) is larger than accepted.
-    #[error("value of property {property:?} is {bytes} bytes (at most {max}) or has too many metadata entries")]
+    #[error(
+        "value of property {property:?} is {bytes} bytes (at most {max}) or has too many metadata entries"
+    )]
     ValueTooLarge {
         /// The property.
         property: String,
@@ -42,7 +44,9 @@ pub enum Error {
         max: usize,
     },
     /// A reported device state is not one of [`super::twin::STATES`].
-    #[error("device state {state:?} is not one of online, offline, ok, unknown, disconnected, error, unhealthy")]
+    #[error(
+        "device state {state:?} is not one of online, offline, ok, unknown, disconnected, error, unhealthy"
+    )]
     InvalidState {
         /// The state as reported.
         state: String,
@@ -73,12 +77,6 @@ pub enum Error {
         /// The gRPC status (`UNAVAILABLE` when the socket cannot be reached).
         #[source]
         source: tonic::Status,
-    },
-    /// No mapper has registered the device's protocol (yet).
-    #[error("no mapper registered for protocol {protocol:?}")]
-    NoMapper {
-        /// The protocol.
-        protocol: String,
     },
     /// A Device or its model cannot be given to a mapper (see the device checks).
     #[error("device {namespace}/{name} cannot be given to a mapper")]

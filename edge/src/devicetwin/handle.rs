@@ -23,7 +23,10 @@ pub struct DeviceTwinHandle {
 }
 
 impl DeviceTwinHandle {
-    pub(super) fn new(ops: mpsc::Sender<Op>, changes: broadcast::Sender<Arc<TwinDocument>>) -> Self {
+    pub(super) fn new(
+        ops: mpsc::Sender<Op>,
+        changes: broadcast::Sender<Arc<TwinDocument>>,
+    ) -> Self {
         Self { ops, changes }
     }
 
@@ -57,7 +60,12 @@ impl DeviceTwinHandle {
     /// # Errors
     /// [`InvalidState`](Error::InvalidState), [`UnknownDevice`](Error::UnknownDevice),
     /// [`NotStored`](Error::NotStored), [`Stopped`](Error::Stopped).
-    pub async fn set_state(&self, namespace: &str, name: &str, state: &str) -> Result<TwinDocument> {
+    pub async fn set_state(
+        &self,
+        namespace: &str,
+        name: &str,
+        state: &str,
+    ) -> Result<TwinDocument> {
         let id = DeviceId::new(namespace, name);
         let state = state.to_owned();
         self.call(|reply| Op::State { id, state, reply }).await
@@ -94,10 +102,7 @@ impl DeviceTwinHandle {
 
     async fn call<T>(&self, op: impl FnOnce(Reply<T>) -> Op) -> Result<T> {
         let (reply, answer) = oneshot::channel();
-        self.ops
-            .send(op(reply))
-            .await
-            .map_err(|_| Error::Stopped)?;
+        self.ops.send(op(reply)).await.map_err(|_| Error::Stopped)?;
         answer.await.map_err(|_| Error::Stopped)?
     }
 }

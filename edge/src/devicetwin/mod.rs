@@ -1,9 +1,9 @@
 //! devicetwin: device twins on the edge and the DMI interface to mappers (KubeEdge:
 //! devicetwin with its `dmiserver` and `dmiclient`).
 //!
-//! * **Twins** ([`twin`], [`writer`], [`handle`]): per Device its reported and
+//! * **Twins** ([`twin`], `writer`, [`handle`]): per Device its reported and
 //!   observed-desired values, state and last online time, in redb next to the objects
-//!   ([`state`]). Mappers (DMI) and edge apps (the eventbus) change them through a
+//!   (`state`). Mappers (DMI) and edge apps (the eventbus) change them through a
 //!   [`DeviceTwinHandle`]; one writer applies changes in order and commits each batch in one
 //!   transaction with the `update <ns>/devicestatus/<name>` reports of the devices whose
 //!   cloud-visible state changed (only `reportToCloud` properties), under
@@ -127,10 +127,9 @@ impl DeviceTwin {
                 Ok((writer, Mappers::load(s)?))
             })
             .await?;
-        let mode = config.socket_mode().map_err(|(field, reason)| crate::Error::ConfigValue {
-            field,
-            reason,
-        })?;
+        let mode = config
+            .socket_mode()
+            .map_err(|(field, reason)| crate::Error::ConfigValue { field, reason })?;
         let (registrations_tx, registrations) = mpsc::channel(REGISTRATIONS);
         let server = dmi::server::DmiServer::new(
             &config,

@@ -47,14 +47,16 @@ pub(super) fn load_sent(store: &MetaStore, protocol: &str) -> Result<Sent> {
         let Some(value) = table.get(protocol)? else {
             return Ok(Sent::default());
         };
-        Ok(serde_json::from_slice(value.value()).unwrap_or_else(|source| {
-            let error = Error::Record {
-                key: protocol.to_owned(),
-                source,
-            };
-            warn!(error = %ErrorChain(&error), "record of what a mapper holds skipped");
-            Sent::default()
-        }))
+        Ok(
+            serde_json::from_slice(value.value()).unwrap_or_else(|source| {
+                let error = Error::Record {
+                    key: protocol.to_owned(),
+                    source,
+                };
+                warn!(error = %ErrorChain(&error), "record of what a mapper holds skipped");
+                Sent::default()
+            }),
+        )
     })
 }
 

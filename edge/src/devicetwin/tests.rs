@@ -56,7 +56,8 @@ async fn fixture() -> Fixture {
     let (ops_tx, ops) = mpsc::channel(64);
     let changes = broadcast::channel(16).0;
     let twins = DeviceTwinHandle::new(ops_tx, changes.clone());
-    let writer = TwinWriter::new(store.clone(), hub, devices.clone(), ops, changes).expect("writer");
+    let writer =
+        TwinWriter::new(store.clone(), hub, devices.clone(), ops, changes).expect("writer");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone()));
     Fixture {
@@ -95,7 +96,10 @@ async fn reports_commit_with_one_coalesced_status_per_device() {
         .expect("report");
     assert_eq!(doc.last.twins["temperature"].reported, None);
     assert_eq!(
-        doc.current.twins["temperature"].reported.as_ref().map(|r| r.value.as_str()),
+        doc.current.twins["temperature"]
+            .reported
+            .as_ref()
+            .map(|r| r.value.as_str()),
         Some("20")
     );
     assert_eq!(doc.delta().keys().collect::<Vec<_>>(), ["setpoint"]);
@@ -137,7 +141,10 @@ async fn reports_commit_with_one_coalesced_status_per_device() {
         .report("ns", "thermo", vec![twin("local", "x")])
         .await
         .expect("report");
-    assert_eq!(f.store.outbox_get("devicestatus/ns/thermo").expect("get"), before);
+    assert_eq!(
+        f.store.outbox_get("devicestatus/ns/thermo").expect("get"),
+        before
+    );
     f.stop.cancel();
     f.task.await.expect("writer");
 }
@@ -147,7 +154,11 @@ async fn bad_reports_change_nothing() {
     let f = fixture().await;
     let err = f
         .twins
-        .report("ns", "thermo", vec![twin("temperature", "1"), twin("nope", "1")])
+        .report(
+            "ns",
+            "thermo",
+            vec![twin("temperature", "1"), twin("nope", "1")],
+        )
         .await
         .expect_err("unknown property");
     assert!(err.to_string().contains("\"nope\""), "{err}");
@@ -178,7 +189,10 @@ async fn concurrent_reports_are_batched_and_all_answered() {
     assert!(results.iter().all(Result::is_ok));
     let twins = f.twins.get("ns", "thermo").await.expect("get");
     assert_eq!(
-        twins.twins["temperature"].reported.as_ref().map(|r| r.value.as_str()),
+        twins.twins["temperature"]
+            .reported
+            .as_ref()
+            .map(|r| r.value.as_str()),
         Some("199"),
         "applied in order"
     );
@@ -187,7 +201,11 @@ async fn concurrent_reports_are_batched_and_all_answered() {
 #[tokio::test]
 async fn state_and_records_survive_a_restart_and_follow_the_device() {
     let f = fixture().await;
-    let doc = f.twins.set_state("ns", "thermo", "OK").await.expect("state");
+    let doc = f
+        .twins
+        .set_state("ns", "thermo", "OK")
+        .await
+        .expect("state");
     assert_eq!(doc.current.state, "ok");
     assert!(!doc.current.last_online_time.is_empty());
     let (_, body) = pending(&f.store).expect("reported");
@@ -205,13 +223,17 @@ async fn state_and_records_survive_a_restart_and_follow_the_device() {
     let (ops_tx, ops) = mpsc::channel(8);
     let changes = broadcast::channel(4).0;
     let twins = DeviceTwinHandle::new(ops_tx, changes.clone());
-    let writer = TwinWriter::new(f.store.clone(), hub, f.devices.clone(), ops, changes).expect("writer");
+    let writer =
+        TwinWriter::new(f.store.clone(), hub, f.devices.clone(), ops, changes).expect("writer");
     let stop = CancellationToken::new();
     let task = tokio::spawn(writer.run(stop.clone()));
     let got = twins.get("ns", "thermo").await.expect("get");
     assert_eq!(got.state, "ok");
     assert_eq!(
-        got.twins["temperature"].reported.as_ref().map(|r| r.value.as_str()),
+        got.twins["temperature"]
+            .reported
+            .as_ref()
+            .map(|r| r.value.as_str()),
         Some("5")
     );
 

@@ -170,7 +170,10 @@ pub fn check_report(device: &Device, twins: &[Twin]) -> Result<(), Error> {
                 property: twin.property_name.clone(),
             });
         }
-        for value in [&twin.reported, &twin.observed_desired].into_iter().flatten() {
+        for value in [&twin.reported, &twin.observed_desired]
+            .into_iter()
+            .flatten()
+        {
             let bytes = value.value.len()
                 + value
                     .metadata
@@ -255,7 +258,9 @@ pub fn apply_state(record: &mut TwinRecord, state: String, now: DateTime<Utc>) -
 
 /// Drops the values of properties the Device no longer has (after a spec change).
 pub fn retain_properties(record: &mut TwinRecord, device: &Device) {
-    record.twins.retain(|name, _| device.property(name).is_some());
+    record
+        .twins
+        .retain(|name, _| device.property(name).is_some());
 }
 
 /// The twin edge apps see: every property of `device` with its desired value and the
@@ -340,16 +345,16 @@ mod tests {
     fn reports_are_checked_before_anything_is_applied() {
         let d = device();
         assert!(check_report(&d, &[twin("temperature", "20", None)]).is_ok());
-        let err = check_report(&d, &[twin("temperature", "1", None), twin("humidity", "1", None)])
-            .expect_err("unknown property");
+        let err = check_report(
+            &d,
+            &[twin("temperature", "1", None), twin("humidity", "1", None)],
+        )
+        .expect_err("unknown property");
         assert_eq!(
             err.to_string(),
             "device ns/thermo has no property \"humidity\""
         );
-        assert!(matches!(
-            check_report(&d, &[]),
-            Err(Error::NoTwins { .. })
-        ));
+        assert!(matches!(check_report(&d, &[]), Err(Error::NoTwins { .. })));
         let big = "x".repeat(MAX_VALUE_BYTES + 1);
         assert!(matches!(
             check_report(&d, &[twin("temperature", &big, None)]),
@@ -372,7 +377,10 @@ mod tests {
         );
         let updated = apply_report(
             &mut record,
-            vec![twin("setpoint", "21", Some("21")), twin("temperature", "19", None)],
+            vec![
+                twin("setpoint", "21", Some("21")),
+                twin("temperature", "19", None),
+            ],
             1_700,
         );
         assert_eq!(updated.len(), 2);
@@ -381,7 +389,10 @@ mod tests {
             after.delta(),
             BTreeMap::from([("debug".to_owned(), "off".to_owned())])
         );
-        let reported = after.twins["temperature"].reported.clone().expect("reported");
+        let reported = after.twins["temperature"]
+            .reported
+            .clone()
+            .expect("reported");
         assert_eq!(reported.metadata["timestamp"], "1700");
         // A mapper's own timestamp is kept.
         let mut own = twin("temperature", "18", None);
@@ -390,7 +401,10 @@ mod tests {
         }
         apply_report(&mut record, vec![own], 9_999);
         assert_eq!(
-            record.twins["temperature"].reported.as_ref().map(|r| r.metadata["timestamp"].as_str()),
+            record.twins["temperature"]
+                .reported
+                .as_ref()
+                .map(|r| r.metadata["timestamp"].as_str()),
             Some("5")
         );
     }
@@ -412,7 +426,11 @@ mod tests {
         let now = DateTime::parse_from_rfc3339("2026-01-02T03:04:05Z")
             .expect("time")
             .to_utc();
-        assert!(apply_state(&mut record, check_state("OK").expect("ok"), now));
+        assert!(apply_state(
+            &mut record,
+            check_state("OK").expect("ok"),
+            now
+        ));
         assert_eq!(
             serde_json::to_value(status_report(&d, &record)).expect("json"),
             json!({

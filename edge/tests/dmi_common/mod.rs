@@ -4,7 +4,7 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -67,7 +67,9 @@ fn forge_authority(socket: UnixStream, authority: String) -> tokio::io::DuplexSt
             loop {
                 let mut head = [0u8; 9];
                 from_client.read_exact(&mut head).await?;
-                let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+                let len = (usize::from(head[0]) << 16)
+                    | (usize::from(head[1]) << 8)
+                    | usize::from(head[2]);
                 let mut payload = vec![0u8; len];
                 from_client.read_exact(&mut payload).await?;
                 // tonic sends whole header blocks in one HEADERS frame, unpadded.
@@ -80,7 +82,8 @@ fn forge_authority(socket: UnixStream, authority: String) -> tokio::io::DuplexSt
                             *value = authority.as_bytes().to_vec();
                         }
                     }
-                    payload = encoder.encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
+                    payload =
+                        encoder.encode(headers.iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
                     let len = payload.len();
                     head[0] = (len >> 16) as u8;
                     head[1] = (len >> 8) as u8;
@@ -152,7 +155,10 @@ impl DeviceMapperService for FakeMapper {
         request: Request<dmi::RemoveDeviceRequest>,
     ) -> Result<Response<dmi::RemoveDeviceResponse>, Status> {
         let r = request.into_inner();
-        self.record(Call::Remove(format!("{}/{}", r.device_namespace, r.device_name)));
+        self.record(Call::Remove(format!(
+            "{}/{}",
+            r.device_namespace, r.device_name
+        )));
         Ok(Response::new(dmi::RemoveDeviceResponse {}))
     }
 
@@ -160,7 +166,9 @@ impl DeviceMapperService for FakeMapper {
         &self,
         request: Request<dmi::UpdateDeviceRequest>,
     ) -> Result<Response<dmi::UpdateDeviceResponse>, Status> {
-        self.record(Call::Update(request.into_inner().device.unwrap_or_default()));
+        self.record(Call::Update(
+            request.into_inner().device.unwrap_or_default(),
+        ));
         Ok(Response::new(dmi::UpdateDeviceResponse {}))
     }
 
@@ -182,7 +190,10 @@ impl DeviceMapperService for FakeMapper {
         request: Request<dmi::RemoveDeviceModelRequest>,
     ) -> Result<Response<dmi::RemoveDeviceModelResponse>, Status> {
         let r = request.into_inner();
-        self.record(Call::RemoveModel(format!("{}/{}", r.model_namespace, r.model_name)));
+        self.record(Call::RemoveModel(format!(
+            "{}/{}",
+            r.model_namespace, r.model_name
+        )));
         Ok(Response::new(dmi::RemoveDeviceModelResponse {}))
     }
 
@@ -190,7 +201,9 @@ impl DeviceMapperService for FakeMapper {
         &self,
         request: Request<dmi::UpdateDeviceModelRequest>,
     ) -> Result<Response<dmi::UpdateDeviceModelResponse>, Status> {
-        self.record(Call::UpdateModel(request.into_inner().model.unwrap_or_default()));
+        self.record(Call::UpdateModel(
+            request.into_inner().model.unwrap_or_default(),
+        ));
         Ok(Response::new(dmi::UpdateDeviceModelResponse {}))
     }
 
@@ -210,7 +223,10 @@ pub fn serve_mapper(path: &Path, stop: CancellationToken) -> Result<mpsc::Unboun
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(DeviceMapperServiceServer::new(FakeMapper { calls }))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.cancelled_owned()),
+            .serve_with_incoming_shutdown(
+                UnixListenerStream::new(listener),
+                stop.cancelled_owned(),
+            ),
     );
     Ok(rx)
 }
@@ -225,7 +241,11 @@ pub async fn next_call(calls: &mut mpsc::UnboundedReceiver<Call>) -> Result<Call
 }
 
 /// `MapperRegister` of a mapper for `protocol` serving on `address`.
-pub fn register_request(protocol: &str, address: &PathBuf, with_data: bool) -> dmi::MapperRegisterRequest {
+pub fn register_request(
+    protocol: &str,
+    address: &Path,
+    with_data: bool,
+) -> dmi::MapperRegisterRequest {
     dmi::MapperRegisterRequest {
         with_data,
         mapper: Some(dmi::MapperInfo {

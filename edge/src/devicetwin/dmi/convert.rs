@@ -118,7 +118,10 @@ pub fn device(
                 .filter(|(_, twin)| twin.reported.is_some() || twin.observed_desired.is_some())
                 .map(|(name, twin)| dmi::Twin {
                     property_name: name.clone(),
-                    observed_desired: twin.observed_desired.as_ref().map(|v| twin_property(Some(v))),
+                    observed_desired: twin
+                        .observed_desired
+                        .as_ref()
+                        .map(|v| twin_property(Some(v))),
                     reported: twin.reported.as_ref().map(|v| twin_property(Some(v))),
                 })
                 .collect()
@@ -207,7 +210,9 @@ fn method(value: &Value) -> Option<dmi::DeviceMethod> {
 
 /// `configData` as a DMI `CustomizedValue` (see the module docs); `Err((key, what))` for a
 /// nested value.
-pub fn customized(data: Option<&ConfigData>) -> Result<dmi::CustomizedValue, (String, &'static str)> {
+pub fn customized(
+    data: Option<&ConfigData>,
+) -> Result<dmi::CustomizedValue, (String, &'static str)> {
     let mut out = HashMap::new();
     for (key, value) in data.into_iter().flatten() {
         if let Some(any) = any(value).map_err(|what| (key.clone(), what))? {

@@ -143,13 +143,22 @@ mod tests {
             "anomalyDetection": {"threshold": 3, "nested": {"x": 1}}
         }));
         let http = p.http.expect("http");
-        assert_eq!((http.hostname.as_str(), http.port, http.requestpath.as_str()), ("h", 8080, "/p"));
+        assert_eq!(
+            (http.hostname.as_str(), http.port, http.requestpath.as_str()),
+            ("h", 8080, "/p")
+        );
         let mqtt = p.mqtt.expect("mqtt");
         assert_eq!((mqtt.qos, mqtt.retained), (1, true));
         let db = p.db_method.expect("db");
-        let td = db.tdengine.and_then(|t| t.td_engine_client_config).expect("td");
+        let td = db
+            .tdengine
+            .and_then(|t| t.td_engine_client_config)
+            .expect("td");
         assert_eq!((td.addr.as_str(), td.dbname.as_str()), ("a:6041", "d"));
-        let influx = db.influxdb2.and_then(|i| i.influxdb2_data_config).expect("influx");
+        let influx = db
+            .influxdb2
+            .and_then(|i| i.influxdb2_data_config)
+            .expect("influx");
         assert_eq!(influx.tag["k"], "v");
         let anomaly = p.anomaly_detection.expect("anomaly");
         assert_eq!(anomaly.data.len(), 1, "nested values are left out");

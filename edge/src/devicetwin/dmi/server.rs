@@ -96,10 +96,12 @@ impl DmiServer {
 /// `namespace/name` of a report; the default namespace when the mapper sends none.
 fn device_id(namespace: &str, name: &str) -> Result<DeviceId, Status> {
     if name.is_empty() {
-        return Err(status(&Error::EmptyField {
-            field: "deviceName",
-        }
-        .into()));
+        return Err(status(
+            &Error::EmptyField {
+                field: "deviceName",
+            }
+            .into(),
+        ));
     }
     let namespace = if namespace.is_empty() {
         DEFAULT_NAMESPACE
@@ -123,7 +125,9 @@ pub fn status(error: &crate::Error) -> Status {
             | Error::InvalidState { .. }
             | Error::EmptyField { .. },
         ) => Status::invalid_argument(message),
-        crate::Error::DeviceTwin(Error::Stopped | Error::NotStored(_)) => Status::unavailable(message),
+        crate::Error::DeviceTwin(Error::Stopped | Error::NotStored(_)) => {
+            Status::unavailable(message)
+        }
         _ => Status::internal(message),
     }
 }
@@ -183,7 +187,11 @@ impl DeviceManagerService for DmiServer {
         } else {
             Default::default()
         };
-        debug!(devices = device_list.len(), models = model_list.len(), "answering registration");
+        debug!(
+            devices = device_list.len(),
+            models = model_list.len(),
+            "answering registration"
+        );
         let registration = Registration {
             mapper: record,
             given,

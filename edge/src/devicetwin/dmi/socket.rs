@@ -80,7 +80,9 @@ mod tests {
     async fn stale_sockets_are_replaced_and_live_ones_or_files_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("sub/dmi.sock");
-        let live = bind(&path, 0o600).await.expect("bind creates the directory");
+        let live = bind(&path, 0o600)
+            .await
+            .expect("bind creates the directory");
         let mode = std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
         let err = bind(&path, 0o600).await.expect_err("in use");

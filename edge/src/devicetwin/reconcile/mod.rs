@@ -1,6 +1,6 @@
 //! The reconciler: keeps the [`DeviceCache`] current from the metamanager's store events
 //! (relisting on start and when it lagged behind), tells the twin writer about changed
-//! Devices, and runs one [`worker`] per registered mapper that turns the cache into DMI
+//! Devices, and runs one `worker` per registered mapper that turns the cache into DMI
 //! calls to that mapper.
 
 mod desired;
@@ -65,7 +65,9 @@ impl Reconciler {
             let sent = store
                 .blocking(move |s| state::load_sent(s, &protocol))
                 .await
-                .inspect_err(|e| warn!(error = %ErrorChain(e), "record of what a mapper holds unreadable"))
+                .inspect_err(
+                    |e| warn!(error = %ErrorChain(e), "record of what a mapper holds unreadable"),
+                )
                 .unwrap_or_default();
             self.start(&mut workers, mapper, sent, &shutdown);
         }
@@ -163,7 +165,10 @@ impl Reconciler {
     }
 
     async fn changed(&self, workers: &HashMap<String, Running>, event: StoreEvent) {
-        if !matches!(event.key.kind, ResourceType::Device | ResourceType::DeviceModel) {
+        if !matches!(
+            event.key.kind,
+            ResourceType::Device | ResourceType::DeviceModel
+        ) {
             return;
         }
         let (store, cache) = (self.store.clone(), self.devices.clone());

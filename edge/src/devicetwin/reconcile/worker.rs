@@ -174,7 +174,8 @@ impl Worker {
         }
 
         if self.sent != before {
-            let (store, protocol, sent) = (self.store.clone(), self.protocol.clone(), self.sent.clone());
+            let (store, protocol, sent) =
+                (self.store.clone(), self.protocol.clone(), self.sent.clone());
             let stored = store
                 .blocking(move |s| state::put_sent(s, &protocol, &sent))
                 .await;
@@ -189,7 +190,13 @@ impl Worker {
     }
 
     /// Counts a create/update call; whether it succeeded.
-    fn record(&self, outcome: &mut Outcome, result: Result<(), Error>, id: &DeviceId, what: &str) -> bool {
+    fn record(
+        &self,
+        outcome: &mut Outcome,
+        result: Result<(), Error>,
+        id: &DeviceId,
+        what: &str,
+    ) -> bool {
         match result {
             Ok(()) => {
                 outcome.done += 1;
@@ -205,7 +212,13 @@ impl Worker {
 
     /// Counts a removal; whether the object can be forgotten: done, or refused by a mapper
     /// that answered (it does not hold it). Only an unreachable mapper is retried.
-    fn removed(&self, outcome: &mut Outcome, result: Result<(), Error>, id: &DeviceId, what: &str) -> bool {
+    fn removed(
+        &self,
+        outcome: &mut Outcome,
+        result: Result<(), Error>,
+        id: &DeviceId,
+        what: &str,
+    ) -> bool {
         match result {
             Ok(()) => {
                 outcome.done += 1;
@@ -214,7 +227,9 @@ impl Worker {
             Err(Error::MapperCall { source, .. })
                 if !matches!(
                     source.code(),
-                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
                 ) =>
             {
                 outcome.done += 1;

@@ -52,7 +52,10 @@ fn stored_device(properties: serde_json::Value) -> StoredDevice {
 }
 
 fn unpack_f32(any: &Any) -> f32 {
-    assert_eq!(any.type_url, "type.googleapis.com/google.protobuf.FloatValue");
+    assert_eq!(
+        any.type_url,
+        "type.googleapis.com/google.protobuf.FloatValue"
+    );
     f32::decode(any.value.as_slice()).expect("float")
 }
 
@@ -66,12 +69,19 @@ fn model_defaults_are_merged_and_instance_values_win() {
     ]));
     let merged = merged(&d, &stored_model()).expect("valid");
     let dmi = device_message(&d, &merged);
-    assert_eq!((dmi.name.as_str(), dmi.namespace.as_str()), ("thermo", "ns"));
+    assert_eq!(
+        (dmi.name.as_str(), dmi.namespace.as_str()),
+        ("thermo", "ns")
+    );
     let spec = dmi.spec.expect("spec");
     assert_eq!(spec.device_model_reference, "thermo-model");
     let protocol = spec.protocol.expect("protocol");
     let data = protocol.config_data.expect("configData").data;
-    assert_eq!(unpack_f32(&data["baud"]), 115_200.0, "the device's value wins");
+    assert_eq!(
+        unpack_f32(&data["baud"]),
+        115_200.0,
+        "the device's value wins"
+    );
     assert_eq!(
         String::decode(data["port"].value.as_slice()).expect("string"),
         "/dev/ttyS0",
@@ -85,7 +95,10 @@ fn model_defaults_are_merged_and_instance_values_win() {
     let visitors = temperature.visitors.clone().expect("visitors");
     assert_eq!(visitors.protocol_name, "virtual", "from the model");
     let v = visitors.config_data.expect("configData").data;
-    assert_eq!((unpack_f32(&v["scale"]), unpack_f32(&v["register"])), (2.0, 1.0));
+    assert_eq!(
+        (unpack_f32(&v["scale"]), unpack_f32(&v["register"])),
+        (2.0, 1.0)
+    );
     assert_eq!(temperature.collect_cycle, 1000);
     assert!(temperature.report_to_cloud);
     assert_eq!(
@@ -93,7 +106,13 @@ fn model_defaults_are_merged_and_instance_values_win() {
         Some(dmi::TwinProperty::default()),
         "always present: mappers dereference it"
     );
-    assert_eq!(spec.properties[1].desired.as_ref().map(|d| d.value.as_str()), Some("21"));
+    assert_eq!(
+        spec.properties[1]
+            .desired
+            .as_ref()
+            .map(|d| d.value.as_str()),
+        Some("21")
+    );
     assert_eq!(spec.methods[0].property_names, ["setpoint"]);
     let status = dmi.status.expect("status");
     assert_eq!((status.report_to_cloud, status.report_cycle), (true, 5000));
@@ -106,10 +125,18 @@ fn device_message(d: &StoredDevice, merged: &Device) -> dmi::Device {
 #[test]
 fn the_model_converts_field_by_field() {
     let m = model(&stored_model());
-    assert_eq!((m.name.as_str(), m.namespace.as_str()), ("thermo-model", "ns"));
+    assert_eq!(
+        (m.name.as_str(), m.namespace.as_str()),
+        ("thermo-model", "ns")
+    );
     let p = &m.spec.expect("spec").properties[0];
     assert_eq!(
-        (p.r#type.as_str(), p.access_mode.as_str(), p.minimum.as_str(), p.unit.as_str()),
+        (
+            p.r#type.as_str(),
+            p.access_mode.as_str(),
+            p.minimum.as_str(),
+            p.unit.as_str()
+        ),
         ("INT", "ReadOnly", "-20", "Celsius")
     );
 }
@@ -120,11 +147,14 @@ fn bad_devices_are_refused_with_the_reason() {
         "visitors": {"protocolName": "virtual", "configData": {"reg": {"a": 1}}}}]));
     let err = merged(&nested, &stored_model()).expect_err("nested");
     assert!(
-        verge_runtime::ErrorChain(&err).to_string().contains("visitors.configData.reg is an object"),
+        verge_runtime::ErrorChain(&err)
+            .to_string()
+            .contains("visitors.configData.reg is an object"),
         "{}",
         verge_runtime::ErrorChain(&err)
     );
-    let unknown = stored_device(json!([{"name": "humidity", "visitors": {"protocolName": "virtual"}}]));
+    let unknown =
+        stored_device(json!([{"name": "humidity", "visitors": {"protocolName": "virtual"}}]));
     assert!(matches!(
         merged(&unknown, &stored_model()),
         Err(Error::InvalidDevice { .. })
@@ -133,7 +163,10 @@ fn bad_devices_are_refused_with_the_reason() {
     let inherits = stored_device(json!([{"name": "temperature"}]));
     assert!(merged(&inherits, &stored_model()).is_ok());
     let none = stored_device(json!([{"name": "setpoint"}]));
-    assert!(merged(&none, &stored_model()).is_err(), "no visitors anywhere");
+    assert!(
+        merged(&none, &stored_model()).is_err(),
+        "no visitors anywhere"
+    );
 }
 
 #[test]
@@ -143,7 +176,10 @@ fn json_scalars_become_kubeedge_wrappers() {
     let int = any(&json!(3)).expect("ok").expect("some");
     assert_eq!(unpack_f32(&int), 3.0, "every number is a FloatValue");
     let s = any(&json!("x")).expect("ok").expect("some");
-    assert_eq!(s.type_url, "type.googleapis.com/google.protobuf.StringValue");
+    assert_eq!(
+        s.type_url,
+        "type.googleapis.com/google.protobuf.StringValue"
+    );
 }
 
 #[test]
@@ -165,5 +201,8 @@ fn current_twins_travel_in_the_status() {
     let dmi = device(&d, &merged, Some(&view)).expect("converts");
     let twins = dmi.status.expect("status").twins;
     assert_eq!(twins.len(), 1);
-    assert_eq!(twins[0].reported.as_ref().map(|r| r.value.as_str()), Some("22"));
+    assert_eq!(
+        twins[0].reported.as_ref().map(|r| r.value.as_str()),
+        Some("22")
+    );
 }
