@@ -278,3 +278,4 @@ pub fn report(name: &str, property: &str, value: &str) -> dmi::ReportDeviceStatu
         }),
     }
 }
+pub mod edge;

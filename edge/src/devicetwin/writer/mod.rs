@@ -9,58 +9,25 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
 use verge_device_api::Twin;
 use verge_runtime::ErrorChain;
 
 use super::devices::{DeviceCache, DeviceId, StoredDevice};
 use super::error::Error;
 use super::state;
-use super::twin::{self, DeviceTwins, TwinDocument, TwinRecord};
+use super::twin::{self, TwinDocument, TwinRecord};
 use crate::metamanager::MetaStore;
 use crate::{EdgeHubHandle, Result};
+use ops::{Answer, status_message};
+pub(crate) use ops::{Op, Reply};
+
+mod ops;
 
 /// Most operations applied in one transaction.
 pub const MAX_BATCH: usize = 256;
-
-/// An answer channel.
-pub(super) type Reply<T> = oneshot::Sender<Result<T>>;
-
-/// One operation on the twins.
-#[derive(Debug)]
-pub(super) enum Op {
-    /// Reported and observed-desired values of some properties.
-    Report {
-        id: DeviceId,
-        twins: Vec<Twin>,
-        reply: Reply<TwinDocument>,
-    },
-    /// A device state.
-    State {
-        id: DeviceId,
-        state: String,
-        reply: Reply<TwinDocument>,
-    },
-    /// The current twin.
-    Get {
-        id: DeviceId,
-        reply: Reply<DeviceTwins>,
-    },
-    /// The Device changed or went: drop its record (gone or replaced), or the values of
-    /// properties it no longer has.
-    Sync { id: DeviceId },
-    /// As `Sync`, for every record (after a relist).
-    SyncAll,
-}
-
-/// An answer to send after the commit.
-enum Answer {
-    Document(Reply<TwinDocument>, Result<TwinDocument>),
-    Twins(Reply<DeviceTwins>, Result<DeviceTwins>),
-}
 
 /// The writer task's state.
 pub(super) struct TwinWriter {
@@ -339,53 +306,4 @@ impl TwinWriter {
             }
         }
     }
-}
-
-impl Answer {
-    fn send(self) {
-        // A caller that stopped waiting is fine.
-        match self {
-            Self::Document(reply, result) => {
-                let _ = reply.send(result);
-            }
-            Self::Twins(reply, result) => {
-                let _ = reply.send(result);
-            }
-        }
-    }
-
-    /// Answers with the commit failure (a caller's own error, e.g. an unknown property, is
-    /// kept: nothing of its would have been stored anyway).
-    fn fail(self, error: &Arc<crate::Error>) {
-        let failed = || crate::Error::from(Error::NotStored(Arc::clone(error)));
-        match self {
-            Self::Document(reply, result) => {
-                let _ = reply.send(result.and_then(|_| Err(failed())));
-            }
-            Self::Twins(reply, result) => {
-                let _ = reply.send(result.and_then(|_| Err(failed())));
-            }
-        }
-    }
-}
-
-/// The `update <ns>/devicestatus/<name>` report of `device` (header uid: the Device's).
-fn status_message(
-    device: &StoredDevice,
-    report: &verge_device_api::StatusReport,
-) -> Result<Envelope> {
-    let body = serde_json::to_vec(report).map_err(|source| crate::Error::Encode {
-        what: "device status",
-        source,
-    })?;
-    let kind = Kind::Upsert {
-        write: Write::Update,
-        key: ResourceKey::new(
-            device.device.namespace(),
-            ResourceType::DeviceStatus,
-            device.device.name(),
-        ),
-        version: ObjectVersion::uid(device.uid.clone()),
-    };
-    Ok(Envelope::new(Module::DeviceTwin, Group::Device, kind, body))
 }
