@@ -46,6 +46,20 @@ pub(super) struct Outcome {
     pub(super) done: usize,
     /// Calls that failed (retried after a back-off).
     pub(super) failed: usize,
+    /// Whether a call found the mapper unreachable (no socket, no answer in time).
+    pub(super) unreachable: bool,
+}
+
+/// Whether `error` means the mapper could not be reached (as opposed to an answer).
+fn unreachable(error: &Error) -> bool {
+    matches!(error, Error::MapperCall { source, .. } if unreachable_code(source.code()))
+}
+
+fn unreachable_code(code: tonic::Code) -> bool {
+    matches!(
+        code,
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    )
 }
 
 impl Worker {
@@ -64,7 +78,10 @@ impl Worker {
                     () = tokio::time::sleep(delay) => {}
                 },
             }
-            let outcome = self.pass().await;
+            let outcome = tokio::select! {
+                () = shutdown.cancelled() => break,
+                outcome = self.pass() => outcome,
+            };
             retry = if outcome.failed == 0 {
                 delays = self.delays();
                 None
@@ -92,7 +109,26 @@ impl Worker {
         self.log_invalid(&desired);
         let before = self.sent.clone();
         let mut outcome = Outcome::default();
+        self.calls(&desired, &mut outcome).await;
+        if self.sent != before {
+            let (store, protocol, sent) =
+                (self.store.clone(), self.protocol.clone(), self.sent.clone());
+            let stored = store
+                .blocking(move |s| state::put_sent(s, &protocol, &sent))
+                .await;
+            if let Err(error) = stored {
+                warn!(error = %ErrorChain(&error), "record of what a mapper holds not stored");
+            }
+        }
+        if outcome.done > 0 {
+            info!(protocol = %self.protocol, calls = outcome.done, failed = outcome.failed, "mapper updated");
+        }
+        outcome
+    }
 
+    /// The calls of a pass, in order; stops at the first call that finds the mapper
+    /// unreachable (the rest would fail the same way, each after a timeout).
+    async fn calls(&mut self, desired: &Desired, outcome: &mut Outcome) {
         for (id, (fingerprint, model)) in &desired.models {
             let key = id.to_string();
             let result = match self.sent.models.get(&key) {
@@ -100,8 +136,10 @@ impl Worker {
                 Some(_) => self.client.update_model(convert::model(model)).await,
                 None => self.client.create_model(convert::model(model)).await,
             };
-            if self.record(&mut outcome, result, id, "model") {
+            if self.record(outcome, result, id, "model") {
                 self.sent.models.insert(key, fingerprint.clone());
+            } else if outcome.unreachable {
+                return;
             }
         }
 
@@ -131,8 +169,10 @@ impl Worker {
             } else {
                 self.client.register_device(message).await
             };
-            if self.record(&mut outcome, result, id, "device") {
+            if self.record(outcome, result, id, "device") {
                 self.sent.devices.insert(key, device.fingerprint.clone());
+            } else if outcome.unreachable {
+                return;
             }
         }
 
@@ -150,8 +190,10 @@ impl Worker {
                 continue;
             };
             let result = self.client.remove_device(&id.namespace, &id.name).await;
-            if self.removed(&mut outcome, result, &id, "device") {
+            if self.removed(outcome, result, &id, "device") {
                 self.sent.devices.remove(&key);
+            } else if outcome.unreachable {
+                return;
             }
         }
         let wanted: BTreeSet<String> = desired.models.keys().map(ToString::to_string).collect();
@@ -168,25 +210,12 @@ impl Worker {
                 continue;
             };
             let result = self.client.remove_model(&id.namespace, &id.name).await;
-            if self.removed(&mut outcome, result, &id, "model") {
+            if self.removed(outcome, result, &id, "model") {
                 self.sent.models.remove(&key);
+            } else if outcome.unreachable {
+                return;
             }
         }
-
-        if self.sent != before {
-            let (store, protocol, sent) =
-                (self.store.clone(), self.protocol.clone(), self.sent.clone());
-            let stored = store
-                .blocking(move |s| state::put_sent(s, &protocol, &sent))
-                .await;
-            if let Err(error) = stored {
-                warn!(error = %ErrorChain(&error), "record of what a mapper holds not stored");
-            }
-        }
-        if outcome.done > 0 {
-            info!(protocol = %self.protocol, calls = outcome.done, failed = outcome.failed, "mapper updated");
-        }
-        outcome
     }
 
     /// Counts a create/update call; whether it succeeded.
@@ -204,6 +233,7 @@ impl Worker {
             }
             Err(error) => {
                 outcome.failed += 1;
+                outcome.unreachable = unreachable(&error);
                 warn!(error = %ErrorChain(&error), %what, object = %id, "mapper call failed; will retry");
                 false
             }
