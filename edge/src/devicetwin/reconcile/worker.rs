@@ -107,23 +107,25 @@ impl Worker {
     pub(super) async fn pass(&mut self) -> Outcome {
         let desired = Desired::of(&self.protocol, &self.devices.snapshot());
         self.log_invalid(&desired);
-        let before = self.sent.clone();
         let mut outcome = Outcome::default();
         self.calls(&desired, &mut outcome).await;
-        if self.sent != before {
-            let (store, protocol, sent) =
-                (self.store.clone(), self.protocol.clone(), self.sent.clone());
-            let stored = store
-                .blocking(move |s| state::put_sent(s, &protocol, &sent))
-                .await;
-            if let Err(error) = stored {
-                warn!(error = %ErrorChain(&error), "record of what a mapper holds not stored");
-            }
-        }
         if outcome.done > 0 {
             info!(protocol = %self.protocol, calls = outcome.done, failed = outcome.failed, "mapper updated");
         }
         outcome
+    }
+
+    /// Stores what the mapper holds (after every call that changed it, so that a pass
+    /// interrupted by shutdown leaves an exact record).
+    async fn save(&self) {
+        let (store, protocol, sent) =
+            (self.store.clone(), self.protocol.clone(), self.sent.clone());
+        let stored = store
+            .blocking(move |s| state::put_sent(s, &protocol, &sent))
+            .await;
+        if let Err(error) = stored {
+            warn!(error = %ErrorChain(&error), "record of what a mapper holds not stored");
+        }
     }
 
     /// The calls of a pass, in order; stops at the first call that finds the mapper
@@ -138,6 +140,7 @@ impl Worker {
             };
             if self.record(outcome, result, id, "model") {
                 self.sent.models.insert(key, fingerprint.clone());
+                self.save().await;
             } else if outcome.unreachable {
                 return;
             }
@@ -171,6 +174,7 @@ impl Worker {
             };
             if self.record(outcome, result, id, "device") {
                 self.sent.devices.insert(key, device.fingerprint.clone());
+                self.save().await;
             } else if outcome.unreachable {
                 return;
             }
@@ -192,6 +196,7 @@ impl Worker {
             let result = self.client.remove_device(&id.namespace, &id.name).await;
             if self.removed(outcome, result, &id, "device") {
                 self.sent.devices.remove(&key);
+                self.save().await;
             } else if outcome.unreachable {
                 return;
             }
@@ -212,6 +217,7 @@ impl Worker {
             let result = self.client.remove_model(&id.namespace, &id.name).await;
             if self.removed(outcome, result, &id, "model") {
                 self.sent.models.remove(&key);
+                self.save().await;
             } else if outcome.unreachable {
                 return;
             }
