@@ -8,6 +8,9 @@ pub enum Error {
     /// edgehub failed (connecting, the stream, its queues).
     #[error(transparent)]
     EdgeHub(#[from] crate::edgehub::error::Error),
+    /// The eventbus could not be set up (its address or password file).
+    #[error(transparent)]
+    EventBus(#[from] crate::eventbus::Error),
     /// metamanager failed (the redb store, the outbox, cloud queries).
     #[error(transparent)]
     MetaManager(#[from] crate::metamanager::error::Error),

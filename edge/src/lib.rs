@@ -17,6 +17,9 @@
 //!   and the calls that hand Devices to mappers ([`DeviceTwin`], [`DeviceTwinHandle`]).
 //! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
 //!   load for every connection, renew at 80 % of the lifetime.
+//! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
+//!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
+//!   [`eventbus::EventBusHandle`]).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
@@ -33,6 +36,7 @@ pub mod devicetwin;
 pub mod edged;
 pub mod edgehub;
 pub mod error;
+pub mod eventbus;
 pub mod metamanager;
 pub mod node;
 mod private_dir;

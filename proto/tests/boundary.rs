@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 const BOUNDARIES: &[&str] = &[
     "services/cloudhub/src/edge.rs",
     "services/cloudhub/src/controller.rs",
-    "services/edgecontroller/src/hub.rs",
+    "crates/controller/src/hub.rs",
     "edge/src/edgehub/session.rs",
 ];
 

@@ -17,6 +17,8 @@ pub struct Cloud {
     pub cloudhub: ChildProcess,
     /// The edgecontroller process.
     pub edgecontroller: ChildProcess,
+    /// The devicecontroller process, once [`Cloud::start_devicecontroller`] ran.
+    pub devicecontroller: Option<ChildProcess>,
     /// Where edges on this host connect to `hub-0`: `https://127.0.0.1:<port>`.
     pub edge_url: String,
     /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
@@ -125,6 +127,7 @@ impl Cloud {
         Ok(Self {
             cloudhub,
             edgecontroller,
+            devicecontroller: None,
             edge_url: format!("https://127.0.0.1:{edge_port}"),
             edge_port,
             join_url: format!("https://127.0.0.1:{join_port}"),
@@ -136,6 +139,21 @@ impl Cloud {
             controller_args,
             _dir: dir,
         })
+    }
+
+    /// Installs the device CRDs (`deploy/crds`) and starts devicecontroller, attached to
+    /// every cloudhub replica like edgecontroller (a token of its own service account).
+    ///
+    /// # Errors
+    /// The CRDs do not become Established, or the binary is missing.
+    pub async fn start_devicecontroller(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
+        verge_testkit::install_device_crds(cp).await?;
+        self.devicecontroller = Some(ChildProcess::spawn(
+            workspace_bin("devicecontroller")?,
+            &self.controller_args,
+            [("RUST_LOG", "info")],
+        )?);
+        Ok(())
     }
 
     /// `kill -9` edgecontroller and start it again: it must rebuild its state from the API
@@ -166,6 +184,9 @@ impl Cloud {
             self.cloudhub.log_tail(n),
             self.edgecontroller.log_tail(n)
         );
+        if let Some(dc) = &self.devicecontroller {
+            out.push_str(&format!("\n--- devicecontroller ---\n{}", dc.log_tail(n)));
+        }
         for r in &self.replicas {
             out.push_str(&format!(
                 "\n--- cloudhub {} ---\n{}",

@@ -1,5 +1,5 @@
-//! A local Verge deployment as detached background processes: cloudhub, edgecontroller and
-//! one edgecore against a control plane, with configs, logs and pids in one run directory.
+//! A local Verge deployment as detached background processes: cloudhub, edgecontroller,
+//! devicecontroller and one edgecore against a control plane, with configs, logs and pids in one run directory.
 //! Used by `quickstart` and the benchmarks.
 
 use std::path::{Path, PathBuf};
@@ -57,7 +57,8 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
     })
 }
 
-/// Starts cloudhub, edgecontroller and edgecore from `bin_dir` against `cp`, stopping
+/// Starts cloudhub, edgecontroller, devicecontroller (after installing the device CRDs) and
+/// edgecore from `bin_dir` against `cp`, stopping
 /// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
 /// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
 /// service account, and edgecore joins with a new bootstrap token (its earlier credentials
@@ -74,6 +75,7 @@ pub async fn start(
     let (edge_port, ctrl_port, join_port) = (free_port()?, free_port()?, free_port()?);
     let client = cp.client().await?;
     verge_testkit::trust::ensure_controller_accounts(&client).await?;
+    verge_testkit::install_device_crds(cp).await?;
     let token = verge_testkit::trust::create_bootstrap_token(
         &client,
         verge_testkit::trust::TokenKind::Valid,
@@ -116,6 +118,15 @@ pub async fn start(
         ),
         (
             "edgecontroller",
+            vec![
+                "--cloudhub".to_owned(),
+                format!("https://127.0.0.1:{ctrl_port}"),
+                "--kubeconfig".to_owned(),
+                kubeconfig.clone(),
+            ],
+        ),
+        (
+            "devicecontroller",
             vec![
                 "--cloudhub".to_owned(),
                 format!("https://127.0.0.1:{ctrl_port}"),

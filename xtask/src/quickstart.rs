@@ -57,7 +57,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("quickstart: [3/6] cargo build --bins");
     let bin_dir = local::build_bins(false)?;
 
-    eprintln!("quickstart: [4/6] starting cloudhub, edgecontroller and edgecore");
+    eprintln!("quickstart: [4/6] starting cloudhub, edgecontroller, devicecontroller and edgecore");
     let verge = local::start(&run_dir(), &bin_dir, &cp, &args.node_name).await?;
 
     eprintln!(

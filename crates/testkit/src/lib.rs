@@ -10,6 +10,8 @@
 //!   detached background processes that outlive the calling test binary;
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
+//! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
+//! * the Go DMI mapper built from Verge's `.proto` ([`go_mapper::ensure_built`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
 //!   the workspace's built binaries ([`process::workspace_bin`]).
@@ -19,7 +21,13 @@
 //! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
+//! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
+//!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
+//! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
+//!   client, sample DMI devices and models.
+//! * [`go_mapper`] — [`go_mapper::ensure_built`]: the Go mapper generated from the DMI proto.
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
@@ -58,9 +66,13 @@
 //! the failing component's log: this crate only serves tests and xtask.
 
 pub mod control_plane;
+pub mod crds;
 pub mod daemon;
+pub mod dmi;
 pub mod docker;
+pub mod go_mapper;
 mod lock;
+pub mod mosquitto;
 pub mod netns;
 pub mod packages;
 pub mod paths;
@@ -70,6 +82,7 @@ pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
+pub use crds::{install_cloud_rbac, install_device_crds};
 
 /// The control plane shared by all test binaries of one run.
 ///

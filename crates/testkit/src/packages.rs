@@ -1,7 +1,7 @@
 //! Debian packages the build and the tests need, installed with `apt-get` on demand.
 //!
-//! architecture.md §6: the Docker engine, the test image's busybox and the network tools of
-//! the partition tests come from Debian packages, so a fresh Debian machine (or CI runner)
+//! architecture.md §6: the Docker engine, the test image's busybox, the network tools of
+//! the partition tests and the MQTT broker come from Debian packages, so a fresh Debian machine (or CI runner)
 //! with Rust and Go needs nothing but this.
 
 use std::process::Command;
@@ -12,9 +12,16 @@ use crate::lock::FileLock;
 use crate::paths;
 
 /// The packages [`ensure_packages`] installs: the Docker engine, the static busybox of
-/// the test image, and `ip`/`iptables` for network-partition tests. (The build itself
-/// needs none: `protoc` comes from the `protoc-bin-vendored` crate.)
-pub const REQUIRED_PACKAGES: &[&str] = &["docker.io", "busybox-static", "iproute2", "iptables"];
+/// the test image, `ip`/`iptables` for network-partition tests, and the MQTT broker of the
+/// eventbus tests ([`crate::mosquitto`]). (The build itself needs none: `protoc` comes from
+/// the `protoc-bin-vendored` crate.)
+pub const REQUIRED_PACKAGES: &[&str] = &[
+    "docker.io",
+    "busybox-static",
+    "iproute2",
+    "iptables",
+    "mosquitto",
+];
 
 /// Installs every missing package of [`REQUIRED_PACKAGES`].
 ///

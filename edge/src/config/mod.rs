@@ -20,11 +20,15 @@
 //!   enable: true
 //!   dmiSocket: /etc/kubeedge/dmi.sock
 //!   mapperCallTimeout: 10s
+//! eventBus:                         # see EventBusConfig: MQTT for edge apps
+//!   enable: false
+//!   mqttServer: tcp://127.0.0.1:1883
 //! ```
 
 mod devicetwin;
 mod edged;
 mod edgehub;
+mod eventbus;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +38,7 @@ use serde::{Deserialize, Serialize};
 pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
+pub use eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::LogFormat;
 
 use crate::{Error, Result};
@@ -60,6 +65,8 @@ pub struct Config {
     /// devicetwin: device twins and the DMI server for mappers (KubeEdge
     /// `modules.deviceTwin`).
     pub device_twin: DeviceTwinConfig,
+    /// eventBus: the MQTT client of KubeEdge's device topics (KubeEdge `modules.eventBus`).
+    pub event_bus: EventBusConfig,
 }
 
 impl Default for Config {
@@ -72,6 +79,7 @@ impl Default for Config {
             edge_hub: EdgeHubConfig::default(),
             edged: EdgedConfig::default(),
             device_twin: DeviceTwinConfig::default(),
+            event_bus: EventBusConfig::default(),
         }
     }
 }
@@ -132,7 +140,8 @@ impl Config {
         }
         self.edge_hub.validate().map_err(value)?;
         self.edged.validate().map_err(value)?;
-        self.device_twin.validate().map_err(value)
+        self.device_twin.validate().map_err(value)?;
+        self.event_bus.validate().map_err(value)
     }
 
     /// The parsed `edged.systemReserved`.

@@ -1,4 +1,163 @@
-//! devicecontroller: owns the Device and DeviceModel custom resources, sends desired device
-//! state to the node hosting each device and writes reported state back (KubeEdge:
-//! cloudcore's devicecontroller). Not implemented yet: this crate holds its place in the
-//! workspace (architecture.md §4).
+//! Verge devicecontroller: the cloud controller of the `device` group (KubeEdge's
+//! cloudcore devicecontroller), for KubeEdge's device API `devices.kubeedge.io/v1beta1`.
+//!
+//! It attaches to the `ControllerHub` of every cloudhub replica exactly as edgecontroller
+//! does (the shared `verge-controller` client: TLS against the Verge CA, a service-account
+//! token, every replica, routing by session), serving group `device` ([`IDENTITY`]).
+//! Downstream it sends each connected edge node the Devices bound to it (`spec.nodeName`)
+//! and the DeviceModels they reference, resyncing each node by its inventory when it
+//! connects; a Device that is invalid or whose model is missing is not sent and gets a
+//! Warning event instead. Upstream it writes what edges report (`update
+//! <ns>/devicestatus/<name>`) into the DeviceStatus of the same name (docs/protocol.md).
+//!
+//! # Layout
+//! - [`cache`]: watch caches (reflectors) of Devices, DeviceModels and edge Nodes.
+//! - [`desired`]: what a node should hold and whether a Device may go to it; pure.
+//! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
+//!   nodes and validates Devices.
+//! - [`problems`]: Warning events of Devices that cannot go to their node.
+//! - [`upstream`]: parsing and applying device status reports ([`upstream::status`]).
+//! - [`error`]: the crate's [`Error`].
+//!
+//! The configuration ([`Config`]) is the shared controller configuration of
+//! `verge-controller`.
+
+pub mod cache;
+pub mod desired;
+pub mod downstream;
+pub mod error;
+pub mod problems;
+pub mod upstream;
+
+pub use error::{Error, Result};
+pub use verge_controller::config::{self, Config};
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, info_span};
+use verge_controller::Identity;
+use verge_controller::dispatch::Dispatcher;
+use verge_controller::hub_auth::HubAuth;
+use verge_controller::replicas::Replicas;
+use verge_core::{Group, Module};
+
+use crate::cache::Caches;
+use crate::upstream::Context;
+
+/// devicecontroller on the ControllerHub: name `devicecontroller` (also its default service
+/// account `verge-system/devicecontroller`), module `devicecontroller`, group `device`.
+pub const IDENTITY: Identity = Identity {
+    name: "devicecontroller",
+    module: Module::DeviceController,
+    group: Group::Device,
+};
+
+/// Capacity of the queue of cache changes waiting for the downstream task.
+const CACHE_EVENTS: usize = 256;
+
+/// Capacity of the queue of hub events (frames of every replica) waiting for the dispatcher.
+const HUB_EVENTS: usize = 256;
+
+/// Capacity of the queue of Device problems waiting to be published as events.
+const REPORTS: usize = 1024;
+
+/// The devicecontroller service: one `ControllerHub` stream per cloudhub replica, the watch
+/// caches, the downstream task and the per-node workers.
+pub struct DeviceController {
+    config: Config,
+    client: kube::Client,
+}
+
+impl DeviceController {
+    /// A controller that reads and writes the API server with `client`. It needs list/watch
+    /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
+    /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
+    /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
+    /// (deploy/cloud/rbac.yaml).
+    pub fn new(config: Config, client: kube::Client) -> Self {
+        Self { config, client }
+    }
+
+    /// Runs until `shutdown` is cancelled: starts the watch caches, the downstream task and
+    /// the event task, attaches to every cloudhub replica (each stream re-attached with
+    /// backoff whenever it ends), sends Devices and DeviceModels down and writes status
+    /// reports. On shutdown it stops taking messages, lets every worker finish the API call
+    /// it is in, and returns once all tasks ended (callers bound this with a grace period).
+    ///
+    /// # Errors
+    /// [`Error::Hub`] when a configured cloudhub address or `cloudhub_dns` is invalid.
+    /// Everything else (connection loss, API failures) is logged and retried or answered to
+    /// the edge.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
+        let tracker = TaskTracker::new();
+        let config = Arc::new(self.config);
+        let (hub_tx, mut hub_rx) = mpsc::channel(HUB_EVENTS);
+        let auth = HubAuth::new(&config.cloudhub_auth, &IDENTITY, self.client.clone());
+        let replicas = Replicas::start(
+            config.clone(),
+            IDENTITY,
+            auth,
+            hub_tx,
+            tracker.clone(),
+            shutdown.clone(),
+        )?;
+        // Workers stop with the caller's token, or when `run` itself fails.
+        let workers_stop = shutdown.child_token();
+        let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
+        let caches = Caches::start(&self.client, &events_tx, &tracker, &workers_stop);
+        drop(events_tx);
+        let (reports_tx, reports_rx) = mpsc::channel(REPORTS);
+        let instance = config.name_for(&IDENTITY).to_owned();
+        tracker.spawn(
+            problems::run(
+                self.client.clone(),
+                instance,
+                reports_rx,
+                workers_stop.clone(),
+            )
+            .instrument(info_span!("events")),
+        );
+        let (down_tx, down_rx) = mpsc::unbounded_channel();
+        tracker.spawn(
+            downstream::run(
+                caches.clone(),
+                down_rx,
+                events_rx,
+                reports_tx,
+                workers_stop.clone(),
+            )
+            .instrument(info_span!("downstream")),
+        );
+        let context = Context {
+            client: self.client,
+            caches,
+        };
+        let mut dispatcher = Dispatcher::new(
+            context,
+            IDENTITY,
+            down_tx,
+            config.node_queue,
+            tracker.clone(),
+            workers_stop.clone(),
+        );
+        tracker.spawn(replicas.run().instrument(info_span!("replicas")));
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                event = hub_rx.recv() => match event {
+                    Some(event) => dispatcher.on_event(event),
+                    None => break,
+                },
+            }
+        }
+        workers_stop.cancel();
+        drop(hub_rx);
+        drop(dispatcher);
+        tracker.close();
+        tracker.wait().await;
+        Ok(())
+    }
+}

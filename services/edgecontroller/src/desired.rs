@@ -8,7 +8,7 @@
 //! connect, then what was sent since) and sends only the difference (docs/protocol.md,
 //! "Resync by inventory").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{
     Container, EnvFromSource, EnvVar, EphemeralContainer, Pod, PodSpec, Volume,
@@ -16,35 +16,7 @@ use k8s_openapi::api::core::v1::{
 use verge_core::{ResourceKey, ResourceType};
 use verge_proto::Inventory;
 
-/// The identity of one copy of an object: `metadata.uid` and `metadata.resourceVersion`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Version {
-    /// `metadata.uid`.
-    pub uid: String,
-    /// `metadata.resourceVersion` (empty when unknown).
-    pub resource_version: String,
-}
-
-impl Version {
-    /// A version from uid and resourceVersion.
-    pub fn new(uid: impl Into<String>, resource_version: impl Into<String>) -> Self {
-        Self {
-            uid: uid.into(),
-            resource_version: resource_version.into(),
-        }
-    }
-
-    /// The version of an object's metadata (missing fields are empty).
-    pub fn of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
-        Self::new(
-            meta.uid.clone().unwrap_or_default(),
-            meta.resource_version.clone().unwrap_or_default(),
-        )
-    }
-}
-
-/// Objects by key with their versions: what a node should hold or holds.
-pub type Versions = BTreeMap<ResourceKey, Version>;
+pub use verge_controller::diff::{Diff, Version, Versions};
 
 /// The types downstream manages. Inventory entries of other types (device twins, ...) are
 /// never deleted by the resync. Of type node, only the node's own Node is managed
@@ -176,42 +148,13 @@ pub fn node_references<'a>(
 }
 
 /// The managed objects of `node`'s inventory, by key: pods, configmaps, secrets and the
-/// node's own Node object (never another node's).
-///
-/// Entries whose namespace and name do not form a valid resource path (a `/`, whitespace or
-/// a control character in them, an empty one) are left out: no object of the cluster has
-/// such a key, and a `delete` of it would carry a path cloudhub refuses, ending the
-/// controller's stream (found by the `inventory` fuzz target, docs/fuzzing.md).
+/// node's own Node object (never another node's). Entries that do not form a valid resource
+/// path are left out ([`verge_controller::diff::held_from_inventory`]).
 pub fn held_from_inventory(node: &str, inventory: &Inventory) -> Versions {
     let own = node_key(node);
-    inventory
-        .entries
-        .iter()
-        .filter_map(|e| {
-            let path = format!("{}/{}/{}", e.namespace, e.r#type, e.name);
-            let key: ResourceKey = path.parse().ok()?;
-            let kind = key.kind;
-            let wanted = is_managed(kind) && (kind != ResourceType::Node || key == own);
-            wanted.then(|| (key, Version::new(e.uid.clone(), e.resource_version.clone())))
-        })
-        .collect()
-}
-
-/// What to send to a node so that it holds `desired`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Diff {
-    /// Keys to send an `update` for: missing from `held`, or held at another uid or
-    /// resourceVersion.
-    pub updates: Vec<ResourceKey>,
-    /// Held keys (of managed types) that are not desired, with the held uid: send `delete`.
-    pub deletes: Vec<(ResourceKey, String)>,
-}
-
-impl Diff {
-    /// Whether nothing needs to be sent.
-    pub fn is_empty(&self) -> bool {
-        self.updates.is_empty() && self.deletes.is_empty()
-    }
+    verge_controller::diff::held_from_inventory(inventory, |key| {
+        is_managed(key.kind) && (key.kind != ResourceType::Node || *key == own)
+    })
 }
 
 /// The messages that bring a node holding `held` to `desired`. A node whose held versions
@@ -223,27 +166,13 @@ pub fn diff(desired: &Versions, held: &Versions) -> Diff {
 /// [`diff`], except that a key held at the desired uid but another resourceVersion is left
 /// out when `same_content(key, held_version)` says that what the node holds does not differ
 /// from the desired object in anything the edge acts on (only its status changed, see
-/// [`crate::fingerprint`]).
+/// [`crate::fingerprint`]). Only held objects of managed types are deleted.
 pub fn diff_by_content(
     desired: &Versions,
     held: &Versions,
-    mut same_content: impl FnMut(&ResourceKey, &Version) -> bool,
+    same_content: impl FnMut(&ResourceKey, &Version) -> bool,
 ) -> Diff {
-    let updates = desired
-        .iter()
-        .filter(|(key, version)| match held.get(*key) {
-            None => true,
-            Some(h) if h == *version => false,
-            Some(h) => h.uid != version.uid || !same_content(key, h),
-        })
-        .map(|(key, _)| key.clone())
-        .collect();
-    let deletes = held
-        .iter()
-        .filter(|(key, _)| is_managed(key.kind) && !desired.contains_key(*key))
-        .map(|(key, version)| (key.clone(), version.uid.clone()))
-        .collect();
-    Diff { updates, deletes }
+    verge_controller::diff::diff_by_content(desired, held, is_managed, same_content)
 }
 
 #[cfg(test)]

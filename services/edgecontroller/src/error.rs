@@ -1,56 +1,17 @@
 //! The error type of `verge-edgecontroller`.
 
-use std::path::PathBuf;
-
 /// Everything that can go wrong in edgecontroller. Each variant keeps its cause.
 ///
 /// Errors of a single upstream message ([`Error::Route`], [`Error::Decode`],
 /// [`Error::Forbidden`], [`Error::NotReferenced`], [`Error::CachesNotSynced`],
-/// [`Error::Unsupported`], [`Error::QueueFull`], [`Error::NodeNotFound`], [`Error::Kube`]) are answered to the edge as an `error` message whose content is
-/// [`Error::reason`]; they never stop the controller.
+/// [`Error::Unsupported`], [`Error::NodeNotFound`], [`Error::Kube`]) are answered to the edge
+/// as an `error` message whose content is [`Error::reason`]; they never stop the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The configuration file could not be read.
-    #[error("cannot read configuration file {path}")]
-    ReadConfig {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The configuration file is not valid YAML for [`crate::Config`] (names the field).
+    /// Attaching to cloudhub failed at start: an invalid cloudhub address or `cloudhub_dns`
+    /// (the shared ControllerHub client, `verge-controller`).
     #[error(transparent)]
-    Config(#[from] verge_core::ConfigError),
-    /// The configured cloudhub address is not a valid URI.
-    #[error("invalid cloudhub address {address:?}")]
-    Endpoint {
-        /// The address as configured.
-        address: String,
-        /// Why it cannot be used (e.g. plaintext `http://`).
-        #[source]
-        source: verge_proto::transport::EndpointError,
-    },
-    /// `cloudhub_dns` is not `<host>:<port>`.
-    #[error("invalid cloudhub_dns {0:?}: expected <host>:<port>")]
-    Discovery(String),
-    /// The Verge CA or the service-account token for cloudhub could not be obtained;
-    /// retried with backoff.
-    #[error("cannot {what}")]
-    HubAuth {
-        /// What was attempted.
-        what: &'static str,
-        /// The cause.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// Connecting to cloudhub failed (TCP/TLS/HTTP2 level); retried with backoff.
-    #[error("cannot connect to cloudhub")]
-    Connect(#[source] tonic::transport::Error),
-    /// Cloudhub refused or ended the `ControllerHub.Attach` stream with a gRPC status;
-    /// retried with backoff.
-    #[error("ControllerHub.Attach stream failed")]
-    Attach(#[source] tonic::Status),
+    Hub(#[from] verge_controller::Error),
     /// A message is not a valid envelope (the field named by the cause, e.g. its operation,
     /// group or resource path, does not parse).
     #[error("malformed route")]
@@ -93,15 +54,6 @@ pub enum Error {
         /// The message's resource path.
         resource: String,
     },
-    /// The node's queue of pending upstream messages is full (back-pressure; the edge retries
-    /// from its outbox).
-    #[error("queue of node {node:?} is full ({capacity} messages pending)")]
-    QueueFull {
-        /// The node.
-        node: String,
-        /// The configured queue capacity (`node_queue`).
-        capacity: usize,
-    },
     /// The Node object does not exist (a status or lease arrived before registration).
     #[error("node {0:?} is not registered")]
     NodeNotFound(String),
@@ -120,14 +72,7 @@ impl Error {
     /// The error and its chain of causes, joined by `": "`; the UTF-8 reason sent to the edge
     /// in an `error` answer.
     pub fn reason(&self) -> String {
-        let mut out = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            out.push_str(": ");
-            out.push_str(&c.to_string());
-            cause = c.source();
-        }
-        out
+        verge_controller::error::reason(self)
     }
 
     /// Wraps a kube-rs error with the action that failed.

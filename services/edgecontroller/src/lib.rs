@@ -9,16 +9,15 @@
 //! of configmaps, secrets and service account tokens (docs/protocol.md). It also keeps pods
 //! on edge nodes from being evicted when their node loses its link (docs/offline.md).
 //!
+//! It attaches with the ControllerHub client shared with devicecontroller
+//! (`verge-controller`: configuration, TLS and token, replicas, sessions, per-node workers),
+//! serving group `resource` ([`IDENTITY`]).
+//!
 //! # Layout
-//! - [`config`]: the YAML [`Config`].
-//! - [`replicas`]: the cloudhub replicas to attach to (static list and DNS discovery).
-//! - [`hub`]: one `ControllerHub.Attach` client stream per replica, re-attached with backoff.
-//! - [`dispatch`]: routes hub frames: session events to [`sessions`] and [`downstream`],
-//!   upstream messages to one ordered worker per node.
-//! - [`sessions`]: the connected nodes, the replica link holding each, their inventories.
+//! - [`config`], [`replicas`], [`hub`], [`hub_auth`], [`dispatch`], [`sessions`],
+//!   [`fingerprint`]: re-exported from `verge-controller`.
 //! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
-//! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
 //! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
 //!   nodes.
 //! - [`offline`]: the task that makes pods on edge nodes tolerate an unreachable node.
@@ -28,21 +27,15 @@
 //! - [`error`]: the crate's [`Error`].
 
 pub mod cache;
-pub mod config;
 pub mod desired;
-pub mod dispatch;
 pub mod downstream;
 pub mod error;
-pub mod fingerprint;
-pub mod hub;
-pub mod hub_auth;
 pub mod offline;
-pub mod replicas;
-pub mod sessions;
 pub mod upstream;
 
-pub use config::Config;
 pub use error::{Error, Result};
+pub use verge_controller::config::{self, Config};
+pub use verge_controller::{dispatch, fingerprint, hub, hub_auth, replicas, sessions};
 
 use std::sync::Arc;
 
@@ -51,10 +44,21 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span};
 
+use verge_controller::Identity;
+use verge_core::{Group, Module};
+
 use crate::cache::Caches;
 use crate::dispatch::Dispatcher;
 use crate::replicas::Replicas;
 use crate::upstream::Context;
+
+/// edgecontroller on the ControllerHub: name `edgecontroller` (also its default service
+/// account `verge-system/edgecontroller`), module `edgecontroller`, group `resource`.
+pub const IDENTITY: Identity = Identity {
+    name: "edgecontroller",
+    module: Module::EdgeController,
+    group: Group::Resource,
+};
 
 /// Capacity of the queue of cache changes waiting for the downstream task.
 const CACHE_EVENTS: usize = 256;
@@ -87,16 +91,17 @@ impl EdgeController {
     /// with a grace period).
     ///
     /// # Errors
-    /// [`Error::Endpoint`] when a configured cloudhub address is invalid,
-    /// [`Error::Discovery`] when `cloudhub_dns` is. Everything else (connection loss, API
-    /// failures) is logged and retried or answered to the edge.
+    /// [`Error::Hub`] when a configured cloudhub address or `cloudhub_dns` is invalid.
+    /// Everything else (connection loss, API failures) is logged and retried or answered to
+    /// the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let tracker = TaskTracker::new();
         let config = Arc::new(self.config);
         let (hub_tx, mut hub_rx) = mpsc::channel(HUB_EVENTS);
-        let auth = hub_auth::HubAuth::new(config.cloudhub_auth.clone(), self.client.clone());
+        let auth = hub_auth::HubAuth::new(&config.cloudhub_auth, &IDENTITY, self.client.clone());
         let replicas = Replicas::start(
             config.clone(),
+            IDENTITY,
             auth,
             hub_tx,
             tracker.clone(),
@@ -122,6 +127,7 @@ impl EdgeController {
         };
         let mut dispatcher = Dispatcher::new(
             context,
+            IDENTITY,
             down_tx,
             config.node_queue,
             tracker.clone(),

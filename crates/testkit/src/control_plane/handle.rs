@@ -195,6 +195,24 @@ impl ControlPlane {
                 .with_context(|| format!("loading kubeconfig {}", path.display()))?;
         kube::Client::try_from(config).context("building kube client")
     }
+
+    /// A new kube-rs client that acts as `user` (admin credentials with
+    /// `Impersonate-User`), e.g. `system:serviceaccount:verge-system:devicecontroller`, so
+    /// that a test runs a component with exactly the permissions its RBAC grants.
+    ///
+    /// # Errors
+    /// As [`ControlPlane::client`].
+    pub async fn client_as(&self, user: &str) -> anyhow::Result<kube::Client> {
+        let path = self.kubeconfig();
+        let kubeconfig = Kubeconfig::read_from(&path)
+            .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+        config.auth_info.impersonate = Some(user.to_owned());
+        kube::Client::try_from(config).context("building kube client")
+    }
 }
 
 /// The local ports a component's flags make it listen on: `--secure-port=<n>` and the port

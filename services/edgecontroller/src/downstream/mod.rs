@@ -19,7 +19,6 @@
 //! - [`retry`]: re-diffs after delivery errors, with backoff.
 
 pub mod messages;
-pub mod retry;
 pub mod sender;
 
 use std::collections::{BTreeSet, HashMap};
@@ -29,48 +28,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::{Operation, ResourceKey};
-use verge_proto::Inventory;
 
 use crate::cache::{CacheEvent, Caches};
 use crate::desired;
 use crate::hub::Link;
 use retry::Retries;
 pub use sender::{Contents, NodeState};
-
-/// What the dispatcher tells the downstream task.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Input {
-    /// A node's session started (or replaced the previous one) with this inventory.
-    Connected {
-        /// The node.
-        node: String,
-        /// Every object the edge holds.
-        inventory: Inventory,
-        /// The replica stream holding the session: where the node's messages go.
-        link: Link,
-    },
-    /// A node's current session ended.
-    Disconnected {
-        /// The node.
-        node: String,
-    },
-    /// The edge answered a downstream message (`ack`, `response` or `error`).
-    Answer {
-        /// The node.
-        node: String,
-        /// The answer's operation; `error` makes the controller forget the message's effect.
-        operation: Operation,
-        /// The id of the answered message.
-        parent_id: String,
-    },
-    /// Cloudhub could not deliver a downstream message.
-    DeliveryError {
-        /// The node.
-        node: String,
-        /// The undelivered message's id.
-        message_id: String,
-    },
-}
+pub use verge_controller::dispatch::Input;
+pub use verge_controller::retry;
 
 /// The downstream task's state.
 struct Downstream {

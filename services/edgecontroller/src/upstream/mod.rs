@@ -31,8 +31,8 @@ use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{debug, warn};
 use verge_core::{
-    CLUSTER_SCOPE, Envelope, Group, Kind, Module, NODE_LEASE_NAMESPACE, NodeResource, Operation,
-    Outcome, ResourceKey, ResourceType,
+    CLUSTER_SCOPE, Envelope, Group, Kind, NODE_LEASE_NAMESPACE, NodeResource, Operation, Outcome,
+    ResourceKey, ResourceType,
 };
 
 use crate::cache::Caches;
@@ -86,6 +86,16 @@ pub struct Context {
     pub client: kube::Client,
     /// The watch caches (pods bound to nodes, for authorization).
     pub caches: Caches,
+}
+
+impl verge_controller::dispatch::Handler for Context {
+    fn handle(
+        &self,
+        node: &str,
+        message: &Envelope,
+    ) -> impl std::future::Future<Output = Option<Envelope>> + Send {
+        handle(self, node, message)
+    }
 }
 
 /// An upstream message, classified.
@@ -321,9 +331,7 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
 /// An answer (`ack`/`response`/`error`) to `message`: a new id, `parent_id` = the message's
 /// id, group `resource`, the same resource path; `body` is a response's object.
 pub fn answer(message: &Envelope, outcome: Outcome, body: Vec<u8>) -> Envelope {
-    let mut reply = message.answer(Module::EdgeController, outcome, body);
-    reply.group = Group::Resource;
-    reply
+    crate::IDENTITY.answer(message, outcome, body)
 }
 
 #[cfg(test)]

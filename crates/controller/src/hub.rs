@@ -1,5 +1,6 @@
 //! The `ControllerHub.Attach` client streams to cloudhub replicas, each re-attached with
 //! jittered exponential backoff whenever it ends (like edgehub's reconnect, architecture.md §1).
+//! The hello names the controller and the group it serves ([`crate::Identity`]).
 //!
 //! One task ([`run`]) per replica endpoint. Every stream it opens is a [`Link`] with its own
 //! bounded outbound queue; the task reports [`HubEvent`]s (attached, each frame received,
@@ -18,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Endpoint;
 use tracing::{info, warn};
-use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome};
+use verge_core::{Envelope, Group, Kind, MessageId, Outcome};
 use verge_proto::Message;
 use verge_proto::hub::controller_hub_client::ControllerHubClient;
 use verge_proto::hub::{
@@ -27,7 +28,7 @@ use verge_proto::hub::{
 };
 
 use crate::hub_auth::HubAuth;
-use crate::{Config, Error, Result};
+use crate::{Config, Error, Identity, Result};
 
 /// Largest frame accepted from cloudhub, in bytes: cloudhub's default `max_frame_bytes`
 /// (4 MiB) plus room for the `Routed` wrapper.
@@ -150,12 +151,13 @@ pub fn endpoint(config: &Config, address: &str) -> Result<Endpoint> {
         .keep_alive_while_idle(true))
 }
 
-/// The first frame of every stream: `ControllerHello{name, groups: ["resource"]}`.
-pub fn hello(name: &str) -> ControllerFrame {
+/// The first frame of every stream: `ControllerHello{name, groups}`; cloudhub forwards the
+/// controller the upstream messages of these groups.
+pub fn hello(name: &str, groups: &[Group]) -> ControllerFrame {
     ControllerFrame {
         frame: Some(controller_frame::Frame::Hello(ControllerHello {
             name: name.to_owned(),
-            groups: vec![Group::Resource.as_str().to_owned()],
+            groups: groups.iter().map(|g| g.as_str().to_owned()).collect(),
         })),
     }
 }
@@ -171,6 +173,8 @@ pub struct Target {
     pub server_name: Option<String>,
     /// The CA and token source.
     pub auth: Arc<HubAuth>,
+    /// Who attaches (hello name and group, answers it makes).
+    pub identity: Identity,
 }
 
 /// Keeps one stream to the replica `target` attached until `stop`,
@@ -237,7 +241,8 @@ async fn attach(
         .max_encoding_message_size(MAX_FRAME_BYTES);
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     // Cannot fail: the channel is empty and its receiver alive.
-    let _ = tx.try_send(hello(&config.name));
+    let identity = &target.identity;
+    let _ = tx.try_send(hello(config.name_for(identity), &[identity.group]));
     let mut request = tonic::Request::new(ReceiverStream::new(rx));
     let bearer = format!("Bearer {token}")
         .parse()
@@ -264,7 +269,7 @@ async fn attach(
         tokio::select! {
             frame = inbound.message() => match frame.map_err(Error::Attach)? {
                 Some(frame) => {
-                    let Some(event) = read(id, frame, &attached) else { continue };
+                    let Some(event) = read(id, frame, &attached, identity) else { continue };
                     if events.send(event).await.is_err() {
                         return Ok(());
                     }
@@ -292,7 +297,7 @@ fn routed_frame(node: String, envelope: Envelope) -> ControllerFrame {
 
 /// The event of a frame received on link `link`; `None` for a frame to ignore. A message
 /// that is not a valid envelope is answered `error` on `link` (when it has an id to answer).
-fn read(link: u64, frame: HubFrame, reply: &Link) -> Option<HubEvent> {
+fn read(link: u64, frame: HubFrame, reply: &Link, identity: &Identity) -> Option<HubEvent> {
     match frame.frame {
         Some(hub_frame::Frame::Session(session)) => Some(HubEvent::Session { link, session }),
         Some(hub_frame::Frame::DeliveryError(error)) => {
@@ -310,7 +315,7 @@ fn read(link: u64, frame: HubFrame, reply: &Link) -> Option<HubEvent> {
                     envelope: Box::new(envelope),
                 }),
                 Err(error) => {
-                    refuse(reply, &node, error);
+                    refuse(reply, &node, error, identity);
                     None
                 }
             }
@@ -323,7 +328,7 @@ fn read(link: u64, frame: HubFrame, reply: &Link) -> Option<HubEvent> {
 }
 
 /// Answers a malformed upstream message `error` with the conversion error as reason.
-fn refuse(link: &Link, node: &str, error: verge_proto::Error) {
+fn refuse(link: &Link, node: &str, error: verge_proto::Error, identity: &Identity) {
     let id = error.message_id().to_owned();
     let reason = Error::Route(error).reason();
     warn!(node = %node, %reason, "malformed upstream message refused");
@@ -335,7 +340,7 @@ fn refuse(link: &Link, node: &str, error: verge_proto::Error) {
         outcome: Outcome::Error(reason),
         key: None,
     };
-    let answer = Envelope::new(Module::EdgeController, Group::Resource, kind, Vec::new());
+    let answer = Envelope::new(identity.module.clone(), identity.group, kind, Vec::new());
     if link.try_send(node, answer).is_err() {
         warn!(node = %node, "link queue full or ended, error answer dropped");
     }
@@ -366,6 +371,17 @@ mod tests {
     }
 
     #[test]
+    fn hello_names_the_groups() {
+        let Some(controller_frame::Frame::Hello(h)) = hello("dc", &[Group::Device]).frame else {
+            panic!("not a hello");
+        };
+        assert_eq!(
+            (h.name.as_str(), h.groups.as_slice()),
+            ("dc", ["device".to_owned()].as_slice())
+        );
+    }
+
+    #[test]
     fn bad_address_is_an_error() {
         let config = Config::default();
         assert!(matches!(
@@ -383,7 +399,7 @@ mod tests {
         );
         assert_ne!(a.id, b.id);
         drop(rx);
-        let ka = Envelope::keepalive(Module::EdgeController, None);
+        let ka = Envelope::keepalive(verge_core::Module::EdgeController, None);
         assert!(a.try_send("x", ka).is_err());
     }
 }

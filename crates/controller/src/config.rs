@@ -1,13 +1,16 @@
-//! The YAML configuration of edgecontroller (architecture.md §5).
+//! The YAML configuration every controller reads (architecture.md §5): where the cloudhub
+//! replicas are, how to authenticate to them, backoff, queue sizes and the shutdown grace.
+//! edgecontroller and devicecontroller read exactly this file shape; only the defaults that
+//! name the controller differ ([`crate::Identity`]).
 
 use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::{Error, Result};
+use crate::{Error, Identity, Result};
 
-/// edgecontroller's configuration file. Every field is optional; an unknown field is an error
+/// A controller's configuration file. Every field is optional; an unknown field is an error
 /// that names it. Durations are humantime strings (`"500ms"`, `"30s"`).
 ///
 /// ```yaml
@@ -18,10 +21,11 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct Config {
-    /// The controller name sent in `ControllerHello.name`. Default `"edgecontroller"`.
-    pub name: String,
+    /// The controller name sent in `ControllerHello.name`. Default: the controller's own
+    /// name ([`crate::Identity::name`], e.g. `edgecontroller`).
+    pub name: Option<String>,
     /// URIs of cloudhub ControllerHub endpoints, one per replica; a single string is
-    /// accepted too. edgecontroller attaches to every one (docs/protocol.md, "Several
+    /// accepted too. The controller attaches to every one (docs/protocol.md, "Several
     /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhubDns` is unset too,
     /// else none (see [`Config::endpoints`]).
     #[serde(deserialize_with = "one_or_many")]
@@ -60,7 +64,7 @@ pub struct Config {
     /// How long the binary waits for in-flight work after SIGINT/SIGTERM. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
-    /// How cloudhub is verified and how edgecontroller authenticates to it.
+    /// How cloudhub is verified and how the controller authenticates to it.
     pub cloudhub_auth: HubAuthConfig,
 }
 
@@ -81,8 +85,9 @@ pub struct HubAuthConfig {
     /// (TokenRequest API, one hour, renewed at 80 %).
     pub token_file: Option<std::path::PathBuf>,
     /// The service account, `<namespace>/<name>`, whose token is requested. Default
+    /// `verge-system/<controller>` ([`HubAuthConfig::service_account_for`]), e.g.
     /// `verge-system/edgecontroller`.
-    pub service_account: String,
+    pub service_account: Option<String>,
     /// The audience of the token. Default `verge-controllerhub`.
     pub audience: String,
     /// Server name to verify for static `cloudhub` endpoints instead of their host.
@@ -96,7 +101,7 @@ impl Default for HubAuthConfig {
             ca_config_map: "verge-system/verge-ca".to_owned(),
             ca_file: None,
             token_file: None,
-            service_account: "verge-system/edgecontroller".to_owned(),
+            service_account: None,
             audience: "verge-controllerhub".to_owned(),
             tls_server_name: None,
         }
@@ -106,7 +111,7 @@ impl Default for HubAuthConfig {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            name: "edgecontroller".to_owned(),
+            name: None,
             cloudhub: Vec::new(),
             cloudhub_dns: None,
             cloudhub_resolve_interval: Duration::from_secs(30),
@@ -141,7 +146,25 @@ fn one_or_many<'de, D: Deserializer<'de>>(
     })
 }
 
+impl HubAuthConfig {
+    /// The service account whose token is requested: `service_account`, or
+    /// `verge-system/<identity.name>`.
+    pub fn service_account_for(&self, identity: &Identity) -> String {
+        self.service_account
+            .clone()
+            .unwrap_or_else(|| format!("{DEFAULT_NAMESPACE}/{}", identity.name))
+    }
+}
+
+/// The namespace of Verge's cloud components and their service accounts.
+pub const DEFAULT_NAMESPACE: &str = "verge-system";
+
 impl Config {
+    /// The name sent in the hello: `name`, or the controller's own name.
+    pub fn name_for<'a>(&'a self, identity: &'a Identity) -> &'a str {
+        self.name.as_deref().unwrap_or(identity.name)
+    }
+
     /// The static cloudhub endpoints: `cloudhub` without duplicates, or
     /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhubDns` is set.
     pub fn endpoints(&self) -> Vec<String> {
@@ -224,6 +247,25 @@ mod tests {
         assert!(c.endpoints().is_empty(), "no default next to discovery");
         let c = Config::from_yaml("cloudhub: https://a:1\ncloudhubDns: h:1\n", "t").expect("ok");
         assert_eq!(c.endpoints(), ["https://a:1"]);
+    }
+
+    #[test]
+    fn names_default_to_the_controller() {
+        let id = Identity {
+            name: "devicecontroller",
+            module: verge_core::Module::DeviceController,
+            group: verge_core::Group::Device,
+        };
+        let c = Config::default();
+        assert_eq!(c.name_for(&id), "devicecontroller");
+        assert_eq!(
+            c.cloudhub_auth.service_account_for(&id),
+            "verge-system/devicecontroller"
+        );
+        let c = Config::from_yaml("name: dc-1\ncloudhubAuth: {serviceAccount: ns/sa}\n", "t")
+            .expect("ok");
+        assert_eq!(c.name_for(&id), "dc-1");
+        assert_eq!(c.cloudhub_auth.service_account_for(&id), "ns/sa");
     }
 
     #[test]

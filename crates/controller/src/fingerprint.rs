@@ -3,9 +3,9 @@
 //! Every write to an object changes its resourceVersion, including the edge's own pod status
 //! reports. Sending a pod down again for each of them would echo the edge's status back to
 //! it (KubeEdge avoids this with `isPodUpdated`, comparing the pod without its status). A
-//! fingerprint is a hash of the object's JSON without `status`, `metadata.resourceVersion`
-//! and `metadata.managedFields`: two versions with the same fingerprint differ only in what
-//! the edge does not act on (spec, labels, annotations, deletionTimestamp,
+//! fingerprint is a hash of the object's JSON without `status`, `metadata.resourceVersion`,
+//! `metadata.generation` and `metadata.managedFields`: two versions with the same
+//! fingerprint differ only in what the edge does not act on (spec, labels, annotations, deletionTimestamp,
 //! deletionGracePeriodSeconds, ownerReferences, finalizers... are all covered).
 //!
 //! Fingerprints are compared only within one controller process (the hasher is
@@ -22,8 +22,9 @@ use serde_json::Value;
 pub struct Fingerprint(u64);
 
 impl Fingerprint {
-    /// The fingerprint of `object`: its JSON without `status`, `metadata.resourceVersion`
-    /// and `metadata.managedFields`. Object keys are serialized in a fixed order (serde
+    /// The fingerprint of `object`: its JSON without `status`, `metadata.resourceVersion`,
+    /// `metadata.generation` (custom resources without a status subresource, such as
+    /// KubeEdge's Device, count status writes as generations) and `metadata.managedFields`. Object keys are serialized in a fixed order (serde
     /// structs in declaration order, maps sorted), so equal content hashes equally.
     pub fn of<T: Serialize>(object: &T) -> Self {
         let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
@@ -31,6 +32,7 @@ impl Fingerprint {
             fields.remove("status");
             if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
                 meta.remove("resourceVersion");
+                meta.remove("generation");
                 meta.remove("managedFields");
             }
         }
@@ -73,7 +75,7 @@ mod tests {
         assert_eq!(Fingerprint::of(&status), base);
         let fields = pod(
             "3",
-            json!({ "metadata": { "managedFields": [{ "manager": "x" }] } }),
+            json!({ "metadata": { "managedFields": [{ "manager": "x" }], "generation": 4 } }),
         );
         assert_eq!(Fingerprint::of(&fields), base);
     }

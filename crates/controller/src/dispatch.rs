@@ -1,7 +1,8 @@
 //! Routing of hub events from every attached cloudhub replica: session events to
-//! [`Sessions`] (which replica link holds each node) and to the downstream task, upstream
-//! messages to one worker task per node, the edge's answers to downstream messages and
-//! delivery errors to the downstream task. A link that ends takes its nodes with it.
+//! [`Sessions`] (which replica link holds each node) and to the controller's downstream
+//! task, upstream messages to one worker task per node (each applying them with the
+//! controller's [`Handler`]), the edge's answers to downstream messages and delivery errors
+//! to the downstream task ([`Input`]). A link that ends takes its nodes with it.
 //!
 //! Upstream messages are answered on the link they came from, whichever replica holds the
 //! node now; downstream messages go to the link holding the node's session (the downstream
@@ -13,27 +14,76 @@
 //! and retries). A node's worker ends when its session ends and its queue is drained.
 
 use std::collections::HashMap;
+use std::future::Future;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
-use verge_core::{Envelope, Kind, Outcome};
+use verge_core::{Envelope, Kind, Operation, Outcome};
+use verge_proto::Inventory;
 use verge_proto::hub::NodeSession;
 
-use crate::downstream::Input;
 use crate::hub::{HubEvent, Link};
 use crate::sessions::{Change, Sessions};
-use crate::upstream::Context;
-use crate::{Error, upstream};
+use crate::{Error, Identity};
+
+/// What the dispatcher tells the controller's downstream task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A node's session started (or replaced the previous one) with this inventory.
+    Connected {
+        /// The node.
+        node: String,
+        /// Every object the edge holds.
+        inventory: Inventory,
+        /// The replica stream holding the session: where the node's messages go.
+        link: Link,
+    },
+    /// A node's current session ended.
+    Disconnected {
+        /// The node.
+        node: String,
+    },
+    /// The edge answered a downstream message (`ack`, `response` or `error`).
+    Answer {
+        /// The node.
+        node: String,
+        /// The answer's operation; `error` makes the controller forget the message's effect.
+        operation: Operation,
+        /// The id of the answered message.
+        parent_id: String,
+    },
+    /// Cloudhub could not deliver a downstream message.
+    DeliveryError {
+        /// The node.
+        node: String,
+        /// The undelivered message's id.
+        message_id: String,
+    },
+}
+
+/// How a controller applies one upstream message (not an answer: those go to the
+/// downstream task as [`Input::Answer`]).
+pub trait Handler: Clone + Send + Sync + 'static {
+    /// Applies `message` from `node`'s session and returns the answer to send back on the
+    /// link it came from (`None`: nothing to answer). Called for one message of a node at a
+    /// time, in arrival order.
+    fn handle(
+        &self,
+        node: &str,
+        message: &Envelope,
+    ) -> impl Future<Output = Option<Envelope>> + Send;
+}
 
 /// An upstream message and the link to answer it on.
 type Job = (Link, Envelope);
 
 /// Owns the per-node workers, the attached links and the session map; driven by the
 /// [`HubEvent`]s of every attach task.
-pub struct Dispatcher {
-    context: Context,
+pub struct Dispatcher<H> {
+    handler: H,
+    identity: Identity,
     downstream: mpsc::UnboundedSender<Input>,
     links: HashMap<u64, Link>,
     node_queue: usize,
@@ -43,19 +93,21 @@ pub struct Dispatcher {
     shutdown: CancellationToken,
 }
 
-impl Dispatcher {
-    /// A dispatcher whose workers apply messages with `context`, run on `tracker` and stop at
+impl<H: Handler> Dispatcher<H> {
+    /// A dispatcher whose workers apply messages with `handler`, run on `tracker` and stop at
     /// `shutdown`; session changes, the edge's answers and delivery errors go to
-    /// `downstream`.
+    /// `downstream`. Refusals it answers itself (a full node queue) come from `identity`.
     pub fn new(
-        context: Context,
+        handler: H,
+        identity: Identity,
         downstream: mpsc::UnboundedSender<Input>,
         node_queue: usize,
         tracker: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
         Self {
-            context,
+            handler,
+            identity,
             downstream,
             links: HashMap::new(),
             node_queue: node_queue.max(1),
@@ -174,7 +226,9 @@ impl Dispatcher {
             capacity: self.node_queue,
         };
         warn!(error = %error, id = %message.id, "upstream message refused");
-        let reply = upstream::answer(&message, Outcome::Error(error.reason()), Vec::new());
+        let reply = self
+            .identity
+            .answer(&message, Outcome::Error(error.reason()), Vec::new());
         if link.try_send(&node, reply).is_err() {
             warn!(node = %node, id = %message.id, "link queue full or ended, error answer dropped");
         }
@@ -185,7 +239,7 @@ impl Dispatcher {
         if !self.workers.contains_key(node) {
             let (tx, rx) = mpsc::channel(self.node_queue);
             let task = run_worker(
-                self.context.clone(),
+                self.handler.clone(),
                 node.to_owned(),
                 rx,
                 self.shutdown.clone(),
@@ -200,8 +254,8 @@ impl Dispatcher {
 
 /// Applies `node`'s messages one at a time, in arrival order, and sends each answer on the
 /// link the message came from (dropped if that link ended: the edge retries).
-async fn run_worker(
-    context: Context,
+async fn run_worker<H: Handler>(
+    handler: H,
     node: String,
     mut queue: mpsc::Receiver<Job>,
     shutdown: CancellationToken,
@@ -212,7 +266,7 @@ async fn run_worker(
             () = shutdown.cancelled() => break,
             m = queue.recv() => match m { Some(m) => m, None => break },
         };
-        let Some(reply) = upstream::handle(&context, &node, &message).await else {
+        let Some(reply) = handler.handle(&node, &message).await else {
             continue;
         };
         tokio::select! {

@@ -1,4 +1,4 @@
-//! Re-diffs of nodes after delivery errors.
+//! Re-diffs of nodes after delivery errors (a controller's downstream side).
 //!
 //! When cloudhub reports that a downstream message could not be delivered to a node that is
 //! still connected (its per-node queue was full: back-pressure), the node is compared again

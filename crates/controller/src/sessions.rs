@@ -6,7 +6,7 @@
 //! stream) that last announced it connected: a node that reconnects to replica B while A
 //! still reports it is held by B, and A's later disconnect of it is stale. When a link ends,
 //! its nodes are gone ([`Sessions::detach`]). The inventory of a session goes to the
-//! downstream side (`Input::Connected`), which diffs it against its watch caches
+//! downstream side ([`crate::dispatch::Input::Connected`]), which diffs it against its watch caches
 //! (architecture.md §3.2); it is not kept here.
 
 use std::collections::HashMap;

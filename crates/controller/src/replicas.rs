@@ -15,11 +15,12 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::hub::{self, HubEvent};
 use crate::hub_auth::HubAuth;
-use crate::{Config, Error, Result};
+use crate::{Config, Error, Identity, Result};
 
 /// The attach tasks, by endpoint URI.
 pub struct Replicas {
     config: Arc<Config>,
+    identity: Identity,
     auth: Arc<HubAuth>,
     events: mpsc::Sender<HubEvent>,
     tracker: TaskTracker,
@@ -29,13 +30,15 @@ pub struct Replicas {
 
 impl Replicas {
     /// Checks the configured endpoints and `cloudhub_dns`, and starts one attach task per
-    /// static endpoint on `tracker`; they report to `events` and stop at `shutdown`.
+    /// static endpoint on `tracker`, attaching as `identity`; they report to `events` and
+    /// stop at `shutdown`.
     ///
     /// # Errors
     /// [`Error::Endpoint`] for an invalid `cloudhub` URI, [`Error::Discovery`] for a
     /// `cloudhub_dns` that is not `<host>:<port>`.
     pub fn start(
         config: Arc<Config>,
+        identity: Identity,
         auth: Arc<HubAuth>,
         events: mpsc::Sender<HubEvent>,
         tracker: TaskTracker,
@@ -51,6 +54,7 @@ impl Replicas {
             .collect::<Result<Vec<_>>>()?;
         let mut replicas = Self {
             config,
+            identity,
             auth,
             events,
             tracker,
@@ -72,6 +76,7 @@ impl Replicas {
             endpoint,
             server_name,
             auth: self.auth.clone(),
+            identity: self.identity.clone(),
         };
         let task = hub::run(
             target,
@@ -191,9 +196,15 @@ mod tests {
             "https://127.0.0.1:1".parse().expect("uri"),
         ))
         .expect("client");
-        let auth = crate::hub_auth::HubAuth::new(config.cloudhub_auth.clone(), client);
+        let identity = Identity {
+            name: "test",
+            module: verge_core::Module::EdgeController,
+            group: verge_core::Group::Resource,
+        };
+        let auth = crate::hub_auth::HubAuth::new(&config.cloudhub_auth, &identity, client);
         let r = Replicas::start(
             Arc::new(config),
+            identity,
             auth,
             tx,
             TaskTracker::new(),

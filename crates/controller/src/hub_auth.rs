@@ -1,4 +1,4 @@
-//! How edgecontroller proves who it is to cloudhub and checks who cloudhub is: the Verge CA
+//! How a controller proves who it is to cloudhub and checks who cloudhub is: the Verge CA
 //! from the ConfigMap cloudhub publishes (or a file), and a service-account token for the
 //! ControllerHub audience (a file such as a projected token, or one requested through the
 //! TokenRequest API and renewed at 80 % of its life), sent as `authorization: Bearer` on
@@ -15,7 +15,7 @@ use rustls::ClientConfig;
 use tokio::sync::Mutex;
 
 use crate::config::HubAuthConfig;
-use crate::{Error, Result};
+use crate::{Error, Identity, Result};
 
 /// Lifetime asked for requested tokens, seconds (the API server's minimum is 600).
 const TOKEN_SECONDS: i64 = 3600;
@@ -23,6 +23,8 @@ const TOKEN_SECONDS: i64 = 3600;
 /// The CA and token source, shared by every replica link.
 pub struct HubAuth {
     config: HubAuthConfig,
+    /// `namespace/name` of the service account whose token is requested.
+    service_account: String,
     client: kube::Client,
     token: Mutex<Option<(String, Instant)>>,
 }
@@ -31,6 +33,7 @@ impl std::fmt::Debug for HubAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HubAuth")
             .field("config", &self.config)
+            .field("service_account", &self.service_account)
             .finish_non_exhaustive()
     }
 }
@@ -43,10 +46,12 @@ fn split(reference: &str) -> (&str, &str) {
 }
 
 impl HubAuth {
-    /// A source configured by `config`, reading the cluster through `client`.
-    pub fn new(config: HubAuthConfig, client: kube::Client) -> Arc<Self> {
+    /// A source configured by `config` for the controller `identity` (whose service
+    /// account is the default), reading the cluster through `client`.
+    pub fn new(config: &HubAuthConfig, identity: &Identity, client: kube::Client) -> Arc<Self> {
         Arc::new(Self {
-            config,
+            service_account: config.service_account_for(identity),
+            config: config.clone(),
             client,
             token: Mutex::new(None),
         })
@@ -105,7 +110,7 @@ impl HubAuth {
         {
             return Ok(token.clone());
         }
-        let (namespace, name) = split(&self.config.service_account);
+        let (namespace, name) = split(&self.service_account);
         let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
         let request = TokenRequest {
             spec: Some(TokenRequestSpec {

@@ -1,0 +1,73 @@
+//! Manifests of `deploy/` installed into a test control plane: the device
+//! CustomResourceDefinitions of `deploy/crds/` (Device, DeviceModel, DeviceStatus of
+//! `devices.kubeedge.io`) and the cloud services' RBAC (`deploy/cloud/rbac.yaml`).
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use anyhow::{Context as _, bail};
+
+use crate::ControlPlane;
+
+/// The repository's `deploy/crds/` directory.
+pub fn crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")
+}
+
+/// Applies every CRD of [`crds_dir`] server-side (`kubectl apply --server-side
+/// --force-conflicts`, so a run with changed definitions takes over the fields) and waits up
+/// to 60 s until each is `Established` (its resources are served). Idempotent: the shared
+/// control plane keeps them for the next test binary.
+///
+/// # Errors
+/// kubectl cannot be run, the apply fails (the error holds kubectl's output), or a CRD is
+/// not established in time.
+pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
+    let dir = crds_dir();
+    let mut apply = cp.kubectl_command();
+    apply
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(&dir);
+    let mut wait = cp.kubectl_command();
+    wait.args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
+        .arg(&dir);
+    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
+        check("kubectl apply of the device CRDs", apply.output())?;
+        check("kubectl wait for the device CRDs", wait.output())
+    })
+    .await?
+}
+
+/// Applies `deploy/cloud/rbac.yaml` (the service accounts, roles and bindings of cloudhub,
+/// edgecontroller and devicecontroller) into `verge-system`, creating the namespace if
+/// absent, so that a test can act as a service account with [`ControlPlane::client_as`].
+///
+/// # Errors
+/// kubectl cannot be run or the apply fails (the error holds kubectl's output).
+pub async fn install_cloud_rbac(cp: &ControlPlane) -> anyhow::Result<()> {
+    let client = cp.client().await?;
+    crate::trust::ensure_controller_accounts(&client).await?;
+    let rbac = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cloud/rbac.yaml");
+    let mut apply = cp.kubectl_command();
+    apply
+        .args(["apply", "--server-side", "--force-conflicts", "-n"])
+        .arg(crate::trust::VERGE_NAMESPACE)
+        .arg("-f")
+        .arg(rbac);
+    tokio::task::spawn_blocking(move || check("kubectl apply of the cloud RBAC", apply.output()))
+        .await?
+}
+
+/// Fails with kubectl's output unless it succeeded.
+fn check(what: &str, output: std::io::Result<Output>) -> anyhow::Result<()> {
+    let output = output.with_context(|| format!("cannot run {what}"))?;
+    if !output.status.success() {
+        bail!(
+            "{what} failed ({}): {}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! [`EventBusConfig`]: the `eventBus:` section (KubeEdge `modules.eventBus`): the MQTT broker
+//! edge applications and mappers use for KubeEdge's `$hw/events/device/...` twin topics.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The MQTT quality of service of edgecore's subscriptions and publications.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub enum MqttQos {
+    /// QoS 0, at most once.
+    AtMostOnce,
+    /// QoS 1, at least once (KubeEdge's choice for every twin topic).
+    AtLeastOnce,
+}
+
+impl TryFrom<u8> for MqttQos {
+    type Error = String;
+
+    fn try_from(value: u8) -> Result<Self, Self::Error> {
+        match value {
+            0 => Ok(Self::AtMostOnce),
+            1 => Ok(Self::AtLeastOnce),
+            other => Err(format!("qos must be 0 or 1, not {other}")),
+        }
+    }
+}
+
+impl From<MqttQos> for u8 {
+    fn from(qos: MqttQos) -> Self {
+        match qos {
+            MqttQos::AtMostOnce => 0,
+            MqttQos::AtLeastOnce => 1,
+        }
+    }
+}
+
+/// The eventbus's broker and client settings (YAML `eventBus:`); every field optional.
+///
+/// ```yaml
+/// eventBus:
+///   enable: true
+///   mqttServer: tcp://127.0.0.1:1883
+///   username: edgecore
+///   passwordFile: /etc/kubeedge/mqtt-password
+/// ```
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct EventBusConfig {
+    /// Whether edgecore connects to the broker at all. Default `false`.
+    pub enable: bool,
+    /// The broker, `tcp://<host>:<port>` (also `mqtt://`; the port defaults to 1883). TLS
+    /// (`ssl://`, `mqtts://`) is not supported. Default `tcp://127.0.0.1:1883`.
+    pub mqtt_server: String,
+    /// The MQTT client identifier. Default empty: `edgecore-<nodeName>`.
+    pub client_id: String,
+    /// QoS of the subscriptions and of every message edgecore publishes, `0` or `1`.
+    /// Default `1`, as KubeEdge.
+    pub qos: MqttQos,
+    /// The user name edgecore logs in with. Default empty: no credentials are sent.
+    pub username: String,
+    /// A file holding the password of `username` (one line; a trailing newline is ignored),
+    /// read once at start. Default none. Never logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// MQTT keep-alive: edgecore pings the broker when idle this long; zero or at least `1s`.
+    /// Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub keepalive: Duration,
+    /// Bound on connecting (TCP and `CONNACK`), whole seconds, at least `1s`. Default `5s`.
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    /// First reconnect delay after the broker is unreachable or the connection drops; doubles
+    /// per failed attempt (with jitter). Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_initial_backoff: Duration,
+    /// Largest reconnect delay. Default `30s`.
+    #[serde(with = "humantime_serde")]
+    pub reconnect_max_backoff: Duration,
+    /// Largest MQTT packet received or sent, in bytes. A larger message from an app breaks
+    /// the connection (the client reconnects). Default 1 MiB (1048576).
+    pub max_packet_size: usize,
+    /// Messages waiting to be published (answers and devicetwin's pushes); a push finding it
+    /// full is dropped with a warning. Default 1024.
+    pub publish_queue: usize,
+    /// Received messages waiting for the twin logic; one arriving when it is full is dropped
+    /// with a warning. Default 1024.
+    pub receive_queue: usize,
+}
+
+impl Default for EventBusConfig {
+    fn default() -> Self {
+        Self {
+            enable: false,
+            mqtt_server: "tcp://127.0.0.1:1883".to_owned(),
+            client_id: String::new(),
+            qos: MqttQos::AtLeastOnce,
+            username: String::new(),
+            password_file: None,
+            keepalive: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            reconnect_initial_backoff: Duration::from_secs(1),
+            reconnect_max_backoff: Duration::from_secs(30),
+            max_packet_size: 1 << 20,
+            publish_queue: 1024,
+            receive_queue: 1024,
+        }
+    }
+}
+
+impl EventBusConfig {
+    /// Checks values that serde cannot (also when `enable` is false, so a typo shows early).
+    ///
+    /// # Errors
+    /// The first bad field (its full YAML path) and what is wrong with it.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let bad = |field, reason: &str| Err((field, reason.to_owned()));
+        if let Err(reason) = crate::eventbus::BrokerAddress::parse(&self.mqtt_server) {
+            return Err(("eventBus.mqttServer", reason.to_string()));
+        }
+        if !self.keepalive.is_zero() && self.keepalive < Duration::from_secs(1) {
+            return bad("eventBus.keepalive", "must be zero or at least 1s");
+        }
+        if self.connect_timeout < Duration::from_secs(1) {
+            return bad("eventBus.connectTimeout", "must be at least 1s");
+        }
+        if self.reconnect_initial_backoff.is_zero() {
+            return bad(
+                "eventBus.reconnectInitialBackoff",
+                "must be greater than zero",
+            );
+        }
+        if self.reconnect_max_backoff < self.reconnect_initial_backoff {
+            return bad(
+                "eventBus.reconnectMaxBackoff",
+                "must be at least reconnectInitialBackoff",
+            );
+        }
+        if self.max_packet_size < 1024 {
+            return bad("eventBus.maxPacketSize", "must be at least 1024 bytes");
+        }
+        if self.publish_queue == 0 {
+            return bad("eventBus.publishQueue", "must hold at least one message");
+        }
+        if self.receive_queue == 0 {
+            return bad("eventBus.receiveQueue", "must hold at least one message");
+        }
+        if self.username.is_empty() && self.password_file.is_some() {
+            return bad("eventBus.passwordFile", "needs a username");
+        }
+        Ok(())
+    }
+
+    /// The client identifier to use on node `node_name`: `clientId`, else
+    /// `edgecore-<node_name>`.
+    pub fn client_id_for(&self, node_name: &str) -> String {
+        if self.client_id.is_empty() {
+            format!("edgecore-{node_name}")
+        } else {
+            self.client_id.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let c = Config::from_yaml("", "t").expect("defaults").event_bus;
+        assert!(!c.enable);
+        assert_eq!(c.mqtt_server, "tcp://127.0.0.1:1883");
+        assert_eq!(c.qos, MqttQos::AtLeastOnce);
+        assert_eq!(c.client_id_for("edge-1"), "edgecore-edge-1");
+        assert_eq!(c.keepalive, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn section_parses_camel_case_and_round_trips() {
+        let yaml = "eventBus:\n  enable: true\n  mqttServer: mqtt://broker:1884\n  qos: 0\n\
+                    \x20 clientId: app\n  username: u\n  passwordFile: /p\n  keepalive: 10s\n";
+        let c = Config::from_yaml(yaml, "e").expect("valid");
+        assert!(c.event_bus.enable);
+        assert_eq!(c.event_bus.qos, MqttQos::AtMostOnce);
+        assert_eq!(c.event_bus.client_id_for("n"), "app");
+        assert_eq!(c.event_bus.password_file, Some(PathBuf::from("/p")));
+        let text = c.to_yaml().expect("yaml");
+        assert_eq!(Config::from_yaml(&text, "t").expect("parse"), c, "{text}");
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        for (yaml, field) in [
+            ("eventBus: {qos: 2}\n", "qos"),
+            ("eventBus: {mqttMode: 2}\n", "mqttMode"),
+            (
+                "eventBus: {mqttServer: 'ssl://b:8883'}\n",
+                "eventBus.mqttServer",
+            ),
+            ("eventBus: {mqttServer: 'tcp://'}\n", "eventBus.mqttServer"),
+            ("eventBus: {keepalive: 500ms}\n", "eventBus.keepalive"),
+            ("eventBus: {passwordFile: /p}\n", "eventBus.passwordFile"),
+            ("eventBus: {publishQueue: 0}\n", "eventBus.publishQueue"),
+            (
+                "eventBus: {reconnectMaxBackoff: 1ms}\n",
+                "eventBus.reconnectMaxBackoff",
+            ),
+        ] {
+            let err = Config::from_yaml(yaml, "e").expect_err(yaml);
+            assert!(err.to_string().contains(field), "{yaml}: {err}");
+        }
+    }
+}
