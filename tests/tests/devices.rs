@@ -83,7 +83,10 @@ async fn devices_reach_both_mappers_and_their_twins_come_back() -> anyhow::Resul
     )
     .await?;
     // The other device is untouched and keeps reporting.
-    let before = env.twin("thermo-go", "temperature").await?.and_then(|b| b.reported_at);
+    let before = env
+        .twin("thermo-go", "temperature")
+        .await?
+        .and_then(|b| b.reported_at);
     env.wait_twin("thermo-go", "temperature", Duration::from_secs(10), |t| {
         t.reported_at != before
     })
@@ -292,7 +295,10 @@ async fn bad_devices_get_clear_errors_and_affect_no_other_device() -> anyhow::Re
     }
     // The good device is unaffected: it keeps reporting, and the bad ones never reach the
     // mapper.
-    let before = env.twin("good", "temperature").await?.and_then(|b| b.reported_at);
+    let before = env
+        .twin("good", "temperature")
+        .await?
+        .and_then(|b| b.reported_at);
     env.wait_twin("good", "temperature", Duration::from_secs(10), |t| {
         t.reported_at != before
     })

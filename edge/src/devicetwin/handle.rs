@@ -82,6 +82,15 @@ impl DeviceTwinHandle {
         self.call(|reply| Op::Get { id, reply }).await
     }
 
+    /// The current twin of every Device on this node, in `namespace/name` order
+    /// (KubeEdge's `membership/get`: each with its state and last online time).
+    ///
+    /// # Errors
+    /// [`Stopped`](Error::Stopped).
+    pub async fn list(&self) -> Result<Vec<DeviceTwins>> {
+        self.call(|reply| Op::List { reply }).await
+    }
+
     /// Every committed change from now on (reports, and state changes that changed the
     /// record), as [`TwinDocument`]s. A receiver that falls behind gets
     /// `RecvError::Lagged` and may [`get`](Self::get) the twins it cares about.

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use verge_core::Envelope;
 use verge_device_api::{StatusReport, Twin, TwinProperty};
 
-use super::devices::{DeviceCache, DeviceId, StoredDevice};
+use super::devices::{DeviceCache, DeviceId, StoredDevice, StoredModel};
 use super::handle::DeviceTwinHandle;
 use super::writer::TwinWriter;
 use crate::config::Config;
@@ -30,7 +30,8 @@ fn thermo(uid: &str, properties: serde_json::Value) -> StoredDevice {
         resource_version: "1".into(),
         content: serde_json::to_vec(&json!({
             "metadata": {"name": "thermo", "namespace": "ns", "uid": uid},
-            "spec": {"protocol": {"protocolName": "virtual"}, "properties": properties}
+            "spec": {"deviceModelRef": {"name": "thermo-model"},
+                "protocol": {"protocolName": "virtual"}, "properties": properties}
         }))
         .expect("json"),
     };
@@ -53,6 +54,19 @@ async fn fixture() -> Fixture {
     let (_hub, hub) = EdgeHub::new(Arc::new(Config::default()), store.clone(), down);
     let devices = DeviceCache::default();
     devices.insert_device(thermo("u1", properties()));
+    let model = StoredObject {
+        uid: "m".into(),
+        resource_version: "1".into(),
+        content: serde_json::to_vec(&json!({"spec": {"properties": [
+            {"name": "temperature", "type": "INT"}
+        ]}}))
+        .expect("json"),
+    };
+    let model_id = DeviceId::new("ns", "thermo-model");
+    devices.insert_model(
+        model_id.clone(),
+        StoredModel::parse(&model_id, &model).expect("model"),
+    );
     let (ops_tx, ops) = mpsc::channel(64);
     let changes = broadcast::channel(16).0;
     let twins = DeviceTwinHandle::new(ops_tx, changes.clone());
@@ -172,6 +186,10 @@ async fn bad_reports_change_nothing() {
     assert_eq!(f.store.outbox_len().expect("len"), 0);
     let twins = f.twins.get("ns", "thermo").await.expect("get");
     assert!(twins.twins.values().all(|t| t.reported.is_none()));
+    let all = f.twins.list().await.expect("list");
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].twins["temperature"].kind, "INT", "the model's type");
+    assert_eq!(all[0].twins["setpoint"].kind, "", "not in the model");
 }
 
 #[tokio::test]

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
-use verge_device_api::{Device, StatusReport, Twin, TwinProperty};
+use verge_device_api::{Device, DeviceModel, StatusReport, Twin, TwinProperty};
 
 use super::error::Error;
 
@@ -93,6 +93,9 @@ pub struct PropertyTwin {
     pub observed_desired: Option<TwinProperty>,
     /// Whether reported values go up to the cloud (the DeviceStatus).
     pub report_to_cloud: bool,
+    /// The value type from the DeviceModel (`INT`, `FLOAT`, `DOUBLE`, `STRING`, `BOOLEAN`,
+    /// `BYTES`, `STREAM`); empty when the model is missing or says none.
+    pub kind: String,
 }
 
 /// A device's whole twin: every property of the Device, its state and last online time.
@@ -263,9 +266,9 @@ pub fn retain_properties(record: &mut TwinRecord, device: &Device) {
         .retain(|name, _| device.property(name).is_some());
 }
 
-/// The twin edge apps see: every property of `device` with its desired value and the
-/// values in `record`.
-pub fn view(device: &Device, record: &TwinRecord) -> DeviceTwins {
+/// The twin edge apps see: every property of `device` with its desired value, its type
+/// from `model`, and the values in `record`.
+pub fn view(device: &Device, model: Option<&DeviceModel>, record: &TwinRecord) -> DeviceTwins {
     let twins = device
         .spec
         .properties
@@ -277,6 +280,10 @@ pub fn view(device: &Device, record: &TwinRecord) -> DeviceTwins {
                 reported: values.reported,
                 observed_desired: values.observed_desired,
                 report_to_cloud: p.report_to_cloud,
+                kind: model
+                    .and_then(|m| m.property(&p.name))
+                    .map(|m| m.kind.clone())
+                    .unwrap_or_default(),
             };
             (p.name.clone(), twin)
         })

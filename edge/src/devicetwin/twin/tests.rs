@@ -51,7 +51,7 @@ fn reports_are_checked_before_anything_is_applied() {
 fn a_report_updates_values_stamps_them_and_computes_the_delta() {
     let d = device();
     let mut record = TwinRecord::new("u1");
-    let before = view(&d, &record);
+    let before = view(&d, None, &record);
     assert_eq!(
         before.delta(),
         BTreeMap::from([
@@ -69,7 +69,7 @@ fn a_report_updates_values_stamps_them_and_computes_the_delta() {
         1_700,
     );
     assert_eq!(updated.len(), 2);
-    let after = view(&d, &record);
+    let after = view(&d, None, &record);
     assert_eq!(
         after.delta(),
         BTreeMap::from([("debug".to_owned(), "off".to_owned())])

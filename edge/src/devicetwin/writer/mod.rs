@@ -110,15 +110,13 @@ impl TwinWriter {
                     batch.answers.push(Answer::Document(reply, result));
                 }
                 Op::Get { id, reply } => {
-                    let result = self.device(&id).map(|device| {
-                        let empty = TwinRecord::new(device.uid.clone());
-                        let record = self
-                            .current(&batch, &id)
-                            .filter(|r| r.uid == device.uid)
-                            .unwrap_or(&empty);
-                        twin::view(&device.device, record)
-                    });
+                    let result = self.device(&id).map(|device| self.view(&batch, &device));
                     batch.answers.push(Answer::Twins(reply, result));
+                }
+                Op::List { reply } => {
+                    let devices = self.devices.snapshot().devices;
+                    let all = devices.values().map(|d| self.view(&batch, d)).collect();
+                    batch.answers.push(Answer::List(reply, Ok(all)));
                 }
                 Op::Sync { id } => self.sync(&mut batch, &id),
                 Op::SyncAll => {
@@ -208,14 +206,14 @@ impl TwinWriter {
         twins: Vec<Twin>,
         now_ms: i64,
     ) -> Result<TwinDocument> {
-        let doc = self.with_record(batch, id, |device, record| {
+        let doc = self.with_record(batch, id, |device, model, record| {
             twin::check_report(device, &twins)?;
-            let last = twin::view(device, record);
+            let last = twin::view(device, model, record);
             let updated = twin::apply_report(record, twins, now_ms);
             Ok(TwinDocument {
                 updated,
                 last,
-                current: twin::view(device, record),
+                current: twin::view(device, model, record),
                 timestamp_ms: now_ms,
             })
         })?;
@@ -232,13 +230,13 @@ impl TwinWriter {
     ) -> Result<TwinDocument> {
         let state = twin::check_state(state)?;
         let mut changed = false;
-        let doc = self.with_record(batch, id, |device, record| {
-            let last = twin::view(device, record);
+        let doc = self.with_record(batch, id, |device, model, record| {
+            let last = twin::view(device, model, record);
             changed = twin::apply_state(record, state, now);
             Ok(TwinDocument {
                 updated: BTreeSet::new(),
                 last,
-                current: twin::view(device, record),
+                current: twin::view(device, model, record),
                 timestamp_ms: now.timestamp_millis(),
             })
         })?;
@@ -255,18 +253,38 @@ impl TwinWriter {
         &self,
         batch: &mut Batch,
         id: &DeviceId,
-        f: impl FnOnce(&verge_device_api::Device, &mut TwinRecord) -> Result<T>,
+        f: impl FnOnce(
+            &verge_device_api::Device,
+            Option<&verge_device_api::DeviceModel>,
+            &mut TwinRecord,
+        ) -> Result<T>,
     ) -> Result<T> {
         let device = self.device(id)?;
+        let model = device.model_id().and_then(|m| self.devices.model(&m));
         let mut record = self
             .current(batch, id)
             .filter(|r| r.uid == device.uid)
             .cloned()
             .unwrap_or_else(|| TwinRecord::new(device.uid.clone()));
-        let out = f(&device.device, &mut record)?;
+        let out = f(
+            &device.device,
+            model.as_ref().map(|m| &m.model),
+            &mut record,
+        )?;
         batch.removed.remove(id);
         batch.staged.insert(id.clone(), record);
         Ok(out)
+    }
+
+    /// The twin of `device` as the batch left it.
+    fn view(&self, batch: &Batch, device: &StoredDevice) -> twin::DeviceTwins {
+        let empty = TwinRecord::new(device.uid.clone());
+        let record = self
+            .current(batch, &device.id())
+            .filter(|r| r.uid == device.uid)
+            .unwrap_or(&empty);
+        let model = device.model_id().and_then(|m| self.devices.model(&m));
+        twin::view(&device.device, model.as_ref().map(|m| &m.model), record)
     }
 
     /// The working record of `id`: staged in `batch`, else committed (unless removed).

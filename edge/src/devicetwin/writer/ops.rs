@@ -35,6 +35,8 @@ pub(crate) enum Op {
         id: DeviceId,
         reply: Reply<DeviceTwins>,
     },
+    /// The current twin of every Device.
+    List { reply: Reply<Vec<DeviceTwins>> },
     /// The Device changed or went: drop its record (gone or replaced), or the values of
     /// properties it no longer has.
     Sync { id: DeviceId },
@@ -46,6 +48,7 @@ pub(crate) enum Op {
 pub(super) enum Answer {
     Document(Reply<TwinDocument>, Result<TwinDocument>),
     Twins(Reply<DeviceTwins>, Result<DeviceTwins>),
+    List(Reply<Vec<DeviceTwins>>, Result<Vec<DeviceTwins>>),
 }
 
 impl Answer {
@@ -56,6 +59,9 @@ impl Answer {
                 let _ = reply.send(result);
             }
             Self::Twins(reply, result) => {
+                let _ = reply.send(result);
+            }
+            Self::List(reply, result) => {
                 let _ = reply.send(result);
             }
         }
@@ -70,6 +76,9 @@ impl Answer {
                 let _ = reply.send(result.and_then(|_| Err(failed())));
             }
             Self::Twins(reply, result) => {
+                let _ = reply.send(result.and_then(|_| Err(failed())));
+            }
+            Self::List(reply, result) => {
                 let _ = reply.send(result.and_then(|_| Err(failed())));
             }
         }

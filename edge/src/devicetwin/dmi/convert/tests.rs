@@ -197,7 +197,7 @@ fn current_twins_travel_in_the_status() {
         }],
         5,
     );
-    let view = twin::view(&d.device, &record);
+    let view = twin::view(&d.device, None, &record);
     let dmi = device(&d, &merged, Some(&view)).expect("converts");
     let twins = dmi.status.expect("status").twins;
     assert_eq!(twins.len(), 1);
