@@ -212,16 +212,19 @@ pub fn check_state(state: &str) -> Result<String, Error> {
 
 /// Applies a checked report ([`check_report`]) to `record`: each twin's `reported` and
 /// `observedDesired`, when present, replace the stored ones; a value without a
-/// `timestamp` in its metadata gets `now_ms` (mappers often leave it out). Returns the
+/// `timestamp` in its metadata gets `now_ms` (mappers often leave it out). An entirely
+/// empty value (no text, no metadata) counts as absent: protobuf cannot tell it from an
+/// unset one, and mappers send it for properties without a desired value. Returns the
 /// properties named.
 pub fn apply_report(record: &mut TwinRecord, twins: Vec<Twin>, now_ms: i64) -> BTreeSet<String> {
+    let present = |v: &TwinProperty| !v.value.is_empty() || !v.metadata.is_empty();
     let mut updated = BTreeSet::new();
     for twin in twins {
         let values = record.twins.entry(twin.property_name.clone()).or_default();
-        if let Some(reported) = twin.reported {
+        if let Some(reported) = twin.reported.filter(present) {
             values.reported = Some(stamped(reported, now_ms));
         }
-        if let Some(observed) = twin.observed_desired {
+        if let Some(observed) = twin.observed_desired.filter(present) {
             values.observed_desired = Some(stamped(observed, now_ms));
         }
         updated.insert(twin.property_name);

@@ -92,6 +92,13 @@ fn a_report_updates_values_stamps_them_and_computes_the_delta() {
             .map(|r| r.metadata["timestamp"].as_str()),
         Some("5")
     );
+    let mut empty = twin("temperature", "17", None);
+    empty.observed_desired = Some(TwinProperty::default());
+    apply_report(&mut record, vec![empty], 10_000);
+    assert_eq!(
+        record.twins["temperature"].observed_desired, None,
+        "an empty value is no value"
+    );
 }
 
 #[test]
