@@ -31,10 +31,11 @@ pub struct DeviceTwinConfig {
     /// Largest delay between attempts to call a failing mapper. Default `1m`.
     #[serde(with = "humantime_serde")]
     pub mapper_retry_max_backoff: Duration,
-    /// DMI requests (register, reports) accepted per second from one mapper (per protocol);
-    /// beyond that a request is answered `RESOURCE_EXHAUSTED`. Default 1000.
+    /// DMI reports (`ReportDeviceStatus`, `ReportDeviceStates`) accepted per second from one
+    /// mapper (per protocol); beyond that a report is answered `RESOURCE_EXHAUSTED`
+    /// (registrations are not limited: a mapper exits on an error). Default 1000.
     pub mapper_request_rate: u32,
-    /// Requests a mapper may send in a burst above `mapperRequestRate`. Default 2000.
+    /// Reports a mapper may send in a burst above `mapperRequestRate`. Default 2000.
     pub mapper_request_burst: u32,
 }
 

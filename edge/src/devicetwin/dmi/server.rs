@@ -7,8 +7,9 @@
 //! * `ReportDeviceStatus` and `ReportDeviceStates` go through the twin logic
 //!   ([`DeviceTwinHandle`]) and are answered OK only once committed; an unknown device,
 //!   property or state is `INVALID_ARGUMENT` with a message naming it.
-//! * Each mapper (by protocol) may send `mapperRequestRate` requests per second (burst
-//!   `mapperRequestBurst`); beyond that a request is `RESOURCE_EXHAUSTED`.
+//! * Each mapper (by protocol) may send `mapperRequestRate` reports per second (burst
+//!   `mapperRequestBurst`); beyond that a report is `RESOURCE_EXHAUSTED`. Registrations
+//!   are not limited (an error would make the mapper exit).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -162,7 +163,6 @@ impl DeviceManagerService for DmiServer {
         if address.is_empty() {
             return Err(empty("mapper.address"));
         }
-        self.admit(&mapper.protocol, "MapperRegister")?;
         let record = MapperRecord {
             name: mapper.name,
             version: mapper.version,
