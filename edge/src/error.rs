@@ -14,6 +14,10 @@ pub enum Error {
     /// metamanager failed (the redb store, the outbox, cloud queries).
     #[error(transparent)]
     MetaManager(#[from] crate::metamanager::error::Error),
+    /// devicetwin failed or refused a request (an unknown device or property, a mapper
+    /// call, the DMI socket).
+    #[error(transparent)]
+    DeviceTwin(#[from] crate::devicetwin::error::Error),
     /// The configuration file could not be read.
     #[error("cannot read configuration file {path}")]
     ConfigRead {

@@ -13,6 +13,8 @@
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
 //!   manager and lease controller).
+//! - [`devicetwin`]: device twins in redb, the DMI server mappers register and report on,
+//!   and the calls that hand Devices to mappers ([`DeviceTwin`], [`DeviceTwinHandle`]).
 //! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
 //!   load for every connection, renew at 80 % of the lifetime.
 //! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
@@ -22,14 +24,15 @@
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
 //!
-//! Later modules (devicetwin) plug
-//! in the same way: a struct with `async fn run(self, shutdown)`, fed by typed channels.
+//! Later modules (the eventbus) plug in the same way: a struct with
+//! `async fn run(self, shutdown)`, fed by typed channels.
 //!
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
 
 pub mod certificates;
 pub mod config;
+pub mod devicetwin;
 pub mod edged;
 pub mod edgehub;
 pub mod error;
@@ -45,13 +48,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 pub use config::Config;
+pub use devicetwin::{DeviceTwin, DeviceTwinHandle};
 pub use edged::Edged;
 pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
 pub use metamanager::{MetaManager, MetaStore, OutboxKey};
 pub use node::NodeAgent;
 
-/// The whole edge agent: edgehub, metamanager, edged and node, sharing one store.
+/// The whole edge agent: edgehub, metamanager, edged, node and devicetwin, sharing one
+/// store.
 #[derive(Debug)]
 pub struct EdgeCore {
     config: Arc<Config>,
@@ -102,6 +107,14 @@ impl EdgeCore {
             objects,
             meta.subscribe(),
         );
+        let device_twin = self.config.device_twin.enable.then(|| {
+            DeviceTwin::new(
+                self.config.device_twin.clone(),
+                self.store.clone(),
+                handle.clone(),
+                meta.subscribe(),
+            )
+        });
         let node = NodeAgent::new(Arc::clone(&self.config), handle)?
             .with_runtime_version(edged.runtime_version());
 
@@ -111,6 +124,9 @@ impl EdgeCore {
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop.clone()));
+        if let Some((device_twin, _twins)) = device_twin {
+            modules.spawn("devicetwin", device_twin.run(stop.clone()));
+        }
         let config = (*self.config).clone();
         modules.spawn("certificates", async move {
             certificates::renew(config, stop).await;

@@ -30,8 +30,8 @@ pub use verge_testkit::wait::{create_namespace, ready_status, wait_for};
 
 /// The edgecore configuration of every e2e edge: node `name` of `cloud` (joining on start
 /// with its bootstrap token) with its data in `data_dir`; node status and Lease every 2 s,
-/// reconnects after 200 ms to 2 s, and the local test image as the pod sandbox (no
-/// registry can be reached).
+/// reconnects after 200 ms to 2 s, the local test image as the pod sandbox (no
+/// registry can be reached), and its DMI socket in `data_dir` (edges run side by side).
 pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
     let mut config = Config {
         node_name: name.to_owned(),
@@ -50,6 +50,7 @@ pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+    config.device_twin.dmi_socket = data_dir.join("dmi.sock");
     config
 }
 

@@ -16,11 +16,16 @@
 //!   maxPods: 110
 //!   nodeStatusUpdateFrequency: 10s
 //!   podSandboxImage: registry.k8s.io/pause:3.10
+//! deviceTwin:                       # see DeviceTwinConfig: twins, DMI server, mappers
+//!   enable: true
+//!   dmiSocket: /etc/kubeedge/dmi.sock
+//!   mapperCallTimeout: 10s
 //! eventBus:                         # see EventBusConfig: MQTT for edge apps
 //!   enable: false
 //!   mqttServer: tcp://127.0.0.1:1883
 //! ```
 
+mod devicetwin;
 mod edged;
 mod edgehub;
 mod eventbus;
@@ -30,6 +35,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
 pub use eventbus::{EventBusConfig, MqttQos};
@@ -56,6 +62,9 @@ pub struct Config {
     pub edge_hub: EdgeHubConfig,
     /// edged: node status, Lease and pods (KubeEdge `modules.edged`, kubelet names).
     pub edged: EdgedConfig,
+    /// devicetwin: device twins and the DMI server for mappers (KubeEdge
+    /// `modules.deviceTwin`).
+    pub device_twin: DeviceTwinConfig,
     /// eventBus: the MQTT client of KubeEdge's device topics (KubeEdge `modules.eventBus`).
     pub event_bus: EventBusConfig,
 }
@@ -69,6 +78,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             edge_hub: EdgeHubConfig::default(),
             edged: EdgedConfig::default(),
+            device_twin: DeviceTwinConfig::default(),
             event_bus: EventBusConfig::default(),
         }
     }
@@ -130,6 +140,7 @@ impl Config {
         }
         self.edge_hub.validate().map_err(value)?;
         self.edged.validate().map_err(value)?;
+        self.device_twin.validate().map_err(value)?;
         self.event_bus.validate().map_err(value)
     }
 
@@ -169,6 +180,11 @@ mod tests {
             Duration::from_secs(10)
         );
         assert_eq!(c.edged.node_lease_duration_seconds, 40);
+        assert!(c.device_twin.enable);
+        assert_eq!(
+            c.device_twin.dmi_socket,
+            Path::new("/etc/kubeedge/dmi.sock")
+        );
     }
 
     #[test]

@@ -99,6 +99,33 @@ impl EdgeHubHandle {
         }
     }
 
+    /// Runs `write` in one transaction of `store` (the store this handle's edgehub was built
+    /// with) and commits the reports it returns to the outbox in the *same* transaction, so
+    /// state and the reports of it are durable together or not at all (devicetwin: twin
+    /// values and their `devicestatus` reports). Then wakes the drain, as
+    /// [`report`](Self::report) does. `write` runs on the blocking pool. A detached handle
+    /// commits `write`'s changes and hands the reports to its receiver.
+    ///
+    /// # Errors
+    /// What `write` returns (nothing is committed then); as [`report`](Self::report)
+    /// otherwise.
+    pub async fn report_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<(T, Vec<Envelope>)> + Send + 'static,
+    {
+        match &self.outbox {
+            Some(outbox) => outbox.put_with(store, write).await,
+            None => {
+                let (out, reports) = store.blocking(move |s| s.write(write)).await?;
+                for msg in reports {
+                    self.send(msg).await?;
+                }
+                Ok(out)
+            }
+        }
+    }
+
     /// Like [`report`](Self::report), for callers that cannot wait (e.g. the event recorder):
     /// hands `msg` to edgehub's outbox writer through a bounded queue
     /// (`upstream_queue`); the commit follows shortly, in queue order. A detached handle

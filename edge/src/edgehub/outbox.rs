@@ -170,6 +170,32 @@ impl Outbox {
         self.wake.notified()
     }
 
+    /// Runs `write` in one transaction of `store` and commits the reports it returns to the
+    /// outbox in the same transaction, then wakes the drain
+    /// ([`EdgeHubHandle::report_with`](crate::EdgeHubHandle::report_with)).
+    pub(crate) async fn put_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&redb::WriteTransaction) -> Result<(T, Vec<Envelope>)> + Send + 'static,
+    {
+        let max = self.max_entries;
+        let (out, reported) = store
+            .blocking(move |s| {
+                s.write(|txn| {
+                    let (out, reports) = write(txn)?;
+                    for msg in &reports {
+                        MetaStore::outbox_put_in(txn, msg, max)?;
+                    }
+                    Ok((out, !reports.is_empty()))
+                })
+            })
+            .await?;
+        if reported {
+            self.wake.notify_one();
+        }
+        Ok(out)
+    }
+
     /// Commits `msg` under its key (replacing that key's entry), then wakes the drain.
     pub(crate) async fn put(&self, msg: Envelope) -> Result<()> {
         let max = self.max_entries;

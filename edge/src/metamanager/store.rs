@@ -10,7 +10,9 @@ use crate::metamanager::error::Error as MetaError;
 use std::path::Path;
 use std::sync::Arc;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 use verge_core::{ResourceKey, ResourceType, is_newer};
 use verge_proto::{Inventory, InventoryEntry};
 
@@ -100,6 +102,31 @@ impl MetaStore {
         tokio::task::spawn_blocking(move || f(&store))
             .await
             .map_err(MetaError::Blocking)?
+    }
+
+    /// Runs `f` in one write transaction of this database and commits it (durably) before
+    /// returning, for modules that keep tables of their own here (devicetwin): their writes
+    /// can then commit atomically with an outbox report
+    /// ([`MetaStore::outbox_put_in`]). When `f` fails nothing it wrote is committed.
+    ///
+    /// # Errors
+    /// What `f` returns; [`Store`](crate::metamanager::error::Error::Store) if the
+    /// transaction cannot begin or commit.
+    pub fn write<T>(&self, f: impl FnOnce(&WriteTransaction) -> Result<T>) -> Result<T> {
+        let txn = self.db.begin_write()?;
+        let out = f(&txn)?;
+        txn.commit()?;
+        Ok(out)
+    }
+
+    /// Runs `f` in one read transaction (a consistent snapshot) of this database.
+    ///
+    /// # Errors
+    /// What `f` returns; [`Store`](crate::metamanager::error::Error::Store) if the
+    /// transaction cannot begin.
+    pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
+        let txn = self.db.begin_read()?;
+        f(&txn)
     }
 
     /// Stores the object at `key` if nothing is stored there or `resource_version` is newer

@@ -206,6 +206,8 @@ pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
     hub.connect_timeout = Duration::from_secs(2);
     config.edged.node_status_update_frequency = Duration::from_millis(200);
     config.edged.node_lease_renew_interval = Duration::from_millis(200);
+    // One DMI socket per edge: tests run edges side by side.
+    config.device_twin.dmi_socket = dir.join("dmi.sock");
     write_credentials(&config).expect("node credentials");
     config
 }

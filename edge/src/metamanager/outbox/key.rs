@@ -33,6 +33,15 @@ pub enum OutboxKey {
     Node,
     /// `nodestatus`: `update _/nodestatus/<node>`.
     NodeStatus,
+    /// `devicestatus/<ns>/<name>`: `update <ns>/devicestatus/<name>`, the whole current
+    /// twin state of one Device (devicetwin): a newer snapshot replaces the older, so per
+    /// device and property the newest value survives an outage.
+    DeviceStatus {
+        /// The Device's namespace.
+        namespace: String,
+        /// The Device's name.
+        name: String,
+    },
     /// `event/<ns>/<name>`: `insert <ns>/event/<name>`. The only droppable class: when the
     /// outbox is full, new event keys are refused.
     Event {
@@ -60,6 +69,10 @@ impl OutboxKey {
                     Some(Self::PodStatus { namespace, name })
                 }
                 ResourceType::NodeStatus => Some(Self::NodeStatus),
+                ResourceType::DeviceStatus => {
+                    let (namespace, name) = names(key);
+                    Some(Self::DeviceStatus { namespace, name })
+                }
                 _ => None,
             },
             Kind::Upsert {
@@ -103,6 +116,14 @@ impl OutboxKey {
         }
     }
 
+    /// The status key of Device `name` in `namespace`.
+    pub fn device_status(namespace: &str, name: &str) -> Self {
+        Self::DeviceStatus {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
     /// The key of event `name` in `namespace`.
     pub fn event(namespace: &str, name: &str) -> Self {
         Self::Event {
@@ -112,7 +133,7 @@ impl OutboxKey {
     }
 
     /// Whether a report of this class may be refused when the outbox is full (events only;
-    /// statuses and deletions are bounded by the number of pods).
+    /// statuses and deletions are bounded by the number of pods and devices).
     pub const fn is_droppable(&self) -> bool {
         matches!(self, Self::Event { .. })
     }
@@ -129,6 +150,9 @@ impl fmt::Display for OutboxKey {
             } => write!(f, "pod-delete/{namespace}/{name}/{uid}"),
             Self::Node => f.write_str("node"),
             Self::NodeStatus => f.write_str("nodestatus"),
+            Self::DeviceStatus { namespace, name } => {
+                write!(f, "devicestatus/{namespace}/{name}")
+            }
             Self::Event { namespace, name } => write!(f, "event/{namespace}/{name}"),
         }
     }

@@ -68,6 +68,25 @@ impl MetaStore {
     /// `max_entries` entries already wait; nothing changes then. [`Store`](crate::metamanager::error::Error::Store) if the
     /// transaction fails.
     pub fn outbox_put(&self, message: &Envelope, max_entries: usize) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        Self::outbox_put_in(&txn, message, max_entries)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Like [`outbox_put`](Self::outbox_put), inside the caller's transaction `txn` (see
+    /// [`MetaStore::write`]), so that a report commits together with the state it reports
+    /// (devicetwin's twin values and their `devicestatus` report). Nothing is committed here;
+    /// the caller wakes edgehub's drain after the commit
+    /// ([`EdgeHubHandle::report_with`](crate::EdgeHubHandle::report_with) does both).
+    ///
+    /// # Errors
+    /// As [`outbox_put`](Self::outbox_put).
+    pub fn outbox_put_in(
+        txn: &WriteTransaction,
+        message: &Envelope,
+        max_entries: usize,
+    ) -> Result<()> {
         let key = OutboxKey::of(message).ok_or_else(|| MetaError::NotAReport {
             message: message.to_string(),
         })?;
@@ -75,30 +94,26 @@ impl MetaStore {
         let key = key.to_string();
         let id = message.id.as_str();
         let bytes = verge_proto::envelope::encode(message);
-        let txn = self.db.begin_write()?;
-        {
-            let mut outbox = txn.open_table(OUTBOX)?;
-            let mut order = txn.open_table(ORDER)?;
-            let mut meta = txn.open_table(META)?;
-            let old = outbox.get(key.as_str())?.map(|g| g.value().0);
-            match old {
-                Some(old_seq) => {
-                    order.remove(old_seq)?;
-                }
-                None if droppable => {
-                    let entries = outbox.len()?;
-                    if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
-                        return Err(MetaError::OutboxFull { key, entries }.into());
-                    }
-                }
-                None => {}
+        let mut outbox = txn.open_table(OUTBOX)?;
+        let mut order = txn.open_table(ORDER)?;
+        let mut meta = txn.open_table(META)?;
+        let old = outbox.get(key.as_str())?.map(|g| g.value().0);
+        match old {
+            Some(old_seq) => {
+                order.remove(old_seq)?;
             }
-            let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
-            meta.insert(NEXT_SEQ, seq + 1)?;
-            outbox.insert(key.as_str(), (seq, 0, id, bytes.as_slice()))?;
-            order.insert(seq, key.as_str())?;
+            None if droppable => {
+                let entries = outbox.len()?;
+                if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
+                    return Err(MetaError::OutboxFull { key, entries }.into());
+                }
+            }
+            None => {}
         }
-        txn.commit()?;
+        let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
+        meta.insert(NEXT_SEQ, seq + 1)?;
+        outbox.insert(key.as_str(), (seq, 0, id, bytes.as_slice()))?;
+        order.insert(seq, key.as_str())?;
         Ok(())
     }
 
