@@ -124,8 +124,20 @@ impl EdgeCore {
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop.clone()));
-        if let Some((device_twin, _twins)) = device_twin {
+        if let Some((device_twin, twins)) = device_twin {
             modules.spawn("devicetwin", device_twin.run(stop.clone()));
+            // The eventbus serves KubeEdge's MQTT device topics from devicetwin and publishes
+            // every twin change (architecture.md §8).
+            let service = Arc::new(devicetwin::bus::TwinBus::new(twins.clone()));
+            let (bus, bus_handle) = eventbus::EventBus::new(&self.config, service)?;
+            if let Some(bus) = bus {
+                modules.spawn("eventbus", bus.run(stop.clone()));
+                let stop = stop.clone();
+                modules.spawn("eventbus-twins", async move {
+                    devicetwin::bus::publish_changes(twins, bus_handle, stop).await;
+                    Ok(())
+                });
+            }
         }
         let config = (*self.config).clone();
         modules.spawn("certificates", async move {

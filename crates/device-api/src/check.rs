@@ -66,7 +66,8 @@ impl Invalid {
     }
 }
 
-/// Checks `device` against its `model` (`None`: not found). Returns the first problem.
+/// Checks `device`, with `model`'s defaults merged in ([`Device::with_model_defaults`]),
+/// against its `model` (`None`: not found). Returns the first problem.
 ///
 /// # Errors
 /// The [`Invalid`] problem: no or missing model, no protocol, a property not in the model,
@@ -77,6 +78,8 @@ pub fn check_device(device: &Device, model: Option<&DeviceModel>) -> Result<(), 
         namespace: device.namespace().to_owned(),
         name: model_name.to_owned(),
     })?;
+    let merged = device.with_model_defaults(model);
+    let device = &merged;
     if device.spec.protocol.protocol_name.is_empty() {
         return Err(Invalid::NoProtocol);
     }

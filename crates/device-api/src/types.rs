@@ -137,6 +137,10 @@ pub struct DeviceModelSpec {
     /// The protocol devices of this model speak (informational).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub protocol: String,
+    /// Protocol settings every Device of the model inherits
+    /// (`spec.protocol.configData` defaults; a Device's own keys win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_config_data: Option<ConfigData>,
 }
 
 /// `DeviceModel.spec.properties[]`.
@@ -163,6 +167,10 @@ pub struct ModelProperty {
     /// Unit of the value, e.g. `degree Celsius`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub unit: String,
+    /// Default visitors of this property for every Device of the model (a Device's own
+    /// protocol name and `configData` keys win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visitors: Option<VisitorConfig>,
 }
 
 impl Device {
@@ -189,6 +197,48 @@ impl Device {
     pub fn property(&self, name: &str) -> Option<&DeviceProperty> {
         self.spec.properties.iter().find(|p| p.name == name)
     }
+}
+
+impl Device {
+    /// This Device with `model`'s defaults merged in, as mappers receive it: the model's
+    /// `protocolConfigData` under `spec.protocol.configData`, and each model property's
+    /// `visitors` under the Device property of the same name (protocol name when the
+    /// Device sets none, `configData` keys); the Device's own values win.
+    pub fn with_model_defaults(&self, model: &DeviceModel) -> Device {
+        let mut merged = self.clone();
+        if let Some(defaults) = &model.spec.protocol_config_data {
+            let own = merged.spec.protocol.config_data.take().unwrap_or_default();
+            merged.spec.protocol.config_data = Some(overlay(defaults, own));
+        }
+        for property in &mut merged.spec.properties {
+            let Some(defaults) = model
+                .property(&property.name)
+                .and_then(|p| p.visitors.as_ref())
+            else {
+                continue;
+            };
+            match &mut property.visitors {
+                None => property.visitors = Some(defaults.clone()),
+                Some(own) => {
+                    if own.protocol_name.is_empty() {
+                        own.protocol_name.clone_from(&defaults.protocol_name);
+                    }
+                    if let Some(base) = &defaults.config_data {
+                        let data = own.config_data.take().unwrap_or_default();
+                        own.config_data = Some(overlay(base, data));
+                    }
+                }
+            }
+        }
+        merged
+    }
+}
+
+/// `base` with `own`'s keys replacing or adding to it.
+fn overlay(base: &ConfigData, own: ConfigData) -> ConfigData {
+    let mut out = base.clone();
+    out.extend(own);
+    out
 }
 
 impl DeviceModel {

@@ -14,7 +14,14 @@ pub fn crds_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds")
 }
 
-/// Applies every CRD of [`crds_dir`] server-side (`kubectl apply --server-side
+/// The CRDs of [`crds_dir`], by name.
+pub const DEVICE_CRDS: [&str; 3] = [
+    "devices.devices.kubeedge.io",
+    "devicemodels.devices.kubeedge.io",
+    "devicestatuses.devices.kubeedge.io",
+];
+
+/// Applies the kustomization of [`crds_dir`] server-side (`kubectl apply -k --server-side
 /// --force-conflicts`, so a run with changed definitions takes over the fields) and waits up
 /// to 60 s until each is `Established` (its resources are served). Idempotent: the shared
 /// control plane keeps them for the next test binary.
@@ -26,11 +33,11 @@ pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
     let dir = crds_dir();
     let mut apply = cp.kubectl_command();
     apply
-        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .args(["apply", "--server-side", "--force-conflicts", "-k"])
         .arg(&dir);
     let mut wait = cp.kubectl_command();
-    wait.args(["wait", "--for=condition=Established", "--timeout=60s", "-f"])
-        .arg(&dir);
+    wait.args(["wait", "--for=condition=Established", "--timeout=60s"])
+        .args(DEVICE_CRDS.iter().map(|name| format!("crd/{name}")));
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
         check("kubectl apply of the device CRDs", apply.output())?;
         check("kubectl wait for the device CRDs", wait.output())

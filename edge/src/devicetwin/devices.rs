@@ -11,7 +11,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::Deserialize;
 use tracing::warn;
 use verge_core::{ResourceKey, ResourceType};
-use verge_device_api::{ConfigData, Device, DeviceModel, VisitorConfig};
+use verge_device_api::{Device, DeviceModel};
 use verge_runtime::ErrorChain;
 
 use super::error::Error;
@@ -139,12 +139,6 @@ pub struct StoredModel {
     pub model: DeviceModel,
     /// `metadata.resourceVersion`.
     pub resource_version: String,
-    /// `spec.protocolConfigData`: protocol settings every device of the model inherits
-    /// (KubeEdge v1.23 model defaults; a Device's own keys win).
-    pub protocol_config: Option<ConfigData>,
-    /// `spec.properties[].visitors` by property: default visitors of the model's devices
-    /// (a Device's own visitor `configData` keys win).
-    pub visitors: BTreeMap<String, VisitorConfig>,
 }
 
 impl StoredModel {
@@ -153,43 +147,16 @@ impl StoredModel {
     /// # Errors
     /// [`Error::StoredObject`] when `object` is not a DeviceModel.
     pub fn parse(id: &DeviceId, object: &StoredObject) -> Result<Self, Error> {
-        #[derive(Deserialize)]
-        struct Property {
-            name: String,
-            #[serde(default)]
-            visitors: Option<VisitorConfig>,
-        }
-        #[derive(Deserialize, Default)]
-        #[serde(rename_all = "camelCase")]
-        struct Spec {
-            #[serde(default)]
-            protocol_config_data: Option<ConfigData>,
-            #[serde(default)]
-            properties: Vec<Property>,
-        }
-        #[derive(Deserialize, Default)]
-        struct Extra {
-            #[serde(default)]
-            spec: Spec,
-        }
         let bad = |source| Error::StoredObject {
             what: format!("device model {id}"),
             source,
         };
         let mut model: DeviceModel = serde_json::from_slice(&object.content).map_err(bad)?;
-        let extra: Extra = serde_json::from_slice(&object.content).map_err(bad)?;
         model.metadata.namespace = Some(id.namespace.clone());
         model.metadata.name = Some(id.name.clone());
         Ok(Self {
             model,
             resource_version: object.resource_version.clone(),
-            protocol_config: extra.spec.protocol_config_data,
-            visitors: extra
-                .spec
-                .properties
-                .into_iter()
-                .filter_map(|p| Some((p.name, p.visitors?)))
-                .collect(),
         })
     }
 }

@@ -16,10 +16,15 @@
 //!   DeviceModels the metamanager stores ([`devices`]) go to the mapper registered for each
 //!   Device's `spec.protocol.protocolName` ([`mappers`], remembered across restarts).
 //!
+//! * **Edge apps** ([`bus`]): devicetwin serves the eventbus's MQTT twin topics
+//!   ([`bus::TwinBus`]) and publishes every twin change as `twin/update/document` and
+//!   `twin/update/delta` ([`bus::publish_changes`]).
+//!
 //! Bad input (an unknown device or property, an invalid Device, a failing mapper) is
 //! refused or logged and affects only itself; nothing here stops edgecore except a DMI
 //! socket that cannot be bound at start.
 
+pub mod bus;
 pub mod devices;
 pub mod dmi;
 pub mod error;

@@ -347,6 +347,8 @@ pub async fn mapper_lacks(socket: &Path, ns: &str, name: &str) -> bool {
 pub struct Mqtt {
     client: AsyncClient,
     received: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
+    /// Messages received while waiting for another topic, oldest first.
+    backlog: Vec<(String, Vec<u8>)>,
 }
 
 impl Mqtt {
@@ -370,7 +372,11 @@ impl Mqtt {
                 }
             }
         });
-        Ok(Self { client, received })
+        Ok(Self {
+            client,
+            received,
+            backlog: Vec::new(),
+        })
     }
 
     /// Subscribes to `topic` (QoS 1) and gives the broker a moment to register it.
@@ -388,8 +394,13 @@ impl Mqtt {
         Ok(())
     }
 
-    /// The next message on `topic` as JSON (others are skipped).
+    /// The next message on `topic` as JSON; messages of other topics are kept for later
+    /// calls.
     pub async fn next(&mut self, topic: &str, timeout: Duration) -> anyhow::Result<Value> {
+        if let Some(at) = self.backlog.iter().position(|(t, _)| t == topic) {
+            let (_, payload) = self.backlog.remove(at);
+            return Ok(serde_json::from_slice(&payload)?);
+        }
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let Ok(Some((t, payload))) =
@@ -400,6 +411,7 @@ impl Mqtt {
             if t == topic {
                 return Ok(serde_json::from_slice(&payload)?);
             }
+            self.backlog.push((t, payload));
         }
     }
 }

@@ -30,40 +30,12 @@ use crate::devicetwin::twin::DeviceTwins;
 /// # Errors
 /// [`Error::InvalidDevice`] naming the problem.
 pub fn merged(device: &StoredDevice, model: &StoredModel) -> Result<Device, Error> {
-    let mut merged = device.device.clone();
-    if let Some(defaults) = &model.protocol_config {
-        let own = merged.spec.protocol.config_data.take().unwrap_or_default();
-        merged.spec.protocol.config_data = Some(overlay(defaults, own));
-    }
-    for property in &mut merged.spec.properties {
-        let Some(defaults) = model.visitors.get(&property.name) else {
-            continue;
-        };
-        match &mut property.visitors {
-            None => property.visitors = Some(defaults.clone()),
-            Some(own) => {
-                if own.protocol_name.is_empty() {
-                    own.protocol_name.clone_from(&defaults.protocol_name);
-                }
-                if let Some(base) = &defaults.config_data {
-                    let data = own.config_data.take().unwrap_or_default();
-                    own.config_data = Some(overlay(base, data));
-                }
-            }
-        }
-    }
-    check_device(&merged, Some(&model.model)).map_err(|source| Error::InvalidDevice {
+    check_device(&device.device, Some(&model.model)).map_err(|source| Error::InvalidDevice {
         namespace: device.device.namespace().to_owned(),
         name: device.device.name().to_owned(),
         source,
     })?;
-    Ok(merged)
-}
-
-fn overlay(base: &ConfigData, own: ConfigData) -> ConfigData {
-    let mut out = base.clone();
-    out.extend(own);
-    out
+    Ok(device.device.with_model_defaults(&model.model))
 }
 
 /// The DMI `Device` of a merged, checked Device ([`merged`]), with the twins the edge
