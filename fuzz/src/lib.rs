@@ -9,6 +9,8 @@
 //! - [`inventory`]: a node's inventory → what edgecontroller believes it holds → resync plan.
 //! - [`config`]: the YAML configurations of edgecore, cloudhub and edgecontroller.
 //! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
+//! - [`device`]: Device and DeviceModel JSON → the device checks → the DMI `Device`.
+//! - [`mqtt`]: MQTT topics and payloads of edge apps → the eventbus's decoders.
 //!
 //! - `seeds` and `tests` (test builds): the seed inputs, and checks that each reaches the
 //!   code it was made for.
@@ -16,8 +18,10 @@
 //! `fuzz_targets/<name>.rs` are one-line libFuzzer entry points calling `<module>::check`.
 
 pub mod config;
+pub mod device;
 pub mod inventory;
 pub mod message;
+pub mod mqtt;
 pub mod path;
 pub mod pki;
 

@@ -243,6 +243,45 @@ fn pki_seeds() -> Seeds {
     ]
 }
 
+fn device_seeds() -> Seeds {
+    let model = r#"{"apiVersion":"devices.kubeedge.io/v1beta1","kind":"DeviceModel",
+        "metadata":{"name":"thermo","namespace":"default"},
+        "spec":{"protocol":"virtual","protocolConfigData":{"baud":9600},
+          "properties":[{"name":"temperature","type":"INT","accessMode":"ReadOnly","minimum":"-20",
+            "maximum":"60","unit":"Celsius","visitors":{"protocolName":"virtual","configData":{"register":3}}},
+          {"name":"setpoint","type":"INT","accessMode":"ReadWrite"}]}}"#;
+    let device = r#"{"apiVersion":"devices.kubeedge.io/v1beta1","kind":"Device",
+        "metadata":{"name":"t1","namespace":"default","uid":"u1","resourceVersion":"7"},
+        "spec":{"deviceModelRef":{"name":"thermo"},"nodeName":"edge-1",
+          "protocol":{"protocolName":"virtual","configData":{"deviceID":"t-1","slow":true,"scale":0.5}},
+          "properties":[{"name":"temperature","reportCycle":1000,"collectCycle":1000,"reportToCloud":true,
+              "pushMethod":{"mqtt":{"address":"tcp://127.0.0.1:1883","topic":"t","qos":1}}},
+            {"name":"setpoint","desired":{"value":"21"},"reportToCloud":true,
+              "visitors":{"protocolName":"virtual","configData":{"dataType":"int"}}}],
+          "methods":[{"name":"Set","propertyNames":["setpoint"]}],
+          "stateReport":{"reportCycle":5000,"reportToCloud":true}}}"#;
+    let both = format!(r#"{{"device":{device},"model":{model}}}"#);
+    let no_model = format!(r#"{{"device":{device}}}"#);
+    vec![
+        ("device-and-model.json", both.into_bytes()),
+        ("device-without-model.json", no_model.into_bytes()),
+    ]
+}
+
+fn mqtt_seeds() -> Seeds {
+    let update = "$hw/events/device/default/t1/twin/update
+{\"event_id\":\"e1\",\"timestamp\":1,                  \"twin\":{\"temperature\":{\"actual\":{\"value\":\"30\"},\"metadata\":{\"type\":\"int\"}}}}";
+    let state = "$hw/events/device/default/t1/state/update
+{\"event_id\":\"e2\",\"timestamp\":2,\"state\":\"online\"}";
+    let get = "$hw/events/device/default/t1/twin/get
+{\"event_id\":\"e3\",\"timestamp\":3}";
+    vec![
+        ("twin-update", update.as_bytes().to_vec()),
+        ("state-update", state.as_bytes().to_vec()),
+        ("twin-get", get.as_bytes().to_vec()),
+    ]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -257,5 +296,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ),
         ("config_yaml", config_seeds()),
         ("csr", pki_seeds()),
+        ("device_json", device_seeds()),
+        ("mqtt_payload", mqtt_seeds()),
     ]
 }

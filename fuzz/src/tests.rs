@@ -124,3 +124,34 @@ fn pki_seeds_are_accepted() {
     );
     assert!(CertInfo::parse(&get("ca-cert.pem")).expect("ca").is_ca);
 }
+
+#[test]
+fn device_seeds_are_checked_devices() {
+    for (name, bytes) in seeds("device_json") {
+        crate::device::check(&bytes);
+        let value: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        let device: verge_device_api::Device =
+            serde_json::from_value(value["device"].clone()).expect("a Device");
+        let model: Option<verge_device_api::DeviceModel> =
+            serde_json::from_value(value["model"].clone()).ok();
+        let checked = verge_device_api::check_device(&device, model.as_ref());
+        assert_eq!(checked.is_ok(), model.is_some(), "{name}: {checked:?}");
+    }
+}
+
+#[test]
+fn mqtt_seeds_are_accepted_requests() {
+    for (name, bytes) in seeds("mqtt_payload") {
+        crate::mqtt::check(&bytes);
+        let text = String::from_utf8(bytes).expect("utf-8");
+        let (topic, payload) = text.split_once('\n').expect("topic and payload");
+        assert!(
+            verge_edgecore::eventbus::topic::Request::parse(topic).is_some(),
+            "{name}: topic"
+        );
+        if name == "twin-update" {
+            let update = verge_edgecore::eventbus::twin_update(payload.as_bytes()).expect("decodes");
+            verge_edgecore::eventbus::check_twin_update(&update).expect("valid");
+        }
+    }
+}

@@ -8,10 +8,13 @@
 //! node now; downstream messages go to the link holding the node's session (the downstream
 //! task gets it with [`Input::Connected`]).
 //!
-//! Each node has a bounded queue (`node_queue`) drained by its own task, so messages of one
-//! node are applied in order while a slow API call for one node never delays another. A full
-//! queue is answered `error` at once (back-pressure; the edge keeps the report in its outbox
-//! and retries). A node's worker ends when its session ends and its queue is drained.
+//! Each node has [`Handler::LANES`] bounded queues (`node_queue` each), each drained by its
+//! own task; a message goes to the lane of its resource (a hash of `<ns>/<type>/<name>`), so
+//! messages about one object are applied in order, objects of one node may be applied side
+//! by side when the controller allows more than one lane, and a slow API call for one node
+//! never delays another. A full queue is answered `error` at once (back-pressure; the edge
+//! keeps the report in its outbox and retries). A node's workers end when its session ends
+//! and their queues are drained.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -66,9 +69,14 @@ pub enum Input {
 /// How a controller applies one upstream message (not an answer: those go to the
 /// downstream task as [`Input::Answer`]).
 pub trait Handler: Clone + Send + Sync + 'static {
+    /// How many messages of one node are applied at once, each lane in arrival order for the
+    /// objects it holds (a message's lane follows from its resource). 1 (the default): one
+    /// message of a node at a time, in arrival order, whatever it is about.
+    const LANES: usize = 1;
+
     /// Applies `message` from `node`'s session and returns the answer to send back on the
-    /// link it came from (`None`: nothing to answer). Called for one message of a node at a
-    /// time, in arrival order.
+    /// link it came from (`None`: nothing to answer). Called for one message of a node's lane
+    /// at a time, in arrival order.
     fn handle(
         &self,
         node: &str,
@@ -87,7 +95,7 @@ pub struct Dispatcher<H> {
     downstream: mpsc::UnboundedSender<Input>,
     links: HashMap<u64, Link>,
     node_queue: usize,
-    workers: HashMap<String, mpsc::Sender<Job>>,
+    workers: HashMap<String, Vec<mpsc::Sender<Job>>>,
     sessions: Sessions,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -208,14 +216,15 @@ impl<H: Handler> Dispatcher<H> {
             });
             return;
         }
+        let lane = lane_of(&message, H::LANES);
         let job = (link.clone(), message);
-        let (_, message) = match self.worker(&node).try_send(job) {
+        let (_, message) = match self.worker(&node, lane).try_send(job) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(job)) => job,
             Err(mpsc::error::TrySendError::Closed(job)) => {
-                // The worker ended (shutdown in progress); try a fresh one once.
+                // The worker ended (shutdown in progress); try fresh ones once.
                 self.workers.remove(&node);
-                match self.worker(&node).try_send(job) {
+                match self.worker(&node, lane).try_send(job) {
                     Ok(()) => return,
                     Err(e) => e.into_inner(),
                 }
@@ -234,22 +243,41 @@ impl<H: Handler> Dispatcher<H> {
         }
     }
 
-    /// The queue of `node`'s worker, starting the worker if needed.
-    fn worker(&mut self, node: &str) -> &mpsc::Sender<Job> {
+    /// The queue of `node`'s worker for `lane`, starting the node's workers if needed.
+    fn worker(&mut self, node: &str, lane: usize) -> &mpsc::Sender<Job> {
         if !self.workers.contains_key(node) {
-            let (tx, rx) = mpsc::channel(self.node_queue);
-            let task = run_worker(
-                self.handler.clone(),
-                node.to_owned(),
-                rx,
-                self.shutdown.clone(),
-            );
-            self.tracker
-                .spawn(task.instrument(info_span!("node_worker", node = %node)));
-            self.workers.insert(node.to_owned(), tx);
+            let lanes = (0..H::LANES.max(1))
+                .map(|lane| {
+                    let (tx, rx) = mpsc::channel(self.node_queue);
+                    let task = run_worker(
+                        self.handler.clone(),
+                        node.to_owned(),
+                        rx,
+                        self.shutdown.clone(),
+                    );
+                    self.tracker
+                        .spawn(task.instrument(info_span!("node_worker", node = %node, lane)));
+                    tx
+                })
+                .collect();
+            self.workers.insert(node.to_owned(), lanes);
         }
-        &self.workers[node]
+        let lanes = &self.workers[node];
+        &lanes[lane % lanes.len()]
     }
+}
+
+/// The lane (of `lanes`) of `message`: a hash of its resource path, so every message about
+/// one object takes the same lane; 0 with one lane.
+fn lane_of(message: &Envelope, lanes: usize) -> usize {
+    use std::hash::{Hash as _, Hasher as _};
+    if lanes <= 1 {
+        return 0;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    message.path().hash(&mut hasher);
+    // The remainder is below `lanes`, a usize.
+    (hasher.finish() % lanes as u64) as usize
 }
 
 /// Applies `node`'s messages one at a time, in arrival order, and sends each answer on the
@@ -277,4 +305,31 @@ async fn run_worker<H: Handler>(
         }
     }
     debug!("node worker ended");
+}
+
+#[cfg(test)]
+mod tests {
+    use verge_core::{Group, Module, ObjectVersion, ResourceKey, ResourceType, Write};
+
+    use super::*;
+
+    fn report(name: &str) -> Envelope {
+        let kind = Kind::Upsert {
+            write: Write::Update,
+            key: ResourceKey::new("default", ResourceType::DeviceStatus, name),
+            version: ObjectVersion::uid("u"),
+        };
+        Envelope::new(Module::DeviceTwin, Group::Device, kind, Vec::new())
+    }
+
+    #[test]
+    fn one_object_keeps_one_lane_and_objects_spread() {
+        assert_eq!(lane_of(&report("a"), 1), 0);
+        assert_eq!(lane_of(&report("a"), 8), lane_of(&report("a"), 8));
+        let lanes: std::collections::BTreeSet<usize> = (0..64)
+            .map(|i| lane_of(&report(&format!("d{i}")), 8))
+            .collect();
+        assert!(lanes.len() > 4, "{lanes:?}");
+        assert!(lanes.iter().all(|l| *l < 8));
+    }
 }

@@ -213,8 +213,9 @@ pub fn check_state(state: &str) -> Result<String, Error> {
 /// Applies a checked report ([`check_report`]) to `record`: each twin's `reported` and
 /// `observedDesired`, when present, replace the stored ones; a value without a
 /// `timestamp` in its metadata gets `now_ms` (mappers often leave it out). An entirely
-/// empty value (no text, no metadata) counts as absent: protobuf cannot tell it from an
-/// unset one, and mappers send it for properties without a desired value. Returns the
+/// empty reported value (no text, no metadata) counts as absent: protobuf cannot tell it
+/// from an unset one. An `observedDesired` without a value counts as absent too: mappers
+/// send one, with only a `type`, for every property without a desired value. Returns the
 /// properties named.
 pub fn apply_report(record: &mut TwinRecord, twins: Vec<Twin>, now_ms: i64) -> BTreeSet<String> {
     let present = |v: &TwinProperty| !v.value.is_empty() || !v.metadata.is_empty();
@@ -224,7 +225,7 @@ pub fn apply_report(record: &mut TwinRecord, twins: Vec<Twin>, now_ms: i64) -> B
         if let Some(reported) = twin.reported.filter(present) {
             values.reported = Some(stamped(reported, now_ms));
         }
-        if let Some(observed) = twin.observed_desired.filter(present) {
+        if let Some(observed) = twin.observed_desired.filter(|v| !v.value.is_empty()) {
             values.observed_desired = Some(stamped(observed, now_ms));
         }
         updated.insert(twin.property_name);

@@ -59,7 +59,7 @@ pub use handle::EventBusHandle;
 pub use payload::{
     DeviceState, ErrorResult, MemberDevice, MsgTwin, TwinDocEntry, TwinValue, Twins, twin_delta,
 };
-pub use request::{RequestError, check_twin_update};
+pub use request::{RequestError, check_twin_update, state_update, twin_update};
 
 /// A device, as topics name it: `<namespace>/<name>` (KubeEdge's device id).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

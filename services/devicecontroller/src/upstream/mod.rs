@@ -32,6 +32,11 @@ pub struct Context {
 }
 
 impl verge_controller::dispatch::Handler for Context {
+    /// Reports of different Devices are independent objects: up to 8 DeviceStatus writes of
+    /// one node run at once (each Device's reports stay in order), so a node with many
+    /// devices is not held to one API round trip per report.
+    const LANES: usize = 8;
+
     fn handle(
         &self,
         node: &str,
