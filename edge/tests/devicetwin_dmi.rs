@@ -17,7 +17,7 @@ use verge_device_api::StatusReport;
 use verge_proto::{Message, MessageExt};
 
 use common::{is, next_hello, next_msg, start_fake};
-use dmi_common::edge::{Edge, device_json, down, model_json};
+use dmi_common::edge::{Edge, device_json, down, send_thermometer};
 use dmi_common::{
     Call, dmi_client, forged_channel, go_authority, next_call, register_request, report,
     serve_mapper,
@@ -29,24 +29,7 @@ async fn a_mapper_gets_its_devices_and_its_reports_reach_the_cloud() -> Result<(
     let dir = tempfile::tempdir()?;
     let edge = Edge::start(url, dir.path(), |_| {}).await?;
     let (_, session) = next_hello(&mut events).await?;
-    down(
-        &session,
-        &mut events,
-        "m1",
-        Operation::Update,
-        "ns/devicemodel/thermo-model",
-        Some(("m-uid", "1", model_json())),
-    )
-    .await?;
-    down(
-        &session,
-        &mut events,
-        "d1",
-        Operation::Update,
-        "ns/device/thermo",
-        Some(("d-uid", "1", device_json("1", "21"))),
-    )
-    .await?;
+    send_thermometer(&session, &mut events).await?;
 
     // A Go mapper registers (withData) over the DMI socket, sending the path as :authority.
     let mapper_socket = dir.path().join("virtual.sock");

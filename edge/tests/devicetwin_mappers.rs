@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use verge_core::Operation;
 
 use common::{next_hello, start_fake};
-use dmi_common::edge::{Edge, device_json, down, model_json};
+use dmi_common::edge::{Edge, device_json, down, send_thermometer};
 use dmi_common::{Call, dmi_client, go_authority, next_call, register_request, serve_mapper};
 
 #[tokio::test]
@@ -23,24 +23,7 @@ async fn without_data_the_mapper_is_called_once_its_server_is_up() -> Result<()>
     let dir = tempfile::tempdir()?;
     let edge = Edge::start(url.clone(), dir.path(), |_| {}).await?;
     let (_, session) = next_hello(&mut events).await?;
-    down(
-        &session,
-        &mut events,
-        "m1",
-        Operation::Update,
-        "ns/devicemodel/thermo-model",
-        Some(("m-uid", "1", model_json())),
-    )
-    .await?;
-    down(
-        &session,
-        &mut events,
-        "d1",
-        Operation::Update,
-        "ns/device/thermo",
-        Some(("d-uid", "1", device_json("1", "21"))),
-    )
-    .await?;
+    send_thermometer(&session, &mut events).await?;
 
     let mapper_socket = dir.path().join("virtual.sock");
     let mut client = dmi_client(&edge.socket, go_authority(&edge.socket));

@@ -13,7 +13,7 @@ use verge_core::Operation;
 use verge_device_api::StatusReport;
 
 use common::{is, next_hello, next_msg, start_fake};
-use dmi_common::edge::{Edge, device_json, down, model_json};
+use dmi_common::edge::{Edge, send_thermometer};
 use dmi_common::{dmi_client, go_authority, register_request, report};
 
 #[tokio::test]
@@ -29,24 +29,7 @@ async fn offline_reports_coalesce_and_the_newest_reaches_the_cloud() -> Result<(
     })
     .await?;
     let (_, session) = next_hello(&mut events).await?;
-    down(
-        &session,
-        &mut events,
-        "m1",
-        Operation::Update,
-        "ns/devicemodel/thermo-model",
-        Some(("m-uid", "1", model_json())),
-    )
-    .await?;
-    down(
-        &session,
-        &mut events,
-        "d1",
-        Operation::Update,
-        "ns/device/thermo",
-        Some(("d-uid", "1", device_json("1", "21"))),
-    )
-    .await?;
+    send_thermometer(&session, &mut events).await?;
     let mut client = dmi_client(&edge.socket, go_authority(&edge.socket));
     client
         .mapper_register(register_request(

@@ -131,3 +131,31 @@ pub async fn down(
     next_msg(events, id, answer_to(Operation::Ack, id)).await?;
     Ok(())
 }
+
+/// Sends the thermometer's model (`ns/devicemodel/thermo-model`, uid `m-uid`) and then the
+/// Device (`ns/device/thermo`, uid `d-uid`, setpoint 21) down, each acked by metamanager.
+pub async fn send_thermometer(
+    session: &SessionCtl,
+    events: &mut mpsc::UnboundedReceiver<common::Event>,
+) -> Result<()> {
+    let model = Some(("m-uid", "1", model_json()));
+    down(
+        session,
+        events,
+        "m1",
+        Operation::Update,
+        "ns/devicemodel/thermo-model",
+        model,
+    )
+    .await?;
+    let device = Some(("d-uid", "1", device_json("1", "21")));
+    down(
+        session,
+        events,
+        "d1",
+        Operation::Update,
+        "ns/device/thermo",
+        device,
+    )
+    .await
+}
