@@ -180,15 +180,7 @@ impl Worker {
             }
         }
 
-        let wanted: BTreeSet<String> = desired.devices.keys().map(ToString::to_string).collect();
-        let gone: Vec<String> = self
-            .sent
-            .devices
-            .keys()
-            .filter(|k| !wanted.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
+        for key in gone(&self.sent.devices, desired.devices.keys()) {
             let Some(id) = DeviceId::parse(&key) else {
                 self.sent.devices.remove(&key);
                 continue;
@@ -201,15 +193,7 @@ impl Worker {
                 return;
             }
         }
-        let wanted: BTreeSet<String> = desired.models.keys().map(ToString::to_string).collect();
-        let gone: Vec<String> = self
-            .sent
-            .models
-            .keys()
-            .filter(|k| !wanted.contains(*k))
-            .cloned()
-            .collect();
-        for key in gone {
+        for key in gone(&self.sent.models, desired.models.keys()) {
             let Some(id) = DeviceId::parse(&key) else {
                 self.sent.models.remove(&key);
                 continue;
@@ -291,4 +275,16 @@ impl Worker {
             }
         }
     }
+}
+
+/// The keys of `sent` (what a mapper holds) that are not among `wanted`: to be removed.
+fn gone<'a>(
+    sent: &BTreeMap<String, String>,
+    wanted: impl Iterator<Item = &'a DeviceId>,
+) -> Vec<String> {
+    let wanted: BTreeSet<String> = wanted.map(ToString::to_string).collect();
+    sent.keys()
+        .filter(|k| !wanted.contains(*k))
+        .cloned()
+        .collect()
 }
