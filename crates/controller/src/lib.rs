@@ -20,7 +20,11 @@
 //! - [`dispatch`]: routes hub events: sessions and answers to the controller's downstream
 //!   side ([`dispatch::Input`]), upstream messages to one ordered worker per node running
 //!   the controller's [`dispatch::Handler`].
+//! - [`downstream`]: the downstream task ([`downstream::run`]) over the controller's
+//!   [`downstream::Downstream`].
 //! - [`retry`]: re-diff backoff after delivery errors (downstream).
+//! - [`sender`]: per-node downstream state ([`sender::NodeState`]): what was sent, what to
+//!   send next, over the controller's [`sender::NodeObjects`].
 //! - [`diff`]: object versions and the desired-vs-held diff of a node's resync (pure).
 //! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
 //! - [`error`]: the crate's [`Error`].
@@ -28,12 +32,14 @@
 pub mod config;
 pub mod diff;
 pub mod dispatch;
+pub mod downstream;
 pub mod error;
 pub mod fingerprint;
 pub mod hub;
 pub mod hub_auth;
 pub mod replicas;
 pub mod retry;
+pub mod sender;
 pub mod sessions;
 
 pub use config::{Config, HubAuthConfig};
