@@ -11,10 +11,14 @@
 //! (architecture.md §1, docs/protocol.md "Several cloudhub replicas").
 //!
 //! # Layout
+//! - [`binary`]: the shared `main` of the controllers' binaries ([`binary::Flags`],
+//!   [`binary::main`]).
 //! - [`config`]: the YAML [`Config`] every controller reads.
 //! - [`hub_auth`]: the Verge CA and the bearer token.
 //! - [`hub`]: one `ControllerHub.Attach` client stream per replica ([`hub::Link`],
 //!   [`hub::HubEvent`]), re-attached with backoff.
+//! - [`reflect`]: watch caches (reflector stores reporting their changes as the
+//!   controller's cache events).
 //! - [`replicas`]: the set of replicas to attach to (static and DNS discovery).
 //! - [`sessions`]: the node -> replica link routing table.
 //! - [`dispatch`]: routes hub events: sessions and answers to the controller's downstream
@@ -29,6 +33,7 @@
 //! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
 //! - [`error`]: the crate's [`Error`].
 
+pub mod binary;
 pub mod config;
 pub mod diff;
 pub mod dispatch;
@@ -37,6 +42,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod hub;
 pub mod hub_auth;
+pub mod reflect;
 pub mod replicas;
 pub mod retry;
 pub mod sender;
