@@ -20,6 +20,8 @@
 //! - [`reflect`]: watch caches (reflector stores reporting their changes as the
 //!   controller's cache events).
 //! - [`replicas`]: the set of replicas to attach to (static and DNS discovery).
+//! - [`service`]: the frame of a controller's `run` ([`service::Attached`]): attach,
+//!   dispatch until shutdown, drain.
 //! - [`sessions`]: the node -> replica link routing table.
 //! - [`dispatch`]: routes hub events: sessions and answers to the controller's downstream
 //!   side ([`dispatch::Input`]), upstream messages to one ordered worker per node running
@@ -46,6 +48,7 @@ pub mod reflect;
 pub mod replicas;
 pub mod retry;
 pub mod sender;
+pub mod service;
 pub mod sessions;
 
 pub use config::{Config, HubAuthConfig};
