@@ -11,29 +11,44 @@
 //! (architecture.md §1, docs/protocol.md "Several cloudhub replicas").
 //!
 //! # Layout
+//! - [`binary`]: the shared `main` of the controllers' binaries ([`binary::Flags`],
+//!   [`binary::main`]).
 //! - [`config`]: the YAML [`Config`] every controller reads.
 //! - [`hub_auth`]: the Verge CA and the bearer token.
 //! - [`hub`]: one `ControllerHub.Attach` client stream per replica ([`hub::Link`],
 //!   [`hub::HubEvent`]), re-attached with backoff.
+//! - [`reflect`]: watch caches (reflector stores reporting their changes as the
+//!   controller's cache events).
 //! - [`replicas`]: the set of replicas to attach to (static and DNS discovery).
+//! - [`service`]: the frame of a controller's `run` ([`service::Attached`]): attach,
+//!   dispatch until shutdown, drain.
 //! - [`sessions`]: the node -> replica link routing table.
 //! - [`dispatch`]: routes hub events: sessions and answers to the controller's downstream
 //!   side ([`dispatch::Input`]), upstream messages to one ordered worker per node running
 //!   the controller's [`dispatch::Handler`].
+//! - [`downstream`]: the downstream task ([`downstream::run`]) over the controller's
+//!   [`downstream::Downstream`].
 //! - [`retry`]: re-diff backoff after delivery errors (downstream).
+//! - [`sender`]: per-node downstream state ([`sender::NodeState`]): what was sent, what to
+//!   send next, over the controller's [`sender::NodeObjects`].
 //! - [`diff`]: object versions and the desired-vs-held diff of a node's resync (pure).
 //! - [`fingerprint`]: content hashes without status, so status changes are not echoed.
 //! - [`error`]: the crate's [`Error`].
 
+pub mod binary;
 pub mod config;
 pub mod diff;
 pub mod dispatch;
+pub mod downstream;
 pub mod error;
 pub mod fingerprint;
 pub mod hub;
 pub mod hub_auth;
+pub mod reflect;
 pub mod replicas;
 pub mod retry;
+pub mod sender;
+pub mod service;
 pub mod sessions;
 
 pub use config::{Config, HubAuthConfig};

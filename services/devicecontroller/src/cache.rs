@@ -8,22 +8,17 @@
 //! the reflector updated its store, the task reports what changed as a [`CacheEvent`] to the
 //! downstream task. The tasks end when the shutdown token is cancelled.
 
-use std::fmt::Debug;
-use std::hash::Hash;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch};
-use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use kube::runtime::watcher as watch;
+use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use verge_controller::reflect;
 use verge_core::{EDGE_NODE_LABEL, ResourceKey, ResourceType};
 
 use crate::desired;
@@ -91,24 +86,44 @@ impl Caches {
     ) -> Self {
         let ar = device_resource();
         let api = Api::all_with(client.clone(), &ar);
-        let (devices, task) = cache(api, ar, watch::Config::default(), events, |d| {
-            Some(CacheEvent::Device {
-                key: desired::device_key(d),
-                node: desired::node_name(d).map(str::to_owned),
-            })
-        });
-        spawn_cache(tracker, shutdown, "device", task);
+        let (devices, task) = reflect::cache(
+            api,
+            ar,
+            watch::Config::default(),
+            events,
+            None,
+            CacheEvent::Relisted,
+            |d| {
+                Some(CacheEvent::Device {
+                    key: desired::device_key(d),
+                    node: desired::node_name(d).map(str::to_owned),
+                })
+            },
+        );
+        reflect::spawn(tracker, shutdown, "device", task);
         let ar = model_resource();
         let api = Api::all_with(client.clone(), &ar);
-        let (models, task) = cache(api, ar, watch::Config::default(), events, |m| {
-            Some(CacheEvent::Model(desired::model_key_of(m)))
-        });
-        spawn_cache(tracker, shutdown, "devicemodel", task);
+        let (models, task) = reflect::cache(
+            api,
+            ar,
+            watch::Config::default(),
+            events,
+            None,
+            CacheEvent::Relisted,
+            |m| Some(CacheEvent::Model(desired::model_key_of(m))),
+        );
+        reflect::spawn(tracker, shutdown, "devicemodel", task);
         let config = watch::Config::default().labels(EDGE_NODE_LABEL);
-        let (nodes, task) = cache(Api::all(client.clone()), (), config, events, |n: &Node| {
-            Some(CacheEvent::Node(n.name_any()))
-        });
-        spawn_cache(tracker, shutdown, "node", task);
+        let (nodes, task) = reflect::cache(
+            Api::all(client.clone()),
+            (),
+            config,
+            events,
+            None,
+            CacheEvent::Relisted,
+            |n: &Node| Some(CacheEvent::Node(n.name_any())),
+        );
+        reflect::spawn(tracker, shutdown, "node", task);
         Self {
             devices,
             models,
@@ -157,80 +172,5 @@ impl Caches {
     /// Whether `node` is a known edge node.
     pub fn is_edge_node(&self, node: &str) -> bool {
         self.nodes.get(&ObjectRef::new(node)).is_some()
-    }
-}
-
-/// Runs one cache `task` on `tracker` until `shutdown`.
-fn spawn_cache(
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    name: &'static str,
-    task: impl Future<Output = ()> + Send + 'static,
-) {
-    let stop = shutdown.clone();
-    tracker.spawn(
-        async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = task => {}
-            }
-        }
-        .instrument(info_span!("cache", kind = name)),
-    );
-}
-
-/// A store of `K` and the future that fills it and reports changes.
-fn cache<K, F>(
-    api: Api<K>,
-    dyntype: K::DynamicType,
-    config: watch::Config,
-    events: &mpsc::Sender<CacheEvent>,
-    to_event: F,
-) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + Hash + Send + Sync,
-    F: Fn(&K) -> Option<CacheEvent> + Send + 'static,
-{
-    let writer = reflector::store::Writer::new(dyntype);
-    let store = writer.as_reader();
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear());
-    let task = forward(
-        reflector::reflector(writer, stream),
-        events.clone(),
-        to_event,
-    );
-    (store, task)
-}
-
-/// Reports every event of the reflector `stream` to `events` until it or the receiver ends.
-async fn forward<K, F>(
-    stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
-    events: mpsc::Sender<CacheEvent>,
-    to_event: F,
-) where
-    F: Fn(&K) -> Option<CacheEvent>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(item) = stream.next().await {
-        let event = match item {
-            Ok(Event::Apply(o) | Event::Delete(o)) => to_event(&o),
-            Ok(Event::InitDone) => {
-                info!("cache listed");
-                Some(CacheEvent::Relisted)
-            }
-            Ok(Event::Init | Event::InitApply(_)) => None,
-            Err(error) => {
-                warn!(%error, "watch failed, retrying with backoff");
-                None
-            }
-        };
-        if let Some(event) = event
-            && events.send(event).await.is_err()
-        {
-            return;
-        }
     }
 }

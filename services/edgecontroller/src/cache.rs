@@ -8,20 +8,16 @@
 //! and node caches also wake [`Caches::pods_or_nodes_changed`] (the toleration task of
 //! [`crate::offline`]).
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::{WatchStreamExt, watcher as watch};
+use kube::runtime::watcher as watch;
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, info_span, warn};
+use verge_controller::reflect;
 use verge_core::{ResourceKey, ResourceType};
 
 use crate::desired::Version;
@@ -124,35 +120,53 @@ impl Caches {
         let changed = Arc::new(Notify::new());
         let nodes_config = watch::Config::default().labels(EDGE_NODE_LABEL);
         let api = Api::all(client.clone());
-        let (nodes, task) = cache(api, nodes_config, events, Some(&changed), |n: &Node| {
-            Some(CacheEvent::Node(n.name_any()))
-        });
-        spawn_cache(tracker, shutdown, "node", task);
+        let (nodes, task) = reflect::cache(
+            api,
+            (),
+            nodes_config,
+            events,
+            Some(&changed),
+            CacheEvent::Relisted,
+            |n: &Node| Some(CacheEvent::Node(n.name_any())),
+        );
+        reflect::spawn(tracker, shutdown, "node", task);
         let pods_config = watch::Config::default().fields("spec.nodeName!=");
         let api = Api::all(client.clone());
-        let (pods, task) = cache(api, pods_config, events, Some(&changed), |p: &Pod| {
-            Some(CacheEvent::Pod {
-                key: key_of(p, ResourceType::Pod),
-                node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
-            })
-        });
-        spawn_cache(tracker, shutdown, "pod", task);
-        let (configmaps, task) = cache(
+        let (pods, task) = reflect::cache(
+            api,
+            (),
+            pods_config,
+            events,
+            Some(&changed),
+            CacheEvent::Relisted,
+            |p: &Pod| {
+                Some(CacheEvent::Pod {
+                    key: key_of(p, ResourceType::Pod),
+                    node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                })
+            },
+        );
+        reflect::spawn(tracker, shutdown, "pod", task);
+        let (configmaps, task) = reflect::cache(
             Api::all(client.clone()),
+            (),
             watch::Config::default(),
             events,
             None,
+            CacheEvent::Relisted,
             |c: &ConfigMap| Some(CacheEvent::Object(key_of(c, ResourceType::ConfigMap))),
         );
-        spawn_cache(tracker, shutdown, "configmap", task);
-        let (secrets, task) = cache(
+        reflect::spawn(tracker, shutdown, "configmap", task);
+        let (secrets, task) = reflect::cache(
             Api::all(client.clone()),
+            (),
             watch::Config::default(),
             events,
             None,
+            CacheEvent::Relisted,
             |s: &Secret| Some(CacheEvent::Object(key_of(s, ResourceType::Secret))),
         );
-        spawn_cache(tracker, shutdown, "secret", task);
+        reflect::spawn(tracker, shutdown, "secret", task);
         Self {
             nodes,
             pods,
@@ -212,93 +226,10 @@ impl Caches {
     }
 }
 
-/// Runs one cache `task` on `tracker` until `shutdown`.
-fn spawn_cache(
-    tracker: &TaskTracker,
-    shutdown: &CancellationToken,
-    name: &'static str,
-    task: impl Future<Output = ()> + Send + 'static,
-) {
-    let stop = shutdown.clone();
-    tracker.spawn(
-        async move {
-            tokio::select! {
-                () = stop.cancelled() => {}
-                () = task => {}
-            }
-        }
-        .instrument(info_span!("cache", kind = name)),
-    );
-}
-
 fn key_of<K: Resource>(object: &K, kind: ResourceType) -> ResourceKey {
     ResourceKey::new(
         object.namespace().unwrap_or_default(),
         kind,
         object.name_any(),
     )
-}
-
-/// A store of `K` and the future that fills it, reports changes and notifies `changed`.
-fn cache<K, F>(
-    api: Api<K>,
-    config: watch::Config,
-    events: &mpsc::Sender<CacheEvent>,
-    changed: Option<&Arc<Notify>>,
-    to_event: F,
-) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
-where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: Fn(&K) -> Option<CacheEvent> + Send + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear());
-    let events = events.clone();
-    let changed = changed.cloned();
-    let task = forward(
-        reflector::reflector(writer, stream),
-        events,
-        changed,
-        to_event,
-    );
-    (store, task)
-}
-
-/// Reports every event of the reflector `stream` to `events` (and wakes `changed`) until it
-/// or the receiver ends.
-async fn forward<K, F>(
-    stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
-    events: mpsc::Sender<CacheEvent>,
-    changed: Option<Arc<Notify>>,
-    to_event: F,
-) where
-    F: Fn(&K) -> Option<CacheEvent>,
-{
-    let mut stream = std::pin::pin!(stream);
-    while let Some(item) = stream.next().await {
-        if let (Some(changed), Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)) =
-            (&changed, &item)
-        {
-            changed.notify_one();
-        }
-        let event = match item {
-            Ok(Event::Apply(o) | Event::Delete(o)) => to_event(&o),
-            Ok(Event::InitDone) => {
-                info!("cache listed");
-                Some(CacheEvent::Relisted)
-            }
-            Ok(Event::Init | Event::InitApply(_)) => None,
-            Err(error) => {
-                warn!(%error, "watch failed, retrying with backoff");
-                None
-            }
-        };
-        if let Some(event) = event
-            && events.send(event).await.is_err()
-        {
-            return;
-        }
-    }
 }

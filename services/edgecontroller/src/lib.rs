@@ -37,19 +37,15 @@ pub use error::{Error, Result};
 pub use verge_controller::config::{self, Config};
 pub use verge_controller::{dispatch, fingerprint, hub, hub_auth, replicas, sessions};
 
-use std::sync::Arc;
-
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::{Instrument, info_span};
 
 use verge_controller::Identity;
+use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
 use crate::cache::Caches;
-use crate::dispatch::Dispatcher;
-use crate::replicas::Replicas;
 use crate::upstream::Context;
 
 /// edgecontroller on the ControllerHub: name `edgecontroller` (also its default service
@@ -62,9 +58,6 @@ pub const IDENTITY: Identity = Identity {
 
 /// Capacity of the queue of cache changes waiting for the downstream task.
 const CACHE_EVENTS: usize = 256;
-
-/// Capacity of the queue of hub events (frames of every replica) waiting for the dispatcher.
-const HUB_EVENTS: usize = 256;
 
 /// The edgecontroller service: one `ControllerHub` stream per cloudhub replica and the
 /// per-node workers.
@@ -95,59 +88,25 @@ impl EdgeController {
     /// Everything else (connection loss, API failures) is logged and retried or answered to
     /// the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let tracker = TaskTracker::new();
-        let config = Arc::new(self.config);
-        let (hub_tx, mut hub_rx) = mpsc::channel(HUB_EVENTS);
-        let auth = hub_auth::HubAuth::new(&config.cloudhub_auth, &IDENTITY, self.client.clone());
-        let replicas = Replicas::start(
-            config.clone(),
-            IDENTITY,
-            auth,
-            hub_tx,
-            tracker.clone(),
-            shutdown.clone(),
-        )?;
-        // Workers stop with the caller's token, or when `run` itself fails.
-        let workers_stop = shutdown.child_token();
+        let attached = Attached::start(self.config, IDENTITY, &self.client, shutdown)?;
+        let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
         let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
-        let caches = Caches::start(&self.client, &events_tx, &tracker, &workers_stop);
+        let caches = Caches::start(&self.client, &events_tx, tracker, stop);
         drop(events_tx);
         let (down_tx, down_rx) = mpsc::unbounded_channel();
         tracker.spawn(
-            downstream::run(caches.clone(), down_rx, events_rx, workers_stop.clone())
+            downstream::run(caches.clone(), down_rx, events_rx, stop.clone())
                 .instrument(info_span!("downstream")),
         );
         tracker.spawn(
-            offline::run(self.client.clone(), caches.clone(), workers_stop.clone())
+            offline::run(self.client.clone(), caches.clone(), stop.clone())
                 .instrument(info_span!("tolerations")),
         );
         let context = Context {
             client: self.client,
             caches,
         };
-        let mut dispatcher = Dispatcher::new(
-            context,
-            IDENTITY,
-            down_tx,
-            config.node_queue,
-            tracker.clone(),
-            workers_stop.clone(),
-        );
-        tracker.spawn(replicas.run().instrument(info_span!("replicas")));
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                event = hub_rx.recv() => match event {
-                    Some(event) => dispatcher.on_event(event),
-                    None => break,
-                },
-            }
-        }
-        workers_stop.cancel();
-        drop(hub_rx);
-        drop(dispatcher);
-        tracker.close();
-        tracker.wait().await;
+        attached.serve(context, down_tx).await;
         Ok(())
     }
 }

@@ -1,5 +1,7 @@
 //! Unit tests of the per-node plan: order, resync marker, no echo, moves, failures.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 use verge_core::Operation;
 use verge_proto::{InventoryEntry, Message, MessageExt};
@@ -76,9 +78,9 @@ fn op(operation: Operation, resource: &str) -> (Operation, String) {
 
 #[test]
 fn an_empty_node_gets_the_model_first_then_the_device_then_the_marker() {
-    let mut state = NodeState::connected(&Inventory::default(), Contents::default());
+    let mut state = NodeState::connected("edge-1", &Inventory::default(), Contents::default());
     let (ops, marker) =
-        summary(&state.plan("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
+        summary(&state.plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
     assert_eq!(
         ops,
         [
@@ -91,7 +93,7 @@ fn an_empty_node_gets_the_model_first_then_the_device_then_the_marker() {
     // Nothing more while nothing changes; the marker is sent once per connect.
     assert!(
         state
-            .plan("edge-1", &wanted(device("1", "20", json!({})), model("1")))
+            .plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1")))
             .is_empty()
     );
 }
@@ -106,13 +108,13 @@ fn a_current_inventory_gets_only_the_marker_and_other_types_are_kept() {
             entry("configmap", "c", "u-c", "1"),
         ],
     };
-    let mut state = NodeState::connected(&inventory, Contents::default());
+    let mut state = NodeState::connected("edge-1", &inventory, Contents::default());
     let (ops, marker) =
-        summary(&state.plan("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
+        summary(&state.plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
     assert_eq!(ops, [op(Operation::Resync, "node/edge-1/_/device/edge-1")]);
     assert_eq!(marker, Some(json!({ "updates": 0, "deletes": 0 })));
     // Nothing desired any more (device moved away or deleted): device first, then model.
-    let (ops, _) = summary(&state.plan("edge-1", &BTreeMap::new()));
+    let (ops, _) = summary(&state.plan_objects("edge-1", &BTreeMap::new()));
     assert_eq!(
         ops,
         [
@@ -124,16 +126,16 @@ fn a_current_inventory_gets_only_the_marker_and_other_types_are_kept() {
 
 #[test]
 fn status_only_changes_are_not_sent_and_desired_values_are() {
-    let mut state = NodeState::connected(&Inventory::default(), Contents::default());
-    state.plan("edge-1", &wanted(device("1", "20", json!({})), model("1")));
+    let mut state = NodeState::connected("edge-1", &Inventory::default(), Contents::default());
+    state.plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1")));
     let status_only = device("2", "20", json!({ "reportCycle": 7 }));
     assert!(
         state
-            .plan("edge-1", &wanted(status_only, model("1")))
+            .plan_objects("edge-1", &wanted(status_only, model("1")))
             .is_empty()
     );
     let (ops, _) =
-        summary(&state.plan("edge-1", &wanted(device("3", "21", json!({})), model("1"))));
+        summary(&state.plan_objects("edge-1", &wanted(device("3", "21", json!({})), model("1"))));
     assert_eq!(ops, [op(Operation::Update, "node/edge-1/ns/device/d")]);
     // The fingerprints outlive the session: no echo after a reconnect either.
     let contents = state.into_contents();
@@ -143,16 +145,16 @@ fn status_only_changes_are_not_sent_and_desired_values_are() {
             entry("devicemodel", "m", "u-m", "1"),
         ],
     };
-    let mut state = NodeState::connected(&inventory, contents);
+    let mut state = NodeState::connected("edge-1", &inventory, contents);
     let status_only = device("4", "21", json!({ "x": 1 }));
-    let (ops, _) = summary(&state.plan("edge-1", &wanted(status_only, model("1"))));
+    let (ops, _) = summary(&state.plan_objects("edge-1", &wanted(status_only, model("1"))));
     assert_eq!(ops, [op(Operation::Resync, "node/edge-1/_/device/edge-1")]);
 }
 
 #[test]
 fn failed_messages_are_sent_again() {
-    let mut state = NodeState::connected(&Inventory::default(), Contents::default());
-    let messages = state.plan("edge-1", &wanted(device("1", "20", json!({})), model("1")));
+    let mut state = NodeState::connected("edge-1", &Inventory::default(), Contents::default());
+    let messages = state.plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1")));
     let ids: Vec<String> = messages.iter().map(|m| m.id.to_string()).collect();
     // The device update and the marker were lost; the model arrived.
     assert!(!state.answered(&ids[0]));
@@ -160,7 +162,7 @@ fn failed_messages_are_sent_again() {
     assert!(state.failed(&ids[2]));
     assert!(!state.failed("unknown"));
     let (ops, marker) =
-        summary(&state.plan("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
+        summary(&state.plan_objects("edge-1", &wanted(device("1", "20", json!({})), model("1"))));
     assert_eq!(
         ops,
         [
@@ -170,9 +172,9 @@ fn failed_messages_are_sent_again() {
     );
     assert_eq!(marker, Some(json!({ "updates": 1, "deletes": 0 })));
     // A lost delete is sent again too.
-    let deletes = state.plan("edge-1", &BTreeMap::new());
+    let deletes = state.plan_objects("edge-1", &BTreeMap::new());
     assert_eq!(deletes.len(), 2);
     assert!(state.failed(deletes[0].id.as_str()));
-    let (ops, _) = summary(&state.plan("edge-1", &BTreeMap::new()));
+    let (ops, _) = summary(&state.plan_objects("edge-1", &BTreeMap::new()));
     assert_eq!(ops, [op(Operation::Delete, "node/edge-1/ns/device/d")]);
 }

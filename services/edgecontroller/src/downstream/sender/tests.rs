@@ -146,7 +146,7 @@ fn current_objects_get_a_fingerprint() {
             .len(),
         1
     );
-    assert_eq!(state.contents.len(), 1);
+    assert_eq!(state.contents().len(), 1);
     assert!(
         state
             .plan_objects("edge-1", &pod("6", "i", "Running"))
@@ -160,23 +160,24 @@ fn failures_forget_what_was_sent() {
     let messages = state.plan_objects("edge-1", &pod("5", "i", "Pending"));
     let (update, marker) = (messages[0].id.as_str(), messages[1].id.as_str());
     assert!(state.failed(update));
-    assert!(state.held.is_empty() && state.contents.is_empty());
+    assert!(state.held.is_empty() && state.contents().is_empty());
     assert!(!state.failed(update));
     // A lost marker comes again with the next plan, which also resends the pod.
     assert!(state.failed(marker));
     let (_, marker) = summary(&state.plan_objects("edge-1", &pod("6", "i", "Running")));
     assert_eq!(marker, Some(json!({ "updates": 1, "deletes": 0 })));
 
+    // A failed delete leaves the object held, at an unknown version.
+    let mut state = NodeState::connected("edge-1", &inventory("5"), Contents::default());
+    let messages = state.plan_objects("edge-1", &BTreeMap::new());
     let k = key();
-    state
-        .in_flight
-        .insert("m-2".into(), Sent::Delete(k.clone(), "u".into()));
-    state.held.remove(&k);
-    assert!(state.failed("m-2"));
+    assert!(!state.held.contains_key(&k));
+    assert!(state.failed(messages[0].id.as_str()));
     assert_eq!(state.held.get(&k), Some(&Version::new("u", "")));
-    state.in_flight.insert("m-3".into(), Sent::Update(k));
-    state.answered("m-3");
-    assert!(!state.failed("m-3"));
+    // An answered message is no longer known.
+    let messages = state.plan_objects("edge-1", &pod("6", "i", "Running"));
+    state.answered(messages[0].id.as_str());
+    assert!(!state.failed(messages[0].id.as_str()));
 }
 
 /// Node `edge-1` at `rv` with label `a=<label>` and a Ready condition `ready`.
