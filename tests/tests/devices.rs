@@ -192,6 +192,17 @@ async fn mqtt_twin_updates_answer_and_reach_the_cloud() -> anyhow::Result<()> {
         t.reported.as_deref() == Some("31")
     })
     .await?;
+    // A new desired value set in the cloud reaches the edge app as a delta, as KubeEdge
+    // publishes one when the cloud updates a twin.
+    env.set_desired("thermo-mqtt", "setpoint", "25").await?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let delta = app.next(&format!("{base}/twin/update/delta"), left).await?;
+        if delta["delta"]["setpoint"] == json!("25") {
+            break;
+        }
+    }
     Ok(())
 }
 

@@ -118,11 +118,11 @@ impl TwinWriter {
                     let all = devices.values().map(|d| self.view(&batch, d)).collect();
                     batch.answers.push(Answer::List(reply, Ok(all)));
                 }
-                Op::Sync { id } => self.sync(&mut batch, &id),
+                Op::Sync { id } => self.sync(&mut batch, &id, true),
                 Op::SyncAll => {
                     let ids: Vec<DeviceId> = self.records.keys().cloned().collect();
                     for id in ids {
-                        self.sync(&mut batch, &id);
+                        self.sync(&mut batch, &id, false);
                     }
                 }
             }
@@ -305,7 +305,7 @@ impl TwinWriter {
         })
     }
 
-    fn sync(&self, batch: &mut Batch, id: &DeviceId) {
+    fn sync(&self, batch: &mut Batch, id: &DeviceId, announce: bool) {
         let Some(record) = self.current(batch, id) else {
             return;
         };
@@ -316,6 +316,9 @@ impl TwinWriter {
                 if &kept != record {
                     batch.staged.insert(id.clone(), kept);
                 }
+                if announce {
+                    self.announce_delta(batch, &device);
+                }
             }
             _ => {
                 debug!(device = %id, "twin record of a removed or replaced device dropped");
@@ -323,5 +326,22 @@ impl TwinWriter {
                 batch.removed.insert(id.clone());
             }
         }
+    }
+
+    /// After the cloud changed Device `device` (e.g. a new desired value): when desired and
+    /// reported differ, a document naming those properties, so that edge apps get
+    /// `twin/update/delta` as KubeEdge sends it when the cloud updates a twin.
+    fn announce_delta(&self, batch: &mut Batch, device: &StoredDevice) {
+        let view = self.view(batch, device);
+        let updated: BTreeSet<String> = view.delta().into_keys().collect();
+        if updated.is_empty() {
+            return;
+        }
+        batch.documents.push(Arc::new(TwinDocument {
+            updated,
+            last: view.clone(),
+            current: view,
+            timestamp_ms: chrono::Utc::now().timestamp_millis(),
+        }));
     }
 }
