@@ -180,31 +180,41 @@ impl Worker {
             }
         }
 
-        for key in gone(&self.sent.devices, desired.devices.keys()) {
+        let devices = gone(&self.sent.devices, desired.devices.keys());
+        if !self.remove_gone(outcome, Held::Devices, devices).await {
+            return;
+        }
+        let models = gone(&self.sent.models, desired.models.keys());
+        self.remove_gone(outcome, Held::Models, models).await;
+    }
+
+    /// Removes `keys` of kind `held` from the mapper, forgetting each once removed (or
+    /// unparsable); `false` when the mapper turned out unreachable (the rest waits).
+    async fn remove_gone(&mut self, outcome: &mut Outcome, held: Held, keys: Vec<String>) -> bool {
+        for key in keys {
             let Some(id) = DeviceId::parse(&key) else {
-                self.sent.devices.remove(&key);
+                self.held_mut(held).remove(&key);
                 continue;
             };
-            let result = self.client.remove_device(&id.namespace, &id.name).await;
-            if self.removed(outcome, result, &id, "device") {
-                self.sent.devices.remove(&key);
+            let result = match held {
+                Held::Devices => self.client.remove_device(&id.namespace, &id.name).await,
+                Held::Models => self.client.remove_model(&id.namespace, &id.name).await,
+            };
+            if self.removed(outcome, result, &id, held.what()) {
+                self.held_mut(held).remove(&key);
                 self.save().await;
             } else if outcome.unreachable {
-                return;
+                return false;
             }
         }
-        for key in gone(&self.sent.models, desired.models.keys()) {
-            let Some(id) = DeviceId::parse(&key) else {
-                self.sent.models.remove(&key);
-                continue;
-            };
-            let result = self.client.remove_model(&id.namespace, &id.name).await;
-            if self.removed(outcome, result, &id, "model") {
-                self.sent.models.remove(&key);
-                self.save().await;
-            } else if outcome.unreachable {
-                return;
-            }
+        true
+    }
+
+    /// What the mapper holds of kind `held`, by key, with the fingerprint sent.
+    fn held_mut(&mut self, held: Held) -> &mut BTreeMap<String, String> {
+        match held {
+            Held::Devices => &mut self.sent.devices,
+            Held::Models => &mut self.sent.models,
         }
     }
 
@@ -287,4 +297,23 @@ fn gone<'a>(
         .filter(|k| !wanted.contains(*k))
         .cloned()
         .collect()
+}
+
+/// The two kinds of object a mapper holds.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    /// Devices (RegisterDevice / RemoveDevice).
+    Devices,
+    /// Device models (CreateDeviceModel / RemoveDeviceModel).
+    Models,
+}
+
+impl Held {
+    /// The word logs use.
+    fn what(self) -> &'static str {
+        match self {
+            Self::Devices => "device",
+            Self::Models => "model",
+        }
+    }
 }
