@@ -90,7 +90,7 @@ pub async fn start(
         "cloudhub.yaml",
         &format!(
             "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\n"
+             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
         ),
     )?;
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
@@ -130,6 +130,8 @@ pub async fn start(
             vec![
                 "--cloudhub".to_owned(),
                 format!("https://127.0.0.1:{ctrl_port}"),
+                "--health-addr".to_owned(),
+                "127.0.0.1:0".to_owned(),
                 "--kubeconfig".to_owned(),
                 kubeconfig.clone(),
             ],
@@ -139,6 +141,8 @@ pub async fn start(
             vec![
                 "--cloudhub".to_owned(),
                 format!("https://127.0.0.1:{ctrl_port}"),
+                "--health-addr".to_owned(),
+                "127.0.0.1:0".to_owned(),
                 "--kubeconfig".to_owned(),
                 kubeconfig.clone(),
             ],

@@ -66,6 +66,12 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How cloudhub is verified and how the controller authenticates to it.
     pub cloudhub_auth: HubAuthConfig,
+    /// Address of the plaintext health endpoint for Kubernetes probes
+    /// (`verge_runtime::health`: gRPC `grpc.health.v1`, service `""` = ready while the
+    /// controller runs, `liveness`; HTTP `/healthz`, `/readyz`). Default: the controller's
+    /// own (`0.0.0.0:10006` edgecontroller, `0.0.0.0:10007` devicecontroller); port 0 picks
+    /// a free port.
+    pub health_addr: Option<std::net::SocketAddr>,
 }
 
 /// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
@@ -123,6 +129,7 @@ impl Default for Config {
             node_queue: 64,
             shutdown_grace: Duration::from_secs(10),
             cloudhub_auth: HubAuthConfig::default(),
+            health_addr: None,
         }
     }
 }
@@ -221,6 +228,9 @@ mod tests {
         assert_eq!(c.endpoints(), ["https://hub:1"]);
         assert_eq!(c.node_queue, 3);
         assert_eq!(c.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.health_addr, None);
+        let c = Config::from_yaml("healthAddr: 127.0.0.1:0\n", "t").expect("ok");
+        assert_eq!(c.health_addr, Some(([127, 0, 0, 1], 0).into()));
         assert_eq!(c.outbound_queue, Config::default().outbound_queue);
     }
 

@@ -219,13 +219,13 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
         "cloudhub.yaml",
         &format!(
             "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\n"
+             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
         ),
     )?;
     let ctrl_cfg = write(
         dir,
         "edgecontroller.yaml",
-        &format!("cloudhub: https://127.0.0.1:{ctrl_port}\n"),
+        &format!("cloudhub: https://127.0.0.1:{ctrl_port}\nhealthAddr: 127.0.0.1:0\n"),
     )?;
     verge_testkit::trust::ensure_controller_accounts(&cp.client().await?).await?;
     let kubeconfig = cp.kubeconfig().display().to_string();
