@@ -22,7 +22,7 @@
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
-//!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
+//!   [`crds::install_cloud_rbac`] (`deploy/cloud/access/`).
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper

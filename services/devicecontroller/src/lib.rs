@@ -75,7 +75,7 @@ impl DeviceController {
     /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
     /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
     /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
-    /// (deploy/cloud/rbac.yaml).
+    /// (deploy/cloud/access/rbac.yaml).
     pub fn new(config: Config, client: kube::Client) -> Self {
         Self { config, client }
     }
