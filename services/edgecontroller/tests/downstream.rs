@@ -32,6 +32,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: common::leader_election(&client, "down").await?,
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());

@@ -26,6 +26,7 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: common::leader_election(&client, "up").await?,
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());

@@ -17,6 +17,7 @@ use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 use verge_core::{Group, Operation};
 use verge_edgecontroller::config::HubAuthConfig;
+use verge_controller::config::LeaderElectionConfig;
 use verge_edgecontroller::{Config, EdgeController};
 use verge_pki::Ca;
 use verge_proto::hub::controller_hub_server::{ControllerHub, ControllerHubServer};
@@ -224,4 +225,27 @@ pub fn msg(op: Operation, resource: String, content: serde_json::Value) -> Messa
 /// The UTF-8 content of an answer.
 pub fn reason(m: &Message) -> String {
     String::from_utf8_lossy(&m.content).into_owned()
+}
+
+/// Leader election on a Lease of this test's own (`<controller>-<test>-<random>` in
+/// `verge-system`, created if absent): tests share one control plane and must not wait for
+/// each other's leases.
+pub async fn leader_election(
+    client: &kube::Client,
+    test: &str,
+) -> anyhow::Result<LeaderElectionConfig> {
+    verge_testkit::trust::ensure_controller_accounts(client).await?;
+    let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    Ok(LeaderElectionConfig {
+        lease_name: Some(format!("edgecontroller-{test}-{id}")),
+        ..LeaderElectionConfig::default()
+    })
+}
+
+/// No leader election: for tests without an API server.
+pub fn no_leader_election() -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        leader_elect: false,
+        ..LeaderElectionConfig::default()
+    }
 }
