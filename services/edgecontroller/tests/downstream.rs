@@ -18,7 +18,7 @@ use verge_proto::hub::{DeliveryError, Routed, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
-    Probe, WAIT, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
+    Probe, WAIT, ack, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
     wait_for_service_account,
 };
 use common::{Attach, Controller, msg, reason};
@@ -440,21 +440,6 @@ async fn objects_and_queries(
     Ok(())
 }
 
-/// Acks downstream message `m` as the edge does after its commit.
-async fn ack(h: &Probe<'_>, node: &str, m: &Message) -> anyhow::Result<()> {
-    let ack = msg(Operation::Ack, m.resource().to_owned(), json!(null));
-    h.h.send(hub_frame::Frame::Message(Routed {
-        node: node.into(),
-        message: Some(Message {
-            header: ack.header.map(|mut header| {
-                header.parent_id = m.id().to_owned();
-                header
-            }),
-            ..ack
-        }),
-    }))
-    .await
-}
 
 /// Expects the next downstream message to be the `resync` marker with `summary`.
 async fn expect_marker(

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use verge_core::{Group, Operation};
 use verge_edgecontroller::config::HubAuthConfig;
 use verge_controller::config::LeaderElectionConfig;
+use verge_controller::leader::Leadership;
 use verge_edgecontroller::{Config, EdgeController};
 use verge_pki::Ca;
 use verge_proto::hub::controller_hub_server::{ControllerHub, ControllerHubServer};
@@ -91,14 +92,17 @@ pub fn hub_auth() -> HubAuthConfig {
 /// Starts the fake (TLS with a certificate from [`test_ca`]) on a free loopback port;
 /// returns its address and the accepted streams.
 pub async fn start() -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
+    start_serving(&[]).await
+}
+
+/// [`start`] with a certificate valid for `127.0.0.1` and `names` too.
+pub async fn start_serving(names: &[&str]) -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::channel(4);
-    let serving = test_ca().issue_serving(
-        "cloudhub",
-        &["127.0.0.1".to_owned()],
-        Duration::from_secs(3600),
-    )?;
+    let mut sans = vec!["127.0.0.1".to_owned()];
+    sans.extend(names.iter().map(|n| (*n).to_owned()));
+    let serving = test_ca().issue_serving("cloudhub", &sans, Duration::from_secs(3600))?;
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(
         serving.chain_pem(),
         serving.key_pem.expose(),
@@ -134,6 +138,8 @@ pub async fn next_hello(
 
 /// An [`EdgeController`] running in a task of the test.
 pub struct Controller {
+    /// Its leadership.
+    pub leadership: Leadership,
     shutdown: CancellationToken,
     task: JoinHandle<verge_edgecontroller::Result<()>>,
 }
@@ -142,8 +148,21 @@ impl Controller {
     /// Spawns `EdgeController::run` with `config` and `client`.
     pub fn spawn(config: Config, client: kube::Client) -> Self {
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(EdgeController::new(config, client).run(shutdown.clone()));
-        Self { shutdown, task }
+        let controller = EdgeController::new(config, client);
+        let leadership = controller.leadership();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Self {
+            leadership,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Waits up to `wait` for the controller to end on its own; its result.
+    pub async fn ended(self, wait: Duration) -> anyhow::Result<verge_edgecontroller::Result<()>> {
+        Ok(tokio::time::timeout(wait, self.task)
+            .await
+            .context("the controller did not end")??)
     }
 
     /// Shuts the controller down; fails unless it returns `Ok` within 10 s.
