@@ -97,7 +97,15 @@ pub async fn start() -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
 
 /// [`start`] with a certificate valid for `127.0.0.1` and `names` too.
 pub async fn start_serving(names: &[&str]) -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    start_on(std::net::Ipv4Addr::LOCALHOST.into(), names).await
+}
+
+/// [`start_serving`] listening on `ip` (a free port).
+pub async fn start_on(
+    ip: std::net::IpAddr,
+    names: &[&str],
+) -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::channel(4);
     let mut sans = vec!["127.0.0.1".to_owned()];
