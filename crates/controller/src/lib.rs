@@ -10,6 +10,9 @@
 //! messages go to that replica and upstream messages are answered where they came from
 //! (architecture.md §1, docs/protocol.md "Several cloudhub replicas").
 //!
+//! A controller's replicas elect a leader on a `coordination.k8s.io` Lease ([`leader`],
+//! client-go's algorithm): only the leader attaches and acts.
+//!
 //! # Layout
 //! - [`binary`]: the shared `main` of the controllers' binaries ([`binary::Flags`],
 //!   [`binary::main`]).
