@@ -259,8 +259,8 @@ mod tests {
         assert_eq!(c.cloudhub_port, "ctl");
         assert!(c.endpoints().is_empty(), "no default next to discovery");
         assert_eq!(Config::default().cloudhub_port, "controllerhub");
-        let c = Config::from_yaml("cloudhub: https://a:1\ncloudhubService: n/h\n", "t")
-            .expect("ok");
+        let c =
+            Config::from_yaml("cloudhub: https://a:1\ncloudhubService: n/h\n", "t").expect("ok");
         assert_eq!(c.endpoints(), ["https://a:1"]);
         let e = Config::from_yaml("cloudhubDns: h:1\n", "t").expect_err("removed field");
         assert!(e.to_string().contains("cloudhubDns"), "{e}");

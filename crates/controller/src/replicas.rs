@@ -118,10 +118,7 @@ impl Replicas {
         let writer = reflector::store::Writer::default();
         let store = writer.as_reader();
         let config = watch::Config::default().labels(&service.slice_selector());
-        let stream = reflector::reflector(
-            writer,
-            watcher::watcher(api, config).default_backoff(),
-        );
+        let stream = reflector::reflector(writer, watcher::watcher(api, config).default_backoff());
         let mut stream = std::pin::pin!(stream);
         info!(service = %format!("{}/{}", service.namespace, service.name),
             port = %self.config.cloudhub_port, "watching cloudhub EndpointSlices");
@@ -178,7 +175,10 @@ impl Replicas {
                 Err(error) => warn!(error = %error.reason(), "discovered address unusable"),
             }
         }
-        debug!(replicas = self.attached.len(), "cloudhub replicas reconciled");
+        debug!(
+            replicas = self.attached.len(),
+            "cloudhub replicas reconciled"
+        );
     }
 }
 

@@ -250,7 +250,10 @@ async fn newest_controller_attach_of_a_name_takes_over() {
     let mut old = attach(&hub, "edgecontroller", &["resource"]).await;
     assert!(old.session().await.connected);
     let mut new = attach(&hub, "edgecontroller", &["resource"]).await;
-    assert!(new.session().await.connected, "the newer attach gets the snapshot");
+    assert!(
+        new.session().await.connected,
+        "the newer attach gets the snapshot"
+    );
     let status = loop {
         match tokio::time::timeout(common::WAIT, old.rx.message()).await {
             Ok(Err(status)) => break status,
@@ -273,7 +276,8 @@ async fn newest_controller_attach_of_a_name_takes_over() {
     assert!(other.session().await.connected);
     let mut seen = (0, 0);
     for i in 0..4 {
-        edge.send(update(&format!("rr-{i}"), "_/nodestatus/edge-1")).await;
+        edge.send(update(&format!("rr-{i}"), "_/nodestatus/edge-1"))
+            .await;
     }
     while seen.0 + seen.1 < 4 {
         tokio::select! {

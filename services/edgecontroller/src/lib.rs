@@ -125,7 +125,11 @@ impl EdgeController {
 }
 
 /// What the leader runs until `shutdown`: see [`EdgeController::run`].
-async fn lead_until(config: Config, client: kube::Client, shutdown: CancellationToken) -> Result<()> {
+async fn lead_until(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<()> {
     let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
     let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
     let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);

@@ -39,7 +39,10 @@ async fn attaches_to_ready_endpoints_of_the_service() -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let pp = PostParams::default();
     namespaces
-        .create(&pp, &serde_json::from_value(json!({ "metadata": { "name": ns } }))?)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
+        )
         .await?;
     let config = Config {
         cloudhub_service: Some(format!("{ns}/{SERVICE}")),
@@ -93,13 +96,17 @@ async fn scenario(
         .patch(
             "hubs-b",
             &PatchParams::default(),
-            &Patch::Merge(json!({ "endpoints": [{ "addresses": [addr2.ip().to_string()],
-                "conditions": { "ready": false, "terminating": true } }] })),
+            &Patch::Merge(
+                json!({ "endpoints": [{ "addresses": [addr2.ip().to_string()],
+                "conditions": { "ready": false, "terminating": true } }] }),
+            ),
         )
         .await?;
     ensure_ended(&mut b, "not ready").await?;
     ensure!(
-        tokio::time::timeout(Duration::from_secs(2), hub2.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_secs(2), hub2.recv())
+            .await
+            .is_err(),
         "re-attached to a not-ready endpoint"
     );
     // hubs-a's slice is deleted: detached too.
@@ -110,13 +117,17 @@ async fn scenario(
         .patch(
             "hubs-b",
             &PatchParams::default(),
-            &Patch::Merge(json!({ "endpoints": [{ "addresses": [addr2.ip().to_string()],
-                "conditions": { "ready": true } }] })),
+            &Patch::Merge(
+                json!({ "endpoints": [{ "addresses": [addr2.ip().to_string()],
+                "conditions": { "ready": true } }] }),
+            ),
         )
         .await?;
     common::next_hello(hub2).await?;
     ensure!(
-        tokio::time::timeout(Duration::from_secs(2), hub1.recv()).await.is_err(),
+        tokio::time::timeout(Duration::from_secs(2), hub1.recv())
+            .await
+            .is_err(),
         "attached to the other Service's endpoint"
     );
     Ok(())
@@ -131,7 +142,10 @@ fn host_address() -> anyhow::Result<IpAddr> {
         .connect("198.51.100.1:9")
         .context("no default route to pick a host address from")?;
     let ip = socket.local_addr()?.ip();
-    ensure!(!ip.is_loopback() && !ip.is_unspecified(), "no host address: {ip}");
+    ensure!(
+        !ip.is_loopback() && !ip.is_unspecified(),
+        "no host address: {ip}"
+    );
     Ok(ip)
 }
 

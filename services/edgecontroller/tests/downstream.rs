@@ -14,7 +14,7 @@ use serde_json::json;
 use verge_core::Operation;
 use verge_edgecontroller::Config;
 use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
-use verge_proto::hub::{DeliveryError, Routed, hub_frame};
+use verge_proto::hub::{DeliveryError, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
@@ -439,7 +439,6 @@ async fn objects_and_queries(
     wait_for_delete(h, &format!("node/{node}/{ns}/configmap/cfg"), &cfg_uid).await?;
     Ok(())
 }
-
 
 /// Expects the next downstream message to be the `resync` marker with `summary`.
 async fn expect_marker(

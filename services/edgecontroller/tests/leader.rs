@@ -51,11 +51,17 @@ async fn standby_takes_over_when_the_leader_stops() -> anyhow::Result<()> {
 
     let a = Controller::spawn(config(addr, &election, "ec-a"), client.clone());
     let (first, _) = common::next_hello(&mut attaches).await?;
-    ensure!(a.leadership.is_leader(), "the first replica attached without leading");
+    ensure!(
+        a.leadership.is_leader(),
+        "the first replica attached without leading"
+    );
     let b = Controller::spawn(config(addr, &election, "ec-b"), client.clone());
     // The standby polls the Lease but never attaches.
     let quiet = tokio::time::timeout(Duration::from_secs(6), attaches.recv()).await;
-    ensure!(quiet.is_err(), "the standby attached while the leader leads");
+    ensure!(
+        quiet.is_err(),
+        "the standby attached while the leader leads"
+    );
     let standby = b.leadership.status();
     ensure!(
         !standby.leading && standby.holder.as_deref() == Some("ec-a"),
@@ -104,7 +110,10 @@ async fn standby_takes_over_when_the_leader_stops() -> anyhow::Result<()> {
     // The last leader releases the Lease on its way out.
     b.stop().await?;
     let lease = leases.get(&lease_name).await?.spec.context("lease spec")?;
-    ensure!(lease.holder_identity.unwrap_or_default().is_empty(), "not released");
+    ensure!(
+        lease.holder_identity.unwrap_or_default().is_empty(),
+        "not released"
+    );
     let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
     Ok(())
 }
@@ -119,7 +128,10 @@ async fn pod_reaches_the_edge(
 ) -> anyhow::Result<Duration> {
     let pp = PostParams::default();
     Api::<Namespace>::all(client.clone())
-        .create(&pp, &serde_json::from_value(json!({ "metadata": { "name": ns } }))?)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
+        )
         .await?;
     let edge_node = json!({ "metadata": { "name": node,
         "labels": { "node-role.kubernetes.io/edge": "" } } });
@@ -133,7 +145,9 @@ async fn pod_reaches_the_edge(
     connect(h, node, Inventory::default()).await?;
     // The node's own object, then the resync marker (each acked as the edge does).
     loop {
-        let m = next_downstream(h, WAIT).await?.context("no resync marker")?;
+        let m = next_downstream(h, WAIT)
+            .await?
+            .context("no resync marker")?;
         ack(h, node, &m).await?;
         if m.operation()? == Operation::Resync {
             break;
@@ -150,7 +164,9 @@ async fn pod_reaches_the_edge(
         .await?;
     let want = format!("node/{node}/{ns}/pod/p");
     loop {
-        let m = next_downstream(h, WAIT).await?.context("the pod never came down")?;
+        let m = next_downstream(h, WAIT)
+            .await?
+            .context("the pod never came down")?;
         ack(h, node, &m).await?;
         if m.resource() == want && m.operation()? == Operation::Update {
             return Ok(created.elapsed());
@@ -187,14 +203,27 @@ async fn leader_whose_lease_is_taken_stops_acting() -> anyhow::Result<()> {
         bail!("the leader kept running");
     };
     let reason = verge_controller::error::reason(&error);
-    ensure!(reason.contains("lost the leader lease") && reason.contains("thief"), "{reason}");
+    ensure!(
+        reason.contains("lost the leader lease") && reason.contains("thief"),
+        "{reason}"
+    );
     // Its cloudhub stream ended with it.
     let ended = tokio::time::timeout(Duration::from_secs(5), attached.from_controller.message())
         .await
         .context("the stream stayed open")?;
-    ensure!(!matches!(ended, Ok(Some(_))), "a frame after stopping: {ended:?}");
-    let holder = leases.get(&lease_name).await?.spec.and_then(|s| s.holder_identity);
-    ensure!(holder.as_deref() == Some("thief"), "the old leader wrote the Lease: {holder:?}");
+    ensure!(
+        !matches!(ended, Ok(Some(_))),
+        "a frame after stopping: {ended:?}"
+    );
+    let holder = leases
+        .get(&lease_name)
+        .await?
+        .spec
+        .and_then(|s| s.holder_identity);
+    ensure!(
+        holder.as_deref() == Some("thief"),
+        "the old leader wrote the Lease: {holder:?}"
+    );
     let _ = leases.delete(&lease_name, &DeleteParams::default()).await;
     Ok(())
 }

@@ -104,8 +104,7 @@ impl Elector {
         match self.renew_while(&mut work).await {
             Term::Ended(joined) => {
                 self.release().await;
-                let result = joined.map_err(|e| crate::Error::Leader(Error::Work(e)))?;
-                result
+                joined.map_err(|e| crate::Error::Leader(Error::Work(e)))?
             }
             Term::Lost(reason) => {
                 stop.cancel();
@@ -204,14 +203,25 @@ impl Elector {
             && seen.valid_at(Instant::now())
         {
             let mut lease = seen.lease.clone();
-            let spec = record::next_term(lease.spec.as_ref(), &self.identity, Timestamp::now(), seconds);
+            let spec = record::next_term(
+                lease.spec.as_ref(),
+                &self.identity,
+                Timestamp::now(),
+                seconds,
+            );
             lease.spec = Some(spec);
-            match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+            match self
+                .api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await
+            {
                 Ok(written) => {
                     self.observe(written);
                     return Ok(true);
                 }
-                Err(error) => debug!(%error, "leader election: fast renewal failed; reading the lease"),
+                Err(error) => {
+                    debug!(%error, "leader election: fast renewal failed; reading the lease")
+                }
             }
         }
         let Some(current) = self.api.get_opt(&self.name).await? else {
@@ -221,7 +231,12 @@ impl Elector {
                     namespace: Some(self.config.lease_namespace.clone()),
                     ..ObjectMeta::default()
                 },
-                spec: Some(record::next_term(None, &self.identity, Timestamp::now(), seconds)),
+                spec: Some(record::next_term(
+                    None,
+                    &self.identity,
+                    Timestamp::now(),
+                    seconds,
+                )),
             };
             let created = self.api.create(&PostParams::default(), &lease).await?;
             self.observe(created);
@@ -236,7 +251,10 @@ impl Elector {
             Decision::Write(spec) => {
                 let mut lease = seen.lease.clone();
                 lease.spec = Some(spec);
-                let written = self.api.replace(&self.name, &PostParams::default(), &lease).await?;
+                let written = self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await?;
                 self.observe(written);
                 Ok(true)
             }
@@ -266,7 +284,11 @@ impl Elector {
         }
         self.status.set(Status {
             leading: false,
-            holder: self.observed.as_ref().and_then(|s| s.holder()).map(str::to_owned),
+            holder: self
+                .observed
+                .as_ref()
+                .and_then(|s| s.holder())
+                .map(str::to_owned),
         });
     }
 
@@ -310,7 +332,10 @@ mod tests {
         let period = Duration::from_secs(2);
         for _ in 0..100 {
             let d = jittered(period);
-            assert!(d >= period && d <= period.mul_f64(1.0 + JITTER_FACTOR), "{d:?}");
+            assert!(
+                d >= period && d <= period.mul_f64(1.0 + JITTER_FACTOR),
+                "{d:?}"
+            );
         }
     }
 }

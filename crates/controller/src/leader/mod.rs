@@ -21,7 +21,7 @@
 //!
 //! # Layout
 //! - [`config`]: the YAML `leaderElection:` section ([`LeaderElectionConfig`]).
-//! - [`record`](self): the Lease record and client-go's pure decisions over it.
+//! - `record`: the Lease record and client-go's pure decisions over it.
 //! - [`elector`]: the election loop ([`Elector`]).
 
 pub mod config;

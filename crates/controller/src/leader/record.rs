@@ -169,12 +169,15 @@ mod tests {
             seen.decide("a", t0 + Duration::from_secs(14), wall, 15),
             Decision::Held("b".into())
         );
-        let Decision::Write(spec) = seen.decide("a", t0 + Duration::from_secs(15), wall, 15)
-        else {
+        let Decision::Write(spec) = seen.decide("a", t0 + Duration::from_secs(15), wall, 15) else {
             panic!("expired term not taken");
         };
         assert_eq!(spec.holder_identity.as_deref(), Some("a"));
-        assert_eq!(spec.lease_transitions, Some(4), "a take-over is a transition");
+        assert_eq!(
+            spec.lease_transitions,
+            Some(4),
+            "a take-over is a transition"
+        );
         assert_eq!(spec.acquire_time, Some(MicroTime(wall)));
     }
 
@@ -186,7 +189,10 @@ mod tests {
         same.metadata.resource_version = Some("42".into());
         let later = t0 + Duration::from_secs(10);
         let again = Observed::read(Some(&first), same, later);
-        assert_eq!(again.at, t0, "an unchanged record keeps its observation time");
+        assert_eq!(
+            again.at, t0,
+            "an unchanged record keeps its observation time"
+        );
         let renewed = Observed::read(Some(&again), lease(term("b", 15, 1)), later);
         assert_eq!(renewed.at, later);
         assert!(renewed.valid_at(later + Duration::from_secs(14)));
@@ -217,7 +223,10 @@ mod tests {
         let mut empty = term("", 15, 0);
         empty.holder_identity = Some(String::new());
         let empty = Observed::read(None, lease(empty), t0);
-        assert!(matches!(empty.decide("a", t0, wall, 15), Decision::Write(_)));
+        assert!(matches!(
+            empty.decide("a", t0, wall, 15),
+            Decision::Write(_)
+        ));
         assert_eq!(next_term(None, "a", wall, 15).lease_transitions, Some(0));
     }
 }

@@ -136,7 +136,11 @@ pub async fn wait_for_service_account(client: &kube::Client, ns: &str) -> anyhow
 
 /// Acks downstream message `m` as the edge does after its commit.
 pub async fn ack(h: &Probe<'_>, node: &str, m: &Message) -> anyhow::Result<()> {
-    let ack = super::msg(Operation::Ack, m.resource().to_owned(), serde_json::Value::Null);
+    let ack = super::msg(
+        Operation::Ack,
+        m.resource().to_owned(),
+        serde_json::Value::Null,
+    );
     h.h.send(hub_frame::Frame::Message(Routed {
         node: node.into(),
         message: Some(Message {
