@@ -3,10 +3,6 @@
 
 use std::future::Future;
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::api::{ObjectMeta, PostParams};
 use rand::Rng;
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
@@ -14,17 +10,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::config::JITTER_FACTOR;
-use super::record::{self, Decision, Observed};
+use super::lock::LeaseLock;
 use super::{Error, LeaderElectionConfig, Status, StatusSender};
 
 /// One replica's participant in the election of a Lease.
 pub struct Elector {
-    api: Api<Lease>,
-    name: String,
-    identity: String,
     config: LeaderElectionConfig,
-    status: StatusSender,
-    observed: Option<Observed>,
+    lock: LeaseLock,
 }
 
 /// How the leader's term ended.
@@ -50,19 +42,17 @@ impl Elector {
         status: StatusSender,
     ) -> Result<Self, Error> {
         config.validate()?;
+        let name = config.lease_name_or(controller).to_owned();
+        let lock = LeaseLock::new(config, name, config.resolve_identity(), client, status);
         Ok(Self {
-            api: Api::namespaced(client, &config.lease_namespace),
-            name: config.lease_name_or(controller).to_owned(),
-            identity: config.resolve_identity(),
             config: config.clone(),
-            status,
-            observed: None,
+            lock,
         })
     }
 
     /// This replica's identity in the Lease.
     pub fn identity(&self) -> &str {
-        &self.identity
+        &self.lock.identity
     }
 
     /// Runs `lead` while this replica leads, until `shutdown`.
@@ -86,16 +76,16 @@ impl Elector {
         E: From<crate::Error> + Send + 'static,
     {
         if !self.config.leader_elect {
-            self.status.set(Status {
+            self.lock.status.set(Status {
                 leading: true,
                 holder: None,
             });
             let result = lead(shutdown).await;
-            self.status.set(Status::default());
+            self.lock.status.set(Status::default());
             return result;
         }
-        info!(lease = %self.name, namespace = %self.config.lease_namespace,
-            identity = %self.identity, "leader election: waiting to acquire the lease");
+        info!(lease = %self.lock.name, namespace = %self.config.lease_namespace,
+            identity = %self.lock.identity, "leader election: waiting to acquire the lease");
         if !self.acquire(&shutdown).await {
             return Ok(());
         }
@@ -103,18 +93,18 @@ impl Elector {
         let mut work = tokio::spawn(lead(stop.clone()));
         match self.renew_while(&mut work).await {
             Term::Ended(joined) => {
-                self.release().await;
+                self.lock.release().await;
                 joined.map_err(|e| crate::Error::Leader(Error::Work(e)))?
             }
             Term::Lost(reason) => {
                 stop.cancel();
-                error!(lease = %self.name, identity = %self.identity, %reason,
+                error!(lease = %self.lock.name, identity = %self.lock.identity, %reason,
                     "leader election: lost the lease; stopped leading");
                 let _ = work.await;
                 let lost = Error::Lost {
                     namespace: self.config.lease_namespace.clone(),
-                    lease: self.name.clone(),
-                    identity: self.identity.clone(),
+                    lease: self.lock.name.clone(),
+                    identity: self.lock.identity.clone(),
                     reason,
                 };
                 Err(crate::Error::Leader(lost).into())
@@ -128,19 +118,19 @@ impl Elector {
         loop {
             let attempt = tokio::select! {
                 () = shutdown.cancelled() => return false,
-                r = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew()) => r,
+                r = tokio::time::timeout(self.config.renew_deadline, self.lock.try_acquire_or_renew()) => r,
             };
             match attempt {
                 Ok(Ok(true)) => {
-                    info!(lease = %self.name, identity = %self.identity,
+                    info!(lease = %self.lock.name, identity = %self.lock.identity,
                         "leader election: became leader");
                     return true;
                 }
                 Ok(Ok(false)) => {}
                 Ok(Err(error)) => {
-                    warn!(%error, lease = %self.name, "leader election: cannot acquire the lease")
+                    warn!(%error, lease = %self.lock.name, "leader election: cannot acquire the lease")
                 }
-                Err(_) => warn!(lease = %self.name, "leader election: acquiring timed out"),
+                Err(_) => warn!(lease = %self.lock.name, "leader election: acquiring timed out"),
             }
             let delay = jittered(self.config.retry_period);
             tokio::select! {
@@ -162,18 +152,18 @@ impl Elector {
             }
             let deadline = renewed + self.config.renew_deadline;
             let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, self.try_acquire_or_renew()).await {
+            match tokio::time::timeout(left, self.lock.try_acquire_or_renew()).await {
                 Ok(Ok(true)) => {
                     renewed = Instant::now();
-                    debug!(lease = %self.name, "leader election: renewed");
+                    debug!(lease = %self.lock.name, "leader election: renewed");
                     continue;
                 }
                 Ok(Ok(false)) => {
-                    let holder = self.status.current().holder.unwrap_or_default();
+                    let holder = self.lock.status.current().holder.unwrap_or_default();
                     return Term::Lost(format!("the lease is held by {holder:?}"));
                 }
                 Ok(Err(error)) => {
-                    warn!(%error, lease = %self.name, "leader election: renewal failed");
+                    warn!(%error, lease = %self.lock.name, "leader election: renewal failed");
                 }
                 Err(_) => {}
             }
@@ -183,136 +173,6 @@ impl Elector {
                     self.config.renew_deadline
                 ));
             }
-        }
-    }
-
-    /// client-go's `tryAcquireOrRenew`: `true` when this replica holds the Lease afterwards,
-    /// `false` when another holder's term runs.
-    ///
-    /// A leader whose own term is still valid first writes over the object it last saw (one
-    /// call); if that fails, or otherwise, the Lease is read (created when missing), and
-    /// written when [`Observed::decide`] allows. Every write is guarded by the
-    /// `resourceVersion` read.
-    ///
-    /// # Errors
-    /// API errors, including a conflict (another replica wrote first).
-    async fn try_acquire_or_renew(&mut self) -> kube::Result<bool> {
-        let seconds = self.config.lease_duration_seconds();
-        if let Some(seen) = &self.observed
-            && seen.held_by(&self.identity)
-            && seen.valid_at(Instant::now())
-        {
-            let mut lease = seen.lease.clone();
-            let spec = record::next_term(
-                lease.spec.as_ref(),
-                &self.identity,
-                Timestamp::now(),
-                seconds,
-            );
-            lease.spec = Some(spec);
-            match self
-                .api
-                .replace(&self.name, &PostParams::default(), &lease)
-                .await
-            {
-                Ok(written) => {
-                    self.observe(written);
-                    return Ok(true);
-                }
-                Err(error) => {
-                    debug!(%error, "leader election: fast renewal failed; reading the lease")
-                }
-            }
-        }
-        let Some(current) = self.api.get_opt(&self.name).await? else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.name.clone()),
-                    namespace: Some(self.config.lease_namespace.clone()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(record::next_term(
-                    None,
-                    &self.identity,
-                    Timestamp::now(),
-                    seconds,
-                )),
-            };
-            let created = self.api.create(&PostParams::default(), &lease).await?;
-            self.observe(created);
-            return Ok(true);
-        };
-        self.observe(current);
-        let Some(seen) = &self.observed else {
-            return Ok(false);
-        };
-        match seen.decide(&self.identity, Instant::now(), Timestamp::now(), seconds) {
-            Decision::Held(_) => Ok(false),
-            Decision::Write(spec) => {
-                let mut lease = seen.lease.clone();
-                lease.spec = Some(spec);
-                let written = self
-                    .api
-                    .replace(&self.name, &PostParams::default(), &lease)
-                    .await?;
-                self.observe(written);
-                Ok(true)
-            }
-        }
-    }
-
-    /// Gives the Lease up if this replica holds it (client-go's `release`); a failure is
-    /// logged (the Lease then expires after `leaseDuration`).
-    async fn release(&mut self) {
-        let Some(seen) = self.observed.as_ref().filter(|s| s.held_by(&self.identity)) else {
-            return;
-        };
-        let mut lease = seen.lease.clone();
-        lease.spec = Some(record::released(lease.spec.as_ref(), Timestamp::now()));
-        let params = PostParams::default();
-        let call = self.api.replace(&self.name, &params, &lease);
-        match tokio::time::timeout(self.config.renew_deadline, call).await {
-            Ok(Ok(written)) => {
-                self.observe(written);
-                info!(lease = %self.name, identity = %self.identity,
-                    "leader election: released the lease");
-            }
-            Ok(Err(error)) => warn!(%error, lease = %self.name,
-                "leader election: cannot release the lease; it expires after leaseDuration"),
-            Err(_) => warn!(lease = %self.name,
-                "leader election: releasing timed out; the lease expires after leaseDuration"),
-        }
-        self.status.set(Status {
-            leading: false,
-            holder: self
-                .observed
-                .as_ref()
-                .and_then(|s| s.holder())
-                .map(str::to_owned),
-        });
-    }
-
-    /// Records `lease` as the last seen object, and publishes (and logs) a change of holder
-    /// or of this replica's leadership.
-    fn observe(&mut self, lease: Lease) {
-        let seen = Observed::read(self.observed.as_ref(), lease, Instant::now());
-        let holder = seen.holder().map(str::to_owned);
-        let leading = seen.held_by(&self.identity);
-        self.observed = Some(seen);
-        let before = self.status.current();
-        if !self.status.set(Status {
-            leading,
-            holder: holder.clone(),
-        }) {
-            return;
-        }
-        if before.holder != holder {
-            info!(lease = %self.name, holder = holder.as_deref().unwrap_or(""),
-                "leader election: new holder observed");
-        }
-        if before.leading != leading {
-            info!(lease = %self.name, identity = %self.identity, leading,
-                "leader election: leadership changed");
         }
     }
 }

@@ -21,11 +21,13 @@
 //!
 //! # Layout
 //! - [`config`]: the YAML `leaderElection:` section ([`LeaderElectionConfig`]).
+//! - `lock`: reads and guarded writes of the Lease (acquire, renew, release).
 //! - `record`: the Lease record and client-go's pure decisions over it.
 //! - [`elector`]: the election loop ([`Elector`]).
 
 pub mod config;
 pub mod elector;
+mod lock;
 mod record;
 
 pub use config::LeaderElectionConfig;
