@@ -44,10 +44,11 @@ async fn attaches_to_ready_endpoints_of_the_service() -> anyhow::Result<()> {
             &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
         )
         .await?;
+    let election = common::leader_election(&client, "disc").await?;
     let config = Config {
         cloudhub_service: Some(format!("{ns}/{SERVICE}")),
         cloudhub_auth: common::hub_auth(),
-        leader_election: common::leader_election(&client, "disc").await?,
+        leader_election: election.clone(),
         reconnect_min_backoff: Duration::from_millis(100),
         reconnect_max_backoff: Duration::from_millis(500),
         ..Config::default()
@@ -61,6 +62,7 @@ async fn attaches_to_ready_endpoints_of_the_service() -> anyhow::Result<()> {
     .context("scenario timed out")
     .and_then(|r| r);
     controller.stop().await?;
+    common::delete_lease(&client, &election).await;
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     result
 }

@@ -29,10 +29,11 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let (addr, mut attaches) = common::start().await?;
+    let election = common::leader_election(&client, "down").await?;
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
-        leader_election: common::leader_election(&client, "down").await?,
+        leader_election: election.clone(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());
@@ -59,6 +60,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
     controller.stop().await?;
+    common::delete_lease(&client, &election).await;
     result
 }
 

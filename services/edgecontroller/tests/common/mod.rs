@@ -269,6 +269,15 @@ pub async fn leader_election(
     })
 }
 
+/// Deletes the Lease of `election` (a test's own), ignoring errors.
+pub async fn delete_lease(client: &kube::Client, election: &LeaderElectionConfig) {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &election.lease_namespace);
+    if let Some(name) = &election.lease_name {
+        let _ = leases.delete(name, &Default::default()).await;
+    }
+}
+
 /// No leader election: for tests without an API server.
 pub fn no_leader_election() -> LeaderElectionConfig {
     LeaderElectionConfig {
