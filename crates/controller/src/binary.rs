@@ -22,9 +22,10 @@ pub struct Flags {
     /// `cloudhub` of the file.
     #[arg(long)]
     pub cloudhub: Vec<String>,
-    /// `<host>:<port>` resolving to every cloudhub replica; overrides `cloudhubDns`.
+    /// `<namespace>/<service>` whose EndpointSlices list every cloudhub replica; overrides
+    /// `cloudhubService`.
     #[arg(long)]
-    pub cloudhub_dns: Option<String>,
+    pub cloudhub_service: Option<String>,
     /// kubeconfig file; default: `KUBECONFIG`, `~/.kube/config` or the in-cluster config.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -56,8 +57,8 @@ where
     if !flags.cloudhub.is_empty() {
         config.cloudhub = flags.cloudhub;
     }
-    if let Some(dns) = flags.cloudhub_dns {
-        config.cloudhub_dns = Some(dns);
+    if let Some(service) = flags.cloudhub_service {
+        config.cloudhub_service = Some(service);
     }
     verge_telemetry::init(service, flags.log_format);
     let client = match verge_runtime::kube_client(flags.kubeconfig.as_deref()).await {
