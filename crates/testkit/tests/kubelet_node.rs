@@ -88,6 +88,45 @@ async fn kubelet_node_runs_pods_serves_services_and_leaves_nothing() -> anyhow::
     );
     let left = KubeletNodeConfig::from_env().leftovers();
     assert!(left.is_empty(), "left on the host: {left:#?}");
+
+    crash_then_start_again(&cp).await
+}
+
+/// A node whose processes die with a pod running (a crashed test run) is cleaned up by the
+/// next start; `down` without a handle leaves nothing either.
+async fn crash_then_start_again(cp: &verge_testkit::ControlPlane) -> anyhow::Result<()> {
+    let node = KubeletNode::start(cp).await?;
+    let client = cp.client().await?;
+    let ns = format!("kubelet-node-crash-{}", std::process::id());
+    let outcome = async {
+        // A fresh node's containerd holds only the pause image.
+        let import = node.clone();
+        tokio::task::spawn_blocking(move || import.import_image(TEST_IMAGE)).await??;
+        create_namespace(&client, &ns).await?;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let sleeper = pod("sleeper", "exec sleep 3600", "Always")?;
+        pods.create(&PostParams::default(), &sleeper).await?;
+        wait_phase(&pods, "sleeper", &["Running"]).await?;
+        for (_, pid) in node.pids() {
+            std::process::Command::new("kill")
+                .args(["-s", "KILL", &pid.to_string()])
+                .status()?;
+        }
+        let t = Instant::now();
+        KubeletNode::start(cp).await?;
+        eprintln!(
+            "kubelet node: start after a crash to Ready {:.1?}",
+            t.elapsed()
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    let namespaces: Api<Namespace> = Api::all(client);
+    let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
+    KubeletNodeConfig::from_env().down().await?;
+    outcome?;
+    let left = KubeletNodeConfig::from_env().leftovers();
+    assert!(left.is_empty(), "left on the host after down: {left:#?}");
     Ok(())
 }
 

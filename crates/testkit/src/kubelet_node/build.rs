@@ -1,4 +1,5 @@
-//! Building containerd from its Go module (`assets/containerd/build.sh`).
+//! Everything a node needs before it starts ([`KubeletNodeConfig::ensure_built`]), and
+//! building containerd from its Go module (`assets/containerd/build.sh`).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -6,8 +7,9 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
-use super::{CONTAINERD_VERSION, KubeletNodeConfig};
+use super::{CONTAINERD_VERSION, DEBIAN_PACKAGES, KubeletNodeConfig, images};
 use crate::lock::FileLock;
+use crate::{ControlPlaneConfig, docker, packages};
 
 /// The binaries `assets/containerd/build.sh` puts into `<containerd cache>/bin`.
 const CONTAINERD_BINARIES: &[&str] = &["containerd", "containerd-shim-runc-v2", "ctr"];
@@ -18,6 +20,25 @@ fn build_script() -> PathBuf {
 }
 
 impl KubeletNodeConfig {
+    /// Prepares everything a node needs, so that [`KubeletNodeConfig::up`] only starts
+    /// processes: installs [`DEBIAN_PACKAGES`], builds kubelet and kube-proxy of `cp`'s
+    /// release into its cache ([`ControlPlaneConfig::ensure_node_built`], ~1.5 min after
+    /// the control plane's build) and containerd
+    /// ([`KubeletNodeConfig::ensure_containerd_built`], ~3.5 min), starts Docker if needed
+    /// and builds the pause image [`super::PAUSE_IMAGE`] (seconds). Each step is skipped
+    /// when done before; progress goes to stderr. Blocks (call it from `spawn_blocking` in
+    /// async code); `cargo xtask` can call it as a visible step before tests run.
+    ///
+    /// # Errors
+    /// A package, build or Docker step fails.
+    pub fn ensure_built(&self, cp: &ControlPlaneConfig) -> anyhow::Result<()> {
+        packages::ensure_debian_packages(DEBIAN_PACKAGES)?;
+        cp.ensure_node_built()?;
+        self.ensure_containerd_built()?;
+        docker::ensure_docker()?;
+        images::ensure_pause_image()
+    }
+
     /// Whether the containerd cache holds a complete build of [`CONTAINERD_VERSION`].
     pub fn is_containerd_built(&self) -> bool {
         let stamp =

@@ -7,18 +7,22 @@ use std::process::Command;
 use super::state::State;
 use super::{KubeletNodeConfig, images};
 use crate::ControlPlane;
-use crate::lock::FileLock;
 
 /// A running kubelet node (started by [`KubeletNode::start`] or [`KubeletNodeConfig::up`]).
 ///
 /// Its processes are detached: dropping the handle leaves the node running (stop it with
 /// [`KubeletNode::stop`] or [`KubeletNodeConfig::down`]; the next start removes it too).
+///
+/// A start replaces the node of the same run directory, running or not: tests that share
+/// a node's run directory must not run concurrently (keep them in one test, or serialize
+/// them).
 #[derive(Debug, Clone)]
 pub struct KubeletNode {
     config: KubeletNodeConfig,
     cp: ControlPlane,
     node_ip: Ipv4Addr,
     kubelet_port: u16,
+    pids: Vec<(String, u32)>,
 }
 
 impl KubeletNode {
@@ -28,6 +32,11 @@ impl KubeletNode {
             cp,
             node_ip: state.node_ip,
             kubelet_port: state.kubelet_port,
+            pids: state
+                .components
+                .iter()
+                .map(|c| (c.name.clone(), c.pid))
+                .collect(),
         }
     }
 
@@ -59,6 +68,12 @@ impl KubeletNode {
     /// The pod CIDR, [`super::POD_CIDR`].
     pub fn pod_cidr(&self) -> &'static str {
         super::POD_CIDR
+    }
+
+    /// `(component, pid)` of `containerd`, `kubelet` and `kube-proxy`, in start order
+    /// (each leads its own process group).
+    pub fn pids(&self) -> Vec<(&str, u32)> {
+        self.pids.iter().map(|(n, p)| (n.as_str(), *p)).collect()
     }
 
     /// The configuration the node was started with.
@@ -117,7 +132,7 @@ impl KubeletNode {
     /// # Errors
     /// A process survives SIGKILL, or host state cannot be removed.
     pub async fn stop(self) -> anyhow::Result<()> {
-        let _lock = FileLock::acquire_async(&self.config.run_dir.join("lock")).await?;
+        let _lock = super::claim::lock_host().await?;
         super::teardown::teardown(&self.config, Some(&self.cp)).await?;
         Ok(())
     }

@@ -174,24 +174,32 @@ pub(super) fn unmount_under(prefix: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// Removes libcni's cached results of [`CNI_NETWORK`] (and the cache directories when that
-/// empties them).
+/// Removes libcni's cached results of [`CNI_NETWORK`] and of containerd's loopback network
+/// (left when a sandbox was never torn down; this node is the host's only CRI runtime), and
+/// the cache directories when that empties them.
 pub(super) fn remove_cni_results() {
-    let Ok(entries) = std::fs::read_dir(CNI_RESULTS_DIR) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(&format!("{CNI_NETWORK}-"))
-        {
-            let _ = std::fs::remove_file(entry.path());
-        }
+    for file in cni_results() {
+        let _ = std::fs::remove_file(file);
     }
     // remove_dir fails on a non-empty directory: another CNI user's results stay.
     let _ = std::fs::remove_dir(CNI_RESULTS_DIR);
     let _ = std::fs::remove_dir("/var/lib/cni");
+}
+
+/// The files of [`remove_cni_results`].
+fn cni_results() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(CNI_RESULTS_DIR) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with(&format!("{CNI_NETWORK}-")) || name.starts_with("cni-loopback-")
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 /// Removes the kubelet's symlinks in [`CONTAINER_LOGS_DIR`] that point into `run_dir`, and
@@ -212,7 +220,8 @@ impl KubeletNodeConfig {
     /// What a node of this configuration left on the host, one line each (empty when
     /// nothing): live kubelet, kube-proxy, containerd or shim processes of this run
     /// directory, processes in `kubepods` cgroups, the node's iptables chains, the CNI
-    /// bridge, mounts under the run directory, `kubepods` cgroups. For tests checking that
+    /// bridge, mounts under the run directory, `kubepods` cgroups, libcni results of the
+    /// node's networks. For tests checking that
     /// [`super::KubeletNode::stop`] removed everything.
     pub fn leftovers(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -10,9 +10,8 @@ use k8s_openapi::api::core::v1::Node;
 
 use super::files::{self, NodeFiles, NodePorts};
 use super::state::{Component, State};
-use super::{DEBIAN_PACKAGES, KubeletNode, KubeletNodeConfig, images, iptables};
-use crate::lock::FileLock;
-use crate::{ControlPlane, ControlPlaneConfig, daemon, docker, packages};
+use super::{KubeletNode, KubeletNodeConfig, claim, images, iptables};
+use crate::{ControlPlane, ControlPlaneConfig, daemon};
 
 /// `verge-testkit: kubelet node: <message>` on stderr (long steps show progress).
 fn progress(message: &str) {
@@ -22,19 +21,19 @@ fn progress(message: &str) {
 impl KubeletNodeConfig {
     /// Starts a fresh kubelet node attached to `cp` and waits until it is usable.
     ///
-    /// Installs [`DEBIAN_PACKAGES`], builds kubelet, kube-proxy
-    /// ([`ControlPlaneConfig::ensure_node_built`]) and containerd
-    /// ([`KubeletNodeConfig::ensure_containerd_built`]) if their caches are missing, makes
-    /// sure Docker runs and has the pause image, then, under `<run>/lock`: removes whatever
-    /// a previous node of this run directory left (as [`KubeletNodeConfig::down`]; also the
-    /// Node object and its pods in `cp`), writes certificates and configurations, starts
+    /// [`KubeletNodeConfig::ensure_built`] (builds when caches are missing), then, under
+    /// the host lock: fails if a node of another run directory runs (removes its leftovers
+    /// if it is dead), removes whatever a previous node of this run directory left (as
+    /// [`KubeletNodeConfig::down`]; also the Node object and its pods in `cp`), writes
+    /// certificates and configurations, starts
     /// containerd, imports the pause image, starts kubelet and kube-proxy detached, and
     /// waits (at most [`KubeletNodeConfig::ready_timeout`]) until the Node is `Ready` and
     /// kube-proxy has programmed the `kubernetes` Service. Takes about 10 to 20 s once
     /// built. Needs root.
     ///
     /// # Errors
-    /// Installation, builds, leftovers that cannot be removed, or a process exiting or the
+    /// Installation, builds, another node running on this host (the error names its run
+    /// directory), leftovers that cannot be removed, or a process exiting or the
     /// node not getting ready in time: the error holds the failing component's log tail;
     /// the processes are stopped, and the run directory is kept for inspection until the
     /// next start.
@@ -49,21 +48,31 @@ impl KubeletNodeConfig {
             ..ControlPlaneConfig::from_env()
         };
         let config = self.clone();
-        tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-            packages::ensure_debian_packages(DEBIAN_PACKAGES)?;
-            cp_config.ensure_node_built()?;
-            config.ensure_containerd_built()?;
-            docker::ensure_docker()?;
-            images::ensure_pause_image()
-        })
-        .await??;
+        tokio::task::spawn_blocking(move || config.ensure_built(&cp_config)).await??;
 
         std::fs::create_dir_all(&self.run_dir)
             .with_context(|| format!("creating {}", self.run_dir.display()))?;
-        let _lock = FileLock::acquire_async(&self.run_dir.join("lock")).await?;
+        let _lock = claim::lock_host().await?;
+        if let Some(other) = claim::owner().filter(|o| *o != self.run_dir) {
+            let other = Self {
+                run_dir: other,
+                ..self.clone()
+            };
+            let state = State::load(&other.run_dir);
+            if !super::teardown::recorded_pids(&other, state.as_ref()).is_empty() {
+                bail!(
+                    "another kubelet node runs on this host (run directory {}); only one can: \
+                     stop it first (KubeletNodeConfig::down with that run_dir, or the tool that \
+                     started it)",
+                    other.run_dir.display()
+                );
+            }
+            super::teardown::teardown(&other, None).await?;
+        }
         if super::teardown::teardown(self, Some(cp)).await? {
             progress("stopped the leftovers of an earlier node");
         }
+        claim::claim(&self.run_dir)?;
         let started = Instant::now();
         let mut state = State {
             name: self.name.clone(),

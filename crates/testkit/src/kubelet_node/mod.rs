@@ -13,8 +13,13 @@
 //! processes, like the control plane, and waits until the Node is `Ready` and kube-proxy
 //! has programmed the `kubernetes` Service; [`KubeletNode::stop`] (or
 //! [`KubeletNodeConfig::down`], without a handle) removes every pod it ran and everything
-//! it put on the host. Starting cleans the leftovers of a crashed run first. One node per
-//! host: kube-proxy's iptables chains and the CNI bridge are host-wide.
+//! it put on the host. Starting cleans the leftovers of a crashed run first.
+//!
+//! One node per host: kube-proxy's iptables chains, the CNI bridge and the `kubepods`
+//! cgroups are host-wide. Each [`KubeletNodeConfig::run_dir`] holds one node (e.g. one for
+//! the e2e tests' control plane, one for the quickstart's); starting a node while one of
+//! another run directory runs fails, naming that directory (a dead one's leftovers are
+//! removed instead). Starts and stops are serialized by `~/.cache/verge/run/kubelet-node.lock`.
 //!
 //! # Network
 //!
@@ -39,9 +44,11 @@
 //! # Layout
 //!
 //! * this module — [`KubeletNodeConfig`], constants;
-//! * `build` — containerd from its Go module (kubelet and kube-proxy:
-//!   [`crate::ControlPlaneConfig::ensure_node_built`]);
-//! * `files` — certificates, kubeconfigs, the containerd, kubelet, kube-proxy and CNI configs;
+//! * `build` — [`KubeletNodeConfig::ensure_built`], containerd from its Go module (kubelet
+//!   and kube-proxy: [`crate::ControlPlaneConfig::ensure_node_built`]);
+//! * `claim` — one node per host: the host lock and the owner file;
+//! * `files` — certificates and kubeconfigs, writing the run directory;
+//! * `configs` — the containerd, kubelet, kube-proxy and CNI configurations;
 //! * `launch` — starting the processes and waiting until the node is ready;
 //! * `handle` — [`KubeletNode`];
 //! * `images` — the pause image, importing Docker images into containerd;
@@ -54,7 +61,7 @@
 //! # Run directory
 //!
 //! ```text
-//! <run>/lock  state.json  logs/<component>.log  pids/<component>.pid
+//! <run>/state.json  logs/<component>.log  pids/<component>.pid
 //! <run>/pki/              ca.crt kubelet-client.* kubelet-server.* kube-proxy.*
 //! <run>/*.kubeconfig      kubelet, kube-proxy
 //! <run>/containerd.toml kubelet.yaml kube-proxy.yaml
@@ -64,6 +71,8 @@
 //! ```
 
 mod build;
+mod claim;
+mod configs;
 mod files;
 mod handle;
 mod host;
@@ -78,7 +87,6 @@ use std::time::Duration;
 
 pub use handle::KubeletNode;
 
-use crate::lock::FileLock;
 use crate::paths;
 
 /// The containerd release built from its Go module (the newest v2 on the module proxy when
@@ -185,7 +193,7 @@ impl KubeletNodeConfig {
     /// A process survives SIGKILL, or host state (mounts, links, iptables) cannot be
     /// removed.
     pub async fn down(&self) -> anyhow::Result<bool> {
-        let _lock = FileLock::acquire_async(&self.run_dir.join("lock")).await?;
+        let _lock = claim::lock_host().await?;
         teardown::teardown(self, None).await
     }
 }

@@ -25,7 +25,7 @@ use crate::{ControlPlane, daemon};
 const API_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stops the node of `config.run_dir` and removes all it left, including the run directory
-/// (but its lock). `cp` is the control plane to remove the Node and its pods from (else the
+/// (host lock held). `cp` is the control plane to remove the Node and its pods from (else the
 /// one recorded in `state.json`). Returns whether a node process was running.
 pub(super) async fn teardown(
     config: &KubeletNodeConfig,
@@ -79,6 +79,7 @@ async fn run(
             Err(_) => tracing::warn!(node = %name, "deleting the Node timed out"),
         }
     }
+    super::claim::release(&config.run_dir);
     Ok(was_running)
 }
 
@@ -88,7 +89,10 @@ fn is_not_found(error: &kube::Error) -> bool {
 }
 
 /// `(component, pid)` of the live recorded processes, in reverse start order.
-fn recorded_pids(config: &KubeletNodeConfig, state: Option<&State>) -> Vec<(String, u32)> {
+pub(super) fn recorded_pids(
+    config: &KubeletNodeConfig,
+    state: Option<&State>,
+) -> Vec<(String, u32)> {
     let mut out: Vec<(String, u32)> = Vec::new();
     for name in COMPONENTS.iter().rev() {
         let from_state = state
@@ -233,14 +237,14 @@ fn host_cleanup(
     wipe(&config.run_dir, wipe_logs)
 }
 
-/// Removes the run directory's entries but the lock (and `logs/` unless `logs_too`).
+/// Removes the run directory (but `logs/` unless `logs_too`).
 fn wipe(run_dir: &Path, logs_too: bool) -> anyhow::Result<()> {
     let Ok(entries) = std::fs::read_dir(run_dir) else {
         return Ok(());
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        if name == "lock" || (!logs_too && name == "logs") {
+        if !logs_too && name == "logs" {
             continue;
         }
         let path = entry.path();
@@ -250,6 +254,9 @@ fn wipe(run_dir: &Path, logs_too: bool) -> anyhow::Result<()> {
             std::fs::remove_file(&path)
         };
         result.with_context(|| format!("removing {}", path.display()))?;
+    }
+    if logs_too {
+        let _ = std::fs::remove_dir(run_dir);
     }
     Ok(())
 }
