@@ -16,18 +16,32 @@ use verge_testkit::wait::{create_namespace, wait_for};
 use verge_testkit::{KubeletNode, KubeletNodeConfig};
 
 /// A pod of the test image running `script` with `sh -c`, labelled `app=<name>`.
+/// It runs as deploy/cloud's services do: non-root (65532), read-only root filesystem (an
+/// `emptyDir` at `/data`), no capabilities or privilege escalation, the runtime's default
+/// seccomp profile.
 fn pod(name: &str, script: &str, restart: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(serde_json::json!({
         "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
             "restartPolicy": restart,
             "terminationGracePeriodSeconds": 1,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "containers": [{
                 "name": "main",
                 "image": TEST_IMAGE,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["sh", "-c", script],
+                "securityContext": {
+                    "readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
             }],
+            "volumes": [{"name": "data", "emptyDir": {}}],
         },
     }))?)
 }
@@ -181,10 +195,21 @@ async fn exercise(cp: &verge_testkit::ControlPlane, node: &KubeletNode) -> anyho
         let pp = PostParams::default();
 
         let t = Instant::now();
-        let web = "mkdir -p /www && echo hello-from-pod > /www/index.html && exec httpd -f -p 8080 -h /www";
+        let web = "echo hello-from-pod > /data/index.html && exec httpd -f -p 8080 -h /data";
         pods.create(&pp, &pod("web", web, "Always")?).await?;
         wait_phase(&pods, "web", &["Running"]).await?;
         eprintln!("kubelet node: pod running {:.1?} after create", t.elapsed());
+
+        // `kubectl exec` (the API server streams through the kubelet, on the node IP).
+        let out = cp
+            .kubectl_command()
+            .args(["exec", "-n", &ns, "web", "--", "cat", "/data/index.html"])
+            .output()?;
+        anyhow::ensure!(
+            String::from_utf8_lossy(&out.stdout).contains("hello-from-pod"),
+            "kubectl exec: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
 
         let svc: Service = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "web"},
@@ -212,7 +237,7 @@ async fn exercise(cp: &verge_testkit::ControlPlane, node: &KubeletNode) -> anyho
         let probe = format!(
             "set -e; sa=/var/run/secrets/kubernetes.io/serviceaccount; \
              wget -q -O /dev/null https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/ \
-               2>/tmp/err || grep -q 'TLS error from peer' /tmp/err; echo API_TLS_OK; \
+               2>/data/err || grep -q 'TLS error from peer' /data/err; echo API_TLS_OK; \
              wget -q -O - http://{ip}/; \
              echo TOKEN=$(cat $sa/token); cat $sa/ca.crt"
         );
