@@ -132,6 +132,22 @@ async fn crash_then_start_again(cp: &verge_testkit::ControlPlane) -> anyhow::Res
             "kubelet node: start after a crash to Ready {:.1?}",
             t.elapsed()
         );
+
+        // One node per host: a node of another run directory is refused while this runs.
+        let other = KubeletNodeConfig {
+            run_dir: std::env::temp_dir().join(format!("verge-other-node-{}", std::process::id())),
+            ..KubeletNodeConfig::from_env()
+        };
+        let refused = other
+            .up(cp)
+            .await
+            .map(|_| ())
+            .expect_err("a second node is refused");
+        let mine = KubeletNodeConfig::from_env().run_dir;
+        anyhow::ensure!(
+            format!("{refused:#}").contains(&mine.display().to_string()),
+            "the refusal names the running node's run directory: {refused:#}"
+        );
         anyhow::Ok(())
     }
     .await;
@@ -223,10 +239,19 @@ async fn exercise(cp: &verge_testkit::ControlPlane, node: &KubeletNode) -> anyho
 
         // From the host, through kube-proxy's rules (as edgecore reaches cloudhub's Service).
         let addr = format!("{ip}:80");
-        let body = wait_for("the ClusterIP from the host", Duration::from_secs(30), || {
-            let addr = addr.clone();
-            async move { Ok(http_get(&addr).await.ok().filter(|b| b.contains("hello-from-pod"))) }
-        })
+        let body = wait_for(
+            "the ClusterIP from the host",
+            Duration::from_secs(30),
+            || {
+                let addr = addr.clone();
+                async move {
+                    Ok(http_get(&addr)
+                        .await
+                        .ok()
+                        .filter(|b| b.contains("hello-from-pod")))
+                }
+            },
+        )
         .await?;
         anyhow::ensure!(body.contains("200 OK"), "from the ClusterIP: {body}");
 

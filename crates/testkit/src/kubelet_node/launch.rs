@@ -50,8 +50,6 @@ impl KubeletNodeConfig {
         let config = self.clone();
         tokio::task::spawn_blocking(move || config.ensure_built(&cp_config)).await??;
 
-        std::fs::create_dir_all(&self.run_dir)
-            .with_context(|| format!("creating {}", self.run_dir.display()))?;
         let _lock = claim::lock_host().await?;
         if let Some(other) = claim::owner().filter(|o| *o != self.run_dir) {
             let other = Self {
@@ -72,6 +70,8 @@ impl KubeletNodeConfig {
         if super::teardown::teardown(self, Some(cp)).await? {
             progress("stopped the leftovers of an earlier node");
         }
+        std::fs::create_dir_all(&self.run_dir)
+            .with_context(|| format!("creating {}", self.run_dir.display()))?;
         claim::claim(&self.run_dir)?;
         let started = Instant::now();
         let mut state = State {

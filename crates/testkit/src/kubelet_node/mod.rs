@@ -132,7 +132,8 @@ const COMPONENTS: &[&str] = &["containerd", "kubelet", "kube-proxy"];
 pub struct KubeletNodeConfig {
     /// Node name (also the kubelet's hostname override). Default [`NODE_NAME`].
     pub name: String,
-    /// Run directory (layout in the [module docs](self)). Default `$VERGE_NODE_DIR`, else
+    /// Run directory (layout in the [module docs](self)), the node's own: starting and
+    /// stopping delete its contents. Default `$VERGE_NODE_DIR`, else
     /// `~/.cache/verge/run/kubelet-node`.
     pub run_dir: PathBuf,
     /// containerd build cache (`bin/`, `complete`). Default

@@ -25,8 +25,9 @@ use crate::{ControlPlane, daemon};
 const API_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Stops the node of `config.run_dir` and removes all it left, including the run directory
-/// (host lock held). `cp` is the control plane to remove the Node and its pods from (else the
-/// one recorded in `state.json`). Returns whether a node process was running.
+/// (host lock held). The Node and its pods are removed from the control plane recorded in
+/// `state.json` and from `cp` (the one a start attaches to). Returns whether a node process
+/// was running.
 pub(super) async fn teardown(
     config: &KubeletNodeConfig,
     cp: Option<&ControlPlane>,
@@ -52,12 +53,26 @@ async fn run(
     let name = state
         .as_ref()
         .map_or_else(|| config.name.clone(), |s| s.name.clone());
-    let client = api_client(cp, state.as_ref()).await;
     let kubelet_alive = pids.iter().any(|(n, _)| n == "kubelet");
-    if let Some(client) = &client
-        && let Err(error) = drain(client, &name, kubelet_alive, config.drain_timeout).await
+    let mut kubeconfigs: Vec<&Path> = state.iter().map(|s| s.admin_kubeconfig.as_path()).collect();
+    let cp_kubeconfig = cp.map(ControlPlane::kubeconfig);
+    if let Some(k) = cp_kubeconfig
+        .as_deref()
+        .filter(|k| !kubeconfigs.contains(k))
     {
-        tracing::warn!(error = %format!("{error:#}"), node = %name, "draining the node");
+        kubeconfigs.push(k);
+    }
+    let mut clients = Vec::new();
+    for (i, kubeconfig) in kubeconfigs.into_iter().enumerate() {
+        let Some(client) = api_client(kubeconfig).await else {
+            continue;
+        };
+        // Only the recorded control plane's Node can have a live kubelet.
+        let alive = kubelet_alive && i == 0 && state.is_some();
+        if let Err(error) = drain(&client, &name, alive, config.drain_timeout).await {
+            tracing::warn!(error = %format!("{error:#}"), node = %name, "draining the node");
+        }
+        clients.push(client);
     }
     let was_running = !pids.is_empty();
     let kube_bin = state
@@ -69,7 +84,7 @@ async fn run(
         host_cleanup(&config2, &pids, kube_bin.as_deref(), wipe_logs)
     })
     .await??;
-    if let Some(client) = &client {
+    for client in &clients {
         let nodes: Api<Node> = Api::all(client.clone());
         match tokio::time::timeout(API_TIMEOUT, nodes.delete(&name, &DeleteParams::default())).await
         {
@@ -111,13 +126,10 @@ pub(super) fn recorded_pids(
     out
 }
 
-/// An admin client of `cp`, else of the control plane recorded in `state`; `None` when
-/// neither can be loaded.
-async fn api_client(cp: Option<&ControlPlane>, state: Option<&State>) -> Option<kube::Client> {
-    if let Some(cp) = cp {
-        return cp.client().await.ok();
-    }
-    let kubeconfig = Kubeconfig::read_from(&state?.admin_kubeconfig).ok()?;
+/// A client of the admin `kubeconfig` of a control plane; `None` when it cannot be loaded
+/// (that control plane is gone).
+async fn api_client(kubeconfig: &Path) -> Option<kube::Client> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).ok()?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .ok()?;
@@ -199,11 +211,22 @@ fn host_cleanup(
     };
     let agents = pid_of(&["kube-proxy", "kubelet"]);
     let mut survivors = daemon::stop_all(&agents, Duration::from_secs(10));
-    kill_pod_processes()?;
-    let containerd = pid_of(&["containerd"]);
-    survivors.extend(daemon::stop_all(&containerd, Duration::from_secs(10)));
+    // Every step runs even when an earlier one failed; the first failures are reported.
+    let mut errors: Vec<anyhow::Error> = Vec::new();
+    let mut step = |result: anyhow::Result<()>| {
+        if let Err(e) = result {
+            errors.push(e);
+        }
+    };
+    step(kill_pod_processes());
+    survivors.extend(daemon::stop_all(
+        &pid_of(&["containerd"]),
+        Duration::from_secs(10),
+    ));
     if !survivors.is_empty() {
-        bail!("kubelet node processes survived SIGKILL: {survivors:?}");
+        step(Err(anyhow::anyhow!(
+            "kubelet node processes survived SIGKILL: {survivors:?}"
+        )));
     }
     kill_shims(&config.containerd_socket());
 
@@ -220,21 +243,33 @@ fn host_cleanup(
             Err(error) => tracing::warn!(%error, "running kube-proxy --cleanup"),
         }
     }
-    iptables::remove_ours()?;
+    step(iptables::remove_ours().map(|_| ()));
 
     let shim_dir = files::shim_socket_dir(&config.run_dir);
-    unmount_under(&config.run_dir)?;
-    unmount_under(&shim_dir)?;
+    let unmounted = unmount_under(&config.run_dir);
+    let run_dir_unmounted = unmounted.is_ok();
+    step(unmounted);
+    step(unmount_under(&shim_dir));
     if crate::control_plane::ip(&["link", "show", "dev", CNI_BRIDGE]).is_ok() {
-        crate::control_plane::ip(&["link", "del", CNI_BRIDGE])?;
+        step(crate::control_plane::ip(&["link", "del", CNI_BRIDGE]).map(|_| ()));
     }
     remove_kubepods_cgroups();
     remove_cni_results();
     remove_container_log_links(&config.run_dir);
-    if !shim_dir.starts_with(&config.run_dir) {
-        let _ = std::fs::remove_dir_all(&shim_dir);
+    // Never delete recursively through something still mounted.
+    if run_dir_unmounted {
+        if !shim_dir.starts_with(&config.run_dir) {
+            let _ = std::fs::remove_dir_all(&shim_dir);
+        }
+        step(wipe(&config.run_dir, wipe_logs));
     }
-    wipe(&config.run_dir, wipe_logs)
+    match errors.len() {
+        0 => Ok(()),
+        _ => {
+            let all: Vec<String> = errors.iter().map(|e| format!("{e:#}")).collect();
+            bail!("stopping the kubelet node: {}", all.join("; "))
+        }
+    }
 }
 
 /// Removes the run directory (but `logs/` unless `logs_too`).
