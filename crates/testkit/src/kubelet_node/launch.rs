@@ -25,11 +25,13 @@ impl KubeletNodeConfig {
     /// the host lock: fails if a node of another run directory runs (removes its leftovers
     /// if it is dead), removes whatever a previous node of this run directory left (as
     /// [`KubeletNodeConfig::down`]; also the Node object and its pods in `cp`), writes
-    /// certificates and configurations, starts
-    /// containerd, imports the pause image, starts kubelet and kube-proxy detached, and
-    /// waits (at most [`KubeletNodeConfig::ready_timeout`]) until the Node is `Ready` and
-    /// kube-proxy has programmed the `kubernetes` Service. Takes about 10 to 20 s once
-    /// built. Needs root.
+    /// certificates and configurations, starts containerd, imports the pause image, starts
+    /// kubelet and kube-proxy detached, and waits (at most
+    /// [`KubeletNodeConfig::ready_timeout`]) until the Node is `Ready` and kube-proxy has
+    /// programmed the `kubernetes` Service. Takes about 2 to 5 s once built. Needs root.
+    ///
+    /// containerd starts empty: import the images pods use after every start
+    /// ([`KubeletNode::import_image`]).
     ///
     /// # Errors
     /// Installation, builds, another node running on this host (the error names its run
