@@ -31,8 +31,9 @@ async fn attaches_to_ready_endpoints_of_the_service() -> anyhow::Result<()> {
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let ns = format!("ec-disc-{id}");
     let server_name = format!("{SERVICE}.{ns}.svc");
-    // EndpointSlices may not name loopback addresses: the hubs listen on the host's own.
-    let ip = host_address()?;
+    // EndpointSlices may not name loopback addresses: the hubs listen on the address the kit
+    // gave its own link (the API server's advertise address), never a real network's.
+    let ip = IpAddr::V4(cp.advertise_address());
     let (addr1, mut hub1) = common::start_on(ip, &[&server_name]).await?;
     let (addr2, mut hub2) = common::start_on(ip, &[&server_name]).await?;
 
@@ -133,22 +134,6 @@ async fn scenario(
         "attached to the other Service's endpoint"
     );
     Ok(())
-}
-
-/// This host's address on its default route (not loopback: the API server refuses loopback
-/// endpoint addresses).
-fn host_address() -> anyhow::Result<IpAddr> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    // No packet is sent: connecting a UDP socket only picks the route's source address.
-    socket
-        .connect("198.51.100.1:9")
-        .context("no default route to pick a host address from")?;
-    let ip = socket.local_addr()?.ip();
-    ensure!(
-        !ip.is_loopback() && !ip.is_unspecified(),
-        "no host address: {ip}"
-    );
-    Ok(ip)
 }
 
 /// Fails unless `attach`'s stream from the controller ends within 10 s.
