@@ -1,5 +1,6 @@
 //! [`Cloud`]: the cloudhub replica(s) and the edgecontroller of an end-to-end test.
 
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -36,7 +37,7 @@ pub struct Cloud {
     pub replicas: Vec<Replica>,
     cloudhub_args: Vec<String>,
     controller_args: Vec<String>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 /// A further cloudhub replica of a [`Cloud`].
@@ -115,7 +116,19 @@ impl Cloud {
         controller_args.push("127.0.0.1:0".to_owned());
         controller_args.push("--kubeconfig".to_owned());
         controller_args.push(cp.kubeconfig().display().to_string());
-        let edgecontroller = spawn_edgecontroller(&controller_args)?;
+        // Each cloud elects its controllers' leaders on Leases of its own: tests share one
+        // control plane. The hub's port (bound meanwhile) and our pid make the name unique.
+        let run = format!("{}-{}", std::process::id(), hubs[0].4);
+        for controller in ["edgecontroller", "devicecontroller"] {
+            std::fs::write(
+                dir.path().join(format!("{controller}.yaml")),
+                format!(
+                    "leaderElection:\n  leaseName: {controller}-{run}\n  \
+                     identity: {controller}-{run}-0\n"
+                ),
+            )?;
+        }
+        let edgecontroller = spawn_controller("edgecontroller", dir.path(), &controller_args)?;
         let mut hubs = hubs.into_iter();
         let (cloudhub_args, cloudhub, edge_port, join_port, ctrl_port) =
             hubs.next().context("at least one cloudhub")?;
@@ -142,7 +155,7 @@ impl Cloud {
             replicas,
             cloudhub_args,
             controller_args,
-            _dir: dir,
+            dir,
         })
     }
 
@@ -153,22 +166,25 @@ impl Cloud {
     /// The CRDs do not become Established, or the binary is missing.
     pub async fn start_devicecontroller(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
         verge_testkit::install_device_crds(cp).await?;
-        self.devicecontroller = Some(ChildProcess::spawn(
-            workspace_bin("devicecontroller")?,
+        self.devicecontroller = Some(spawn_controller(
+            "devicecontroller",
+            self.dir.path(),
             &self.controller_args,
-            [("RUST_LOG", "info")],
         )?);
         Ok(())
     }
 
     /// `kill -9` edgecontroller and start it again: it must rebuild its state from the API
     /// server and the edges' inventories (cloudhub announces every connected node again).
+    /// It keeps its leader-election identity, so it takes its unexpired Lease back at once
+    /// (as a restarted container of the same pod).
     ///
     /// # Errors
     /// The process cannot be killed or started.
     pub fn restart_edgecontroller_hard(&mut self) -> anyhow::Result<()> {
         self.edgecontroller.kill9()?;
-        self.edgecontroller = spawn_edgecontroller(&self.controller_args)?;
+        self.edgecontroller =
+            spawn_controller("edgecontroller", self.dir.path(), &self.controller_args)?;
         Ok(())
     }
 
@@ -203,12 +219,13 @@ impl Cloud {
     }
 }
 
-fn spawn_edgecontroller(args: &[String]) -> anyhow::Result<ChildProcess> {
-    ChildProcess::spawn(
-        workspace_bin("edgecontroller")?,
-        args,
-        [("RUST_LOG", "info")],
-    )
+/// Starts `controller` with `args` and its configuration `<dir>/<controller>.yaml` (its
+/// leader election).
+fn spawn_controller(controller: &str, dir: &Path, args: &[String]) -> anyhow::Result<ChildProcess> {
+    let config = dir.join(format!("{controller}.yaml"));
+    let mut argv = vec!["--config".to_owned(), config.display().to_string()];
+    argv.extend_from_slice(args);
+    ChildProcess::spawn(workspace_bin(controller)?, &argv, [("RUST_LOG", "info")])
 }
 
 async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<ChildProcess> {

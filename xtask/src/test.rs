@@ -3,15 +3,16 @@
 //! Steps: the static checks first (they are fast and fail early): `cargo fmt --check`,
 //! `cargo clippy --workspace --all-targets -- -D warnings` and `cargo doc --no-deps` with
 //! rustdoc warnings denied; then install missing Debian packages, make sure Docker runs and
-//! the test image exists, start the control plane, `cargo build --workspace --bins`, then
+//! the test image exists, start the control plane, build the kubelet node's components
+//! (once; cached), `cargo build --workspace --bins`, then
 //! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
-//! exported, then stop the control plane, then a short fuzz pass (every target of `fuzz/`
+//! exported, then stop the kubelet node if a test left it running and the control plane, then a short fuzz pass (every target of `fuzz/`
 //! for 10 s, built for libFuzzer on stable). The exit code is the first failing step's.
 
 use std::process::{Command, ExitCode};
 
 use anyhow::Context as _;
-use verge_testkit::ControlPlaneConfig;
+use verge_testkit::{ControlPlaneConfig, KubeletNodeConfig};
 
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
@@ -47,6 +48,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let config = ControlPlaneConfig::from_env();
     let cp = crate::control_plane::up(&config).await?;
+    // The deployment tests start the kit's kubelet node; its Go builds (kubelet, kube-proxy,
+    // containerd) are a visible step here rather than minutes of silence inside a test.
+    eprintln!("xtask test: kubelet node for the deployment tests (built once, then cached)");
+    let node = KubeletNodeConfig::from_env();
+    {
+        let (node, config) = (node.clone(), config.clone());
+        tokio::task::spawn_blocking(move || node.ensure_built(&config)).await??;
+    }
 
     let code = build_and_test(&cp, &args.cargo_args);
     // Each test removes its edge node's containers when it ends; a container whose creation
@@ -59,6 +68,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(e) => eprintln!("xtask test: warning: removing test containers: {e:#}"),
     }
 
+    // A test that failed half-way may leave the kubelet node running; it must stop before
+    // the control plane it is attached to.
+    match node.down().await {
+        Ok(true) => eprintln!("xtask test: kubelet node stopped"),
+        Ok(false) => {}
+        Err(e) => eprintln!("xtask test: warning: stopping the kubelet node: {e:#}"),
+    }
     if args.keep_control_plane {
         eprintln!("xtask test: control plane left running (`cargo xtask control-plane down`)");
     } else {

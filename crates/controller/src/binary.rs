@@ -10,10 +10,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
-use verge_runtime::health::HealthEndpoint;
+use verge_runtime::health::{Health, HealthEndpoint};
 use verge_telemetry::LogFormat;
 
 use crate::Config;
+use crate::leader::Leadership;
 
 /// The command-line flags of a controller (flatten them into its `clap::Parser`).
 #[derive(Debug, Clone, clap::Args)]
@@ -25,9 +26,10 @@ pub struct Flags {
     /// `cloudhub` of the file.
     #[arg(long)]
     pub cloudhub: Vec<String>,
-    /// `<host>:<port>` resolving to every cloudhub replica; overrides `cloudhubDns`.
+    /// `<namespace>/<service>` whose EndpointSlices list every cloudhub replica; overrides
+    /// `cloudhubService`.
     #[arg(long)]
-    pub cloudhub_dns: Option<String>,
+    pub cloudhub_service: Option<String>,
     /// Address of the probe endpoint; overrides `healthAddr`.
     #[arg(long)]
     pub health_addr: Option<SocketAddr>,
@@ -39,17 +41,23 @@ pub struct Flags {
     pub log_format: LogFormat,
 }
 
+/// The gRPC health service (on the probe port) that is SERVING while this replica leads
+/// and NOT_SERVING while it stands by ([`report_leadership`]). Readiness (`""`) is SERVING
+/// for both: a standby is healthy.
+pub const LEADER_SERVICE: &str = "leader";
+
 /// Runs controller `service` with `flags`: the configuration file (or the defaults) with
 /// the flags' overrides, telemetry, the probe endpoint on `healthAddr` (else
-/// `default_health`), the Kubernetes client, then `run(config, client, shutdown)` until a
-/// signal, drained within `shutdown_grace` (`verge_runtime::serve_with_health`: ready while
-/// `run` runs, not ready from the signal on). Returns the process's exit code; a
-/// configuration, endpoint or client error is printed and fails the process.
+/// `default_health`), the Kubernetes client, then `run(config, client, shutdown, health)`
+/// until a signal, drained within `shutdown_grace` (`verge_runtime::serve_with_health`:
+/// ready while `run` runs, leader or standby, not ready from the signal on). Returns the
+/// process's exit code; a configuration, endpoint or client error is printed and fails the
+/// process.
 pub async fn main<F, E>(
     service: &'static str,
     default_health: SocketAddr,
     flags: Flags,
-    run: impl FnOnce(Config, kube::Client, CancellationToken) -> F,
+    run: impl FnOnce(Config, kube::Client, CancellationToken, &Health) -> F,
 ) -> ExitCode
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
@@ -65,8 +73,8 @@ where
     if !flags.cloudhub.is_empty() {
         config.cloudhub = flags.cloudhub;
     }
-    if let Some(dns) = flags.cloudhub_dns {
-        config.cloudhub_dns = Some(dns);
+    if let Some(service) = flags.cloudhub_service {
+        config.cloudhub_service = Some(service);
     }
     if let Some(addr) = flags.health_addr {
         config.health_addr = Some(addr);
@@ -83,7 +91,7 @@ where
     };
     let grace = config.shutdown_grace;
     verge_runtime::serve_with_health(service, grace, endpoint, |shutdown, health| {
-        let running = run(config, client, shutdown);
+        let running = run(config, client, shutdown, &health);
         async move {
             health.set_ready(true).await;
             running.await
@@ -91,4 +99,20 @@ where
     })
     .await
     .exit_code()
+}
+
+/// Mirrors `leadership` into the [`LEADER_SERVICE`] status of `health` until the elector
+/// drops its side (a task on the current runtime).
+pub fn report_leadership(health: &Health, leadership: &Leadership) {
+    let health = health.clone();
+    let mut changes = leadership.subscribe();
+    tokio::spawn(async move {
+        loop {
+            let leading = changes.borrow_and_update().leading;
+            health.set_service(LEADER_SERVICE, leading).await;
+            if changes.changed().await.is_err() {
+                break;
+            }
+        }
+    });
 }

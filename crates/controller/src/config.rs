@@ -1,5 +1,6 @@
 //! The YAML configuration every controller reads (architecture.md §5): where the cloudhub
-//! replicas are, how to authenticate to them, backoff, queue sizes and the shutdown grace.
+//! replicas are, how to authenticate to them, leader election, backoff, queue sizes and the
+//! shutdown grace.
 //! edgecontroller and devicecontroller read exactly this file shape; only the defaults that
 //! name the controller differ ([`crate::Identity`]).
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+pub use crate::leader::LeaderElectionConfig;
 use crate::{Error, Identity, Result};
 
 /// A controller's configuration file. Every field is optional; an unknown field is an error
@@ -15,7 +17,8 @@ use crate::{Error, Identity, Result};
 ///
 /// ```yaml
 /// cloudhub: [https://cloudhub-0:10001, https://cloudhub-1:10001]  # or one string
-/// cloudhubDns: cloudhub-controllers.verge-system.svc:10001     # discover replicas
+/// cloudhubService: verge-system/cloudhub-controllers  # discover replicas (EndpointSlices)
+/// leaderElection: {leaseName: edgecontroller}
 /// nodeQueue: 64
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -26,19 +29,21 @@ pub struct Config {
     pub name: Option<String>,
     /// URIs of cloudhub ControllerHub endpoints, one per replica; a single string is
     /// accepted too. The controller attaches to every one (docs/protocol.md, "Several
-    /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhubDns` is unset too,
-    /// else none (see [`Config::endpoints`]).
+    /// cloudhub replicas"). Default: [`DEFAULT_CLOUDHUB`] when `cloudhubService` is unset
+    /// too, else none (see [`Config::endpoints`]).
     #[serde(deserialize_with = "one_or_many")]
     pub cloudhub: Vec<String>,
-    /// `<host>:<port>` of a headless Service whose addresses are the cloudhub replicas;
-    /// every resolved address is attached to as `https://<address>` (its certificate
-    /// verified for the Service's host name), in addition to
-    /// `cloudhub`. Re-resolved every `cloudhubResolveInterval`. Default none.
-    pub cloudhub_dns: Option<String>,
-    /// How often `cloudhubDns` is resolved again: new replicas are attached, vanished ones
-    /// detached (a failed or empty lookup keeps the current set). Default `30s`.
-    #[serde(with = "humantime_serde")]
-    pub cloudhub_resolve_interval: Duration,
+    /// `<namespace>/<service>` of the Service of the cloudhub replicas' ControllerHub port:
+    /// its `discovery.k8s.io/v1` EndpointSlices (label `kubernetes.io/service-name`) are
+    /// watched through the API server (no cluster DNS needed), and every endpoint address
+    /// whose `conditions.ready` is not `false` is attached to as
+    /// `https://<address>:<port>` (`cloudhubPort`), in addition to `cloudhub`; endpoints
+    /// that leave are detached. Certificates are verified for `<service>.<namespace>.svc`
+    /// unless `cloudhubAuth.tlsServerName` is set. Default none.
+    pub cloudhub_service: Option<String>,
+    /// The name of the EndpointSlice port (the Service's port name) to attach to. Default
+    /// `controllerhub`.
+    pub cloudhub_port: String,
     /// Timeout of one TCP/HTTP2 connect to cloudhub. Default `5s`.
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -66,6 +71,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How cloudhub is verified and how the controller authenticates to it.
     pub cloudhub_auth: HubAuthConfig,
+    /// Leader election between the controller's replicas (only the leader attaches to
+    /// cloudhub).
+    pub leader_election: LeaderElectionConfig,
     /// Address of the plaintext health endpoint for Kubernetes probes
     /// (`verge_runtime::health`: gRPC `grpc.health.v1`, service `""` = ready while the
     /// controller runs, `liveness`; HTTP `/healthz`, `/readyz`). Default: the controller's
@@ -96,8 +104,9 @@ pub struct HubAuthConfig {
     pub service_account: Option<String>,
     /// The audience of the token. Default `verge-controllerhub`.
     pub audience: String,
-    /// Server name to verify for static `cloudhub` endpoints instead of their host.
-    /// Default none.
+    /// Server name to verify instead of a static `cloudhub` endpoint's host, or of
+    /// `<service>.<namespace>.svc` for replicas found through `cloudhubService`. Default
+    /// none.
     pub tls_server_name: Option<String>,
 }
 
@@ -119,8 +128,8 @@ impl Default for Config {
         Self {
             name: None,
             cloudhub: Vec::new(),
-            cloudhub_dns: None,
-            cloudhub_resolve_interval: Duration::from_secs(30),
+            cloudhub_service: None,
+            cloudhub_port: DEFAULT_CLOUDHUB_PORT.to_owned(),
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(20),
             reconnect_min_backoff: Duration::from_millis(500),
@@ -129,13 +138,17 @@ impl Default for Config {
             node_queue: 64,
             shutdown_grace: Duration::from_secs(10),
             cloudhub_auth: HubAuthConfig::default(),
+            leader_election: LeaderElectionConfig::default(),
             health_addr: None,
         }
     }
 }
 
-/// The cloudhub endpoint used when neither `cloudhub` nor `cloudhubDns` is configured.
+/// The cloudhub endpoint used when neither `cloudhub` nor `cloudhubService` is configured.
 pub const DEFAULT_CLOUDHUB: &str = "https://127.0.0.1:10001";
+
+/// The default `cloudhubPort`: the name of cloudhub's ControllerHub port in its Services.
+pub const DEFAULT_CLOUDHUB_PORT: &str = "controllerhub";
 
 /// `cloudhub` as one string or a list of strings.
 fn one_or_many<'de, D: Deserializer<'de>>(
@@ -173,9 +186,9 @@ impl Config {
     }
 
     /// The static cloudhub endpoints: `cloudhub` without duplicates, or
-    /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhubDns` is set.
+    /// [`DEFAULT_CLOUDHUB`] when neither `cloudhub` nor `cloudhubService` is set.
     pub fn endpoints(&self) -> Vec<String> {
-        if self.cloudhub.is_empty() && self.cloudhub_dns.is_none() {
+        if self.cloudhub.is_empty() && self.cloudhub_service.is_none() {
             return vec![DEFAULT_CLOUDHUB.to_owned()];
         }
         let mut out: Vec<String> = Vec::with_capacity(self.cloudhub.len());
@@ -246,17 +259,31 @@ mod tests {
     }
 
     #[test]
-    fn dns_discovery() {
+    fn service_discovery() {
         let c = Config::from_yaml(
-            "cloudhubDns: hubs.svc:10001\ncloudhubResolveInterval: 5s\n",
+            "cloudhubService: verge-system/hubs\ncloudhubPort: ctl\n",
             "t",
         )
         .expect("ok");
-        assert_eq!(c.cloudhub_dns.as_deref(), Some("hubs.svc:10001"));
-        assert_eq!(c.cloudhub_resolve_interval, Duration::from_secs(5));
+        assert_eq!(c.cloudhub_service.as_deref(), Some("verge-system/hubs"));
+        assert_eq!(c.cloudhub_port, "ctl");
         assert!(c.endpoints().is_empty(), "no default next to discovery");
-        let c = Config::from_yaml("cloudhub: https://a:1\ncloudhubDns: h:1\n", "t").expect("ok");
+        assert_eq!(Config::default().cloudhub_port, "controllerhub");
+        let c =
+            Config::from_yaml("cloudhub: https://a:1\ncloudhubService: n/h\n", "t").expect("ok");
         assert_eq!(c.endpoints(), ["https://a:1"]);
+        let e = Config::from_yaml("cloudhubDns: h:1\n", "t").expect_err("removed field");
+        assert!(e.to_string().contains("cloudhubDns"), "{e}");
+    }
+
+    #[test]
+    fn leader_election_section() {
+        let c = Config::from_yaml("leaderElection: {leaseName: ec-1, retryPeriod: 1s}\n", "t")
+            .expect("ok");
+        assert_eq!(c.leader_election.lease_name.as_deref(), Some("ec-1"));
+        assert_eq!(c.leader_election.retry_period, Duration::from_secs(1));
+        assert!(Config::default().leader_election.leader_elect);
+        assert!(Config::from_yaml("leaderElection: {leaseNam: x}\n", "t").is_err());
     }
 
     #[test]

@@ -32,9 +32,13 @@ pub enum Error {
         #[source]
         source: verge_proto::transport::EndpointError,
     },
-    /// `cloudhub_dns` is not `<host>:<port>`.
-    #[error("invalid cloudhub_dns {0:?}: expected <host>:<port>")]
+    /// `cloudhubService` is not `<namespace>/<service>`.
+    #[error("invalid cloudhubService {0:?}: expected <namespace>/<service>")]
     Discovery(String),
+    /// Leader election failed: an invalid `leaderElection` configuration at start, or the
+    /// Lease was lost while leading (the controller stopped acting).
+    #[error(transparent)]
+    Leader(#[from] crate::leader::Error),
     /// The Verge CA or the service-account token for cloudhub could not be obtained;
     /// retried with backoff.
     #[error("cannot {what}")]

@@ -2,13 +2,16 @@
 //! devicecontroller): they attach to cloudhub in exactly the same way and differ only in
 //! what they do with the nodes' messages.
 //!
-//! A controller attaches to every cloudhub replica (static list or DNS of a headless
-//! Service) over TLS verified against the Verge CA, with a service-account token for the
+//! A controller attaches to every cloudhub replica (static list, or the EndpointSlices of a
+//! Service watched through the API server) over TLS verified against the Verge CA, with a service-account token for the
 //! ControllerHub audience (TokenRequest API, or a file) as `authorization: Bearer`; its
 //! hello names the message group it serves. Each stream is re-attached with jittered
 //! exponential backoff. Session events tell which replica holds each node, so downstream
 //! messages go to that replica and upstream messages are answered where they came from
 //! (architecture.md §1, docs/protocol.md "Several cloudhub replicas").
+//!
+//! A controller's replicas elect a leader on a `coordination.k8s.io` Lease ([`leader`],
+//! client-go's algorithm): only the leader attaches and acts.
 //!
 //! # Layout
 //! - [`binary`]: the shared `main` of the controllers' binaries ([`binary::Flags`],
@@ -17,9 +20,12 @@
 //! - [`hub_auth`]: the Verge CA and the bearer token.
 //! - [`hub`]: one `ControllerHub.Attach` client stream per replica ([`hub::Link`],
 //!   [`hub::HubEvent`]), re-attached with backoff.
+//! - [`leader`]: leader election between a controller's replicas on a Lease
+//!   ([`leader::Elector`], [`leader::Leadership`]).
 //! - [`reflect`]: watch caches (reflector stores reporting their changes as the
 //!   controller's cache events).
-//! - [`replicas`]: the set of replicas to attach to (static and DNS discovery).
+//! - [`discovery`]: cloudhub replicas from a Service's EndpointSlices (pure).
+//! - [`replicas`]: the set of replicas to attach to (static and EndpointSlice discovery).
 //! - [`service`]: the frame of a controller's `run` ([`service::Attached`]): attach,
 //!   dispatch until shutdown, drain.
 //! - [`sessions`]: the node -> replica link routing table.
@@ -38,12 +44,14 @@
 pub mod binary;
 pub mod config;
 pub mod diff;
+pub mod discovery;
 pub mod dispatch;
 pub mod downstream;
 pub mod error;
 pub mod fingerprint;
 pub mod hub;
 pub mod hub_auth;
+pub mod leader;
 pub mod reflect;
 pub mod replicas;
 pub mod retry;

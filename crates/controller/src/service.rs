@@ -40,7 +40,7 @@ impl Attached {
     ///
     /// # Errors
     /// [`crate::Error::Endpoint`] or [`crate::Error::Discovery`] when a configured cloudhub
-    /// address or `cloudhub_dns` is invalid.
+    /// address or `cloudhub_service` is invalid.
     pub fn start(
         config: Config,
         identity: Identity,
@@ -55,6 +55,7 @@ impl Attached {
             config.clone(),
             identity.clone(),
             auth,
+            client.clone(),
             hub_tx,
             tracker.clone(),
             shutdown.clone(),

@@ -39,7 +39,7 @@ async fn ready_while_running_not_ready_while_draining() {
     let flags = Flags {
         config: None,
         cloudhub: Vec::new(),
-        cloudhub_dns: None,
+        cloudhub_service: None,
         health_addr: Some(addr),
         kubeconfig: Some(kubeconfig),
         log_format: LogFormat::Text,
@@ -49,11 +49,17 @@ async fn ready_while_running_not_ready_while_draining() {
         "testcontroller",
         "127.0.0.1:9".parse().unwrap(),
         flags,
-        move |config, _client, shutdown| async move {
-            assert_eq!(config.health_addr, Some(addr));
-            shutdown.cancelled().await;
-            let _ = drain_rx.await;
-            Ok::<(), std::io::Error>(())
+        move |config, _client, shutdown, health| {
+            // A standby: ready, yet not the leader.
+            let (status, leadership) = verge_controller::leader::channel();
+            binary::report_leadership(health, &leadership);
+            async move {
+                let _status = status;
+                assert_eq!(config.health_addr, Some(addr));
+                shutdown.cancelled().await;
+                let _ = drain_rx.await;
+                Ok::<(), std::io::Error>(())
+            }
         },
     ));
 
@@ -81,6 +87,18 @@ async fn ready_while_running_not_ready_while_draining() {
             .unwrap();
         status = ServingStatus::try_from(message.status).ok();
     }
+    let leader = client
+        .check(HealthCheckRequest {
+            service: binary::LEADER_SERVICE.to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        ServingStatus::try_from(leader.status),
+        Ok(ServingStatus::NotServing),
+        "a standby is ready but not the leader"
+    );
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &std::process::id().to_string()])
         .status()

@@ -86,6 +86,17 @@ impl Health {
         self.reporter.set_service_status("", status).await;
     }
 
+    /// Sets the status of a further gRPC health service `name` (e.g. a controller's `leader`,
+    /// for people and tests; Kubernetes probes use `""` and [`LIVENESS_SERVICE`]).
+    pub async fn set_service(&self, name: &str, serving: bool) {
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        self.reporter.set_service_status(name, status).await;
+    }
+
     /// Whether the process reports itself ready.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::SeqCst)

@@ -8,6 +8,8 @@
 //!   kube-scheduler) of one pinned release ([`control_plane::K8S_VERSION`]), built from
 //!   the Kubernetes Go modules into a cache outside the repository and started as
 //!   detached background processes that outlive the calling test binary;
+//! * a kubelet node for it ([`KubeletNode`]): kubelet and kube-proxy of the same release,
+//!   containerd built from its Go module, runc and CNI plugins from Debian;
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
 //! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
@@ -23,6 +25,8 @@
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
 //!   [`crds::install_cloud_rbac`] (`deploy/cloud/access/`).
+//! * [`kubelet_node`] — [`KubeletNode`]: a real kubelet node (kubelet, kube-proxy, containerd)
+//!   attached to the control plane, so the cloud services run as pods.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
 //! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
@@ -56,6 +60,7 @@
 //! | `VERGE_CACHE_DIR` | directory holding the built control plane (`bin/`, `complete`) | `~/.cache/verge/control-plane/v<version>` |
 //! | `VERGE_STATE_DIR` | control-plane state directory (certs, data, logs, kubeconfig) | `~/.cache/verge/run/control-plane` |
 //! | `VERGE_BIN_DIR` | directory holding the workspace's built binaries | derived from the test executable's path |
+//! | `VERGE_NODE_DIR` | kubelet node run directory ([`kubelet_node`]) | `~/.cache/verge/run/kubelet-node` |
 //!
 //! The control plane's env file (`<state>/env`, printed by
 //! `cargo xtask control-plane env`) exports `KUBECONFIG`, `VERGE_STATE_DIR`,
@@ -71,6 +76,7 @@ pub mod daemon;
 pub mod dmi;
 pub mod docker;
 pub mod go_mapper;
+pub mod kubelet_node;
 mod lock;
 pub mod mosquitto;
 pub mod netns;
@@ -83,6 +89,7 @@ pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
 pub use crds::{install_cloud_rbac, install_device_crds};
+pub use kubelet_node::{KubeletNode, KubeletNodeConfig};
 
 /// The control plane shared by all test binaries of one run.
 ///

@@ -109,6 +109,7 @@ impl ControllerHub for ControllerHubService {
         let end = StreamEnd::new();
         let entry = ControllerEntry {
             name: hello.name.clone(),
+            user: user.clone(),
             groups,
             tx: tx.clone(),
             control,

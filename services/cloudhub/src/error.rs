@@ -116,6 +116,12 @@ pub enum Error {
     #[error("replaced by a newer session")]
     Replaced,
 
+    /// A newer `ControllerHub.Attach` with the same controller name by the same user took
+    /// over (the same replica re-attached, or another replica became the leader); this
+    /// stream is ended (gRPC `ABORTED`).
+    #[error("replaced by a newer attach of the same controller")]
+    ControllerReplaced,
+
     /// A controller did not take frames fast enough and its bounded control queue (session
     /// events, delivery errors) overflowed; it must reattach to get a fresh session snapshot
     /// (gRPC `RESOURCE_EXHAUSTED`). A full message queue never causes this: it slows the
@@ -205,7 +211,7 @@ impl From<Error> for Status {
             | Error::NodeMismatch { .. }
             | Error::UndecodableFrame(_) => Status::invalid_argument(message),
             Error::Timeout(_) => Status::deadline_exceeded(message),
-            Error::Replaced => Status::aborted(message),
+            Error::Replaced | Error::ControllerReplaced => Status::aborted(message),
             Error::ControllerQueueFull(_)
             | Error::FrameTooLarge(_)
             | Error::TooManySessions(_)

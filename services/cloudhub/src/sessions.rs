@@ -60,6 +60,8 @@ pub(crate) enum ToController {
 pub(crate) struct ControllerEntry {
     /// The controller's name from its hello.
     pub name: String,
+    /// The user its token authenticated as (TokenReview).
+    pub user: String,
     /// The groups it serves.
     pub groups: Vec<Group>,
     /// Its bounded queue of upstream messages (back-pressure, see the module docs).
@@ -198,8 +200,22 @@ impl Registry {
 
     /// Registers a controller; returns its id and a connected `NodeSession` for every node
     /// connected now, to be sent before anything queued later.
+    ///
+    /// The newest attach of a name takes over: a controller already attached with the same
+    /// name by the same user (an earlier stream of the same replica, or the previous leader
+    /// of its replicas) is detached, its stream ended with [`Error::ControllerReplaced`], so
+    /// upstream messages never go to a stream that is half-dead or whose controller stopped
+    /// leading. Controllers of other names or users are unaffected.
     pub(crate) fn attach_controller(&self, entry: ControllerEntry) -> (u64, Vec<ToController>) {
         let mut inner = self.lock();
+        inner.controllers.retain(|id, c| {
+            let same = c.name == entry.name && c.user == entry.user;
+            if same {
+                info!(controller = %c.name, id, "controller replaced by a newer attach");
+                c.end.finish(Some(Error::ControllerReplaced));
+            }
+            !same
+        });
         let snapshot = inner
             .nodes
             .iter()

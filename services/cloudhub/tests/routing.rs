@@ -239,3 +239,53 @@ async fn full_controller_queue_applies_back_pressure() {
         "the edge got {next:?} instead of the keepalive answer"
     );
 }
+
+/// A newer attach of the same controller name (same user) takes over: the older stream ends
+/// with ABORTED and upstream messages go to the newer one only; another controller of the
+/// same group is unaffected (both newest streams share the group round-robin).
+#[tokio::test]
+async fn newest_controller_attach_of_a_name_takes_over() {
+    let hub = start(common::config()).await;
+    let edge = connect(&hub, "edge-1").await;
+    let mut old = attach(&hub, "edgecontroller", &["resource"]).await;
+    assert!(old.session().await.connected);
+    let mut new = attach(&hub, "edgecontroller", &["resource"]).await;
+    assert!(
+        new.session().await.connected,
+        "the newer attach gets the snapshot"
+    );
+    let status = loop {
+        match tokio::time::timeout(common::WAIT, old.rx.message()).await {
+            Ok(Err(status)) => break status,
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) => panic!("ended without a status"),
+            Err(_) => panic!("the older stream did not end"),
+        }
+    };
+    assert_eq!(status.code(), tonic::Code::Aborted, "{status:?}");
+    assert!(status.message().contains("newer attach"), "{status:?}");
+
+    for i in 0..4 {
+        let id = format!("up-{i}");
+        edge.send(update(&id, "_/nodestatus/edge-1")).await;
+        assert_eq!(new.message().await.message.unwrap().id(), id);
+    }
+
+    // Another name serving the same group shares the messages with the newest stream.
+    let mut other = attach(&hub, "edgecontroller-b", &["resource"]).await;
+    assert!(other.session().await.connected);
+    let mut seen = (0, 0);
+    for i in 0..4 {
+        edge.send(update(&format!("rr-{i}"), "_/nodestatus/edge-1"))
+            .await;
+    }
+    while seen.0 + seen.1 < 4 {
+        tokio::select! {
+            _ = new.message() => seen.0 += 1,
+            _ = other.message() => seen.1 += 1,
+        }
+    }
+    assert_eq!(seen, (2, 2), "round-robin over the two names");
+    drop(edge);
+    hub.stop().await;
+}

@@ -8,8 +8,9 @@
 /// stop the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Attaching to cloudhub failed at start: an invalid cloudhub address or `cloudhub_dns`
-    /// (the shared ControllerHub client, `verge-controller`).
+    /// An invalid cloudhub address, `cloudhub_service` or `leaderElection` at start, or the
+    /// leader Lease lost while leading (the shared ControllerHub client,
+    /// `verge-controller`).
     #[error(transparent)]
     Hub(#[from] verge_controller::Error),
     /// A message is not a valid envelope, or its path is not `node/<node>/<ns>/<type>/<name>`.

@@ -38,6 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 use verge_controller::Identity;
+use verge_controller::leader::{self, Elector, Leadership, StatusSender};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -64,10 +65,13 @@ const CACHE_EVENTS: usize = 256;
 const REPORTS: usize = 1024;
 
 /// The devicecontroller service: one `ControllerHub` stream per cloudhub replica, the watch
-/// caches, the downstream task and the per-node workers.
+/// caches, the downstream task and the per-node workers, run by the replica that leads
+/// (leader election on a Lease).
 pub struct DeviceController {
     config: Config,
     client: kube::Client,
+    status: StatusSender,
+    leadership: Leadership,
 }
 
 impl DeviceController {
@@ -75,43 +79,78 @@ impl DeviceController {
     /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
     /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
     /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
-    /// (deploy/cloud/access/rbac.yaml).
+    /// (deploy/cloud/access/rbac.yaml); with leader election get/create/update on its `leases` in
+    /// `leaderElection.leaseNamespace`; with `cloudhubService` list/watch on
+    /// `endpointslices` in the Service's namespace.
     pub fn new(config: Config, client: kube::Client) -> Self {
-        Self { config, client }
+        let (status, leadership) = leader::channel();
+        Self {
+            config,
+            client,
+            status,
+            leadership,
+        }
     }
 
-    /// Runs until `shutdown` is cancelled: starts the watch caches, the downstream task and
-    /// the event task, attaches to every cloudhub replica (each stream re-attached with
-    /// backoff whenever it ends), sends Devices and DeviceModels down and writes status
-    /// reports. On shutdown it stops taking messages, lets every worker finish the API call
-    /// it is in, and returns once all tasks ended (callers bound this with a grace period).
+    /// This replica's leadership (whether it leads, who holds the Lease), for health and
+    /// metrics.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled. With leader election (the default) it first
+    /// waits as a standby, doing nothing, until it holds the Lease (`leaderElection`); the
+    /// leader then starts the watch caches, the downstream task and the event task,
+    /// attaches to every cloudhub replica (each stream re-attached with backoff whenever it
+    /// ends), sends Devices and DeviceModels down and writes status reports. On shutdown it
+    /// stops taking messages, lets every worker finish the API call it is in, returns once
+    /// all tasks ended (callers bound this with a grace period), and releases the Lease so a
+    /// standby takes over at once.
     ///
     /// # Errors
-    /// [`Error::Hub`] when a configured cloudhub address or `cloudhub_dns` is invalid.
-    /// Everything else (connection loss, API failures) is logged and retried or answered to
-    /// the edge.
+    /// [`Error::Hub`] when a configured cloudhub address, `cloudhub_service` or
+    /// `leaderElection` is invalid, or when the Lease was lost while leading (the
+    /// controller stopped acting; the process should exit). Everything else (connection
+    /// loss, API failures) is logged and retried or answered to the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let attached = Attached::start(self.config, IDENTITY, &self.client, shutdown)?;
-        let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
-        let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
-        let caches = Caches::start(&self.client, &events_tx, tracker, stop);
-        drop(events_tx);
-        let (reports_tx, reports_rx) = mpsc::channel(REPORTS);
-        let instance = attached.config.name_for(&IDENTITY).to_owned();
-        tracker.spawn(
-            problems::run(self.client.clone(), instance, reports_rx, stop.clone())
-                .instrument(info_span!("events")),
-        );
-        let (down_tx, down_rx) = mpsc::unbounded_channel();
-        tracker.spawn(
-            downstream::run(caches.clone(), down_rx, events_rx, reports_tx, stop.clone())
-                .instrument(info_span!("downstream")),
-        );
-        let context = Context {
-            client: self.client,
-            caches,
-        };
-        attached.serve(context, down_tx).await;
-        Ok(())
+        let Self {
+            config,
+            client,
+            status,
+            ..
+        } = self;
+        let name = config.name_for(&IDENTITY).to_owned();
+        let elector = Elector::new(&config.leader_election, &name, client.clone(), status)
+            .map_err(verge_controller::Error::from)?;
+        elector
+            .run(shutdown, move |lead| lead_until(config, client, lead))
+            .await
     }
+}
+
+/// What the leader runs until `shutdown`: see [`DeviceController::run`].
+async fn lead_until(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
+    let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
+    let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
+    let caches = Caches::start(&client, &events_tx, tracker, stop);
+    drop(events_tx);
+    let (reports_tx, reports_rx) = mpsc::channel(REPORTS);
+    let instance = attached.config.name_for(&IDENTITY).to_owned();
+    tracker.spawn(
+        problems::run(client.clone(), instance, reports_rx, stop.clone())
+            .instrument(info_span!("events")),
+    );
+    let (down_tx, down_rx) = mpsc::unbounded_channel();
+    tracker.spawn(
+        downstream::run(caches.clone(), down_rx, events_rx, reports_tx, stop.clone())
+            .instrument(info_span!("downstream")),
+    );
+    let context = Context { client, caches };
+    attached.serve(context, down_tx).await;
+    Ok(())
 }

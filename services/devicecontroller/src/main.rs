@@ -24,7 +24,11 @@ async fn main() -> ExitCode {
         "devicecontroller",
         DEFAULT_HEALTH_ADDR,
         args.flags,
-        |config, client, shutdown| DeviceController::new(config, client).run(shutdown),
+        |config, client, shutdown, health| {
+            let controller = DeviceController::new(config, client);
+            binary::report_leadership(health, &controller.leadership());
+            controller.run(shutdown)
+        },
     )
     .await
 }

@@ -36,6 +36,10 @@ async fn devices_go_to_their_node_and_reports_reach_device_status() -> anyhow::R
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        // Acting as the service account, whose Lease rights name only the `devicecontroller`
+        // Lease (which a deployed devicecontroller on the shared control plane may hold):
+        // no election here; the leader tests cover it.
+        leader_election: common::no_leader_election(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client);

@@ -14,8 +14,8 @@
 //! serving group `resource` ([`IDENTITY`]).
 //!
 //! # Layout
-//! - [`config`], [`replicas`], [`hub`], [`hub_auth`], [`dispatch`], [`sessions`],
-//!   [`fingerprint`]: re-exported from `verge-controller`.
+//! - [`config`], [`replicas`], [`hub`], [`hub_auth`], [`leader`], [`dispatch`],
+//!   [`sessions`], [`fingerprint`]: re-exported from `verge-controller`.
 //! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
 //! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
@@ -35,7 +35,7 @@ pub mod upstream;
 
 pub use error::{Error, Result};
 pub use verge_controller::config::{self, Config};
-pub use verge_controller::{dispatch, fingerprint, hub, hub_auth, replicas, sessions};
+pub use verge_controller::{dispatch, fingerprint, hub, hub_auth, leader, replicas, sessions};
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
@@ -44,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use verge_controller::Identity;
+use verge_controller::leader::{Elector, Leadership, StatusSender};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -67,10 +68,12 @@ pub const DEFAULT_HEALTH_ADDR: SocketAddr =
 const CACHE_EVENTS: usize = 256;
 
 /// The edgecontroller service: one `ControllerHub` stream per cloudhub replica and the
-/// per-node workers.
+/// per-node workers, run by the replica that leads (leader election on a Lease).
 pub struct EdgeController {
     config: Config,
     client: kube::Client,
+    status: StatusSender,
+    leadership: Leadership,
 }
 
 impl EdgeController {
@@ -78,42 +81,77 @@ impl EdgeController {
     /// on nodes, pods, configmaps and secrets; get/create/patch on `nodes`, `nodes/status`
     /// and `coordination.k8s.io` `leases` in `kube-node-lease`; get/patch/delete on pods
     /// (patch: tolerations, [`offline`]), patch on `pods/status`; create on events; get on
-    /// configmaps and secrets; create on `serviceaccounts/token`.
+    /// configmaps and secrets; create on `serviceaccounts/token`; with leader election
+    /// get/create/update on its `leases` in `leaderElection.leaseNamespace`; with
+    /// `cloudhubService` list/watch on `endpointslices` in the Service's namespace.
     pub fn new(config: Config, client: kube::Client) -> Self {
-        Self { config, client }
+        let (status, leadership) = leader::channel();
+        Self {
+            config,
+            client,
+            status,
+            leadership,
+        }
     }
 
-    /// Runs until `shutdown` is cancelled: starts the watch caches, the downstream task and
-    /// the toleration task ([`offline`]), attaches to every cloudhub replica ([`replicas`];
-    /// each stream re-attached with backoff whenever it ends), sends objects down and
-    /// applies upstream messages. On shutdown it stops taking messages, lets every worker
-    /// finish the API call it is in, and returns once all tasks ended (callers bound this
-    /// with a grace period).
+    /// This replica's leadership (whether it leads, who holds the Lease), for health and
+    /// metrics.
+    pub fn leadership(&self) -> Leadership {
+        self.leadership.clone()
+    }
+
+    /// Runs until `shutdown` is cancelled. With leader election (the default) it first
+    /// waits as a standby, doing nothing, until it holds the Lease
+    /// (`leaderElection`, [`leader`]); the leader then starts the watch caches, the
+    /// downstream task and the toleration task ([`offline`]), attaches to every cloudhub
+    /// replica ([`replicas`]; each stream re-attached with backoff whenever it ends), sends
+    /// objects down and applies upstream messages. On shutdown it stops taking messages,
+    /// lets every worker finish the API call it is in, returns once all tasks ended (callers
+    /// bound this with a grace period), and releases the Lease so a standby takes over at
+    /// once.
     ///
     /// # Errors
-    /// [`Error::Hub`] when a configured cloudhub address or `cloudhub_dns` is invalid.
-    /// Everything else (connection loss, API failures) is logged and retried or answered to
-    /// the edge.
+    /// [`Error::Hub`] when a configured cloudhub address, `cloudhub_service` or
+    /// `leaderElection` is invalid, or when the Lease was lost while leading (the
+    /// controller stopped acting; the process should exit). Everything else (connection
+    /// loss, API failures) is logged and retried or answered to the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let attached = Attached::start(self.config, IDENTITY, &self.client, shutdown)?;
-        let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
-        let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
-        let caches = Caches::start(&self.client, &events_tx, tracker, stop);
-        drop(events_tx);
-        let (down_tx, down_rx) = mpsc::unbounded_channel();
-        tracker.spawn(
-            downstream::run(caches.clone(), down_rx, events_rx, stop.clone())
-                .instrument(info_span!("downstream")),
-        );
-        tracker.spawn(
-            offline::run(self.client.clone(), caches.clone(), stop.clone())
-                .instrument(info_span!("tolerations")),
-        );
-        let context = Context {
-            client: self.client,
-            caches,
-        };
-        attached.serve(context, down_tx).await;
-        Ok(())
+        let Self {
+            config,
+            client,
+            status,
+            ..
+        } = self;
+        let name = config.name_for(&IDENTITY).to_owned();
+        let elector = Elector::new(&config.leader_election, &name, client.clone(), status)
+            .map_err(verge_controller::Error::from)?;
+        elector
+            .run(shutdown, move |lead| lead_until(config, client, lead))
+            .await
     }
+}
+
+/// What the leader runs until `shutdown`: see [`EdgeController::run`].
+async fn lead_until(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
+    let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
+    let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
+    let caches = Caches::start(&client, &events_tx, tracker, stop);
+    drop(events_tx);
+    let (down_tx, down_rx) = mpsc::unbounded_channel();
+    tracker.spawn(
+        downstream::run(caches.clone(), down_rx, events_rx, stop.clone())
+            .instrument(info_span!("downstream")),
+    );
+    tracker.spawn(
+        offline::run(client.clone(), caches.clone(), stop.clone())
+            .instrument(info_span!("tolerations")),
+    );
+    let context = Context { client, caches };
+    attached.serve(context, down_tx).await;
+    Ok(())
 }

@@ -14,11 +14,11 @@ use serde_json::json;
 use verge_core::Operation;
 use verge_edgecontroller::Config;
 use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
-use verge_proto::hub::{DeliveryError, Routed, hub_frame};
+use verge_proto::hub::{DeliveryError, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
-    Probe, WAIT, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
+    Probe, WAIT, ack, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
     wait_for_service_account,
 };
 use common::{Attach, Controller, msg, reason};
@@ -29,9 +29,11 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
     let (addr, mut attaches) = common::start().await?;
+    let election = common::leader_election(&client, "down").await?;
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: election.clone(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());
@@ -58,6 +60,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
     controller.stop().await?;
+    common::delete_lease(&client, &election).await;
     result
 }
 
@@ -437,22 +440,6 @@ async fn objects_and_queries(
     let cfg_uid = changed.metadata.uid.unwrap_or_default();
     wait_for_delete(h, &format!("node/{node}/{ns}/configmap/cfg"), &cfg_uid).await?;
     Ok(())
-}
-
-/// Acks downstream message `m` as the edge does after its commit.
-async fn ack(h: &Probe<'_>, node: &str, m: &Message) -> anyhow::Result<()> {
-    let ack = msg(Operation::Ack, m.resource().to_owned(), json!(null));
-    h.h.send(hub_frame::Frame::Message(Routed {
-        node: node.into(),
-        message: Some(Message {
-            header: ack.header.map(|mut header| {
-                header.parent_id = m.id().to_owned();
-                header
-            }),
-            ..ack
-        }),
-    }))
-    .await
 }
 
 /// Expects the next downstream message to be the `resync` marker with `summary`.

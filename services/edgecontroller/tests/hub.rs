@@ -28,6 +28,7 @@ async fn reattaches_and_answers_errors() -> anyhow::Result<()> {
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: common::no_leader_election(),
         reconnect_min_backoff: Duration::from_millis(10),
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()
@@ -112,6 +113,7 @@ async fn attaches_to_every_replica_and_answers_on_the_origin() -> anyhow::Result
     let config = Config {
         cloudhub: vec![format!("https://{addr1}"), format!("https://{addr2}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: common::no_leader_election(),
         reconnect_min_backoff: Duration::from_millis(10),
         reconnect_max_backoff: Duration::from_millis(50),
         ..Config::default()

@@ -23,9 +23,11 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
     let client = cp.client().await?;
 
     let (addr, mut attaches) = common::start().await?;
+    let election = common::leader_election(&client, "up").await?;
     let config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: common::hub_auth(),
+        leader_election: election.clone(),
         ..Config::default()
     };
     let controller = Controller::spawn(config, client.clone());
@@ -48,6 +50,7 @@ async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> 
     let _ = nodes.delete(&node, &DeleteParams::default()).await;
     let _ = leases.delete(&node, &DeleteParams::default()).await;
     controller.stop().await?;
+    common::delete_lease(&client, &election).await;
     result
 }
 

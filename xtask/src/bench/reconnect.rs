@@ -212,7 +212,8 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
     std::fs::create_dir_all(dir.join("logs"))?;
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
-    // Shipped defaults: only the listen addresses and the cloudhub address are set.
+    // Shipped defaults: only the listen addresses, the cloudhub address and the run's own
+    // leader Lease are set.
     let join_port = free_port()?;
     let cloudhub_cfg = write(
         dir,
@@ -222,11 +223,7 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
              joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
         ),
     )?;
-    let ctrl_cfg = write(
-        dir,
-        "edgecontroller.yaml",
-        &format!("cloudhub: https://127.0.0.1:{ctrl_port}\nhealthAddr: 127.0.0.1:0\n"),
-    )?;
+    let ctrl_cfg = crate::local::controller_config(dir, "edgecontroller", ctrl_port)?;
     verge_testkit::trust::ensure_controller_accounts(&cp.client().await?).await?;
     let kubeconfig = cp.kubeconfig().display().to_string();
     let mut pids = Vec::new();

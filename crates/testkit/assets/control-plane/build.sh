@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of one
-# pinned Kubernetes release from the Go module proxy into "$1/bin".
-# Usage: build.sh <cache-dir> <k8s-version, e.g. 1.37.2>
-# Called by verge-testkit (crates/testkit/src/control_plane/build.rs); idempotent: the
-# binaries are moved into place only once all of them built, and a "complete" stamp is written.
+# Builds binaries of one pinned Kubernetes release from the Go module proxy into "$1/bin".
+# Usage: build.sh <cache-dir> <k8s-version, e.g. 1.37.2> [control-plane|node]
+#   control-plane (default): etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl;
+#                            stamp "complete"
+#   node:                    kubelet, kube-proxy; stamp "complete-node" (shares the module and
+#                            the Go build cache with the control plane, so it is incremental)
+# Called by verge-testkit (crates/testkit/src/control_plane/build.rs and kubelet_node/build.rs);
+# idempotent: the binaries are moved into place only once all of them built, then the stamp is
+# written.
 set -euo pipefail
 dir=$1
 ver=$2
+set_name=${3:-control-plane}
 minor=$(echo "$ver" | cut -d. -f2)
 staging="0.${ver#*.}"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,17 +38,24 @@ progress() {
     sleep 1
     n=$((n + 1))
     if [ $((n % 10)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
-      echo "verge-testkit:   $label: $((SECONDS - started)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s of ~9 min)" >&2
+      echo "verge-testkit:   $label: $((SECONDS - started)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s of $expected)" >&2
     fi
   done
   wait "$pid"
 }
 
-targets=(./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
-         k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+case $set_name in
+  control-plane)
+    targets=(./cmd/etcd k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+             k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+    stamp=complete tmp="$dir/bin.tmp" expected="~9 min" ;;
+  node)
+    targets=(k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+    stamp=complete-node tmp="$dir/bin-node.tmp" expected="~4 min" ;;
+  *) echo "build.sh: unknown set $set_name (control-plane|node)" >&2; exit 2 ;;
+esac
 echo "verge-testkit: [0/${#targets[@]}] downloading modules for Kubernetes v$ver" >&2
 progress "go mod download" go mod download || true
-tmp="$dir/bin.tmp"
 rm -rf "$tmp"; mkdir -p "$tmp"
 i=0
 for target in "${targets[@]}"; do
@@ -53,5 +65,5 @@ for target in "${targets[@]}"; do
 done
 mv "$tmp"/* "$dir/bin/"
 rmdir "$tmp"
-echo "v$ver" > "$dir/complete"
-echo "verge-testkit: control plane v$ver built in $dir/bin in $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2
+echo "v$ver" > "$dir/$stamp"
+echo "verge-testkit: $set_name v$ver built in $dir/bin in $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2

@@ -2,9 +2,13 @@
 //!
 //! All keys are ECDSA P-256. Files (in `<state>/pki/`): `ca.crt`/`ca.key` (the cluster
 //! CA, also the kube-controller-manager's CSR signer), `apiserver.crt`/`apiserver.key`
-//! (serving certificate), `sa.key`/`sa.pub` (service-account token signing pair), and
-//! `<state>/tokens.csv` (kube-apiserver `--token-auth-file`).
+//! (serving certificate), `apiserver-kubelet-client.crt`/`.key` (kube-apiserver's client
+//! certificate towards kubelets, for `kubectl logs`/`exec`), `sa.key`/`sa.pub`
+//! (service-account token signing pair), and `<state>/tokens.csv` (kube-apiserver
+//! `--token-auth-file`). [`issue`] signs further certificates with the CA (the kubelet
+//! node's identities).
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
@@ -14,7 +18,8 @@ use rcgen::{
 };
 
 /// Subject alternative names of the API server's serving certificate: loopback, and
-/// the in-cluster names and service IP (first address of `10.96.0.0/16`).
+/// the in-cluster names and service IP (first address of `10.96.0.0/16`). The advertise
+/// address ([`super::ADVERTISE_ADDRESS`]) is added to these.
 pub const APISERVER_SANS: &[&str] = &[
     "127.0.0.1",
     "localhost",
@@ -32,6 +37,8 @@ pub(crate) struct Pki {
     pub ca_key: PathBuf,
     pub apiserver_cert: PathBuf,
     pub apiserver_key: PathBuf,
+    pub kubelet_client_cert: PathBuf,
+    pub kubelet_client_key: PathBuf,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
 }
@@ -45,14 +52,17 @@ impl Pki {
             ca_key: dir.join("ca.key"),
             apiserver_cert: dir.join("apiserver.crt"),
             apiserver_key: dir.join("apiserver.key"),
+            kubelet_client_cert: dir.join("apiserver-kubelet-client.crt"),
+            kubelet_client_key: dir.join("apiserver-kubelet-client.key"),
             sa_key: dir.join("sa.key"),
             sa_pub: dir.join("sa.pub"),
         }
     }
 
-    /// Generates a fresh CA, serving certificate and service-account key pair and
-    /// writes them (keys with mode 0600).
-    pub(crate) fn generate(state_dir: &Path) -> anyhow::Result<Self> {
+    /// Generates a fresh CA, serving certificate (for [`APISERVER_SANS`] and `advertise`),
+    /// kubelet client certificate and service-account key pair and writes them (keys with
+    /// mode 0600).
+    pub(crate) fn generate(state_dir: &Path, advertise: Ipv4Addr) -> anyhow::Result<Self> {
         let pki = Self::paths(state_dir);
         let dir = state_dir.join("pki");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -72,12 +82,9 @@ impl Pki {
         let issuer = Issuer::new(ca_params, &ca_key);
 
         let server_key = KeyPair::generate()?;
-        let mut server_params = CertificateParams::new(
-            APISERVER_SANS
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect::<Vec<_>>(),
-        )?;
+        let mut sans: Vec<String> = APISERVER_SANS.iter().map(|s| (*s).to_owned()).collect();
+        sans.push(advertise.to_string());
+        let mut server_params = CertificateParams::new(sans)?;
         server_params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -89,15 +96,119 @@ impl Pki {
         let server_cert = server_params.signed_by(&server_key, &issuer)?;
 
         let sa_key = KeyPair::generate()?;
+        let kubelet_client = issue_with(
+            &issuer,
+            &Identity::client("kube-apiserver-kubelet-client", Some("system:masters")),
+        )?;
 
         write_file(&pki.ca_cert, &ca_cert.pem(), false)?;
         write_file(&pki.ca_key, &ca_key.serialize_pem(), true)?;
         write_file(&pki.apiserver_cert, &server_cert.pem(), false)?;
         write_file(&pki.apiserver_key, &server_key.serialize_pem(), true)?;
+        kubelet_client.write(&pki.kubelet_client_cert, &pki.kubelet_client_key)?;
         write_file(&pki.sa_key, &sa_key.serialize_pem(), true)?;
         write_file(&pki.sa_pub, &sa_key.public_key_pem(), false)?;
         Ok(pki)
     }
+}
+
+/// Subject and use of a certificate [`issue`]d by the cluster CA.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    /// Subject common name: the Kubernetes user name of a client certificate.
+    pub(crate) common_name: String,
+    /// Subject organization: the Kubernetes group of a client certificate.
+    pub(crate) organization: Option<String>,
+    /// DNS names and IP addresses (serving certificates).
+    pub(crate) sans: Vec<String>,
+    /// Server (true) or client (false) authentication.
+    pub(crate) server: bool,
+}
+
+impl Identity {
+    /// A client certificate for user `name` in `group`.
+    pub(crate) fn client(name: &str, group: Option<&str>) -> Self {
+        Self {
+            common_name: name.to_owned(),
+            organization: group.map(str::to_owned),
+            sans: Vec::new(),
+            server: false,
+        }
+    }
+
+    /// A serving certificate named `name` for the DNS names and addresses `sans`.
+    pub(crate) fn server(name: &str, sans: &[String]) -> Self {
+        Self {
+            common_name: name.to_owned(),
+            organization: None,
+            sans: sans.to_vec(),
+            server: true,
+        }
+    }
+}
+
+/// A certificate and its private key, both PEM.
+#[derive(Debug, Clone)]
+pub(crate) struct Issued {
+    pub(crate) cert_pem: String,
+    pub(crate) key_pem: String,
+}
+
+impl Issued {
+    /// Writes the certificate and the key (mode 0600).
+    pub(crate) fn write(&self, cert: &Path, key: &Path) -> anyhow::Result<()> {
+        write_file(cert, &self.cert_pem, false)?;
+        write_file(key, &self.key_pem, true)
+    }
+}
+
+/// Issues a certificate for `identity` (fresh ECDSA P-256 key) signed by the CA whose
+/// certificate and key are the PEM files `ca_cert` and `ca_key` (a control plane's
+/// `pki/ca.crt` and `pki/ca.key`).
+///
+/// # Errors
+/// The CA files cannot be read or parsed, or signing fails.
+pub(crate) fn issue(ca_cert: &Path, ca_key: &Path, identity: &Identity) -> anyhow::Result<Issued> {
+    let read =
+        |p: &Path| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()));
+    let key = KeyPair::from_pem(&read(ca_key)?).context("parsing the CA key")?;
+    let issuer =
+        Issuer::from_ca_cert_pem(&read(ca_cert)?, &key).context("parsing the CA certificate")?;
+    issue_with(&issuer, identity)
+}
+
+/// [`issue`] with a loaded issuer.
+fn issue_with(issuer: &Issuer<'_, &KeyPair>, identity: &Identity) -> anyhow::Result<Issued> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    for san in &identity.sans {
+        params.subject_alt_names.push(match san.parse::<IpAddr>() {
+            Ok(ip) => rcgen::SanType::IpAddress(ip),
+            Err(_) => rcgen::SanType::DnsName(san.as_str().try_into()?),
+        });
+    }
+    params
+        .distinguished_name
+        .push(DnType::CommonName, identity.common_name.as_str());
+    if let Some(org) = &identity.organization {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, org.as_str());
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = vec![if identity.server {
+        ExtendedKeyUsagePurpose::ServerAuth
+    } else {
+        ExtendedKeyUsagePurpose::ClientAuth
+    }];
+    let cert = params.signed_by(&key, issuer)?;
+    Ok(Issued {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
 }
 
 /// A random 32-hex-digit token from `/dev/urandom`.

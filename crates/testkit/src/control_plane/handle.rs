@@ -1,5 +1,6 @@
 //! [`ControlPlane`]: the handle of a running control plane.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,8 @@ pub struct ControlPlane {
     pub(super) server: String,
     pub(super) admin_token: String,
     pub(super) components: Vec<Component>,
+    pub(super) advertise_address: Ipv4Addr,
+    pub(super) apiserver_port: u16,
 }
 
 impl ControlPlane {
@@ -31,7 +34,21 @@ impl ControlPlane {
             server: state.server,
             admin_token: state.admin_token,
             components: state.components,
+            apiserver_port: state.ports.apiserver,
+            advertise_address: state.advertise_address.unwrap_or(config.advertise_address),
         }
+    }
+
+    /// kube-apiserver's `--advertise-address` (on the link
+    /// [`super::ADVERTISE_LINK`]): the endpoint address of the `kubernetes` Service. The
+    /// API server listens on all addresses, so `https://<this>:<port>` reaches it too.
+    pub fn advertise_address(&self) -> Ipv4Addr {
+        self.advertise_address
+    }
+
+    /// The API server's port (the port of [`ControlPlane::server_url`]).
+    pub fn apiserver_port(&self) -> u16 {
+        self.apiserver_port
     }
 
     /// Kubernetes release without the `v`, e.g. `"1.37.1"`.

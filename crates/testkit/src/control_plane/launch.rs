@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::ServiceAccount;
 
-use super::state::{Component, Ports, State, write_env_file, write_kubeconfig};
+use super::state::{self, Component, Ports, State, write_env_file, write_kubeconfig};
 use super::{ControlPlane, ControlPlaneConfig, SERVICE_CIDR, certs};
 use crate::daemon;
 
@@ -20,7 +20,7 @@ impl ControlPlaneConfig {
             std::fs::create_dir_all(dir.join(sub))
                 .with_context(|| format!("creating {}", dir.join(sub).display()))?;
         }
-        let pki = certs::Pki::generate(dir)?;
+        let pki = certs::Pki::generate(dir, self.advertise_address)?;
         let admin_token = certs::random_token()?;
         certs::write_token_file(&dir.join("tokens.csv"), &admin_token)?;
         let ports = Ports::pick()?;
@@ -34,6 +34,8 @@ impl ControlPlaneConfig {
             bin_dir: self.bin_dir(),
             ports,
             components: Vec::new(),
+            advertise_address: Some(self.advertise_address),
+            layout: state::LAYOUT,
         };
         let result = self.spawn_all(&pki, &mut state).await;
         let result = match result {
@@ -95,8 +97,9 @@ impl ControlPlaneConfig {
 
         let apiserver = vec![
             format!("--etcd-servers={etcd_client}"),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
+            // All addresses: loopback for host-side clients, the advertise address for pods.
+            "--bind-address=0.0.0.0".to_owned(),
+            format!("--advertise-address={}", self.advertise_address),
             format!("--secure-port={}", p.apiserver),
             format!("--tls-cert-file={}", path(&pki.apiserver_cert)),
             format!("--tls-private-key-file={}", path(&pki.apiserver_key)),
@@ -109,8 +112,16 @@ impl ControlPlaneConfig {
             format!("--service-account-signing-key-file={}", path(&pki.sa_key)),
             format!("--cert-dir={}", path(&dir.join("certs"))),
             "--allow-privileged=true".to_owned(),
-            // The `kubernetes` Endpoints may not hold a loopback address; skip them.
-            "--endpoint-reconciler-type=none".to_owned(),
+            // `kubectl logs`/`exec` on the kit's kubelet node.
+            format!(
+                "--kubelet-client-certificate={}",
+                path(&pki.kubelet_client_cert)
+            ),
+            format!("--kubelet-client-key={}", path(&pki.kubelet_client_key)),
+            // Node names do not resolve here; the InternalIP does.
+            "--kubelet-preferred-address-types=InternalIP".to_owned(),
+            // The `kubernetes` Service's endpoint is the advertise address (the default
+            // `lease` endpoint reconciler), which pods reach.
         ];
         self.spawn(state, "kube-apiserver", &apiserver)?;
 

@@ -13,7 +13,16 @@
 //! * `certs` — the CA, serving certificates and service-account keys;
 //! * `launch` — starting the components and waiting until the API server serves;
 //! * `handle` — [`ControlPlane`], the handle of a running control plane;
+//! * `link` — the advertise address pods reach the API server at ([`ADVERTISE_ADDRESS`]);
 //! * `state` — `state.json`, the kubeconfig and env files, the ports of a control plane.
+//!
+//! # Addresses
+//!
+//! kube-apiserver binds `0.0.0.0:<port>` and advertises [`ADVERTISE_ADDRESS`] (on the link
+//! [`ADVERTISE_LINK`], created by [`ControlPlaneConfig::up`] and deleted by
+//! [`ControlPlaneConfig::down`]): host-side clients use `https://127.0.0.1:<port>`, pods of
+//! the kit's kubelet node use the `kubernetes` Service (`10.96.0.1:443`), whose endpoint is
+//! `<advertise address>:<port>`.
 //!
 //! # State directory
 //!
@@ -24,6 +33,7 @@
 //! <state>/env             `export KUBECONFIG=...` and friends, for `eval`/`source`
 //! <state>/tokens.csv      kube-apiserver --token-auth-file
 //! <state>/pki/            ca.crt ca.key apiserver.crt apiserver.key sa.key sa.pub
+//!                         apiserver-kubelet-client.crt apiserver-kubelet-client.key
 //! <state>/etcd/           etcd data directory
 //! <state>/certs/          --cert-dir of controller-manager and scheduler
 //! <state>/logs/<c>.log    stdout+stderr of each component
@@ -34,17 +44,23 @@ mod build;
 mod certs;
 mod handle;
 mod launch;
+mod link;
 mod state;
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
 pub use build::build_script;
+pub(crate) use build::go_path;
 pub use certs::APISERVER_SANS;
+pub(crate) use certs::{Identity, issue, write_file};
 pub use handle::ControlPlane;
 use launch::readyz;
+pub(crate) use link::ip;
+pub use link::{ADVERTISE_ADDRESS, ADVERTISE_LINK};
 use state::{State, wipe_except_lock};
 
 use crate::daemon;
@@ -76,6 +92,10 @@ pub(crate) const BINARIES: &[&str] = &[
     "kubectl",
 ];
 
+/// Binaries of the kubelet node ([`crate::kubelet_node`]) in the same `bin/` directory,
+/// built by [`ControlPlaneConfig::ensure_node_built`].
+pub(crate) const NODE_BINARIES: &[&str] = &["kubelet", "kube-proxy"];
+
 /// Where and how to build and run a control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControlPlaneConfig {
@@ -97,6 +117,9 @@ pub struct ControlPlaneConfig {
     /// How long [`ControlPlaneConfig::up`] waits for `/readyz` and the `default`
     /// service account. Default 120 s.
     pub ready_timeout: Duration,
+    /// kube-apiserver `--advertise-address`, held by the link [`ADVERTISE_LINK`]: the
+    /// endpoint of the `kubernetes` Service. Default [`ADVERTISE_ADDRESS`].
+    pub advertise_address: Ipv4Addr,
 }
 
 impl Default for ControlPlaneConfig {
@@ -127,6 +150,7 @@ impl ControlPlaneConfig {
             node_monitor_grace_period: Duration::from_secs(10),
             node_monitor_period: Duration::from_secs(2),
             ready_timeout: Duration::from_secs(120),
+            advertise_address: ADVERTISE_ADDRESS,
         }
     }
 
@@ -151,9 +175,14 @@ impl ControlPlaneConfig {
     }
 
     /// Starts the control plane, or returns the one already running from
-    /// [`ControlPlaneConfig::state_dir`] if it is healthy (same version, every
-    /// component alive, `/readyz` ok). Builds first if needed
-    /// ([`ControlPlaneConfig::ensure_built`]).
+    /// [`ControlPlaneConfig::state_dir`] if it is healthy (same version and advertise
+    /// address, every component alive, `/readyz` ok). Builds first if needed
+    /// ([`ControlPlaneConfig::ensure_built`]). Creates the link [`ADVERTISE_LINK`] with
+    /// [`ControlPlaneConfig::advertise_address`] if missing (needs root).
+    ///
+    /// A control plane started by an older test kit (other flags, e.g. bound to
+    /// `127.0.0.1` without an advertise address) is not healthy by this definition: it is
+    /// stopped and started afresh, once.
     ///
     /// A fresh start wipes the state directory (stopping leftovers of an unhealthy
     /// control plane), generates PKI and the admin token, picks free loopback ports,
@@ -162,7 +191,8 @@ impl ControlPlaneConfig {
     /// few seconds). Concurrent callers are serialized by `<state>/lock`.
     ///
     /// # Errors
-    /// Build failure; a component exiting or not getting ready within
+    /// Build failure; the advertise link cannot be set up; a component exiting or not
+    /// getting ready within
     /// [`ControlPlaneConfig::ready_timeout`] (the error holds its log tail; the
     /// processes are stopped and the state directory kept for inspection).
     pub async fn up(&self) -> anyhow::Result<ControlPlane> {
@@ -171,6 +201,7 @@ impl ControlPlaneConfig {
         std::fs::create_dir_all(&self.state_dir)
             .with_context(|| format!("creating {}", self.state_dir.display()))?;
         let _lock = FileLock::acquire_async(&self.state_dir.join("lock")).await?;
+        link::ensure(self.advertise_address)?;
         if let Some(running) = self.status().await? {
             return Ok(running);
         }
@@ -180,7 +211,8 @@ impl ControlPlaneConfig {
     }
 
     /// The running control plane of [`ControlPlaneConfig::state_dir`], if it is
-    /// healthy: `state.json` names this version and bin dir, every component process
+    /// healthy: `state.json` names this version, bin dir, advertise address and the
+    /// current layout of flags and certificates, every component process
     /// is alive and `/readyz` answers `ok` within 5 s. Takes no lock.
     ///
     /// # Errors
@@ -189,7 +221,11 @@ impl ControlPlaneConfig {
         let Some(state) = State::load(&self.state_dir) else {
             return Ok(None);
         };
-        if state.version != self.version || state.bin_dir != self.bin_dir() {
+        if state.version != self.version
+            || state.bin_dir != self.bin_dir()
+            || state.advertise_address != Some(self.advertise_address)
+            || state.layout != state::LAYOUT
+        {
             return Ok(None);
         }
         if !state
@@ -209,8 +245,11 @@ impl ControlPlaneConfig {
 
     /// Stops the control plane of [`ControlPlaneConfig::state_dir`] (SIGTERM to each
     /// component's process group, SIGKILL after 10 s) and removes the state directory's
-    /// contents (all but the lock file). Returns whether any component was running.
-    /// Blocks; waits for a concurrent [`ControlPlaneConfig::up`] to finish first.
+    /// contents (all but the lock file), then deletes the link [`ADVERTISE_LINK`] unless
+    /// another running kube-apiserver advertises its address. Returns whether any component
+    /// was running. Blocks; waits for a concurrent [`ControlPlaneConfig::up`] to finish
+    /// first. A kubelet node attached to this control plane stops working; stop it first
+    /// ([`crate::kubelet_node::KubeletNode::stop`]).
     ///
     /// # Errors
     /// A component survives SIGKILL, or the state cannot be removed.
@@ -219,7 +258,9 @@ impl ControlPlaneConfig {
             return Ok(false);
         }
         let _lock = FileLock::acquire(&self.state_dir.join("lock"))?;
-        self.stop_and_wipe()
+        let was_running = self.stop_and_wipe()?;
+        link::remove_if_unused(self.advertise_address)?;
+        Ok(was_running)
     }
 
     /// Stops every recorded component and empties the state dir (lock held by caller).

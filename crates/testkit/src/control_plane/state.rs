@@ -1,11 +1,20 @@
 //! The state directory of a control plane: `state.json`, kubeconfig, env file.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use super::{ControlPlane, certs};
+
+/// The version of the components' command lines and PKI layout. A control plane whose
+/// `state.json` records another one (an older kit's) is restarted by
+/// [`super::ControlPlaneConfig::up`]. Bump it whenever a flag or a certificate changes.
+///
+/// 2: kube-apiserver binds `0.0.0.0`, advertises `10.199.0.1`, has a kubelet client
+/// certificate and prefers InternalIP (the kubelet node). 1 (absent): the first layout.
+pub(super) const LAYOUT: u32 = 2;
 
 /// One started component.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -24,6 +33,13 @@ pub(super) struct State {
     pub(super) bin_dir: PathBuf,
     pub(super) ports: Ports,
     pub(super) components: Vec<Component>,
+    /// kube-apiserver `--advertise-address`; `None` in the state of an older kit, whose
+    /// apiserver bound and advertised `127.0.0.1` (pods cannot reach it).
+    #[serde(default)]
+    pub(super) advertise_address: Option<Ipv4Addr>,
+    /// [`LAYOUT`] when started; 0 in the state of a kit older than the field.
+    #[serde(default)]
+    pub(super) layout: u32,
 }
 
 impl State {

@@ -15,6 +15,7 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
+use verge_controller::config::LeaderElectionConfig;
 use verge_devicecontroller::config::HubAuthConfig;
 use verge_devicecontroller::{Config, DeviceController};
 use verge_pki::Ca;
@@ -274,4 +275,12 @@ impl Hub {
 /// The UTF-8 content of an answer.
 pub fn reason(m: &Message) -> String {
     String::from_utf8_lossy(&m.content).into_owned()
+}
+
+/// No leader election: for tests without an API server.
+pub fn no_leader_election() -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        leader_elect: false,
+        ..LeaderElectionConfig::default()
+    }
 }

@@ -15,6 +15,8 @@ use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Identity, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
+use verge_controller::config::LeaderElectionConfig;
+use verge_controller::leader::Leadership;
 use verge_core::{Group, Operation};
 use verge_edgecontroller::config::HubAuthConfig;
 use verge_edgecontroller::{Config, EdgeController};
@@ -90,14 +92,25 @@ pub fn hub_auth() -> HubAuthConfig {
 /// Starts the fake (TLS with a certificate from [`test_ca`]) on a free loopback port;
 /// returns its address and the accepted streams.
 pub async fn start() -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    start_serving(&[]).await
+}
+
+/// [`start`] with a certificate valid for `127.0.0.1` and `names` too.
+pub async fn start_serving(names: &[&str]) -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
+    start_on(std::net::Ipv4Addr::LOCALHOST.into(), names).await
+}
+
+/// [`start_serving`] listening on `ip` (a free port).
+pub async fn start_on(
+    ip: std::net::IpAddr,
+    names: &[&str],
+) -> anyhow::Result<(SocketAddr, mpsc::Receiver<Attach>)> {
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = mpsc::channel(4);
-    let serving = test_ca().issue_serving(
-        "cloudhub",
-        &["127.0.0.1".to_owned()],
-        Duration::from_secs(3600),
-    )?;
+    let mut sans = vec!["127.0.0.1".to_owned()];
+    sans.extend(names.iter().map(|n| (*n).to_owned()));
+    let serving = test_ca().issue_serving("cloudhub", &sans, Duration::from_secs(3600))?;
     let tls = ServerTlsConfig::new().identity(Identity::from_pem(
         serving.chain_pem(),
         serving.key_pem.expose(),
@@ -133,6 +146,8 @@ pub async fn next_hello(
 
 /// An [`EdgeController`] running in a task of the test.
 pub struct Controller {
+    /// Its leadership.
+    pub leadership: Leadership,
     shutdown: CancellationToken,
     task: JoinHandle<verge_edgecontroller::Result<()>>,
 }
@@ -141,8 +156,21 @@ impl Controller {
     /// Spawns `EdgeController::run` with `config` and `client`.
     pub fn spawn(config: Config, client: kube::Client) -> Self {
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(EdgeController::new(config, client).run(shutdown.clone()));
-        Self { shutdown, task }
+        let controller = EdgeController::new(config, client);
+        let leadership = controller.leadership();
+        let task = tokio::spawn(controller.run(shutdown.clone()));
+        Self {
+            leadership,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Waits up to `wait` for the controller to end on its own; its result.
+    pub async fn ended(self, wait: Duration) -> anyhow::Result<verge_edgecontroller::Result<()>> {
+        Ok(tokio::time::timeout(wait, self.task)
+            .await
+            .context("the controller did not end")??)
     }
 
     /// Shuts the controller down; fails unless it returns `Ok` within 10 s.
@@ -224,4 +252,36 @@ pub fn msg(op: Operation, resource: String, content: serde_json::Value) -> Messa
 /// The UTF-8 content of an answer.
 pub fn reason(m: &Message) -> String {
     String::from_utf8_lossy(&m.content).into_owned()
+}
+
+/// Leader election on a Lease of this test's own (`<controller>-<test>-<random>` in
+/// `verge-system`, created if absent): tests share one control plane and must not wait for
+/// each other's leases.
+pub async fn leader_election(
+    client: &kube::Client,
+    test: &str,
+) -> anyhow::Result<LeaderElectionConfig> {
+    verge_testkit::trust::ensure_controller_accounts(client).await?;
+    let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    Ok(LeaderElectionConfig {
+        lease_name: Some(format!("edgecontroller-{test}-{id}")),
+        ..LeaderElectionConfig::default()
+    })
+}
+
+/// Deletes the Lease of `election` (a test's own), ignoring errors.
+pub async fn delete_lease(client: &kube::Client, election: &LeaderElectionConfig) {
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &election.lease_namespace);
+    if let Some(name) = &election.lease_name {
+        let _ = leases.delete(name, &Default::default()).await;
+    }
+}
+
+/// No leader election: for tests without an API server.
+pub fn no_leader_election() -> LeaderElectionConfig {
+    LeaderElectionConfig {
+        leader_elect: false,
+        ..LeaderElectionConfig::default()
+    }
 }

@@ -133,3 +133,23 @@ pub async fn wait_for_service_account(client: &kube::Client, ns: &str) -> anyhow
     }
     bail!("ServiceAccount {ns}/default was not created")
 }
+
+/// Acks downstream message `m` as the edge does after its commit.
+pub async fn ack(h: &Probe<'_>, node: &str, m: &Message) -> anyhow::Result<()> {
+    let ack = super::msg(
+        Operation::Ack,
+        m.resource().to_owned(),
+        serde_json::Value::Null,
+    );
+    h.h.send(hub_frame::Frame::Message(Routed {
+        node: node.into(),
+        message: Some(Message {
+            header: ack.header.map(|mut header| {
+                header.parent_id = m.id().to_owned();
+                header
+            }),
+            ..ack
+        }),
+    }))
+    .await
+}
