@@ -9,6 +9,9 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::Api;
+use kube::api::PostParams;
 use verge_testkit::ControlPlane;
 
 /// The repository's `deploy/cloud`.
@@ -313,7 +316,13 @@ fn can_i_args(can: &Can) -> Vec<String> {
 }
 
 /// Whether the API server allows `can` (kubectl prints `yes` and exits 0, or `no` and 1).
+/// kubectl cannot name `signers`, a resource the API server only authorizes and does not
+/// serve: those questions go to a SubjectAccessReview for the same user and groups
+/// (impersonating a service account adds exactly these).
 async fn allowed(cp: &ControlPlane, can: &Can) -> anyhow::Result<bool> {
+    if let Some(signer) = can.what.strip_prefix("signers.certificates.k8s.io/") {
+        return signer_allowed(cp, can, signer).await;
+    }
     let output = run_kubectl(cp, can_i_args(can)).await?;
     let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
     match answer.as_str() {
@@ -325,6 +334,24 @@ async fn allowed(cp: &ControlPlane, can: &Can) -> anyhow::Result<bool> {
             String::from_utf8_lossy(&output.stderr)
         ),
     }
+}
+
+/// A SubjectAccessReview of `can.verb` on signer `signer` for `can.sa`.
+async fn signer_allowed(cp: &ControlPlane, can: &Can, signer: &str) -> anyhow::Result<bool> {
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {
+            "user": format!("system:serviceaccount:verge-system:{}", can.sa),
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:verge-system",
+                "system:authenticated"],
+            "resourceAttributes": {
+                "group": "certificates.k8s.io", "resource": "signers",
+                "name": signer, "verb": can.verb,
+            },
+        },
+    }))?;
+    let reviews: Api<SubjectAccessReview> = Api::all(cp.client().await?);
+    let answer = reviews.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 /// Objects of earlier versions of deploy/cloud/access/rbac.yaml that granted more; deleted
