@@ -103,12 +103,17 @@ impl Cloud {
                 format!("0.0.0.0:{join_port}"),
                 "--replica-name".to_owned(),
                 format!("hub-{i}"),
+                // Probe endpoints on free ports: tests run many services side by side.
+                "--health-addr".to_owned(),
+                "127.0.0.1:0".to_owned(),
             ];
             let process = spawn_cloudhub(&args, edge_port).await?;
             controller_args.push("--cloudhub".to_owned());
             controller_args.push(format!("https://127.0.0.1:{ctrl_port}"));
             hubs.push((args, process, edge_port, join_port, ctrl_port));
         }
+        controller_args.push("--health-addr".to_owned());
+        controller_args.push("127.0.0.1:0".to_owned());
         controller_args.push("--kubeconfig".to_owned());
         controller_args.push(cp.kubeconfig().display().to_string());
         // Each cloud elects its controllers' leaders on Leases of its own: tests share one

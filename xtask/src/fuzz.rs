@@ -13,6 +13,8 @@
 mod build;
 mod run;
 
+pub use build::host_triple;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;

@@ -90,7 +90,7 @@ pub async fn start(
         "cloudhub.yaml",
         &format!(
             "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\n"
+             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
         ),
     )?;
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
@@ -258,7 +258,7 @@ pub fn controller_config(dir: &Path, controller: &str, ctrl_port: u16) -> anyhow
         dir,
         &format!("{controller}.yaml"),
         &format!(
-            "cloudhub: https://127.0.0.1:{ctrl_port}\nleaderElection:\n  \
+            "cloudhub: https://127.0.0.1:{ctrl_port}\nhealthAddr: 127.0.0.1:0\nleaderElection:\n  \
              leaseName: {controller}-{run}\n  identity: {controller}-{run}-0\n"
         ),
     )

@@ -3,13 +3,15 @@
 //! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
 //! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
 //! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
-//! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time); [`local`] starts and stops
-//! the Verge processes for quickstart and benchmarks.
+//! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
+//! images of the services); [`local`] starts and stops the Verge processes for quickstart and
+//! benchmarks.
 
 mod bench;
 mod control_plane;
 mod down;
 mod fuzz;
+mod images;
 mod local;
 mod quickstart;
 mod test;
@@ -42,6 +44,9 @@ enum Command {
     /// Build the fuzz targets (stable Rust, libFuzzer) and run each for a bounded time;
     /// fails on the first crash, naming the reproducer (docs/fuzzing.md).
     Fuzz(fuzz::Args),
+    /// Build the container images `verge/<binary>:<tag>` (static binaries FROM scratch,
+    /// non-root) in the local Docker engine; print their sizes; optionally `docker save` them.
+    Images(images::Args),
 }
 
 #[tokio::main]
@@ -54,6 +59,7 @@ async fn main() -> ExitCode {
         Command::Down(args) => down::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Fuzz(args) => fuzz::run(args).await,
+        Command::Images(args) => images::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -74,6 +74,12 @@ pub struct Config {
     /// Leader election between the controller's replicas (only the leader attaches to
     /// cloudhub).
     pub leader_election: LeaderElectionConfig,
+    /// Address of the plaintext health endpoint for Kubernetes probes
+    /// (`verge_runtime::health`: gRPC `grpc.health.v1`, service `""` = ready while the
+    /// controller runs, `liveness`; HTTP `/healthz`, `/readyz`). Default: the controller's
+    /// own (`0.0.0.0:10006` edgecontroller, `0.0.0.0:10007` devicecontroller); port 0 picks
+    /// a free port.
+    pub health_addr: Option<std::net::SocketAddr>,
 }
 
 /// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
@@ -133,6 +139,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             cloudhub_auth: HubAuthConfig::default(),
             leader_election: LeaderElectionConfig::default(),
+            health_addr: None,
         }
     }
 }
@@ -234,6 +241,9 @@ mod tests {
         assert_eq!(c.endpoints(), ["https://hub:1"]);
         assert_eq!(c.node_queue, 3);
         assert_eq!(c.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.health_addr, None);
+        let c = Config::from_yaml("healthAddr: 127.0.0.1:0\n", "t").expect("ok");
+        assert_eq!(c.health_addr, Some(([127, 0, 0, 1], 0).into()));
         assert_eq!(c.outbound_queue, Config::default().outbound_queue);
     }
 

@@ -16,10 +16,15 @@
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
 //! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
+//! * `health` (feature `health`) — the plaintext health endpoint of the cloud services
+//!   (gRPC `grpc.health.v1` and HTTP `/healthz`, `/readyz`) for Kubernetes probes, and
+//!   `serve_with_health`.
 //! * `unix_grpc` (feature `unix-grpc`) — gRPC servers on unix sockets that accept the
 //!   socket-path `:authority` of Go gRPC clients (KubeEdge mappers).
 
 mod chain;
+#[cfg(feature = "health")]
+pub mod health;
 #[cfg(feature = "kube")]
 mod kube_client;
 mod modules;
@@ -31,5 +36,7 @@ pub use chain::ErrorChain;
 #[cfg(feature = "kube")]
 pub use kube_client::kube_client;
 pub use modules::{ModuleError, Modules};
+#[cfg(feature = "health")]
+pub use serve::serve_with_health;
 pub use serve::{Outcome, Signal, fail, serve, signal};
 pub use tokio_util::sync::CancellationToken;

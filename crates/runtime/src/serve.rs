@@ -10,6 +10,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::ErrorChain;
+#[cfg(feature = "health")]
+use crate::health::{Health, HealthEndpoint};
 
 /// The signal that asked the process to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +90,64 @@ where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: Error + Send + Sync + 'static,
 {
+    run(service, grace, component, async {}).await
+}
+
+/// [`serve`] with a health endpoint ([`crate::health`]): the endpoint serves from before the
+/// component starts until it stopped; `component` gets the [`Health`] handle and says when it
+/// is ready ([`Health::set_ready`]). On SIGINT/SIGTERM readiness drops first, then the
+/// component is cancelled, so Kubernetes stops routing to the pod while it drains; liveness
+/// stays SERVING until the process ends. A failure of the endpoint is logged (the liveness
+/// probe then fails and the kubelet restarts the container).
+#[cfg(feature = "health")]
+pub async fn serve_with_health<F, E>(
+    service: &'static str,
+    grace: Duration,
+    endpoint: HealthEndpoint,
+    component: impl FnOnce(CancellationToken, Health) -> F,
+) -> Outcome
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Error + Send + Sync + 'static,
+{
+    let health = endpoint.health();
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(endpoint.serve(stop.clone()));
+    let draining = health.clone();
+    let outcome = run(
+        service,
+        grace,
+        |shutdown| component(shutdown, health),
+        async move { draining.set_ready(false).await },
+    )
+    .await;
+    if server.is_finished() {
+        match server.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                error!(service, error = %ErrorChain(&error), "health endpoint failed")
+            }
+            Err(join) => error!(service, error = %ErrorChain(&join), "health endpoint panicked"),
+        }
+    } else {
+        // Not a graceful stop: a client watching the status would hold it open forever.
+        stop.cancel();
+        server.abort();
+    }
+    outcome
+}
+
+/// [`serve`], awaiting `on_signal` between the signal and the cancellation of the component.
+async fn run<F, E>(
+    service: &'static str,
+    grace: Duration,
+    component: impl FnOnce(CancellationToken) -> F,
+    on_signal: impl Future<Output = ()>,
+) -> Outcome
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Error + Send + Sync + 'static,
+{
     let shutdown = CancellationToken::new();
     let mut task = tokio::spawn(component(shutdown.clone()));
     let signal = tokio::select! {
@@ -95,6 +155,7 @@ where
         signal = signal() => signal,
     };
     info!(service, %signal, ?grace, "shutting down; draining");
+    on_signal.await;
     shutdown.cancel();
     match tokio::time::timeout(grace, task).await {
         Ok(joined) => finished(service, joined, Outcome::Drained(signal)),

@@ -1,6 +1,6 @@
 //! Manifests of `deploy/` installed into a test control plane: the device
 //! CustomResourceDefinitions of `deploy/crds/` (Device, DeviceModel, DeviceStatus of
-//! `devices.kubeedge.io`) and the cloud services' RBAC (`deploy/cloud/rbac.yaml`).
+//! `devices.kubeedge.io`) and the cloud services' RBAC (`deploy/cloud/access/`).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -45,22 +45,24 @@ pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
     .await?
 }
 
-/// Applies `deploy/cloud/rbac.yaml` (the service accounts, roles and bindings of cloudhub,
-/// edgecontroller and devicecontroller) into `verge-system`, creating the namespace if
-/// absent, so that a test can act as a service account with [`ControlPlane::client_as`].
+/// The repository's `deploy/cloud/access/` kustomization: the `verge-system` namespace, the
+/// device CRDs, and the service accounts, roles and bindings of cloudhub, edgecontroller
+/// and devicecontroller.
+pub fn cloud_access_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cloud/access")
+}
+
+/// Applies [`cloud_access_dir`] server-side (`kubectl apply --server-side --force-conflicts
+/// -k`), so that a test can act as a service account with [`ControlPlane::client_as`].
+/// Idempotent.
 ///
 /// # Errors
 /// kubectl cannot be run or the apply fails (the error holds kubectl's output).
 pub async fn install_cloud_rbac(cp: &ControlPlane) -> anyhow::Result<()> {
-    let client = cp.client().await?;
-    crate::trust::ensure_controller_accounts(&client).await?;
-    let rbac = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/cloud/rbac.yaml");
     let mut apply = cp.kubectl_command();
     apply
-        .args(["apply", "--server-side", "--force-conflicts", "-n"])
-        .arg(crate::trust::VERGE_NAMESPACE)
-        .arg("-f")
-        .arg(rbac);
+        .args(["apply", "--server-side", "--force-conflicts", "-k"])
+        .arg(cloud_access_dir());
     tokio::task::spawn_blocking(move || check("kubectl apply of the cloud RBAC", apply.output()))
         .await?
 }

@@ -24,7 +24,7 @@
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
-//!   [`crds::install_cloud_rbac`] (`deploy/cloud/rbac.yaml`).
+//!   [`crds::install_cloud_rbac`] (`deploy/cloud/access/`).
 //! * [`kubelet_node`] — [`KubeletNode`]: a real kubelet node (kubelet, kube-proxy, containerd)
 //!   attached to the control plane, so the cloud services run as pods.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].

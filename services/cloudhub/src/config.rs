@@ -14,6 +14,10 @@ use crate::{Error, Result};
 
 pub use verge_telemetry::LogFormat;
 
+/// The default port of cloudhub's health endpoint ([`Config::health_addr`]); edgecontroller
+/// and devicecontroller default to the next two.
+pub const DEFAULT_HEALTH_PORT: u16 = 10005;
+
 /// The configuration of one cloudhub replica.
 ///
 /// Example (every field shown with its default):
@@ -21,6 +25,7 @@ pub use verge_telemetry::LogFormat;
 /// edgeAddr: 0.0.0.0:10000
 /// controllerAddr: 0.0.0.0:10001
 /// joinAddr: 0.0.0.0:10002
+/// healthAddr: 0.0.0.0:10005
 /// replicaName: ""
 /// keepaliveInterval: 10s
 /// maxFrameBytes: 4194304
@@ -50,6 +55,11 @@ pub struct Config {
     /// for their client certificate (TLS, no client certificate). Default `0.0.0.0:10002`
     /// (KubeEdge cloudcore's certificate port).
     pub join_addr: SocketAddr,
+    /// Address of the plaintext health endpoint for Kubernetes probes
+    /// (`verge_runtime::health`: gRPC `grpc.health.v1`, service `""` = ready once the CA is
+    /// loaded and the three listeners are bound, `liveness`; HTTP `/healthz`, `/readyz`).
+    /// Default `0.0.0.0:10005`; port 0 picks a free port.
+    pub health_addr: SocketAddr,
     /// The name this replica announces in `NodeSession.cloudhub`, so controllers send to the
     /// replica holding a node. Default `""`: the `HOSTNAME` environment variable (the pod
     /// name in Kubernetes), else `"cloudhub"`.
@@ -118,6 +128,7 @@ impl Default for Config {
             edge_addr: SocketAddr::from(([0, 0, 0, 0], 10000)),
             controller_addr: SocketAddr::from(([0, 0, 0, 0], 10001)),
             join_addr: SocketAddr::from(([0, 0, 0, 0], 10002)),
+            health_addr: SocketAddr::from(([0, 0, 0, 0], DEFAULT_HEALTH_PORT)),
             replica_name: String::new(),
             keepalive_interval: Duration::from_secs(10),
             max_frame_bytes: 4 * 1024 * 1024,
@@ -234,7 +245,7 @@ mod tests {
     fn fields_parse() {
         let c = Config::from_yaml(
             "keepaliveInterval: 200ms\nlogFormat: json\nackTimeout: 300ms\n\
-             trust: {serverSans: [hub.example]}\n",
+             trust: {serverSans: [hub.example]}\nhealthAddr: 127.0.0.1:0\n",
             "c.yaml",
         )
         .expect("ok");
@@ -244,6 +255,8 @@ mod tests {
         assert_eq!(c.idle_timeout(), Duration::from_millis(600));
         assert_eq!(c.ack_timeout, Duration::from_millis(300));
         assert_eq!((c.max_inflight, c.max_retries), (256, 5));
+        assert_eq!(c.health_addr, SocketAddr::from(([127, 0, 0, 1], 0)));
+        assert_eq!(Config::default().health_addr.port(), DEFAULT_HEALTH_PORT);
     }
 
     #[test]

@@ -63,6 +63,7 @@ use tracing::info;
 use verge_proto::hub::controller_hub_server::ControllerHubServer;
 use verge_proto::hub::edge_hub_server::EdgeHubServer;
 use verge_proto::hub::join_server::JoinServer;
+use verge_runtime::health::Health;
 
 pub use config::{Config, LogFormat};
 pub use controller::ControllerHubService;
@@ -106,6 +107,7 @@ impl Shared {
 pub struct CloudHub {
     config: Config,
     trust: Arc<Trust>,
+    health: Option<Health>,
 }
 
 impl CloudHub {
@@ -115,7 +117,20 @@ impl CloudHub {
     /// [`Error::InvalidConfig`] when a value is out of range.
     pub fn new(config: Config, trust: Arc<Trust>) -> Result<Self> {
         config.validate()?;
-        Ok(Self { config, trust })
+        Ok(Self {
+            config,
+            trust,
+            health: None,
+        })
+    }
+
+    /// Reports readiness through `health` (the probe endpoint, `verge_runtime::health`):
+    /// ready once the three servers are set up on bound listeners (the CA is loaded before
+    /// a `CloudHub` exists), not ready once they stop.
+    #[must_use]
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = Some(health);
+        self
     }
 
     /// The configuration.
@@ -236,6 +251,14 @@ impl CloudHub {
             stop.cancel();
             result
         };
+        if let Some(health) = self.health {
+            health.set_ready(true).await;
+            let stopped = stop.clone();
+            shared.tracker.spawn(async move {
+                stopped.cancelled().await;
+                health.set_ready(false).await;
+            });
+        }
         let (edge_result, controller_result, join_result) =
             tokio::join!(edge_server, controller_server, join_server);
         shared.tracker.close();

@@ -1,6 +1,7 @@
 //! `cloudhub`: parse flags, load the configuration, initialise telemetry, load (or create)
 //! the Verge CA, serve until SIGINT/SIGTERM, then drain for at most `shutdownGrace`
-//! (`verge_runtime::serve`).
+//! (`verge_runtime::serve_with_health`: the probe endpoint on `healthAddr` reports ready once
+//! the listeners are up, not ready from the signal on).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +12,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use verge_cloudhub::trust::{KubeCluster, Trust};
 use verge_cloudhub::{CloudHub, Config, LogFormat};
+use verge_runtime::health::HealthEndpoint;
 
 /// Verge cloudhub: terminates edge streams and routes messages to controllers.
 #[derive(Debug, Parser)]
@@ -31,6 +33,9 @@ struct Args {
     /// Overrides `joinAddr`.
     #[arg(long)]
     join_addr: Option<SocketAddr>,
+    /// Overrides `healthAddr` (the plaintext probe endpoint).
+    #[arg(long)]
+    health_addr: Option<SocketAddr>,
     /// Overrides `replicaName`.
     #[arg(long)]
     replica_name: Option<String>,
@@ -48,6 +53,7 @@ impl Args {
         config.edge_addr = self.edge_addr.unwrap_or(config.edge_addr);
         config.controller_addr = self.controller_addr.unwrap_or(config.controller_addr);
         config.join_addr = self.join_addr.unwrap_or(config.join_addr);
+        config.health_addr = self.health_addr.unwrap_or(config.health_addr);
         if let Some(name) = &self.replica_name {
             config.replica_name.clone_from(name);
         }
@@ -75,11 +81,17 @@ async fn main() -> ExitCode {
     };
     verge_telemetry::init("cloudhub", config.log_format);
     let grace = config.shutdown_grace;
+    let endpoint = match HealthEndpoint::bind(config.health_addr).await {
+        Ok(endpoint) => endpoint,
+        Err(error) => return verge_runtime::fail("cloudhub", &error),
+    };
     let hub = match build(&args, config).await {
         Ok(hub) => hub,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
-    verge_runtime::serve("cloudhub", grace, |shutdown| hub.run(shutdown))
-        .await
-        .exit_code()
+    verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
+        hub.with_health(health).run(shutdown)
+    })
+    .await
+    .exit_code()
 }

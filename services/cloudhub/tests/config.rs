@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use serde::Deserialize as _;
+
 use verge_cloudhub::Config;
 
 #[test]
@@ -34,4 +36,26 @@ fn binary_refuses_bad_config() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("tokn"), "{stderr}");
+}
+
+/// The configuration the cloudhub Deployment runs with (deploy/cloud/cloudhub.yaml, the
+/// ConfigMap's `cloudhub.yaml`) parses, with the health port the probes use.
+#[test]
+fn deployed_config_parses() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/cloud/cloudhub.yaml"
+    );
+    let manifest = std::fs::read_to_string(path).unwrap();
+    let text = serde_norway::Deserializer::from_str(&manifest)
+        .map(|doc| serde_norway::Value::deserialize(doc).unwrap())
+        .find(|doc| doc["kind"] == "ConfigMap")
+        .and_then(|cm| cm["data"]["cloudhub.yaml"].as_str().map(str::to_owned))
+        .expect("a ConfigMap with cloudhub.yaml");
+    let config = Config::from_yaml(&text, path).unwrap();
+    assert_eq!(config.health_addr.port(), 10005);
+    assert!(
+        manifest.contains("grpc: {port: 10005}"),
+        "the probes use the health port"
+    );
 }

@@ -32,6 +32,8 @@ pub mod upstream;
 pub use error::{Error, Result};
 pub use verge_controller::config::{self, Config};
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
@@ -50,6 +52,11 @@ pub const IDENTITY: Identity = Identity {
     module: Module::DeviceController,
     group: Group::Device,
 };
+
+/// Where the probe endpoint listens unless `healthAddr` says otherwise: `0.0.0.0:10007`
+/// (cloudhub uses 10005, edgecontroller 10006, so all three fit on one host).
+pub const DEFAULT_HEALTH_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 10007));
 
 /// Capacity of the queue of cache changes waiting for the downstream task.
 const CACHE_EVENTS: usize = 256;
@@ -72,7 +79,7 @@ impl DeviceController {
     /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
     /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
     /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
-    /// (deploy/cloud/rbac.yaml); with leader election get/create/update on its `leases` in
+    /// (deploy/cloud/access/rbac.yaml); with leader election get/create/update on its `leases` in
     /// `leaderElection.leaseNamespace`; with `cloudhubService` list/watch on
     /// `endpointslices` in the Service's namespace.
     pub fn new(config: Config, client: kube::Client) -> Self {

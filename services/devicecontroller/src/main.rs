@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use verge_controller::binary::{self, Flags};
-use verge_devicecontroller::DeviceController;
+use verge_devicecontroller::{DEFAULT_HEALTH_ADDR, DeviceController};
 
 /// Verge devicecontroller: sends Devices and DeviceModels to their edge nodes and writes
 /// what the edges report into DeviceStatus objects.
@@ -22,8 +22,13 @@ async fn main() -> ExitCode {
     let args = Args::parse();
     binary::main(
         "devicecontroller",
+        DEFAULT_HEALTH_ADDR,
         args.flags,
-        |config, client, shutdown| DeviceController::new(config, client).run(shutdown),
+        |config, client, shutdown, health| {
+            let controller = DeviceController::new(config, client);
+            binary::report_leadership(health, &controller.leadership());
+            controller.run(shutdown)
+        },
     )
     .await
 }

@@ -1,6 +1,6 @@
 //! Component test: devicecontroller against a real API server (verge-testkit) with the
 //! device CRDs installed, acting as its service account with the RBAC of
-//! `deploy/cloud/rbac.yaml`, and an in-test ControllerHub playing cloudhub.
+//! `deploy/cloud/access/rbac.yaml`, and an in-test ControllerHub playing cloudhub.
 
 mod common;
 

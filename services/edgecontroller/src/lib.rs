@@ -37,6 +37,8 @@ pub use error::{Error, Result};
 pub use verge_controller::config::{self, Config};
 pub use verge_controller::{dispatch, fingerprint, hub, hub_auth, leader, replicas, sessions};
 
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
@@ -56,6 +58,11 @@ pub const IDENTITY: Identity = Identity {
     module: Module::EdgeController,
     group: Group::Resource,
 };
+
+/// Where the probe endpoint listens unless `healthAddr` says otherwise: `0.0.0.0:10006`
+/// (cloudhub uses 10005, devicecontroller 10007, so all three fit on one host).
+pub const DEFAULT_HEALTH_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 10006));
 
 /// Capacity of the queue of cache changes waiting for the downstream task.
 const CACHE_EVENTS: usize = 256;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use verge_controller::binary::{self, Flags};
-use verge_edgecontroller::EdgeController;
+use verge_edgecontroller::{DEFAULT_HEALTH_ADDR, EdgeController};
 
 /// Verge edgecontroller: applies edge node registrations, statuses and leases to the API
 /// server.
@@ -20,8 +20,15 @@ struct Args {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    binary::main("edgecontroller", args.flags, |config, client, shutdown| {
-        EdgeController::new(config, client).run(shutdown)
-    })
+    binary::main(
+        "edgecontroller",
+        DEFAULT_HEALTH_ADDR,
+        args.flags,
+        |config, client, shutdown, health| {
+            let controller = EdgeController::new(config, client);
+            binary::report_leadership(health, &controller.leadership());
+            controller.run(shutdown)
+        },
+    )
     .await
 }

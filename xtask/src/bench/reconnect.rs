@@ -220,7 +220,7 @@ async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow
         "cloudhub.yaml",
         &format!(
             "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\n"
+             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
         ),
     )?;
     let ctrl_cfg = crate::local::controller_config(dir, "edgecontroller", ctrl_port)?;

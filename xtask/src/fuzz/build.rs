@@ -125,7 +125,10 @@ fn run(mut cmd: Command, what: &str) -> anyhow::Result<()> {
 }
 
 /// The host's target triple, from `rustc -vV`.
-fn host_triple() -> anyhow::Result<String> {
+///
+/// # Errors
+/// rustc cannot be run or prints no host.
+pub fn host_triple() -> anyhow::Result<String> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let out = Command::new(rustc)
         .arg("-vV")

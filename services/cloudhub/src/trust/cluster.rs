@@ -88,7 +88,7 @@ pub trait ClusterApi: Send + Sync + 'static {
 
 /// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`, get Nodes,
 /// create/approve/update-status CSRs and `approve`/`sign` on signer `verge.io/edge-node`,
-/// create TokenReviews; see `deploy/cloud/rbac.yaml`).
+/// create TokenReviews; see `deploy/cloud/access/rbac.yaml`).
 #[derive(Clone)]
 pub struct KubeCluster {
     client: kube::Client,

@@ -50,6 +50,14 @@ pub fn config() -> Config {
 }
 
 pub async fn start(config: Config) -> Hub {
+    start_with_health(config, None).await
+}
+
+/// [`start`], reporting readiness through `health` when given.
+pub async fn start_with_health(
+    config: Config,
+    health: Option<verge_runtime::health::Health>,
+) -> Hub {
     verge_telemetry::init_for_tests();
     let bind = || TcpListener::bind("127.0.0.1:0");
     let listeners = Listeners {
@@ -64,7 +72,10 @@ pub async fn start(config: Config) -> Hub {
     let ca = Ca::generate("test-ca", Duration::from_secs(3600)).unwrap();
     let cluster = Arc::new(cluster::FakeCluster::default());
     let trust = Arc::new(Trust::new(ca, cluster.clone(), config.trust.clone()));
-    let hub = CloudHub::new(config, trust.clone()).unwrap();
+    let mut hub = CloudHub::new(config, trust.clone()).unwrap();
+    if let Some(health) = health {
+        hub = hub.with_health(health);
+    }
     let task = tokio::spawn(hub.serve_with_listeners(listeners, shutdown.clone()));
     Hub {
         edge_addr,

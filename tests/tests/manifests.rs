@@ -1,0 +1,433 @@
+//! `deploy/cloud` on the real control plane: the RBAC of `deploy/cloud/access` applied for
+//! real and checked with `kubectl auth can-i --as=system:serviceaccount:verge-system:<sa>`
+//! against a table of what each service's code calls (and representative things it must not
+//! be able to do), then `kubectl apply --dry-run=server -k deploy/cloud`.
+//!
+//! The control plane is shared with other tests: applying the same objects is idempotent.
+
+use std::path::PathBuf;
+use std::process::Output;
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use kube::Api;
+use kube::api::PostParams;
+use verge_testkit::ControlPlane;
+
+/// The repository's `deploy/cloud`.
+fn cloud_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cloud")
+}
+
+/// `kubectl <args>` on `cp`, failing with its output unless it succeeds.
+async fn kubectl(cp: &ControlPlane, args: Vec<String>) -> anyhow::Result<String> {
+    let output = run_kubectl(cp, args.clone()).await?;
+    if !output.status.success() {
+        bail!(
+            "kubectl {} failed ({}): {}{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+async fn run_kubectl(cp: &ControlPlane, args: Vec<String>) -> anyhow::Result<Output> {
+    let mut cmd = cp.kubectl_command();
+    cmd.args(&args);
+    tokio::task::spawn_blocking(move || cmd.output())
+        .await?
+        .context("running kubectl")
+}
+
+/// One `kubectl auth can-i` question and its expected answer.
+#[derive(Debug, Clone, Copy)]
+struct Can {
+    /// Service account in verge-system.
+    sa: &'static str,
+    verb: &'static str,
+    /// `resource[.group][/name][#subresource]`.
+    what: &'static str,
+    /// `cluster` (cluster-scoped resource), `*` (every namespace) or a namespace.
+    scope: &'static str,
+    allowed: bool,
+}
+
+const fn yes(sa: &'static str, verb: &'static str, what: &'static str, scope: &'static str) -> Can {
+    Can {
+        sa,
+        verb,
+        what,
+        scope,
+        allowed: true,
+    }
+}
+
+const fn no(sa: &'static str, verb: &'static str, what: &'static str, scope: &'static str) -> Can {
+    Can {
+        sa,
+        verb,
+        what,
+        scope,
+        allowed: false,
+    }
+}
+
+const CH: &str = "cloudhub";
+const EC: &str = "edgecontroller";
+const DC: &str = "devicecontroller";
+const VS: &str = "verge-system";
+const CSR: &str = "certificatesigningrequests.certificates.k8s.io";
+const LEASES: &str = "leases.coordination.k8s.io";
+const SLICES: &str = "endpointslices.discovery.k8s.io";
+
+/// What each service's code calls (services/*/src, crates/controller; the comments in
+/// deploy/cloud/access/rbac.yaml name the call sites).
+const NEEDED: &[Can] = &[
+    // cloudhub: joins and renewals through the CSR API, TokenReviews, the CA.
+    yes(CH, "get", "nodes", "cluster"),
+    yes(CH, "create", CSR, "cluster"),
+    yes(
+        CH,
+        "patch",
+        "certificatesigningrequests.certificates.k8s.io#approval",
+        "cluster",
+    ),
+    yes(
+        CH,
+        "patch",
+        "certificatesigningrequests.certificates.k8s.io#status",
+        "cluster",
+    ),
+    yes(
+        CH,
+        "approve",
+        "signers.certificates.k8s.io/verge.io/edge-node",
+        "cluster",
+    ),
+    yes(
+        CH,
+        "sign",
+        "signers.certificates.k8s.io/verge.io/edge-node",
+        "cluster",
+    ),
+    yes(
+        CH,
+        "create",
+        "tokenreviews.authentication.k8s.io",
+        "cluster",
+    ),
+    yes(CH, "get", "namespaces/verge-system", "cluster"),
+    yes(CH, "get", "secrets/verge-ca", VS),
+    yes(CH, "create", "secrets", VS),
+    yes(CH, "create", "configmaps/verge-ca", VS),
+    yes(CH, "patch", "configmaps/verge-ca", VS),
+    yes(CH, "get", "secrets/bootstrap-token-abcdef", "kube-system"),
+    // edgecontroller: a kubelet's calls for every edge node, and its own Lease and hubs.
+    yes(EC, "list", "nodes", "cluster"),
+    yes(EC, "watch", "nodes", "cluster"),
+    yes(EC, "get", "nodes", "cluster"),
+    yes(EC, "create", "nodes", "cluster"),
+    yes(EC, "patch", "nodes", "cluster"),
+    yes(EC, "patch", "nodes#status", "cluster"),
+    yes(EC, "list", "pods", "*"),
+    yes(EC, "watch", "pods", "*"),
+    yes(EC, "get", "pods", "default"),
+    yes(EC, "delete", "pods", "default"),
+    yes(EC, "patch", "pods", "default"),
+    yes(EC, "patch", "pods#status", "default"),
+    yes(EC, "list", "configmaps", "*"),
+    yes(EC, "watch", "secrets", "*"),
+    yes(EC, "get", "secrets", "default"),
+    yes(EC, "create", "serviceaccounts#token", "default"),
+    yes(EC, "create", "events", "default"),
+    yes(EC, "patch", "events", "default"),
+    yes(EC, "get", LEASES, "kube-node-lease"),
+    yes(EC, "create", LEASES, "kube-node-lease"),
+    yes(EC, "patch", LEASES, "kube-node-lease"),
+    yes(EC, "get", "configmaps/verge-ca", VS),
+    yes(EC, "get", "leases.coordination.k8s.io/edgecontroller", VS),
+    yes(
+        EC,
+        "update",
+        "leases.coordination.k8s.io/edgecontroller",
+        VS,
+    ),
+    yes(EC, "create", LEASES, VS),
+    yes(EC, "list", SLICES, VS),
+    yes(EC, "watch", SLICES, VS),
+    // devicecontroller: the device API, its events, edge Nodes, its own Lease and hubs.
+    yes(DC, "list", "devices.devices.kubeedge.io", "*"),
+    yes(DC, "watch", "devices.devices.kubeedge.io", "*"),
+    yes(DC, "get", "devices.devices.kubeedge.io", "default"),
+    yes(DC, "list", "devicemodels.devices.kubeedge.io", "*"),
+    yes(DC, "watch", "devicemodels.devices.kubeedge.io", "*"),
+    yes(
+        DC,
+        "create",
+        "devicestatuses.devices.kubeedge.io",
+        "default",
+    ),
+    yes(DC, "patch", "devicestatuses.devices.kubeedge.io", "default"),
+    yes(DC, "create", "events.events.k8s.io", "default"),
+    yes(DC, "list", "nodes", "cluster"),
+    yes(DC, "watch", "nodes", "cluster"),
+    yes(DC, "get", "configmaps/verge-ca", VS),
+    yes(DC, "get", "leases.coordination.k8s.io/devicecontroller", VS),
+    yes(
+        DC,
+        "update",
+        "leases.coordination.k8s.io/devicecontroller",
+        VS,
+    ),
+    yes(DC, "create", LEASES, VS),
+    yes(DC, "list", SLICES, VS),
+    yes(DC, "watch", SLICES, VS),
+];
+
+/// Representative things a service must not be able to do.
+const FORBIDDEN: &[Can] = &[
+    // cloudhub reads Secrets only by name: the CA, and bootstrap tokens in kube-system.
+    no(CH, "list", "secrets", "*"),
+    no(CH, "list", "secrets", "kube-system"),
+    no(CH, "watch", "secrets", "kube-system"),
+    no(CH, "get", "secrets/app-secret", "default"),
+    no(CH, "get", "secrets/other", VS),
+    no(CH, "patch", "configmaps/other", VS),
+    no(CH, "list", "nodes", "cluster"),
+    no(CH, "patch", "nodes", "cluster"),
+    no(CH, "delete", "nodes", "cluster"),
+    no(
+        CH,
+        "approve",
+        "signers.certificates.k8s.io/kubernetes.io/kube-apiserver-client",
+        "cluster",
+    ),
+    no(
+        CH,
+        "sign",
+        "signers.certificates.k8s.io/kubernetes.io/kubelet-serving",
+        "cluster",
+    ),
+    no(CH, "delete", CSR, "cluster"),
+    no(CH, "list", CSR, "cluster"),
+    no(CH, "create", "namespaces", "cluster"),
+    no(CH, "get", "pods", "default"),
+    no(CH, "create", "serviceaccounts#token", VS),
+    // The controllers cannot delete or replace Nodes, nor run pods.
+    no(EC, "delete", "nodes", "cluster"),
+    no(EC, "update", "nodes", "cluster"),
+    no(EC, "create", "pods", "default"),
+    no(EC, "update", "pods", "default"),
+    no(EC, "create", "secrets", "default"),
+    no(EC, "delete", "secrets", "default"),
+    no(EC, "update", "configmaps", "default"),
+    no(EC, "update", LEASES, "kube-system"),
+    no(
+        EC,
+        "update",
+        "leases.coordination.k8s.io/devicecontroller",
+        VS,
+    ),
+    no(EC, "list", SLICES, "*"),
+    no(DC, "delete", "nodes", "cluster"),
+    no(DC, "patch", "nodes", "cluster"),
+    no(DC, "create", "pods", "default"),
+    // devicecontroller reads no Secrets and mints no tokens.
+    no(DC, "get", "secrets", VS),
+    no(DC, "get", "secrets/verge-ca", VS),
+    no(DC, "list", "secrets", "*"),
+    no(DC, "create", "serviceaccounts#token", VS),
+    no(DC, "delete", "devices.devices.kubeedge.io", "default"),
+    no(DC, "update", "devices.devices.kubeedge.io", "default"),
+    no(
+        DC,
+        "update",
+        "leases.coordination.k8s.io/edgecontroller",
+        VS,
+    ),
+    // Nobody escalates: no RBAC writes, no binding or escalating roles, no impersonation.
+    no(
+        CH,
+        "escalate",
+        "clusterroles.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(
+        CH,
+        "bind",
+        "clusterroles.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(CH, "create", "rolebindings.rbac.authorization.k8s.io", VS),
+    no(CH, "impersonate", "users", "cluster"),
+    no(CH, "*", "*", "*"),
+    no(EC, "escalate", "roles.rbac.authorization.k8s.io", VS),
+    no(
+        EC,
+        "create",
+        "clusterrolebindings.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(
+        EC,
+        "bind",
+        "clusterroles.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(EC, "impersonate", "serviceaccounts", "*"),
+    no(EC, "*", "*", "*"),
+    no(
+        DC,
+        "escalate",
+        "clusterroles.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(DC, "update", "roles.rbac.authorization.k8s.io", VS),
+    no(DC, "bind", "roles.rbac.authorization.k8s.io", VS),
+    no(DC, "impersonate", "groups", "cluster"),
+    no(DC, "*", "*", "*"),
+];
+
+/// The `kubectl auth can-i` arguments of `can`.
+fn can_i_args(can: &Can) -> Vec<String> {
+    let (what, sub) = match can.what.split_once('#') {
+        Some((what, sub)) => (what, Some(sub)),
+        None => (can.what, None),
+    };
+    let mut args = vec![
+        "auth".to_owned(),
+        "can-i".to_owned(),
+        can.verb.to_owned(),
+        what.to_owned(),
+        format!("--as=system:serviceaccount:verge-system:{}", can.sa),
+    ];
+    if let Some(sub) = sub {
+        args.push(format!("--subresource={sub}"));
+    }
+    match can.scope {
+        "cluster" => {}
+        "*" => args.push("--all-namespaces".to_owned()),
+        namespace => args.push(format!("--namespace={namespace}")),
+    }
+    args
+}
+
+/// Whether the API server allows `can` (kubectl prints `yes` and exits 0, or `no` and 1).
+/// kubectl cannot name `signers`, a resource the API server only authorizes and does not
+/// serve: those questions go to a SubjectAccessReview for the same user and groups
+/// (impersonating a service account adds exactly these).
+async fn allowed(cp: &ControlPlane, can: &Can) -> anyhow::Result<bool> {
+    if let Some(signer) = can.what.strip_prefix("signers.certificates.k8s.io/") {
+        return signer_allowed(cp, can, signer).await;
+    }
+    let output = run_kubectl(cp, can_i_args(can)).await?;
+    let answer = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    match answer.as_str() {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => bail!(
+            "kubectl {} answered {answer:?}: {}",
+            can_i_args(can).join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    }
+}
+
+/// A SubjectAccessReview of `can.verb` on signer `signer` for `can.sa`.
+async fn signer_allowed(cp: &ControlPlane, can: &Can, signer: &str) -> anyhow::Result<bool> {
+    let review: SubjectAccessReview = serde_json::from_value(serde_json::json!({
+        "spec": {
+            "user": format!("system:serviceaccount:verge-system:{}", can.sa),
+            "groups": ["system:serviceaccounts", "system:serviceaccounts:verge-system",
+                "system:authenticated"],
+            "resourceAttributes": {
+                "group": "certificates.k8s.io", "resource": "signers",
+                "name": signer, "verb": can.verb,
+            },
+        },
+    }))?;
+    let reviews: Api<SubjectAccessReview> = Api::all(cp.client().await?);
+    let answer = reviews.create(&PostParams::default(), &review).await?;
+    Ok(answer.status.is_some_and(|s| s.allowed))
+}
+
+/// Objects of earlier versions of deploy/cloud/access/rbac.yaml that granted more; deleted
+/// so that a shared control plane that saw them answers for the current manifests only.
+const OBSOLETE: &[&str] = &[
+    "role/verge-edgecontroller-ca",
+    "rolebinding/verge-edgecontroller-ca",
+    "role/verge-devicecontroller-hub",
+    "rolebinding/verge-devicecontroller-hub",
+];
+
+#[tokio::test]
+async fn rbac_grants_what_the_code_calls_and_no_more() -> anyhow::Result<()> {
+    let cp = verge_testkit::shared().await?;
+    let mut delete = vec![
+        "delete".to_owned(),
+        "--ignore-not-found".to_owned(),
+        "--namespace=verge-system".to_owned(),
+    ];
+    delete.extend(OBSOLETE.iter().map(|o| (*o).to_owned()));
+    kubectl(&cp, delete).await?;
+    verge_testkit::install_cloud_rbac(&cp).await?;
+
+    let mut wrong = Vec::new();
+    for can in NEEDED.iter().chain(FORBIDDEN) {
+        if allowed(&cp, can).await? != can.allowed {
+            wrong.push(format!(
+                "{} {} {} in {}: expected {}",
+                can.sa,
+                can.verb,
+                can.what,
+                can.scope,
+                if can.allowed { "yes" } else { "no" }
+            ));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "{} of {} RBAC checks wrong:\n{}",
+        wrong.len(),
+        NEEDED.len() + FORBIDDEN.len(),
+        wrong.join("\n")
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_whole_kustomization_passes_a_server_side_dry_run() -> anyhow::Result<()> {
+    let cp = verge_testkit::shared().await?;
+    // Objects in verge-system are validated against an existing namespace (a dry run creates
+    // nothing, not even the namespace): the access kustomization, applied for real, makes it.
+    verge_testkit::install_cloud_rbac(&cp).await?;
+    let dir = cloud_dir().display().to_string();
+    let out = kubectl(
+        &cp,
+        vec![
+            "apply".to_owned(),
+            "--dry-run=server".to_owned(),
+            "--validate=strict".to_owned(),
+            "-k".to_owned(),
+            dir,
+        ],
+    )
+    .await?;
+    for kind in [
+        "deployment.apps/cloudhub",
+        "deployment.apps/edgecontroller",
+        "deployment.apps/devicecontroller",
+        "poddisruptionbudget.policy/cloudhub",
+        "service/cloudhub-controllers",
+        "configmap/devicecontroller-config",
+    ] {
+        ensure!(
+            out.contains(kind),
+            "the dry run did not list {kind}:\n{out}"
+        );
+    }
+    Ok(())
+}
