@@ -53,7 +53,12 @@ async fn scenario(env: &Deployed) -> anyhow::Result<()> {
     let token =
         create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600)).await?;
     let mut edge = InstalledEdge::configure(&name, hub)?;
-    eprintln!("deployed: {}", edge.join(hub, &token)?.trim());
+    let joined = edge.join(hub, &token)?;
+    let joined = joined
+        .lines()
+        .find(|l| l.contains("joined"))
+        .unwrap_or(&joined);
+    eprintln!("deployed: {joined}");
     edge.start()?;
     let nodes: Api<Node> = Api::all(env.client.clone());
     wait_for(

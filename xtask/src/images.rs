@@ -30,6 +30,11 @@ pub struct Args {
     /// Also write `docker save` archives of the images into this directory.
     #[arg(long)]
     pub save: Option<PathBuf>,
+    /// The cargo profile of the binaries. `release` makes the images users get;
+    /// `cargo xtask test` uses `images-test` (the same code without release's optimisation
+    /// time, see Cargo.toml).
+    #[arg(long, default_value = "release")]
+    pub profile: String,
 }
 
 /// What one built image measured.
@@ -74,12 +79,13 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
 
     let triple = crate::fuzz::host_triple()?;
     eprintln!(
-        "xtask images: [2/3] static release binaries ({triple}, {}); a cold build takes \
-         several minutes",
+        "xtask images: [2/3] static binaries (profile {}, {triple}, {}); a cold release build \
+         takes several minutes",
+        args.profile,
         binaries::STATIC_RUSTFLAGS
     );
     let started = Instant::now();
-    let bin_dir = binaries::build(&workspace, &target_dir, &triple)?;
+    let bin_dir = binaries::build(&workspace, &target_dir, &triple, &args.profile)?;
     eprintln!("xtask images: binaries built in {:.1?}", started.elapsed());
     for image in &IMAGES {
         binaries::check_static(&bin_dir.join(image.bin))?;
@@ -124,7 +130,7 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
 }
 
 /// Bytes as megabytes (10^6).
-fn megabytes(bytes: u64) -> f64 {
+pub fn megabytes(bytes: u64) -> f64 {
     // Sizes stay far below 2^52: the conversion is exact enough.
     #[allow(clippy::cast_precision_loss)]
     let mb = bytes as f64 / 1e6;

@@ -4,7 +4,7 @@
 //! `cargo clippy --workspace --all-targets -- -D warnings` and `cargo doc --no-deps` with
 //! rustdoc warnings denied; then install missing Debian packages, make sure Docker runs and
 //! the test image exists, start the control plane, build the kubelet node's components
-//! (once; cached), `cargo build --workspace --bins`, then
+//! (once; cached), `cargo build --workspace --bins`, `cargo xtask images`, then
 //! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
 //! exported, then stop the kubelet node if a test left it running and the control plane, then a short fuzz pass (every target of `fuzz/`
 //! for 10 s, built for libFuzzer on stable). The exit code is the first failing step's.
@@ -168,6 +168,22 @@ fn build_and_test(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow:
     if !build.success() {
         eprintln!("xtask test: cargo build failed: {build}");
         return Ok(exit_code(build));
+    }
+    // The deployment tests run these images on the kit's kubelet node.
+    eprintln!(
+        "xtask test: cargo xtask images --profile images-test (static binaries, FROM scratch)"
+    );
+    let images = crate::images::Args {
+        tag: env!("CARGO_PKG_VERSION").to_owned(),
+        save: None,
+        profile: "images-test".to_owned(),
+    };
+    for built in crate::images::build_all(&images)? {
+        eprintln!(
+            "xtask test: {} ({:.1} MB)",
+            built.reference,
+            crate::images::megabytes(built.size)
+        );
     }
     // `-p <pkg>` in the extra arguments narrows the run instead of `--workspace`.
     let narrowed = extra

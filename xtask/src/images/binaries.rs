@@ -47,12 +47,18 @@ pub fn rustflags_var(triple: &str) -> String {
     )
 }
 
-/// Builds the binaries for `triple` (a `*-linux-gnu` host triple) in `target_dir`; cargo
-/// prints its progress. Returns the directory holding them.
+/// Builds the binaries for `triple` (a `*-linux-gnu` host triple) with cargo profile `profile`
+/// (`release` for the images users get) in `target_dir`; cargo prints its progress. Returns the
+/// directory holding them.
 ///
 /// # Errors
 /// Not a glibc triple; cargo failing.
-pub fn build(workspace: &Path, target_dir: &Path, triple: &str) -> anyhow::Result<PathBuf> {
+pub fn build(
+    workspace: &Path,
+    target_dir: &Path,
+    triple: &str,
+    profile: &str,
+) -> anyhow::Result<PathBuf> {
     if !triple.ends_with("-linux-gnu") {
         bail!("static glibc binaries need a *-linux-gnu host, not {triple}");
     }
@@ -74,7 +80,7 @@ pub fn build(workspace: &Path, target_dir: &Path, triple: &str) -> anyhow::Resul
         }
     }
     cmd.current_dir(workspace)
-        .args(["build", "--release", "--target", triple, "--bins"])
+        .args(["build", "--profile", profile, "--target", triple, "--bins"])
         .args(PACKAGES.iter().flat_map(|p| ["-p", p]))
         .arg("--target-dir")
         .arg(target_dir)
@@ -85,7 +91,9 @@ pub fn build(workspace: &Path, target_dir: &Path, triple: &str) -> anyhow::Resul
     if !status.success() {
         bail!("cargo build of the static binaries failed: {status}");
     }
-    Ok(target_dir.join(triple).join("release"))
+    // cargo's output directory of the `dev` profile is `debug`; every other profile's is its name.
+    let dir = if profile == "dev" { "debug" } else { profile };
+    Ok(target_dir.join(triple).join(dir))
 }
 
 /// How an ELF executable is linked.
@@ -169,8 +177,13 @@ mod tests {
 
     #[test]
     fn only_gnu_triples() {
-        let e = build(Path::new("."), Path::new("t"), "x86_64-unknown-linux-musl")
-            .expect_err("musl refused");
+        let e = build(
+            Path::new("."),
+            Path::new("t"),
+            "x86_64-unknown-linux-musl",
+            "release",
+        )
+        .expect_err("musl refused");
         assert!(e.to_string().contains("linux-gnu"), "{e}");
     }
 }
