@@ -202,11 +202,14 @@ fn config_seeds() -> Seeds {
                     sessionQueueLen: 1024\nmaxInflight: 64\nackTimeout: 30s\nmaxRetries: 5\n\
                     controllerQueueLen: 1024\nupstreamWait: 2s\nmaxSessions: 100\n\
                     maxInventoryEntries: 1000\nnodeMessageRate: 50\nnodeMessageBurst: 100\n\
-                    shutdownGrace: 10s\nlogFormat: json\n\
+                    shutdownGrace: 10s\nlogFormat: json\nhealthAddr: 0.0.0.0:10005\n\
                     trust: {namespace: verge-system, caName: verge-ca, serverSans: [cloudhub, 10.0.0.1],\n\
                     \x20 serverCertValidity: 720h, nodeCertValidity: 8760h, maxHandshakes: 64}\n";
     let edgecontroller = "name: edgecontroller\ncloudhub: [https://cloudhub-0:10001, https://cloudhub-1:10001]\n\
-                          cloudhubDns: cloudhub.verge.svc\ncloudhubResolveInterval: 30s\nconnectTimeout: 5s\n\
+                          cloudhubService: verge-system/cloudhub-controllers\ncloudhubPort: controllerhub\n\
+                          healthAddr: 0.0.0.0:10006\nconnectTimeout: 5s\n\
+                          leaderElection: {leaderElect: true, leaseName: edgecontroller, leaseNamespace: verge-system,\n\
+                          \x20 leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s, identity: edgecontroller-0}\n\
                           keepaliveInterval: 20s\nreconnectMinBackoff: 1s\nreconnectMaxBackoff: 30s\n\
                           outboundQueue: 1024\nnodeQueue: 256\nshutdownGrace: 10s\n\
                           cloudhubAuth: {caConfigMap: verge-system/verge-ca, audience: verge-controllerhub,\n\
