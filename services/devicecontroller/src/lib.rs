@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 use verge_controller::Identity;
-use verge_controller::leader::{self, Elector, Leadership, StatusSender};
+use verge_controller::leader::{self, Leadership, StatusSender};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -119,12 +119,7 @@ impl DeviceController {
             status,
             ..
         } = self;
-        let name = config.name_for(&IDENTITY).to_owned();
-        let elector = Elector::new(&config.leader_election, &name, client.clone(), status)
-            .map_err(verge_controller::Error::from)?;
-        elector
-            .run(shutdown, move |lead| lead_until(config, client, lead))
-            .await
+        leader::run_as_leader(config, &IDENTITY, client, status, shutdown, lead_until).await
     }
 }
 

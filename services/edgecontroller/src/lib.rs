@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use verge_controller::Identity;
-use verge_controller::leader::{Elector, Leadership, StatusSender};
+use verge_controller::leader::{Leadership, StatusSender};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -122,12 +122,10 @@ impl EdgeController {
             status,
             ..
         } = self;
-        let name = config.name_for(&IDENTITY).to_owned();
-        let elector = Elector::new(&config.leader_election, &name, client.clone(), status)
-            .map_err(verge_controller::Error::from)?;
-        elector
-            .run(shutdown, move |lead| lead_until(config, client, lead))
-            .await
+        verge_controller::leader::run_as_leader(
+            config, &IDENTITY, client, status, shutdown, lead_until,
+        )
+        .await
     }
 }
 

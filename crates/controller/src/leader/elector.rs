@@ -183,6 +183,34 @@ fn jittered(period: Duration) -> Duration {
     period + period.mul_f64(factor)
 }
 
+/// What both controllers' `run` does: elects on the Lease of `config.leaderElection`
+/// (default name: the controller's hello name, [`crate::Config::name_for`]) and runs
+/// `lead(config, client, stop)` while this replica leads; see [`Elector::run`] for the
+/// shutdown and lost-Lease behaviour.
+///
+/// # Errors
+/// An invalid `leaderElection` ([`crate::Error::Leader`]), a lost Lease, or what `lead`
+/// returns.
+pub async fn run_as_leader<F, E>(
+    config: crate::Config,
+    identity: &crate::Identity,
+    client: kube::Client,
+    status: StatusSender,
+    shutdown: CancellationToken,
+    lead: impl FnOnce(crate::Config, kube::Client, CancellationToken) -> F,
+) -> Result<(), E>
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: From<crate::Error> + Send + 'static,
+{
+    let name = config.name_for(identity).to_owned();
+    let elector = Elector::new(&config.leader_election, &name, client.clone(), status)
+        .map_err(|e| E::from(crate::Error::from(e)))?;
+    elector
+        .run(shutdown, move |stop| lead(config, client, stop))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ mod lock;
 mod record;
 
 pub use config::LeaderElectionConfig;
-pub use elector::Elector;
+pub use elector::{Elector, run_as_leader};
 
 use tokio::sync::watch;
 
