@@ -76,6 +76,7 @@ pub mod daemon;
 pub mod dmi;
 pub mod docker;
 pub mod go_mapper;
+pub mod jaeger;
 pub mod kubelet_node;
 mod lock;
 pub mod mosquitto;
