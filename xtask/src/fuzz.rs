@@ -62,6 +62,18 @@ pub async fn short_pass(seconds: u64) -> anyhow::Result<ExitCode> {
     .await
 }
 
+/// Builds every target (instrumented, as [`run()`] does) without running any: `cargo xtask
+/// test` does this in the background while its tests run, so the closing pass finds them
+/// built.
+///
+/// # Errors
+/// No C++ compiler and none installable; cargo failing.
+pub fn build_all_targets() -> anyhow::Result<()> {
+    let fuzz = fuzz_dir();
+    let targets = all_targets(&fuzz)?;
+    build::Build::new(&fuzz)?.targets(&targets)
+}
+
 /// The `fuzz/` workspace (an absolute path without `..` where the file system allows).
 fn fuzz_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");

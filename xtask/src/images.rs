@@ -50,7 +50,7 @@ pub struct Built {
 
 /// The image reference of `bin` with `tag`.
 pub fn reference(bin: &str, tag: &str) -> String {
-    format!("verge/{bin}:{tag}")
+    format!("{}{bin}:{tag}", verge_testkit::docker::VERGE_IMAGES)
 }
 
 /// Builds the images (see the module docs).
@@ -76,6 +76,8 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
         .map_or_else(|| workspace.join("target"), PathBuf::from);
     eprintln!("xtask images: [1/3] the Docker engine");
     verge_testkit::docker::ensure_docker()?;
+    // A node importing these images (a test, the quickstart) waits until they are written.
+    let _writing = verge_testkit::docker::ImagesLock::acquire()?;
 
     let triple = crate::fuzz::host_triple()?;
     eprintln!(

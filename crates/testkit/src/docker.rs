@@ -146,6 +146,31 @@ pub fn docker(args: &[&str]) -> anyhow::Result<String> {
 /// `podSandboxImage`, because no registry can be reached): busybox has no pause binary.
 pub const TEST_SANDBOX_COMMAND: [&str; 2] = ["sleep", "2147483647"];
 
+/// The repository prefix of the images `cargo xtask images` builds (`verge/<binary>:<tag>`).
+pub const VERGE_IMAGES: &str = "verge/";
+
+/// Held while `cargo xtask images` writes the [`VERGE_IMAGES`] images into Docker, and by
+/// [`crate::KubeletNode::import_image`] while it reads one of them: an import waits for a build in
+/// progress (e.g. `cargo xtask test`'s, which runs beside the tests) rather than importing
+/// a stale or missing image. Lock file `~/.cache/verge/run/images.lock`; released on drop.
+#[derive(Debug)]
+pub struct ImagesLock {
+    _lock: FileLock,
+}
+
+impl ImagesLock {
+    /// Blocks until the lock is held. Not reentrant: a thread holding it must drop it before
+    /// importing.
+    ///
+    /// # Errors
+    /// The lock file cannot be created or locked.
+    pub fn acquire() -> anyhow::Result<Self> {
+        Ok(Self {
+            _lock: FileLock::acquire(&paths::run_dir().join("images.lock"))?,
+        })
+    }
+}
+
 /// Makes sure [`TEST_IMAGE`] exists, importing it when missing (installs
 /// `busybox-static` first if needed). Requires a running daemon ([`ensure_docker`]).
 /// Serialized across processes by `~/.cache/verge/run/image.lock`.

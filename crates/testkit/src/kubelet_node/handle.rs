@@ -109,11 +109,17 @@ impl KubeletNode {
     /// Moves image `docker_ref` (e.g. `verge/cloudhub:0.1.0`) from the local Docker engine
     /// into the node's containerd (`docker save | ctr -n k8s.io images import -`), where
     /// pods naming `docker_ref` find it with `imagePullPolicy: IfNotPresent` (no registry
-    /// is reachable). Replaces an image of the same name. Blocks for a second or a few.
+    /// is reachable). Replaces an image of the same name. Blocks for a second or a few, and,
+    /// for Verge's own images, while `cargo xtask images` builds them
+    /// ([`crate::docker::ImagesLock`]).
     ///
     /// # Errors
     /// The image is not in Docker, or the save or import fails.
     pub fn import_image(&self, docker_ref: &str) -> anyhow::Result<()> {
+        let _building = docker_ref
+            .starts_with(crate::docker::VERGE_IMAGES)
+            .then(crate::docker::ImagesLock::acquire)
+            .transpose()?;
         images::import(
             &self.config.containerd_bin_dir().join("ctr"),
             &self.containerd_socket(),

@@ -1,0 +1,295 @@
+//! `cargo xtask test`: the whole test suite against the real components.
+//!
+//! Steps, each failing the run with its exit code:
+//! 1. the static checks (fast, they fail early): `cargo fmt --check`, `cargo clippy
+//!    --workspace --all-targets -- -D warnings`, `cargo doc --no-deps` with rustdoc warnings
+//!    denied;
+//! 2. missing Debian packages, Docker and the test image;
+//! 3. `cargo build --workspace --bins`, and beside it on a second thread the Go builds, each
+//!    cached after its first run: the control plane, the kubelet node (kubelet, kube-proxy,
+//!    containerd) and Jaeger;
+//! 4. the control plane and Jaeger started;
+//! 5. `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG` exported:
+//!    every test but those named [`LAST`], then those. Meanwhile a low-priority thread builds
+//!    the deployment images (`cargo xtask images --profile images-test`; the [`LAST`] tests
+//!    import them and wait for them) and the fuzz targets, so a cold run spends the time the
+//!    tests wait (for pods, for partitions to heal) compiling;
+//! 6. the kubelet node stopped if a test left it running, Jaeger (unless it ran before, e.g.
+//!    the quickstart's) and the control plane;
+//! 7. a short fuzz pass: every target of `fuzz/` for 10 s, built for libFuzzer on stable.
+
+use std::process::{Command, ExitCode};
+
+mod background;
+
+use anyhow::Context as _;
+use background::{Background, Step};
+use verge_testkit::jaeger::JaegerConfig;
+use verge_testkit::{ControlPlaneConfig, KubeletNodeConfig};
+
+/// Arguments of `cargo xtask test`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Leave the control plane and Jaeger running afterwards.
+    #[arg(long)]
+    keep_control_plane: bool,
+    /// Skip the static checks (fmt, clippy, doc), e.g. when re-running one test.
+    #[arg(long)]
+    skip_static_checks: bool,
+    /// Skip the closing fuzz pass (`cargo xtask fuzz --seconds 10`).
+    #[arg(long)]
+    skip_fuzz: bool,
+    /// Extra arguments for `cargo test` (after `--`, e.g. `-- -p verge-core`; a `-p`
+    /// replaces `--workspace`).
+    #[arg(last = true)]
+    cargo_args: Vec<String>,
+}
+
+/// Node-name prefixes of the edge nodes the tests start (`verge-e2e` and the edged tests).
+const TEST_NODE_PREFIXES: [&str; 2] = ["e2e-", "edge-test-"];
+
+/// Runs the suite; returns the first failing step's exit code.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if !args.skip_static_checks {
+        let code = static_checks()?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
+    eprintln!("xtask test: checking Debian packages, Docker and the test image");
+    crate::local::ensure_host().await?;
+
+    // The Go builds (each cached after its first run) go beside `cargo build`: on a cold
+    // machine their module downloads and cargo's serial phases overlap.
+    let config = ControlPlaneConfig::from_env();
+    let node = KubeletNodeConfig::from_env();
+    let jaeger = JaegerConfig::from_env();
+    let go = go_builds(&config, &node, &jaeger)?;
+    eprintln!("xtask test: cargo build --workspace --bins");
+    let build = crate::local::build_bins(false);
+    eprintln!("xtask test: waiting for the Go builds");
+    let go = go.join();
+    build?;
+    go?;
+
+    let cp = crate::control_plane::up(&config).await?;
+    // A Jaeger that already ran (the quickstart's, or one started by hand) is reused and
+    // left running.
+    let jaeger_was_running = jaeger.status().await?.is_some();
+    crate::jaeger::up(&jaeger).await?;
+
+    // The images (for the tests named `as_workloads`, which run last) and the fuzz build
+    // (for the closing pass) are built at low priority while the other tests run.
+    let fuzz = !args.skip_fuzz && args.cargo_args.is_empty();
+    let later = Background::spawn("images, fuzz", true, later_builds(fuzz))?;
+    let code = run_tests(&cp, &args.cargo_args);
+    let later = later.join();
+    // Each test removes its edge node's containers when it ends; a container whose creation
+    // raced with that clean-up would otherwise outlive the run.
+    match verge_testkit::docker::remove_managed_containers(|n| {
+        TEST_NODE_PREFIXES.iter().any(|p| n.starts_with(p))
+    }) {
+        Ok(0) => {}
+        Ok(n) => eprintln!("xtask test: removed {n} containers left by test edge nodes"),
+        Err(e) => eprintln!("xtask test: warning: removing test containers: {e:#}"),
+    }
+
+    // A test that failed half-way may leave the kubelet node running; it must stop before
+    // the control plane it is attached to.
+    match node.down().await {
+        Ok(true) => eprintln!("xtask test: kubelet node stopped"),
+        Ok(false) => {}
+        Err(e) => eprintln!("xtask test: warning: stopping the kubelet node: {e:#}"),
+    }
+    if args.keep_control_plane || jaeger_was_running {
+        eprintln!("xtask test: Jaeger left running (`cargo xtask jaeger down`)");
+    } else {
+        match crate::jaeger::down(&jaeger).await {
+            Ok(_) => eprintln!("xtask test: Jaeger stopped"),
+            Err(e) => eprintln!("xtask test: warning: stopping Jaeger: {e:#}"),
+        }
+    }
+    if args.keep_control_plane {
+        eprintln!("xtask test: control plane left running (`cargo xtask control-plane down`)");
+    } else {
+        crate::control_plane::down(&config).await?;
+        eprintln!("xtask test: control plane stopped");
+    }
+    let code = code?;
+    if let Err(e) = later {
+        eprintln!("xtask test: {e:#}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if code != ExitCode::SUCCESS || !fuzz {
+        return Ok(code);
+    }
+    eprintln!("xtask test: fuzz pass, {FUZZ_SECONDS} s per target (`cargo xtask fuzz`)");
+    crate::fuzz::short_pass(FUZZ_SECONDS).await
+}
+
+/// The Go components the tests need, each built once into its cache: the control plane,
+/// the kubelet node's kubelet, kube-proxy and containerd, and Jaeger.
+fn go_builds(
+    config: &ControlPlaneConfig,
+    node: &KubeletNodeConfig,
+    jaeger: &JaegerConfig,
+) -> anyhow::Result<Background> {
+    let (cp1, cp2, node, jaeger) = (config.clone(), config.clone(), node.clone(), jaeger.clone());
+    let steps: Vec<Step> = vec![
+        (
+            "control plane (Kubernetes Go modules)",
+            Box::new(move || cp1.ensure_built()),
+        ),
+        (
+            "kubelet node for the deployment tests (kubelet, kube-proxy, containerd)",
+            Box::new(move || node.ensure_built(&cp2)),
+        ),
+        (
+            "Jaeger for the tracing tests",
+            Box::new(move || jaeger.ensure_built()),
+        ),
+    ];
+    Background::spawn("go builds", false, steps)
+}
+
+/// The images the deployment tests run on the kit's kubelet node (`--profile images-test`;
+/// an import waits for them through [`verge_testkit::docker::ImagesLock`]), then, with
+/// `fuzz`, the instrumented fuzz targets.
+fn later_builds(fuzz: bool) -> Vec<Step> {
+    let mut steps: Vec<Step> = vec![(
+        "cargo xtask images --profile images-test (static binaries, FROM scratch)",
+        Box::new(|| {
+            let images = crate::images::Args {
+                tag: env!("CARGO_PKG_VERSION").to_owned(),
+                save: None,
+                profile: "images-test".to_owned(),
+            };
+            for built in crate::images::build_all(&images)? {
+                eprintln!(
+                    "xtask test: {} ({:.1} MB)",
+                    built.reference,
+                    crate::images::megabytes(built.size)
+                );
+            }
+            Ok(())
+        }),
+    )];
+    if fuzz {
+        steps.push((
+            "fuzz targets (instrumented build for the closing pass)",
+            Box::new(crate::fuzz::build_all_targets),
+        ));
+    }
+    steps
+}
+
+/// Seconds each fuzz target runs in `cargo xtask test`.
+const FUZZ_SECONDS: u64 = 10;
+
+/// One static check: a cargo command line.
+struct Check {
+    /// As printed.
+    what: &'static str,
+    /// cargo's arguments.
+    args: &'static [&'static str],
+    /// `RUSTDOCFLAGS`, if set.
+    rustdocflags: Option<&'static str>,
+}
+
+/// `cargo fmt --all --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
+/// `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`; stops at the first
+/// failure and returns its exit code.
+fn static_checks() -> anyhow::Result<ExitCode> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let steps = [
+        Check {
+            what: "cargo fmt --all --check",
+            args: &["fmt", "--all", "--check"],
+            rustdocflags: None,
+        },
+        Check {
+            what: "cargo clippy --workspace --all-targets -- -D warnings",
+            args: &[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ],
+            rustdocflags: None,
+        },
+        Check {
+            what: "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
+            args: &["doc", "--workspace", "--no-deps"],
+            rustdocflags: Some("-D warnings"),
+        },
+    ];
+    for Check {
+        what,
+        args,
+        rustdocflags,
+    } in steps
+    {
+        eprintln!("xtask test: {what}");
+        let mut cmd = Command::new(&cargo);
+        cmd.args(args);
+        if let Some(flags) = rustdocflags {
+            cmd.env("RUSTDOCFLAGS", flags);
+        }
+        let status = cmd.status().with_context(|| format!("running {what}"))?;
+        if !status.success() {
+            eprintln!("xtask test: {what} failed: {status}");
+            return Ok(exit_code(status));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Tests whose name contains this run last, in a second `cargo test` over the same build:
+/// they need the images the background step builds (the cloud side deployed on the kit's
+/// kubelet node).
+pub const LAST: &str = "as_workloads";
+
+/// `cargo test --workspace --all-targets` twice over one build: every test but [`LAST`]'s,
+/// then [`LAST`]'s; with extra arguments, once with those. Returns the first failing exit
+/// code.
+fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Result<ExitCode> {
+    let phases: Vec<Vec<&str>> = if extra.is_empty() {
+        vec![vec!["--", "--skip", LAST], vec!["--", LAST]]
+    } else {
+        vec![extra.iter().map(String::as_str).collect()]
+    };
+    // `-p <pkg>` in the extra arguments narrows the run instead of `--workspace`.
+    let narrowed = extra
+        .iter()
+        .any(|a| a.starts_with("-p") || a.starts_with("--package"));
+    let mut first_failure = ExitCode::SUCCESS;
+    for phase in phases {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut test = Command::new(&cargo);
+        test.arg("test");
+        if !narrowed {
+            test.arg("--workspace");
+        }
+        // Run every test binary even after a failure, so one run shows every failing test.
+        test.args(["--all-targets", "--no-fail-fast"])
+            .args(phase)
+            .env("VERGE_STATE_DIR", cp.state_dir())
+            .env("KUBECONFIG", cp.kubeconfig());
+        eprintln!("xtask test: {test:?}");
+        let status = test.status().context("running cargo test")?;
+        if !status.success() && first_failure == ExitCode::SUCCESS {
+            first_failure = exit_code(status);
+        }
+    }
+    Ok(first_failure)
+}
+
+/// The process exit code of `status` (1 when killed by a signal).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    match status.code() {
+        Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        None => ExitCode::FAILURE,
+    }
+}
