@@ -95,6 +95,8 @@ pub(crate) struct DeliveryQueue {
     inflight_keys: HashMap<ResourceKey, MessageId>,
     /// Ids whose resend is due (stale ids are skipped).
     due: VecDeque<MessageId>,
+    /// Resends since the last [`DeliveryQueue::take_resends`].
+    resends: u64,
 }
 
 impl DeliveryQueue {
@@ -109,12 +111,19 @@ impl DeliveryQueue {
             inflight: HashMap::new(),
             inflight_keys: HashMap::new(),
             due: VecDeque::new(),
+            resends: 0,
         }
     }
 
     /// Messages waiting to be sent (not counting resends).
     pub(crate) fn waiting(&self) -> usize {
         self.waiting_len
+    }
+
+    /// Resends returned by [`DeliveryQueue::next_to_send`] since the last call (for the
+    /// `verge_cloudhub_delivery_retries_total` counter).
+    pub(crate) fn take_resends(&mut self) -> u64 {
+        std::mem::take(&mut self.resends)
     }
 
     /// Object messages sent and not yet answered.
@@ -186,6 +195,7 @@ impl DeliveryQueue {
             {
                 sent.deadline = Some(now + self.limits.ack_timeout);
                 sent.attempts += 1;
+                self.resends += 1;
                 return Some(sent.queued.message.clone());
             }
         }
