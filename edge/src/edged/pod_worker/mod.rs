@@ -110,6 +110,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
     /// see [`Worker::pod_ip`].
     sandbox_ip: Option<String>,
+    /// When this worker started a pod not yet Running, until its status first says Running
+    /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
+    starting_since: Option<std::time::Instant>,
 }
 
 /// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
@@ -145,7 +148,9 @@ impl<R: ContainerRuntime> Worker<R> {
             .and_then(|s| s.start_time.clone())
             .unwrap_or_else(|| Time(crate::node::status::now()));
         // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
-        let state = PodState::initial(pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let state = PodState::initial(phase);
+        let starting = matches!(phase, None | Some("Pending"));
         Self {
             ctx,
             key,
@@ -161,6 +166,7 @@ impl<R: ContainerRuntime> Worker<R> {
             start_time,
             deleted: false,
             sandbox_ip: None,
+            starting_since: starting.then(std::time::Instant::now),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::edged::runtime::image::{
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
 use crate::edged::volumes::VolumeError;
+use crate::metrics::{self, Stage};
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
@@ -160,7 +161,11 @@ impl<R: ContainerRuntime> Worker<R> {
             let msg = format!("Pulling image \"{image}\"");
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
+        let pulling_since = Instant::now();
         let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling).await;
+        if pulled.is_ok() {
+            metrics::global().pod_start(Stage::Image, pulling_since.elapsed());
+        }
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
                 EventType::Normal,
@@ -211,6 +216,7 @@ impl<R: ContainerRuntime> Worker<R> {
         let name = labels.docker_name();
         // A leftover with the same name (interrupted earlier attempt) would conflict.
         let _ = self.ctx.runtime.remove_if_present(&name).await;
+        let creating_since = Instant::now();
         let id = self
             .ctx
             .runtime
@@ -223,6 +229,7 @@ impl<R: ContainerRuntime> Worker<R> {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(StartError::Run(e));
         }
+        metrics::global().pod_start(Stage::Container, creating_since.elapsed());
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
         Ok(id)
@@ -283,7 +290,9 @@ impl<R: ContainerRuntime> Worker<R> {
             .sandboxes
             .first()
             .map_or(0, |s| s.labels.restart_count + 1);
+        let since = Instant::now();
         let id = self.start_sandbox(attempt).await?;
+        metrics::global().pod_start(Stage::Sandbox, since.elapsed());
         info!(sandbox = %id, attempt, "sandbox started");
         Ok(())
     }
