@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use verge_runtime::health::HealthEndpoint;
-use verge_runtime::metrics::{Registry, metrics_route};
 use verge_edgecore::certificates::{self, Credentials, JoinParams};
 use verge_edgecore::config::LogFormat;
 use verge_edgecore::{Config, EdgeCore};
+use verge_runtime::health::HealthEndpoint;
+use verge_runtime::metrics::{Registry, metrics_route};
 
 /// The Verge edge node agent.
 #[derive(Debug, Parser)]
@@ -169,11 +169,9 @@ async fn main() -> ExitCode {
     let mut registry = Registry::default();
     verge_edgecore::metrics::register(&mut registry, edgecore.store());
     let endpoint = endpoint.route("/metrics", metrics_route(registry));
-    verge_runtime::serve_with_health("edgecore", grace, endpoint, |shutdown, health| {
-        async move {
-            health.set_ready(true).await;
-            edgecore.run(shutdown).await
-        }
+    verge_runtime::serve_with_health("edgecore", grace, endpoint, |shutdown, health| async move {
+        health.set_ready(true).await;
+        edgecore.run(shutdown).await
     })
     .await
     .exit_code()

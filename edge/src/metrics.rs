@@ -206,7 +206,9 @@ impl OutboxCollector {
         let entries = self.store.outbox_len()?;
         let oldest = self.store.outbox_after(None, 1)?;
         let age = oldest.first().map_or(0.0, |e| {
-            let ms = verge_core::now_ms().saturating_sub(e.message.timestamp_ms).max(0);
+            let ms = verge_core::now_ms()
+                .saturating_sub(e.message.timestamp_ms)
+                .max(0);
             Duration::from_millis(u64::try_from(ms).unwrap_or(0)).as_secs_f64()
         });
         Ok((entries, age))
@@ -288,8 +290,14 @@ mod tests {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
         let before = text(&registry);
-        assert!(before.contains("verge_edgecore_outbox_entries 0\n"), "{before}");
-        assert!(before.contains("verge_edgecore_outbox_oldest_age_seconds 0.0\n"), "{before}");
+        assert!(
+            before.contains("verge_edgecore_outbox_entries 0\n"),
+            "{before}"
+        );
+        assert!(
+            before.contains("verge_edgecore_outbox_oldest_age_seconds 0.0\n"),
+            "{before}"
+        );
         let message = verge_proto::Message::build(
             "r1",
             "edged",
@@ -303,7 +311,10 @@ mod tests {
         report.timestamp_ms -= 5_000;
         store.outbox_put(&report, 10).expect("put");
         let after = text(&registry);
-        assert!(after.contains("verge_edgecore_outbox_entries 1\n"), "{after}");
+        assert!(
+            after.contains("verge_edgecore_outbox_entries 1\n"),
+            "{after}"
+        );
         let age = after
             .lines()
             .find_map(|l| l.strip_prefix("verge_edgecore_outbox_oldest_age_seconds "))

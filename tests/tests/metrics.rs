@@ -70,7 +70,10 @@ fn body(response: &str) -> anyhow::Result<String> {
     let (head, body) = response
         .split_once("\r\n\r\n")
         .context("no HTTP header end")?;
-    anyhow::ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
     Ok(body.to_owned())
 }
 
@@ -114,8 +117,7 @@ fn sample(text: &str, series: &str, labels: &[&str]) -> Option<f64> {
 
 /// `sample` or an error naming the series and showing the scrape.
 fn need(text: &str, series: &str, labels: &[&str]) -> anyhow::Result<f64> {
-    sample(text, series, labels)
-        .with_context(|| format!("{series}{labels:?} not found in\n{text}"))
+    sample(text, series, labels).with_context(|| format!("{series}{labels:?} not found in\n{text}"))
 }
 
 async fn node_ready(nodes: &Api<Node>, name: &str) -> anyhow::Result<bool> {
@@ -212,15 +214,23 @@ async fn scenario(
     })
     .await?;
     anyhow::ensure!(need(&hub_text, "verge_cloudhub_sessions", &[])? >= 1.0);
-    need(&hub_text, "verge_cloudhub_queue_depth", &[&format!("node=\"{name}\"")])?;
+    need(
+        &hub_text,
+        "verge_cloudhub_queue_depth",
+        &[&format!("node=\"{name}\"")],
+    )?;
     for (addr, what) in [(ec, "edgecontroller"), (dc, "devicecontroller")] {
-        wait_for(&format!("{what} series"), Duration::from_secs(30), || async {
-            let text = scrape(addr).await?;
-            Ok(CONTROLLER
-                .iter()
-                .all(|s| sample(&text, s, &[]).is_some())
-                .then_some(()))
-        })
+        wait_for(
+            &format!("{what} series"),
+            Duration::from_secs(30),
+            || async {
+                let text = scrape(addr).await?;
+                Ok(CONTROLLER
+                    .iter()
+                    .all(|s| sample(&text, s, &[]).is_some())
+                    .then_some(()))
+            },
+        )
         .await?;
     }
     let ec_before = scrape(ec).await?;
@@ -234,14 +244,28 @@ async fn scenario(
     .await?;
     anyhow::ensure!(need(&edge_before, "verge_edgecore_connected", &[])? == 1.0);
     let hub_down = |t: &str| {
-        sample(t, "verge_cloudhub_messages_total", &["direction=\"downstream\"", "group=\"resource\""])
-            .unwrap_or(0.0)
+        sample(
+            t,
+            "verge_cloudhub_messages_total",
+            &["direction=\"downstream\"", "group=\"resource\""],
+        )
+        .unwrap_or(0.0)
     };
     let ec_sent = |t: &str| {
-        sample(t, "verge_controller_messages_total", &["direction=\"sent\""]).unwrap_or(0.0)
+        sample(
+            t,
+            "verge_controller_messages_total",
+            &["direction=\"sent\""],
+        )
+        .unwrap_or(0.0)
     };
     let pod_watch = |t: &str| {
-        sample(t, "verge_controller_watch_events_total", &["resource=\"pods\""]).unwrap_or(0.0)
+        sample(
+            t,
+            "verge_controller_watch_events_total",
+            &["resource=\"pods\""],
+        )
+        .unwrap_or(0.0)
     };
 
     // ---- a pod: messages, watch events, API requests and the pod start stages move ----
@@ -262,7 +286,11 @@ async fn scenario(
     .await?;
     for stage in ["image", "sandbox", "container"] {
         let label = format!("stage=\"{stage}\"");
-        let n = need(&edge_after, "verge_edgecore_pod_start_duration_seconds_count", &[&label])?;
+        let n = need(
+            &edge_after,
+            "verge_edgecore_pod_start_duration_seconds_count",
+            &[&label],
+        )?;
         anyhow::ensure!(n >= 1.0, "stage {stage}: {n}");
     }
     let hub_after = scrape(hub).await?;
@@ -271,40 +299,67 @@ async fn scenario(
         "cloudhub downstream resource messages did not move"
     );
     let ec_after = scrape(ec).await?;
-    anyhow::ensure!(ec_sent(&ec_after) > ec_sent(&ec_before), "edgecontroller sent nothing");
-    anyhow::ensure!(pod_watch(&ec_after) > pod_watch(&ec_before), "no pod watch events");
-    need(&ec_after, "verge_kube_api_requests_total", &["resource=\"pods/status\"", "verb=\"patch\""])?;
+    anyhow::ensure!(
+        ec_sent(&ec_after) > ec_sent(&ec_before),
+        "edgecontroller sent nothing"
+    );
+    anyhow::ensure!(
+        pod_watch(&ec_after) > pod_watch(&ec_before),
+        "no pod watch events"
+    );
+    need(
+        &ec_after,
+        "verge_kube_api_requests_total",
+        &["resource=\"pods/status\"", "verb=\"patch\""],
+    )?;
 
     // ---- cut the link: the edge sees it is offline and queues reports ----
     netns.cut()?;
-    let offline = wait_for("edge offline with queued reports", Duration::from_secs(40), || async {
-        let text = scrape_edge(netns)?;
-        let connected = need(&text, "verge_edgecore_connected", &[])?;
-        let entries = need(&text, "verge_edgecore_outbox_entries", &[])?;
-        Ok((connected == 0.0 && entries >= 1.0).then_some(text))
-    })
+    let offline = wait_for(
+        "edge offline with queued reports",
+        Duration::from_secs(40),
+        || async {
+            let text = scrape_edge(netns)?;
+            let connected = need(&text, "verge_edgecore_connected", &[])?;
+            let entries = need(&text, "verge_edgecore_outbox_entries", &[])?;
+            Ok((connected == 0.0 && entries >= 1.0).then_some(text))
+        },
+    )
     .await?;
     let age = need(&offline, "verge_edgecore_outbox_oldest_age_seconds", &[])?;
     anyhow::ensure!(age > 0.0, "oldest outbox entry age {age}");
-    wait_for("cloudhub drops the session", Duration::from_secs(40), || async {
-        let text = scrape(hub).await?;
-        let gone = need(&text, "verge_cloudhub_sessions", &[])? == 0.0
-            && sample(&text, "verge_cloudhub_queue_depth", &[&format!("node=\"{name}\"")]).is_none();
-        Ok(gone.then_some(()))
-    })
+    wait_for(
+        "cloudhub drops the session",
+        Duration::from_secs(40),
+        || async {
+            let text = scrape(hub).await?;
+            let gone = need(&text, "verge_cloudhub_sessions", &[])? == 0.0
+                && sample(
+                    &text,
+                    "verge_cloudhub_queue_depth",
+                    &[&format!("node=\"{name}\"")],
+                )
+                .is_none();
+            Ok(gone.then_some(()))
+        },
+    )
     .await?;
 
     // ---- heal: reconnect counted, the outbox drains ----
     netns.heal()?;
     let reconnects_before = sample(&offline, "verge_edgecore_reconnects_total", &[]).unwrap_or(0.0);
-    wait_for("edge back with its outbox drained", Duration::from_secs(60), || async {
-        let text = scrape_edge(netns)?;
-        let back = need(&text, "verge_edgecore_connected", &[])? == 1.0
-            && need(&text, "verge_edgecore_reconnects_total", &[])? > reconnects_before
-            && need(&text, "verge_edgecore_outbox_oldest_age_seconds", &[])? < age + 30.0
-            && need(&text, "verge_edgecore_outbox_entries", &[])? <= 1.0;
-        Ok(back.then_some(()))
-    })
+    wait_for(
+        "edge back with its outbox drained",
+        Duration::from_secs(60),
+        || async {
+            let text = scrape_edge(netns)?;
+            let back = need(&text, "verge_edgecore_connected", &[])? == 1.0
+                && need(&text, "verge_edgecore_reconnects_total", &[])? > reconnects_before
+                && need(&text, "verge_edgecore_outbox_oldest_age_seconds", &[])? < age + 30.0
+                && need(&text, "verge_edgecore_outbox_entries", &[])? <= 1.0;
+            Ok(back.then_some(()))
+        },
+    )
     .await?;
     wait_for("cloudhub session back", Duration::from_secs(30), || async {
         Ok((need(&scrape(hub).await?, "verge_cloudhub_sessions", &[])? >= 1.0).then_some(()))

@@ -82,7 +82,10 @@ mod tests {
         registry.register("verge_test_things", "Things done.", counter.clone());
         counter.inc_by(3);
         let text = encode(&registry).expect("encodes");
-        assert!(text.contains("# TYPE verge_test_things counter\n"), "{text}");
+        assert!(
+            text.contains("# TYPE verge_test_things counter\n"),
+            "{text}"
+        );
         assert!(text.contains("verge_test_things_total 3\n"), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
     }

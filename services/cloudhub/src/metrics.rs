@@ -270,7 +270,10 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }
-        assert!(!text.contains("reason=\"replaced\""), "a replaced session is no refusal");
+        assert!(
+            !text.contains("reason=\"replaced\""),
+            "a replaced session is no refusal"
+        );
     }
 
     #[test]
@@ -287,7 +290,10 @@ mod tests {
             refusal_reason(&Error::FrameTooLarge("big".into())),
             Some("oversize")
         );
-        assert_eq!(refusal_reason(&Error::TooManySessions(1)), Some("too_many_sessions"));
+        assert_eq!(
+            refusal_reason(&Error::TooManySessions(1)),
+            Some("too_many_sessions")
+        );
         assert_eq!(refusal_reason(&Error::ShuttingDown), None);
         assert_eq!(
             trust_refusal_reason(&TrustError::ControllerUnauthenticated),

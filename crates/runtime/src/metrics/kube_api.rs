@@ -123,7 +123,11 @@ impl RequestLabels {
         };
         let Some(mut rest) = rest.filter(|r| !r.is_empty()) else {
             return Self {
-                verb: if *method == Method::GET { "get" } else { "other" },
+                verb: if *method == Method::GET {
+                    "get"
+                } else {
+                    "other"
+                },
                 resource: "discovery".to_owned(),
             };
         };
@@ -219,19 +223,59 @@ mod tests {
     #[test]
     fn verbs_and_resources_follow_the_api_server() {
         let cases = [
-            (Method::GET, "/api/v1/pods?watch=true&resourceVersion=1", "watch", "pods"),
+            (
+                Method::GET,
+                "/api/v1/pods?watch=true&resourceVersion=1",
+                "watch",
+                "pods",
+            ),
             (Method::GET, "/api/v1/namespaces/ns/pods", "list", "pods"),
             (Method::GET, "/api/v1/namespaces/ns/pods/web", "get", "pods"),
-            (Method::PATCH, "/api/v1/namespaces/ns/pods/web/status", "patch", "pods/status"),
-            (Method::POST, "/api/v1/namespaces/ns/events", "create", "events"),
-            (Method::PUT, "/apis/coordination.k8s.io/v1/namespaces/n/leases/l", "update", "leases"),
-            (Method::DELETE, "/api/v1/namespaces/ns/pods/web", "delete", "pods"),
-            (Method::DELETE, "/api/v1/namespaces/ns/pods", "deletecollection", "pods"),
+            (
+                Method::PATCH,
+                "/api/v1/namespaces/ns/pods/web/status",
+                "patch",
+                "pods/status",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/ns/events",
+                "create",
+                "events",
+            ),
+            (
+                Method::PUT,
+                "/apis/coordination.k8s.io/v1/namespaces/n/leases/l",
+                "update",
+                "leases",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/ns/pods/web",
+                "delete",
+                "pods",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/ns/pods",
+                "deletecollection",
+                "pods",
+            ),
             (Method::GET, "/api/v1/nodes/edge-1", "get", "nodes"),
             (Method::GET, "/api/v1/namespaces/ns", "get", "namespaces"),
-            (Method::POST, "/api/v1/namespaces/ns/serviceaccounts/sa/token", "create", "serviceaccounts/token"),
+            (
+                Method::POST,
+                "/api/v1/namespaces/ns/serviceaccounts/sa/token",
+                "create",
+                "serviceaccounts/token",
+            ),
             (Method::GET, "/version", "get", "discovery"),
-            (Method::GET, "/apis/devices.kubeedge.io/v1beta1", "get", "discovery"),
+            (
+                Method::GET,
+                "/apis/devices.kubeedge.io/v1beta1",
+                "get",
+                "discovery",
+            ),
         ];
         for (method, uri, verb, resource) in cases {
             assert_eq!(labels(method, uri), (verb, resource.to_owned()), "{uri}");

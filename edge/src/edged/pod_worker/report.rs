@@ -4,11 +4,11 @@ use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Worker;
-use crate::metrics::Stage;
 use super::observe::Observation;
 use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::image_ref;
 use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
+use crate::metrics::Stage;
 
 impl<R: ContainerRuntime> Worker<R> {
     fn facts<'a>(
