@@ -117,7 +117,11 @@ fn unacked_message_is_resent_with_the_same_id() {
     let later = start + TIMEOUT;
     assert!(q.expired(later).is_empty());
     assert_eq!(drain(&mut q, later), ["v1"]);
-    assert_eq!(q.take_resends(), 1, "counted for verge_cloudhub_delivery_retries_total");
+    assert_eq!(
+        q.take_resends(),
+        1,
+        "counted for verge_cloudhub_delivery_retries_total"
+    );
     assert_eq!(q.take_resends(), 0, "taken");
     assert_eq!(q.next_deadline(), Some(later + TIMEOUT));
     assert!(q.ack("v1"));
