@@ -85,14 +85,14 @@ where
         Ok(endpoint) => endpoint,
         Err(error) => return verge_runtime::fail(service, &error),
     };
+    let mut registry = verge_runtime::metrics::Registry::default();
+    crate::metrics::register(&mut registry);
+    let endpoint = endpoint.route("/metrics", verge_runtime::metrics::metrics_route(registry));
     let client = match verge_runtime::kube_client(flags.kubeconfig.as_deref()).await {
         Ok(client) => client,
         Err(error) => return verge_runtime::fail(service, &*error),
     };
     let grace = config.shutdown_grace;
-    let mut registry = verge_runtime::metrics::Registry::default();
-    crate::metrics::register(&mut registry);
-    let endpoint = endpoint.route("/metrics", verge_runtime::metrics::metrics_route(registry));
     verge_runtime::serve_with_health(service, grace, endpoint, |shutdown, health| {
         let running = run(config, client, shutdown, &health);
         async move {

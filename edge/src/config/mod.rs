@@ -7,9 +7,9 @@
 //! ```yaml
 //! nodeName: edge-1                  # default: the host name
 //! dataDir: /var/lib/verge/edgecore
+//! metricsAddr: 127.0.0.1:10008      # /metrics and /healthz; null: off
 //! logFormat: text                   # or json
 //! shutdownGrace: 10s
-//! metricsAddr: 127.0.0.1:10008      # /metrics and /healthz; null: off
 //! edgeHub:                          # see EdgeHubConfig
 //!   server: https://cloudhub:10000
 //!   token: ""                      # bootstrap token: join on start

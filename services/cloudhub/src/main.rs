@@ -86,14 +86,14 @@ async fn main() -> ExitCode {
         Ok(endpoint) => endpoint,
         Err(error) => return verge_runtime::fail("cloudhub", &error),
     };
-    let hub = match build(&args, config).await {
-        Ok(hub) => hub,
-        Err(error) => return verge_runtime::fail("cloudhub", &*error),
-    };
     let mut registry = Registry::default();
     verge_cloudhub::metrics::global().register(&mut registry);
     verge_runtime::metrics::kube_api::global().register(&mut registry);
     let endpoint = endpoint.route("/metrics", metrics_route(registry));
+    let hub = match build(&args, config).await {
+        Ok(hub) => hub,
+        Err(error) => return verge_runtime::fail("cloudhub", &*error),
+    };
     verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
         hub.with_health(health).run(shutdown)
     })

@@ -106,13 +106,13 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     image_ids: ImageIds,
     last_status: Option<PodStatus>,
     start_time: Time,
+    /// When this worker started a pod not yet Running, until its status first says Running
+    /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
+    starting_since: Option<std::time::Instant>,
     deleted: bool,
     /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
     /// see [`Worker::pod_ip`].
     sandbox_ip: Option<String>,
-    /// When this worker started a pod not yet Running, until its status first says Running
-    /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
-    starting_since: Option<std::time::Instant>,
 }
 
 /// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
@@ -164,9 +164,9 @@ impl<R: ContainerRuntime> Worker<R> {
             image_ids: ImageIds::new(),
             last_status: None,
             start_time,
+            starting_since: starting.then(std::time::Instant::now),
             deleted: false,
             sandbox_ip: None,
-            starting_since: starting.then(std::time::Instant::now),
         }
     }
 

@@ -151,6 +151,7 @@ impl<R: ContainerRuntime> Worker<R> {
         sandbox: &Instance,
     ) -> Result<String, StartError> {
         let image = c.image.clone().unwrap_or_default();
+        let image_since = Instant::now();
         let policy = PullPolicy::of(&image, c.image_pull_policy.as_deref());
         let creds = if policy == PullPolicy::Never {
             None
@@ -161,11 +162,7 @@ impl<R: ContainerRuntime> Worker<R> {
             let msg = format!("Pulling image \"{image}\"");
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
-        let pulling_since = Instant::now();
         let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling).await;
-        if pulled.is_ok() {
-            metrics::global().pod_start(Stage::Image, pulling_since.elapsed());
-        }
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
                 EventType::Normal,
@@ -191,6 +188,9 @@ impl<R: ContainerRuntime> Worker<R> {
             }
         };
         self.container_event(&c.name, type_, reason, msg);
+        if pulled.is_ok() {
+            metrics::global().pod_start(Stage::Image, image_since.elapsed());
+        }
         pulled.map_err(StartError::Image)?;
         let env = crate::edged::env::resolve_env(
             &self.pod,

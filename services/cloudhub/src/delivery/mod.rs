@@ -95,7 +95,8 @@ pub(crate) struct DeliveryQueue {
     inflight_keys: HashMap<ResourceKey, MessageId>,
     /// Ids whose resend is due (stale ids are skipped).
     due: VecDeque<MessageId>,
-    /// Resends since the last [`DeliveryQueue::take_resends`].
+    /// Resends scheduled by [`DeliveryQueue::expired`] since the last
+    /// [`DeliveryQueue::take_resends`].
     resends: u64,
 }
 
@@ -120,8 +121,8 @@ impl DeliveryQueue {
         self.waiting_len
     }
 
-    /// Resends returned by [`DeliveryQueue::next_to_send`] since the last call (for the
-    /// `verge_cloudhub_delivery_retries_total` counter).
+    /// Resends scheduled (an answer overdue, a retry left) since the last call, for the
+    /// `verge_cloudhub_delivery_retries_total` counter.
     pub(crate) fn take_resends(&mut self) -> u64 {
         std::mem::take(&mut self.resends)
     }
@@ -195,7 +196,6 @@ impl DeliveryQueue {
             {
                 sent.deadline = Some(now + self.limits.ack_timeout);
                 sent.attempts += 1;
-                self.resends += 1;
                 return Some(sent.queued.message.clone());
             }
         }
@@ -264,6 +264,7 @@ impl DeliveryQueue {
             };
             if sent.attempts <= self.limits.max_retries {
                 sent.deadline = None;
+                self.resends += 1;
                 self.due.push_back(id);
                 continue;
             }
