@@ -189,7 +189,8 @@ impl Metrics {
 /// The outbox gauges, read from the store at every scrape: `verge_edgecore_outbox_entries`
 /// (reports waiting for the cloud's ack) and `verge_edgecore_outbox_oldest_age_seconds`
 /// (how long ago the oldest waiting report was made, by its message timestamp; 0 when
-/// empty). Reading is one small redb read transaction.
+/// empty; a newer report of the same key replaces the older, so a re-reported node status
+/// stays young). Reading is one small redb read transaction.
 #[derive(Debug)]
 pub struct OutboxCollector {
     store: MetaStore,

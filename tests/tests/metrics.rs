@@ -293,6 +293,22 @@ async fn scenario(
         )?;
         anyhow::ensure!(n >= 1.0, "stage {stage}: {n}");
     }
+    let stage_sum = |stage: &str| {
+        let label = format!("stage=\"{stage}\"");
+        sample(
+            &edge_after,
+            "verge_edgecore_pod_start_duration_seconds_sum",
+            &[&label],
+        )
+        .unwrap_or(f64::NAN)
+    };
+    eprintln!(
+        "pod start seconds (sum over attempts): image {:.3}, sandbox {:.3}, container {:.3}, total {:.3}",
+        stage_sum("image"),
+        stage_sum("sandbox"),
+        stage_sum("container"),
+        stage_sum("total")
+    );
     let hub_after = scrape(hub).await?;
     anyhow::ensure!(
         hub_down(&hub_after) > hub_down(&hub_text),
@@ -328,6 +344,10 @@ async fn scenario(
     .await?;
     let age = need(&offline, "verge_edgecore_outbox_oldest_age_seconds", &[])?;
     anyhow::ensure!(age > 0.0, "oldest outbox entry age {age}");
+    eprintln!(
+        "offline: {} outbox entries, oldest {age:.1} s",
+        need(&offline, "verge_edgecore_outbox_entries", &[])?
+    );
     wait_for(
         "cloudhub drops the session",
         Duration::from_secs(40),
