@@ -20,6 +20,7 @@
 //! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
 //!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
 //!   [`eventbus::EventBusHandle`]).
+//! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
@@ -38,6 +39,7 @@ pub mod edgehub;
 pub mod error;
 pub mod eventbus;
 pub mod metamanager;
+pub mod metrics;
 pub mod node;
 mod private_dir;
 

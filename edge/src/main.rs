@@ -1,7 +1,8 @@
 //! `edgecore`: the Verge edge node agent. Parses flags, loads the configuration, installs
 //! telemetry, makes sure the node has a certificate (joining with `edgeHub.token` if not),
 //! runs [`verge_edgecore::EdgeCore`] until SIGINT/SIGTERM and then drains it within
-//! `shutdownGrace` (`verge_runtime::serve`).
+//! `shutdownGrace` (`verge_runtime::serve`); with `metricsAddr` (default `127.0.0.1:10008`)
+//! it serves `/metrics`, `/healthz` and `/readyz` there (`verge_runtime::serve_with_health`).
 //!
 //! `edgecore join --cloudhub <host>:10002 --token <id.secret> [--ca-cert-hash sha256:…]`
 //! only joins: it stores the node's key and certificate under `<dataDir>/pki` and exits.
@@ -14,6 +15,8 @@ use clap::{Parser, Subcommand};
 use verge_edgecore::certificates::{self, Credentials, JoinParams};
 use verge_edgecore::config::LogFormat;
 use verge_edgecore::{Config, EdgeCore};
+use verge_runtime::health::HealthEndpoint;
+use verge_runtime::metrics::{Registry, metrics_route};
 
 /// The Verge edge node agent.
 #[derive(Debug, Parser)]
@@ -149,11 +152,27 @@ async fn main() -> ExitCode {
         return verge_runtime::fail("edgecore", &error);
     }
     let grace = config.shutdown_grace;
+    let metrics_addr = config.metrics_addr;
     let edgecore = match EdgeCore::new(config) {
         Ok(edgecore) => edgecore,
         Err(error) => return verge_runtime::fail("edgecore", &error),
     };
-    verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown))
-        .await
-        .exit_code()
+    let Some(addr) = metrics_addr else {
+        return verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown))
+            .await
+            .exit_code();
+    };
+    let endpoint = match HealthEndpoint::bind(addr).await {
+        Ok(endpoint) => endpoint,
+        Err(error) => return verge_runtime::fail("edgecore", &error),
+    };
+    let mut registry = Registry::default();
+    verge_edgecore::metrics::register(&mut registry, edgecore.store());
+    let endpoint = endpoint.route("/metrics", metrics_route(registry));
+    verge_runtime::serve_with_health("edgecore", grace, endpoint, |shutdown, health| async move {
+        health.set_ready(true).await;
+        edgecore.run(shutdown).await
+    })
+    .await
+    .exit_code()
 }

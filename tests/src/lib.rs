@@ -51,6 +51,8 @@ pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
         .map(|s| (*s).to_owned())
         .collect();
     config.device_twin.dmi_socket = data_dir.join("dmi.sock");
+    // Many edges run side by side on the host: a free port instead of the default 10008.
+    config.metrics_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
     config
 }
 

@@ -85,6 +85,9 @@ where
         Ok(endpoint) => endpoint,
         Err(error) => return verge_runtime::fail(service, &error),
     };
+    let mut registry = verge_runtime::metrics::Registry::default();
+    crate::metrics::register(&mut registry);
+    let endpoint = endpoint.route("/metrics", verge_runtime::metrics::metrics_route(registry));
     let client = match verge_runtime::kube_client(flags.kubeconfig.as_deref()).await {
         Ok(client) => client,
         Err(error) => return verge_runtime::fail(service, &*error),

@@ -287,6 +287,7 @@ async fn attach(
 
 /// The wire frame of a message for `node`.
 fn routed_frame(node: String, envelope: Envelope) -> ControllerFrame {
+    crate::metrics::global().message(true, &envelope);
     ControllerFrame {
         frame: Some(controller_frame::Frame::Message(Routed {
             node,
@@ -309,11 +310,14 @@ fn read(link: u64, frame: HubFrame, reply: &Link, identity: &Identity) -> Option
                 return None;
             };
             match Envelope::try_from(message) {
-                Ok(envelope) => Some(HubEvent::Message {
-                    link,
-                    node,
-                    envelope: Box::new(envelope),
-                }),
+                Ok(envelope) => {
+                    crate::metrics::global().message(false, &envelope);
+                    Some(HubEvent::Message {
+                        link,
+                        node,
+                        envelope: Box::new(envelope),
+                    })
+                }
                 Err(error) => {
                     refuse(reply, &node, error, identity);
                     None

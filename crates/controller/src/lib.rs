@@ -22,6 +22,7 @@
 //!   [`hub::HubEvent`]), re-attached with backoff.
 //! - [`leader`]: leader election between a controller's replicas on a Lease
 //!   ([`leader::Elector`], [`leader::Leadership`]).
+//! - [`metrics`]: the Prometheus series every controller serves on `/metrics`.
 //! - [`reflect`]: watch caches (reflector stores reporting their changes as the
 //!   controller's cache events).
 //! - [`discovery`]: cloudhub replicas from a Service's EndpointSlices (pure).
@@ -52,6 +53,7 @@ pub mod fingerprint;
 pub mod hub;
 pub mod hub_auth;
 pub mod leader;
+pub mod metrics;
 pub mod reflect;
 pub mod replicas;
 pub mod retry;

@@ -58,12 +58,15 @@ where
     V: Clone + Send + 'static,
     F: Fn(&K) -> Option<V> + Send + 'static,
 {
+    let dyntype_for_label = dyntype.clone();
     let writer = reflector::store::Writer::new(dyntype);
     let store = writer.as_reader();
     let stream = watcher::watcher(api, config)
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear());
+    let resource = K::plural(&dyntype_for_label).into_owned();
     let task = forward(
+        resource,
         reflector::reflector(writer, stream),
         events.clone(),
         changed.cloned(),
@@ -76,6 +79,7 @@ where
 /// Reports every event of the reflector `stream` to `events` (and wakes `changed`) until it
 /// or the receiver ends.
 async fn forward<K, V, F>(
+    resource: String,
     stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     events: mpsc::Sender<V>,
     changed: Option<Arc<Notify>>,
@@ -91,6 +95,16 @@ async fn forward<K, V, F>(
             (&changed, &item)
         {
             changed.notify_one();
+        }
+        let metric = match &item {
+            Ok(Event::Apply(_)) => Some("apply"),
+            Ok(Event::Delete(_)) => Some("delete"),
+            Ok(Event::InitDone) => Some("relisted"),
+            Ok(Event::Init | Event::InitApply(_)) => None,
+            Err(_) => Some("error"),
+        };
+        if let Some(event) = metric {
+            crate::metrics::global().watch_event(&resource, event);
         }
         let event = match item {
             Ok(Event::Apply(o) | Event::Delete(o)) => to_event(&o),

@@ -25,6 +25,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
+use std::time::Instant;
 
 use verge_core::{Envelope, ResourceKey, ResourceType};
 use verge_proto::Inventory;
@@ -156,6 +157,9 @@ pub struct NodeState<P> {
     own: Option<ResourceKey>,
     /// The unanswered message of the marker's delivery key, if any.
     own_in_flight: Option<String>,
+    /// When the session started, until the edge answered its `resync` marker
+    /// (`verge_controller_resync_duration_seconds`).
+    resync_since: Option<Instant>,
     objects: PhantomData<fn() -> P>,
 }
 
@@ -175,6 +179,7 @@ impl<P: NodeObjects> NodeState<P> {
             resync_counts: (0, 0),
             own: P::own_key(node),
             own_in_flight: None,
+            resync_since: Some(Instant::now()),
             objects: PhantomData,
         }
     }
@@ -263,6 +268,7 @@ impl<P: NodeObjects> NodeState<P> {
             self.resync_counts.1 += delete_count;
             if self.own_in_flight.is_none() {
                 let (updates, deletes) = std::mem::take(&mut self.resync_counts);
+                crate::metrics::global().resync_objects(updates, deletes);
                 let marker = P::resync_message(node, updates, deletes);
                 self.in_flight.insert(marker.id.to_string(), Sent::Resync);
                 self.own_in_flight = Some(marker.id.to_string());
@@ -303,7 +309,11 @@ impl<P: NodeObjects> NodeState<P> {
     /// now (a message of the marker's key, an own-key object or the pending marker, may
     /// have waited for this answer).
     pub fn answered(&mut self, id: &str) -> bool {
-        self.in_flight.remove(id);
+        if self.in_flight.remove(id) == Some(Sent::Resync)
+            && let Some(since) = self.resync_since.take()
+        {
+            crate::metrics::global().resync_done(since.elapsed());
+        }
         self.own_answered(id) && (self.own.is_some() || self.resync_pending)
     }
 

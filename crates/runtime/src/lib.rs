@@ -19,6 +19,9 @@
 //! * `health` (feature `health`) — the plaintext health endpoint of the cloud services
 //!   (gRPC `grpc.health.v1` and HTTP `/healthz`, `/readyz`) for Kubernetes probes, and
 //!   `serve_with_health`.
+//! * `metrics` (feature `metrics`) — Prometheus metrics: the OpenMetrics text of a process's
+//!   registry, its `/metrics` route on the health endpoint, and (with `kube`) the
+//!   Kubernetes API request series of the client.
 //! * `unix_grpc` (feature `unix-grpc`) — gRPC servers on unix sockets that accept the
 //!   socket-path `:authority` of Go gRPC clients (KubeEdge mappers).
 
@@ -27,6 +30,8 @@ mod chain;
 pub mod health;
 #[cfg(feature = "kube")]
 mod kube_client;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod modules;
 mod serve;
 #[cfg(feature = "unix-grpc")]

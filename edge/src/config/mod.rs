@@ -7,6 +7,7 @@
 //! ```yaml
 //! nodeName: edge-1                  # default: the host name
 //! dataDir: /var/lib/verge/edgecore
+//! metricsAddr: 127.0.0.1:10008      # /metrics and /healthz; null: off
 //! logFormat: text                   # or json
 //! shutdownGrace: 10s
 //! edgeHub:                          # see EdgeHubConfig
@@ -30,6 +31,7 @@ mod edged;
 mod edgehub;
 mod eventbus;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -42,6 +44,9 @@ pub use eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::LogFormat;
 
 use crate::{Error, Result};
+
+/// The default port of edgecore's metrics endpoint ([`Config::metrics_addr`]).
+pub const DEFAULT_METRICS_PORT: u16 = 10008;
 
 /// The configuration of one edgecore.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -58,6 +63,15 @@ pub struct Config {
     /// anyway (pods keep running either way). Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// Where edgecore serves `GET /metrics` (Prometheus, OpenMetrics text; the series are in
+    /// docs/observability.md) and `/healthz`, `/readyz` and gRPC `grpc.health.v1` (as the
+    /// cloud services' health endpoint); `null` serves nothing. Default `127.0.0.1:10008`:
+    /// loopback, so a small agent opens no port to the network unless told to (scrape it
+    /// through a node-local agent, or set the node's address); port 10008 follows Verge's
+    /// cloud ports (10000-10002, health 10005-10007) and stays clear of the kubelet's
+    /// (10248, 10250, 10255) and KubeEdge's edgecore (10350, 10550), so it can run beside
+    /// them on a node being migrated.
+    pub metrics_addr: Option<SocketAddr>,
     /// edgehub: the link to cloudhub (KubeEdge `modules.edgeHub`).
     pub edge_hub: EdgeHubConfig,
     /// edged: node status, Lease and pods (KubeEdge `modules.edged`, kubelet names).
@@ -76,6 +90,7 @@ impl Default for Config {
             data_dir: PathBuf::from("/var/lib/verge/edgecore"),
             log_format: LogFormat::Text,
             shutdown_grace: Duration::from_secs(10),
+            metrics_addr: Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT))),
             edge_hub: EdgeHubConfig::default(),
             edged: EdgedConfig::default(),
             device_twin: DeviceTwinConfig::default(),

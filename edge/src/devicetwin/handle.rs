@@ -49,7 +49,9 @@ impl DeviceTwinHandle {
         twins: Vec<Twin>,
     ) -> Result<TwinDocument> {
         let id = DeviceId::new(namespace, name);
-        self.call(|reply| Op::Report { id, twins, reply }).await
+        let reported = self.call(|reply| Op::Report { id, twins, reply }).await;
+        crate::metrics::global().twin_report(reported.is_ok());
+        reported
     }
 
     /// Sets the state of Device `namespace/name` as a mapper reported it (one of

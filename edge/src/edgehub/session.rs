@@ -90,6 +90,7 @@ impl EdgeHub {
             }
         };
         self.generation += 1;
+        crate::metrics::global().session_established(self.generation);
         let keepalive = match open.welcome.keepalive_interval_ms {
             0 => DEFAULT_KEEPALIVE,
             ms => Duration::from_millis(ms),
@@ -100,7 +101,9 @@ impl EdgeHub {
             generation: self.generation,
             keepalive,
         }));
-        match self.pump(open, keepalive, shutdown).await {
+        let pumped = self.pump(open, keepalive, shutdown).await;
+        crate::metrics::global().session_ended();
+        match pumped {
             Ok(()) => Ended::Shutdown,
             Err(error) => Ended::Failed {
                 established: true,
@@ -218,7 +221,10 @@ impl EdgeHub {
             }
         };
         let msg = match Envelope::try_from(msg) {
-            Ok(msg) => msg,
+            Ok(msg) => {
+                crate::metrics::global().message(false, &msg);
+                msg
+            }
             Err(error) => {
                 warn!(%error, "malformed downstream message refused");
                 return match refusal(&error) {
@@ -244,6 +250,7 @@ impl EdgeHub {
 /// Writes `msg` to the request stream.
 pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Envelope) -> Result<()> {
     trace!(id = %msg.id, resource = %msg.path(), "upstream");
+    crate::metrics::global().message(true, &msg);
     frames
         .send(EdgeFrame {
             frame: Some(edge_frame::Frame::Message(Message::from(msg))),

@@ -103,7 +103,10 @@ impl ControllerHub for ControllerHubService {
                 Error::UnexpectedFrame("the first frame must be ControllerFrame.hello").into(),
             );
         };
-        let groups = parse_hello(&hello).inspect_err(|error| warn!(%error, "attach refused"))?;
+        let groups = parse_hello(&hello).inspect_err(|error| {
+            crate::metrics::global().refused(error);
+            warn!(%error, "attach refused");
+        })?;
         let (tx, rx) = mpsc::channel(self.shared.config.controller_queue_len);
         let (control, control_rx) = mpsc::channel(self.shared.config.controller_queue_len);
         let end = StreamEnd::new();
@@ -185,6 +188,7 @@ impl Attachment {
                 },
             };
             if let Err(error) = outcome {
+                crate::metrics::global().refused(&error);
                 warn!(%error, "controller stream ends with an error");
                 self.end.finish(Some(error));
                 break;
@@ -216,6 +220,7 @@ impl Attachment {
         let Err(undeliverable) = self.shared.registry.deliver(&node, message, Some(self.id)) else {
             return Ok(());
         };
+        crate::metrics::global().delivery_failure(undeliverable.metric_reason());
         let reason = undeliverable.reason(&node);
         warn!(%reason, "downstream message not delivered");
         let error = DeliveryError {

@@ -21,6 +21,7 @@ use verge_proto::hub::{
     CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, Welcome, cloud_frame, edge_frame,
 };
 
+use crate::metrics::{self, Direction};
 use crate::routing::{self, Upstream};
 use crate::session_queue::{self, SessionQueue};
 use crate::sessions::{NodeEntry, ToController};
@@ -113,6 +114,7 @@ impl EdgeHub for EdgeHubService {
             .hello(&identity, &mut inbound)
             .await
             .inspect_err(|error| {
+                metrics::global().refused(error);
                 warn!(%error, ?peer, "edge handshake refused");
             })?;
         let config = &self.shared.config;
@@ -154,7 +156,10 @@ impl EdgeHub for EdgeHubService {
                 },
                 config.max_sessions,
             )
-            .inspect_err(|error| warn!(%error, %node, "edge session refused"))?;
+            .inspect_err(|error| {
+                metrics::global().refused(error);
+                warn!(%error, %node, "edge session refused");
+            })?;
         let delivery = session_queue::deliver(self.shared.clone(), node, queue, tx, end.clone());
         self.shared.tracker.spawn(delivery.instrument(span.clone()));
         self.shared
@@ -166,6 +171,7 @@ impl EdgeHub for EdgeHubService {
 
 /// The wire frame of a downstream message.
 fn cloud_frame(envelope: Envelope) -> CloudFrame {
+    metrics::global().message(Direction::Downstream, &envelope);
     CloudFrame {
         frame: Some(cloud_frame::Frame::Message(Message::from(envelope))),
     }
@@ -255,6 +261,7 @@ impl Session {
                 Ok(Ok(Some(frame))) => self.handle_frame(frame).await,
             };
             if let Err(error) = outcome {
+                metrics::global().refused(&error);
                 if matches!(error, Error::Stream(_)) {
                     info!(%error, "edge stream broken");
                 } else {
@@ -283,6 +290,7 @@ impl Session {
     /// Reads a wire message from the edge.
     async fn handle_message(&self, message: Message) -> Result<()> {
         let envelope = Envelope::try_from(message)?;
+        metrics::global().message(Direction::Upstream, &envelope);
         self.route(envelope).await
     }
 
@@ -313,6 +321,7 @@ impl Session {
                     debug!(parent_id = %answered, "downstream message answered");
                 }
                 let forwarded = if !answer && self.rate.check().is_err() {
+                    metrics::global().refusal("rate_limit");
                     Err(format!(
                         "rate limited: node {} sends more than {} messages/s (burst {}); retry later",
                         self.node,

@@ -10,6 +10,7 @@
 //! - [`edge`]: the `EdgeHub` service: handshake, keepalive, upstream routing.
 //! - [`controller`]: the `ControllerHub` service: snapshot, events, downstream routing.
 //! - [`join`]: the `Join` service: bootstrap-token joins of new nodes.
+//! - [`metrics`]: the Prometheus series (`/metrics` on the health endpoint).
 //! - [`trust`]: identities: the Verge CA, TLS on every listener, joins and renewals through
 //!   the CSR API, node identity, controller TokenReviews.
 //! - `sessions`: the registry of node sessions and controllers (one lock, bounded queues).
@@ -42,6 +43,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod join;
+pub mod metrics;
 mod routing;
 mod session_queue;
 mod sessions;

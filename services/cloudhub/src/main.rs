@@ -1,7 +1,7 @@
 //! `cloudhub`: parse flags, load the configuration, initialise telemetry, load (or create)
 //! the Verge CA, serve until SIGINT/SIGTERM, then drain for at most `shutdownGrace`
 //! (`verge_runtime::serve_with_health`: the probe endpoint on `healthAddr` reports ready once
-//! the listeners are up, not ready from the signal on).
+//! the listeners are up, not ready from the signal on; `/metrics` on the same port).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ use clap::Parser;
 use verge_cloudhub::trust::{KubeCluster, Trust};
 use verge_cloudhub::{CloudHub, Config, LogFormat};
 use verge_runtime::health::HealthEndpoint;
+use verge_runtime::metrics::{Registry, metrics_route};
 
 /// Verge cloudhub: terminates edge streams and routes messages to controllers.
 #[derive(Debug, Parser)]
@@ -85,6 +86,10 @@ async fn main() -> ExitCode {
         Ok(endpoint) => endpoint,
         Err(error) => return verge_runtime::fail("cloudhub", &error),
     };
+    let mut registry = Registry::default();
+    verge_cloudhub::metrics::global().register(&mut registry);
+    verge_runtime::metrics::kube_api::global().register(&mut registry);
+    let endpoint = endpoint.route("/metrics", metrics_route(registry));
     let hub = match build(&args, config).await {
         Ok(hub) => hub,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),

@@ -13,6 +13,7 @@ use verge_core::Envelope;
 use verge_proto::hub::DeliveryError;
 
 use crate::delivery::{DeliveryQueue, Limits, Origin, QueueFull, Unacked};
+use crate::metrics::{self, Metrics};
 use crate::sessions::ToController;
 use crate::stream::StreamEnd;
 use crate::{Config, Shared};
@@ -72,11 +73,13 @@ impl SessionQueue {
 
     /// At `now`: handles overdue messages, then moves what may be sent into `tx` while it has
     /// room. Returns the messages given up, whether `tx` was full (or closed), and the next
-    /// deadline.
+    /// deadline; records the queue's depth and resends in `metrics`.
     fn pump(
         &self,
         tx: &mpsc::Sender<Envelope>,
         now: Instant,
+        node: &str,
+        metrics: &Metrics,
     ) -> (Vec<Unacked>, bool, Option<Instant>) {
         let now = now.into_std();
         let mut queue = self.lock();
@@ -93,6 +96,8 @@ impl SessionQueue {
             permit.send(message);
         }
         let deadline = queue.next_deadline().map(Instant::from_std);
+        metrics.retries(queue.take_resends());
+        metrics.set_queue_depth(node, queue.waiting() + queue.inflight());
         (unacked, blocked, deadline)
     }
 }
@@ -110,7 +115,7 @@ pub(crate) async fn deliver(
 ) {
     loop {
         let now = Instant::now();
-        let (unacked, blocked, deadline) = queue.pump(&tx, now);
+        let (unacked, blocked, deadline) = queue.pump(&tx, now, &node, metrics::global());
         for dropped in unacked {
             report(&shared, &node, dropped);
         }
@@ -123,6 +128,7 @@ pub(crate) async fn deliver(
             room = tx.reserve(), if blocked => if room.is_err() { break },
         }
     }
+    metrics::global().forget_node(&node);
     let queue = queue.lock();
     debug!(
         waiting = queue.waiting(),
@@ -139,6 +145,7 @@ fn report(shared: &Shared, node: &str, dropped: Unacked) {
         attempts,
     } = dropped;
     warn!(%message_id, attempts, "downstream message not acknowledged; dropped");
+    metrics::global().delivery_failure("unacknowledged");
     let Some(controller) = origin else {
         return;
     };

@@ -90,6 +90,14 @@ pub(crate) enum Undeliverable {
 }
 
 impl Undeliverable {
+    /// The `reason` label of `verge_cloudhub_delivery_failures_total`.
+    pub(crate) fn metric_reason(self) -> &'static str {
+        match self {
+            Self::NotConnected => "not_connected",
+            Self::QueueFull(_) => "queue_full",
+        }
+    }
+
     /// The reason sent in `DeliveryError.reason` for a message to `node`.
     pub(crate) fn reason(self, node: &str) -> String {
         match self {
@@ -178,6 +186,7 @@ impl Registry {
             info!(node, old_session = %old.session_id, "session replaced by a newer one");
             old.end.finish(Some(Error::Replaced));
         }
+        crate::metrics::global().set_sessions(inner.nodes.len());
         self.broadcast(&mut inner, &frame);
         Ok(())
     }
@@ -194,6 +203,7 @@ impl Registry {
             return;
         }
         inner.nodes.remove(node);
+        crate::metrics::global().set_sessions(inner.nodes.len());
         let frame = self.session_frame(node, false, None);
         self.broadcast(&mut inner, &frame);
     }

@@ -53,6 +53,8 @@ impl InstalledEdge {
         config.edged.pod_sandbox_image = verge_testkit::kubelet_node::PAUSE_IMAGE.to_owned();
         config.edged.node_status_update_frequency = std::time::Duration::from_secs(2);
         config.device_twin.dmi_socket = dir.path().join("dmi.sock");
+        // Tests run edges side by side: a free port instead of the default 10008.
+        config.metrics_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
         let path = dir.path().join("edgecore.yaml");
         std::fs::write(&path, config.to_yaml()?)?;
         Ok(Self {

@@ -106,6 +106,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     image_ids: ImageIds,
     last_status: Option<PodStatus>,
     start_time: Time,
+    /// When this worker started a pod not yet Running, until its status first says Running
+    /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
+    starting_since: Option<std::time::Instant>,
     deleted: bool,
     /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
     /// see [`Worker::pod_ip`].
@@ -145,7 +148,9 @@ impl<R: ContainerRuntime> Worker<R> {
             .and_then(|s| s.start_time.clone())
             .unwrap_or_else(|| Time(crate::node::status::now()));
         // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
-        let state = PodState::initial(pod.status.as_ref().and_then(|s| s.phase.as_deref()));
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let state = PodState::initial(phase);
+        let starting = matches!(phase, None | Some("Pending"));
         Self {
             ctx,
             key,
@@ -159,6 +164,7 @@ impl<R: ContainerRuntime> Worker<R> {
             image_ids: ImageIds::new(),
             last_status: None,
             start_time,
+            starting_since: starting.then(std::time::Instant::now),
             deleted: false,
             sandbox_ip: None,
         }

@@ -8,6 +8,7 @@ use super::observe::Observation;
 use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::image_ref;
 use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
+use crate::metrics::Stage;
 
 impl<R: ContainerRuntime> Worker<R> {
     fn facts<'a>(
@@ -61,6 +62,11 @@ impl<R: ContainerRuntime> Worker<R> {
         };
         let now = Time(crate::node::status::now());
         let status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
+        if status.phase.as_deref() == Some("Running")
+            && let Some(since) = self.starting_since.take()
+        {
+            crate::metrics::global().pod_start(Stage::Total, since.elapsed());
+        }
         self.ctx
             .status
             .update(&self.key, &self.uid, status.clone())

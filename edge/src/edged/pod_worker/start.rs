@@ -20,6 +20,7 @@ use crate::edged::runtime::image::{
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
 use crate::edged::volumes::VolumeError;
+use crate::metrics::{self, Stage};
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
 
@@ -150,6 +151,7 @@ impl<R: ContainerRuntime> Worker<R> {
         sandbox: &Instance,
     ) -> Result<String, StartError> {
         let image = c.image.clone().unwrap_or_default();
+        let image_since = Instant::now();
         let policy = PullPolicy::of(&image, c.image_pull_policy.as_deref());
         let creds = if policy == PullPolicy::Never {
             None
@@ -186,6 +188,9 @@ impl<R: ContainerRuntime> Worker<R> {
             }
         };
         self.container_event(&c.name, type_, reason, msg);
+        if pulled.is_ok() {
+            metrics::global().pod_start(Stage::Image, image_since.elapsed());
+        }
         pulled.map_err(StartError::Image)?;
         let env = crate::edged::env::resolve_env(
             &self.pod,
@@ -211,6 +216,7 @@ impl<R: ContainerRuntime> Worker<R> {
         let name = labels.docker_name();
         // A leftover with the same name (interrupted earlier attempt) would conflict.
         let _ = self.ctx.runtime.remove_if_present(&name).await;
+        let creating_since = Instant::now();
         let id = self
             .ctx
             .runtime
@@ -223,6 +229,7 @@ impl<R: ContainerRuntime> Worker<R> {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(StartError::Run(e));
         }
+        metrics::global().pod_start(Stage::Container, creating_since.elapsed());
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
         Ok(id)
@@ -283,7 +290,9 @@ impl<R: ContainerRuntime> Worker<R> {
             .sandboxes
             .first()
             .map_or(0, |s| s.labels.restart_count + 1);
+        let since = Instant::now();
         let id = self.start_sandbox(attempt).await?;
+        metrics::global().pod_start(Stage::Sandbox, since.elapsed());
         info!(sandbox = %id, attempt, "sandbox started");
         Ok(())
     }

@@ -95,6 +95,9 @@ pub(crate) struct DeliveryQueue {
     inflight_keys: HashMap<ResourceKey, MessageId>,
     /// Ids whose resend is due (stale ids are skipped).
     due: VecDeque<MessageId>,
+    /// Resends scheduled by [`DeliveryQueue::expired`] since the last
+    /// [`DeliveryQueue::take_resends`].
+    resends: u64,
 }
 
 impl DeliveryQueue {
@@ -109,12 +112,19 @@ impl DeliveryQueue {
             inflight: HashMap::new(),
             inflight_keys: HashMap::new(),
             due: VecDeque::new(),
+            resends: 0,
         }
     }
 
     /// Messages waiting to be sent (not counting resends).
     pub(crate) fn waiting(&self) -> usize {
         self.waiting_len
+    }
+
+    /// Resends scheduled (an answer overdue, a retry left) since the last call, for the
+    /// `verge_cloudhub_delivery_retries_total` counter.
+    pub(crate) fn take_resends(&mut self) -> u64 {
+        std::mem::take(&mut self.resends)
     }
 
     /// Object messages sent and not yet answered.
@@ -254,6 +264,7 @@ impl DeliveryQueue {
             };
             if sent.attempts <= self.limits.max_retries {
                 sent.deadline = None;
+                self.resends += 1;
                 self.due.push_back(id);
                 continue;
             }

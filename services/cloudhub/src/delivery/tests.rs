@@ -110,12 +110,19 @@ fn unacked_message_is_resent_with_the_same_id() {
     let start = Instant::now();
     q.push(pod("v1", "web"), None).expect("room");
     assert_eq!(drain(&mut q, start), ["v1"]);
+    assert_eq!(q.take_resends(), 0, "a first send is no resend");
     assert_eq!(q.next_deadline(), Some(start + TIMEOUT));
     assert!(q.expired(start + TIMEOUT / 2).is_empty());
     assert!(drain(&mut q, start + TIMEOUT / 2).is_empty(), "not yet");
     let later = start + TIMEOUT;
     assert!(q.expired(later).is_empty());
     assert_eq!(drain(&mut q, later), ["v1"]);
+    assert_eq!(
+        q.take_resends(),
+        1,
+        "counted for verge_cloudhub_delivery_retries_total"
+    );
+    assert_eq!(q.take_resends(), 0, "taken");
     assert_eq!(q.next_deadline(), Some(later + TIMEOUT));
     assert!(q.ack("v1"));
     assert_eq!((q.inflight(), q.next_deadline()), (0, None));

@@ -122,6 +122,9 @@ impl Trust {
             }
         };
         counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(reason) = crate::metrics::trust_refusal_reason(&error) {
+            crate::metrics::global().refusal(reason);
+        }
         warn!(who, reason = %error, "refused");
         error
     }

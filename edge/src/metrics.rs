@@ -1,0 +1,326 @@
+//! edgecore's Prometheus series (docs/observability.md "Metrics"), served as `/metrics` on
+//! `metricsAddr` (loopback by default). One process-wide instance ([`global`]) is counted
+//! into from the modules; the outbox gauges are read from the store at scrape time
+//! ([`OutboxCollector`]). Tests make their own [`Metrics`].
+//!
+//! | series | type | labels |
+//! |---|---|---|
+//! | `verge_edgecore_messages_total` | counter | `direction` (`upstream`, `downstream`), `group`, `operation` |
+//! | `verge_edgecore_connected` | gauge | — (1 while a cloudhub session is up) |
+//! | `verge_edgecore_reconnects_total` | counter | — (sessions established after the first) |
+//! | `verge_edgecore_outbox_entries` | gauge | — |
+//! | `verge_edgecore_outbox_oldest_age_seconds` | gauge | — |
+//! | `verge_edgecore_pod_start_duration_seconds` | histogram | `stage` (`image`, `sandbox`, `container`, `total`) |
+//! | `verge_edgecore_twin_reports_total` | counter | `result` (`ok`, `error`) |
+//!
+//! Pod start stages, like the kubelet's `kubelet_pod_start_duration_seconds` split up:
+//! `image` is making the image present (pull per policy), `sandbox` creating and starting the
+//! pod sandbox (its image included), `container` creating and starting one container, and
+//! `total` from the pod worker's start (edged saw the new pod) until the pod's status first
+//! says `Running`. A pod edgecore adopts already `Running` (after a restart) is not counted.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tracing::warn;
+use verge_core::Envelope;
+
+use crate::metamanager::MetaStore;
+
+/// Labels of `verge_edgecore_messages_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct MessageLabels {
+    /// `upstream` (written to cloudhub) or `downstream` (read from cloudhub).
+    pub direction: &'static str,
+    /// The message group.
+    pub group: &'static str,
+    /// The wire operation.
+    pub operation: &'static str,
+}
+
+/// A stage of a pod start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Making the image present.
+    Image,
+    /// Creating and starting the sandbox.
+    Sandbox,
+    /// Creating and starting one container.
+    Container,
+    /// From the worker's start until the pod is Running.
+    Total,
+}
+
+impl Stage {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Image => "image",
+            Self::Sandbox => "sandbox",
+            Self::Container => "container",
+            Self::Total => "total",
+        }
+    }
+}
+
+/// Labels of `verge_edgecore_pod_start_duration_seconds`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct StageLabels {
+    /// `image`, `sandbox`, `container` or `total`.
+    pub stage: &'static str,
+}
+
+/// Labels of `verge_edgecore_twin_reports_total`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok` or `error`.
+    pub result: &'static str,
+}
+
+/// edgecore's series (cheap to clone: shared).
+#[derive(Debug, Clone)]
+pub struct Metrics {
+    messages: Family<MessageLabels, Counter>,
+    connected: Gauge,
+    reconnects: Counter,
+    pod_start: Family<StageLabels, Histogram>,
+    twin_reports: Family<ResultLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            messages: Family::default(),
+            connected: Gauge::default(),
+            reconnects: Counter::default(),
+            pod_start: Family::new_with_constructor(|| {
+                Histogram::new(verge_runtime::metrics::latency_buckets())
+            }),
+            twin_reports: Family::default(),
+        }
+    }
+}
+
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::default);
+
+/// The process's series.
+pub fn global() -> &'static Metrics {
+    &GLOBAL
+}
+
+impl Metrics {
+    /// Registers these series into `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "verge_edgecore_messages",
+            "Messages on the cloudhub stream by direction (upstream: written; downstream: read), group and operation.",
+            self.messages.clone(),
+        );
+        registry.register(
+            "verge_edgecore_connected",
+            "1 while a cloudhub session is established, else 0.",
+            self.connected.clone(),
+        );
+        registry.register(
+            "verge_edgecore_reconnects",
+            "Cloudhub sessions established after the first one of this process.",
+            self.reconnects.clone(),
+        );
+        registry.register(
+            "verge_edgecore_pod_start_duration_seconds",
+            "Pod start latency by stage: image, sandbox, container (each attempt), total (worker start until Running).",
+            self.pod_start.clone(),
+        );
+        registry.register(
+            "verge_edgecore_twin_reports",
+            "Device twin reports from mappers and edge apps, by result.",
+            self.twin_reports.clone(),
+        );
+    }
+
+    /// Counts `envelope` written upstream (`upstream: true`) or read downstream.
+    pub fn message(&self, upstream: bool, envelope: &Envelope) {
+        self.messages
+            .get_or_create(&MessageLabels {
+                direction: if upstream { "upstream" } else { "downstream" },
+                group: envelope.group.as_str(),
+                operation: envelope.operation().as_str(),
+            })
+            .inc();
+    }
+
+    /// Session `generation` (1 for the first) was established.
+    pub fn session_established(&self, generation: u64) {
+        self.connected.set(1);
+        if generation > 1 {
+            self.reconnects.inc();
+        }
+    }
+
+    /// The session ended.
+    pub fn session_ended(&self) {
+        self.connected.set(0);
+    }
+
+    /// Records that `stage` of a pod start took `elapsed`.
+    pub fn pod_start(&self, stage: Stage, elapsed: Duration) {
+        self.pod_start
+            .get_or_create(&StageLabels {
+                stage: stage.as_str(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a twin report that succeeded (`ok`) or not.
+    pub fn twin_report(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.twin_reports
+            .get_or_create(&ResultLabels { result })
+            .inc();
+    }
+}
+
+/// The outbox gauges, read from the store at every scrape: `verge_edgecore_outbox_entries`
+/// (reports waiting for the cloud's ack) and `verge_edgecore_outbox_oldest_age_seconds`
+/// (how long ago the oldest waiting report was made, by its message timestamp; 0 when
+/// empty; a newer report of the same key replaces the older, so a re-reported node status
+/// stays young). Reading is one small redb read transaction.
+#[derive(Debug)]
+pub struct OutboxCollector {
+    store: MetaStore,
+}
+
+impl OutboxCollector {
+    /// The collector of `store`'s outbox.
+    pub fn new(store: MetaStore) -> Self {
+        Self { store }
+    }
+
+    /// Entries and the age of the oldest, in seconds.
+    fn read(&self) -> crate::Result<(u64, f64)> {
+        let entries = self.store.outbox_len()?;
+        let oldest = self.store.outbox_after(None, 1)?;
+        let age = oldest.first().map_or(0.0, |e| {
+            let ms = verge_core::now_ms()
+                .saturating_sub(e.message.timestamp_ms)
+                .max(0);
+            Duration::from_millis(u64::try_from(ms).unwrap_or(0)).as_secs_f64()
+        });
+        Ok((entries, age))
+    }
+}
+
+impl Collector for OutboxCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (entries, age) = match self.read() {
+            Ok(read) => read,
+            Err(error) => {
+                warn!(error = %verge_runtime::ErrorChain(&error), "cannot read the outbox for /metrics");
+                return Ok(());
+            }
+        };
+        let depth = ConstGauge::new(i64::try_from(entries).unwrap_or(i64::MAX));
+        depth.encode(encoder.encode_descriptor(
+            "verge_edgecore_outbox_entries",
+            "Upstream reports in the outbox waiting for the cloud's ack.",
+            None,
+            depth.metric_type(),
+        )?)?;
+        let age = ConstGauge::new(age);
+        age.encode(encoder.encode_descriptor(
+            "verge_edgecore_outbox_oldest_age_seconds",
+            "Age of the oldest report waiting in the outbox (0 when empty).",
+            None,
+            age.metric_type(),
+        )?)
+    }
+}
+
+/// Registers edgecore's series ([`global`]) and the outbox gauges of `store` into
+/// `registry`.
+pub fn register(registry: &mut Registry, store: &MetaStore) {
+    global().register(registry);
+    registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
+}
+
+#[cfg(test)]
+mod tests {
+    use verge_core::{Group, Module, Operation};
+
+    use super::*;
+
+    fn text(registry: &Registry) -> String {
+        verge_runtime::metrics::encode(registry).expect("encodes")
+    }
+
+    #[test]
+    fn series_encode_with_conventional_names() {
+        let metrics = Metrics::default();
+        metrics.message(true, &Envelope::keepalive(Module::EdgeHub, None));
+        metrics.session_established(1);
+        metrics.session_ended();
+        metrics.session_established(2);
+        metrics.pod_start(Stage::Image, Duration::from_millis(30));
+        metrics.pod_start(Stage::Total, Duration::from_secs(2));
+        metrics.twin_report(true);
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let text = text(&registry);
+        for line in [
+            "verge_edgecore_messages_total{direction=\"upstream\",group=\"hub\",operation=\"keepalive\"} 1\n",
+            "verge_edgecore_connected 1\n",
+            "verge_edgecore_reconnects_total 1\n",
+            "verge_edgecore_pod_start_duration_seconds_bucket{le=\"0.04\",stage=\"image\"} 1\n",
+            "verge_edgecore_pod_start_duration_seconds_count{stage=\"total\"} 1\n",
+            "verge_edgecore_twin_reports_total{result=\"ok\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line:?} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn outbox_gauges_are_read_at_scrape_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("store");
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
+        let before = text(&registry);
+        assert!(
+            before.contains("verge_edgecore_outbox_entries 0\n"),
+            "{before}"
+        );
+        assert!(
+            before.contains("verge_edgecore_outbox_oldest_age_seconds 0.0\n"),
+            "{before}"
+        );
+        let message = verge_proto::Message::build(
+            "r1",
+            "edged",
+            Group::Resource,
+            Operation::Insert,
+            "ns/event/e1",
+            b"{}".to_vec(),
+        )
+        .with_object("u", "");
+        let mut report = Envelope::try_from(message).expect("valid");
+        report.timestamp_ms -= 5_000;
+        store.outbox_put(&report, 10).expect("put");
+        let after = text(&registry);
+        assert!(
+            after.contains("verge_edgecore_outbox_entries 1\n"),
+            "{after}"
+        );
+        let age = after
+            .lines()
+            .find_map(|l| l.strip_prefix("verge_edgecore_outbox_oldest_age_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("age");
+        assert!((5.0..60.0).contains(&age), "{after}");
+    }
+}
