@@ -90,6 +90,7 @@ pub mod packages;
 pub mod paths;
 pub mod ports;
 pub mod process;
+mod run_state;
 pub mod trust;
 pub mod wait;
 
