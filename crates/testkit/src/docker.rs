@@ -180,7 +180,11 @@ pub fn import_busybox_image(reference: &str) -> anyhow::Result<()> {
         .context("busybox not found in /bin or /usr/bin after installing busybox-static")?;
     let root = tempfile::tempdir().context("creating rootfs tempdir")?;
     build_rootfs(busybox, root.path())?;
-    import_rootfs(root.path(), reference, &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#])
+    import_rootfs(
+        root.path(),
+        reference,
+        &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#],
+    )
 }
 
 /// Fills `root` with the busybox root filesystem described at [`TEST_IMAGE`].

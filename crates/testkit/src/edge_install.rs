@@ -242,7 +242,8 @@ mod tests {
 
     #[test]
     fn the_units_command_line_names_the_given_paths() -> anyhow::Result<()> {
-        let unit = "[Service]\nExecStart=/usr/local/bin/edgecore --config /etc/verge/edgecore.yaml\n";
+        let unit =
+            "[Service]\nExecStart=/usr/local/bin/edgecore --config /etc/verge/edgecore.yaml\n";
         let argv = exec_start(unit, Path::new("/b/edgecore"), Path::new("/c/e.yaml"))?;
         assert_eq!(argv, ["/b/edgecore", "--config", "/c/e.yaml"]);
         assert!(exec_start("[Service]\n", Path::new("b"), Path::new("c")).is_err());

@@ -84,7 +84,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .find(|b| b.reference == images::reference("edgecore", TAG))
         .map(|b| b.bin.clone())
         .context("no edgecore image was built")?;
-    let sizes = built.iter().map(|b| (b.reference.clone(), b.size)).collect();
+    let sizes = built
+        .iter()
+        .map(|b| (b.reference.clone(), b.size))
+        .collect();
 
     eprintln!("bench: control plane and kubelet node");
     let cp = crate::control_plane::up(&cp_config).await?;
@@ -142,9 +145,7 @@ async fn measure(
     let edge_pod = applied.elapsed();
 
     eprintln!("bench: the leading edgecontroller's pod is deleted");
-    let leader = env
-        .wait_lease_holder("edgecontroller", STEP, None)
-        .await?;
+    let leader = env.wait_lease_holder("edgecontroller", STEP, None).await?;
     let deleted = Instant::now();
     env.delete_pod(&leader).await?;
     env.wait_lease_holder("edgecontroller", STEP, Some(&leader))
@@ -234,7 +235,11 @@ fn record(f: &Figures, profile: &str) -> anyhow::Result<()> {
     let mut body = String::new();
     let _ = writeln!(body, "| image (profile {profile}) | size |\n|---|---:|");
     for (reference, size) in &f.sizes {
-        let _ = writeln!(body, "| `{reference}` | {:.1} MB |", images::megabytes(*size));
+        let _ = writeln!(
+            body,
+            "| `{reference}` | {:.1} MB |",
+            images::megabytes(*size)
+        );
     }
     let ratio = f.available.as_secs_f64() / f.baseline.as_secs_f64().max(1e-3);
     let _ = writeln!(

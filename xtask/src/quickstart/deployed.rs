@@ -146,12 +146,7 @@ fn edge_log() -> PathBuf {
 /// docs/install.md's edge steps: the configuration from `deploy/edge` for `name` and `hub`,
 /// `edgecore join` with a new bootstrap token, then the unit's command line started detached
 /// (recorded in the run directory's `pids` and `node` files, which `cargo xtask down` reads).
-async fn install_edge(
-    env: &Deployment,
-    bin: &Path,
-    name: &str,
-    hub: IpAddr,
-) -> anyhow::Result<()> {
+async fn install_edge(env: &Deployment, bin: &Path, name: &str, hub: IpAddr) -> anyhow::Result<()> {
     // Credentials of an earlier run are from an earlier CA.
     let _ = std::fs::remove_dir_all(edge_dir());
     let edge = EdgeInstall::configure(&edge_dir(), name, hub, None)?;
