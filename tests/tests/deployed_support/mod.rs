@@ -10,9 +10,9 @@ use anyhow::{Context as _, ensure};
 use install::InstalledEdge;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use verge_e2e::{ready_status, wait_for};
 use verge_testkit::deployment::Deployment;
 use verge_testkit::trust::{TokenKind, create_bootstrap_token};
+use verge_testkit::wait::wait_node_ready;
 
 /// What edgecore logs when a session with a cloudhub replica opens (`edgehub/session.rs`).
 const SESSION_ESTABLISHED: &str = "cloudhub session established";
@@ -44,20 +44,10 @@ impl Edges {
             edge.start()?;
             edges.push(edge);
         }
-        let nodes: Api<Node> = Api::all(env.client.clone());
         for edge in &edges {
-            wait_for(
-                &format!("node {} Ready", edge.name),
-                Duration::from_secs(60),
-                || async {
-                    Ok(nodes
-                        .get_opt(&edge.name)
-                        .await?
-                        .filter(|n| ready_status(n).as_deref() == Some("True")))
-                },
-            )
-            .await
-            .with_context(|| edge.logs(30))?;
+            wait_node_ready(&env.client, &edge.name, Duration::from_secs(60))
+                .await
+                .with_context(|| edge.logs(30))?;
         }
         Ok(Self { edges })
     }

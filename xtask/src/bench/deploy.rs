@@ -25,7 +25,7 @@ use verge_testkit::deployment::{Deployment, SERVICES, TAG};
 use verge_testkit::edge_install::EdgeInstall;
 use verge_testkit::process::ChildProcess;
 use verge_testkit::trust::{TokenKind, create_bootstrap_token};
-use verge_testkit::wait::{create_namespace, ready_status, wait_for};
+use verge_testkit::wait::{create_namespace, wait_for, wait_node_ready};
 use verge_testkit::{ControlPlaneConfig, KubeletNodeConfig};
 
 use crate::{images, local};
@@ -132,14 +132,7 @@ async fn measure(
     let argv = install.command_line(edgecore)?;
     let (program, rest) = argv.split_first().context("empty ExecStart")?;
     *edge_process = Some(ChildProcess::spawn(program, rest, [("RUST_LOG", "info")])?);
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    wait_for(&format!("node {EDGE} Ready"), STEP, || async {
-        Ok(nodes
-            .get_opt(EDGE)
-            .await?
-            .filter(|n| ready_status(n).as_deref() == Some("True")))
-    })
-    .await?;
+    wait_node_ready(&env.client, EDGE, STEP).await?;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), BENCH_NS);
     run_pod(&pods, "first").await?;
     let edge_pod = applied.elapsed();
@@ -153,7 +146,9 @@ async fn measure(
     let lease = deleted.elapsed();
     run_pod(&pods, "after-fail-over").await?;
     let fail_over_pod = deleted.elapsed();
-    let _ = nodes.delete(EDGE, &DeleteParams::default()).await;
+    let _ = Api::<Node>::all(env.client.clone())
+        .delete(EDGE, &DeleteParams::default())
+        .await;
     let _ = env.kubectl(&["delete", "namespace", BENCH_NS, "--wait=false"]);
     Ok(Figures {
         sizes,

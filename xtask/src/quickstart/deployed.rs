@@ -14,13 +14,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
 use verge_testkit::daemon;
 use verge_testkit::deployment::{Deployment, SERVICES, TAG};
 use verge_testkit::edge_install::EdgeInstall;
 use verge_testkit::trust::{TokenKind, create_bootstrap_token};
-use verge_testkit::wait::{ready_status, wait_for};
+use verge_testkit::wait::wait_node_ready;
 
 use super::{Args, control_plane_config, node_config, run_dir, sample_deployment};
 use crate::{images, local};
@@ -86,19 +84,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "quickstart: [7/8] waiting for node {} to be Ready",
         args.node_name
     );
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    wait_for(
-        &format!("node {} Ready", args.node_name),
-        timeout,
-        || async {
-            Ok(nodes
-                .get_opt(&args.node_name)
-                .await?
-                .filter(|n| ready_status(n).as_deref() == Some("True")))
-        },
-    )
-    .await
-    .with_context(|| format!("edgecore's log: {}", edge_log().display()))?;
+    wait_node_ready(&env.client, &args.node_name, timeout)
+        .await
+        .with_context(|| format!("edgecore's log: {}", edge_log().display()))?;
     let _ = cp
         .kubectl_command()
         .args(["get", "nodes", "-o", "wide"])
