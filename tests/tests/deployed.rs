@@ -80,6 +80,7 @@ async fn scenario(env: &Deployment) -> anyhow::Result<()> {
             .delete(&edge.name, &DeleteParams::default())
             .await;
     }
+    let _ = env.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
     result
 }
 
