@@ -1,7 +1,7 @@
 //! `cargo xtask down`: stops what `cargo xtask quickstart` (with or without `--deployed`)
 //! started — edgecore, edgecontroller, cloudhub, the edge node's pod containers, the kubelet
 //! node of `--deployed` (its pods, processes and host state), then the quickstart's control
-//! plane.
+//! plane and Jaeger.
 
 use std::process::ExitCode;
 
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-/// Stops the quickstart's processes, kubelet node and control plane.
+/// Stops the quickstart's processes, kubelet node, control plane and Jaeger.
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let dir = crate::quickstart::run_dir();
     let n = crate::local::stop_processes(&dir);
@@ -26,6 +26,12 @@ pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
     eprintln!(
         "down: control plane {}",
+        if was_up { "stopped" } else { "was not running" }
+    );
+    let jaeger = verge_testkit::jaeger::JaegerConfig::from_env();
+    let was_up = crate::jaeger::down(&jaeger).await?;
+    eprintln!(
+        "down: Jaeger {}",
         if was_up { "stopped" } else { "was not running" }
     );
     Ok(ExitCode::SUCCESS)
