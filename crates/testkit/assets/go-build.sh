@@ -1,5 +1,5 @@
-# Shared by the test kit's Go builds (control-plane/build.sh, containerd/build.sh): sourced,
-# not run. Both build static binaries from the Go module proxy in "$dir/src" and move them into
+# Shared by the test kit's Go builds (control-plane/build.sh, containerd/build.sh; jaeger/build.sh
+# uses progress only): sourced, not run. Both build static binaries from the Go module proxy in "$dir/src" and move them into
 # "$dir/bin" only once all of them built, then write a stamp file.
 #
 # The sourcing script sets, before calling go_build_all:
