@@ -1,24 +1,26 @@
 //! The cloud side deployed as Kubernetes workloads (issue 12): the images of `cargo xtask
 //! images` on the test kit's kubelet node (kubelet, containerd, runc, CNI, kube-proxy),
-//! `kubectl apply -k deploy/cloud`, and an edge installed as docs/install.md says — the
+//! `kubectl apply -k deploy/cloud`, and three edges installed as docs/install.md says — the
 //! configuration from `deploy/edge`, `edgecore join` through cloudhub's Service, the agent
 //! started with the systemd unit's command line. Then the two losses a cluster operator
 //! meets: the leading edgecontroller's pod is deleted (the standby takes the Lease and new
-//! pods keep reaching the edge), and cloudhub is scaled 2 → 3 and the replica holding the edge
-//! is deleted (the edge moves to another replica; nothing it runs or reports is lost).
+//! pods keep reaching the edges), and cloudhub is scaled 2 → 3 and the replica holding the most
+//! edges is deleted (each of its edges moves to another replica, the others keep their
+//! sessions; nothing any edge runs or reports is lost). The Service spreads edges at random,
+//! so the spread is printed, not asserted.
 
 mod deployed_support;
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use deployed_support::install::InstalledEdge;
-use deployed_support::{Deployed, NAMESPACE};
+use deployed_support::{Edges, running_container};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use verge_e2e::{create_namespace, ready_status, sleeper_pod, wait_for, wait_running};
-use verge_testkit::trust::{TokenKind, create_bootstrap_token};
+use verge_e2e::{create_namespace, sleeper_pod, wait_for, wait_running};
+use verge_testkit::KubeletNodeConfig;
+use verge_testkit::deployment::{Deployment, NAMESPACE};
 
 /// How long a Deployment may take to become Available on the kubelet node.
 const AVAILABLE: Duration = Duration::from_secs(180);
@@ -26,18 +28,23 @@ const AVAILABLE: Duration = Duration::from_secs(180);
 /// The issue's bound: from deleting the leader's pod to a new pod running on the edge.
 const FAIL_OVER: Duration = Duration::from_secs(15);
 
+/// Edges joined through the Service.
+const EDGES: usize = 3;
+
 #[tokio::test]
 async fn cloud_side_as_workloads_survives_losing_its_leader_and_a_replica() -> anyhow::Result<()> {
     verge_telemetry::init_for_tests();
+    let started = Instant::now();
     let cp = verge_testkit::shared().await?;
-    let env = Deployed::node(cp).await?;
+    let env = Deployment::start(cp, &KubeletNodeConfig::from_env()).await?;
     let outcome = scenario(&env).await;
     let teardown = env.teardown().await;
+    eprintln!("deployed: the test took {:.1?}", started.elapsed());
     outcome?;
     teardown
 }
 
-async fn scenario(env: &Deployed) -> anyhow::Result<()> {
+async fn scenario(env: &Deployment) -> anyhow::Result<()> {
     let applied = Instant::now();
     env.apply()?;
     env.wait_available(AVAILABLE).await?;
@@ -46,48 +53,40 @@ async fn scenario(env: &Deployed) -> anyhow::Result<()> {
         applied.elapsed()
     );
 
-    // An edge joins through the cloudhub Service, as an operator installs it.
-    let hub = env.cloudhub_ip().await?;
-    let id = &uuid_suffix();
-    let name = format!("e2e-deployed-{id}");
-    let token =
-        create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600)).await?;
-    let mut edge = InstalledEdge::configure(&name, hub)?;
-    let joined = edge.join(hub, &token)?;
-    let joined = joined
-        .lines()
-        .find(|l| l.contains("joined"))
-        .unwrap_or(&joined);
-    eprintln!("deployed: {joined}");
-    edge.start()?;
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    wait_for(
-        &format!("node {name} Ready"),
-        Duration::from_secs(60),
-        || async {
-            Ok(nodes
-                .get_opt(&name)
-                .await?
-                .filter(|n| ready_status(n).as_deref() == Some("True")))
-        },
-    )
-    .await
-    .with_context(|| edge.logs(30))?;
-
+    let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let edges = Edges::join(env, &format!("e2e-deployed-{id}"), EDGES).await?;
     let ns = format!("e2e-deployed-{id}");
     create_namespace(&env.client, &ns).await?;
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns);
     let pp = PostParams::default();
-    pods.create(&pp, &sleeper_pod(&ns, "first", &name)?).await?;
-    wait_running(&pods, "first", Duration::from_secs(60))
-        .await
-        .with_context(|| edge.logs(30))?;
+    for (i, edge) in edges.edges.iter().enumerate() {
+        pods.create(&pp, &sleeper_pod(&ns, &format!("first-{i}"), &edge.name)?)
+            .await?;
+    }
+    for (i, edge) in edges.edges.iter().enumerate() {
+        wait_running(&pods, &format!("first-{i}"), Duration::from_secs(60))
+            .await
+            .with_context(|| edge.logs(30))?;
+    }
     eprintln!(
-        "deployed: a pod running on the edge {:.1?} after kubectl apply -k deploy/cloud",
+        "deployed: a pod running on each of {EDGES} edges {:.1?} after kubectl apply -k deploy/cloud",
         applied.elapsed()
     );
 
-    // The leading edgecontroller's pod is deleted: the standby takes the Lease.
+    fail_over(env, &edges, &pods).await?;
+    let result = replica_loss(env, &edges, &pods).await;
+    for edge in &edges.edges {
+        let _ = Api::<Node>::all(env.client.clone())
+            .delete(&edge.name, &DeleteParams::default())
+            .await;
+    }
+    let _ = env.kubectl(&["delete", "namespace", &ns, "--wait=false"]);
+    result
+}
+
+/// The leading edgecontroller's pod is deleted: the standby takes the Lease and a pod
+/// created afterwards runs on an edge within [`FAIL_OVER`] of the deletion.
+async fn fail_over(env: &Deployment, edges: &Edges, pods: &Api<Pod>) -> anyhow::Result<()> {
     let leader = env
         .wait_lease_holder("edgecontroller", Duration::from_secs(30), None)
         .await?;
@@ -97,10 +96,15 @@ async fn scenario(env: &Deployed) -> anyhow::Result<()> {
         .wait_lease_holder("edgecontroller", FAIL_OVER, Some(&leader))
         .await?;
     let took_lease = deleted.elapsed();
-    pods.create(&pp, &sleeper_pod(&ns, "after-fail-over", &name)?)
-        .await?;
+    let edge = &edges.edges[0];
+    let ns = pods.namespace().unwrap_or_default().to_owned();
+    pods.create(
+        &PostParams::default(),
+        &sleeper_pod(&ns, "after-fail-over", &edge.name)?,
+    )
+    .await?;
     wait_running(
-        &pods,
+        pods,
         "after-fail-over",
         FAIL_OVER.saturating_sub(deleted.elapsed()),
     )
@@ -112,9 +116,12 @@ async fn scenario(env: &Deployed) -> anyhow::Result<()> {
          a new pod ran on the edge after {reached:.1?}"
     );
     ensure!(reached <= FAIL_OVER, "fail-over took {reached:?}");
-    let first = running_container(&pods, "first").await?;
+    Ok(())
+}
 
-    // cloudhub 2 → 3, then the replica holding the edge is deleted.
+/// cloudhub 2 → 3, then the replica holding the most edges is deleted while the cloud
+/// deletes one pod and creates others on the moving edges.
+async fn replica_loss(env: &Deployment, edges: &Edges, pods: &Api<Pod>) -> anyhow::Result<()> {
     env.kubectl(&["-n", NAMESPACE, "scale", "deploy/cloudhub", "--replicas=3"])?;
     env.wait_available(AVAILABLE).await?;
     wait_for(
@@ -123,75 +130,80 @@ async fn scenario(env: &Deployed) -> anyhow::Result<()> {
         || async { Ok((env.pods_of("cloudhub").await?.len() == 3).then_some(())) },
     )
     .await?;
-    let holding = env.cloudhub_holding(&name).await?;
+    let spread = edges.spread(env).await?;
+    eprintln!("deployed: edges per cloudhub replica: {spread:?}");
+    let (holding, moving) = spread
+        .iter()
+        .max_by_key(|(_, e)| e.len())
+        .map(|(r, e)| (r.clone(), e.clone()))
+        .context("no replica holds an edge")?;
+    let ns = pods.namespace().unwrap_or_default().to_owned();
+    let pp = PostParams::default();
+    // A pod the cloud deletes while its edge moves.
+    pods.create(&pp, &sleeper_pod(&ns, "doomed", &moving[0])?)
+        .await?;
+    wait_running(pods, "doomed", Duration::from_secs(60)).await?;
+
+    let mut before = Vec::new();
+    for i in 0..EDGES {
+        before.push(running_container(pods, &format!("first-{i}")).await?);
+    }
+    let sessions = edges.sessions();
+    let readiness = edges.readiness(&env.client).await?;
+
     let lost = Instant::now();
     env.delete_pod(&holding).await?;
-    // A change the cloud makes while the edge moves: a pod deletion the edge must complete.
-    pods.delete("after-fail-over", &DeleteParams::default())
-        .await?;
-    pods.create(&pp, &sleeper_pod(&ns, "after-replica-loss", &name)?)
-        .await?;
-    wait_running(&pods, "after-replica-loss", Duration::from_secs(60))
-        .await
-        .with_context(|| edge.logs(30))?;
+    pods.delete("doomed", &DeleteParams::default()).await?;
+    for (i, name) in moving.iter().enumerate() {
+        pods.create(&pp, &sleeper_pod(&ns, &format!("during-move-{i}"), name)?)
+            .await?;
+    }
+    for (i, name) in moving.iter().enumerate() {
+        wait_running(pods, &format!("during-move-{i}"), Duration::from_secs(60))
+            .await
+            .with_context(|| edges.get(name).map(|e| e.logs(30)).unwrap_or_default())?;
+    }
     wait_for(
-        "pod after-fail-over deleted by the edge",
+        "pod doomed deleted by its edge",
         Duration::from_secs(60),
-        || async {
-            Ok(pods
-                .get_opt("after-fail-over")
-                .await?
-                .is_none()
-                .then_some(()))
-        },
+        || async { Ok(pods.get_opt("doomed").await?.is_none().then_some(())) },
     )
     .await?;
-    let moved_to = env.cloudhub_holding(&name).await?;
-    ensure!(
-        moved_to != holding,
-        "the edge is still on the deleted replica {holding}"
-    );
+    let moved = lost.elapsed();
+
+    let after = edges.spread(env).await?;
     eprintln!(
-        "deployed: replica {holding} deleted; the edge reconnected to {moved_to} and a new pod \
-         ran after {:.1?}",
-        lost.elapsed()
+        "deployed: replica {holding} deleted; its edges {moving:?} moved, a new pod ran on each \
+         after {moved:.1?}; now {after:?}"
     );
+    let now = edges.sessions();
+    for edge in &edges.edges {
+        let (was, is) = (sessions[&edge.name], now[&edge.name]);
+        if moving.contains(&edge.name) {
+            ensure!(
+                !after.get(&holding).is_some_and(|e| e.contains(&edge.name)),
+                "{} is still on the deleted replica {holding}",
+                edge.name
+            );
+            ensure!(is > was, "{} opened no new session", edge.name);
+        } else {
+            ensure!(
+                is == was,
+                "{} was not on {holding} but reconnected ({was} → {is} sessions)",
+                edge.name
+            );
+        }
+    }
+    for (i, was) in before.iter().enumerate() {
+        let name = format!("first-{i}");
+        ensure!(
+            &running_container(pods, &name).await? == was,
+            "pod {name} changed its container or restarted while the edges moved"
+        );
+    }
     ensure!(
-        running_container(&pods, "first").await? == first,
-        "pod first changed while the edge moved"
+        edges.readiness(&env.client).await? == readiness,
+        "a node's Ready condition changed while the edges moved"
     );
-    let node = nodes.get(&name).await?;
-    ensure!(
-        ready_status(&node).as_deref() == Some("True"),
-        "node not Ready"
-    );
-    pods.delete("first", &DeleteParams::default()).await?;
-    pods.delete("after-replica-loss", &DeleteParams::default())
-        .await?;
-    drop(edge);
-    let _ = nodes.delete(&name, &DeleteParams::default()).await;
     Ok(())
-}
-
-/// Pod `name`'s container id and restart count; fails unless it is Running.
-async fn running_container(pods: &Api<Pod>, name: &str) -> anyhow::Result<(String, i32)> {
-    let pod = pods.get(name).await?;
-    let status = pod.status.context("no status")?;
-    ensure!(
-        status.phase.as_deref() == Some("Running"),
-        "{name} not Running"
-    );
-    let container = status
-        .container_statuses
-        .and_then(|c| c.into_iter().next())
-        .context("no container status")?;
-    Ok((
-        container.container_id.unwrap_or_default(),
-        container.restart_count,
-    ))
-}
-
-/// Eight hexadecimal digits that make this run's names unique.
-fn uuid_suffix() -> String {
-    uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }

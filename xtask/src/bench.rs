@@ -4,9 +4,11 @@
 //! Layout: [`pod_startup`] (pods from create to Running through the API, against raw
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
 //! resyncing by inventory against cloudhub and edgecontroller), [`devices`] (device twins
-//! from the mapper to the DeviceStatus), [`record`] (the result
+//! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
+//! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over), [`record`] (the result
 //! tables in `docs/benchmarks.md`).
 
+mod deploy;
 mod devices;
 mod pod_startup;
 mod reconnect;
@@ -37,6 +39,11 @@ enum Bench {
     /// node: lag from report to DeviceStatus (p50/p99) against a direct DeviceStatus apply,
     /// DeviceStatus writes per second through cloudhub.
     Devices(devices::Args),
+    /// The cloud side as pods on the kit's kubelet node: image sizes, `kubectl apply -k
+    /// deploy/cloud` → every Deployment Available (against pause-image Deployments of the
+    /// same shape) → a pod on an edge joined through the Service; edgecontroller leader
+    /// fail-over.
+    Deploy(deploy::Args),
 }
 
 /// Runs one benchmark.
@@ -45,6 +52,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::PodStartup(a) => pod_startup::run(a).await,
         Bench::Reconnect(a) => reconnect::run(a).await,
         Bench::Devices(a) => devices::run(a).await,
+        Bench::Deploy(a) => deploy::run(a).await,
     }
 }
 

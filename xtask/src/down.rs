@@ -1,5 +1,6 @@
-//! `cargo xtask down`: stops what `cargo xtask quickstart` started — edgecore,
-//! edgecontroller, cloudhub, the edge node's pod containers, then the quickstart's control
+//! `cargo xtask down`: stops what `cargo xtask quickstart` (with or without `--deployed`)
+//! started — edgecore, edgecontroller, cloudhub, the edge node's pod containers, the kubelet
+//! node of `--deployed` (its pods, processes and host state), then the quickstart's control
 //! plane and Jaeger.
 
 use std::process::ExitCode;
@@ -8,12 +9,20 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-/// Stops the quickstart's processes, control plane and Jaeger.
+/// Stops the quickstart's processes, kubelet node, control plane and Jaeger.
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let dir = crate::quickstart::run_dir();
     let n = crate::local::stop_processes(&dir);
     let containers = crate::local::remove_containers(&dir);
     eprintln!("down: stopped {n} Verge processes, removed {containers} pod containers");
+    let node = crate::quickstart::node_config();
+    if node.run_dir.exists() {
+        let was_up = node.down().await?;
+        eprintln!(
+            "down: kubelet node {}",
+            if was_up { "stopped" } else { "was not running" }
+        );
+    }
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
     eprintln!(
         "down: control plane {}",

@@ -46,6 +46,8 @@ pub struct Built {
     pub size: u64,
     /// The `docker save` archive, when asked for.
     pub archive: Option<PathBuf>,
+    /// The static binary the image holds (e.g. for running edgecore on this host).
+    pub bin: PathBuf,
 }
 
 /// The image reference of `bin` with `tag`.
@@ -126,6 +128,7 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
             reference,
             size,
             archive,
+            bin: bin_dir.join(image.bin),
         });
     }
     Ok(built)

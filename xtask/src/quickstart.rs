@@ -15,6 +15,11 @@
 //! `export KUBECONFIG=...` line; then it starts the virtual mapper, applies
 //! `deploy/examples/devices/` for the node and waits until the DeviceStatus `thermometer`
 //! shows a reported temperature, and exits 0. `cargo xtask down` stops everything.
+//!
+//! With `--deployed` the cloud side runs as pods on the test kit's kubelet node instead, as
+//! docs/install.md tells an operator ([`deployed`]).
+
+mod deployed;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +39,15 @@ pub struct Args {
     /// How long to wait for the edge node, then for the sample pods, in seconds.
     #[arg(long, default_value_t = 120)]
     pub timeout_secs: u64,
+    /// Run cloudhub, edgecontroller and devicecontroller as pods on a kubelet node
+    /// (`cargo xtask images`, `kubectl apply -k deploy/cloud`) and install the edge from
+    /// `deploy/edge` as docs/install.md says, instead of running them as local processes.
+    #[arg(long)]
+    pub deployed: bool,
+    /// With `--deployed`: the cargo profile of the images. `release` builds what users get
+    /// (a cold build takes about 15 minutes on two cores); `images-test` takes a few.
+    #[arg(long, default_value = "release", requires = "deployed")]
+    pub profile: String,
 }
 
 /// The quickstart's run directory: `~/.cache/verge/run/quickstart`.
@@ -50,8 +64,19 @@ pub fn control_plane_config() -> ControlPlaneConfig {
     }
 }
 
+/// The kubelet node of `--deployed`: its own run directory under [`run_dir`].
+pub fn node_config() -> verge_testkit::KubeletNodeConfig {
+    verge_testkit::KubeletNodeConfig {
+        run_dir: run_dir().join("kubelet-node"),
+        ..verge_testkit::KubeletNodeConfig::from_env()
+    }
+}
+
 /// Runs the quickstart.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.deployed {
+        return deployed::run(args).await;
+    }
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_secs);
     eprintln!("quickstart: [1/8] Debian packages, Docker engine and the local test image");
@@ -81,6 +106,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .status();
 
     eprintln!("quickstart: [7/8] applying a sample Deployment to the edge node");
+    sample_deployment(&cp, &args)?;
+    first_pod_trace(&cp, &jaeger).await;
+    eprintln!("quickstart: [8/8] devices: the virtual mapper and the example thermometer");
+    devices(&cp, &bin_dir, &args).await?;
+    eprintln!(
+        "quickstart: edge apps reach the node's MQTT broker at {}",
+        verge.mqtt_url
+    );
+    eprintln!("quickstart: Jaeger UI and query API at {}", jaeger.ui_url());
+    eprintln!(
+        "quickstart: ready after {:.1?}; `cargo xtask down` stops it all",
+        started.elapsed()
+    );
+    println!("export KUBECONFIG={}", cp.kubeconfig().display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Applies `deploy/examples/edge-deployment.yaml` pinned to the edge node, waits until it
+/// is rolled out and prints `kubectl get pods -o wide`.
+///
+/// # Errors
+/// kubectl fails or the Deployment is not available within the timeout.
+pub fn sample_deployment(cp: &verge_testkit::ControlPlane, args: &Args) -> anyhow::Result<()> {
     let manifest = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/edge-deployment.yaml"),
     )?
@@ -111,20 +159,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .kubectl_command()
         .args(["get", "pods", "-o", "wide"])
         .status();
-    first_pod_trace(&cp, &jaeger).await;
-    eprintln!("quickstart: [8/8] devices: the virtual mapper and the example thermometer");
-    devices(&cp, &bin_dir, &args).await?;
-    eprintln!(
-        "quickstart: edge apps reach the node's MQTT broker at {}",
-        verge.mqtt_url
-    );
-    eprintln!("quickstart: Jaeger UI and query API at {}", jaeger.ui_url());
-    eprintln!(
-        "quickstart: ready after {:.1?}; `cargo xtask down` stops it all",
-        started.elapsed()
-    );
-    println!("export KUBECONFIG={}", cp.kubeconfig().display());
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// Prints the trace id (and UI link) of the creation of the sample Deployment's first pod,

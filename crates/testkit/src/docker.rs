@@ -205,7 +205,11 @@ pub fn import_busybox_image(reference: &str) -> anyhow::Result<()> {
         .context("busybox not found in /bin or /usr/bin after installing busybox-static")?;
     let root = tempfile::tempdir().context("creating rootfs tempdir")?;
     build_rootfs(busybox, root.path())?;
-    import_rootfs(root.path(), reference)
+    import_rootfs(
+        root.path(),
+        reference,
+        &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#],
+    )
 }
 
 /// Fills `root` with the busybox root filesystem described at [`TEST_IMAGE`].
@@ -234,8 +238,13 @@ fn build_rootfs(busybox: &Path, root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `tar -C root -c . | docker import -c 'ENV PATH=/bin' -c 'CMD ["/bin/sh"]' - reference`.
-fn import_rootfs(root: &Path, reference: &str) -> anyhow::Result<()> {
+/// `tar -C root -c . | docker import -c <change>... - reference`: an image of the root
+/// filesystem `root` with the Dockerfile instructions `changes` (e.g. `ENTRYPOINT [...]`,
+/// `USER 65535:65535`), without any base image or registry.
+///
+/// # Errors
+/// `tar` or `docker import` fail.
+pub(crate) fn import_rootfs(root: &Path, reference: &str, changes: &[&str]) -> anyhow::Result<()> {
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(root)
@@ -245,15 +254,9 @@ fn import_rootfs(root: &Path, reference: &str) -> anyhow::Result<()> {
         .context("running tar")?;
     let tar_out = tar.stdout.take().context("tar stdout")?;
     let import = Command::new("docker")
-        .args([
-            "import",
-            "-c",
-            "ENV PATH=/bin",
-            "-c",
-            r#"CMD ["/bin/sh"]"#,
-            "-",
-            reference,
-        ])
+        .arg("import")
+        .args(changes.iter().flat_map(|c| ["-c", c]))
+        .args(["-", reference])
         .stdin(tar_out)
         .stdout(Stdio::null())
         .status()

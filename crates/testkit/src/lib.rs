@@ -33,7 +33,11 @@
 //!   [`jaeger::Trace`]s and [`jaeger::Span`]s.
 //! * [`kubelet_node`] — [`KubeletNode`]: a real kubelet node (kubelet, kube-proxy, containerd)
 //!   attached to the control plane, so the cloud services run as pods.
+//! * [`deployment`] — [`deployment::Deployment`]: the images on a kubelet node and
+//!   `kubectl apply -k deploy/cloud`, with what tests and benchmarks read back.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
+//! * [`edge_install`] — [`edge_install::EdgeInstall`]: an edgecore configured, joined and
+//!   started as docs/install.md says (`deploy/edge`).
 //! * [`mosquitto`] — [`mosquitto::Mosquitto`]: a broker on a free loopback port, stopped on drop.
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
 //!   client, sample DMI devices and models.
@@ -81,8 +85,10 @@
 pub mod control_plane;
 pub mod crds;
 pub mod daemon;
+pub mod deployment;
 pub mod dmi;
 pub mod docker;
+pub mod edge_install;
 pub mod go_mapper;
 pub mod jaeger;
 pub mod kubelet_node;
@@ -93,6 +99,7 @@ pub mod packages;
 pub mod paths;
 pub mod ports;
 pub mod process;
+mod run_state;
 pub mod trust;
 pub mod wait;
 

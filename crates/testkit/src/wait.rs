@@ -86,3 +86,22 @@ pub fn ready_status(node: &Node) -> Option<String> {
         .find(|c| c.type_ == "Ready")
         .map(|c| c.status.clone())
 }
+
+/// Waits until Node `name` exists with its `Ready` condition `True`; returns it.
+///
+/// # Errors
+/// Not so within `timeout` (the last API error, if any, is in the message).
+pub async fn wait_node_ready(
+    client: &kube::Client,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Node> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(&format!("node {name} Ready"), timeout, || async {
+        Ok(nodes
+            .get_opt(name)
+            .await?
+            .filter(|n| ready_status(n).as_deref() == Some("True")))
+    })
+    .await
+}

@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 use verge_controller::Identity;
-use verge_controller::leader::{self, Leadership, StatusSender};
+use verge_controller::leader::{Elected, Leadership};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -67,35 +67,28 @@ const REPORTS: usize = 1024;
 /// The devicecontroller service: one `ControllerHub` stream per cloudhub replica, the watch
 /// caches, the downstream task and the per-node workers, run by the replica that leads
 /// (leader election on a Lease).
-pub struct DeviceController {
-    config: Config,
-    client: kube::Client,
-    status: StatusSender,
-    leadership: Leadership,
-}
+pub struct DeviceController(Elected);
 
 impl DeviceController {
-    /// A controller that reads and writes the API server with `client`. It needs list/watch
-    /// on `devices` and `devicemodels` (`devices.kubeedge.io`) and on nodes; get on
-    /// `devices`; get/create/patch on `devicestatuses`; create on `events.k8s.io` events;
-    /// get on the Verge CA ConfigMap and create on its own `serviceaccounts/token`
-    /// (deploy/cloud/access/rbac.yaml); with leader election get/create/update on its `leases` in
-    /// `leaderElection.leaseNamespace`; with `cloudhubService` list/watch on
-    /// `endpointslices` in the Service's namespace.
+    /// A controller that reads and writes the API server with `client`. It needs (what
+    /// deploy/cloud/access/rbac.yaml grants `devicecontroller`): get/list/watch on `devices`
+    /// and list/watch on `devicemodels` (`devices.kubeedge.io`; get checks a report for a
+    /// Device the cache does not hold yet); create/patch on `devicestatuses` (server-side
+    /// apply); create on `events.k8s.io` events; list/watch on nodes; get on the ConfigMap
+    /// `verge-ca` in verge-system (the CA of cloudhub's certificate). With leader election:
+    /// get/update on its Lease and create on `leases` in `leaderElection.leaseNamespace`;
+    /// with `cloudhubService`: list/watch on `endpointslices` in the Service's namespace.
+    /// Only when `cloudhubAuth.tokenFile` is unset (the manifests set it to the projected
+    /// token) does it request its ControllerHub token, which needs create on its own
+    /// `serviceaccounts/token`.
     pub fn new(config: Config, client: kube::Client) -> Self {
-        let (status, leadership) = leader::channel();
-        Self {
-            config,
-            client,
-            status,
-            leadership,
-        }
+        Self(Elected::new(config, client))
     }
 
     /// This replica's leadership (whether it leads, who holds the Lease), for health and
     /// metrics.
     pub fn leadership(&self) -> Leadership {
-        self.leadership.clone()
+        self.0.leadership()
     }
 
     /// Runs until `shutdown` is cancelled. With leader election (the default) it first
@@ -113,13 +106,7 @@ impl DeviceController {
     /// controller stopped acting; the process should exit). Everything else (connection
     /// loss, API failures) is logged and retried or answered to the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let Self {
-            config,
-            client,
-            status,
-            ..
-        } = self;
-        leader::run_as_leader(config, &IDENTITY, client, status, shutdown, lead_until).await
+        self.0.run(&IDENTITY, shutdown, lead_until).await
     }
 }
 

@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, info_span};
 
 use verge_controller::Identity;
-use verge_controller::leader::{Leadership, StatusSender};
+use verge_controller::leader::{Elected, Leadership};
 use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
@@ -69,12 +69,7 @@ const CACHE_EVENTS: usize = 256;
 
 /// The edgecontroller service: one `ControllerHub` stream per cloudhub replica and the
 /// per-node workers, run by the replica that leads (leader election on a Lease).
-pub struct EdgeController {
-    config: Config,
-    client: kube::Client,
-    status: StatusSender,
-    leadership: Leadership,
-}
+pub struct EdgeController(Elected);
 
 impl EdgeController {
     /// A controller that reads and writes the API server with `client`. It needs list/watch
@@ -85,19 +80,13 @@ impl EdgeController {
     /// get/create/update on its `leases` in `leaderElection.leaseNamespace`; with
     /// `cloudhubService` list/watch on `endpointslices` in the Service's namespace.
     pub fn new(config: Config, client: kube::Client) -> Self {
-        let (status, leadership) = leader::channel();
-        Self {
-            config,
-            client,
-            status,
-            leadership,
-        }
+        Self(Elected::new(config, client))
     }
 
     /// This replica's leadership (whether it leads, who holds the Lease), for health and
     /// metrics.
     pub fn leadership(&self) -> Leadership {
-        self.leadership.clone()
+        self.0.leadership()
     }
 
     /// Runs until `shutdown` is cancelled. With leader election (the default) it first
@@ -116,16 +105,7 @@ impl EdgeController {
     /// controller stopped acting; the process should exit). Everything else (connection
     /// loss, API failures) is logged and retried or answered to the edge.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let Self {
-            config,
-            client,
-            status,
-            ..
-        } = self;
-        verge_controller::leader::run_as_leader(
-            config, &IDENTITY, client, status, shutdown, lead_until,
-        )
-        .await
+        self.0.run(&IDENTITY, shutdown, lead_until).await
     }
 }
 

@@ -1,26 +1,14 @@
-//! An edge node installed the way docs/install.md tells an operator to: the configuration is
-//! `deploy/edge/edgecore.yaml` with the operator's edits (node name, cloudhub address), the
-//! node joins once with `edgecore join` and a bootstrap token, and the agent runs with the
-//! `ExecStart=` command line of `deploy/edge/edgecore.service`, with the test's paths in place of
-//! `/usr/local/bin/edgecore` and `/etc/verge/edgecore.yaml`.
+//! An edge node installed the way docs/install.md tells an operator to
+//! ([`verge_testkit::edge_install::EdgeInstall`]), its agent run by the test: killed, and its
+//! containers removed, when the test drops it.
 
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use verge_e2e::Config;
+use anyhow::Context as _;
+
+use verge_testkit::edge_install::EdgeInstall;
 use verge_testkit::process::{ChildProcess, workspace_bin};
-
-/// Where the unit and docs/install.md put the binary and the configuration.
-const INSTALLED_BIN: &str = "/usr/local/bin/edgecore";
-const INSTALLED_CONFIG: &str = "/etc/verge/edgecore.yaml";
-
-/// `deploy/edge/<file>`.
-fn deploy_edge(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../deploy/edge")
-        .join(file)
-}
 
 /// One installed edgecore: its directory (configuration and data) and, once started, the
 /// process the unit's command line runs.
@@ -28,7 +16,7 @@ fn deploy_edge(file: &str) -> PathBuf {
 pub struct InstalledEdge {
     /// The node name.
     pub name: String,
-    config: PathBuf,
+    install: EdgeInstall,
     /// Holds the configuration and the data directory; removed on drop.
     _dir: tempfile::TempDir,
     /// The agent, once [`InstalledEdge::start`] ran.
@@ -36,61 +24,29 @@ pub struct InstalledEdge {
 }
 
 impl InstalledEdge {
-    /// Writes `deploy/edge/edgecore.yaml` with the edits an operator makes: `name`, cloudhub
-    /// reached at `cloudhub` (the Service's cluster IP) on 10000 and 10002; the data directory
-    /// and DMI socket are moved into a temporary directory and the sandbox image is the kit's
-    /// locally built pause image (no registry can be reached).
+    /// [`EdgeInstall::configure`] into a temporary directory, node status every 2 s.
     ///
     /// # Errors
-    /// The example does not parse, or the file cannot be written.
+    /// As [`EdgeInstall::configure`].
     pub fn configure(name: &str, cloudhub: IpAddr) -> anyhow::Result<Self> {
-        let mut config = Config::load(&deploy_edge("edgecore.yaml"))?;
         let dir = tempfile::tempdir()?;
-        config.node_name = name.to_owned();
-        config.data_dir = dir.path().join("data");
-        config.edge_hub.server = format!("https://{cloudhub}:10000");
-        config.edge_hub.join_server = Some(format!("https://{cloudhub}:10002"));
-        config.edged.pod_sandbox_image = verge_testkit::kubelet_node::PAUSE_IMAGE.to_owned();
-        config.edged.node_status_update_frequency = std::time::Duration::from_secs(2);
-        config.device_twin.dmi_socket = dir.path().join("dmi.sock");
-        // Tests run edges side by side: a free port instead of the default 10008.
-        config.metrics_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));
-        let path = dir.path().join("edgecore.yaml");
-        std::fs::write(&path, config.to_yaml()?)?;
+        let install =
+            EdgeInstall::configure(dir.path(), name, cloudhub, Some(Duration::from_secs(2)))?;
         Ok(Self {
             name: name.to_owned(),
-            config: path,
+            install,
             _dir: dir,
             process: None,
         })
     }
 
-    /// `edgecore --config <config> join --cloudhub <join server> --tls-server-name
-    /// cloudhub.verge-system.svc --token <token>` (docs/install.md, step 3); returns its output.
+    /// `edgecore join` through `cloudhub` with `token` ([`EdgeInstall::join`]).
     ///
     /// # Errors
     /// The join fails (the error holds edgecore's output).
     pub fn join(&self, cloudhub: IpAddr, token: &str) -> anyhow::Result<String> {
-        let out = std::process::Command::new(workspace_bin("edgecore")?)
-            .arg("--config")
-            .arg(&self.config)
-            .args([
-                "join",
-                "--cloudhub",
-                &format!("{cloudhub}:10002"),
-                "--tls-server-name",
-                "cloudhub.verge-system.svc",
-                "--token",
-                token,
-            ])
-            .output()?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        ensure!(out.status.success(), "edgecore join failed: {text}");
-        Ok(text)
+        self.install
+            .join(&workspace_bin("edgecore")?, cloudhub, token)
     }
 
     /// Starts the agent with the unit's `ExecStart=` command line.
@@ -98,8 +54,8 @@ impl InstalledEdge {
     /// # Errors
     /// The unit has no usable `ExecStart=`, or the binary cannot be started.
     pub fn start(&mut self) -> anyhow::Result<()> {
-        let args = exec_start(&workspace_bin("edgecore")?, &self.config)?;
-        let (program, args) = args.split_first().context("empty ExecStart")?;
+        let argv = self.install.command_line(&workspace_bin("edgecore")?)?;
+        let (program, args) = argv.split_first().context("empty ExecStart")?;
         self.process = Some(ChildProcess::spawn(program, args, [("RUST_LOG", "info")])?);
         Ok(())
     }
@@ -121,22 +77,4 @@ impl Drop for InstalledEdge {
         }
         let _ = verge_e2e::remove_managed_containers(|n| n == self.name);
     }
-}
-
-/// The unit's `ExecStart=` split into words, with `bin` and `config` in place of the
-/// installed paths.
-fn exec_start(bin: &Path, config: &Path) -> anyhow::Result<Vec<String>> {
-    let unit = std::fs::read_to_string(deploy_edge("edgecore.service"))?;
-    let line = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("ExecStart="))
-        .context("deploy/edge/edgecore.service has no ExecStart=")?;
-    Ok(line
-        .split_whitespace()
-        .map(|w| match w {
-            INSTALLED_BIN => bin.display().to_string(),
-            INSTALLED_CONFIG => config.display().to_string(),
-            other => other.to_owned(),
-        })
-        .collect())
 }

@@ -1,270 +1,141 @@
-//! The cloud side as Kubernetes workloads on the test kit's kubelet node: the images from
-//! `cargo xtask images` imported into the node's containerd, `kubectl apply -k deploy/cloud`,
-//! and what the tests read back (Deployments, the Lease holders, cloudhub replicas and logs).
+//! The cloud side as workloads on the kit's kubelet node ([`verge_testkit::deployment`]) and
+//! the edges the test installs against it ([`install`], [`Edges`]).
 
 pub mod install;
 
-use std::net::IpAddr;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use anyhow::{Context as _, ensure};
+use install::InstalledEdge;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams};
-use verge_e2e::wait_for;
-use verge_testkit::{ControlPlane, KubeletNode, KubeletNodeConfig};
+use verge_testkit::deployment::Deployment;
+use verge_testkit::trust::{TokenKind, create_bootstrap_token};
+use verge_testkit::wait::wait_node_ready;
 
-/// The namespace of the cloud side.
-pub const NAMESPACE: &str = "verge-system";
+/// What edgecore logs when a session with a cloudhub replica opens (`edgehub/session.rs`).
+const SESSION_ESTABLISHED: &str = "cloudhub session established";
 
-/// The three cloud services (Deployment, image and Lease names).
-pub const SERVICES: [&str; 3] = ["cloudhub", "edgecontroller", "devicecontroller"];
-
-/// The image tag the manifests use (the workspace version).
-const TAG: &str = env!("CARGO_PKG_VERSION");
-
-/// The label every object of `deploy/cloud` carries.
-const PART_OF: &str = "app.kubernetes.io/part-of=verge";
-
-/// `deploy/cloud`.
-fn deploy_cloud() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cloud")
+/// Edges installed through cloudhub's Service, each joined with its own bootstrap token.
+pub struct Edges {
+    /// The installed edges, in join order.
+    pub edges: Vec<InstalledEdge>,
 }
 
-/// The kubelet node with the cloud side applied to it.
-pub struct Deployed {
-    /// The control plane.
-    pub cp: ControlPlane,
-    /// An admin client.
-    pub client: kube::Client,
-    node: Option<KubeletNode>,
-}
-
-impl Deployed {
-    /// Starts the kit's kubelet node on `cp` and imports the three service images into its
-    /// containerd. The images must exist in the local Docker engine (`cargo xtask images`;
-    /// `cargo xtask test` builds them before the tests).
+impl Edges {
+    /// Installs, joins and starts `count` edges named `<prefix>-<i>` through the cloudhub
+    /// Service of `env`, and waits until every Node is Ready.
     ///
     /// # Errors
-    /// An image is missing, or the node does not come up.
-    pub async fn node(cp: ControlPlane) -> anyhow::Result<Self> {
-        for service in SERVICES {
-            let image = format!("verge/{service}:{TAG}");
-            ensure!(
-                verge_testkit::docker::image_exists(&image),
-                "image {image} is missing: run `cargo xtask images` (`cargo xtask test` does)"
-            );
+    /// A join fails or a node is not Ready within a minute (the error holds its log).
+    pub async fn join(env: &Deployment, prefix: &str, count: usize) -> anyhow::Result<Self> {
+        let hub = env.cloudhub_ip().await?;
+        let mut edges = Vec::with_capacity(count);
+        for i in 0..count {
+            let name = format!("{prefix}-{i}");
+            let token =
+                create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600))
+                    .await?;
+            let mut edge = InstalledEdge::configure(&name, hub)?;
+            let out = edge.join(hub, &token)?;
+            let joined = out.lines().find(|l| l.contains("joined")).unwrap_or(&out);
+            eprintln!("deployed: {joined}");
+            edge.start()?;
+            edges.push(edge);
         }
-        let node = KubeletNodeConfig::from_env().up(&cp).await?;
-        let node = tokio::task::spawn_blocking(move || -> anyhow::Result<KubeletNode> {
-            for service in SERVICES {
-                node.import_image(&format!("verge/{service}:{TAG}"))?;
-            }
-            Ok(node)
-        })
-        .await??;
-        let client = cp.client().await?;
-        Ok(Self {
-            cp,
-            client,
-            node: Some(node),
-        })
-    }
-
-    /// `kubectl <args>`; returns stdout.
-    ///
-    /// # Errors
-    /// kubectl fails (the error holds its stderr).
-    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = self.cp.kubectl_command().args(args).output()?;
-        ensure!(
-            out.status.success(),
-            "kubectl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// `kubectl apply -k deploy/cloud`.
-    ///
-    /// # Errors
-    /// kubectl fails.
-    pub fn apply(&self) -> anyhow::Result<()> {
-        self.kubectl(&["apply", "-k", &deploy_cloud().display().to_string()])?;
-        Ok(())
-    }
-
-    /// Waits until every Deployment of the cloud side is Available with all its replicas
-    /// updated and ready.
-    ///
-    /// # Errors
-    /// Not so within `timeout` (the error holds the pods' states).
-    pub async fn wait_available(&self, timeout: Duration) -> anyhow::Result<()> {
-        let secs = format!("{}s", timeout.as_secs());
-        for service in SERVICES {
-            let rollout = self.kubectl(&[
-                "-n",
-                NAMESPACE,
-                "rollout",
-                "status",
-                &format!("deployment/{service}"),
-                "--timeout",
-                &secs,
-            ]);
-            if let Err(e) = rollout {
-                let pods = self
-                    .kubectl(&["-n", NAMESPACE, "get", "pods", "-o", "wide"])
-                    .unwrap_or_default();
-                bail!("{e:#}\npods:\n{pods}\n{}", self.node_logs());
-            }
+        for edge in &edges {
+            wait_node_ready(&env.client, &edge.name, Duration::from_secs(60))
+                .await
+                .with_context(|| edge.logs(30))?;
         }
-        Ok(())
+        Ok(Self { edges })
     }
 
-    /// The `cloudhub` Service's cluster IP (what edges dial; kube-proxy on this host routes
-    /// it to a replica).
+    /// The edge named `name`.
     ///
     /// # Errors
-    /// No such Service or no cluster IP.
-    pub async fn cloudhub_ip(&self) -> anyhow::Result<IpAddr> {
-        let services: Api<Service> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let ip = services
-            .get("cloudhub")
-            .await?
-            .spec
-            .and_then(|s| s.cluster_ip)
-            .context("cloudhub Service has no cluster IP")?;
-        Ok(ip.parse()?)
-    }
-
-    /// The holder of the Lease `name` in verge-system (a pod name), if any.
-    ///
-    /// # Errors
-    /// API errors.
-    pub async fn lease_holder(&self, name: &str) -> anyhow::Result<Option<String>> {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NAMESPACE);
-        Ok(leases
-            .get_opt(name)
-            .await?
-            .and_then(|l| l.spec)
-            .and_then(|s| s.holder_identity)
-            .filter(|h| !h.is_empty()))
-    }
-
-    /// Waits until Lease `name` has a holder; returns it.
-    ///
-    /// # Errors
-    /// None within `timeout`.
-    pub async fn wait_lease_holder(
-        &self,
-        name: &str,
-        timeout: Duration,
-        differs_from: Option<&str>,
-    ) -> anyhow::Result<String> {
-        wait_for(&format!("a holder of Lease {name}"), timeout, || async {
-            Ok(self
-                .lease_holder(name)
-                .await?
-                .filter(|h| Some(h.as_str()) != differs_from))
-        })
-        .await
-    }
-
-    /// The running, not terminating pods of `service`.
-    ///
-    /// # Errors
-    /// API errors.
-    pub async fn pods_of(&self, service: &str) -> anyhow::Result<Vec<Pod>> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let list = pods
-            .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={service}")))
-            .await?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .collect())
-    }
-
-    /// The cloudhub pod whose log shows the newest edge session of `node` (`kubectl logs`).
-    ///
-    /// # Errors
-    /// API or kubectl errors, or no replica logged a session of `node`.
-    pub async fn cloudhub_holding(&self, node: &str) -> anyhow::Result<String> {
-        for pod in self.pods_of("cloudhub").await? {
-            let name = pod.metadata.name.unwrap_or_default();
-            let logs = self.kubectl(&["-n", NAMESPACE, "logs", &name])?;
-            let mine: Vec<&str> = logs.lines().filter(|l| l.contains(node)).collect();
-            let started = mine
-                .iter()
-                .rposition(|l| l.contains("edge session started"));
-            let ended = mine.iter().rposition(|l| l.contains("edge session ended"));
-            if started.is_some() && started > ended {
-                return Ok(name);
-            }
-        }
-        bail!("no cloudhub replica logs an open session of {node}")
-    }
-
-    /// Deletes pod `name` of verge-system with its default grace period.
-    ///
-    /// # Errors
-    /// API errors.
-    pub async fn delete_pod(&self, name: &str) -> anyhow::Result<()> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), NAMESPACE);
-        pods.delete(name, &DeleteParams::default()).await?;
-        Ok(())
-    }
-
-    /// The last lines of the kubelet's and containerd's logs.
-    pub fn node_logs(&self) -> String {
-        let Some(node) = &self.node else {
-            return String::new();
-        };
-        ["kubelet", "containerd"]
+    /// No such edge.
+    pub fn get(&self, name: &str) -> anyhow::Result<&InstalledEdge> {
+        self.edges
             .iter()
-            .map(|c| {
-                format!(
-                    "--- {c}:\n{}",
-                    verge_testkit::process::log_tail(&node.log_path(c), 15)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+            .find(|e| e.name == name)
+            .with_context(|| format!("no edge {name}"))
     }
 
-    /// Removes the workloads of `deploy/cloud` (Deployments, Services, PDBs, ConfigMaps) and
-    /// the controllers' Leases, then stops the kubelet node. The namespace, CRDs and RBAC stay:
-    /// other tests on the shared control plane use them.
+    /// How many sessions each edge has opened so far (its log's session lines), by name.
+    pub fn sessions(&self) -> BTreeMap<String, usize> {
+        self.edges
+            .iter()
+            .map(|e| {
+                let opened = e.process.as_ref().map_or(0, |p| {
+                    p.log()
+                        .lines()
+                        .filter(|l| l.contains(SESSION_ESTABLISHED))
+                        .count()
+                });
+                (e.name.clone(), opened)
+            })
+            .collect()
+    }
+
+    /// Which cloudhub replica holds each edge: replica pod → edge names.
     ///
     /// # Errors
-    /// kubectl fails or the node does not stop cleanly.
-    pub async fn teardown(mut self) -> anyhow::Result<()> {
-        self.kubectl(&[
-            "-n",
-            NAMESPACE,
-            "delete",
-            "deploy,svc,pdb,cm",
-            "-l",
-            PART_OF,
-            "--wait=false",
-        ])?;
-        self.kubectl(&[
-            "-n",
-            NAMESPACE,
-            "delete",
-            "lease",
-            "edgecontroller",
-            "devicecontroller",
-            "--ignore-not-found",
-        ])?;
-        if let Some(node) = self.node.take() {
-            node.stop().await?;
+    /// As [`Deployment::cloudhub_holding`].
+    pub async fn spread(&self, env: &Deployment) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+        let mut spread: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for edge in &self.edges {
+            let replica = env.cloudhub_holding(&edge.name).await?;
+            spread.entry(replica).or_default().push(edge.name.clone());
         }
-        Ok(())
+        Ok(spread)
     }
+
+    /// The Ready condition's status and last transition time of every edge's Node.
+    ///
+    /// # Errors
+    /// API errors, or a Node without a Ready condition.
+    pub async fn readiness(
+        &self,
+        client: &kube::Client,
+    ) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut out = BTreeMap::new();
+        for edge in &self.edges {
+            let node = nodes.get(&edge.name).await?;
+            let ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                .with_context(|| format!("node {} has no Ready condition", edge.name))?;
+            let since = ready
+                .last_transition_time
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            out.insert(edge.name.clone(), (ready.status, since));
+        }
+        Ok(out)
+    }
+}
+
+/// Pod `name`'s container id and restart count; fails unless it is Running.
+///
+/// # Errors
+/// API errors, or the pod is not Running or has no container status.
+pub async fn running_container(pods: &Api<Pod>, name: &str) -> anyhow::Result<(String, i32)> {
+    let pod = pods.get(name).await?;
+    let status = pod.status.context("no status")?;
+    ensure!(
+        status.phase.as_deref() == Some("Running"),
+        "{name} not Running"
+    );
+    let container = status
+        .container_statuses
+        .and_then(|c| c.into_iter().next())
+        .context("no container status")?;
+    Ok((
+        container.container_id.unwrap_or_default(),
+        container.restart_count,
+    ))
 }

@@ -24,13 +24,17 @@
 //! - `lock`: reads and guarded writes of the Lease (acquire, renew, release).
 //! - `record`: the Lease record and client-go's pure decisions over it.
 //! - [`elector`]: the election loop ([`Elector`]).
+//! - `elected`: [`Elected`], a controller service's configuration, client and leadership
+//!   before it runs (both controllers' `new`, `leadership` and `run`).
 
 pub mod config;
+mod elected;
 pub mod elector;
 mod lock;
 mod record;
 
 pub use config::LeaderElectionConfig;
+pub use elected::Elected;
 pub use elector::{Elector, run_as_leader};
 
 use tokio::sync::watch;

@@ -19,7 +19,6 @@ mkdir -p "$dir/src/cmd/etcd" "$dir/bin"
 sed -e "s/@K8S@/$ver/" -e "s/@STAGING@/$staging/" "$here/go.mod.in" > "$dir/src/go.mod"
 cp "$here/cmd/etcd/main.go" "$dir/src/cmd/etcd/main.go"
 cd "$dir/src"
-export GOFLAGS=-mod=mod CGO_ENABLED=0
 pkg=k8s.io/component-base/version
 cgo=k8s.io/client-go/pkg/version
 date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -28,21 +27,8 @@ for p in $pkg $cgo; do
   ld="$ld -X $p.gitVersion=v$ver -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=$date"
 done
 
-# Runs "$@" and prints a line every 10 s while it runs (go prints nothing for minutes).
-progress() {
-  local label=$1; shift
-  local started=$SECONDS
-  "$@" >&2 &
-  local pid=$! n=0
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
-    n=$((n + 1))
-    if [ $((n % 10)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
-      echo "verge-testkit:   $label: $((SECONDS - started)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s of $expected)" >&2
-    fi
-  done
-  wait "$pid"
-}
+# shellcheck source=../go-build.sh
+. "$here/../go-build.sh"
 
 case $set_name in
   control-plane)
@@ -54,16 +40,5 @@ case $set_name in
     stamp=complete-node tmp="$dir/bin-node.tmp" expected="~4 min" ;;
   *) echo "build.sh: unknown set $set_name (control-plane|node)" >&2; exit 2 ;;
 esac
-echo "verge-testkit: [0/${#targets[@]}] downloading modules for Kubernetes v$ver" >&2
-progress "go mod download" go mod download || true
-rm -rf "$tmp"; mkdir -p "$tmp"
-i=0
-for target in "${targets[@]}"; do
-  i=$((i + 1))
-  echo "verge-testkit: [$i/${#targets[@]}] go build $target" >&2
-  progress "go build ${target##*/}" go build -trimpath -ldflags "$ld" -o "$tmp/" "$target"
-done
-mv "$tmp"/* "$dir/bin/"
-rmdir "$tmp"
-echo "v$ver" > "$dir/$stamp"
-echo "verge-testkit: $set_name v$ver built in $dir/bin in $((SECONDS / 60)) min $((SECONDS % 60)) s" >&2
+what="Kubernetes $set_name"
+go_build_all

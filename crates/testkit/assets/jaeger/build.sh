@@ -14,23 +14,12 @@ dir=$1
 ver=$2
 mod=github.com/jaegertracing/jaeger
 mkdir -p "$dir/bin"
+here=$(cd "$(dirname "$0")" && pwd)
+# progress(); its GOFLAGS are the other builds', replaced below.
+# shellcheck source=../go-build.sh
+. "$here/../go-build.sh"
+expected="~5-9 min"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
-
-# Runs "$@" and prints a line every 10 s while it runs (go prints nothing for minutes).
-progress() {
-  local label=$1; shift
-  local started=$SECONDS
-  "$@" >&2 &
-  local pid=$! n=0
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
-    n=$((n + 1))
-    if [ $((n % 10)) -eq 0 ] && kill -0 "$pid" 2>/dev/null; then
-      echo "verge-testkit:   $label: $((SECONDS - started)) s (total $((SECONDS / 60)) min $((SECONDS % 60)) s of ~5-9 min)" >&2
-    fi
-  done
-  wait "$pid"
-}
 
 echo "verge-testkit: [1/3] downloading $mod v$ver" >&2
 src=$(cd / && go mod download -json "$mod@v$ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')

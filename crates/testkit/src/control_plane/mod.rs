@@ -266,23 +266,14 @@ impl ControlPlaneConfig {
     /// Stops every recorded component and empties the state dir (lock held by caller).
     fn stop_and_wipe(&self) -> anyhow::Result<bool> {
         let state = State::load(&self.state_dir);
-        // Reverse start order; pid files cover a start that failed before state.json.
-        let mut pids: Vec<u32> = Vec::new();
-        for name in COMPONENTS.iter().rev() {
-            let from_state = state
-                .as_ref()
-                .and_then(|s| s.components.iter().find(|c| c.name == *name))
-                .map(|c| c.pid);
-            let from_file =
-                std::fs::read_to_string(self.state_dir.join("pids").join(format!("{name}.pid")))
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok());
-            for pid in [from_state, from_file].into_iter().flatten() {
-                if !pids.contains(&pid) && daemon::is_alive(pid, Some(name)) {
-                    pids.push(pid);
-                }
-            }
-        }
+        let pids: Vec<u32> = crate::run_state::recorded_pids(
+            &self.state_dir,
+            COMPONENTS,
+            state.as_ref().map(|s| s.components.as_slice()),
+        )
+        .into_iter()
+        .map(|(_, pid)| pid)
+        .collect();
         let was_running = !pids.is_empty();
         let survivors = daemon::stop_all(&pids, Duration::from_secs(10));
         if !survivors.is_empty() {

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use super::{ControlPlane, certs};
+pub(super) use crate::run_state::Component;
 
 /// The version of the components' command lines and PKI layout. A control plane whose
 /// `state.json` records another one (an older kit's) is restarted by
@@ -15,14 +16,6 @@ use super::{ControlPlane, certs};
 /// 2: kube-apiserver binds `0.0.0.0`, advertises `10.199.0.1`, has a kubelet client
 /// certificate and prefers InternalIP (the kubelet node). 1 (absent): the first layout.
 pub(super) const LAYOUT: u32 = 2;
-
-/// One started component.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Component {
-    /// Binary name, e.g. `kube-apiserver` (also the log and pid file name).
-    pub(super) name: String,
-    pub(super) pid: u32,
-}
 
 /// `<state>/state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,17 +38,12 @@ pub(super) struct State {
 impl State {
     /// Reads `<dir>/state.json`; `None` when missing or unparsable.
     pub(super) fn load(dir: &Path) -> Option<Self> {
-        let bytes = std::fs::read(dir.join("state.json")).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        crate::run_state::load(dir)
     }
 
     /// Writes `<dir>/state.json` (mode 0600: holds the admin token).
     pub(super) fn save(&self, dir: &Path) -> anyhow::Result<()> {
-        certs::write_file(
-            &dir.join("state.json"),
-            &serde_json::to_string_pretty(self)?,
-            true,
-        )
+        crate::run_state::save(dir, self, true)
     }
 }
 

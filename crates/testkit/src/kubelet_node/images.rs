@@ -47,33 +47,11 @@ pub(super) fn ensure_pause_image() -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    let mut tar = Command::new("tar")
-        .arg("-C")
-        .arg(root.path())
-        .args(["-c", "pause"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running tar")?;
-    let tar_out = tar.stdout.take().context("tar stdout")?;
-    let import = Command::new("docker")
-        .args([
-            "import",
-            "-c",
-            r#"ENTRYPOINT ["/pause"]"#,
-            "-c",
-            "USER 65535:65535",
-            "-",
-            PAUSE_IMAGE,
-        ])
-        .stdin(tar_out)
-        .stdout(Stdio::null())
-        .status()
-        .context("running docker import")?;
-    let tar_status = tar.wait()?;
-    if !tar_status.success() || !import.success() {
-        bail!("importing {PAUSE_IMAGE} failed: tar {tar_status}, docker import {import}");
-    }
-    Ok(())
+    docker::import_rootfs(
+        root.path(),
+        PAUSE_IMAGE,
+        &[r#"ENTRYPOINT ["/pause"]"#, "USER 65535:65535"],
+    )
 }
 
 /// `docker save <docker_ref> | ctr -a <socket> -n k8s.io images import -`: the image becomes

@@ -5,13 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// One started process.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(super) struct Component {
-    /// `containerd`, `kubelet` or `kube-proxy` (also the log and pid file name).
-    pub(super) name: String,
-    pub(super) pid: u32,
-}
+pub(super) use crate::run_state::Component;
 
 /// `<run>/state.json`, written once the processes are started.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,16 +27,11 @@ pub(super) struct State {
 impl State {
     /// Reads `<dir>/state.json`; `None` when missing or unparsable.
     pub(super) fn load(dir: &Path) -> Option<Self> {
-        let bytes = std::fs::read(dir.join("state.json")).ok()?;
-        serde_json::from_slice(&bytes).ok()
+        crate::run_state::load(dir)
     }
 
     /// Writes `<dir>/state.json`.
     pub(super) fn save(&self, dir: &Path) -> anyhow::Result<()> {
-        crate::control_plane::write_file(
-            &dir.join("state.json"),
-            &serde_json::to_string_pretty(self)?,
-            false,
-        )
+        crate::run_state::save(dir, self, false)
     }
 }

@@ -108,22 +108,11 @@ pub(super) fn recorded_pids(
     config: &KubeletNodeConfig,
     state: Option<&State>,
 ) -> Vec<(String, u32)> {
-    let mut out: Vec<(String, u32)> = Vec::new();
-    for name in COMPONENTS.iter().rev() {
-        let from_state = state
-            .and_then(|s| s.components.iter().find(|c| c.name == *name))
-            .map(|c| c.pid);
-        let from_file =
-            std::fs::read_to_string(config.run_dir.join("pids").join(format!("{name}.pid")))
-                .ok()
-                .and_then(|s| s.trim().parse::<u32>().ok());
-        for pid in [from_state, from_file].into_iter().flatten() {
-            if !out.iter().any(|(_, p)| *p == pid) && daemon::is_alive(pid, Some(name)) {
-                out.push(((*name).to_owned(), pid));
-            }
-        }
-    }
-    out
+    crate::run_state::recorded_pids(
+        &config.run_dir,
+        COMPONENTS,
+        state.map(|s| s.components.as_slice()),
+    )
 }
 
 /// A client of the admin `kubeconfig` of a control plane; `None` when it cannot be loaded
