@@ -41,6 +41,10 @@ struct Args {
     /// Log format (overrides `logFormat`).
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// OTLP/gRPC endpoint spans are exported to, e.g. `http://127.0.0.1:4317` (overrides
+    /// `tracing.otlpEndpoint`).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
     /// What to do; without a command, run the agent.
     #[command(subcommand)]
     command: Option<Command>,
@@ -100,6 +104,9 @@ impl Args {
         if let Some(v) = self.log_format {
             config.log_format = v;
         }
+        if self.otlp_endpoint.is_some() {
+            config.tracing.otlp_endpoint.clone_from(&self.otlp_endpoint);
+        }
         Ok(config)
     }
 }
@@ -141,7 +148,10 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("edgecore", &*error),
     };
-    verge_telemetry::init("edgecore", config.log_format);
+    let telemetry = match verge_telemetry::init("edgecore", config.log_format, &config.tracing) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return verge_runtime::fail("edgecore", &error),
+    };
     if let Some(Command::Join(join_args)) = command {
         return join(&config, join_args).await;
     }
@@ -153,7 +163,9 @@ async fn main() -> ExitCode {
         Ok(edgecore) => edgecore,
         Err(error) => return verge_runtime::fail("edgecore", &error),
     };
-    verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown))
-        .await
-        .exit_code()
+    let outcome = verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown)).await;
+    if let Err(error) = telemetry.shutdown() {
+        tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
+    }
+    outcome.exit_code()
 }

@@ -1,6 +1,6 @@
 //! [`TracingConfig`]: the `tracing` section of every binary's YAML configuration.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::TelemetryError;
 
@@ -15,7 +15,7 @@ use crate::TelemetryError;
 ///
 /// With no endpoint no OpenTelemetry layer is installed at all, so tracing costs nothing
 /// beyond the `tracing` spans the code creates for its logs anyway.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct TracingConfig {
     /// The OTLP/gRPC endpoint spans are exported to (a collector, or Jaeger's all-in-one
@@ -48,8 +48,8 @@ impl TracingConfig {
 ///
 /// Deserialises from a number; a value outside `0.0..=1.0` (or NaN) is a configuration
 /// error naming the field.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(try_from = "f64")]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize)]
+#[serde(try_from = "f64", into = "f64")]
 pub struct SamplingRatio(f64);
 
 // NaN is refused by `SamplingRatio::new`, so equality is reflexive.
@@ -77,6 +77,12 @@ impl SamplingRatio {
 impl Default for SamplingRatio {
     fn default() -> Self {
         Self(1.0)
+    }
+}
+
+impl From<SamplingRatio> for f64 {
+    fn from(ratio: SamplingRatio) -> Self {
+        ratio.0
     }
 }
 

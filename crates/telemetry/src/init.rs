@@ -9,12 +9,26 @@ use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::filter::{FilterFn, filter_fn};
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::{LogFormat, TelemetryError, TracingConfig};
 
 /// The instrumentation scope of every span Verge exports.
-const SCOPE: &str = "verge";
+pub(crate) const SCOPE: &str = "verge";
+
+/// What the OpenTelemetry layer sees: the spans of target [`crate::TARGET`] (made with
+/// [`crate::span!`]) and every event at `INFO` or above, which become events of the
+/// innermost exported span (retries, waits, errors). Independent of `RUST_LOG`.
+pub(crate) fn otel_filter() -> FilterFn {
+    filter_fn(|meta| {
+        if meta.is_span() {
+            meta.target() == crate::TARGET
+        } else {
+            *meta.level() <= tracing::Level::INFO
+        }
+    })
+}
 
 pub(crate) fn filter(default: &str) -> EnvFilter {
     EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default))
@@ -22,8 +36,8 @@ pub(crate) fn filter(default: &str) -> EnvFilter {
 
 /// Installs the global subscriber of the binary `service`: log lines in `format` filtered by
 /// `RUST_LOG` (`tracing_subscriber::EnvFilter` syntax, default `info`), and, when
-/// `tracing.otlpEndpoint` is set, a `tracing-opentelemetry` layer that exports every span
-/// the filter lets through over OTLP/gRPC (batched; resource attributes `service.name` =
+/// `tracing.otlpEndpoint` is set, a `tracing-opentelemetry` layer that exports the pipeline
+/// spans ([`crate::span!`], whatever `RUST_LOG` says) over OTLP/gRPC (batched; resource attributes `service.name` =
 /// `service` and `service.version` = the Verge version; a parent-based ratio sampler). With
 /// no endpoint no OpenTelemetry layer exists. Must run inside a Tokio runtime when exporting
 /// (the tonic client connects lazily on it).
@@ -47,6 +61,7 @@ pub fn init(
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer(SCOPE))
             .with_tracked_inactivity(false)
+            .with_filter(otel_filter())
     });
     let fmt = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer().with_target(true).boxed(),
@@ -56,8 +71,7 @@ pub fn init(
             .boxed(),
     };
     Registry::default()
-        .with(filter("info"))
-        .with(fmt)
+        .with(fmt.with_filter(filter("info")))
         .with(otel)
         .try_init()
         .map_err(TelemetryError::AlreadyInstalled)?;

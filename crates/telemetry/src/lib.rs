@@ -4,8 +4,8 @@
 //! Libraries only emit `tracing` events and spans; binaries call [`init`] once with their
 //! [`TracingConfig`] (the `tracing` section of their YAML) and keep the [`TelemetryGuard`];
 //! tests call [`init_for_tests`] first (idempotent). The log filter comes from `RUST_LOG`
-//! (`tracing_subscriber::EnvFilter` syntax) and defaults to `info`; it also decides which
-//! spans are exported, so Verge's pipeline spans are at `INFO`.
+//! (`tracing_subscriber::EnvFilter` syntax) and defaults to `info`. Exported spans are the
+//! pipeline steps made with [`span!`] (target [`TARGET`]), whatever the log filter says.
 //!
 //! # Layout
 //! - `config.rs`: [`TracingConfig`] and [`SamplingRatio`].
@@ -26,6 +26,21 @@ pub mod testing;
 pub use config::{SamplingRatio, TracingConfig};
 pub use error::TelemetryError;
 pub use init::{TelemetryGuard, init};
+
+/// The `tracing` target of the spans that are exported as OpenTelemetry spans (the
+/// pipeline's steps); other spans only give log lines their context.
+pub const TARGET: &str = "verge::trace";
+
+/// An `INFO` span that is exported when tracing is on (target [`TARGET`]); takes what
+/// `tracing::info_span!` takes after the target: a name (`"<component>.<step>"`, e.g.
+/// `"edged.sync"`) and fields (attribute keys as in [`keys`], e.g.
+/// `k8s.pod.name = %name`). Callers depend on `tracing`.
+#[macro_export]
+macro_rules! span {
+    ($($args:tt)*) => {
+        ::tracing::info_span!(target: $crate::TARGET, $($args)*)
+    };
+}
 
 /// Output format of the log lines; `text` or `json` in configuration files (serde) and
 /// flags (clap), shared by every binary's configuration.

@@ -4,12 +4,13 @@
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use tracing::subscriber::DefaultGuard;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 use crate::TracingConfig;
 
-/// Records every span of the current thread in memory, as [`crate::init`] would export it
-/// (same resource and sampler, level `trace` and up), until dropped. Use it on a
+/// Records the spans of the current thread in memory as [`crate::init`] would export them
+/// (same resource, sampler and filter: [`crate::span!`] spans only), until dropped. Use it on a
 /// current-thread runtime (`#[tokio::test]`'s default): tasks on other threads are not seen.
 #[must_use = "spans are recorded only while the capture lives"]
 pub struct SpanCapture {
@@ -25,13 +26,13 @@ impl SpanCapture {
         let provider = crate::init::provider_builder(service, &TracingConfig::default())
             .with_simple_exporter(exporter.clone())
             .build();
-        let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("verge"));
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(crate::init::SCOPE))
+            .with_filter(crate::init::otel_filter());
         // `tracing`'s own `set_default`: the extension trait's would also install the `log`
         // bridge globally, which a binary's `init` must be the one to do.
         let default = tracing::subscriber::set_default(
-            tracing_subscriber::registry()
-                .with(tracing_subscriber::filter::LevelFilter::TRACE)
-                .with(layer),
+            tracing_subscriber::registry().with(layer),
         );
         Self {
             exporter,

@@ -25,7 +25,7 @@ fn message(trace: TraceContext) -> Envelope {
 #[test]
 fn a_trace_context_survives_encode_and_decode_of_a_message() {
     let capture = SpanCapture::start("test");
-    let span = tracing::info_span!("sender");
+    let span = crate::span!("sender");
     let context = inject(&span);
     assert!(context.traceparent.starts_with("00-"), "{context:?}");
     let decoded = verge_proto::envelope::decode(&verge_proto::envelope::encode(&message(
@@ -45,15 +45,15 @@ fn a_trace_context_survives_encode_and_decode_of_a_message() {
 #[test]
 fn a_span_started_from_an_extracted_context_is_its_child() {
     let capture = SpanCapture::start("test");
-    let sender = tracing::info_span!("sender");
+    let sender = crate::span!("sender");
     let carried = inject(&sender);
     let sender_context = sender.context().span().span_context().clone();
     drop(sender);
 
-    let receiver = tracing::info_span!("receiver", verge.node = "edge-1");
+    let receiver = crate::span!("receiver", verge.node = "edge-1");
     set_parent(&receiver, &carried);
     receiver.in_scope(|| {
-        let child = tracing::info_span!("child");
+        let child = crate::span!("child");
         child.in_scope(|| assert_eq!(inject_current().traceparent.len(), PARENT.len()));
     });
     drop(receiver);
@@ -79,7 +79,7 @@ fn a_span_started_from_an_extracted_context_is_its_child() {
 #[test]
 fn a_foreign_traceparent_is_continued_and_garbage_is_ignored() {
     let capture = SpanCapture::start("test");
-    let span = tracing::info_span!("from_foreign");
+    let span = crate::span!("from_foreign");
     set_parent(
         &span,
         &TraceContext {
@@ -91,7 +91,7 @@ fn a_foreign_traceparent_is_continued_and_garbage_is_ignored() {
     assert!(injected.traceparent.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
     assert_eq!(injected.tracestate, "vendor=1");
     drop(span);
-    let bad = tracing::info_span!("from_garbage");
+    let bad = crate::span!("from_garbage");
     set_parent(
         &bad,
         &TraceContext {
@@ -125,17 +125,21 @@ fn a_sampling_ratio_of_zero_drops_new_traces_but_follows_a_sampled_parent() {
         .build();
     use opentelemetry::trace::TracerProvider as _;
     use tracing_subscriber::layer::SubscriberExt as _;
-    let subscriber = tracing_subscriber::registry()
-        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("verge")));
+    use tracing_subscriber::Layer as _;
+    let subscriber = tracing_subscriber::registry().with(
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("verge"))
+            .with_filter(crate::init::otel_filter()),
+    );
     tracing::subscriber::with_default(subscriber, || {
-        let root = tracing::info_span!("new_trace");
+        let root = crate::span!("new_trace");
         let carried = inject(&root);
         assert!(
             carried.traceparent.ends_with("-00"),
             "an unsampled root propagates its decision: {carried:?}"
         );
         drop(root);
-        let child = tracing::info_span!("continued");
+        let child = crate::span!("continued");
         set_parent(
             &child,
             &TraceContext {
@@ -159,8 +163,9 @@ fn a_sampling_ratio_of_zero_drops_new_traces_but_follows_a_sampled_parent() {
 #[test]
 fn off_installs_no_opentelemetry_layer() {
     let guard = init("test", LogFormat::Text, &TracingConfig::default()).expect("init");
+    // With export off the span exists only for logs.
     assert!(!guard.is_exporting());
-    let span = tracing::info_span!("untraced");
+    let span = crate::span!("untraced");
     assert!(
         span.set_parent(extract(&TraceContext {
             traceparent: PARENT.to_owned(),
@@ -185,4 +190,26 @@ async fn an_endpoint_builds_an_exporter_and_a_bad_one_is_refused() {
     let error = crate::init::otlp_provider("test", "not a uri", &TracingConfig::default())
         .expect_err("refused");
     assert!(error.to_string().contains("not a uri"), "{error}");
+}
+
+#[test]
+fn only_pipeline_spans_are_exported_and_log_spans_are_skipped_in_parent_links() {
+    let capture = SpanCapture::start("test");
+    let outer = crate::span!("outer.step");
+    outer.in_scope(|| {
+        let log_only = tracing::info_span!("pod", pod = "default/web");
+        log_only.in_scope(|| {
+            tracing::info!(attempt = 2, "retrying");
+            drop(crate::span!("inner.step"));
+        });
+    });
+    drop(outer);
+    assert_eq!(capture.names(), vec!["inner.step", "outer.step"]);
+    let outer = capture.span("outer.step");
+    let inner = capture.span("inner.step");
+    assert_eq!(inner.parent_span_id, outer.span_context.span_id());
+    assert!(
+        outer.events.iter().any(|e| e.name == "retrying"),
+        "events become span events of the innermost exported span"
+    );
 }
