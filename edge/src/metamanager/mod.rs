@@ -186,7 +186,7 @@ impl MetaManager {
     /// [`MetaManager::apply_object`] in a `metamanager.apply` span continuing the message's
     /// trace (the commit of a cloud change, parent of edged's work on it).
     async fn apply_traced(&self, msg: &mut Envelope) -> Result<Applied> {
-        let span = tracing::info_span!(
+        let span = verge_telemetry::span!(
             "metamanager.apply",
             verge.message.id = %msg.id,
             verge.resource = %msg.path(),
