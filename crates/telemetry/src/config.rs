@@ -122,8 +122,9 @@ mod tests {
 
     #[test]
     fn parses_endpoint_and_ratio() {
-        let config = parse("tracing:\n  otlpEndpoint: http://127.0.0.1:4317\n  samplingRatio: 0.25\n")
-            .expect("parses");
+        let config =
+            parse("tracing:\n  otlpEndpoint: http://127.0.0.1:4317\n  samplingRatio: 0.25\n")
+                .expect("parses");
         assert_eq!(
             config.tracing.otlp_endpoint.as_deref(),
             Some("http://127.0.0.1:4317")
@@ -136,8 +137,8 @@ mod tests {
     #[test]
     fn refuses_ratio_out_of_range_and_unknown_fields() {
         for bad in ["1.5", "-0.1", ".nan"] {
-            let error = parse(&format!("tracing:\n  samplingRatio: {bad}\n"))
-                .expect_err("out of range");
+            let error =
+                parse(&format!("tracing:\n  samplingRatio: {bad}\n")).expect_err("out of range");
             assert!(
                 error.message.contains("samplingRatio") && error.message.contains("0.0..=1.0"),
                 "{bad}: {error}"

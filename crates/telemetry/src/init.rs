@@ -6,10 +6,10 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use tracing_subscriber::filter::{FilterFn, filter_fn};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
-use tracing_subscriber::filter::{FilterFn, filter_fn};
 use tracing_subscriber::{EnvFilter, Layer, Registry};
 
 use crate::{LogFormat, TelemetryError, TracingConfig};
@@ -148,10 +148,10 @@ impl TelemetryGuard {
 
 impl Drop for TelemetryGuard {
     fn drop(&mut self) {
-        if let Some(provider) = self.provider.take() {
-            if let Err(error) = provider.shutdown() {
-                eprintln!("telemetry: cannot flush the span exporter: {error}");
-            }
+        if let Some(provider) = self.provider.take()
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("telemetry: cannot flush the span exporter: {error}");
         }
     }
 }

@@ -57,6 +57,32 @@ pub fn set_parent(span: &tracing::Span, trace: &TraceContext) {
     let _ = span.set_parent(context);
 }
 
+/// A span continuing the trace of `trace` (a received message's context): `make()`'s span
+/// with that parent, or a disabled span without calling `make` when `trace` is empty, so
+/// untraced messages (tracing off where they were made) start no
+/// trace of their own. A context whose sampled flag is off still yields a span, which the
+/// parent-based sampler then drops.
+pub fn continued(trace: &TraceContext, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    if trace.traceparent.is_empty() {
+        return tracing::Span::none();
+    }
+    let span = make();
+    set_parent(&span, trace);
+    span
+}
+
+/// A span for a step inside the current trace: `make()`'s span when the current span is
+/// exported (a valid OpenTelemetry span context), else a disabled span without calling
+/// `make`, so a step of untraced work (a periodic resync, a report without context) starts
+/// no trace of its own.
+pub fn in_trace(make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    let current = tracing::Span::current();
+    if current.is_none() || !current.context().span().span_context().is_valid() {
+        return tracing::Span::none();
+    }
+    make()
+}
+
 /// The OpenTelemetry context `trace` describes (a remote span context), empty when `trace`
 /// is empty or malformed.
 pub fn extract(trace: &TraceContext) -> opentelemetry::Context {

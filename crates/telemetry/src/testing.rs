@@ -31,9 +31,7 @@ impl SpanCapture {
             .with_filter(crate::init::otel_filter());
         // `tracing`'s own `set_default`: the extension trait's would also install the `log`
         // bridge globally, which a binary's `init` must be the one to do.
-        let default = tracing::subscriber::set_default(
-            tracing_subscriber::registry().with(layer),
-        );
+        let default = tracing::subscriber::set_default(tracing_subscriber::registry().with(layer));
         Self {
             exporter,
             provider,
@@ -66,6 +64,9 @@ impl SpanCapture {
 
     /// The names of the ended spans.
     pub fn names(&self) -> Vec<String> {
-        self.spans().into_iter().map(|s| s.name.into_owned()).collect()
+        self.spans()
+            .into_iter()
+            .map(|s| s.name.into_owned())
+            .collect()
     }
 }

@@ -28,10 +28,9 @@ fn a_trace_context_survives_encode_and_decode_of_a_message() {
     let span = crate::span!("sender");
     let context = inject(&span);
     assert!(context.traceparent.starts_with("00-"), "{context:?}");
-    let decoded = verge_proto::envelope::decode(&verge_proto::envelope::encode(&message(
-        context.clone(),
-    )))
-    .expect("decodes");
+    let decoded =
+        verge_proto::envelope::decode(&verge_proto::envelope::encode(&message(context.clone())))
+            .expect("decodes");
     assert_eq!(decoded.trace, context);
     let sent_from = span.context().span().span_context().clone();
     drop(span);
@@ -88,7 +87,11 @@ fn a_foreign_traceparent_is_continued_and_garbage_is_ignored() {
         },
     );
     let injected = inject(&span);
-    assert!(injected.traceparent.contains("4bf92f3577b34da6a3ce929d0e0e4736"));
+    assert!(
+        injected
+            .traceparent
+            .contains("4bf92f3577b34da6a3ce929d0e0e4736")
+    );
     assert_eq!(injected.tracestate, "vendor=1");
     drop(span);
     let bad = crate::span!("from_garbage");
@@ -124,8 +127,8 @@ fn a_sampling_ratio_of_zero_drops_new_traces_but_follows_a_sampled_parent() {
         .with_simple_exporter(exporter.clone())
         .build();
     use opentelemetry::trace::TracerProvider as _;
-    use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
     let subscriber = tracing_subscriber::registry().with(
         tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("verge"))
@@ -184,9 +187,12 @@ fn off_installs_no_opentelemetry_layer() {
 
 #[tokio::test]
 async fn an_endpoint_builds_an_exporter_and_a_bad_one_is_refused() {
-    let provider = crate::init::otlp_provider("test", "http://127.0.0.1:9", &TracingConfig::default())
-        .expect("a URI builds (the connection is lazy)");
-    provider.shutdown().expect("nothing batched: shutdown succeeds");
+    let provider =
+        crate::init::otlp_provider("test", "http://127.0.0.1:9", &TracingConfig::default())
+            .expect("a URI builds (the connection is lazy)");
+    provider
+        .shutdown()
+        .expect("nothing batched: shutdown succeeds");
     let error = crate::init::otlp_provider("test", "not a uri", &TracingConfig::default())
         .expect_err("refused");
     assert!(error.to_string().contains("not a uri"), "{error}");

@@ -101,14 +101,15 @@ impl Drain {
         // The report continues the trace it was made in (stored with it in the outbox, so
         // across restarts and partitions); the cloud's spans become children of this send.
         let mut message = entry.message;
-        let span = verge_telemetry::span!(
-            "edgehub.send",
-            verge.message.id = %id,
-            verge.resource = %message.path(),
-            verge.operation = %message.operation(),
-            verge.refused = entry.attempts,
-        );
-        verge_telemetry::propagation::set_parent(&span, &message.trace);
+        let span = verge_telemetry::propagation::continued(&message.trace, || {
+            verge_telemetry::span!(
+                "edgehub.send",
+                verge.message.id = %id,
+                verge.resource = %message.path(),
+                verge.operation = %message.operation(),
+                verge.refused = entry.attempts,
+            )
+        });
         let traced = verge_telemetry::propagation::inject(&span);
         if !traced.is_empty() {
             message.trace = traced;

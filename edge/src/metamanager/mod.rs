@@ -27,8 +27,8 @@ mod store;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
 use tracing::Instrument as _;
+use tracing::{debug, error, info, warn};
 use verge_core::{
     Envelope, Kind, Module, ObjectVersion, Outcome, ResourceKey, TraceContext, Write,
 };
@@ -186,14 +186,15 @@ impl MetaManager {
     /// [`MetaManager::apply_object`] in a `metamanager.apply` span continuing the message's
     /// trace (the commit of a cloud change, parent of edged's work on it).
     async fn apply_traced(&self, msg: &mut Envelope) -> Result<Applied> {
-        let span = verge_telemetry::span!(
-            "metamanager.apply",
-            verge.message.id = %msg.id,
-            verge.resource = %msg.path(),
-            verge.operation = %msg.operation(),
-            otel.status_code = tracing::field::Empty,
-        );
-        verge_telemetry::propagation::set_parent(&span, &msg.trace);
+        let span = verge_telemetry::propagation::continued(&msg.trace, || {
+            verge_telemetry::span!(
+                "metamanager.apply",
+                verge.message.id = %msg.id,
+                verge.resource = %msg.path(),
+                verge.operation = %msg.operation(),
+                otel.status_code = tracing::field::Empty,
+            )
+        });
         let result = self.apply_object(msg).instrument(span.clone()).await;
         if result.is_err() {
             span.record("otel.status_code", "ERROR");

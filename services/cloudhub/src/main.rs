@@ -98,10 +98,11 @@ async fn main() -> ExitCode {
         Ok(hub) => hub,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
-    let outcome = verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
-        hub.with_health(health).run(shutdown)
-    })
-    .await;
+    let outcome =
+        verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
+            hub.with_health(health).run(shutdown)
+        })
+        .await;
     if let Err(error) = telemetry.shutdown() {
         tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
     }

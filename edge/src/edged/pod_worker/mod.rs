@@ -25,9 +25,9 @@ pub(crate) mod start;
 pub(crate) mod state;
 mod sync;
 mod terminate;
-mod trace;
 #[cfg(test)]
 mod tests;
+mod trace;
 #[cfg(test)]
 mod trace_tests;
 

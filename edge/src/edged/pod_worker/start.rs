@@ -161,11 +161,13 @@ impl<R: ContainerRuntime> Worker<R> {
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
         let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling)
-            .instrument(verge_telemetry::span!(
-                "edged.image.ensure",
-                k8s.container.name = %c.name,
-                container.image.name = %image,
-            ))
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.image.ensure",
+                    k8s.container.name = %c.name,
+                    container.image.name = %image,
+                )
+            }))
             .await;
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
@@ -221,11 +223,13 @@ impl<R: ContainerRuntime> Worker<R> {
             .ctx
             .runtime
             .create(&name, spec)
-            .instrument(verge_telemetry::span!(
-                "edged.container.create",
-                k8s.container.name = %c.name,
-                verge.restart_count = restart_count,
-            ))
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.container.create",
+                    k8s.container.name = %c.name,
+                    verge.restart_count = restart_count,
+                )
+            }))
             .await
             .map_err(StartError::Create)?;
         let msg = format!("Created container {}", c.name);
@@ -234,11 +238,13 @@ impl<R: ContainerRuntime> Worker<R> {
             .ctx
             .runtime
             .start(&id)
-            .instrument(verge_telemetry::span!(
-                "edged.container.start",
-                k8s.container.name = %c.name,
-                container.id = %id,
-            ))
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.container.start",
+                    k8s.container.name = %c.name,
+                    container.id = %id,
+                )
+            }))
             .await;
         if let Err(e) = started {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
@@ -260,11 +266,13 @@ impl<R: ContainerRuntime> Worker<R> {
             None,
             || {},
         )
-        .instrument(verge_telemetry::span!(
-            "edged.image.ensure",
-            k8s.container.name = SANDBOX_NAME,
-            container.image.name = %infra,
-        ))
+        .instrument(verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!(
+                "edged.image.ensure",
+                k8s.container.name = SANDBOX_NAME,
+                container.image.name = %infra,
+            )
+        }))
         .await
         {
             return Err(Error::ContainerConfig(format!("sandbox image: {e}")));

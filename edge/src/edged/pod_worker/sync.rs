@@ -113,7 +113,9 @@ impl<R: ContainerRuntime> Worker<R> {
                 let msg = "Pod sandbox changed, it will be killed and re-created.".to_owned();
                 self.pod_event(EventType::Normal, "SandboxChanged", msg);
             }
-            let span = verge_telemetry::span!("edged.sandbox.create");
+            let span = verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!("edged.sandbox.create")
+            });
             if let Err(e) = self.create_sandbox(obs).instrument(span).await {
                 let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);

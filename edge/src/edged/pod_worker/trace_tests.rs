@@ -27,9 +27,17 @@ async fn a_pod_start_is_one_trace_under_the_change_that_caused_it() {
 
     let spans = capture.spans();
     let syncs: Vec<_> = spans.iter().filter(|s| s.name == "edged.sync").collect();
-    assert_eq!(syncs.len(), 2, "sandbox, then containers; none once running: {:?}", capture.names());
+    assert_eq!(
+        syncs.len(),
+        2,
+        "sandbox, then containers; none once running: {:?}",
+        capture.names()
+    );
     for sync in &syncs {
-        assert_eq!(sync.parent_span_id, commit_id, "each sync is a child of the commit");
+        assert_eq!(
+            sync.parent_span_id, commit_id,
+            "each sync is a child of the commit"
+        );
     }
     for name in [
         "edged.sandbox.create",
@@ -39,13 +47,22 @@ async fn a_pod_start_is_one_trace_under_the_change_that_caused_it() {
         let span = capture.span(name);
         assert_eq!(span.span_context.trace_id(), trace_id, "{name}");
         assert!(
-            syncs.iter().any(|s| s.span_context.span_id() == span.parent_span_id),
+            syncs
+                .iter()
+                .any(|s| s.span_context.span_id() == span.parent_span_id),
             "{name} is a child of a sync"
         );
     }
-    let images: Vec<_> = spans.iter().filter(|s| s.name == "edged.image.ensure").collect();
+    let images: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "edged.image.ensure")
+        .collect();
     assert_eq!(images.len(), 2, "pause and app image");
-    assert!(images.iter().all(|s| s.span_context.trace_id() == trace_id && s.parent_span_id != SpanId::INVALID));
+    assert!(
+        images
+            .iter()
+            .all(|s| s.span_context.trace_id() == trace_id && s.parent_span_id != SpanId::INVALID)
+    );
     assert!(
         spans.iter().all(|s| s.span_context.trace_id() == trace_id),
         "nothing outside the trace: {:?}",

@@ -14,6 +14,11 @@
 //!
 //! Order is kept per object, not across objects: keys are served in the order they became
 //! ready to send.
+//!
+//! Tracing: a traced object message (one whose `trace_context` is set) gets a
+//! `cloudhub.deliver` span from its push until it is answered, replaced, given up or the
+//! session ends, so a wait in the queue or for an offline edge is visible; resends are its
+//! events and `verge.attempts` counts the sends. The message goes out with that span's context.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -64,6 +69,28 @@ pub(crate) struct Unacked {
 struct Queued {
     message: Envelope,
     origin: Origin,
+    /// `cloudhub.deliver` of a traced object message, else disabled; ends when dropped.
+    span: tracing::Span,
+}
+
+/// The `cloudhub.deliver` span of object `message` (disabled when it is not traced); the
+/// message leaves with its context.
+fn deliver_span(message: &mut Envelope) -> tracing::Span {
+    let span = verge_telemetry::propagation::continued(&message.trace, || {
+        verge_telemetry::span!(
+            "cloudhub.deliver",
+            verge.message.id = %message.id,
+            verge.resource = %message.path(),
+            verge.operation = %message.operation(),
+            verge.attempts = 0_u32,
+            otel.status_code = tracing::field::Empty,
+        )
+    });
+    let traced = verge_telemetry::propagation::inject(&span);
+    if !traced.is_empty() {
+        message.trace = traced;
+    }
+    span
 }
 
 /// A sent object message awaiting its answer.
@@ -129,23 +156,39 @@ impl DeliveryQueue {
     ///
     /// # Errors
     /// [`QueueFull`] when `capacity` messages wait already; the queue is then unchanged.
-    pub(crate) fn push(&mut self, message: Envelope, origin: Origin) -> Result<(), QueueFull> {
+    pub(crate) fn push(&mut self, mut message: Envelope, origin: Origin) -> Result<(), QueueFull> {
         let key = message.delivery_key().cloned();
         let supersedes = message.supersedes();
-        let queued = Queued { message, origin };
         let Some(key) = key else {
             self.check_room()?;
-            self.answers.push_back(queued);
+            let span = tracing::Span::none();
+            self.answers.push_back(Queued {
+                message,
+                origin,
+                span,
+            });
             self.waiting_len += 1;
             return Ok(());
         };
+        if !supersedes || !self.waiting.contains_key(&key) {
+            self.check_room()?;
+        }
+        let span = deliver_span(&mut message);
+        let queued = Queued {
+            message,
+            origin,
+            span,
+        };
         if supersedes && let Some(list) = self.waiting.get_mut(&key) {
             self.waiting_len = self.waiting_len + 1 - list.len();
-            list.clear();
+            for replaced in list.drain(..) {
+                replaced.span.in_scope(|| {
+                    tracing::info!(target: verge_telemetry::TARGET, "replaced by a newer message");
+                });
+            }
             list.push_back(queued);
             return Ok(());
         }
-        self.check_room()?;
         self.waiting_len += 1;
         match self.waiting.entry(key) {
             Entry::Occupied(list) => list.into_mut().push_back(queued),
@@ -186,6 +229,11 @@ impl DeliveryQueue {
             {
                 sent.deadline = Some(now + self.limits.ack_timeout);
                 sent.attempts += 1;
+                let attempts = sent.attempts;
+                sent.queued.span.record("verge.attempts", attempts);
+                sent.queued.span.in_scope(|| {
+                    tracing::info!(target: verge_telemetry::TARGET, attempt = attempts, "resending unanswered message");
+                });
                 return Some(sent.queued.message.clone());
             }
         }
@@ -207,6 +255,7 @@ impl DeliveryQueue {
             return Some(queued.message);
         }
         let message = queued.message.clone();
+        queued.span.record("verge.attempts", 1_u32);
         self.inflight_keys.insert(key.clone(), id.clone());
         let sent = InFlight {
             key,
@@ -258,6 +307,11 @@ impl DeliveryQueue {
                 continue;
             }
             if let Some(sent) = self.inflight.remove(&id) {
+                let span = &sent.queued.span;
+                span.record("otel.status_code", "ERROR");
+                span.in_scope(|| {
+                    tracing::warn!(target: verge_telemetry::TARGET, attempts = sent.attempts, "no answer; given up");
+                });
                 self.release(&sent.key);
                 dropped.push(Unacked {
                     message_id: id.into_string(),
