@@ -76,7 +76,6 @@ impl Deliveries {
         };
         delivery.sends += 1;
         delivery.message_id = message.id.clone();
-        delivery.span.record("verge.sends", delivery.sends);
         let send = verge_telemetry::span!(
             parent: &delivery.span,
             "controller.send",
@@ -103,10 +102,11 @@ impl Deliveries {
         else {
             return;
         };
-        if let Some(done) = pending.remove(&key)
-            && refused
-        {
-            done.span.record("otel.status_code", "ERROR");
+        if let Some(done) = pending.remove(&key) {
+            done.span.record("verge.sends", done.sends);
+            if refused {
+                done.span.record("otel.status_code", "ERROR");
+            }
         }
     }
 
@@ -127,5 +127,119 @@ impl Deliveries {
     /// Forgets the deliveries of nodes for which `keep` is false (nodes that left).
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
         self.nodes.retain(|node, _| keep(node));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use verge_core::{Group, Kind, Module, ObjectVersion, TraceContext, Write};
+    use verge_telemetry::propagation::trace_id;
+    use verge_telemetry::testing::SpanCapture;
+
+    use super::*;
+
+    fn update(name: &str) -> Envelope {
+        let key: ResourceKey = format!("default/pod/{name}").parse().expect("key");
+        let kind = Kind::Upsert {
+            write: Write::Update,
+            key,
+            version: ObjectVersion::default(),
+        };
+        Envelope::new(Module::CloudHub, Group::Resource, kind, Vec::new())
+    }
+
+    fn span_id(trace: &TraceContext) -> String {
+        trace
+            .traceparent
+            .split('-')
+            .nth(2)
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    #[test]
+    fn a_resend_after_a_failure_stays_in_the_trace_of_the_change() {
+        let capture = SpanCapture::start("edgecontroller");
+        let mut deliveries = Deliveries::default();
+        let watch = verge_telemetry::span!("controller.watch_event");
+        let mut first = update("web");
+        let change = verge_telemetry::propagation::inject(&watch);
+        watch.in_scope(|| drop(deliveries.send_span("edge-1", &mut first)));
+        drop(watch);
+        assert_eq!(trace_id(&first.trace), trace_id(&change));
+
+        deliveries.failed("edge-1", first.id.as_str());
+        // The resend (a retry or a resync after reconnecting) has no cause of its own.
+        let mut again = update("web");
+        drop(deliveries.send_span("edge-1", &mut again));
+        assert_eq!(trace_id(&again.trace), trace_id(&change));
+        let mut untraced = update("other");
+        drop(deliveries.send_span("edge-1", &mut untraced));
+        assert!(untraced.trace.is_empty(), "no delivery without a cause");
+
+        deliveries.answered("edge-1", first.id.as_str(), false);
+        assert!(
+            capture
+                .spans()
+                .iter()
+                .all(|s| s.name != "controller.deliver"),
+            "an answer to an older send leaves the delivery open"
+        );
+        deliveries.answered("edge-1", again.id.as_str(), false);
+
+        let deliver = capture.span("controller.deliver");
+        assert_eq!(deliver.parent_span_id.to_string(), span_id(&change));
+        assert!(
+            deliver
+                .events
+                .iter()
+                .any(|e| e.name == "not delivered; sent again later")
+        );
+        let sends: Vec<_> = capture
+            .spans()
+            .into_iter()
+            .filter(|s| s.name == "controller.send")
+            .collect();
+        assert_eq!(sends.len(), 2);
+        for send in &sends {
+            assert_eq!(send.parent_span_id, deliver.span_context.span_id());
+        }
+        assert_eq!(
+            span_id(&again.trace),
+            sends[1].span_context.span_id().to_string()
+        );
+    }
+
+    #[test]
+    fn a_newer_change_supersedes_the_open_delivery() {
+        let capture = SpanCapture::start("edgecontroller");
+        let mut deliveries = Deliveries::default();
+        for _ in 0..2 {
+            let watch = verge_telemetry::span!("controller.watch_event");
+            let mut message = update("web");
+            watch.in_scope(|| drop(deliveries.send_span("edge-1", &mut message)));
+        }
+        let delivered: Vec<_> = capture
+            .spans()
+            .into_iter()
+            .filter(|s| s.name == "controller.deliver")
+            .collect();
+        assert_eq!(delivered.len(), 1, "the first ended, the second is open");
+        assert!(
+            delivered[0]
+                .events
+                .iter()
+                .any(|e| e.name == "superseded by a newer change")
+        );
+        deliveries.retain(|_| false);
+        assert_eq!(
+            capture
+                .spans()
+                .iter()
+                .filter(|s| s.name == "controller.deliver")
+                .count(),
+            2,
+            "forgetting a node ends its deliveries"
+        );
     }
 }

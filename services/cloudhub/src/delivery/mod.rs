@@ -18,7 +18,7 @@
 //! Tracing: a traced object message (one whose `trace_context` is set) gets a
 //! `cloudhub.deliver` span from its push until it is answered, replaced, given up or the
 //! session ends, so a wait in the queue or for an offline edge is visible; resends are its
-//! events and `verge.attempts` counts the sends. The message goes out with that span's context.
+//! events and `verge.attempts` (set when it is answered or given up) counts the sends. The message goes out with that span's context.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -82,7 +82,7 @@ fn deliver_span(message: &mut Envelope) -> tracing::Span {
             verge.message.id = %message.id,
             verge.resource = %message.path(),
             verge.operation = %message.operation(),
-            verge.attempts = 0_u32,
+            verge.attempts = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         )
     });
@@ -230,7 +230,6 @@ impl DeliveryQueue {
                 sent.deadline = Some(now + self.limits.ack_timeout);
                 sent.attempts += 1;
                 let attempts = sent.attempts;
-                sent.queued.span.record("verge.attempts", attempts);
                 sent.queued.span.in_scope(|| {
                     tracing::info!(target: verge_telemetry::TARGET, attempt = attempts, "resending unanswered message");
                 });
@@ -255,7 +254,6 @@ impl DeliveryQueue {
             return Some(queued.message);
         }
         let message = queued.message.clone();
-        queued.span.record("verge.attempts", 1_u32);
         self.inflight_keys.insert(key.clone(), id.clone());
         let sent = InFlight {
             key,
@@ -274,6 +272,7 @@ impl DeliveryQueue {
         let Some(sent) = self.inflight.remove(parent_id) else {
             return false;
         };
+        sent.queued.span.record("verge.attempts", sent.attempts);
         self.release(&sent.key);
         true
     }
@@ -309,6 +308,7 @@ impl DeliveryQueue {
             if let Some(sent) = self.inflight.remove(&id) {
                 let span = &sent.queued.span;
                 span.record("otel.status_code", "ERROR");
+                span.record("verge.attempts", sent.attempts);
                 span.in_scope(|| {
                     tracing::warn!(target: verge_telemetry::TARGET, attempts = sent.attempts, "no answer; given up");
                 });
