@@ -1,6 +1,6 @@
 //! `cargo xtask down`: stops what `cargo xtask quickstart` started — edgecore,
 //! edgecontroller, cloudhub, the edge node's pod containers, then the quickstart's control
-//! plane.
+//! plane and Jaeger.
 
 use std::process::ExitCode;
 
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
-/// Stops the quickstart's processes and control plane.
+/// Stops the quickstart's processes, control plane and Jaeger.
 pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let dir = crate::quickstart::run_dir();
     let n = crate::local::stop_processes(&dir);
@@ -17,6 +17,12 @@ pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let was_up = crate::control_plane::down(&crate::quickstart::control_plane_config()).await?;
     eprintln!(
         "down: control plane {}",
+        if was_up { "stopped" } else { "was not running" }
+    );
+    let jaeger = verge_testkit::jaeger::JaegerConfig::from_env();
+    let was_up = crate::jaeger::down(&jaeger).await?;
+    eprintln!(
+        "down: Jaeger {}",
         if was_up { "stopped" } else { "was not running" }
     );
     Ok(ExitCode::SUCCESS)

@@ -61,7 +61,8 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
 }
 
 /// Starts cloudhub, edgecontroller, devicecontroller (after installing the device CRDs) and
-/// edgecore from `bin_dir` against `cp`, stopping
+/// edgecore from `bin_dir` against `cp`, each exporting its spans to `otlp_endpoint` when
+/// given (see [`crate::jaeger::tracing_yaml`]), stopping
 /// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
 /// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
 /// service account, and edgecore joins with a new bootstrap token (its earlier credentials
@@ -71,7 +72,9 @@ pub async fn start(
     bin_dir: &Path,
     cp: &ControlPlane,
     node_name: &str,
+    otlp_endpoint: Option<&str>,
 ) -> anyhow::Result<LocalVerge> {
+    let tracing = crate::jaeger::tracing_yaml(otlp_endpoint);
     stop_processes(dir);
     std::fs::create_dir_all(dir.join("logs"))?;
     std::fs::write(dir.join("node"), node_name)?;
@@ -85,32 +88,38 @@ pub async fn start(
         Duration::from_secs(3600),
     )
     .await?;
-    let cloudhub_cfg = write(
-        dir,
-        "cloudhub.yaml",
-        &format!(
-            "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
+    let cloudhub_cfg = crate::jaeger::append_section(
+        write(
+            dir,
+            "cloudhub.yaml",
+            &format!(
+                "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
              joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
-        ),
+            ),
+        )?,
+        &tracing,
     )?;
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
-    let edgecore_cfg = write(
-        dir,
-        "edgecore.yaml",
-        &format!(
-            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
+    let edgecore_cfg = crate::jaeger::append_section(
+        write(
+            dir,
+            "edgecore.yaml",
+            &format!(
+                "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
              deviceTwin:\n  dmiSocket: {}\n\
              eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n",
-            dir.join("edge").display(),
-            verge_testkit::docker::TEST_IMAGE,
-            verge_testkit::docker::TEST_SANDBOX_COMMAND,
-            dmi_socket(dir).display(),
-            verge_testkit::mosquitto::MOSQUITTO_USER,
-            dir.join("mqtt").join("client-password").display(),
-        ),
+                dir.join("edge").display(),
+                verge_testkit::docker::TEST_IMAGE,
+                verge_testkit::docker::TEST_SANDBOX_COMMAND,
+                dmi_socket(dir).display(),
+                verge_testkit::mosquitto::MOSQUITTO_USER,
+                dir.join("mqtt").join("client-password").display(),
+            ),
+        )?,
+        &tracing,
     )?;
     let kubeconfig = cp.kubeconfig().display().to_string();
     let mut pids = vec![format!("mosquitto {mqtt_pid}")];
@@ -129,7 +138,10 @@ pub async fn start(
             "edgecontroller",
             vec![
                 "--config".to_owned(),
-                controller_config(dir, "edgecontroller", ctrl_port)?,
+                crate::jaeger::append_section(
+                    controller_config(dir, "edgecontroller", ctrl_port)?,
+                    &tracing,
+                )?,
                 "--kubeconfig".to_owned(),
                 kubeconfig.clone(),
             ],
@@ -138,7 +150,10 @@ pub async fn start(
             "devicecontroller",
             vec![
                 "--config".to_owned(),
-                controller_config(dir, "devicecontroller", ctrl_port)?,
+                crate::jaeger::append_section(
+                    controller_config(dir, "devicecontroller", ctrl_port)?,
+                    &tracing,
+                )?,
                 "--kubeconfig".to_owned(),
                 kubeconfig.clone(),
             ],

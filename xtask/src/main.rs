@@ -1,6 +1,7 @@
 //! `cargo xtask`: developer tasks for the Verge workspace.
 //!
 //! Layout: one module per subcommand — [`control_plane`] (`control-plane up|down|env|status`),
+//! [`jaeger`] (`jaeger up|down|status`),
 //! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
 //! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
 //! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
@@ -12,6 +13,7 @@ mod control_plane;
 mod down;
 mod fuzz;
 mod images;
+mod jaeger;
 mod local;
 mod quickstart;
 mod test;
@@ -32,6 +34,8 @@ struct Cli {
 enum Command {
     /// Manage the local Kubernetes control plane used by tests and the quickstart.
     ControlPlane(control_plane::Args),
+    /// Manage the local Jaeger (traces) used by tests and the quickstart.
+    Jaeger(jaeger::Args),
     /// Run the whole test suite against the real components (packages, Docker,
     /// control plane), then stop the control plane.
     Test(test::Args),
@@ -54,6 +58,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::ControlPlane(args) => control_plane::run(args).await,
+        Command::Jaeger(args) => jaeger::run(args).await,
         Command::Test(args) => test::run(args).await,
         Command::Quickstart(args) => quickstart::run(args).await,
         Command::Down(args) => down::run(args).await,

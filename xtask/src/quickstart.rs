@@ -5,10 +5,13 @@
 //!
 //! Steps (each prints progress): Debian packages, Docker and the test image; the control
 //! plane (built once into the cache, then started; its state in
-//! `~/.cache/verge/run/quickstart/control-plane`); `cargo build --bins`; the three Verge
-//! processes (configs, logs and pids in `~/.cache/verge/run/quickstart/`); then it waits
+//! `~/.cache/verge/run/quickstart/control-plane`); Jaeger (built once, then started or
+//! reused; `verge_testkit::jaeger`), whose UI address it prints; `cargo build --bins`; the
+//! Verge processes (configs, logs and pids in `~/.cache/verge/run/quickstart/`), exporting
+//! their spans to Jaeger; then it waits
 //! until the edge node is Ready, applies `deploy/examples/edge-deployment.yaml` pinned to
-//! the node, waits until its pods are Running, prints `kubectl get pods -o wide` and the
+//! the node, waits until its pods are Running, prints `kubectl get pods -o wide`, the trace
+//! id of the first pod's creation (found in Jaeger by the span tag `k8s.pod.name`) and the
 //! `export KUBECONFIG=...` line; then it starts the virtual mapper, applies
 //! `deploy/examples/devices/` for the node and waits until the DeviceStatus `thermometer`
 //! shows a reported temperature, and exits 0. `cargo xtask down` stops everything.
@@ -51,20 +54,24 @@ pub fn control_plane_config() -> ControlPlaneConfig {
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let timeout = Duration::from_secs(args.timeout_secs);
-    eprintln!("quickstart: [1/7] Debian packages, Docker engine and the local test image");
+    eprintln!("quickstart: [1/8] Debian packages, Docker engine and the local test image");
     local::ensure_host().await?;
 
-    eprintln!("quickstart: [2/7] Kubernetes control plane (the first build takes ~10 minutes)");
+    eprintln!("quickstart: [2/8] Kubernetes control plane (the first build takes ~10 minutes)");
     let cp = crate::control_plane::up(&control_plane_config()).await?;
 
-    eprintln!("quickstart: [3/7] cargo build --bins");
+    eprintln!("quickstart: [3/8] Jaeger (the first build takes a few minutes)");
+    let jaeger = crate::jaeger::up(&verge_testkit::jaeger::JaegerConfig::from_env()).await?;
+
+    eprintln!("quickstart: [4/8] cargo build --bins");
     let bin_dir = local::build_bins(false)?;
 
-    eprintln!("quickstart: [4/7] starting cloudhub, edgecontroller, devicecontroller and edgecore");
-    let verge = local::start(&run_dir(), &bin_dir, &cp, &args.node_name).await?;
+    eprintln!("quickstart: [5/8] starting cloudhub, edgecontroller, devicecontroller and edgecore");
+    let otlp = jaeger.otlp_grpc_endpoint();
+    let verge = local::start(&run_dir(), &bin_dir, &cp, &args.node_name, Some(&otlp)).await?;
 
     eprintln!(
-        "quickstart: [5/7] waiting for node {} to be Ready",
+        "quickstart: [6/8] waiting for node {} to be Ready",
         args.node_name
     );
     verge.wait_ready(&cp, timeout).await?;
@@ -73,7 +80,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .args(["get", "nodes", "-o", "wide"])
         .status();
 
-    eprintln!("quickstart: [6/7] applying a sample Deployment to the edge node");
+    eprintln!("quickstart: [7/8] applying a sample Deployment to the edge node");
     let manifest = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/edge-deployment.yaml"),
     )?
@@ -104,18 +111,65 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .kubectl_command()
         .args(["get", "pods", "-o", "wide"])
         .status();
-    eprintln!("quickstart: [7/7] devices: the virtual mapper and the example thermometer");
+    first_pod_trace(&cp, &jaeger).await;
+    eprintln!("quickstart: [8/8] devices: the virtual mapper and the example thermometer");
     devices(&cp, &bin_dir, &args).await?;
     eprintln!(
         "quickstart: edge apps reach the node's MQTT broker at {}",
         verge.mqtt_url
     );
+    eprintln!("quickstart: Jaeger UI and query API at {}", jaeger.ui_url());
     eprintln!(
         "quickstart: ready after {:.1?}; `cargo xtask down` stops it all",
         started.elapsed()
     );
     println!("export KUBECONFIG={}", cp.kubeconfig().display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the trace id (and UI link) of the creation of the sample Deployment's first pod,
+/// found in Jaeger by its span tag `k8s.pod.name`; a warning when there is none.
+async fn first_pod_trace(cp: &verge_testkit::ControlPlane, jaeger: &verge_testkit::jaeger::Jaeger) {
+    if !crate::jaeger::CONFIGS_HAVE_TRACING {
+        eprintln!("quickstart: the Verge binaries do not export traces yet (no pod trace)");
+        return;
+    }
+    let pod = match cp
+        .kubectl_command()
+        .args([
+            "get",
+            "pods",
+            "-l",
+            "app=hello-edge",
+            "--sort-by=.metadata.creationTimestamp",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        Ok(out) => {
+            eprintln!(
+                "quickstart: warning: listing the sample pods failed: {}",
+                out.status
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("quickstart: warning: running kubectl: {e}");
+            return;
+        }
+    };
+    match crate::jaeger::pod_creation_trace(jaeger, &pod, Duration::from_secs(30)).await {
+        Ok(trace) => eprintln!(
+            "quickstart: pod {pod} was created in trace {} ({} spans from {}): {}",
+            trace.trace_id,
+            trace.spans.len(),
+            trace.services().join(", "),
+            jaeger.trace_url(&trace.trace_id)
+        ),
+        Err(e) => eprintln!("quickstart: warning: no trace of pod {pod} in Jaeger: {e:#}"),
+    }
 }
 
 /// Starts the virtual mapper, applies the example DeviceModel and Device for the node and

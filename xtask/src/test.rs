@@ -4,20 +4,22 @@
 //! `cargo clippy --workspace --all-targets -- -D warnings` and `cargo doc --no-deps` with
 //! rustdoc warnings denied; then install missing Debian packages, make sure Docker runs and
 //! the test image exists, start the control plane, build the kubelet node's components
-//! (once; cached), `cargo build --workspace --bins`, `cargo xtask images`, then
+//! (once; cached), build (once; cached) and start Jaeger, `cargo build --workspace --bins`, `cargo xtask images`, then
 //! `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG`
-//! exported, then stop the kubelet node if a test left it running and the control plane, then a short fuzz pass (every target of `fuzz/`
+//! exported, then stop the kubelet node if a test left it running, Jaeger (unless it ran
+//! before, e.g. the quickstart's) and the control plane, then a short fuzz pass (every target of `fuzz/`
 //! for 10 s, built for libFuzzer on stable). The exit code is the first failing step's.
 
 use std::process::{Command, ExitCode};
 
 use anyhow::Context as _;
+use verge_testkit::jaeger::JaegerConfig;
 use verge_testkit::{ControlPlaneConfig, KubeletNodeConfig};
 
 /// Arguments of `cargo xtask test`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Leave the control plane running afterwards.
+    /// Leave the control plane and Jaeger running afterwards.
     #[arg(long)]
     keep_control_plane: bool,
     /// Skip the static checks (fmt, clippy, doc), e.g. when re-running one test.
@@ -56,6 +58,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (node, config) = (node.clone(), config.clone());
         tokio::task::spawn_blocking(move || node.ensure_built(&config)).await??;
     }
+    // The tracing tests query this Jaeger; its Go build is a visible step too. A Jaeger that
+    // already ran (the quickstart's, or one started by hand) is reused and left running.
+    eprintln!("xtask test: Jaeger for the tracing tests (built once, then cached)");
+    let jaeger = JaegerConfig::from_env();
+    let jaeger_was_running = jaeger.status().await?.is_some();
+    crate::jaeger::up(&jaeger).await?;
 
     let code = build_and_test(&cp, &args.cargo_args);
     // Each test removes its edge node's containers when it ends; a container whose creation
@@ -74,6 +82,14 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(true) => eprintln!("xtask test: kubelet node stopped"),
         Ok(false) => {}
         Err(e) => eprintln!("xtask test: warning: stopping the kubelet node: {e:#}"),
+    }
+    if args.keep_control_plane || jaeger_was_running {
+        eprintln!("xtask test: Jaeger left running (`cargo xtask jaeger down`)");
+    } else {
+        match crate::jaeger::down(&jaeger).await {
+            Ok(_) => eprintln!("xtask test: Jaeger stopped"),
+            Err(e) => eprintln!("xtask test: warning: stopping Jaeger: {e:#}"),
+        }
     }
     if args.keep_control_plane {
         eprintln!("xtask test: control plane left running (`cargo xtask control-plane down`)");

@@ -13,6 +13,9 @@
 //! * the Docker engine (Debian's `docker.io`) and the local test image
 //!   [`docker::TEST_IMAGE`];
 //! * a private MQTT broker, Debian's mosquitto, with a password ([`mosquitto::Mosquitto`]);
+//! * Jaeger's v1 all-in-one of one pinned release ([`jaeger::JAEGER_VERSION`]), built from
+//!   its Go module and started detached on loopback like the control plane (OTLP receivers,
+//!   in-memory storage), with a typed client of its trace query API ([`jaeger::shared`]);
 //! * the Go DMI mapper built from Verge's `.proto` ([`go_mapper::ensure_built`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
@@ -25,6 +28,9 @@
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
 //! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
 //!   [`crds::install_cloud_rbac`] (`deploy/cloud/access/`).
+//! * [`jaeger`] — [`jaeger::JaegerConfig`] (build, `up` / `status` / `down`), [`jaeger::shared`]
+//!   and the [`jaeger::Jaeger`] handle: `traces`, `trace`, `find_traces` into typed
+//!   [`jaeger::Trace`]s and [`jaeger::Span`]s.
 //! * [`kubelet_node`] — [`KubeletNode`]: a real kubelet node (kubelet, kube-proxy, containerd)
 //!   attached to the control plane, so the cloud services run as pods.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
@@ -61,6 +67,8 @@
 //! | `VERGE_STATE_DIR` | control-plane state directory (certs, data, logs, kubeconfig) | `~/.cache/verge/run/control-plane` |
 //! | `VERGE_BIN_DIR` | directory holding the workspace's built binaries | derived from the test executable's path |
 //! | `VERGE_NODE_DIR` | kubelet node run directory ([`kubelet_node`]) | `~/.cache/verge/run/kubelet-node` |
+//! | `VERGE_JAEGER_CACHE_DIR` | directory holding the built Jaeger ([`jaeger`]) | `~/.cache/verge/jaeger/v<version>` |
+//! | `VERGE_JAEGER_STATE_DIR` | Jaeger's state and log directory | `~/.cache/verge/run/jaeger` |
 //!
 //! The control plane's env file (`<state>/env`, printed by
 //! `cargo xtask control-plane env`) exports `KUBECONFIG`, `VERGE_STATE_DIR`,
@@ -76,6 +84,7 @@ pub mod daemon;
 pub mod dmi;
 pub mod docker;
 pub mod go_mapper;
+pub mod jaeger;
 pub mod kubelet_node;
 mod lock;
 pub mod mosquitto;

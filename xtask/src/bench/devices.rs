@@ -56,7 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let cp = crate::control_plane::up(&config).await?;
     let bin_dir = local::build_bins(!args.debug)?;
-    let verge = local::start(&run_dir, &bin_dir, &cp, NODE).await?;
+    let verge = local::start(&run_dir, &bin_dir, &cp, NODE, None).await?;
     let result = async {
         verge.wait_ready(&cp, Duration::from_secs(60)).await?;
         local::start_mapper(&run_dir, &bin_dir, PROTOCOL)?;

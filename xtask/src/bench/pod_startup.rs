@@ -50,7 +50,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let cp = crate::control_plane::up(&config).await?;
     let bin_dir = local::build_bins(!args.debug)?;
-    let verge = local::start(&run_dir, &bin_dir, &cp, NODE).await?;
+    let verge = local::start(&run_dir, &bin_dir, &cp, NODE, None).await?;
     let result = measure(&cp, &verge, n, !args.debug).await;
     local::stop_processes(&run_dir);
     local::remove_containers(&run_dir);
