@@ -6,7 +6,9 @@
 //! delivery stays open until the edge answers the newest send, so a message sent again after
 //! a delivery error, a partition or a reconnect (resync by inventory) still belongs to the
 //! trace of the change that caused it, and the wait is the delivery span's duration. A newer
-//! change of the same object ends the older delivery (event "superseded").
+//! change of the same object while its delivery is open joins that delivery (event "newer
+//! change joined"): edgecontroller's own toleration patch right after a pod's creation, say,
+//! stays in the pod creation's trace.
 
 use std::collections::HashMap;
 
@@ -46,10 +48,14 @@ impl Deliveries {
         let cause = verge_telemetry::propagation::inject_current();
         let pending = self.nodes.entry(node.to_owned()).or_default();
         if !cause.is_empty()
-            && let Some(old) = pending.remove(&key)
+            && let Some(open) = pending.get(&key)
         {
-            old.span.in_scope(|| {
-                tracing::info!(target: verge_telemetry::TARGET, "superseded by a newer change");
+            open.span.in_scope(|| {
+                tracing::info!(
+                    target: verge_telemetry::TARGET,
+                    traceparent = %cause.traceparent,
+                    "newer change joined"
+                );
             });
         }
         if !pending.contains_key(&key) {
@@ -211,7 +217,7 @@ mod tests {
     }
 
     #[test]
-    fn a_newer_change_supersedes_the_open_delivery() {
+    fn a_newer_change_joins_the_open_delivery() {
         let capture = SpanCapture::start("edgecontroller");
         let mut deliveries = Deliveries::default();
         for _ in 0..2 {
@@ -219,27 +225,38 @@ mod tests {
             let mut message = update("web");
             watch.in_scope(|| drop(deliveries.send_span("edge-1", &mut message)));
         }
-        let delivered: Vec<_> = capture
-            .spans()
-            .into_iter()
-            .filter(|s| s.name == "controller.deliver")
-            .collect();
-        assert_eq!(delivered.len(), 1, "the first ended, the second is open");
         assert!(
-            delivered[0]
-                .events
-                .iter()
-                .any(|e| e.name == "superseded by a newer change")
-        );
-        deliveries.retain(|_| false);
-        assert_eq!(
             capture
                 .spans()
                 .iter()
-                .filter(|s| s.name == "controller.deliver")
-                .count(),
-            2,
-            "forgetting a node ends its deliveries"
+                .all(|s| s.name != "controller.deliver"),
+            "one delivery, still open"
+        );
+        deliveries.retain(|_| false);
+        let deliver = capture.span("controller.deliver");
+        assert!(
+            deliver
+                .events
+                .iter()
+                .any(|e| e.name == "newer change joined")
+        );
+        let spans = capture.spans();
+        // The first change's span ends last: its child, the delivery, kept it open.
+        let first_watch = spans
+            .iter()
+            .filter(|s| s.name == "controller.watch_event")
+            .min_by_key(|s| s.start_time)
+            .expect("watch");
+        assert_eq!(deliver.parent_span_id, first_watch.span_context.span_id());
+        let sends: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "controller.send")
+            .collect();
+        assert_eq!(sends.len(), 2);
+        assert!(
+            sends
+                .iter()
+                .all(|s| s.parent_span_id == deliver.span_context.span_id())
         );
     }
 }

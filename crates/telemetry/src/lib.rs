@@ -13,7 +13,7 @@
 //! - [`propagation`]: W3C trace context between message envelopes and spans.
 //! - [`keys`]: the attribute names spans carry.
 //! - `error.rs`: [`TelemetryError`].
-//! - [`testing`] (feature `testing`): spans recorded in memory for tests.
+//! - `testing` (feature `testing`): spans recorded in memory for tests.
 
 mod config;
 mod error;

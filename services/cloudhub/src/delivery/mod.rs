@@ -28,6 +28,9 @@ use verge_core::{Envelope, MessageId, ResourceKey};
 
 #[cfg(test)]
 mod tests;
+mod trace;
+
+use trace::deliver_span;
 
 /// Who queued a message: the id of the controller attachment it came from, or `None` for
 /// answers cloudhub makes itself (keepalive and error replies).
@@ -71,26 +74,6 @@ struct Queued {
     origin: Origin,
     /// `cloudhub.deliver` of a traced object message, else disabled; ends when dropped.
     span: tracing::Span,
-}
-
-/// The `cloudhub.deliver` span of object `message` (disabled when it is not traced); the
-/// message leaves with its context.
-fn deliver_span(message: &mut Envelope) -> tracing::Span {
-    let span = verge_telemetry::propagation::continued(&message.trace, || {
-        verge_telemetry::span!(
-            "cloudhub.deliver",
-            verge.message.id = %message.id,
-            verge.resource = %message.path(),
-            verge.operation = %message.operation(),
-            verge.attempts = tracing::field::Empty,
-            otel.status_code = tracing::field::Empty,
-        )
-    });
-    let traced = verge_telemetry::propagation::inject(&span);
-    if !traced.is_empty() {
-        message.trace = traced;
-    }
-    span
 }
 
 /// A sent object message awaiting its answer.
