@@ -10,10 +10,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::PostParams;
 use kube::{Api, Client};
-use verge_e2e::{Cloud, Edge, create_namespace, sleeper_pod, via_host, wait_for, wait_running};
+use verge_e2e::{
+    Cloud, Edge, create_namespace, ready_status, sleeper_pod, via_host, wait_for, wait_running,
+};
 use verge_telemetry::TracingConfig;
 use verge_testkit::jaeger::{Jaeger, Trace, TraceQuery};
 use verge_testkit::netns::EdgeNetns;
@@ -143,6 +145,7 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
         c.tracing = TracingConfig::to_endpoint(otlp.clone());
     })?;
     edge.start()?;
+    node_ready(&client, &node).await?;
     let ns = format!("e2e-trace-{}", std::process::id());
     create_namespace(&client, &ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -164,6 +167,24 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
         jaeger.trace_url(&trace.trace_id)
     );
     Ok(())
+}
+
+/// Waits until node `name` is Ready: its session is up, so a pod made next reaches it as
+/// the watch event's own message, not in the resync of a later connect.
+async fn node_ready(client: &Client, name: &str) -> anyhow::Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for(
+        &format!("node {name} Ready"),
+        Duration::from_secs(60),
+        || async {
+            Ok(nodes
+                .get_opt(name)
+                .await?
+                .filter(|n| ready_status(n).as_deref() == Some("True"))
+                .map(|_| ()))
+        },
+    )
+    .await
 }
 
 /// Relays TCP connections from `listen` to `to` until the test ends (the partitioned

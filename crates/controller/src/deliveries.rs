@@ -28,6 +28,14 @@ struct Delivery {
     sends: u32,
 }
 
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        // tracing-opentelemetry ends a span at its last exit, not at its close: enter it
+        // once more so the span lasts until the delivery ends.
+        self.span.in_scope(|| {});
+    }
+}
+
 /// The open deliveries of a downstream task, per node and object.
 #[derive(Debug, Default)]
 pub(crate) struct Deliveries {

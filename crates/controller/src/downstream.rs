@@ -13,8 +13,9 @@
 //! a re-diff of it after a backoff ([`Retries`]); an edge `error` answer forgets what the
 //! message carried.
 //!
-//! Tracing: the sends caused by one cache event run in a `controller.watch_event` span, and
-//! every object message continues the trace of its delivery (`crate::deliveries`).
+//! Tracing: the sends caused by one cache event run in a `controller.watch_event` span, the
+//! resync of a node that connected in a `controller.resync` span, and every object message
+//! continues the trace of its delivery (`crate::deliveries`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -133,6 +134,7 @@ pub async fn run<D: Downstream, E>(
     loop {
         let due = task.nodes.retries.next_due();
         let mut watched = false;
+        let mut connected = false;
         let nodes = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
@@ -146,7 +148,10 @@ pub async fn run<D: Downstream, E>(
                 Err(_) => break,
             },
             input = inputs.recv() => match input {
-                Some(input) => task.on_input(&mut controller, input),
+                Some(input) => {
+                    connected = matches!(input, Input::Connected { .. });
+                    task.on_input(&mut controller, input)
+                }
                 None => break,
             },
             Some(event) = events.recv() => {
@@ -166,6 +171,9 @@ pub async fn run<D: Downstream, E>(
         }
         let span = if watched && !nodes.is_empty() {
             verge_telemetry::span!("controller.watch_event", verge.nodes = nodes.len())
+        } else if connected {
+            let node = nodes.first().map(String::as_str).unwrap_or_default();
+            verge_telemetry::span!("controller.resync", verge.node = %node)
         } else {
             tracing::Span::none()
         };

@@ -30,7 +30,7 @@ use verge_core::{Envelope, MessageId, ResourceKey};
 mod tests;
 mod trace;
 
-use trace::deliver_span;
+use trace::{DeliverSpan, deliver_span};
 
 /// Who queued a message: the id of the controller attachment it came from, or `None` for
 /// answers cloudhub makes itself (keepalive and error replies).
@@ -73,7 +73,7 @@ struct Queued {
     message: Envelope,
     origin: Origin,
     /// `cloudhub.deliver` of a traced object message, else disabled; ends when dropped.
-    span: tracing::Span,
+    span: DeliverSpan,
 }
 
 /// A sent object message awaiting its answer.
@@ -144,7 +144,7 @@ impl DeliveryQueue {
         let supersedes = message.supersedes();
         let Some(key) = key else {
             self.check_room()?;
-            let span = tracing::Span::none();
+            let span = DeliverSpan(tracing::Span::none());
             self.answers.push_back(Queued {
                 message,
                 origin,
@@ -156,7 +156,7 @@ impl DeliveryQueue {
         if !supersedes || !self.waiting.contains_key(&key) {
             self.check_room()?;
         }
-        let span = deliver_span(&mut message);
+        let span = DeliverSpan(deliver_span(&mut message));
         let queued = Queued {
             message,
             origin,

@@ -21,3 +21,23 @@ pub(super) fn deliver_span(message: &mut Envelope) -> tracing::Span {
     }
     span
 }
+
+/// A `cloudhub.deliver` span that ends when dropped: tracing-opentelemetry ends a span at
+/// its last exit, not at its close, so it is entered once more on drop and lasts until the
+/// message leaves the queue for good (answered, replaced, given up, or the session ended).
+#[derive(Debug)]
+pub(super) struct DeliverSpan(pub(super) tracing::Span);
+
+impl std::ops::Deref for DeliverSpan {
+    type Target = tracing::Span;
+
+    fn deref(&self) -> &tracing::Span {
+        &self.0
+    }
+}
+
+impl Drop for DeliverSpan {
+    fn drop(&mut self) {
+        self.0.in_scope(|| {});
+    }
+}
