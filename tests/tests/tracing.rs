@@ -47,11 +47,12 @@ fn in_order(names: &[&str], expected: &[&str], what: &str) {
     }
 }
 
-/// The trace of pod `name`'s start, once Jaeger holds all of it: its edgecore sync and
+/// The trace of pod `ns`/`name`'s start, once Jaeger holds all of it: its edgecore sync and
 /// container start and edgecontroller's status patch to Running.
-async fn pod_trace(jaeger: &Jaeger, name: &str) -> anyhow::Result<Trace> {
+async fn pod_trace(jaeger: &Jaeger, ns: &str, name: &str) -> anyhow::Result<Trace> {
     let query = TraceQuery::service("edgecore")
         .operation("edged.sync")
+        .tag("k8s.namespace.name", ns)
         .tag("k8s.pod.name", name);
     wait_for(
         &format!("the trace of pod {name}"),
@@ -153,7 +154,7 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
     pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
         .await?;
     wait_running(&pods, name, Duration::from_secs(60)).await?;
-    let trace = pod_trace(&jaeger, name).await?;
+    let trace = pod_trace(&jaeger, &ns, name).await?;
     check_pod_start(&trace);
     let longest = trace
         .spans
@@ -238,7 +239,7 @@ async fn a_change_delivered_after_a_partition_stays_in_its_trace() -> anyhow::Re
     netns.heal()?;
     wait_running(&pods, name, Duration::from_secs(60)).await?;
 
-    let trace = pod_trace(&jaeger, name).await?;
+    let trace = pod_trace(&jaeger, &ns, name).await?;
     check_pod_start(&trace);
     // The watch event happened before the cut was healed; the delivery that carried it
     // spans the partition and was sent again after the heal, in the same trace.
