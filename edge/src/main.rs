@@ -44,6 +44,10 @@ struct Args {
     /// Log format (overrides `logFormat`).
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// OTLP/gRPC endpoint spans are exported to, e.g. `http://127.0.0.1:4317` (overrides
+    /// `tracing.otlpEndpoint`).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
     /// What to do; without a command, run the agent.
     #[command(subcommand)]
     command: Option<Command>,
@@ -103,6 +107,9 @@ impl Args {
         if let Some(v) = self.log_format {
             config.log_format = v;
         }
+        if self.otlp_endpoint.is_some() {
+            config.tracing.otlp_endpoint.clone_from(&self.otlp_endpoint);
+        }
         Ok(config)
     }
 }
@@ -144,7 +151,10 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("edgecore", &*error),
     };
-    verge_telemetry::init("edgecore", config.log_format);
+    let telemetry = match verge_telemetry::init("edgecore", config.log_format, &config.tracing) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return verge_runtime::fail("edgecore", &error),
+    };
     if let Some(Command::Join(join_args)) = command {
         return join(&config, join_args).await;
     }
@@ -157,22 +167,30 @@ async fn main() -> ExitCode {
         Ok(edgecore) => edgecore,
         Err(error) => return verge_runtime::fail("edgecore", &error),
     };
-    let Some(addr) = metrics_addr else {
-        return verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown))
+    let outcome = match metrics_addr {
+        None => verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown)).await,
+        Some(addr) => {
+            let endpoint = match HealthEndpoint::bind(addr).await {
+                Ok(endpoint) => endpoint,
+                Err(error) => return verge_runtime::fail("edgecore", &error),
+            };
+            let mut registry = Registry::default();
+            verge_edgecore::metrics::register(&mut registry, edgecore.store());
+            let endpoint = endpoint.route("/metrics", metrics_route(registry));
+            verge_runtime::serve_with_health(
+                "edgecore",
+                grace,
+                endpoint,
+                |shutdown, health| async move {
+                    health.set_ready(true).await;
+                    edgecore.run(shutdown).await
+                },
+            )
             .await
-            .exit_code();
+        }
     };
-    let endpoint = match HealthEndpoint::bind(addr).await {
-        Ok(endpoint) => endpoint,
-        Err(error) => return verge_runtime::fail("edgecore", &error),
-    };
-    let mut registry = Registry::default();
-    verge_edgecore::metrics::register(&mut registry, edgecore.store());
-    let endpoint = endpoint.route("/metrics", metrics_route(registry));
-    verge_runtime::serve_with_health("edgecore", grace, endpoint, |shutdown, health| async move {
-        health.set_ready(true).await;
-        edgecore.run(shutdown).await
-    })
-    .await
-    .exit_code()
+    if let Err(error) = telemetry.shutdown() {
+        tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
+    }
+    outcome.exit_code()
 }

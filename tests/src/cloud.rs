@@ -75,6 +75,23 @@ impl Cloud {
     /// # Errors
     /// A binary is missing or does not come up within 20 s.
     pub async fn start_replicas(cp: &ControlPlane, count: usize) -> anyhow::Result<Self> {
+        Self::start_with(cp, count, None).await
+    }
+
+    /// Like [`Cloud::start`], with every cloud process exporting its spans to the
+    /// OTLP/gRPC endpoint `otlp` (`--otlp-endpoint`, e.g. the kit's Jaeger).
+    ///
+    /// # Errors
+    /// As [`Cloud::start`].
+    pub async fn start_traced(cp: &ControlPlane, otlp: &str) -> anyhow::Result<Self> {
+        Self::start_with(cp, 1, Some(otlp)).await
+    }
+
+    async fn start_with(
+        cp: &ControlPlane,
+        count: usize,
+        otlp: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let client = cp.client().await?;
         ensure_controller_accounts(&client).await?;
         let bootstrap_token =
@@ -90,7 +107,7 @@ impl Cloud {
         let mut controller_args = Vec::new();
         for i in 0..count.max(1) {
             let (edge_port, ctrl_port, join_port) = (free_port()?, free_port()?, free_port()?);
-            let args = vec![
+            let mut args = vec![
                 "--config".to_owned(),
                 config.display().to_string(),
                 "--kubeconfig".to_owned(),
@@ -107,10 +124,16 @@ impl Cloud {
                 "--health-addr".to_owned(),
                 "127.0.0.1:0".to_owned(),
             ];
+            if let Some(otlp) = otlp {
+                args.extend(["--otlp-endpoint".to_owned(), otlp.to_owned()]);
+            }
             let process = spawn_cloudhub(&args, edge_port).await?;
             controller_args.push("--cloudhub".to_owned());
             controller_args.push(format!("https://127.0.0.1:{ctrl_port}"));
             hubs.push((args, process, edge_port, join_port, ctrl_port));
+        }
+        if let Some(otlp) = otlp {
+            controller_args.extend(["--otlp-endpoint".to_owned(), otlp.to_owned()]);
         }
         controller_args.push("--health-addr".to_owned());
         controller_args.push("127.0.0.1:0".to_owned());

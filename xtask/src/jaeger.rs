@@ -123,10 +123,9 @@ pub async fn pod_creation_trace(
 }
 
 /// Whether the Verge binaries' YAML configs accept the `tracing:` section (verge-telemetry's
-/// `TracingConfig`, issue 13: `otlpEndpoint`, `samplingRatio`). The configs deny unknown
-/// fields, so until they have it [`tracing_yaml`] writes nothing and the quickstart's Jaeger
-/// receives no spans. Set to `true` when the tracing configuration lands.
-pub const CONFIGS_HAVE_TRACING: bool = false;
+/// `TracingConfig`, issue 13: `otlpEndpoint`, `samplingRatio`); they do. The configs deny
+/// unknown fields, so while this is false [`tracing_yaml`] writes nothing.
+pub const CONFIGS_HAVE_TRACING: bool = true;
 
 /// The `tracing:` section of a binary's YAML config that exports every span (sampling 1.0)
 /// over OTLP/gRPC to `otlp_endpoint` (e.g. `http://127.0.0.1:4317`); empty without an

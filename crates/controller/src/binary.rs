@@ -39,6 +39,10 @@ pub struct Flags {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// OTLP/gRPC endpoint spans are exported to, e.g. `http://127.0.0.1:4317`; overrides
+    /// `tracing.otlpEndpoint`.
+    #[arg(long)]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// The gRPC health service (on the probe port) that is SERVING while this replica leads
@@ -79,7 +83,13 @@ where
     if let Some(addr) = flags.health_addr {
         config.health_addr = Some(addr);
     }
-    verge_telemetry::init(service, flags.log_format);
+    if flags.otlp_endpoint.is_some() {
+        config.tracing.otlp_endpoint = flags.otlp_endpoint;
+    }
+    let telemetry = match verge_telemetry::init(service, flags.log_format, &config.tracing) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return verge_runtime::fail(service, &error),
+    };
     let health_addr = config.health_addr.unwrap_or(default_health);
     let endpoint = match HealthEndpoint::bind(health_addr).await {
         Ok(endpoint) => endpoint,
@@ -93,15 +103,18 @@ where
         Err(error) => return verge_runtime::fail(service, &*error),
     };
     let grace = config.shutdown_grace;
-    verge_runtime::serve_with_health(service, grace, endpoint, |shutdown, health| {
+    let outcome = verge_runtime::serve_with_health(service, grace, endpoint, |shutdown, health| {
         let running = run(config, client, shutdown, &health);
         async move {
             health.set_ready(true).await;
             running.await
         }
     })
-    .await
-    .exit_code()
+    .await;
+    if let Err(error) = telemetry.shutdown() {
+        tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
+    }
+    outcome.exit_code()
 }
 
 /// Mirrors `leadership` into the [`LEADER_SERVICE`] status of `health` until the elector

@@ -20,6 +20,7 @@ use crate::{Error, Identity, Result};
 /// cloudhubService: verge-system/cloudhub-controllers  # discover replicas (EndpointSlices)
 /// leaderElection: {leaseName: edgecontroller}
 /// nodeQueue: 64
+/// tracing: {otlpEndpoint: http://127.0.0.1:4317, samplingRatio: 1.0}  # default: off
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
@@ -80,6 +81,9 @@ pub struct Config {
     /// own (`0.0.0.0:10006` edgecontroller, `0.0.0.0:10007` devicecontroller); port 0 picks
     /// a free port.
     pub health_addr: Option<std::net::SocketAddr>,
+    /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default. See
+    /// [`verge_telemetry::TracingConfig`].
+    pub tracing: verge_telemetry::TracingConfig,
 }
 
 /// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
@@ -140,6 +144,7 @@ impl Default for Config {
             cloudhub_auth: HubAuthConfig::default(),
             leader_election: LeaderElectionConfig::default(),
             health_addr: None,
+            tracing: verge_telemetry::TracingConfig::default(),
         }
     }
 }

@@ -12,6 +12,10 @@
 //! next session (no echo, [`crate::sender`]). Delivery errors of a connected node schedule
 //! a re-diff of it after a backoff ([`Retries`]); an edge `error` answer forgets what the
 //! message carried.
+//!
+//! Tracing: the sends caused by one cache event run in a `controller.watch_event` span, the
+//! resync of a node that connected in a `controller.resync` span, and every object message
+//! continues the trace of its delivery (`crate::deliveries`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -19,9 +23,10 @@ use std::future::Future;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, warn};
 use verge_core::{Operation, ResourceKey};
 
+use crate::deliveries::Deliveries;
 use crate::dispatch::Input;
 use crate::hub::Link;
 use crate::retry::Retries;
@@ -123,10 +128,13 @@ pub async fn run<D: Downstream, E>(
     let mut task = Task {
         nodes: Nodes::<D::Objects>::default(),
         ready: false,
+        deliveries: Deliveries::default(),
     };
     let mut ready = std::pin::pin!(ready);
     loop {
         let due = task.nodes.retries.next_due();
+        let mut watched = false;
+        let mut connected = false;
         let nodes = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
@@ -140,12 +148,16 @@ pub async fn run<D: Downstream, E>(
                 Err(_) => break,
             },
             input = inputs.recv() => match input {
-                Some(input) => task.on_input(&mut controller, input),
+                Some(input) => {
+                    connected = matches!(input, Input::Connected { .. });
+                    task.on_input(&mut controller, input)
+                }
                 None => break,
             },
             Some(event) = events.recv() => {
                 let mut nodes = controller.on_cache(&event, &mut task.nodes, task.ready);
                 nodes.retain(|n| task.nodes.contains(n));
+                watched = true;
                 nodes
             }
             () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
@@ -157,10 +169,24 @@ pub async fn run<D: Downstream, E>(
         if !task.ready {
             continue;
         }
-        for node in nodes {
-            if !task.sync(&mut controller, &node, &shutdown).await {
-                return;
+        let span = if watched && !nodes.is_empty() {
+            verge_telemetry::span!("controller.watch_event", verge.nodes = nodes.len())
+        } else if connected {
+            let node = nodes.first().map(String::as_str).unwrap_or_default();
+            verge_telemetry::span!("controller.resync", verge.node = %node)
+        } else {
+            tracing::Span::none()
+        };
+        let synced = async {
+            for node in nodes {
+                if !task.sync(&mut controller, &node, &shutdown).await {
+                    return false;
+                }
             }
+            true
+        };
+        if !synced.instrument(span).await {
+            return;
         }
     }
     debug!("downstream ended");
@@ -170,6 +196,7 @@ pub async fn run<D: Downstream, E>(
 struct Task<P> {
     nodes: Nodes<P>,
     ready: bool,
+    deliveries: Deliveries,
 }
 
 impl<P: NodeObjects> Task<P> {
@@ -191,6 +218,7 @@ impl<P: NodeObjects> Task<P> {
                 if self.ready {
                     // Forget nodes that left the cluster.
                     nodes.remembered.retain(|n, _| controller.is_node(n));
+                    self.deliveries.retain(|n| controller.is_node(n));
                 }
                 nodes.retries.forget(&node);
                 let state = NodeState::connected(&node, &inventory, remembered.unwrap_or_default());
@@ -210,8 +238,10 @@ impl<P: NodeObjects> Task<P> {
                 operation,
                 parent_id,
             } => {
+                let refused = operation == Operation::Error;
+                self.deliveries.answered(&node, &parent_id, refused);
                 if let Some(state) = nodes.states.get_mut(&node) {
-                    if operation == Operation::Error {
+                    if refused {
                         if state.failed(&parent_id) {
                             warn!(node = %node, id = %parent_id, "edge refused a downstream message");
                         }
@@ -225,6 +255,7 @@ impl<P: NodeObjects> Task<P> {
                 }
             }
             Input::DeliveryError { node, message_id } => {
+                self.deliveries.failed(&node, &message_id);
                 if let Some(state) = nodes.states.get_mut(&node) {
                     state.failed(&message_id);
                     let jitter = rand::random::<f64>();
@@ -257,11 +288,12 @@ impl<P: NodeObjects> Task<P> {
         if !messages.is_empty() {
             debug!(node = %node, messages = messages.len(), "sending changes down");
         }
-        for message in messages {
+        for mut message in messages {
             debug!(node = %node, operation = %message.operation(), resource = %message.path(),
                 "downstream");
+            let span = self.deliveries.send_span(node, &mut message);
             tokio::select! {
-                sent = link.send(node, message) => {
+                sent = link.send(node, message).instrument(span) => {
                     if sent.is_err() {
                         debug!(node = %node, link = link.id, "link ended, downstream messages dropped");
                         return true;

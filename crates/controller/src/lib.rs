@@ -44,6 +44,7 @@
 
 pub mod binary;
 pub mod config;
+mod deliveries;
 pub mod diff;
 pub mod discovery;
 pub mod dispatch;

@@ -43,6 +43,7 @@ async fn ready_while_running_not_ready_while_draining() {
         health_addr: Some(addr),
         kubeconfig: Some(kubeconfig),
         log_format: LogFormat::Text,
+        otlp_endpoint: None,
     };
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let main = tokio::spawn(binary::main(

@@ -10,6 +10,9 @@
 //! metricsAddr: 127.0.0.1:10008      # /metrics and /healthz; null: off
 //! logFormat: text                   # or json
 //! shutdownGrace: 10s
+//! tracing:                          # OpenTelemetry export, off by default
+//!   otlpEndpoint: http://127.0.0.1:4317
+//!   samplingRatio: 1.0
 //! edgeHub:                          # see EdgeHubConfig
 //!   server: https://cloudhub:10000
 //!   token: ""                      # bootstrap token: join on start
@@ -41,7 +44,7 @@ pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
 pub use eventbus::{EventBusConfig, MqttQos};
-pub use verge_telemetry::LogFormat;
+pub use verge_telemetry::{LogFormat, TracingConfig};
 
 use crate::{Error, Result};
 
@@ -81,6 +84,9 @@ pub struct Config {
     pub device_twin: DeviceTwinConfig,
     /// eventBus: the MQTT client of KubeEdge's device topics (KubeEdge `modules.eventBus`).
     pub event_bus: EventBusConfig,
+    /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default (flag
+    /// `--otlp-endpoint`). See [`TracingConfig`].
+    pub tracing: TracingConfig,
 }
 
 impl Default for Config {
@@ -95,6 +101,7 @@ impl Default for Config {
             edged: EdgedConfig::default(),
             device_twin: DeviceTwinConfig::default(),
             event_bus: EventBusConfig::default(),
+            tracing: TracingConfig::default(),
         }
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
-use verge_core::{ResourceKey, ResourceType};
+use verge_core::{ResourceKey, ResourceType, TraceContext};
 
 use super::Context;
 use super::pleg::PodChanged;
@@ -101,7 +101,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
                         }
                         self.publish_live();
                         // The store may hold a newer pod under the same name by now.
-                        self.load(w.key, &shutdown).await;
+                        self.load(w.key, TraceContext::default(), &shutdown).await;
                     }
                 }
             }
@@ -121,7 +121,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         let keys: HashSet<ResourceKey> = pods.iter().map(|(k, _)| k.clone()).collect();
         for (key, obj) in pods {
             match serde_json::from_slice::<Pod>(&obj.content) {
-                Ok(pod) => self.upsert(key, pod, shutdown),
+                Ok(pod) => self.upsert(key, pod, TraceContext::default(), shutdown),
                 Err(e) => warn!(%key, error = %e, "stored pod is not a v1.Pod; ignored"),
             }
         }
@@ -157,7 +157,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
                         self.send(&uid, WorkerMsg::Deleted);
                     }
                 } else {
-                    self.load(ev.key, shutdown).await;
+                    self.load(ev.key, ev.trace, shutdown).await;
                 }
             }
             ResourceType::ConfigMap | ResourceType::Secret => {
@@ -171,12 +171,13 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         }
     }
 
-    /// Reads pod `key` from the store and hands it to its worker.
-    async fn load(&mut self, key: ResourceKey, shutdown: &CancellationToken) {
+    /// Reads pod `key` (committed in trace `trace`) from the store and hands it to its
+    /// worker.
+    async fn load(&mut self, key: ResourceKey, trace: TraceContext, shutdown: &CancellationToken) {
         let k = key.clone();
         match self.ctx.store.blocking(move |s| s.get(&k)).await {
             Ok(Some(obj)) => match serde_json::from_slice::<Pod>(&obj.content) {
-                Ok(pod) => self.upsert(key, pod, shutdown),
+                Ok(pod) => self.upsert(key, pod, trace, shutdown),
                 Err(e) => warn!(%key, error = %e, "stored pod is not a v1.Pod; ignored"),
             },
             Ok(None) => {}
@@ -184,7 +185,13 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         }
     }
 
-    fn upsert(&mut self, key: ResourceKey, pod: Pod, shutdown: &CancellationToken) {
+    fn upsert(
+        &mut self,
+        key: ResourceKey,
+        pod: Pod,
+        trace: TraceContext,
+        shutdown: &CancellationToken,
+    ) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return warn!(%key, "pod without uid; ignored");
         };
@@ -195,13 +202,14 @@ impl<R: ContainerRuntime> Dispatcher<R> {
             self.send(&old, WorkerMsg::Deleted);
         }
         if let Some(w) = self.workers.get_mut(&uid) {
-            w.update(pod);
+            w.update(pod, trace);
         } else {
             debug!(%key, %uid, "starting pod worker");
             let w = pod_worker::spawn(
                 Arc::clone(&self.ctx),
                 key.clone(),
                 pod,
+                trace,
                 &self.tracker,
                 shutdown.child_token(),
                 self.done_tx.clone(),

@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, error, warn};
+use tracing::{Instrument as _, debug, error, warn};
 use verge_core::{Envelope, Kind, Module, Outcome};
 use verge_proto::hub::EdgeFrame;
 
@@ -98,6 +98,22 @@ impl Drain {
         }
         debug!(key = %entry.key, %id, attempts = entry.attempts, "sending outbox report");
         let deadline = Instant::now() + self.config.ack_timeout;
+        // The report continues the trace it was made in (stored with it in the outbox, so
+        // across restarts and partitions); the cloud's spans become children of this send.
+        let mut message = entry.message;
+        let span = verge_telemetry::propagation::continued(&message.trace, || {
+            verge_telemetry::span!(
+                "edgehub.send",
+                verge.message.id = %id,
+                verge.resource = %message.path(),
+                verge.operation = %message.operation(),
+                verge.refused = entry.attempts,
+            )
+        });
+        let traced = verge_telemetry::propagation::inject(&span);
+        if !traced.is_empty() {
+            message.trace = traced;
+        }
         self.inflight.insert(
             id,
             Inflight {
@@ -105,7 +121,7 @@ impl Drain {
                 deadline,
             },
         );
-        send(frames, entry.message).await
+        send(frames, message).instrument(span).await
     }
 
     /// Takes `msg` if it answers (`ack` or `error`) a report in flight; returns it back

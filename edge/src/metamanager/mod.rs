@@ -27,8 +27,11 @@ mod store;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 use tracing::{debug, error, info, warn};
-use verge_core::{Envelope, Kind, Module, ObjectVersion, Outcome, ResourceKey, Write};
+use verge_core::{
+    Envelope, Kind, Module, ObjectVersion, Outcome, ResourceKey, TraceContext, Write,
+};
 
 pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
@@ -62,6 +65,9 @@ pub struct StoreEvent {
     pub uid: String,
     /// [`Applied::Stored`] or [`Applied::Deleted`].
     pub applied: Applied,
+    /// The W3C context of the `metamanager.apply` span that committed the change (empty
+    /// when not traced), so edged's work on it continues the trace of the cloud's change.
+    pub trace: TraceContext,
 }
 
 /// Capacity of the [`StoreEvent`] broadcast; a slower subscriber sees `Lagged` and relists.
@@ -152,7 +158,7 @@ impl MetaManager {
                 write: Write::Insert | Write::Update,
                 ..
             }
-            | Kind::Delete { .. } => Some(match self.apply_object(&mut msg).await {
+            | Kind::Delete { .. } => Some(match self.apply_traced(&mut msg).await {
                 Ok(applied) => {
                     debug!(?applied, "applied");
                     reply(&msg, Outcome::Ack)
@@ -175,6 +181,25 @@ impl MetaManager {
                 Some(reply(&msg, Outcome::Error(reason)))
             }
         }
+    }
+
+    /// [`MetaManager::apply_object`] in a `metamanager.apply` span continuing the message's
+    /// trace (the commit of a cloud change, parent of edged's work on it).
+    async fn apply_traced(&self, msg: &mut Envelope) -> Result<Applied> {
+        let span = verge_telemetry::propagation::continued(&msg.trace, || {
+            verge_telemetry::span!(
+                "metamanager.apply",
+                verge.message.id = %msg.id,
+                verge.resource = %msg.path(),
+                verge.operation = %msg.operation(),
+                otel.status_code = tracing::field::Empty,
+            )
+        });
+        let result = self.apply_object(msg).instrument(span.clone()).await;
+        if result.is_err() {
+            span.record("otel.status_code", "ERROR");
+        }
+        result
     }
 
     /// Validates and commits an upsert/delete, then announces a change to the subscribers.
@@ -203,7 +228,13 @@ impl MetaManager {
         if matches!(applied, Applied::Stored | Applied::Deleted) {
             // No subscriber (edged not running) is fine.
             let uid = version.uid;
-            let _ = self.events.send(StoreEvent { key, uid, applied });
+            let trace = verge_telemetry::propagation::inject_current();
+            let _ = self.events.send(StoreEvent {
+                key,
+                uid,
+                applied,
+                trace,
+            });
         }
         Ok(applied)
     }

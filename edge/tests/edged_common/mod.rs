@@ -164,6 +164,7 @@ impl Harness {
             key: key.clone(),
             uid: uid.into(),
             applied: Applied::Stored,
+            trace: Default::default(),
         });
         Ok(key)
     }
@@ -175,6 +176,7 @@ impl Harness {
             key: key.clone(),
             uid: uid.into(),
             applied: Applied::Deleted,
+            trace: Default::default(),
         });
         Ok(())
     }

@@ -58,7 +58,12 @@ async fn main() -> ExitCode {
     if let Err(error) = config.validate() {
         return verge_runtime::fail("virtual-mapper", &error);
     }
-    verge_telemetry::init("virtual-mapper", args.log_format);
+    // The mapper exports no traces (DMI calls carry no trace context yet): logs only.
+    let tracing_off = verge_telemetry::TracingConfig::default();
+    let _telemetry = match verge_telemetry::init("virtual-mapper", args.log_format, &tracing_off) {
+        Ok(guard) => guard,
+        Err(error) => return verge_runtime::fail("virtual-mapper", &error),
+    };
     let grace = config.shutdown_grace;
     verge_runtime::serve("virtual-mapper", grace, |shutdown| {
         verge_virtual_mapper::run(config, shutdown)

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::trust::TrustConfig;
 use crate::{Error, Result};
 
-pub use verge_telemetry::LogFormat;
+pub use verge_telemetry::{LogFormat, TracingConfig};
 
 /// The default port of cloudhub's health endpoint ([`Config::health_addr`]); edgecontroller
 /// and devicecontroller default to the next two.
@@ -41,6 +41,9 @@ pub const DEFAULT_HEALTH_PORT: u16 = 10005;
 /// nodeMessageBurst: 1000
 /// shutdownGrace: 10s
 /// logFormat: text
+/// tracing:
+///   otlpEndpoint: null
+///   samplingRatio: 1.0
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
@@ -117,6 +120,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Log line format, `text` or `json`. Default `text`.
     pub log_format: LogFormat,
+    /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default. See
+    /// [`TracingConfig`].
+    pub tracing: TracingConfig,
     /// Identities: the CA Secret, the serving certificate's names and lifetimes, node
     /// certificate lifetime, the controllers allowed, handshake limits. See [`TrustConfig`].
     pub trust: TrustConfig,
@@ -145,6 +151,7 @@ impl Default for Config {
             shutdown_grace: Duration::from_secs(10),
             trust: TrustConfig::default(),
             log_format: LogFormat::Text,
+            tracing: TracingConfig::default(),
         }
     }
 }

@@ -329,7 +329,22 @@ impl Session {
                         self.shared.config.node_message_burst
                     ))
                 } else {
-                    self.forward(group, envelope).await
+                    // A traced report continues its trace through cloudhub (the wait for
+                    // room at a controller included); the controller's spans are children.
+                    let span = verge_telemetry::propagation::continued(&envelope.trace, || {
+                        verge_telemetry::span!(
+                            "cloudhub.upstream",
+                            verge.node = %self.node,
+                            verge.message.id = %envelope.id,
+                            verge.resource = %envelope.path(),
+                            verge.operation = %envelope.operation(),
+                        )
+                    });
+                    let traced = verge_telemetry::propagation::inject(&span);
+                    if !traced.is_empty() {
+                        envelope.trace = traced;
+                    }
+                    self.forward(group, envelope).instrument(span).await
                 };
                 let Err(reason) = forwarded else {
                     return Ok(());

@@ -43,6 +43,9 @@ struct Args {
     /// Overrides `logFormat`.
     #[arg(long, value_enum)]
     log_format: Option<LogFormat>,
+    /// Overrides `tracing.otlpEndpoint` (OTLP/gRPC, e.g. `http://127.0.0.1:4317`).
+    #[arg(long)]
+    otlp_endpoint: Option<String>,
 }
 
 impl Args {
@@ -59,6 +62,9 @@ impl Args {
             config.replica_name.clone_from(name);
         }
         config.log_format = self.log_format.unwrap_or(config.log_format);
+        if self.otlp_endpoint.is_some() {
+            config.tracing.otlp_endpoint.clone_from(&self.otlp_endpoint);
+        }
         Ok(config)
     }
 }
@@ -80,7 +86,10 @@ async fn main() -> ExitCode {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
-    verge_telemetry::init("cloudhub", config.log_format);
+    let telemetry = match verge_telemetry::init("cloudhub", config.log_format, &config.tracing) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return verge_runtime::fail("cloudhub", &error),
+    };
     let grace = config.shutdown_grace;
     let endpoint = match HealthEndpoint::bind(config.health_addr).await {
         Ok(endpoint) => endpoint,
@@ -94,9 +103,13 @@ async fn main() -> ExitCode {
         Ok(hub) => hub,
         Err(error) => return verge_runtime::fail("cloudhub", &*error),
     };
-    verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
-        hub.with_health(health).run(shutdown)
-    })
-    .await
-    .exit_code()
+    let outcome =
+        verge_runtime::serve_with_health("cloudhub", grace, endpoint, |shutdown, health| {
+            hub.with_health(health).run(shutdown)
+        })
+        .await;
+    if let Err(error) = telemetry.shutdown() {
+        tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
+    }
+    outcome.exit_code()
 }

@@ -2,8 +2,9 @@
 
 /// The W3C Trace Context (<https://www.w3.org/TR/trace-context/>) of the span that produced
 /// a message, so a trace continues across cloud and edge. Both fields are header values as
-/// text, empty when absent; nothing fills them yet (tracing across processes is planned), but
-/// every hop carries them unchanged.
+/// text, empty when absent (tracing off where the message was made). `verge-telemetry`'s
+/// `propagation` fills them from a span and continues them in the receiver's spans; the edge
+/// outbox stores them with the message.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct TraceContext {
     /// The `traceparent` value, e.g.

@@ -49,6 +49,7 @@ fn the_cache_follows_store_events_and_skips_bad_objects() {
                 key,
                 uid: "u1".into(),
                 applied: Applied::Deleted,
+                trace: Default::default(),
             },
         )
         .expect("apply");

@@ -14,6 +14,7 @@
 //! - `events`: the kubelet's pod and container events.
 //! - `refresh`: preparing and re-writing volumes (object changes, token expiry).
 //! - `report`: building and sending the status.
+//! - `trace`: which syncs continue the trace of the change that caused them.
 
 pub(crate) mod backoff;
 mod events;
@@ -26,6 +27,9 @@ mod sync;
 mod terminate;
 #[cfg(test)]
 mod tests;
+mod trace;
+#[cfg(test)]
+mod trace_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,7 +42,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument as _, debug, info_span, warn};
-use verge_core::ResourceKey;
+use verge_core::{ResourceKey, TraceContext};
 
 use super::Context;
 use super::probe::{ProbeKind, ProbeUpdate};
@@ -57,8 +61,9 @@ const RETRY: Duration = Duration::from_secs(2);
 /// What the dispatcher tells a worker.
 #[derive(Debug)]
 pub(crate) enum WorkerMsg {
-    /// A newer version of the pod (e.g. deletionTimestamp set).
-    Update(Box<Pod>),
+    /// A newer version of the pod (e.g. deletionTimestamp set), with the trace context of
+    /// its commit.
+    Update(Box<Pod>, TraceContext),
     /// The pod left the store (cloud delete, or replaced by a new uid).
     Deleted,
     /// PLEG saw a container change.
@@ -85,9 +90,10 @@ impl WorkerHandle {
         let _ = self.tx.send(msg);
     }
 
-    pub(crate) fn update(&mut self, pod: Pod) {
+    /// Hands the worker a newer version of its pod, committed in trace `trace`.
+    pub(crate) fn update(&mut self, pod: Pod, trace: TraceContext) {
         self.pod = pod.clone();
-        self.send(WorkerMsg::Update(Box::new(pod)));
+        self.send(WorkerMsg::Update(Box::new(pod), trace));
     }
 }
 
@@ -113,19 +119,24 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
     /// see [`Worker::pod_ip`].
     sandbox_ip: Option<String>,
+    /// The trace the next syncs continue.
+    trace: trace::SyncTrace,
 }
 
-/// Starts the worker of `pod` (stored at `key`); it reports its uid on `done` when it ends.
+/// Starts the worker of `pod` (stored at `key`, committed in trace `trace`); it reports its
+/// uid on `done` when it ends.
 pub(crate) fn spawn<R: ContainerRuntime>(
     ctx: Arc<Context<R>>,
     key: ResourceKey,
     pod: Pod,
+    trace: TraceContext,
     tracker: &TaskTracker,
     shutdown: CancellationToken,
     done: mpsc::UnboundedSender<String>,
 ) -> WorkerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let worker = Worker::new(ctx, key.clone(), pod.clone());
+    let mut worker = Worker::new(ctx, key.clone(), pod.clone());
+    worker.trace.follow(trace);
     let uid = worker.uid.clone();
     let span = info_span!("pod", pod = %key, %uid);
     tracker.spawn(
@@ -167,6 +178,7 @@ impl<R: ContainerRuntime> Worker<R> {
             starting_since: starting.then(std::time::Instant::now),
             deleted: false,
             sandbox_ip: None,
+            trace: trace::SyncTrace::default(),
         }
     }
 
@@ -176,13 +188,7 @@ impl<R: ContainerRuntime> Worker<R> {
         shutdown: CancellationToken,
     ) {
         loop {
-            let wake = match self.sync().await {
-                Ok(wake) => wake,
-                Err(e) => {
-                    warn!(error = %ErrorChain(&e), "pod sync failed; retrying");
-                    Some(Instant::now() + RETRY)
-                }
-            };
+            let wake = self.traced_sync().await;
             if self.state == PodState::Terminated {
                 debug!("pod worker done");
                 return;
@@ -204,10 +210,30 @@ impl<R: ContainerRuntime> Worker<R> {
         }
     }
 
+    /// One sync, in an `edged.sync` span while a change is being applied ([`trace`]);
+    /// returns when to run again (soon after a failure).
+    async fn traced_sync(&mut self) -> Option<Instant> {
+        let span = self.trace.sync_span(&self.key, &self.uid);
+        let wake = match self.sync().instrument(span.clone()).await {
+            Ok(wake) => wake,
+            Err(e) => {
+                span.record("otel.status_code", "ERROR");
+                span.in_scope(|| warn!(error = %ErrorChain(&e), "pod sync failed; retrying"));
+                Some(Instant::now() + RETRY)
+            }
+        };
+        let phase = self.last_status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase.is_some_and(|p| p != "Pending") {
+            self.trace.settled();
+        }
+        wake
+    }
+
     /// Records a message; the next sync acts on it.
     fn apply(&mut self, msg: WorkerMsg) {
         match msg {
-            WorkerMsg::Update(pod) => {
+            WorkerMsg::Update(pod, trace) => {
+                self.trace.follow(trace);
                 // downwardAPI volumes show labels and annotations (kubelet: volume remount).
                 let (old, new) = (&self.pod.metadata, &pod.metadata);
                 if old.labels != new.labels || old.annotations != new.annotations {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Secret};
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use super::Worker;
 use super::observe::{Instance, Observation};
@@ -162,7 +162,15 @@ impl<R: ContainerRuntime> Worker<R> {
             let msg = format!("Pulling image \"{image}\"");
             self.container_event(&c.name, EventType::Normal, "Pulling", msg);
         };
-        let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling).await;
+        let pulled = ensure_image(&self.ctx.runtime, &image, policy, creds, pulling)
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.image.ensure",
+                    k8s.container.name = %c.name,
+                    container.image.name = %image,
+                )
+            }))
+            .await;
         let (type_, reason, msg) = match &pulled {
             Ok(ImageOutcome::Present) => (
                 EventType::Normal,
@@ -221,11 +229,30 @@ impl<R: ContainerRuntime> Worker<R> {
             .ctx
             .runtime
             .create(&name, spec)
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.container.create",
+                    k8s.container.name = %c.name,
+                    verge.restart_count = restart_count,
+                )
+            }))
             .await
             .map_err(StartError::Create)?;
         let msg = format!("Created container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Created", msg);
-        if let Err(e) = self.ctx.runtime.start(&id).await {
+        let started = self
+            .ctx
+            .runtime
+            .start(&id)
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "edged.container.start",
+                    k8s.container.name = %c.name,
+                    container.id = %id,
+                )
+            }))
+            .await;
+        if let Err(e) = started {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(StartError::Run(e));
         }
@@ -246,6 +273,13 @@ impl<R: ContainerRuntime> Worker<R> {
             None,
             || {},
         )
+        .instrument(verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!(
+                "edged.image.ensure",
+                k8s.container.name = SANDBOX_NAME,
+                container.image.name = %infra,
+            )
+        }))
         .await
         {
             return Err(Error::ContainerConfig(format!("sandbox image: {e}")));

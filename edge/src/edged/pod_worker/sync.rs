@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 
 use super::Worker;
 use super::observe::{Instance, Observation, RunState, observe};
@@ -113,7 +113,10 @@ impl<R: ContainerRuntime> Worker<R> {
                 let msg = "Pod sandbox changed, it will be killed and re-created.".to_owned();
                 self.pod_event(EventType::Normal, "SandboxChanged", msg);
             }
-            if let Err(e) = self.create_sandbox(obs).await {
+            let span = verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!("edged.sandbox.create")
+            });
+            if let Err(e) = self.create_sandbox(obs).instrument(span).await {
                 let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
                 return Err(e);

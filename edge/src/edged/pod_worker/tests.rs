@@ -30,18 +30,18 @@ use crate::metamanager::{MetaStore, QueryRegistry};
 
 const NODE: &str = "node-a";
 const PAUSE: &str = "pause:3";
-const IMAGE: &str = "registry.example/app:1";
+pub(super) const IMAGE: &str = "registry.example/app:1";
 const SEC: Duration = Duration::from_secs(1);
 
 /// A context over a fake runtime, and the upstream messages (events) it sends.
-struct Harness {
-    rt: FakeRuntime,
+pub(super) struct Harness {
+    pub(super) rt: FakeRuntime,
     ctx: Arc<Context<FakeRuntime>>,
     upstream: mpsc::Receiver<Envelope>,
     _dir: tempfile::TempDir,
 }
 
-fn harness() -> Harness {
+pub(super) fn harness() -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("store.redb")).expect("store");
     let (hub, upstream) = EdgeHubHandle::detached(100_000);
@@ -81,7 +81,7 @@ fn harness() -> Harness {
 }
 
 impl Harness {
-    fn worker(&self, pod: &Pod) -> Worker<FakeRuntime> {
+    pub(super) fn worker(&self, pod: &Pod) -> Worker<FakeRuntime> {
         Worker::new(Arc::clone(&self.ctx), key(pod), pod.clone())
     }
 
@@ -113,7 +113,7 @@ fn pod(spec: serde_json::Value) -> Pod {
     .expect("pod")
 }
 
-fn app_pod(policy: &str) -> Pod {
+pub(super) fn app_pod(policy: &str) -> Pod {
     pod(json!({"restartPolicy": policy, "containers": [{"name": "app", "image": IMAGE}]}))
 }
 
@@ -382,6 +382,7 @@ async fn deletion_during_a_start_takes_effect_at_the_next_sync() {
         Arc::clone(&h.ctx),
         key(&p),
         p.clone(),
+        verge_core::TraceContext::default(),
         &tracker,
         CancellationToken::new(),
         done_tx,

@@ -16,7 +16,9 @@ use k8s_openapi::api::core::v1::PodStatus;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
-use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
+use verge_core::{
+    Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, TraceContext, Write,
+};
 
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
@@ -35,10 +37,13 @@ enum Report {
         pod: ResourceKey,
         uid: String,
         status: Box<PodStatus>,
+        /// The context of the sync that observed it (its report continues that trace).
+        trace: TraceContext,
     },
     Deleted {
         pod: ResourceKey,
         uid: String,
+        trace: TraceContext,
     },
 }
 
@@ -49,13 +54,15 @@ pub struct StatusHandle {
 }
 
 impl StatusHandle {
-    /// Offers the current status of pod `pod` (its `<ns>/pod/<name>` key) with `uid`.
+    /// Offers the current status of pod `pod` (its `<ns>/pod/<name>` key) with `uid`; the
+    /// report carries the trace context of the current span (the pod's sync).
     /// Waits while the queue is full.
     pub async fn update(&self, pod: &ResourceKey, uid: &str, status: PodStatus) {
         let report = Report::Status {
             pod: pod.clone(),
             uid: uid.to_owned(),
             status: Box::new(status),
+            trace: verge_telemetry::propagation::inject_current(),
         };
         let _ = self.tx.send(report).await;
     }
@@ -67,6 +74,7 @@ impl StatusHandle {
             .send(Report::Deleted {
                 pod: pod.clone(),
                 uid: uid.to_owned(),
+                trace: verge_telemetry::propagation::inject_current(),
             })
             .await;
     }
@@ -106,7 +114,12 @@ impl StatusManager {
                 r = self.rx.recv() => match r { Some(r) => r, None => break },
             };
             let (msg, uid) = match report {
-                Report::Status { pod, uid, status } => {
+                Report::Status {
+                    pod,
+                    uid,
+                    status,
+                    trace,
+                } => {
                     let normalized = normalize(&status);
                     if self.last.get(&uid) == Some(&normalized) {
                         continue;
@@ -126,16 +139,16 @@ impl StatusManager {
                         key,
                         version: ObjectVersion::uid(&uid),
                     };
-                    (upstream(kind, content), uid)
+                    (upstream(kind, content, trace), uid)
                 }
-                Report::Deleted { pod, uid } => {
+                Report::Deleted { pod, uid, trace } => {
                     self.last.remove(&uid);
                     debug!(pod = %pod, "reporting pod deletion");
                     let kind = Kind::Delete {
                         key: pod,
                         version: ObjectVersion::uid(&uid),
                     };
-                    (upstream(kind, Vec::new()), uid)
+                    (upstream(kind, Vec::new(), trace), uid)
                 }
             };
             let what = msg.to_string();
@@ -154,9 +167,12 @@ impl StatusManager {
 
 /// An upstream message of edged's (pod status and deletion, events, node registration,
 /// status and lease — the kubelet's reports): group `resource`, source `edged` ([`SOURCE`]),
-/// a fresh id, `content` the object's JSON.
-fn upstream(kind: Kind, content: Vec<u8>) -> Envelope {
-    Envelope::new(Module::Edged, Group::Resource, kind, content)
+/// a fresh id, `content` the object's JSON, `trace` the context of the work it reports (a
+/// pod's `edged.sync` span; empty when not traced).
+fn upstream(kind: Kind, content: Vec<u8>, trace: TraceContext) -> Envelope {
+    let mut message = Envelope::new(Module::Edged, Group::Resource, kind, content);
+    message.trace = trace;
+    message
 }
 
 /// An upstream `write` of the object at `key` (no uid or resourceVersion), see [`upstream`].
@@ -166,7 +182,7 @@ pub(crate) fn report(write: Write, key: &ResourceKey, content: Vec<u8>) -> Envel
         key: key.clone(),
         version: ObjectVersion::default(),
     };
-    upstream(kind, content)
+    upstream(kind, content, TraceContext::default())
 }
 
 /// The status without the timestamps that change on their own (condition probe/transition

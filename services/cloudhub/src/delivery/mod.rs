@@ -14,6 +14,11 @@
 //!
 //! Order is kept per object, not across objects: keys are served in the order they became
 //! ready to send.
+//!
+//! Tracing: a traced object message (one whose `trace_context` is set) gets a
+//! `cloudhub.deliver` span from its push until it is answered, replaced, given up or the
+//! session ends, so a wait in the queue or for an offline edge is visible; resends are its
+//! events and `verge.attempts` (set when it is answered or given up) counts the sends. The message goes out with that span's context.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -23,6 +28,9 @@ use verge_core::{Envelope, MessageId, ResourceKey};
 
 #[cfg(test)]
 mod tests;
+mod trace;
+
+use trace::{DeliverSpan, deliver_span};
 
 /// Who queued a message: the id of the controller attachment it came from, or `None` for
 /// answers cloudhub makes itself (keepalive and error replies).
@@ -64,6 +72,8 @@ pub(crate) struct Unacked {
 struct Queued {
     message: Envelope,
     origin: Origin,
+    /// `cloudhub.deliver` of a traced object message, else disabled; ends when dropped.
+    span: DeliverSpan,
 }
 
 /// A sent object message awaiting its answer.
@@ -139,23 +149,39 @@ impl DeliveryQueue {
     ///
     /// # Errors
     /// [`QueueFull`] when `capacity` messages wait already; the queue is then unchanged.
-    pub(crate) fn push(&mut self, message: Envelope, origin: Origin) -> Result<(), QueueFull> {
+    pub(crate) fn push(&mut self, mut message: Envelope, origin: Origin) -> Result<(), QueueFull> {
         let key = message.delivery_key().cloned();
         let supersedes = message.supersedes();
-        let queued = Queued { message, origin };
         let Some(key) = key else {
             self.check_room()?;
-            self.answers.push_back(queued);
+            let span = DeliverSpan(tracing::Span::none());
+            self.answers.push_back(Queued {
+                message,
+                origin,
+                span,
+            });
             self.waiting_len += 1;
             return Ok(());
         };
+        if !supersedes || !self.waiting.contains_key(&key) {
+            self.check_room()?;
+        }
+        let span = DeliverSpan(deliver_span(&mut message));
+        let queued = Queued {
+            message,
+            origin,
+            span,
+        };
         if supersedes && let Some(list) = self.waiting.get_mut(&key) {
             self.waiting_len = self.waiting_len + 1 - list.len();
-            list.clear();
+            for replaced in list.drain(..) {
+                replaced.span.in_scope(|| {
+                    tracing::info!(target: verge_telemetry::TARGET, "replaced by a newer message");
+                });
+            }
             list.push_back(queued);
             return Ok(());
         }
-        self.check_room()?;
         self.waiting_len += 1;
         match self.waiting.entry(key) {
             Entry::Occupied(list) => list.into_mut().push_back(queued),
@@ -196,6 +222,10 @@ impl DeliveryQueue {
             {
                 sent.deadline = Some(now + self.limits.ack_timeout);
                 sent.attempts += 1;
+                let attempts = sent.attempts;
+                sent.queued.span.in_scope(|| {
+                    tracing::info!(target: verge_telemetry::TARGET, attempt = attempts, "resending unanswered message");
+                });
                 return Some(sent.queued.message.clone());
             }
         }
@@ -235,6 +265,7 @@ impl DeliveryQueue {
         let Some(sent) = self.inflight.remove(parent_id) else {
             return false;
         };
+        sent.queued.span.record("verge.attempts", sent.attempts);
         self.release(&sent.key);
         true
     }
@@ -269,6 +300,12 @@ impl DeliveryQueue {
                 continue;
             }
             if let Some(sent) = self.inflight.remove(&id) {
+                let span = &sent.queued.span;
+                span.record("otel.status_code", "ERROR");
+                span.record("verge.attempts", sent.attempts);
+                span.in_scope(|| {
+                    tracing::warn!(target: verge_telemetry::TARGET, attempts = sent.attempts, "no answer; given up");
+                });
                 self.release(&sent.key);
                 dropped.push(Unacked {
                     message_id: id.into_string(),

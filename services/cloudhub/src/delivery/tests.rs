@@ -201,3 +201,69 @@ fn max_inflight_does_not_hold_back_answers_or_resends() {
     q.ack("a1");
     assert_eq!(drain(&mut q, now + TIMEOUT), ["b1"]);
 }
+
+/// The span id in a `traceparent` (`00-<trace>-<span>-<flags>`).
+fn span_id(trace: &verge_core::TraceContext) -> String {
+    trace
+        .traceparent
+        .split('-')
+        .nth(2)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn a_traced_message_waits_and_is_resent_in_one_deliver_span() {
+    let capture = verge_telemetry::testing::SpanCapture::start("cloudhub");
+    let sender = verge_telemetry::span!("controller.send");
+    let sent_in = verge_telemetry::propagation::inject(&sender);
+    drop(sender);
+    let mut q = queue(10, 10);
+    let mut message = pod("m1", "web");
+    message.trace = sent_in.clone();
+    q.push(message, None).expect("room");
+    q.push(pod("m2", "untraced"), None).expect("room");
+    let now = Instant::now();
+    let first = q.next_to_send(now).expect("sent");
+    assert_eq!(
+        verge_telemetry::propagation::trace_id(&first.trace),
+        verge_telemetry::propagation::trace_id(&sent_in),
+        "the edge continues the same trace"
+    );
+    assert_ne!(
+        span_id(&first.trace),
+        span_id(&sent_in),
+        "as a child of cloudhub's span"
+    );
+    let untraced = q.next_to_send(now).expect("sent");
+    assert!(
+        untraced.trace.is_empty(),
+        "no trace is started for an untraced message"
+    );
+    assert!(q.expired(now + TIMEOUT).is_empty());
+    let again = q.next_to_send(now + TIMEOUT).expect("resent");
+    assert_eq!(again.trace, first.trace);
+    assert!(q.ack("m1"));
+
+    let deliver = capture.span("cloudhub.deliver");
+    assert_eq!(deliver.parent_span_id.to_string(), span_id(&sent_in));
+    assert_eq!(
+        deliver.span_context.span_id().to_string(),
+        span_id(&first.trace)
+    );
+    let attempts = deliver
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "verge.attempts")
+        .map(|kv| kv.value.to_string());
+    assert_eq!(attempts.as_deref(), Some("2"));
+    assert!(
+        deliver
+            .events
+            .iter()
+            .any(|e| e.name == "resending unanswered message"),
+        "{:?}",
+        deliver.events
+    );
+    assert_eq!(capture.names(), vec!["controller.send", "cloudhub.deliver"]);
+}

@@ -29,7 +29,7 @@ use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 use verge_core::{
     CLUSTER_SCOPE, Envelope, Group, Kind, NODE_LEASE_NAMESPACE, NodeResource, Operation, Outcome,
     ResourceKey, ResourceType,
@@ -274,7 +274,25 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
             debug!(%operation, %parent_id, "edge answered a downstream message");
             return None;
         }
-        Ok(Inbound::Request(request)) => apply(context, node, request).await,
+        Ok(Inbound::Request(request)) => {
+            // A traced report (a pod's status from its sync) continues its trace here, down
+            // to the API server write.
+            let span = verge_telemetry::propagation::continued(&message.trace, || {
+                verge_telemetry::span!(
+                    "edgecontroller.upstream",
+                    verge.node = %node,
+                    verge.message.id = %message.id,
+                    verge.resource = %message.path(),
+                    verge.operation = %message.operation(),
+                    otel.status_code = tracing::field::Empty,
+                )
+            });
+            let result = apply(context, node, request).instrument(span.clone()).await;
+            if result.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
+            result
+        }
         Err(error) => Err(error),
     };
     Some(match result {

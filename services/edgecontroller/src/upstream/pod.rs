@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
-use tracing::{debug, info};
+use tracing::{Instrument as _, debug, info};
 
 use crate::desired::is_bound_to;
 use crate::{Error, Result};
@@ -62,7 +62,17 @@ pub async fn report_status(
     status: &PodStatus,
 ) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let current = api.get(&pod.name).await.map_err(Error::kube("get pod"))?;
+    let current = api
+        .get(&pod.name)
+        .instrument(verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!(
+                "kube.get_pod",
+                k8s.namespace.name = %pod.namespace,
+                k8s.pod.name = %pod.name,
+            )
+        }))
+        .await
+        .map_err(Error::kube("get pod"))?;
     check_bound(node, &current, &pod.describe())?;
     let uid = current.metadata.uid.clone().unwrap_or_default();
     if !pod.uid.is_empty() && pod.uid != uid {
@@ -80,6 +90,15 @@ pub async fn report_status(
         &PatchParams::default(),
         &Patch::Strategic(status_patch(&uid, status)),
     )
+    .instrument(verge_telemetry::propagation::in_trace(|| {
+        verge_telemetry::span!(
+            "kube.patch_pod_status",
+            k8s.namespace.name = %pod.namespace,
+            k8s.pod.name = %pod.name,
+            k8s.pod.uid = %uid,
+            k8s.pod.phase = status.phase.as_deref().unwrap_or_default(),
+        )
+    }))
     .await
     .map_err(Error::kube("patch pod status"))?;
     debug!("pod status patched");
