@@ -5,14 +5,16 @@
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
 //! resyncing by inventory against cloudhub and edgecontroller), [`devices`] (device twins
 //! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
-//! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over), [`record`] (the result
-//! tables in `docs/benchmarks.md`).
+//! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
+//! [`tracing_overhead`] (pod start-up with tracing off vs on), [`record`] (the result tables
+//! in `docs/benchmarks.md`).
 
 mod deploy;
 mod devices;
 mod pod_startup;
 mod reconnect;
 mod record;
+mod tracing_overhead;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -44,6 +46,9 @@ enum Bench {
     /// same shape) → a pod on an edge joined through the Service; edgecontroller leader
     /// fail-over.
     Deploy(deploy::Args),
+    /// N pods one at a time with tracing off (the baseline) and on at sampling 1.0 (OTLP to
+    /// the kit's Jaeger), alternating in rounds: p50/p99 of create -> Running and the ratio.
+    Tracing(tracing_overhead::Args),
 }
 
 /// Runs one benchmark.
@@ -53,6 +58,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Reconnect(a) => reconnect::run(a).await,
         Bench::Devices(a) => devices::run(a).await,
         Bench::Deploy(a) => deploy::run(a).await,
+        Bench::Tracing(a) => tracing_overhead::run(a).await,
     }
 }
 

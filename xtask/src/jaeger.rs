@@ -122,21 +122,13 @@ pub async fn pod_creation_trace(
     .context("finding the pod's creation trace")
 }
 
-/// Whether the Verge binaries' YAML configs accept the `tracing:` section (verge-telemetry's
-/// `TracingConfig`, issue 13: `otlpEndpoint`, `samplingRatio`); they do. The configs deny
-/// unknown fields, so while this is false [`tracing_yaml`] writes nothing.
-pub const CONFIGS_HAVE_TRACING: bool = true;
-
 /// The `tracing:` section of a binary's YAML config that exports every span (sampling 1.0)
-/// over OTLP/gRPC to `otlp_endpoint` (e.g. `http://127.0.0.1:4317`); empty without an
-/// endpoint or while not [`CONFIGS_HAVE_TRACING`] (tracing then stays off).
+/// over OTLP/gRPC to `otlp_endpoint` (e.g. `http://127.0.0.1:4317`), verge-telemetry's
+/// `TracingConfig`; empty without an endpoint (tracing then stays off).
 pub fn tracing_yaml(otlp_endpoint: Option<&str>) -> String {
-    match otlp_endpoint {
-        Some(endpoint) if CONFIGS_HAVE_TRACING => {
-            format!("tracing:\n  otlpEndpoint: {endpoint}\n  samplingRatio: 1.0\n")
-        }
-        _ => String::new(),
-    }
+    otlp_endpoint.map_or_else(String::new, |endpoint| {
+        format!("tracing:\n  otlpEndpoint: {endpoint}\n  samplingRatio: 1.0\n")
+    })
 }
 
 /// Appends `section` to the config file at `path` (nothing when empty); returns `path`.

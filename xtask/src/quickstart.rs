@@ -165,10 +165,6 @@ pub fn sample_deployment(cp: &verge_testkit::ControlPlane, args: &Args) -> anyho
 /// Prints the trace id (and UI link) of the creation of the sample Deployment's first pod,
 /// found in Jaeger by its span tag `k8s.pod.name`; a warning when there is none.
 async fn first_pod_trace(cp: &verge_testkit::ControlPlane, jaeger: &verge_testkit::jaeger::Jaeger) {
-    if !crate::jaeger::CONFIGS_HAVE_TRACING {
-        eprintln!("quickstart: the Verge binaries do not export traces yet (no pod trace)");
-        return;
-    }
     let pod = match cp
         .kubectl_command()
         .args([

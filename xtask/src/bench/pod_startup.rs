@@ -189,12 +189,13 @@ fn rows(mode: &str, verge: &[Duration], docker: &[Duration]) -> String {
 }
 
 /// Pods of the bench namespace seen `Running` by a watch, with the time they were seen.
-struct RunningWatch {
+pub(super) struct RunningWatch {
     rx: tokio::sync::mpsc::UnboundedReceiver<(String, Instant)>,
-    task: tokio::task::JoinHandle<()>,
+    pub(super) task: tokio::task::JoinHandle<()>,
 }
 
-fn watch_running(pods: Api<Pod>) -> RunningWatch {
+/// Starts watching `pods` for `phase: Running`.
+pub(super) fn watch_running(pods: Api<Pod>) -> RunningWatch {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
         let mut stream = watcher(pods, watcher::Config::default()).boxed();
@@ -213,7 +214,7 @@ fn watch_running(pods: Api<Pod>) -> RunningWatch {
 impl RunningWatch {
     /// Waits until every pod of `created` (name -> create time) was seen Running; returns
     /// each pod's create -> Running time.
-    async fn wait_for(
+    pub(super) async fn wait_for(
         &mut self,
         mut created: HashMap<String, Instant>,
         timeout: Duration,
@@ -235,10 +236,15 @@ impl RunningWatch {
 
 /// The benchmark's pod `name`, bound to the edge node.
 fn bench_pod(name: &str) -> anyhow::Result<Pod> {
+    bench_pod_on(name, NODE)
+}
+
+/// A pod `name` bound to `node`: one container of [`IMAGE`] sleeping an hour.
+pub(super) fn bench_pod_on(name: &str, node: &str) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
-            "nodeName": NODE,
+            "nodeName": node,
             "terminationGracePeriodSeconds": 1,
             "containers": [{"name": "main", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
                             "command": ["sleep", "3600"]}]
