@@ -31,19 +31,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tracing::warn;
 use verge_core::Envelope;
+use verge_runtime::metrics::MessageLabels;
 
 use crate::metamanager::MetaStore;
-
-/// Labels of `verge_edgecore_messages_total`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct MessageLabels {
-    /// `upstream` (written to cloudhub) or `downstream` (read from cloudhub).
-    pub direction: &'static str,
-    /// The message group.
-    pub group: &'static str,
-    /// The wire operation.
-    pub operation: &'static str,
-}
 
 /// A stage of a pod start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,17 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use verge_core::Envelope;
-
-/// Labels of `verge_controller_messages_total`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct MessageLabels {
-    /// `sent` (to cloudhub, for a node) or `received` (from a node, through cloudhub).
-    pub direction: &'static str,
-    /// The message group.
-    pub group: &'static str,
-    /// The wire operation.
-    pub operation: &'static str,
-}
+use verge_runtime::metrics::MessageLabels;
 
 /// Labels of `verge_controller_watch_events_total`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]

@@ -20,6 +20,21 @@ pub mod kube_api;
 pub use prometheus_client;
 pub use prometheus_client::registry::Registry;
 
+/// Labels of a component's `verge_<component>_messages_total`: one message on the
+/// cloud–edge stream, by direction (each component names its own two, e.g. cloudhub's
+/// `upstream`/`downstream`, a controller's `sent`/`received`), the message group (`resource`,
+/// `device`, `hub`, ...) and the wire operation (`update`, `delete`, `ack`, ...). Every value
+/// comes from a fixed set, so the series stay few.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, prometheus_client::encoding::EncodeLabelSet)]
+pub struct MessageLabels {
+    /// Which way the message went.
+    pub direction: &'static str,
+    /// The message group.
+    pub group: &'static str,
+    /// The wire operation.
+    pub operation: &'static str,
+}
+
 /// The `Content-Type` of [`encode`]'s output (OpenMetrics 1.0 text, which Prometheus
 /// negotiates and prefers).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

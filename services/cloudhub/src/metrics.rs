@@ -25,6 +25,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use verge_core::Envelope;
+use verge_runtime::metrics::MessageLabels;
 
 use crate::Error;
 use crate::trust::TrustError;
@@ -45,17 +46,6 @@ impl Direction {
             Self::Downstream => "downstream",
         }
     }
-}
-
-/// Labels of `verge_cloudhub_messages_total`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct MessageLabels {
-    /// `upstream` or `downstream`.
-    pub direction: &'static str,
-    /// The message group (`resource`, `device`, `hub`, ...).
-    pub group: &'static str,
-    /// The wire operation (`update`, `ack`, `keepalive`, ...).
-    pub operation: &'static str,
 }
 
 /// Labels of a per-node series.
