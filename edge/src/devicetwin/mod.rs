@@ -34,6 +34,9 @@ pub mod reconcile;
 mod state;
 #[cfg(test)]
 mod tests;
+pub mod trace;
+#[cfg(test)]
+mod trace_tests;
 pub mod twin;
 mod writer;
 
@@ -151,6 +154,7 @@ impl DeviceTwin {
             mappers,
             twins: handle,
             events,
+            traces: trace::DesiredTraces::default(),
             registrations,
         };
         // The writer outlives the server and the reconciler (they call it), and stops when
