@@ -18,7 +18,7 @@ use verge_runtime::ErrorChain;
 
 pub use desired::{Desired, DesiredDevice, Sent};
 
-use super::devices::{Change, DeviceCache};
+use super::devices::{Change, DeviceCache, DeviceId};
 use super::dmi::client::MapperClient;
 use super::handle::DeviceTwinHandle;
 use super::mappers::{MapperRecord, Mappers};
@@ -176,16 +176,19 @@ impl Reconciler {
             return;
         }
         let span = trace::desired_span(&event.key.to_string(), &event.trace);
+        if event.key.kind == ResourceType::Device {
+            // Before the cache has the change, so the mapper call that carries it out
+            // (possibly in a pass already running) finds its trace.
+            let id = DeviceId::of(&event.key);
+            span.in_scope(|| self.traces.record_current(&id));
+        }
         let (store, cache) = (self.store.clone(), self.devices.clone());
         let applied = store
             .blocking(move |s| cache.apply(s, &event))
             .instrument(span.clone())
             .await;
         match applied {
-            Ok(Some(Change::Device(id))) => {
-                span.in_scope(|| self.traces.record_current(&id));
-                self.twins.sync(id).instrument(span).await;
-            }
+            Ok(Some(Change::Device(id))) => self.twins.sync(id).instrument(span).await,
             Ok(_) => {}
             Err(error) => {
                 warn!(error = %ErrorChain(&error), "device store read failed; relisting");
