@@ -1,5 +1,7 @@
 //! The set-up of the device scenarios: cloud services with devicecontroller, one edge node,
 //! mappers on the edge's DMI socket, the example manifests and views of the DeviceStatus.
+//! Shared by several test binaries (`devices`, `device_tracing`), each using a part of it.
+#![allow(dead_code)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
