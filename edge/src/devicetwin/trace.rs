@@ -9,7 +9,7 @@
 //! * **Desired changes** (cloud → edge → mapper): a Device change metamanager committed is
 //!   followed in a `devicetwin.desired` span continuing the message's trace; the next DMI call
 //!   that gives the Device to its mapper (`dmi.update_device`, `dmi.register_device`) is its
-//!   child ([`DesiredTraces`]).
+//!   child (`DesiredTraces`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -43,7 +43,7 @@ pub(super) fn end(span: tracing::Span, failed: bool) {
 
 /// The `devicetwin.mqtt_update` span of an edge app's MQTT twin update of Device
 /// `namespace/name` naming `twins` properties: the root of the update's trace.
-pub fn mqtt_update_span(namespace: &str, name: &str, twins: usize) -> tracing::Span {
+pub(super) fn mqtt_update_span(namespace: &str, name: &str, twins: usize) -> tracing::Span {
     verge_telemetry::span!(
         "devicetwin.mqtt_update",
         k8s.namespace.name = %namespace,
