@@ -26,12 +26,24 @@ fn ancestors<'a>(trace: &'a Trace, span_id: &str) -> Vec<&'a str> {
     names
 }
 
-/// The first trace of `query` (whole, as Jaeger returns it) that holds a span named `span`,
-/// once Jaeger has it.
+/// The chain of the first span named `span` in `trace`: its name and its ancestors' names,
+/// nearest first (empty when `trace` has no such span).
+fn chain<'a>(trace: &'a Trace, span: &'a str) -> Vec<&'a str> {
+    trace.spans_named(span).next().map_or_else(Vec::new, |s| {
+        let mut names = vec![s.operation_name.as_str()];
+        names.extend(ancestors(trace, &s.span_id));
+        names
+    })
+}
+
+/// The first trace of `query` (whole, as Jaeger returns it) where the chain of the span
+/// named `span` ends at `root`, once Jaeger has every process's part of it (they export in
+/// their own batches).
 async fn find(
     jaeger: &Jaeger,
     query: &TraceQuery,
     span: &str,
+    root: &str,
     what: &str,
 ) -> anyhow::Result<Trace> {
     wait_for(what, Duration::from_secs(90), || async {
@@ -39,7 +51,7 @@ async fn find(
             let Some(trace) = jaeger.trace(&found.trace_id).await? else {
                 continue;
             };
-            if trace.spans_named(span).next().is_some() {
+            if chain(&trace, span).last() == Some(&root) {
                 return Ok(Some(trace));
             }
         }
@@ -74,6 +86,7 @@ async fn a_twin_report_is_one_trace_from_devicetwin_to_the_device_status() -> an
         &jaeger,
         &query,
         "kube.apply_device_status",
+        "devicetwin.report",
         "the trace of a twin report",
     )
     .await?;
@@ -109,6 +122,7 @@ async fn a_twin_report_is_one_trace_from_devicetwin_to_the_device_status() -> an
         &jaeger,
         &query,
         "dmi.register_device",
+        "controller.watch_event",
         "the trace of the Device's creation",
     )
     .await?;
