@@ -77,18 +77,11 @@ async fn measure(
     let (mut off, mut on) = (Vec::new(), Vec::new());
     let mut traced = Vec::new();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
+        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
         for tracing in order {
             let mode = if tracing { "on" } else { "off" };
             let node = format!("verge-bench-tracing-{mode}-{round}");
-            eprintln!(
-                "bench: round {}/{rounds}, tracing {mode}: {n} pods on {node}",
-                round + 1
-            );
+            eprintln!("bench: round {}/{rounds}, tracing {mode}: {n} pods on {node}", round + 1);
             let dir = run_dir.join(&node);
             let otlp = tracing.then_some(endpoint.as_str());
             let verge = local::start(&dir, bin_dir, cp, &node, otlp).await?;
