@@ -23,3 +23,9 @@ pub const CONTAINER_NAME: &str = "k8s.container.name";
 pub const IMAGE: &str = "container.image.name";
 /// How many times a message was sent before this attempt (`verge.attempt`).
 pub const ATTEMPT: &str = "verge.attempt";
+/// A Device's name (`verge.device.name`; its namespace is [`NAMESPACE`]).
+pub const DEVICE_NAME: &str = "verge.device.name";
+/// A Device's uid (`verge.device.uid`).
+pub const DEVICE_UID: &str = "verge.device.uid";
+/// How many twin properties a report or desired change names (`verge.twin.properties`).
+pub const TWIN_PROPERTIES: &str = "verge.twin.properties";

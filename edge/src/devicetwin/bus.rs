@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 use verge_device_api::{Twin, TwinProperty};
 
 use super::DeviceTwinHandle;
@@ -47,10 +47,17 @@ impl TwinService for TwinBus {
     ) -> BoxFuture<'_, Result<TwinUpdateOutcome, TwinError>> {
         Box::pin(async move {
             let reports = reports(&update)?;
-            self.twins
+            let span =
+                super::trace::mqtt_update_span(&device.namespace, &device.name, reports.len());
+            let reported = self
+                .twins
                 .report(&device.namespace, &device.name, reports)
-                .await
-                .map_err(|e| twin_error(&device, e))?;
+                .instrument(span.clone())
+                .await;
+            if reported.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
+            reported.map_err(|e| twin_error(&device, e))?;
             // The document and delta of the change are published by `publish_changes`, as
             // for every change, so they are not returned here (no double publication).
             Ok(TwinUpdateOutcome {

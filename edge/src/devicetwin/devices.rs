@@ -43,7 +43,7 @@ impl DeviceId {
             .then(|| Self::new(namespace, name))
     }
 
-    fn of(key: &ResourceKey) -> Self {
+    pub(super) fn of(key: &ResourceKey) -> Self {
         Self::new(key.namespace.clone(), key.name.clone())
     }
 }

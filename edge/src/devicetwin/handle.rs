@@ -33,7 +33,8 @@ impl DeviceTwinHandle {
     /// Reports values of some properties of Device `namespace/name` (KubeEdge: a twin
     /// update with `actual` values): each twin's `reported` and `observedDesired`, when
     /// present, replace the stored ones (a value without a `timestamp` in its metadata gets
-    /// the current time). Returns the twin before and after, with the delta of desired vs
+    /// the current time). The `devicestatus` report it causes continues the current span's
+    /// trace, if any (see `devicetwin::trace`). Returns the twin before and after, with the delta of desired vs
     /// reported ([`TwinDocument::delta`]). When a `reportToCloud` property changed, the
     /// new `devicestatus` report is committed with the values.
     ///
@@ -49,7 +50,15 @@ impl DeviceTwinHandle {
         twins: Vec<Twin>,
     ) -> Result<TwinDocument> {
         let id = DeviceId::new(namespace, name);
-        let reported = self.call(|reply| Op::Report { id, twins, reply }).await;
+        let trace = verge_telemetry::propagation::inject_current();
+        let reported = self
+            .call(|reply| Op::Report {
+                id,
+                twins,
+                trace,
+                reply,
+            })
+            .await;
         crate::metrics::global().twin_report(reported.is_ok());
         reported
     }
@@ -70,7 +79,14 @@ impl DeviceTwinHandle {
     ) -> Result<TwinDocument> {
         let id = DeviceId::new(namespace, name);
         let state = state.to_owned();
-        self.call(|reply| Op::State { id, state, reply }).await
+        let trace = verge_telemetry::propagation::inject_current();
+        self.call(|reply| Op::State {
+            id,
+            state,
+            trace,
+            reply,
+        })
+        .await
     }
 
     /// The current twin of Device `namespace/name` (KubeEdge's `twin/get`): every property

@@ -20,6 +20,10 @@
 //!   ([`bus::TwinBus`]) and publishes every twin change as `twin/update/document` and
 //!   `twin/update/delta` ([`bus::publish_changes`]).
 //!
+//! * **Tracing** (`trace`): a committed `devicestatus` report is a `devicetwin.report`
+//!   span whose context the report carries up to devicecontroller; a Device change from the
+//!   cloud continues its message's trace (`devicetwin.desired`) down to the DMI call.
+//!
 //! Bad input (an unknown device or property, an invalid Device, a failing mapper) is
 //! refused or logged and affects only itself; nothing here stops edgecore except a DMI
 //! socket that cannot be bound at start.
@@ -34,6 +38,9 @@ pub mod reconcile;
 mod state;
 #[cfg(test)]
 mod tests;
+mod trace;
+#[cfg(test)]
+mod trace_tests;
 pub mod twin;
 mod writer;
 
@@ -151,6 +158,7 @@ impl DeviceTwin {
             mappers,
             twins: handle,
             events,
+            traces: trace::DesiredTraces::default(),
             registrations,
         };
         // The writer outlives the server and the reconciler (they call it), and stops when

@@ -15,11 +15,11 @@ use crate::config::Config;
 use crate::edgehub::EdgeHub;
 use crate::metamanager::{MetaStore, StoredObject};
 
-struct Fixture {
+pub(super) struct Fixture {
     _dir: tempfile::TempDir,
-    store: MetaStore,
+    pub(super) store: MetaStore,
     devices: DeviceCache,
-    twins: DeviceTwinHandle,
+    pub(super) twins: DeviceTwinHandle,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
@@ -47,7 +47,7 @@ fn properties() -> serde_json::Value {
 }
 
 /// A writer over a fresh store whose reports go to a real (not running) edgehub's outbox.
-async fn fixture() -> Fixture {
+pub(super) async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
     let (down, _) = mpsc::channel(1);
@@ -84,7 +84,7 @@ async fn fixture() -> Fixture {
     }
 }
 
-fn twin(name: &str, value: &str) -> Twin {
+pub(super) fn twin(name: &str, value: &str) -> Twin {
     Twin {
         property_name: name.into(),
         reported: Some(TwinProperty::new(value)),
@@ -93,7 +93,7 @@ fn twin(name: &str, value: &str) -> Twin {
 }
 
 /// The `devicestatus` report of ns/thermo waiting in the outbox.
-fn pending(store: &MetaStore) -> Option<(Envelope, StatusReport)> {
+pub(super) fn pending(store: &MetaStore) -> Option<(Envelope, StatusReport)> {
     let entry = store.outbox_get("devicestatus/ns/thermo").expect("read")?;
     let body = serde_json::from_slice(&entry.message.body).expect("body");
     Some((entry.message, body))

@@ -1,5 +1,7 @@
 //! The set-up of the device scenarios: cloud services with devicecontroller, one edge node,
 //! mappers on the edge's DMI socket, the example manifests and views of the DeviceStatus.
+//! Shared by several test binaries (`devices`, `device_tracing`), each using a part of it.
+#![allow(dead_code)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -58,7 +60,17 @@ pub struct DeviceEnv {
 impl DeviceEnv {
     /// Starts everything for a node named after `tag`; `change` adjusts the edge config.
     pub async fn start(tag: &str, change: impl FnOnce(&mut Config)) -> anyhow::Result<Self> {
-        Self::start_with(tag, None, change).await
+        Self::start_with(tag, None, None, change).await
+    }
+
+    /// Like [`DeviceEnv::start`] with the cloud processes (devicecontroller too) exporting
+    /// their spans to the OTLP/gRPC endpoint `otlp`; `change` sets the edge's tracing.
+    pub async fn start_traced(
+        tag: &str,
+        otlp: &str,
+        change: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<Self> {
+        Self::start_with(tag, None, Some(otlp), change).await
     }
 
     /// Like [`DeviceEnv::start`] with edgecore in `netns`.
@@ -67,19 +79,23 @@ impl DeviceEnv {
         netns: &EdgeNetns,
         change: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Self> {
-        Self::start_with(tag, Some(netns), change).await
+        Self::start_with(tag, Some(netns), None, change).await
     }
 
     async fn start_with(
         tag: &str,
         netns: Option<&EdgeNetns>,
+        otlp: Option<&str>,
         change: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Self> {
         verge_telemetry::init_for_tests();
         let serial = SERIAL.lock().await;
         let cp = verge_testkit::shared().await?;
         let client = cp.client().await?;
-        let mut cloud = Cloud::start(&cp).await?;
+        let mut cloud = match otlp {
+            Some(otlp) => Cloud::start_traced(&cp, otlp).await?,
+            None => Cloud::start(&cp).await?,
+        };
         cloud.start_devicecontroller(&cp).await?;
         let name = format!("e2e-{tag}-{}", std::process::id());
         let mut edge = Edge::with_config(&name, &cloud, |c| {

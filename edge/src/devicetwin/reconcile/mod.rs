@@ -12,17 +12,18 @@ use std::sync::Arc;
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{Instrument as _, info, warn};
 use verge_core::ResourceType;
 use verge_runtime::ErrorChain;
 
 pub use desired::{Desired, DesiredDevice, Sent};
 
-use super::devices::{Change, DeviceCache};
+use super::devices::{Change, DeviceCache, DeviceId};
 use super::dmi::client::MapperClient;
 use super::handle::DeviceTwinHandle;
 use super::mappers::{MapperRecord, Mappers};
 use super::state;
+use super::trace::{self, DesiredTraces};
 use crate::config::DeviceTwinConfig;
 use crate::metamanager::{MetaStore, StoreEvent};
 use worker::Worker;
@@ -52,6 +53,8 @@ pub(super) struct Reconciler {
     pub(super) mappers: Mappers,
     pub(super) twins: DeviceTwinHandle,
     pub(super) events: broadcast::Receiver<StoreEvent>,
+    /// The traces of desired changes, for the mapper calls that carry them out.
+    pub(super) traces: DesiredTraces,
     pub(super) registrations: mpsc::Receiver<Registration>,
 }
 
@@ -115,6 +118,7 @@ impl Reconciler {
             ),
             devices: self.devices.clone(),
             twins: self.twins.clone(),
+            traces: self.traces.clone(),
             store: self.store.clone(),
             sent,
             poke: Arc::clone(&poke),
@@ -171,9 +175,20 @@ impl Reconciler {
         ) {
             return;
         }
+        let span = trace::desired_span(&event.key.to_string(), &event.trace);
+        if event.key.kind == ResourceType::Device {
+            // Before the cache has the change, so the mapper call that carries it out
+            // (possibly in a pass already running) finds its trace.
+            let id = DeviceId::of(&event.key);
+            span.in_scope(|| self.traces.record_current(&id));
+        }
         let (store, cache) = (self.store.clone(), self.devices.clone());
-        match store.blocking(move |s| cache.apply(s, &event)).await {
-            Ok(Some(Change::Device(id))) => self.twins.sync(id).await,
+        let applied = store
+            .blocking(move |s| cache.apply(s, &event))
+            .instrument(span.clone())
+            .await;
+        match applied {
+            Ok(Some(Change::Device(id))) => self.twins.sync(id).instrument(span).await,
             Ok(_) => {}
             Err(error) => {
                 warn!(error = %ErrorChain(&error), "device store read failed; relisting");

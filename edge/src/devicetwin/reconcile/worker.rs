@@ -13,7 +13,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{Instrument as _, debug, info, warn};
 use verge_runtime::ErrorChain;
 
 use super::desired::{Desired, Sent};
@@ -23,6 +23,7 @@ use crate::devicetwin::dmi::convert;
 use crate::devicetwin::error::Error;
 use crate::devicetwin::handle::DeviceTwinHandle;
 use crate::devicetwin::state;
+use crate::devicetwin::trace::{self, DesiredTraces};
 use crate::metamanager::MetaStore;
 
 /// The worker of one mapper.
@@ -31,6 +32,7 @@ pub(super) struct Worker {
     pub(super) client: MapperClient,
     pub(super) devices: DeviceCache,
     pub(super) twins: DeviceTwinHandle,
+    pub(super) traces: DesiredTraces,
     pub(super) store: MetaStore,
     pub(super) sent: Sent,
     pub(super) poke: Arc<Notify>,
@@ -155,7 +157,11 @@ impl Worker {
                 continue;
             }
             let update = match self.sent.devices.get(&key) {
-                Some(sent) if sent == &device.fingerprint => continue,
+                Some(sent) if sent == &device.fingerprint => {
+                    // Nothing for the mapper: a traced change of it ends here.
+                    self.traces.done(id);
+                    continue;
+                }
                 Some(_) => true,
                 None => false,
             };
@@ -167,12 +173,23 @@ impl Worker {
                     continue;
                 }
             };
+            let span = trace::dmi_span(update, id, &self.traces.get(id));
             let result = if update {
-                self.client.update_device(message).await
+                self.client
+                    .update_device(message)
+                    .instrument(span.clone())
+                    .await
             } else {
-                self.client.register_device(message).await
+                self.client
+                    .register_device(message)
+                    .instrument(span.clone())
+                    .await
             };
+            if result.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
             if self.record(outcome, result, id, "device") {
+                self.traces.done(id);
                 self.sent.devices.insert(key, device.fingerprint.clone());
                 self.save().await;
             } else if outcome.unreachable {

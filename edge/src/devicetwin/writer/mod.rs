@@ -18,6 +18,7 @@ use verge_runtime::ErrorChain;
 use super::devices::{DeviceCache, DeviceId, StoredDevice};
 use super::error::Error;
 use super::state;
+use super::trace;
 use super::twin::{self, TwinDocument, TwinRecord};
 use crate::metamanager::MetaStore;
 use crate::{EdgeHubHandle, Result};
@@ -49,6 +50,17 @@ struct Batch {
     answers: Vec<Answer>,
     /// Documents to announce after the commit.
     documents: Vec<Arc<TwinDocument>>,
+    /// Per device, the trace of its newest traced operation (continued by its report).
+    traces: HashMap<DeviceId, verge_core::TraceContext>,
+}
+
+impl Batch {
+    /// Records `trace` (when set) as the trace device `id`'s report continues.
+    fn follow(&mut self, id: &DeviceId, trace: verge_core::TraceContext) {
+        if !trace.is_empty() {
+            self.traces.insert(id.clone(), trace);
+        }
+    }
 }
 
 impl TwinWriter {
@@ -101,11 +113,23 @@ impl TwinWriter {
         let mut batch = Batch::default();
         for op in ops {
             match op {
-                Op::Report { id, twins, reply } => {
+                Op::Report {
+                    id,
+                    twins,
+                    trace,
+                    reply,
+                } => {
+                    batch.follow(&id, trace);
                     let result = self.report(&mut batch, &id, twins, now_ms);
                     batch.answers.push(Answer::Document(reply, result));
                 }
-                Op::State { id, state, reply } => {
+                Op::State {
+                    id,
+                    state,
+                    trace,
+                    reply,
+                } => {
+                    batch.follow(&id, trace);
                     let result = self.state(&mut batch, &id, &state, now);
                     batch.answers.push(Answer::Document(reply, result));
                 }
@@ -152,7 +176,7 @@ impl TwinWriter {
     }
 
     /// Commits the batch's records with the `devicestatus` reports of the devices whose
-    /// status report changed.
+    /// status report changed, each made in a `devicetwin.report` span (see `trace`).
     async fn commit(&self, batch: &Batch) -> Result<()> {
         let staged: Vec<(DeviceId, TwinRecord)> = batch
             .staged
@@ -164,6 +188,7 @@ impl TwinWriter {
             return Ok(());
         }
         let mut reports = Vec::new();
+        let mut spans = Vec::new();
         for (id, record) in &staged {
             let Some(device) = self.devices.device(id) else {
                 continue;
@@ -176,7 +201,12 @@ impl TwinWriter {
                 .filter(|r| r.uid == record.uid)
                 .unwrap_or(&empty);
             if twin::status_report(&device.device, committed) != after {
-                reports.push(status_message(&device, &after)?);
+                let parent = batch.traces.get(id).cloned().unwrap_or_default();
+                let span = trace::report_span(id, after.twins.len(), &parent);
+                let mut message = status_message(&device, &after)?;
+                message.trace = verge_telemetry::propagation::inject(&span);
+                reports.push(message);
+                spans.push(span);
             }
         }
         debug!(
@@ -186,7 +216,8 @@ impl TwinWriter {
             "committing twin changes"
         );
         let removed: Vec<DeviceId> = batch.removed.iter().cloned().collect();
-        self.hub
+        let committed = self
+            .hub
             .report_with(&self.store, move |txn| {
                 for (id, record) in &staged {
                     state::put_twin(txn, id, record)?;
@@ -196,7 +227,11 @@ impl TwinWriter {
                 }
                 Ok(((), reports))
             })
-            .await
+            .await;
+        for span in spans {
+            trace::end(span, committed.is_err());
+        }
+        committed
     }
 
     fn report(

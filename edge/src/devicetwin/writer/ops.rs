@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
-use verge_core::{Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, Write};
+use verge_core::{
+    Envelope, Group, Kind, Module, ObjectVersion, ResourceKey, ResourceType, TraceContext, Write,
+};
 use verge_device_api::Twin;
 
 use crate::Result;
@@ -22,12 +24,16 @@ pub(crate) enum Op {
     Report {
         id: DeviceId,
         twins: Vec<Twin>,
+        /// The caller's trace (e.g. an MQTT update's), continued by the report it causes.
+        trace: TraceContext,
         reply: Reply<TwinDocument>,
     },
     /// A device state.
     State {
         id: DeviceId,
         state: String,
+        /// As for `Report`.
+        trace: TraceContext,
         reply: Reply<TwinDocument>,
     },
     /// The current twin.

@@ -10,12 +10,15 @@
 //! the Device's uid ([`status`]). A node may only report Devices bound to it
 //! (`spec.nodeName`); a refusal is logged with the node and counted
 //! ([`AUTHORIZATION_REFUSALS`]).
+//!
+//! Tracing: a report carrying a trace context is handled in a `devicecontroller.upstream`
+//! span continuing it, with the DeviceStatus write as `kube.apply_device_status`.
 
 pub mod status;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 use verge_core::{Envelope, Group, Kind, NodeResource, Operation, Outcome, ResourceType};
 use verge_device_api::StatusReport;
 
@@ -155,7 +158,27 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
             debug!(%operation, %parent_id, "edge answered a downstream message");
             return None;
         }
-        Ok(Inbound::Status(report)) => status::write(context, node, &report).await,
+        Ok(Inbound::Status(report)) => {
+            // A traced report (a twin change on the edge, `devicetwin.report`) continues its
+            // trace here, down to the DeviceStatus write.
+            let span = verge_telemetry::propagation::continued(&message.trace, || {
+                verge_telemetry::span!(
+                    "devicecontroller.upstream",
+                    verge.node = %node,
+                    verge.message.id = %message.id,
+                    verge.resource = %message.path(),
+                    verge.operation = %message.operation(),
+                    otel.status_code = tracing::field::Empty,
+                )
+            });
+            let result = status::write(context, node, &report)
+                .instrument(span.clone())
+                .await;
+            if result.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
+            result
+        }
         Err(error) => Err(error),
     };
     Some(match result {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{Instrument as _, info};
 use verge_device_api::{API_VERSION, StatusReport};
 
 use super::{Context, DeviceReport};
@@ -78,6 +78,14 @@ pub async fn write(context: &Context, node: &str, report: &DeviceReport) -> Resu
     let object = status_object(&device, &report.report);
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&report.name, &params, &Patch::Apply(&object))
+        .instrument(verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!(
+                "kube.apply_device_status",
+                k8s.namespace.name = %report.namespace,
+                verge.device.name = %report.name,
+                verge.device.uid = %report.uid,
+            )
+        }))
         .await
         .map_err(Error::kube("apply devicestatus"))?;
     Ok(Written::Applied)
