@@ -85,6 +85,9 @@ pub enum Error {
     /// A pod volume cannot be set up, mounted or removed (edged's volumes).
     #[error(transparent)]
     Volume(#[from] crate::edged::volumes::VolumeError),
+    /// The container runtime endpoint cannot be used for the streaming server.
+    #[error("container runtime endpoint for streaming")]
+    Docker(#[source] bollard::errors::Error),
 }
 
 /// `Result` with [`Error`] as the default error.

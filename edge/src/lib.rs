@@ -20,7 +20,10 @@
 //! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
 //!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
 //!   [`eventbus::EventBusHandle`]).
+//! - [`streaming`]: the kubelet's streaming API (exec, attach, port-forward) over SPDY/3.1.
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
+//! - [`streaming`]: the kubelet streaming API (kubectl logs, exec, attach, port-forward)
+//!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
 //! - `private_dir`: the data, pods and pod directories, mode 0700.
@@ -42,6 +45,7 @@ pub mod metamanager;
 pub mod metrics;
 pub mod node;
 mod private_dir;
+pub mod streaming;
 
 use std::sync::Arc;
 
@@ -91,6 +95,32 @@ impl EdgeCore {
         &self.store
     }
 
+    /// The streaming server (kubectl logs/exec/...), unless `streaming.enable` is off. Its
+    /// Docker client has no request timeout: a followed log or an exec lasts as long as
+    /// the client wants.
+    ///
+    /// # Errors
+    /// [`Error::Docker`] when the container runtime endpoint is unusable.
+    fn streaming_server(
+        &self,
+    ) -> Result<Option<(streaming::StreamingServer, streaming::TunnelRequests)>> {
+        if !self.config.streaming.enable {
+            return Ok(None);
+        }
+        let docker = match &self.config.edged.container_runtime_endpoint {
+            None => bollard::Docker::connect_with_local_defaults(),
+            Some(host) => bollard::Docker::connect_with_host(host),
+        }
+        .map_err(Error::Docker)?
+        .with_timeout(std::time::Duration::from_secs(4 * 3600));
+        Ok(Some(streaming::StreamingServer::new(
+            docker,
+            self.store.clone(),
+            &self.config.node_name,
+            &self.config.data_dir,
+        )))
+    }
+
     /// Runs every module until `shutdown` is cancelled, then waits for all of them to stop.
     /// A module that fails stops the others.
     ///
@@ -122,6 +152,13 @@ impl EdgeCore {
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());
         let stop = modules.stop_token().clone();
+        let hub = match self.streaming_server()? {
+            Some((server, tunnels)) => {
+                modules.spawn("streaming", server.run(stop.clone()));
+                hub.with_tunnels(tunnels)
+            }
+            None => hub,
+        };
         modules.spawn("edgehub", hub.run(stop.clone()));
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));

@@ -252,20 +252,6 @@ async fn container_gc_removes_dead_pods_and_old_instances_only() -> Result<()> {
 async fn image_gc_removes_only_unused_unpinned_images() -> Result<()> {
     let docker_api = setup()?;
     let mut cleanup = Cleanup::default();
-    // Pin everything that exists now (other tests' images too), except the test image's id:
-    // the test image stays protected by its pinned tag only.
-    let test_id = docker(&["image", "inspect", "-f", "{{.Id}}", TEST_IMAGE])?;
-    let mut pinned: Vec<String> = docker(&["images", "-q", "--no-trunc"])?
-        .lines()
-        .filter(|id| *id != test_id)
-        .map(str::to_owned)
-        .collect();
-    pinned.extend(
-        docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"])?
-            .lines()
-            .map(str::to_owned),
-    );
-
     // Two images with their own ids (commit with a unique label): one unused, one in use.
     let base = docker(&["create", TEST_IMAGE, "true"])?;
     cleanup.containers.push(base.clone());
@@ -285,6 +271,27 @@ async fn image_gc_removes_only_unused_unpinned_images() -> Result<()> {
     }
     let user = docker(&["create", &used, "true"])?;
     cleanup.containers.push(user);
+
+    // Pin everything that exists now but this test's two images (the kit's and other tests'
+    // images, some built while this runs), except the test image's id: the test image
+    // stays protected by its pinned tag only. Taken right before the pass, which only
+    // removes what it lists itself a moment later.
+    let test_id = docker(&["image", "inspect", "-f", "{{.Id}}", TEST_IMAGE])?;
+    let own: Vec<String> = [&unused, &used]
+        .iter()
+        .map(|tag| docker(&["image", "inspect", "-f", "{{.Id}}", tag.as_str()]))
+        .collect::<Result<_>>()?;
+    let mut pinned: Vec<String> = docker(&["images", "-q", "--no-trunc"])?
+        .lines()
+        .filter(|id| *id != test_id && !own.iter().any(|o| o == id))
+        .map(str::to_owned)
+        .collect();
+    pinned.extend(
+        docker(&["images", "--format", "{{.Repository}}:{{.Tag}}"])?
+            .lines()
+            .filter(|tag| *tag != unused && *tag != used)
+            .map(str::to_owned),
+    );
 
     let config = GcConfig {
         image_gc_high_threshold_percent: 0,

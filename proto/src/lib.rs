@@ -10,6 +10,7 @@
 //! - [`envelope`]: `TryFrom<Message> for Envelope`, `From<Envelope> for Message`, and the
 //!   stored form ([`envelope::encode`] / [`envelope::decode`]).
 //! - [`error`]: the crate's [`Error`] (a wire message that is not a valid envelope).
+//! - [`tunnel`]: one tunnelled connection as `EdgeHub.Tunnel` frames ([`tunnel::splice`]).
 //! - `build` (feature `testing` only): wire-level constructors and the `MessageExt`
 //!   accessors, for tests and tools that play a raw peer. Production code never reads
 //!   `Message` fields: it converts at the stream boundary.
@@ -70,6 +71,7 @@ pub mod build;
 pub mod envelope;
 pub mod error;
 pub mod transport;
+pub mod tunnel;
 
 #[cfg(feature = "testing")]
 pub use build::MessageExt;

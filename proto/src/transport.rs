@@ -16,6 +16,9 @@ use tonic::transport::{Channel, Endpoint};
 /// The endpoint of `address` (`https://host:port`, or `host:port`) for [`connect_tls`], on
 /// which the caller sets timeouts and keepalives. tonic itself only carries the HTTP/2
 /// connection (its URI says `http`); TLS is done by [`connect_tls`]'s connector, always.
+/// HTTP/2 flow-control windows are adaptive (sized from the measured bandwidth-delay
+/// product, see [`Endpoint::http2_adaptive_window`]): with HTTP/2's fixed 64 KiB default a
+/// tunnelled stream such as `kubectl logs` is held to one window per round trip.
 ///
 /// # Errors
 /// [`EndpointError::Plaintext`] for an `http://` address (Verge has no plaintext mode),
@@ -33,7 +36,7 @@ pub fn endpoint(address: &str) -> Result<Endpoint, EndpointError> {
     if uri.host().is_none() || uri.port_u16().is_none() {
         return Err(EndpointError::Invalid(address.to_owned()));
     }
-    Ok(Endpoint::from(uri))
+    Ok(Endpoint::from(uri).http2_adaptive_window(true))
 }
 
 /// Why an address cannot be used.

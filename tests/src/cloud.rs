@@ -55,7 +55,23 @@ pub struct Replica {
     pub join_url: String,
 }
 
+impl Replica {
+    /// Points an edge's `config` at this replica: `edgeHub.server` and `edgeHub.joinServer`.
+    pub fn serve(&self, config: &mut verge_edgecore::Config) {
+        config.edge_hub.server.clone_from(&self.edge_url);
+        config.edge_hub.join_server = Some(self.join_url.clone());
+    }
+}
+
 impl Cloud {
+    /// The second cloudhub replica (`hub-1`) of [`Cloud::start_replicas`].
+    ///
+    /// # Errors
+    /// The cloud runs a single replica.
+    pub fn second_replica(&self) -> anyhow::Result<&Replica> {
+        self.replicas.first().context("no second cloudhub replica")
+    }
+
     /// Starts cloudhub (keepalive 2 s, ack timeout 2 s; edge and join ports on all
     /// interfaces so edges in test network namespaces reach them; the Verge CA in the
     /// cluster) and edgecontroller (authenticated by a token of its service account) against
@@ -100,7 +116,11 @@ impl Cloud {
         let config = dir.path().join("cloudhub.yaml");
         std::fs::write(
             &config,
-            "keepaliveInterval: 2s\nackTimeout: 2s\ntrust: {serverSans: [localhost, 127.0.0.1]}\n",
+            format!(
+                "keepaliveInterval: 2s\nackTimeout: 2s\ntrust: {{serverSans: [localhost, 127.0.0.1]}}\n\
+                 streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}}}\n",
+                cp.ca_cert_path().display()
+            ),
         )?;
         let kubeconfig = cp.kubeconfig().display().to_string();
         let mut hubs = Vec::new();

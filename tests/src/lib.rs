@@ -50,6 +50,10 @@ pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
+    // The host's Docker is shared with everything else on this machine (the kit's images,
+    // other tests' images): a test edge never garbage-collects images, as kubelet's
+    // `imageGCHighThresholdPercent: 100` (edge/tests/probes_gc.rs tests image GC itself).
+    config.edged.gc.image_gc_high_threshold_percent = 100;
     config.device_twin.dmi_socket = data_dir.join("dmi.sock");
     // Many edges run side by side on the host: a free port instead of the default 10008.
     config.metrics_addr = Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0)));

@@ -125,6 +125,18 @@ const NEEDED: &[Can] = &[
     yes(CH, "create", "configmaps/verge-ca", VS),
     yes(CH, "patch", "configmaps/verge-ca", VS),
     yes(CH, "get", "secrets/bootstrap-token-abcdef", "kube-system"),
+    // cloudhub streams: kubelet serving CSRs, the replicas' peer Leases.
+    yes(
+        CH,
+        "approve",
+        "signers.certificates.k8s.io/kubernetes.io/kubelet-serving",
+        "cluster",
+    ),
+    yes(CH, "get", CSR, "cluster"),
+    yes(CH, "create", LEASES, VS),
+    yes(CH, "patch", LEASES, VS),
+    yes(CH, "list", LEASES, VS),
+    yes(CH, "delete", LEASES, VS),
     // edgecontroller: a kubelet's calls for every edge node, and its own Lease and hubs.
     yes(EC, "list", "nodes", "cluster"),
     yes(EC, "watch", "nodes", "cluster"),
@@ -213,6 +225,13 @@ const FORBIDDEN: &[Can] = &[
     ),
     no(CH, "delete", CSR, "cluster"),
     no(CH, "list", CSR, "cluster"),
+    no(
+        CH,
+        "sign",
+        "signers.certificates.k8s.io/kubernetes.io/kubelet-serving",
+        "cluster",
+    ),
+    no(CH, "list", LEASES, "default"),
     no(CH, "create", "namespaces", "cluster"),
     no(CH, "get", "pods", "default"),
     no(CH, "create", "serviceaccounts#token", VS),
@@ -422,6 +441,7 @@ async fn the_whole_kustomization_passes_a_server_side_dry_run() -> anyhow::Resul
         "deployment.apps/devicecontroller",
         "poddisruptionbudget.policy/cloudhub",
         "service/cloudhub-controllers",
+        "service/cloudhub-streams",
         "configmap/devicecontroller-config",
     ] {
         ensure!(

@@ -38,19 +38,7 @@ impl Setup {
         let name = format!("e2e-{tag}-{}", std::process::id());
         let mut edge = Edge::new(&name, &cloud)?;
         edge.start()?;
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        let n = name.clone();
-        wait_for("edge node Ready", Duration::from_secs(30), || {
-            let nodes = nodes.clone();
-            let n = n.clone();
-            async move {
-                let node = nodes.get_opt(&n).await?;
-                Ok(node
-                    .filter(|n| verge_e2e::ready_status(n).as_deref() == Some("True"))
-                    .map(|_| ()))
-            }
-        })
-        .await?;
+        verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
         let ns = name.clone();
         create_namespace(&client, &ns).await?;
         Ok(Self {

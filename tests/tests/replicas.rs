@@ -62,11 +62,8 @@ async fn killing_a_replica_moves_its_edges_and_loses_nothing() -> anyhow::Result
     let client = cp.client().await?;
     let mut cloud = Cloud::start_replicas(&cp, 2).await?;
     let hub0 = cloud.edge_url.clone();
-    let (hub1, join1) = cloud
-        .replicas
-        .first()
-        .map(|r| (r.edge_url.clone(), r.join_url.clone()))
-        .ok_or_else(|| anyhow::anyhow!("no second replica"))?;
+    let replica1 = cloud.second_replica()?;
+    let hub1 = replica1.edge_url.clone();
     let pid = std::process::id();
     let (a, b, ns) = (
         format!("e2e-rep-a-{pid}"),
@@ -77,8 +74,7 @@ async fn killing_a_replica_moves_its_edges_and_loses_nothing() -> anyhow::Result
         c.edge_hub.server_alternates = vec![hub1.clone()];
     })?;
     let mut edge_b = Edge::with_config(&b, &cloud, |c| {
-        c.edge_hub.server.clone_from(&hub1);
-        c.edge_hub.join_server = Some(join1.clone());
+        replica1.serve(c);
         c.edge_hub.server_alternates = vec![hub0.clone()];
     })?;
     edge_a.start()?;

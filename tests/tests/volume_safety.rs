@@ -15,7 +15,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerStatus, Event, Namespace, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ContainerStatus, Event, Namespace, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -58,18 +58,7 @@ impl Setup {
         );
         before_start(&edge)?;
         edge.start()?;
-        let nodes: Api<Node> = Api::all(client.clone());
-        let n = name.clone();
-        wait_for("edge node Ready", Duration::from_secs(30), || {
-            let (nodes, n) = (nodes.clone(), n.clone());
-            async move {
-                let node = nodes.get_opt(&n).await?;
-                Ok(node
-                    .filter(|n| verge_e2e::ready_status(n).as_deref() == Some("True"))
-                    .map(|_| ()))
-            }
-        })
-        .await?;
+        verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
         create_namespace(&client, &name).await?;
         Ok(Self {
             _unmount: unmount,

@@ -6,7 +6,8 @@
 //! resyncing by inventory against cloudhub and edgecontroller), [`devices`] (device twins
 //! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
 //! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
-//! [`tracing_overhead`] (pod start-up with tracing off vs on), [`record`] (the result tables
+//! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
+//! through cloudhub against `docker logs`), [`record`] (the result tables
 //! in `docs/benchmarks.md`).
 
 mod deploy;
@@ -14,6 +15,7 @@ mod devices;
 mod pod_startup;
 mod reconnect;
 mod record;
+mod streams;
 mod tracing_overhead;
 
 use std::process::ExitCode;
@@ -49,6 +51,9 @@ enum Bench {
     /// N pods one at a time with tracing off (the baseline) and on at sampling 1.0 (OTLP to
     /// the kit's Jaeger), alternating in rounds: p50/p99 of create -> Running and the ratio.
     Tracing(tracing_overhead::Args),
+    /// `kubectl logs` of a large container log through cloudhub against `docker logs`:
+    /// MB/s, and the latency of a one-line request.
+    Streams(streams::Args),
 }
 
 /// Runs one benchmark.
@@ -59,6 +64,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Devices(a) => devices::run(a).await,
         Bench::Deploy(a) => deploy::run(a).await,
         Bench::Tracing(a) => tracing_overhead::run(a).await,
+        Bench::Streams(a) => streams::run(a).await,
     }
 }
 

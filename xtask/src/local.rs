@@ -66,7 +66,8 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
 /// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
 /// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
 /// service account, and edgecore joins with a new bootstrap token (its earlier credentials
-/// are dropped, since the control plane and so the CA may be new).
+/// are dropped, since the control plane and so the CA may be new). The edge never
+/// garbage-collects images: it shares this machine's Docker with the user's own images.
 pub async fn start(
     dir: &Path,
     bin_dir: &Path,
@@ -94,7 +95,9 @@ pub async fn start(
             "cloudhub.yaml",
             &format!(
                 "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n"
+             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n\
+             streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}}}\n",
+                cp.ca_cert_path().display()
             ),
         )?,
         &tracing,
@@ -109,6 +112,7 @@ pub async fn start(
                 "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
+             \x20 gc: {{imageGCHighThresholdPercent: 100}}\n\
              deviceTwin:\n  dmiSocket: {}\n\
              eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n",
                 dir.join("edge").display(),

@@ -5,10 +5,12 @@
 //! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
 //! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
 //! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
-//! images of the services); [`local`] starts and stops the Verge processes for quickstart and
+//! images of the services), [`conformance`] (the upstream `[NodeConformance]` specs against
+//! the edge node, docs/conformance.md); [`local`] starts and stops the Verge processes for quickstart and
 //! benchmarks.
 
 mod bench;
+mod conformance;
 mod control_plane;
 mod down;
 mod fuzz;
@@ -51,6 +53,9 @@ enum Command {
     /// Build the container images `verge/<binary>:<tag>` (static binaries FROM scratch,
     /// non-root) in the local Docker engine; print their sizes; optionally `docker save` them.
     Images(images::Args),
+    /// Run the upstream `[NodeConformance]` specs of the pinned release against the
+    /// quickstart cluster's edge node and write docs/conformance.md.
+    Conformance(conformance::Args),
 }
 
 #[tokio::main]
@@ -65,6 +70,7 @@ async fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args).await,
         Command::Fuzz(args) => fuzz::run(args).await,
         Command::Images(args) => images::run(args).await,
+        Command::Conformance(args) => conformance::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -82,14 +82,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("quickstart: [1/8] Debian packages, Docker engine and the local test image");
     local::ensure_host().await?;
 
-    eprintln!("quickstart: [2/8] Kubernetes control plane (the first build takes ~10 minutes)");
-    let cp = crate::control_plane::up(&control_plane_config()).await?;
-
-    eprintln!("quickstart: [3/8] Jaeger (the first build takes a few minutes)");
-    let jaeger = crate::jaeger::up(&verge_testkit::jaeger::JaegerConfig::from_env()).await?;
-
-    eprintln!("quickstart: [4/8] cargo build --bins");
+    eprintln!("quickstart: [2/8] cargo build --bins");
     let bin_dir = local::build_bins(false)?;
+
+    eprintln!("quickstart: [3/8] Kubernetes control plane (the first build takes ~10 minutes)");
+    let cp = crate::control_plane::up(&ControlPlaneConfig {
+        // kubectl logs/exec: the API server's streams front runs this cloudhub.
+        front_bin_dir: Some(bin_dir.clone()),
+        ..control_plane_config()
+    })
+    .await?;
+
+    eprintln!("quickstart: [4/8] Jaeger (the first build takes a few minutes)");
+    let jaeger = crate::jaeger::up(&verge_testkit::jaeger::JaegerConfig::from_env()).await?;
 
     eprintln!("quickstart: [5/8] starting cloudhub, edgecontroller, devicecontroller and edgecore");
     let otlp = jaeger.otlp_grpc_endpoint();
@@ -108,6 +113,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     eprintln!("quickstart: [7/8] applying a sample Deployment to the edge node");
     sample_deployment(&cp, &args)?;
     first_pod_trace(&cp, &jaeger).await;
+    exec_into_sample(&cp);
     eprintln!("quickstart: [8/8] devices: the virtual mapper and the example thermometer");
     devices(&cp, &bin_dir, &args).await?;
     eprintln!(
@@ -160,6 +166,31 @@ pub fn sample_deployment(cp: &verge_testkit::ControlPlane, args: &Args) -> anyho
         .args(["get", "pods", "-o", "wide"])
         .status();
     Ok(())
+}
+
+/// Runs `kubectl exec deploy/hello-edge -- wget -qO- localhost:8080` (through the API
+/// server, cloudhub and the node's session, architecture.md §10) and prints what it shows;
+/// a warning with kubectl's error when it fails.
+fn exec_into_sample(cp: &verge_testkit::ControlPlane) {
+    let args = [
+        "exec",
+        "deploy/hello-edge",
+        "--",
+        "wget",
+        "-qO-",
+        "http://127.0.0.1:8080/",
+    ];
+    eprintln!("quickstart: kubectl {}", args.join(" "));
+    match cp.kubectl_command().args(args).output() {
+        Ok(out) if out.status.success() => {
+            eprint!("{}", String::from_utf8_lossy(&out.stdout));
+        }
+        Ok(out) => eprintln!(
+            "quickstart: warning: kubectl exec failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(error) => eprintln!("quickstart: warning: kubectl exec: {error}"),
+    }
 }
 
 /// Prints the trace id (and UI link) of the creation of the sample Deployment's first pod,

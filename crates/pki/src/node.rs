@@ -161,9 +161,34 @@ impl NodeKey {
     /// [`Error::NodeName`] for a name that is not a DNS-1123 subdomain, [`Error::Rcgen`] if
     /// signing fails.
     pub fn csr_pem(&self, node_name: &str) -> Result<String> {
+        self.node_csr(node_name, Vec::new())
+    }
+}
+
+impl NodeKey {
+    /// A PEM PKCS#10 CSR for the kubelet serving certificate of `node_name`, as a kubelet
+    /// with `serverTLSBootstrap` asks signer `kubernetes.io/kubelet-serving`:
+    /// `CN=system:node:<node_name>, O=system:nodes` and the single DNS subject alternative
+    /// name `<node_name>` (the node's `Hostname` address, which the API server dials).
+    ///
+    /// # Errors
+    /// [`Error::NodeName`] for a name that is not a DNS-1123 subdomain, [`Error::Rcgen`] if
+    /// signing fails.
+    pub fn serving_csr_pem(&self, node_name: &str) -> Result<String> {
+        let name =
+            rcgen::string::Ia5String::try_from(node_name).map_err(|source| Error::Rcgen {
+                action: "encoding the node name",
+                source,
+            })?;
+        self.node_csr(node_name, vec![rcgen::SanType::DnsName(name)])
+    }
+
+    /// A PEM CSR for the node subject of `node_name` with subject alternative names `sans`.
+    fn node_csr(&self, node_name: &str, sans: Vec<rcgen::SanType>) -> Result<String> {
         validate_node_name(node_name).map_err(Error::NodeName)?;
         let mut params = CertificateParams::default();
         params.distinguished_name = node_subject(node_name);
+        params.subject_alt_names = sans;
         let csr = params
             .serialize_request(&self.key)
             .map_err(|source| Error::Rcgen {

@@ -65,8 +65,12 @@ pub enum LogFormat {
 }
 
 /// Installs a test subscriber that writes through the test harness's capture (shown only for
-/// failing tests). Safe to call from every test.
+/// failing tests); with feature `testing` it also feeds `testing::SpanCapture`s. Safe to
+/// call from every test.
 pub fn init_for_tests() {
+    #[cfg(any(test, feature = "testing"))]
+    let _ = testing::install();
+    #[cfg(not(any(test, feature = "testing")))]
     let _ = tracing_subscriber::fmt()
         .with_env_filter(init::filter("info,verge=debug"))
         .with_test_writer()

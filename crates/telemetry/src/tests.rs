@@ -4,9 +4,9 @@ use opentelemetry::trace::{SpanKind, TraceContextExt as _};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use verge_core::{Envelope, Group, Kind, Module, ResourceKey, TraceContext};
 
+use crate::TracingConfig;
 use crate::propagation::{extract, inject, inject_current, set_parent, trace_id};
 use crate::testing::SpanCapture;
-use crate::{LogFormat, TracingConfig, init};
 
 const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
@@ -160,29 +160,6 @@ fn a_sampling_ratio_of_zero_drops_new_traces_but_follows_a_sampled_parent() {
         .map(|s| s.name.into_owned())
         .collect();
     assert_eq!(names, vec!["continued".to_owned()]);
-}
-
-/// The only test that installs the global subscriber (one per process).
-#[test]
-fn off_installs_no_opentelemetry_layer() {
-    let guard = init("test", LogFormat::Text, &TracingConfig::default()).expect("init");
-    // With export off the span exists only for logs.
-    assert!(!guard.is_exporting());
-    let span = crate::span!("untraced");
-    assert!(
-        span.set_parent(extract(&TraceContext {
-            traceparent: PARENT.to_owned(),
-            tracestate: String::new(),
-        }))
-        .is_err(),
-        "no OpenTelemetry layer"
-    );
-    assert!(span.in_scope(inject_current).is_empty());
-    guard.shutdown().expect("nothing to flush");
-    assert!(matches!(
-        init("again", LogFormat::Json, &TracingConfig::default()),
-        Err(crate::TelemetryError::AlreadyInstalled(_))
-    ));
 }
 
 #[tokio::test]

@@ -252,6 +252,37 @@ impl Deployment {
             .join("\n")
     }
 
+    /// What a failed connection to the cloud side needs to be explained: the `verge-system`
+    /// Services and EndpointSlices, the cloudhub pods with their IPs, and the last lines of
+    /// each cloudhub's log (each part says why it is missing when kubectl fails).
+    pub fn cloud_diagnostics(&self) -> String {
+        let mut out = String::new();
+        for args in [
+            &[
+                "-n",
+                "verge-system",
+                "get",
+                "services,endpointslices",
+                "-o",
+                "wide",
+            ][..],
+            &["-n", "verge-system", "get", "pods", "-o", "wide"][..],
+            &[
+                "-n",
+                "verge-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=cloudhub",
+                "--tail=20",
+                "--prefix",
+            ][..],
+        ] {
+            let text = self.kubectl(args).unwrap_or_else(|e| format!("({e:#})"));
+            out.push_str(&format!("--- kubectl {}:\n{text}\n", args.join(" ")));
+        }
+        out
+    }
+
     /// Removes the workloads of `deploy/cloud` (Deployments, Services, PDBs, ConfigMaps) and
     /// the controllers' Leases, then stops the kubelet node. The namespace, CRDs and RBAC stay:
     /// other tests on the shared control plane use them.

@@ -195,6 +195,23 @@ pub fn ensure_test_image() -> anyhow::Result<()> {
 /// # Errors
 /// Package installation, `busybox --list`, `tar` or `docker import` fail.
 pub fn import_busybox_image(reference: &str) -> anyhow::Result<()> {
+    let root = tempfile::tempdir().context("creating rootfs tempdir")?;
+    busybox_rootfs(root.path())?;
+    import_rootfs(
+        root.path(),
+        reference,
+        &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#],
+    )
+}
+
+/// Fills the directory `root` with the busybox root filesystem described at [`TEST_IMAGE`]
+/// (`/bin/busybox` with every applet linked beside it, `/etc/passwd` and `/etc/group`
+/// naming root, empty `/tmp`, `/proc`, `/sys`, `/dev`, `/root`), installing Debian's
+/// `busybox-static` first if needed; a base for other images made with [`import_rootfs`].
+///
+/// # Errors
+/// Package installation, file writes or `busybox --list` fail.
+pub fn busybox_rootfs(root: &Path) -> anyhow::Result<()> {
     if !packages::is_installed("busybox-static") {
         packages::ensure_debian_packages(&["busybox-static"])?;
     }
@@ -203,17 +220,15 @@ pub fn import_busybox_image(reference: &str) -> anyhow::Result<()> {
         .map(Path::new)
         .find(|p| p.exists())
         .context("busybox not found in /bin or /usr/bin after installing busybox-static")?;
-    let root = tempfile::tempdir().context("creating rootfs tempdir")?;
-    build_rootfs(busybox, root.path())?;
-    import_rootfs(
-        root.path(),
-        reference,
-        &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#],
-    )
+    busybox_rootfs_from(busybox, root)
 }
 
-/// Fills `root` with the busybox root filesystem described at [`TEST_IMAGE`].
-fn build_rootfs(busybox: &Path, root: &Path) -> anyhow::Result<()> {
+/// Fills `root` with the busybox root filesystem described at [`TEST_IMAGE`] around the
+/// static binary `busybox` (another build than Debian's, e.g. a newer release).
+///
+/// # Errors
+/// File writes or `busybox --list` fail.
+pub fn busybox_rootfs_from(busybox: &Path, root: &Path) -> anyhow::Result<()> {
     for dir in ["bin", "etc", "tmp", "proc", "sys", "dev", "root"] {
         std::fs::create_dir_all(root.join(dir))?;
     }
@@ -244,7 +259,7 @@ fn build_rootfs(busybox: &Path, root: &Path) -> anyhow::Result<()> {
 ///
 /// # Errors
 /// `tar` or `docker import` fail.
-pub(crate) fn import_rootfs(root: &Path, reference: &str, changes: &[&str]) -> anyhow::Result<()> {
+pub fn import_rootfs(root: &Path, reference: &str, changes: &[&str]) -> anyhow::Result<()> {
     let mut tar = Command::new("tar")
         .arg("-C")
         .arg(root)

@@ -109,6 +109,12 @@ impl EdgeInstall {
             &["deviceTwin", "dmiSocket"],
             path(&dir.join("dmi.sock")),
         )?;
+        // This host's Docker holds the kit's and other tests' images: no image GC here.
+        set(
+            &mut config,
+            &["edged", "gc", "imageGCHighThresholdPercent"],
+            100.into(),
+        )?;
         // Several installed edges run side by side on one host (the tests' three, the
         // quickstart's): each serves /metrics on a free loopback port, not the default one.
         set(&mut config, &["metricsAddr"], "127.0.0.1:0".into())?;

@@ -11,7 +11,6 @@
 //! `$PROTOC`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
@@ -116,30 +115,32 @@ pub fn ensure_built() -> anyhow::Result<PathBuf> {
     if stamp.is_file() && binary.is_file() {
         return Ok(binary);
     }
-    let mut path = std::env::var_os("PATH").unwrap_or_default();
-    path.push(":/usr/local/go/bin");
-    if !std::env::split_paths(&path).any(|d| d.join("go").is_file()) {
-        bail!("building the Go mapper needs Go on PATH or in /usr/local/go/bin");
-    }
+    let path = crate::go_build::go_path("building the Go mapper")?;
     let script = source_dir().join("build.sh");
     eprintln!(
         "verge-testkit: building the Go mapper into {} (up to ~3 min with cold Go caches)",
         dir.display()
     );
     let started = Instant::now();
-    let status = Command::new("bash")
-        .arg(&script)
-        .arg(&dir)
-        .env("PATH", path)
-        .env("PROTOC", protoc_path()?)
-        .env("PROTOC_INCLUDE", protoc_include()?)
-        .env("GO_MAPPER_TOOLS", cache_root().join("tools"))
-        .stdin(Stdio::null())
-        .stdout(std::io::stderr())
-        .status()
-        .with_context(|| format!("running {}", script.display()))?;
-    if !status.success() || !binary.is_file() {
-        bail!("{} {} failed: {status}", script.display(), dir.display());
+    let (protoc, include) = (protoc_path()?, protoc_include()?);
+    let tools = cache_root().join("tools");
+    crate::go_build::Script {
+        path: &script,
+        args: &[dir.as_os_str()],
+        env: &[
+            ("PROTOC", protoc.as_os_str()),
+            ("PROTOC_INCLUDE", include.as_os_str()),
+            ("GO_MAPPER_TOOLS", tools.as_os_str()),
+        ],
+        low_priority: false,
+    }
+    .run(&path)?;
+    if !binary.is_file() {
+        bail!(
+            "{} finished but {} is missing",
+            script.display(),
+            binary.display()
+        );
     }
     std::fs::write(&stamp, "complete\n").with_context(|| format!("writing {}", stamp.display()))?;
     eprintln!(

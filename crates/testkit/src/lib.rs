@@ -89,6 +89,7 @@ pub mod deployment;
 pub mod dmi;
 pub mod docker;
 pub mod edge_install;
+pub mod go_build;
 pub mod go_mapper;
 pub mod jaeger;
 pub mod kubelet_node;

@@ -83,6 +83,63 @@ pub fn join_address(config: &Config) -> Result<String> {
     Ok(format!("https://{host}:{DEFAULT_JOIN_PORT}"))
 }
 
+/// How long the first connection to cloudhub is retried while nothing answers (a join run
+/// right after cloudhub's Service appears, before its endpoints are programmed), as
+/// `kubeadm join` retries discovery.
+const CONNECT_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// `connect()`, retried with backoff for [`CONNECT_RETRY_FOR`] while it fails because nothing
+/// accepts the connection (refused, reset, timed out); other failures (a certificate that
+/// does not verify) return at once.
+async fn first_connect<T, F, Fut>(connect: F) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    use backon::{ExponentialBuilder, Retryable as _};
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(250))
+        .with_max_delay(Duration::from_secs(5))
+        .with_total_delay(Some(CONNECT_RETRY_FOR))
+        .without_max_times();
+    connect
+        .retry(backoff)
+        .when(unreachable)
+        .notify(|error, after| {
+            tracing::warn!(%error, retry_in = ?after, "cloudhub not reachable yet; retrying");
+        })
+        .await
+}
+
+/// Whether `error` says nothing accepted the connection, or that what answered is not a
+/// gRPC server (an HTTP status without `grpc-status`: with unverified discovery any server
+/// completes the TLS handshake, e.g. whatever answers at a Service address whose endpoints
+/// are not programmed yet).
+fn unreachable(error: &Error) -> bool {
+    use std::io::ErrorKind;
+    if let Error::Refused(status) = error {
+        return status.message().starts_with("grpc-status header missing");
+    }
+    let Error::Connect { source, .. } = error else {
+        return false;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::TimedOut
+                    | ErrorKind::HostUnreachable
+                    | ErrorKind::NetworkUnreachable
+            );
+        }
+        cause = current.source();
+    }
+    false
+}
+
 /// Runs the join described by `params` and stores the credentials in `credentials`.
 ///
 /// # Errors
@@ -98,11 +155,12 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
         })?
         .connect_timeout(JOIN_TIMEOUT)
         .timeout(JOIN_TIMEOUT);
-    let connect = |config| {
+    let connect = |config: rustls::ClientConfig| {
         let endpoint = endpoint.clone();
         let name = params.tls_server_name.clone();
+        let config = std::sync::Arc::new(config);
         async move {
-            verge_proto::transport::connect_tls(endpoint, std::sync::Arc::new(config), name)
+            verge_proto::transport::connect_tls(endpoint, config, name)
                 .await
                 .map(JoinClient::new)
                 .map_err(|source| Error::Connect {
@@ -112,16 +170,23 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
         }
     };
     let mut client = match &params.ca_cert_hash {
-        Some(hash) => connect(verge_pki::tls::join_client_config(hash)?).await?,
+        Some(hash) => {
+            let config = verge_pki::tls::join_client_config(hash)?;
+            first_connect(|| connect(config.clone())).await?
+        }
         None => {
-            let mut discovery = connect(verge_pki::tls::discovery_client_config()?).await?;
-            let answer = discovery
-                .get_ca(GetCaRequest {
+            let config = verge_pki::tls::discovery_client_config()?;
+            // Discovery trusts any server until the CA checks out: asking for the CA is part
+            // of reaching cloudhub, retried with the connection.
+            let answer = first_connect(|| async {
+                let mut discovery = connect(config.clone()).await?;
+                let request = GetCaRequest {
                     token_id: token.id().to_owned(),
-                })
-                .await
-                .map_err(Error::Refused)?
-                .into_inner();
+                };
+                let answer = discovery.get_ca(request).await.map_err(Error::Refused)?;
+                Ok(answer.into_inner())
+            })
+            .await?;
             let der = verge_pki::pem_io::cert_from_pem(&answer.ca_certificate)?;
             if !verify_ca_mac(&token, &der, &answer.token_mac) {
                 return Err(Error::UnverifiedCa);
@@ -150,4 +215,39 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
         csr_name: answer.csr_name,
         not_after: info.not_after,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_is_retried_and_a_bad_address_is_not() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let address = format!("https://127.0.0.1:{port}");
+        let endpoint = verge_proto::transport::endpoint(&address).expect("endpoint");
+        let config = verge_pki::tls::discovery_client_config().expect("config");
+        let source =
+            verge_proto::transport::connect_tls(endpoint, std::sync::Arc::new(config), None)
+                .await
+                .expect_err("nothing listens");
+        assert!(unreachable(&Error::Connect { address, source }));
+        assert!(!unreachable(&Error::Address {
+            address: "not a uri".into()
+        }));
+    }
+
+    #[test]
+    fn an_answer_that_is_not_grpc_is_retried_and_a_refusal_is_not() {
+        let not_grpc = tonic::Status::unimplemented(
+            "grpc-status header missing, mapped from HTTP status code 404",
+        );
+        assert!(unreachable(&Error::Refused(not_grpc)));
+        let refused = tonic::Status::unauthenticated("unknown bootstrap token");
+        assert!(!unreachable(&Error::Refused(refused)));
+    }
 }

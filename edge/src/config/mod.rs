@@ -33,6 +33,7 @@ mod devicetwin;
 mod edged;
 mod edgehub;
 mod eventbus;
+mod streaming;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
 pub use eventbus::{EventBusConfig, MqttQos};
+pub use streaming::StreamingConfig;
 pub use verge_telemetry::{LogFormat, TracingConfig};
 
 use crate::{Error, Result};
@@ -84,6 +86,9 @@ pub struct Config {
     pub device_twin: DeviceTwinConfig,
     /// eventBus: the MQTT client of KubeEdge's device topics (KubeEdge `modules.eventBus`).
     pub event_bus: EventBusConfig,
+    /// streaming: kubectl logs/exec/attach/port-forward through cloudhub (the kubelet's
+    /// streaming API).
+    pub streaming: StreamingConfig,
     /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default (flag
     /// `--otlp-endpoint`). See [`TracingConfig`].
     pub tracing: TracingConfig,
@@ -101,6 +106,7 @@ impl Default for Config {
             edged: EdgedConfig::default(),
             device_twin: DeviceTwinConfig::default(),
             event_bus: EventBusConfig::default(),
+            streaming: StreamingConfig::default(),
             tracing: TracingConfig::default(),
         }
     }

@@ -34,12 +34,7 @@ fn attribute(attributes: &[KeyValue], key: &str) -> Option<String> {
         .map(|kv| kv.value.to_string())
 }
 
-// Passes alone (`cargo test -p verge-edgecore --lib trace_tests`) but misses its span about
-// every other run of the whole lib suite: the thread-local `SpanCapture` against callsite
-// interest cached by tests running in parallel. `tests/tests/device_tracing.rs` checks the
-// same chain end to end with Jaeger; the capture needs fixing (issue 13 note).
 #[tokio::test]
-#[ignore = "flaky beside the parallel lib tests; the e2e device_tracing covers it"]
 async fn a_mapper_report_starts_a_trace_its_status_report_carries() {
     let capture = SpanCapture::start("edgecore");
     let f = fixture().await;

@@ -78,7 +78,8 @@ fn config(msg: String) -> Error {
 
 /// `KEY=VALUE` entries for `container` of `pod`, in Kubernetes order (envFrom first, then
 /// env; later wins), with `$(VAR)` expansion. `pod_ip` answers `status.podIP` (empty when
-/// `None`); `node_name` answers `spec.nodeName` when the pod does not name its node.
+/// `None`), `host_ip` (the node's IP) `status.hostIP` and `status.hostIPs`; `node_name`
+/// answers `spec.nodeName` when the pod does not name its node.
 ///
 /// # Errors
 /// [`Error::ContainerConfig`] with the kubelet's message: `configmap "x" not found`,
@@ -90,6 +91,7 @@ pub async fn resolve_env<O: PodObjects>(
     container: &Container,
     objects: &O,
     pod_ip: Option<&str>,
+    host_ip: Option<&str>,
     node_name: &str,
 ) -> Result<Vec<String>> {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -132,7 +134,8 @@ pub async fn resolve_env<O: PodObjects>(
             (Some(v), _) if !v.is_empty() => expand(v, &env.values),
             (_, Some(from)) => {
                 if let Some(f) = &from.field_ref {
-                    fieldpath::env_field(pod, &f.field_path, pod_ip, node_name).map_err(config)?
+                    fieldpath::env_field(pod, &f.field_path, pod_ip, host_ip, node_name)
+                        .map_err(config)?
                 } else if let Some(r) = &from.resource_field_ref {
                     let name = r.container_name.as_deref().filter(|c| !c.is_empty());
                     container_resource(pod, name.unwrap_or(&container.name), r).map_err(config)?

@@ -19,6 +19,7 @@
 //! refresh the volumes of the pods using them), PLEG events and probe results.
 
 pub mod env;
+pub mod etc_hosts;
 pub mod events;
 pub mod gc;
 pub mod objects;
@@ -27,6 +28,7 @@ mod pod_worker;
 pub mod probe;
 pub mod runtime;
 pub mod status;
+pub mod sysctls;
 pub mod volumes;
 
 mod dispatch;

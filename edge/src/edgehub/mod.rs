@@ -205,6 +205,8 @@ pub struct EdgeHub {
     generation: u64,
     /// The node's key and certificate, read for every connection.
     credentials: crate::certificates::Credentials,
+    /// Where cloudhub's tunnel requests go (`None`: streaming is off).
+    tunnels: Option<crate::streaming::TunnelRequests>,
 }
 
 impl EdgeHub {
@@ -240,9 +242,18 @@ impl EdgeHub {
                 outbox,
                 queued: Some(queued),
                 generation: 0,
+                tunnels: None,
             },
             handle,
         )
+    }
+
+    /// Hands cloudhub's tunnel requests (kubectl logs, exec, ...) to `tunnels`, the
+    /// [`crate::streaming::StreamingServer`].
+    #[must_use]
+    pub fn with_tunnels(mut self, tunnels: crate::streaming::TunnelRequests) -> Self {
+        self.tunnels = Some(tunnels);
+        self
     }
 
     /// Keeps a session with cloudhub open until `shutdown` is cancelled, reconnecting with

@@ -67,6 +67,8 @@ struct Open {
     frames: mpsc::Sender<EdgeFrame>,
     inbound: Streaming<CloudFrame>,
     welcome: Welcome,
+    /// The session's client, for tunnels and serving certificates on the same connection.
+    client: EdgeHubClient<Channel>,
 }
 
 impl EdgeHub {
@@ -146,6 +148,7 @@ impl EdgeHub {
             .map_err(|_| HubError::Timeout(bound))?
             .map_err(HubError::Stream)?;
         let mut inbound = response.into_inner();
+        let client = client.clone();
         let first = tokio::time::timeout(bound, inbound.message())
             .await
             .map_err(|_| HubError::Timeout(bound))?
@@ -156,6 +159,7 @@ impl EdgeHub {
                 frames,
                 inbound,
                 welcome,
+                client,
             }),
             _ => Err(HubError::Protocol("first frame is not a Welcome").into()),
         }
@@ -172,8 +176,13 @@ impl EdgeHub {
         let Open {
             frames,
             mut inbound,
-            ..
+            welcome,
+            client,
         } = open;
+        let tunnels = Tunnels {
+            client,
+            clients: welcome.kubelet_clients,
+        };
         let silence = keepalive * SILENT_INTERVALS;
         let mut ticker = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -189,7 +198,7 @@ impl EdgeHub {
                 frame = inbound.next() => {
                     let frame = frame.ok_or(HubError::StreamClosed)?.map_err(HubError::Stream)?;
                     deadline.as_mut().reset(Instant::now() + silence);
-                    self.dispatch(frame, &mut drain, &frames).await?;
+                    self.dispatch(frame, &mut drain, &frames, &tunnels).await?;
                 }
                 () = &mut deadline => return Err(HubError::Timeout(silence).into()),
                 _ = ticker.tick() => {
@@ -212,9 +221,14 @@ impl EdgeHub {
         frame: CloudFrame,
         drain: &mut Drain,
         frames: &mpsc::Sender<EdgeFrame>,
+        tunnels: &Tunnels,
     ) -> Result<()> {
         let msg = match frame.frame {
             Some(cloud_frame::Frame::Message(msg)) => msg,
+            Some(cloud_frame::Frame::OpenTunnel(open)) => {
+                self.open_tunnel(open.tunnel_id, tunnels);
+                return Ok(());
+            }
             Some(cloud_frame::Frame::Welcome(_)) | None => {
                 warn!("ignoring a frame that is not a message");
                 return Ok(());
@@ -244,6 +258,31 @@ impl EdgeHub {
             .send(msg)
             .await
             .map_err(|_| crate::Error::from(HubError::HubStopped))
+    }
+}
+
+/// What a session hands the streaming server with each tunnel request.
+struct Tunnels {
+    client: EdgeHubClient<Channel>,
+    clients: Option<verge_proto::hub::KubeletClients>,
+}
+
+impl EdgeHub {
+    /// Hands cloudhub's request for tunnel `id` to the streaming server, if there is one
+    /// with room (otherwise cloudhub's wait times out and the API server is told so).
+    fn open_tunnel(&self, id: String, tunnels: &Tunnels) {
+        let Some(server) = &self.tunnels else {
+            debug!(%id, "tunnel requested, but streaming is off");
+            return;
+        };
+        let request = crate::streaming::TunnelRequest {
+            id,
+            client: tunnels.client.clone(),
+            clients: tunnels.clients.clone(),
+        };
+        if server.try_send(request).is_err() {
+            warn!("tunnel request dropped: the streaming server is busy or stopped");
+        }
     }
 }
 

@@ -217,6 +217,8 @@ mod tests {
         assert_eq!(json["addresses"][0]["type"], "InternalIP");
         assert_eq!(json["addresses"][0]["address"], "192.0.2.10");
         assert_eq!(json["addresses"][1]["type"], "Hostname");
+        // The API server dials `<node name>:<port>` for logs and exec (architecture.md §10).
+        assert_eq!(json["addresses"][1]["address"], "edge-1");
         assert_eq!(
             json["nodeInfo"]["kubeletVersion"],
             status::kubelet_version()
@@ -225,7 +227,7 @@ mod tests {
             json["nodeInfo"]["containerRuntimeVersion"],
             "docker://unknown"
         );
-        assert_eq!(json["daemonEndpoints"]["kubeletEndpoint"]["Port"], 0);
+        assert_eq!(json["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
         let ready = s
             .conditions
             .as_ref()

@@ -166,14 +166,12 @@ pub fn node_status(
             address,
         })
         .collect();
-    let hostname = if facts.hostname.is_empty() {
-        config.node_name.clone()
-    } else {
-        facts.hostname.clone()
-    };
+    // The node name, as a kubelet with `--hostname-override=<node name>`: the API server
+    // dials this address (first of its default `--kubelet-preferred-address-types`) for
+    // kubectl logs/exec, and cloudhub routes the connection by it (architecture.md §10).
     addresses.push(NodeAddress {
         type_: "Hostname".to_owned(),
-        address: hostname,
+        address: config.node_name.clone(),
     });
     NodeStatus {
         capacity: Some(capacity),
@@ -181,7 +179,9 @@ pub fn node_status(
         conditions: Some(node_conditions),
         addresses: Some(addresses),
         daemon_endpoints: Some(NodeDaemonEndpoints {
-            kubelet_endpoint: Some(DaemonEndpoint { port: 0 }),
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: i32::from(config.streaming.port),
+            }),
         }),
         node_info: Some(NodeSystemInfo {
             machine_id: facts.machine_id.clone(),

@@ -20,7 +20,8 @@ use verge_edgecore::certificates::Credentials;
 use verge_pki::{Ca, CsrRequest};
 use verge_proto::hub::edge_hub_server::{EdgeHub, EdgeHubServer};
 use verge_proto::hub::{
-    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, Welcome, cloud_frame, edge_frame,
+    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, ServingCertificateRequest,
+    ServingCertificateResponse, TunnelFrame, Welcome, cloud_frame, edge_frame,
 };
 use verge_proto::{Message, MessageExt};
 
@@ -61,6 +62,23 @@ type FrameStream = Pin<Box<dyn Stream<Item = Result<CloudFrame, Status>> + Send>
 #[tonic::async_trait]
 impl EdgeHub for FakeHub {
     type ConnectStream = FrameStream;
+    type TunnelStream = Pin<Box<dyn Stream<Item = Result<TunnelFrame, Status>> + Send>>;
+
+    async fn tunnel(
+        &self,
+        _request: Request<Streaming<TunnelFrame>>,
+    ) -> Result<Response<Self::TunnelStream>, Status> {
+        Err(Status::unimplemented("the fake cloudhub opens no tunnels"))
+    }
+
+    async fn serving_certificate(
+        &self,
+        _request: Request<ServingCertificateRequest>,
+    ) -> Result<Response<ServingCertificateResponse>, Status> {
+        Err(Status::unimplemented(
+            "the fake cloudhub issues no serving certificates",
+        ))
+    }
 
     /// Signs the CSR with [`test_ca`], like cloudhub (without the CSR API).
     async fn renew_certificate(
@@ -95,6 +113,7 @@ impl EdgeHub for FakeHub {
             session_id: uuid_like(),
             keepalive_interval_ms: KEEPALIVE_MS,
             max_frame_bytes: 4 << 20,
+            kubelet_clients: None,
         };
         tx.send(Ok(CloudFrame {
             frame: Some(cloud_frame::Frame::Welcome(welcome)),

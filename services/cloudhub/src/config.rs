@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::streams::StreamsConfig;
 use crate::trust::TrustConfig;
 use crate::{Error, Result};
 
@@ -126,6 +127,9 @@ pub struct Config {
     /// Identities: the CA Secret, the serving certificate's names and lifetimes, node
     /// certificate lifetime, the controllers allowed, handshake limits. See [`TrustConfig`].
     pub trust: TrustConfig,
+    /// kubectl logs/exec/attach/port-forward: the CONNECT listener for the API server's
+    /// egress selector and the node tunnels. See [`StreamsConfig`].
+    pub streams: StreamsConfig,
 }
 
 impl Default for Config {
@@ -150,6 +154,7 @@ impl Default for Config {
             node_message_burst: 1000,
             shutdown_grace: Duration::from_secs(10),
             trust: TrustConfig::default(),
+            streams: StreamsConfig::default(),
             log_format: LogFormat::Text,
             tracing: TracingConfig::default(),
         }
@@ -213,6 +218,9 @@ impl Config {
             return bad("nodeMessageRate", "rate and burst must be at least 1");
         }
         if let Err((field, reason)) = self.trust.validate() {
+            return bad(field, reason);
+        }
+        if let Err((field, reason)) = self.streams.validate() {
             return bad(field, reason);
         }
         Ok(())

@@ -8,6 +8,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use tokio::sync::mpsc;
@@ -18,14 +19,19 @@ use verge_core::{Envelope, Group};
 use verge_proto::Message;
 use verge_proto::hub::edge_hub_server::EdgeHub;
 use verge_proto::hub::{
-    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, Welcome, cloud_frame, edge_frame,
+    CloudFrame, EdgeFrame, EdgeHello, RenewRequest, RenewResponse, ServingCertificateRequest,
+    ServingCertificateResponse, TunnelFrame, Welcome, cloud_frame, edge_frame, tunnel_frame,
 };
 
 use crate::metrics::{self, Direction};
 use crate::routing::{self, Upstream};
 use crate::session_queue::{self, SessionQueue};
 use crate::sessions::{NodeEntry, ToController};
-use crate::stream::{FrameStream, StreamEnd, outbound};
+use crate::stream::{FrameStream, StreamEnd, outbound_with_control};
+use crate::streams::tunnel::TunnelEnds;
+
+/// Tunnel requests that may wait for a session's stream (more are refused as busy).
+const TUNNEL_REQUESTS: usize = 64;
 use crate::trust::TrustError;
 use crate::{Error, Result, Shared};
 
@@ -84,6 +90,54 @@ pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, 
 #[tonic::async_trait]
 impl EdgeHub for EdgeHubService {
     type ConnectStream = FrameStream<CloudFrame>;
+    type TunnelStream = FrameStream<TunnelFrame>;
+
+    /// The node's end of a tunnel cloudhub asked it to open (see
+    /// [`crate::streams`]): the first frame names the tunnel, which must have been
+    /// requested from this node.
+    async fn tunnel(
+        &self,
+        request: Request<Streaming<TunnelFrame>>,
+    ) -> Result<Response<Self::TunnelStream>, Status> {
+        let trust = &self.shared.trust;
+        let node = peer_node(&request).map_err(|error| trust.refuse("tunnel", error))?;
+        let Some(streams) = self.shared.streams.as_ref() else {
+            return Err(Status::unavailable("streams are off on this cloudhub"));
+        };
+        let mut inbound = request.into_inner();
+        let first = self.shared.first_frame(inbound.message()).await?;
+        let Some(tunnel_frame::Frame::Open(open)) = first.frame else {
+            return Err(Status::invalid_argument(
+                "the first tunnel frame must be TunnelFrame.open",
+            ));
+        };
+        let (outbound, frames) = mpsc::channel(16);
+        streams
+            .tunnels
+            .arrive(&node, &open.tunnel_id, TunnelEnds { inbound, outbound })?;
+        let frames = tokio_stream::wrappers::ReceiverStream::new(frames).map(Ok);
+        Ok(Response::new(Box::pin(frames)))
+    }
+
+    /// A kubelet serving certificate for the calling node (see
+    /// [`crate::streams`]'s `serving`).
+    async fn serving_certificate(
+        &self,
+        request: Request<ServingCertificateRequest>,
+    ) -> Result<Response<ServingCertificateResponse>, Status> {
+        let trust = &self.shared.trust;
+        let node = peer_node(&request).map_err(|error| trust.refuse("serving", error))?;
+        let Some(streams) = self.shared.streams.as_ref() else {
+            return Err(Status::unavailable("streams are off on this cloudhub"));
+        };
+        let (certificate, csr_name) =
+            crate::streams::serving::issue(&streams.client, &node, &request.get_ref().csr).await?;
+        info!(%node, csr = %csr_name, "kubelet serving certificate issued");
+        Ok(Response::new(ServingCertificateResponse {
+            certificate,
+            csr_name,
+        }))
+    }
 
     /// Signs a new certificate for the node of the connection's client certificate, from a
     /// CSR for that same node (see [`crate::trust::Trust::renew`]).
@@ -120,6 +174,7 @@ impl EdgeHub for EdgeHubService {
         let config = &self.shared.config;
         let session_id = routing::new_id();
         let (tx, rx) = mpsc::channel(session_queue::WIRE_BUFFER);
+        let (control, control_rx) = mpsc::channel(TUNNEL_REQUESTS);
         let queue = SessionQueue::new(config);
         let end = StreamEnd::new();
         let welcome = CloudFrame {
@@ -128,6 +183,11 @@ impl EdgeHub for EdgeHubService {
                 keepalive_interval_ms: u64::try_from(config.keepalive_interval.as_millis())
                     .unwrap_or(u64::MAX),
                 max_frame_bytes: config.max_frame_bytes as u64,
+                kubelet_clients: self
+                    .shared
+                    .streams
+                    .as_ref()
+                    .and_then(|s| s.kubelet_clients.clone()),
             })),
         };
         let node = hello.node_name;
@@ -153,6 +213,7 @@ impl EdgeHub for EdgeHubService {
                     queue: queue.clone(),
                     end: end.clone(),
                     inventory,
+                    control,
                 },
                 config.max_sessions,
             )
@@ -165,7 +226,13 @@ impl EdgeHub for EdgeHubService {
         self.shared
             .tracker
             .spawn(session.run(inbound).instrument(span));
-        Ok(Response::new(outbound(vec![welcome], rx, end, cloud_frame)))
+        Ok(Response::new(outbound_with_control(
+            vec![welcome],
+            control_rx,
+            rx,
+            end,
+            cloud_frame,
+        )))
     }
 }
 

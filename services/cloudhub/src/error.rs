@@ -26,6 +26,18 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A file named in the configuration could not be read.
+    #[error("cannot read {field} {path}")]
+    FileRead {
+        /// The field naming the file, as written in the YAML file.
+        field: &'static str,
+        /// The path.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A configuration value is out of range.
     #[error("invalid configuration: {field}: {reason}")]
     InvalidConfig {
@@ -220,6 +232,7 @@ impl From<Error> for Status {
             Error::Stream(status) => status,
             Error::ConfigFile(_)
             | Error::ConfigRead { .. }
+            | Error::FileRead { .. }
             | Error::InvalidConfig { .. }
             | Error::Bind { .. }
             | Error::Serve { .. } => Status::internal(message),

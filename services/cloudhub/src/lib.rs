@@ -19,6 +19,8 @@
 //! - `session_queue`: the per-session task that drives a delivery queue on `tokio::time`.
 //! - `routing`: pure rules for validating messages and rewriting resource paths.
 //! - `stream`: the outbound half of a stream and how it ends.
+//! - [`streams`]: kubectl logs/exec/attach/port-forward: the CONNECT listener for the API
+//!   server's egress selector, node tunnels, forwarding between replicas.
 //! - `fuzzing` (hidden): entry points of the pure rules for the fuzz targets in `fuzz/`.
 //!
 //! # Example
@@ -48,6 +50,7 @@ mod routing;
 mod session_queue;
 mod sessions;
 mod stream;
+pub mod streams;
 pub mod trust;
 
 use std::future::Future;
@@ -82,6 +85,8 @@ pub(crate) struct Shared {
     registry: sessions::Registry,
     tracker: TaskTracker,
     shutdown: CancellationToken,
+    /// kubectl streams, when served ([`CloudHub::with_streams`]).
+    streams: Option<Arc<streams::StreamsState>>,
 }
 
 impl Shared {
@@ -110,6 +115,7 @@ pub struct CloudHub {
     config: Config,
     trust: Arc<Trust>,
     health: Option<Health>,
+    streams: Option<streams::Streams>,
 }
 
 impl CloudHub {
@@ -123,6 +129,7 @@ impl CloudHub {
             config,
             trust,
             health: None,
+            streams: None,
         })
     }
 
@@ -132,6 +139,15 @@ impl CloudHub {
     #[must_use]
     pub fn with_health(mut self, health: Health) -> Self {
         self.health = Some(health);
+        self
+    }
+
+    /// Serves kubectl streams (when `streams.enabled`): the CONNECT listener on
+    /// [`Listeners::streams`], node tunnels and serving certificates, calling the API server
+    /// through `streams`.
+    #[must_use]
+    pub fn with_streams(mut self, streams: streams::Streams) -> Self {
+        self.streams = Some(streams);
         self
     }
 
@@ -155,6 +171,11 @@ impl CloudHub {
             edge: bind(self.config.edge_addr).await?,
             controllers: bind(self.config.controller_addr).await?,
             join: bind(self.config.join_addr).await?,
+            streams: if self.streams.is_some() && self.config.streams.enabled {
+                Some(bind(self.config.streams.addr).await?)
+            } else {
+                None
+            },
         };
         self.serve_with_listeners(listeners, shutdown).await
     }
@@ -187,13 +208,36 @@ impl CloudHub {
         let stop = shutdown.child_token();
         let tls = ServerTls::new(self.trust.ca(), &self.config.trust)?;
         let trust_config = self.config.trust.clone();
+        let streams = match (&self.streams, &listeners.streams) {
+            (Some(streams), Some(listener)) if self.config.streams.enabled => {
+                Some(streams::StreamsState::new(
+                    streams,
+                    self.config.streams.clone(),
+                    &self.trust,
+                    &tls,
+                    replica.clone(),
+                    listener,
+                )?)
+            }
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             config: self.config,
             trust: self.trust.clone(),
             registry: sessions::Registry::new(replica),
             tracker: TaskTracker::new(),
             shutdown: stop.clone(),
+            streams: streams.as_ref().map(|(state, _)| state.clone()),
         });
+        if let (Some((state, server)), Some(listener)) = (streams, listeners.streams) {
+            shared.tracker.spawn(streams::serve(
+                listener,
+                server,
+                shared.clone(),
+                state,
+                stop.clone(),
+            ));
+        }
         shared
             .tracker
             .spawn(tls.clone().rotate(self.trust.clone(), stop.clone()));
@@ -211,7 +255,10 @@ impl CloudHub {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max);
         let edge_server = async {
+            // Adaptive HTTP/2 windows: tunnels (kubectl logs, cp) carry bulk data from the
+            // edge, which a fixed 64 KiB window limits to one window per round trip.
             let result = Server::builder()
+                .http2_adaptive_window(Some(true))
                 .add_service(edge_service)
                 .serve_with_incoming_shutdown(edge, stop.clone().cancelled_owned())
                 .await
@@ -279,6 +326,8 @@ pub struct Listeners {
     pub controllers: TcpListener,
     /// Join (TLS, bootstrap tokens).
     pub join: TcpListener,
+    /// The streams CONNECT listener (mutual TLS), used with [`CloudHub::with_streams`].
+    pub streams: Option<TcpListener>,
 }
 
 /// A listener's address for logs.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
+use verge_cloudhub::streams::Streams;
 use verge_cloudhub::trust::{KubeCluster, Trust};
 use verge_cloudhub::{CloudHub, Config, LogFormat};
 use verge_runtime::health::HealthEndpoint;
@@ -75,8 +76,12 @@ async fn build(args: &Args, config: Config) -> anyhow::Result<CloudHub> {
     let ca = verge_cloudhub::trust::load_or_create(&client, &config.trust)
         .await
         .context("cannot load the Verge CA")?;
-    let trust = Trust::new(ca, Arc::new(KubeCluster::new(client)), config.trust.clone());
-    Ok(CloudHub::new(config, Arc::new(trust))?)
+    let trust = Trust::new(
+        ca,
+        Arc::new(KubeCluster::new(client.clone())),
+        config.trust.clone(),
+    );
+    Ok(CloudHub::new(config, Arc::new(trust))?.with_streams(Streams::new(client)))
 }
 
 #[tokio::main]

@@ -201,6 +201,7 @@ mod tests {
             registry: Registry::new("test".into()),
             tracker: TaskTracker::new(),
             shutdown: CancellationToken::new(),
+            streams: None,
         });
         let queue = SessionQueue::new(&config);
         let (tx, mut rx) = mpsc::channel(WIRE_BUFFER);

@@ -20,7 +20,7 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tracing::{debug, info, warn};
 use verge_core::{Envelope, Group};
 use verge_proto::Inventory;
-use verge_proto::hub::{DeliveryError, NodeSession};
+use verge_proto::hub::{CloudFrame, DeliveryError, NodeSession};
 
 use crate::Error;
 use crate::delivery::{Origin, QueueFull};
@@ -37,6 +37,8 @@ pub(crate) struct NodeEntry {
     pub end: Arc<StreamEnd>,
     /// The inventory from the session's hello, replayed to controllers that attach later.
     pub inventory: Inventory,
+    /// Control frames for the node (tunnel requests), sent before queued messages.
+    pub control: mpsc::Sender<CloudFrame>,
 }
 
 /// What goes to an attached controller, in order. The controller stream
@@ -189,6 +191,14 @@ impl Registry {
         crate::metrics::global().set_sessions(inner.nodes.len());
         self.broadcast(&mut inner, &frame);
         Ok(())
+    }
+
+    /// The control queue of `node`'s session on this replica, if it has one.
+    pub(crate) fn tunnel_control(&self, node: &str) -> Option<mpsc::Sender<CloudFrame>> {
+        self.lock()
+            .nodes
+            .get(node)
+            .map(|entry| entry.control.clone())
     }
 
     /// Removes the session `session_id` of `node` if it is still the current one and then

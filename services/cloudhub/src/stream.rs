@@ -52,29 +52,9 @@ impl StreamEnd {
     }
 }
 
-/// The response stream: `first` frames, then everything from `queue` written as a frame by
-/// `write` (the one place where typed messages become wire frames), until `end` finishes;
-/// then the end reason as a gRPC status (or a clean end). Frames still queued when the stream
-/// ends are dropped: the peer resyncs when it reconnects.
-pub(crate) fn outbound<Q: Send + 'static, T: Send + 'static>(
-    first: Vec<T>,
-    queue: mpsc::Receiver<Q>,
-    end: Arc<StreamEnd>,
-    write: fn(Q) -> T,
-) -> FrameStream<T> {
-    let head = futures::stream::iter(first.into_iter().map(Ok));
-    let tail = futures::stream::unfold(Some((queue, end)), move |state| async move {
-        let (mut queue, end) = state?;
-        tokio::select! {
-            biased;
-            () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
-            frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((queue, end)))),
-        }
-    });
-    Box::pin(head.chain(tail))
-}
-
-/// Like [`outbound`], with two queues: a frame waiting in `control` is always sent before
+/// The response stream of `ControllerHub.Attach`: `first` frames, then the frames of two
+/// queues written by `write`, until `end` finishes; then the end reason as a gRPC status.
+/// With two queues: a frame waiting in `control` is always sent before
 /// any waiting in `queue` (session events and delivery errors overtake upstream messages).
 /// Ends when `end` finishes or both queues are closed.
 pub(crate) fn outbound_prioritized<Q: Send + 'static, T: Send + 'static>(
@@ -97,6 +77,31 @@ pub(crate) fn outbound_prioritized<Q: Send + 'static, T: Send + 'static>(
     Box::pin(head.chain(tail))
 }
 
+/// The response stream of `EdgeHub.Connect`: `first` frames, then everything from `queue`
+/// written as a frame by `write` (the one place where typed messages become wire frames),
+/// with `control` frames (tunnel requests) overtaking waiting messages, until `end`
+/// finishes; then the end reason as a gRPC status (or a clean end). Frames still queued
+/// when the stream ends are dropped: the peer resyncs when it reconnects.
+pub(crate) fn outbound_with_control<Q: Send + 'static, T: Send + 'static>(
+    first: Vec<T>,
+    control: mpsc::Receiver<T>,
+    queue: mpsc::Receiver<Q>,
+    end: Arc<StreamEnd>,
+    write: fn(Q) -> T,
+) -> FrameStream<T> {
+    let head = futures::stream::iter(first.into_iter().map(Ok));
+    let tail = futures::stream::unfold(Some((control, queue, end)), move |state| async move {
+        let (mut control, mut queue, end) = state?;
+        tokio::select! {
+            biased;
+            () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
+            Some(frame) = control.recv() => Some((Ok(frame), Some((control, queue, end)))),
+            frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((control, queue, end)))),
+        }
+    });
+    Box::pin(head.chain(tail))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,8 +109,9 @@ mod tests {
     #[tokio::test]
     async fn ends_with_first_reason() {
         let (tx, rx) = mpsc::channel(4);
+        let (_control, control) = mpsc::channel(1);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![0], rx, end.clone(), |q: i32| q);
+        let mut s = outbound_with_control(vec![0], control, rx, end.clone(), |q: i32| q);
         tx.send(1).await.expect("open");
         assert_eq!(s.next().await.expect("item").expect("ok"), 0);
         assert_eq!(s.next().await.expect("item").expect("ok"), 1);
@@ -140,8 +146,9 @@ mod tests {
     #[tokio::test]
     async fn clean_end() {
         let (_tx, rx) = mpsc::channel::<u8>(1);
+        let (_control, control) = mpsc::channel(1);
         let end = StreamEnd::new();
-        let mut s = outbound(vec![], rx, end.clone(), |q: u8| q);
+        let mut s = outbound_with_control(vec![], control, rx, end.clone(), |q: u8| q);
         end.finish(None);
         assert!(s.next().await.is_none());
     }

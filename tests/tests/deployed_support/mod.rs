@@ -38,7 +38,9 @@ impl Edges {
                 create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600))
                     .await?;
             let mut edge = InstalledEdge::configure(&name, hub)?;
-            let out = edge.join(hub, &token)?;
+            let out = edge
+                .join(hub, &token)
+                .with_context(|| format!("joining through {hub}\n{}", env.cloud_diagnostics()))?;
             let joined = out.lines().find(|l| l.contains("joined")).unwrap_or(&out);
             eprintln!("deployed: {joined}");
             edge.start()?;

@@ -109,19 +109,7 @@ impl DeviceEnv {
             Some(ns) => edge.start_in(ns)?,
             None => edge.start()?,
         }
-        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-        let n = name.clone();
-        wait_for("edge node Ready", Duration::from_secs(30), || {
-            let nodes = nodes.clone();
-            let n = n.clone();
-            async move {
-                let node = nodes.get_opt(&n).await?;
-                Ok(node
-                    .filter(|n| verge_e2e::ready_status(n).as_deref() == Some("True"))
-                    .map(|_| ()))
-            }
-        })
-        .await?;
+        verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
         create_namespace(&client, &name).await?;
         Ok(Self {
             client,

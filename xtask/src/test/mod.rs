@@ -252,7 +252,8 @@ fn static_checks() -> anyhow::Result<ExitCode> {
 pub const LAST: &str = "as_workloads";
 
 /// `cargo test --workspace --all-targets` twice over one build: every test but [`LAST`]'s,
-/// then [`LAST`]'s; with extra arguments, once with those. Returns the first failing exit
+/// then [`LAST`]'s; with extra arguments, once with those (`--all-targets` unless they
+/// name targets, `--workspace` unless they name a package). Returns the first failing exit
 /// code.
 fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Result<ExitCode> {
     let phases: Vec<Vec<&str>> = if extra.is_empty() {
@@ -264,6 +265,20 @@ fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Resu
     let narrowed = extra
         .iter()
         .any(|a| a.starts_with("-p") || a.starts_with("--package"));
+    // `--test <name>`, `--lib` and the like choose targets instead of `--all-targets`.
+    let targeted = extra.iter().any(|a| {
+        [
+            "--test",
+            "--lib",
+            "--bin",
+            "--bins",
+            "--tests",
+            "--example",
+            "--bench",
+            "--doc",
+        ]
+        .contains(&a.as_str())
+    });
     let mut first_failure = ExitCode::SUCCESS;
     for phase in phases {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -273,7 +288,10 @@ fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Resu
             test.arg("--workspace");
         }
         // Run every test binary even after a failure, so one run shows every failing test.
-        test.args(["--all-targets", "--no-fail-fast"])
+        if !targeted {
+            test.arg("--all-targets");
+        }
+        test.arg("--no-fail-fast")
             .args(phase)
             .env("VERGE_STATE_DIR", cp.state_dir())
             .env("KUBECONFIG", cp.kubeconfig());

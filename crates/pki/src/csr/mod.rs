@@ -60,6 +60,14 @@ pub enum CsrError {
     /// The request asks for subject alternative names; a node client certificate has none.
     #[error("the CSR requests subject alternative names; node client certificates have none")]
     SubjectAltNames,
+    /// A serving CSR whose subject alternative names are not exactly the node's name.
+    #[error("a kubelet serving CSR must name exactly DNS:{node}, got {names:?}")]
+    ServingNames {
+        /// The node the subject names.
+        node: String,
+        /// The names requested.
+        names: Vec<String>,
+    },
     /// The request asks for a CA certificate.
     #[error("the CSR requests a CA certificate")]
     CaRequested,
@@ -69,6 +77,15 @@ pub enum CsrError {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// What a CSR is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// A node client certificate: no subject alternative names.
+    Client,
+    /// A kubelet serving certificate: exactly the node name as DNS name.
+    Serving,
 }
 
 /// A checked node CSR, ready for [`Ca::sign_client_csr`](crate::Ca::sign_client_csr).
@@ -97,6 +114,23 @@ impl CsrRequest {
     /// # Errors
     /// As [`parse`](Self::parse).
     pub fn parse_der(der: &[u8]) -> Result<Self, CsrError> {
+        Self::parse_der_with(der, Purpose::Client)
+    }
+
+    /// Parses and checks a PEM CSR for a node's kubelet serving certificate: the rules of
+    /// [`parse`](Self::parse), except that the subject alternative names must be exactly
+    /// the DNS name `<node name>` (what `kubernetes.io/kubelet-serving` signs for a node
+    /// whose `Hostname` address is its name).
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse), and [`CsrError::ServingNames`] for other names.
+    pub fn parse_serving(csr_pem: &str) -> Result<Self, CsrError> {
+        let der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
+            .map_err(CsrError::Pem)?;
+        Self::parse_der_with(&der, Purpose::Serving)
+    }
+
+    fn parse_der_with(der: &[u8], purpose: Purpose) -> Result<Self, CsrError> {
         let (rest, csr) = X509CertificationRequest::from_der(der).map_err(|e| {
             CsrError::Malformed(match e {
                 x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
@@ -127,11 +161,20 @@ impl CsrRequest {
             return Err(CsrError::Organizations { organizations });
         }
 
+        let mut serving_names = Vec::new();
         if let Some(extensions) = csr.requested_extensions() {
             for extension in extensions {
                 match extension {
-                    ParsedExtension::SubjectAlternativeName(_) => {
-                        return Err(CsrError::SubjectAltNames);
+                    ParsedExtension::SubjectAlternativeName(san) => {
+                        if purpose == Purpose::Client {
+                            return Err(CsrError::SubjectAltNames);
+                        }
+                        serving_names.extend(san.general_names.iter().map(|name| match name {
+                            x509_parser::extensions::GeneralName::DNSName(dns) => {
+                                format!("DNS:{dns}")
+                            }
+                            other => format!("{other:?}"),
+                        }));
                     }
                     ParsedExtension::BasicConstraints(bc) if bc.ca => {
                         return Err(CsrError::CaRequested);
@@ -141,6 +184,12 @@ impl CsrRequest {
             }
         }
 
+        if purpose == Purpose::Serving && serving_names != [format!("DNS:{node_name}")] {
+            return Err(CsrError::ServingNames {
+                node: node_name,
+                names: serving_names,
+            });
+        }
         check_key(&info.subject_pki)?;
         let public_key =
             rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw).map_err(|e| {
@@ -201,5 +250,29 @@ fn check_key(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Result<(), C
         _ => Err(CsrError::UnsupportedKey {
             reason: "only ECDSA, Ed25519 and RSA keys are accepted".to_owned(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod serving_tests {
+    use super::*;
+    use crate::NodeKey;
+
+    #[test]
+    fn a_serving_csr_names_exactly_the_node() {
+        let key = NodeKey::generate().expect("key");
+        let pem = key.serving_csr_pem("edge-1").expect("csr");
+        let csr = CsrRequest::parse_serving(&pem).expect("accepted");
+        assert_eq!(csr.node_name(), "edge-1");
+        // A client CSR has no names: refused as a serving CSR, and a serving CSR as a client one.
+        let client = key.csr_pem("edge-1").expect("csr");
+        assert!(matches!(
+            CsrRequest::parse_serving(&client),
+            Err(CsrError::ServingNames { .. })
+        ));
+        assert!(matches!(
+            CsrRequest::parse(&pem),
+            Err(CsrError::SubjectAltNames)
+        ));
     }
 }

@@ -1,10 +1,9 @@
 //! Building the pinned control plane from the Kubernetes Go modules (`build.sh`).
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
 use super::ControlPlaneConfig;
 use crate::lock::FileLock;
@@ -108,23 +107,23 @@ impl ControlPlaneConfig {
             set.expected,
         );
         let started = Instant::now();
-        let status = Command::new("bash")
-            .arg(&script)
-            .arg(&self.cache_dir)
-            .arg(&self.version)
-            .arg(set.name)
-            .env("PATH", path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::io::stderr())
-            .status()
-            .with_context(|| format!("running {}", script.display()))?;
-        if !status.success() || !self.is_set_built(set) {
+        crate::go_build::Script {
+            path: &script,
+            args: &[
+                self.cache_dir.as_os_str(),
+                self.version.as_ref(),
+                set.name.as_ref(),
+            ],
+            env: &[],
+            low_priority: false,
+        }
+        .run(&path)?;
+        if !self.is_set_built(set) {
             bail!(
-                "{} {} {} {} failed: {status}",
+                "{} finished but the {} binaries are missing from {}",
                 script.display(),
-                self.cache_dir.display(),
-                self.version,
                 set.name,
+                self.bin_dir().display()
             );
         }
         eprintln!(
@@ -136,18 +135,12 @@ impl ControlPlaneConfig {
     }
 }
 
-/// `$PATH` with `/usr/local/go/bin` appended, after checking that it holds `go`.
+/// `$PATH` with Go for the control plane's build ([`crate::go_build::go_path`]).
 ///
 /// # Errors
-/// No `go` binary on that path.
+/// No `go` binary.
 pub(crate) fn go_path() -> anyhow::Result<std::ffi::OsString> {
-    let mut path = std::env::var_os("PATH").unwrap_or_default();
-    path.push(":/usr/local/go/bin");
-    if !std::env::split_paths(&path).any(|d| d.join("go").is_file()) {
-        bail!(
-            "building the test kit's Kubernetes components needs Go (>= the version in \
-             go.mod.in) on PATH or in /usr/local/go/bin"
-        );
-    }
-    Ok(path)
+    crate::go_build::go_path(
+        "building the test kit's Kubernetes components (Go >= the version in go.mod.in)",
+    )
 }

@@ -39,6 +39,10 @@ pub(crate) struct Pki {
     pub apiserver_key: PathBuf,
     pub kubelet_client_cert: PathBuf,
     pub kubelet_client_key: PathBuf,
+    pub egress_client_cert: PathBuf,
+    pub egress_client_key: PathBuf,
+    pub streams_front_cert: PathBuf,
+    pub streams_front_key: PathBuf,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
 }
@@ -54,6 +58,10 @@ impl Pki {
             apiserver_key: dir.join("apiserver.key"),
             kubelet_client_cert: dir.join("apiserver-kubelet-client.crt"),
             kubelet_client_key: dir.join("apiserver-kubelet-client.key"),
+            egress_client_cert: dir.join("apiserver-egress-client.crt"),
+            egress_client_key: dir.join("apiserver-egress-client.key"),
+            streams_front_cert: dir.join("streams-front.crt"),
+            streams_front_key: dir.join("streams-front.key"),
             sa_key: dir.join("sa.key"),
             sa_pub: dir.join("sa.pub"),
         }
@@ -106,11 +114,27 @@ impl Pki {
         write_file(&pki.apiserver_cert, &server_cert.pem(), false)?;
         write_file(&pki.apiserver_key, &server_key.serialize_pem(), true)?;
         kubelet_client.write(&pki.kubelet_client_cert, &pki.kubelet_client_key)?;
+        // kube-apiserver's client certificate towards its egress proxy (the streams front,
+        // a cloudhub), and that proxy's serving certificate.
+        issue_with(&issuer, &Identity::client(EGRESS_CLIENT, None))?
+            .write(&pki.egress_client_cert, &pki.egress_client_key)?;
+        issue_with(
+            &issuer,
+            &Identity::server(
+                "streams-front",
+                &["127.0.0.1".to_owned(), "localhost".to_owned()],
+            ),
+        )?
+        .write(&pki.streams_front_cert, &pki.streams_front_key)?;
         write_file(&pki.sa_key, &sa_key.serialize_pem(), true)?;
         write_file(&pki.sa_pub, &sa_key.public_key_pem(), false)?;
         Ok(pki)
     }
 }
+
+/// The subject common name of kube-apiserver's egress client certificate (cloudhub's
+/// default `streams.clientNames`).
+pub const EGRESS_CLIENT: &str = "kube-apiserver-egress";
 
 /// Subject and use of a certificate [`issue`]d by the cluster CA.
 #[derive(Debug, Clone)]

@@ -23,6 +23,7 @@ pub struct ControlPlane {
     pub(super) components: Vec<Component>,
     pub(super) advertise_address: Ipv4Addr,
     pub(super) apiserver_port: u16,
+    pub(super) streams_front_port: u16,
 }
 
 impl ControlPlane {
@@ -35,8 +36,16 @@ impl ControlPlane {
             admin_token: state.admin_token,
             components: state.components,
             apiserver_port: state.ports.apiserver,
+            streams_front_port: state.ports.streams_front,
             advertise_address: state.advertise_address.unwrap_or(config.advertise_address),
         }
+    }
+
+    /// The port of the streams front (127.0.0.1), kube-apiserver's egress proxy: a
+    /// cloudhub without sessions that forwards kubelet connections to the replica holding
+    /// an edge node's session, and dials other nodes directly.
+    pub fn streams_front_port(&self) -> u16 {
+        self.streams_front_port
     }
 
     /// kube-apiserver's `--advertise-address` (on the link

@@ -118,8 +118,20 @@ impl ControlPlaneConfig {
                 path(&pki.kubelet_client_cert)
             ),
             format!("--kubelet-client-key={}", path(&pki.kubelet_client_key)),
-            // Node names do not resolve here; the InternalIP does.
-            "--kubelet-preferred-address-types=InternalIP".to_owned(),
+            // Kubelet connections (logs, exec, ...) go through the streams front, a cloudhub
+            // (egress selector `cluster`, HTTP CONNECT): edge nodes through their sessions,
+            // the kubelet node directly. Node names need not resolve here; the front maps
+            // them. Serving certificates are verified against the cluster CA, which signs
+            // `kubernetes.io/kubelet-serving` CSRs (edges) and the kubelet node's.
+            format!(
+                "--egress-selector-config-file={}",
+                path(&super::front::write_egress_config(
+                    dir,
+                    pki,
+                    p.streams_front
+                )?)
+            ),
+            format!("--kubelet-certificate-authority={}", path(&pki.ca_cert)),
             // The `kubernetes` Service's endpoint is the advertise address (the default
             // `lease` endpoint reconciler), which pods reach.
         ];

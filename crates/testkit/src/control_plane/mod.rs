@@ -42,6 +42,7 @@
 
 mod build;
 mod certs;
+mod front;
 mod handle;
 mod launch;
 mod link;
@@ -120,6 +121,10 @@ pub struct ControlPlaneConfig {
     /// kube-apiserver `--advertise-address`, held by the link [`ADVERTISE_LINK`]: the
     /// endpoint of the `kubernetes` Service. Default [`ADVERTISE_ADDRESS`].
     pub advertise_address: Ipv4Addr,
+    /// The directory of the `cloudhub` binary the streams front runs (e.g. a release
+    /// build's). Default `None`: the workspace's, as [`crate::process::workspace_bin`]
+    /// finds it.
+    pub front_bin_dir: Option<PathBuf>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -151,6 +156,7 @@ impl ControlPlaneConfig {
             node_monitor_period: Duration::from_secs(2),
             ready_timeout: Duration::from_secs(120),
             advertise_address: ADVERTISE_ADDRESS,
+            front_bin_dir: None,
         }
     }
 
@@ -203,11 +209,14 @@ impl ControlPlaneConfig {
         let _lock = FileLock::acquire_async(&self.state_dir.join("lock")).await?;
         link::ensure(self.advertise_address)?;
         if let Some(running) = self.status().await? {
+            front::ensure(&running, self.front_bin_dir.as_deref()).await?;
             return Ok(running);
         }
         let config = self.clone();
         tokio::task::spawn_blocking(move || config.stop_and_wipe()).await??;
-        self.start().await
+        let started = self.start().await?;
+        front::ensure(&started, self.front_bin_dir.as_deref()).await?;
+        Ok(started)
     }
 
     /// The running control plane of [`ControlPlaneConfig::state_dir`], if it is
@@ -265,6 +274,7 @@ impl ControlPlaneConfig {
 
     /// Stops every recorded component and empties the state dir (lock held by caller).
     fn stop_and_wipe(&self) -> anyhow::Result<bool> {
+        front::stop(&self.state_dir);
         let state = State::load(&self.state_dir);
         let pids: Vec<u32> = crate::run_state::recorded_pids(
             &self.state_dir,

@@ -15,7 +15,7 @@ pub(super) use crate::run_state::Component;
 ///
 /// 2: kube-apiserver binds `0.0.0.0`, advertises `10.199.0.1`, has a kubelet client
 /// certificate and prefers InternalIP (the kubelet node). 1 (absent): the first layout.
-pub(super) const LAYOUT: u32 = 2;
+pub(super) const LAYOUT: u32 = 3;
 
 /// `<state>/state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,12 +106,15 @@ pub(super) struct Ports {
     pub(super) apiserver: u16,
     pub(super) controller_manager: u16,
     pub(super) scheduler: u16,
+    /// The streams front's CONNECT listener (kube-apiserver's egress proxy).
+    #[serde(default)]
+    pub(super) streams_front: u16,
 }
 
 impl Ports {
-    /// Five distinct free ports ([`crate::ports::free_port`]).
+    /// Six distinct free ports ([`crate::ports::free_port`]).
     pub(super) fn pick() -> anyhow::Result<Self> {
-        let ports = (0..5)
+        let ports = (0..6)
             .map(|_| crate::ports::free_port())
             .collect::<anyhow::Result<Vec<_>>>()
             .context("picking free loopback ports")?;
@@ -121,6 +124,7 @@ impl Ports {
             apiserver: ports[2],
             controller_manager: ports[3],
             scheduler: ports[4],
+            streams_front: ports[5],
         })
     }
 }

@@ -1,10 +1,9 @@
 //! Building the pinned Jaeger all-in-one from its Go module (`assets/jaeger/build.sh`).
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
 use super::JaegerConfig;
 use crate::control_plane::go_path;
@@ -51,21 +50,18 @@ impl JaegerConfig {
             self.cache_dir.display(),
         );
         let started = Instant::now();
-        let status = Command::new("bash")
-            .arg(&script)
-            .arg(&self.cache_dir)
-            .arg(&self.version)
-            .env("PATH", path)
-            .stdin(Stdio::null())
-            .stdout(std::io::stderr())
-            .status()
-            .with_context(|| format!("running {}", script.display()))?;
-        if !status.success() || !self.is_built() {
+        crate::go_build::Script {
+            path: &script,
+            args: &[self.cache_dir.as_os_str(), self.version.as_ref()],
+            env: &[],
+            low_priority: false,
+        }
+        .run(&path)?;
+        if !self.is_built() {
             bail!(
-                "{} {} {} failed: {status}",
+                "{} finished but {} is missing",
                 script.display(),
-                self.cache_dir.display(),
-                self.version,
+                self.binary().display()
             );
         }
         eprintln!("verge-testkit: Jaeger built in {:.0?}", started.elapsed());

@@ -2,10 +2,9 @@
 //! building containerd from its Go module (`assets/containerd/build.sh`).
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 
 use super::{CONTAINERD_VERSION, DEBIAN_PACKAGES, KubeletNodeConfig, images};
 use crate::lock::FileLock;
@@ -74,18 +73,19 @@ impl KubeletNodeConfig {
             self.containerd_cache_dir.display()
         );
         let started = Instant::now();
-        let status = Command::new("bash")
-            .arg(&script)
-            .arg(&self.containerd_cache_dir)
-            .arg(CONTAINERD_VERSION)
-            .env("PATH", path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::io::stderr())
-            .status()
-            .with_context(|| format!("running {}", script.display()))?;
-        if !status.success() || !self.is_containerd_built() {
+        crate::go_build::Script {
+            path: &script,
+            args: &[
+                self.containerd_cache_dir.as_os_str(),
+                CONTAINERD_VERSION.as_ref(),
+            ],
+            env: &[],
+            low_priority: false,
+        }
+        .run(&path)?;
+        if !self.is_containerd_built() {
             bail!(
-                "{} {} {CONTAINERD_VERSION} failed: {status}",
+                "{} finished but containerd is missing from {}",
                 script.display(),
                 self.containerd_cache_dir.display()
             );

@@ -107,7 +107,7 @@ impl KubeletNode {
     }
 
     /// Moves image `docker_ref` (e.g. `verge/cloudhub:0.1.0`) from the local Docker engine
-    /// into the node's containerd (`docker save | ctr -n k8s.io images import -`), where
+    /// into the node's containerd (`docker save`, then `ctr -n k8s.io images import`), where
     /// pods naming `docker_ref` find it with `imagePullPolicy: IfNotPresent` (no registry
     /// is reachable). Replaces an image of the same name. Blocks for a second or a few, and,
     /// for Verge's own images, while `cargo xtask images` builds them

@@ -2,7 +2,7 @@
 //! containerd's `k8s.io` namespace (where the CRI plugin, hence kubelet, looks).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{Context as _, bail};
 
@@ -54,9 +54,13 @@ pub(super) fn ensure_pause_image() -> anyhow::Result<()> {
     )
 }
 
-/// `docker save <docker_ref> | ctr -a <socket> -n k8s.io images import -`: the image becomes
-/// `docker.io/<docker_ref>` (Docker's normalization) in containerd, which kubelet finds for
-/// pods naming `<docker_ref>` with `imagePullPolicy: IfNotPresent` or `Never`.
+/// `docker save -o <archive> <docker_ref>`, then `ctr -a <socket> -n k8s.io images import
+/// <archive>`: the image becomes `docker.io/<docker_ref>` (Docker's normalization) in
+/// containerd, which kubelet finds for pods naming `<docker_ref>` with `imagePullPolicy:
+/// IfNotPresent` or `Never`. The archive goes through a temporary file rather than a pipe so
+/// that a failing step reports its own error (through a pipe, an import that stops early shows
+/// up only as `docker save` dying of SIGPIPE). The import is tried [`IMPORT_ATTEMPTS`] times,
+/// 2 s apart (it replaces the image, so a retry is harmless).
 ///
 /// # Errors
 /// The image is not in Docker, or `docker save` / `ctr images import` fail (their stderr is
@@ -65,33 +69,36 @@ pub(super) fn import(ctr: &Path, socket: &Path, docker_ref: &str) -> anyhow::Res
     if !docker::image_exists(docker_ref) {
         bail!("image {docker_ref} is not in the local Docker engine");
     }
-    let mut save = Command::new("docker")
-        .args(["save", docker_ref])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("running docker save")?;
-    let save_out = save.stdout.take().context("docker save stdout")?;
-    let import = Command::new(ctr)
-        .arg("-a")
-        .arg(socket)
-        .args(["-n", "k8s.io", "images", "import", "-"])
-        .stdin(save_out)
-        .output()
-        .with_context(|| format!("running {} images import", ctr.display()))?;
-    let saved = save.wait_with_output()?;
-    if !saved.status.success() {
-        bail!(
-            "docker save {docker_ref} failed: {}",
-            String::from_utf8_lossy(&saved.stderr).trim()
+    let dir = tempfile::tempdir().context("creating a directory for the image archive")?;
+    let archive = dir.path().join("image.tar");
+    let archive_arg = archive.to_str().context("the archive path is not UTF-8")?;
+    docker::docker(&["save", "-o", archive_arg, docker_ref])?;
+    let mut attempt = 1;
+    loop {
+        let out = Command::new(ctr)
+            .arg("-a")
+            .arg(socket)
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(&archive)
+            .output()
+            .with_context(|| format!("running {} images import", ctr.display()))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let error = format!(
+            "ctr images import of {docker_ref} failed ({}): {} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            String::from_utf8_lossy(&out.stdout).trim()
         );
+        if attempt == IMPORT_ATTEMPTS {
+            bail!("{error} (attempt {attempt} of {IMPORT_ATTEMPTS})");
+        }
+        eprintln!("verge-testkit: {error}; retrying");
+        attempt += 1;
+        std::thread::sleep(std::time::Duration::from_secs(2));
     }
-    if !import.status.success() {
-        bail!(
-            "ctr images import of {docker_ref} failed: {}{}",
-            String::from_utf8_lossy(&import.stderr).trim(),
-            String::from_utf8_lossy(&import.stdout).trim()
-        );
-    }
-    Ok(())
 }
+
+/// How many times [`import`] runs `ctr images import` before it gives up.
+const IMPORT_ATTEMPTS: u32 = 3;

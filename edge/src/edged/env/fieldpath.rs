@@ -70,7 +70,9 @@ pub(crate) fn pod_field(pod: &Pod, path: &str) -> Result<String, String> {
 
 /// The kubelet's `podFieldSelectorRuntimeValue`: [`pod_field`] plus `spec.nodeName` (the
 /// pod's, else `node_name`), `spec.serviceAccountName`, `status.podIP` / `status.podIPs`
-/// (`pod_ip`) and `status.hostIP` / `status.hostIPs` (the pod status' host IP).
+/// (`pod_ip`) and `status.hostIP` / `status.hostIPs` (the node's IP, as the kubelet answers
+/// them from the node rather than the pod status, which is not yet written when the first
+/// container starts; else the pod status' host IP).
 ///
 /// # Errors
 /// `unsupported fieldPath: <path>` for an unknown path.
@@ -78,6 +80,7 @@ pub(crate) fn env_field(
     pod: &Pod,
     path: &str,
     pod_ip: Option<&str>,
+    host_ip: Option<&str>,
     node_name: &str,
 ) -> Result<String, String> {
     let spec = pod.spec.as_ref();
@@ -91,9 +94,10 @@ pub(crate) fn env_field(
             .and_then(|s| s.service_account_name.clone())
             .unwrap_or_default(),
         "status.podIP" | "status.podIPs" => pod_ip.unwrap_or_default().to_owned(),
-        "status.hostIP" | "status.hostIPs" => {
-            status.and_then(|s| s.host_ip.clone()).unwrap_or_default()
-        }
+        "status.hostIP" | "status.hostIPs" => host_ip
+            .map(str::to_owned)
+            .or_else(|| status.and_then(|s| s.host_ip.clone()))
+            .unwrap_or_default(),
         _ => return pod_field(pod, path),
     })
 }

@@ -25,7 +25,15 @@ fn objects() -> FakeObjects {
 async fn env(container: serde_json::Value) -> Result<Vec<String>> {
     let p = pod(json!([container]));
     let c = &p.spec.as_ref().expect("spec").containers[0];
-    resolve_env(&p, c, &objects(), Some("172.17.0.5"), "edge-1").await
+    resolve_env(
+        &p,
+        c,
+        &objects(),
+        Some("172.17.0.5"),
+        Some("192.0.2.7"),
+        "edge-1",
+    )
+    .await
 }
 
 #[tokio::test]
@@ -78,7 +86,7 @@ async fn field_and_resource_refs() {
             "NN=edge-1",
             "SA=sa",
             "IP=172.17.0.5",
-            "H=10.0.0.1",
+            "H=192.0.2.7",
             "LS=app=\"web\"\ntier=\"a\\\"b\"",
             "CPU=2",
             "CPUM=1500",

@@ -18,6 +18,7 @@
 
 pub(crate) mod backoff;
 mod events;
+mod hooks;
 pub(crate) mod observe;
 mod refresh;
 mod report;
@@ -121,6 +122,8 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     sandbox_ip: Option<String>,
     /// The trace the next syncs continue.
     trace: trace::SyncTrace,
+    /// Why the node refused the pod at admission (reason, message), e.g. `SysctlForbidden`.
+    rejected: Option<(&'static str, String)>,
 }
 
 /// Starts the worker of `pod` (stored at `key`, committed in trace `trace`); it reports its
@@ -179,6 +182,7 @@ impl<R: ContainerRuntime> Worker<R> {
             deleted: false,
             sandbox_ip: None,
             trace: trace::SyncTrace::default(),
+            rejected: None,
         }
     }
 

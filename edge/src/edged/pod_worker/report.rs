@@ -5,9 +5,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::Worker;
 use super::observe::Observation;
+use super::state::{WaitingReason, is_sidecar};
 use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::image_ref;
-use crate::edged::status::build::{ContainerFacts, PodFacts, pod_status};
+use crate::edged::status::build::{ContainerFacts, PodFacts, container_status, pod_status};
 use crate::metrics::Stage;
 
 impl<R: ContainerRuntime> Worker<R> {
@@ -19,14 +20,17 @@ impl<R: ContainerRuntime> Worker<R> {
     ) -> ContainerFacts<'a> {
         let latest = obs.latest(&c.name);
         let track = self.tracks.get(&c.name);
+        // Sidecars are probed like app containers; regular init containers never are.
+        let completes = init && !is_sidecar(c);
         ContainerFacts {
             spec: c,
             latest,
             previous: obs.previous(&c.name),
             waiting: track.and_then(|t| t.waiting()),
             restarts: track.map_or(0, |t| t.next_restart()),
-            ready: !init && self.ctx.probes.ready(&self.uid, &c.name),
-            started: !init && self.ctx.probes.started(&self.uid, &c.name),
+            ready: !completes && self.ctx.probes.ready(&self.uid, &c.name),
+            started: !completes && self.ctx.probes.started(&self.uid, &c.name),
+            completes,
             image_id: latest
                 .and_then(|i| self.image_ids.get(&i.image_id))
                 .map_or("", String::as_str),
@@ -61,7 +65,25 @@ impl<R: ContainerRuntime> Worker<R> {
             start_time: self.start_time.clone(),
         };
         let now = Time(crate::node::status::now());
-        let status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
+        let mut status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
+        // Ephemeral containers: never probed, so never ready; started while running.
+        let ephemeral = super::sync::ephemeral_containers(&spec);
+        let ephemeral: Vec<_> = ephemeral
+            .iter()
+            .map(|c| {
+                let facts = ContainerFacts {
+                    ready: false,
+                    started: true,
+                    ..self.facts(obs, c, false)
+                };
+                container_status(&facts, WaitingReason::ContainerCreating)
+            })
+            .collect();
+        status.ephemeral_container_statuses = Some(ephemeral).filter(|e| !e.is_empty());
+        if let Some((reason, message)) = &self.rejected {
+            status.reason = Some((*reason).to_owned());
+            status.message = Some(message.clone());
+        }
         if status.phase.as_deref() == Some("Running")
             && let Some(since) = self.starting_since.take()
         {

@@ -12,6 +12,7 @@ use super::Worker;
 use super::observe::{Instance, Observation};
 use super::state::{Waiting, WaitingReason};
 use super::sync::{Pass, Role, Wake};
+use crate::edged::etc_hosts;
 use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
 use crate::edged::runtime::image::{
@@ -200,19 +201,35 @@ impl<R: ContainerRuntime> Worker<R> {
             metrics::global().pod_start(Stage::Image, image_since.elapsed());
         }
         pulled.map_err(StartError::Image)?;
+        let pod_ip = self.pod_ip();
         let env = crate::edged::env::resolve_env(
             &self.pod,
             c,
             self.ctx.objects.as_ref(),
-            self.pod_ip().as_deref(),
+            pod_ip.as_deref(),
+            self.ctx.node_ip.map(|ip| ip.to_string()).as_deref(),
             &self.ctx.config.node_name,
         )
         .await
         .map_err(StartError::Config)?;
-        let binds = match &self.volumes {
+        let mut binds = match &self.volumes {
             Some(v) => v.binds_for(c, &env).await.map_err(StartError::Mounts)?,
             None => Vec::new(),
         };
+        if etc_hosts::should_mount(&self.pod, c, pod_ip.as_deref()) {
+            let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
+            let pod = self.pod.clone();
+            let written = tokio::task::spawn_blocking(move || {
+                etc_hosts::write(&pod_dir, &pod, pod_ip.as_deref())
+            })
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(|e| {
+                StartError::Config(Error::ContainerConfig(format!("writing /etc/hosts: {e}")))
+            })?;
+            binds.push(format!("{}:{}", written.display(), etc_hosts::ETC_HOSTS));
+        }
         let labels = ContainerLabels {
             pod: self.pod_ref(),
             container: c.name.clone(),
@@ -259,6 +276,9 @@ impl<R: ContainerRuntime> Worker<R> {
         metrics::global().pod_start(Stage::Container, creating_since.elapsed());
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
+        // A failed postStart hook kills the container; its exit then goes through the
+        // restart policy and back-off like any other.
+        self.post_start(c, &id).await;
         Ok(id)
     }
 

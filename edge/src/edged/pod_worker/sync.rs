@@ -12,7 +12,7 @@ use tracing::{Instrument as _, info, warn};
 
 use super::Worker;
 use super::observe::{Instance, Observation, RunState, observe};
-use super::state::{ExitDecision, PodEvent, PodState, RestartPolicy, WaitingReason};
+use super::state::{ExitDecision, PodEvent, PodState, RestartPolicy, WaitingReason, is_sidecar};
 use crate::Result;
 use crate::edged::events::EventType;
 use crate::edged::probe::ProbeTarget;
@@ -40,13 +40,32 @@ pub(super) struct Pass<'a> {
 }
 
 /// Whether a container is an init container (run to completion, in order, before the app
-/// containers; never probed) or an app container.
+/// containers; never probed), a sidecar or an app container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Role {
     /// `spec.initContainers[]`.
     Init,
+    /// `spec.initContainers[]` with `restartPolicy: Always` (a restartable init container):
+    /// started in order with the init containers, the next one waiting until it has started
+    /// (startup probe passed, or running without one); then kept running beside the app
+    /// containers, probed like them and restarted whenever it exits, whatever the pod's
+    /// restart policy; stopped when the app containers are done for good.
+    Sidecar,
     /// `spec.containers[]`.
     App,
+    /// `spec.ephemeralContainers[]` (`kubectl debug`): started once in a running pod, never
+    /// restarted or probed, not part of the pod's completion.
+    Ephemeral,
+}
+
+impl Role {
+    fn of_init(c: &Container) -> Self {
+        if is_sidecar(c) {
+            Self::Sidecar
+        } else {
+            Self::Init
+        }
+    }
 }
 
 /// Where one container stands after its step.
@@ -80,6 +99,21 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         if let PodState::Terminating { grace } = self.state {
             self.terminate(grace).await?;
+            return Ok(None);
+        }
+        if self.state == PodState::Pending
+            && self.rejected.is_none()
+            && let Some(message) = crate::edged::sysctls::forbidden(&self.pod)
+        {
+            // kubelet: a pod the node does not admit fails at once, nothing created.
+            warn!(%message, "pod rejected");
+            let reason = crate::edged::sysctls::FORBIDDEN_REASON;
+            self.pod_event(EventType::Warning, reason, message.clone());
+            self.rejected = Some((reason, message));
+            self.transition(PodEvent::Finished { succeeded: false });
+        }
+        if self.rejected.is_some() {
+            self.report(&Observation::default()).await;
             return Ok(None);
         }
         let mut wake = Wake::default();
@@ -138,15 +172,41 @@ impl<R: ContainerRuntime> Worker<R> {
             .containers
             .iter()
             .any(|c| obs.latest(&c.name).is_some());
-        if !initialized {
+        if initialized {
+            // Sidecars keep running beside the app containers.
+            for c in spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| is_sidecar(c))
+            {
+                changed |= self
+                    .container_step(c, Role::Sidecar, &pass, wake)
+                    .await?
+                    .acted();
+            }
+        } else {
             for c in spec.init_containers.iter().flatten() {
-                let step = self.container_step(c, Role::Init, &pass, wake).await?;
+                let role = Role::of_init(c);
+                let step = self.container_step(c, role, &pass, wake).await?;
                 changed |= step.acted();
+                if role == Role::Sidecar {
+                    // The next init container waits until this one has started; a probe
+                    // update or the next pass (at once after a start) looks again.
+                    if step == Step::Running && self.ctx.probes.started(&self.uid, &c.name) {
+                        continue;
+                    }
+                    if step.acted() {
+                        wake.at(Instant::now());
+                    }
+                    self.transition(PodEvent::InitRunning);
+                    return Ok(changed);
+                }
                 match step {
                     Step::Exited { ok: true } => continue,
                     Step::Exited { ok: false } => {
                         warn!(container = %c.name, "init container failed; pod failed");
-                        self.complete(false, &sandbox).await;
+                        self.complete(false, obs, &sandbox).await;
                         return Ok(true);
                     }
                     Step::Running | Step::Waiting | Step::Acted => {
@@ -166,16 +226,36 @@ impl<R: ContainerRuntime> Worker<R> {
                 Step::Exited { ok } => all_ok &= ok,
             }
         }
+        for c in ephemeral_containers(&spec) {
+            changed |= self
+                .container_step(&c, Role::Ephemeral, &pass, wake)
+                .await?
+                .acted();
+        }
         if !active {
-            self.complete(all_ok, &sandbox).await;
+            self.complete(all_ok, obs, &sandbox).await;
             changed = true;
         }
         Ok(changed)
     }
 
-    /// Every container is done for good: stop the sandbox, phase Succeeded/Failed.
-    async fn complete(&mut self, succeeded: bool, sandbox: &Instance) {
+    /// Every app container (or an init container) is done for good: stop the sidecars
+    /// (`preStop` first, within the grace period) and the sandbox; phase Succeeded/Failed.
+    async fn complete(&mut self, succeeded: bool, obs: &Observation, sandbox: &Instance) {
         info!(succeeded, "pod completed");
+        let grace = self.grace();
+        for i in obs
+            .all()
+            .filter(|i| !i.labels.sandbox && i.state == RunState::Running)
+        {
+            self.killing_event(&i.labels.container, None);
+            self.ctx
+                .probes
+                .remove_container(&self.uid, &i.labels.container);
+            if let Err(e) = self.kill(&i.labels.container, &i.id, grace).await {
+                warn!(error = %ErrorChain(&e), "cannot stop sidecar");
+            }
+        }
         self.transition(PodEvent::Finished { succeeded });
         if let Err(e) = self.ctx.runtime.stop(&sandbox.id, Duration::ZERO).await {
             warn!(error = %ErrorChain(&e), "cannot stop sandbox");
@@ -203,11 +283,20 @@ impl<R: ContainerRuntime> Worker<R> {
                     info!(container = %c.name, %probe, "probe failed; killing container");
                     self.killing_event(&c.name, Some(probe));
                     self.ctx.probes.remove_container(&self.uid, &c.name);
-                    self.ctx.runtime.stop(&i.id, self.grace()).await?;
+                    // kubelet: `setTerminationGracePeriod`: the failed probe's own
+                    // `terminationGracePeriodSeconds` overrides the pod's.
+                    let grace = probe
+                        .probe_of(c)
+                        .and_then(|p| p.termination_grace_period_seconds)
+                        .map_or_else(
+                            || self.grace(),
+                            |s| Duration::from_secs(u64::try_from(s).unwrap_or(0)),
+                        );
+                    self.kill(&c.name, &i.id, grace).await?;
                     wake.at(now);
                     return Ok(Step::Acted);
                 }
-                if role == Role::App
+                if matches!(role, Role::App | Role::Sidecar)
                     && let Some(container_id) = t.probe()
                 {
                     let target = ProbeTarget {
@@ -234,7 +323,11 @@ impl<R: ContainerRuntime> Worker<R> {
                     let now = crate::node::status::now();
                     Duration::try_from(now.duration_since(f.0)).unwrap_or(Duration::ZERO)
                 });
-                let restarts = pass.policy.restarts(i.exit_code, role == Role::Init);
+                let restarts = match role {
+                    Role::Sidecar => true,
+                    Role::Ephemeral => false,
+                    Role::Init | Role::App => pass.policy.restarts(i.exit_code, role == Role::Init),
+                };
                 let t = self.track(&c.name);
                 let unprobe = t.unprobe(&i.id);
                 let decision = t.on_exit(i, restarts, since, now, &pod);
@@ -282,4 +375,21 @@ impl<R: ContainerRuntime> Worker<R> {
             }
         }
     }
+}
+
+/// The pod's ephemeral containers as containers (the same fields, bar
+/// `targetContainerName`); one that does not convert is skipped with a warning.
+pub(super) fn ephemeral_containers(spec: &k8s_openapi::api::core::v1::PodSpec) -> Vec<Container> {
+    spec.ephemeral_containers
+        .iter()
+        .flatten()
+        .filter_map(|e| {
+            let converted = serde_json::to_value(e).and_then(serde_json::from_value::<Container>);
+            converted
+                .inspect_err(
+                    |error| warn!(container = %e.name, %error, "skipping ephemeral container"),
+                )
+                .ok()
+        })
+        .collect()
 }

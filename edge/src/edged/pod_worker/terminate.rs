@@ -27,24 +27,26 @@ impl<R: ContainerRuntime> Worker<R> {
     pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         self.ctx.probes.remove_pod(&self.uid);
+        // Not ready while terminating (kubelet: readiness fails once the pod is deleted), so
+        // that endpoints drop the pod before its containers stop.
+        self.report(&obs).await;
         let ctx = std::sync::Arc::clone(&self.ctx);
         let rt = &ctx.runtime;
         let running = |sandbox: bool| {
             obs.all()
                 .filter(move |i| i.labels.sandbox == sandbox && i.state != RunState::Exited)
-                .map(|i| i.id.clone())
         };
-        for i in obs
-            .all()
-            .filter(|i| !i.labels.sandbox && i.state != RunState::Exited)
-        {
+        for i in running(false) {
             self.killing_event(&i.labels.container, None);
         }
-        for r in join_all(running(false).map(|id| async move { rt.stop(&id, grace).await })).await {
+        // Every container is killed at once, each with its preStop hook first.
+        let this = &*self;
+        let kills = running(false).map(|i| this.kill(&i.labels.container, &i.id, grace));
+        for r in join_all(kills).await {
             r?;
         }
-        for id in running(true) {
-            rt.stop(&id, Duration::ZERO).await?;
+        for i in running(true) {
+            rt.stop(&i.id, Duration::ZERO).await?;
         }
         let last = observe(rt, &self.uid).await?;
         self.report(&last).await;

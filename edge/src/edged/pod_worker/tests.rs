@@ -523,3 +523,208 @@ async fn start_failure_is_retried_after_the_back_off() {
     assert_eq!(app.info.labels[labels::POD_UID], "u-1");
     assert_eq!(app.name, "k8s_app_web_default_u-1_0");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_post_start_hook_kills_the_container_and_the_restart_policy_applies() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    h.rt.exec_exits("false", 1);
+    let p = pod(
+        json!({"restartPolicy": "Always", "containers": [{"name": "app", "image": IMAGE,
+        "lifecycle": {"postStart": {"exec": {"command": ["false"]}}}}]}),
+    );
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    let app = h.rt.instances("app").pop().expect("app");
+    let calls = h.rt.take_calls();
+    let exec = calls
+        .iter()
+        .position(|c| c == &format!("exec {} false", app.info.id));
+    let stop = calls
+        .iter()
+        .position(|c| c.starts_with(&format!("stop {}", app.info.id)));
+    assert!(exec.is_some() && exec < stop, "hook, then kill: {calls:?}");
+    let events = h.events();
+    assert!(
+        has(&events, "FailedPostStartHook", "PostStartHook failed"),
+        "{events:?}"
+    );
+    assert!(has(&events, "Killing", "FailedPostStartHook"), "{events:?}");
+    let killed =
+        h.rt.instances("app")
+            .into_iter()
+            .find(|c| c.info.id == app.info.id);
+    assert!(
+        killed.is_some_and(|c| c.info.state != super::observe::RunState::Running),
+        "the container no longer runs"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_pre_stop_hook_runs_before_the_stop_within_the_grace_period() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    let p = pod(
+        json!({"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+        "containers": [{"name": "app", "image": IMAGE,
+        "lifecycle": {"preStop": {"exec": {"command": ["drain", "now"]}}}}]}),
+    );
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    let app = h.rt.instances("app").pop().expect("app");
+    h.rt.take_calls();
+    w.deleted = true;
+    w.sync().await.expect("sync");
+    let calls = h.rt.take_calls();
+    let exec = calls
+        .iter()
+        .position(|c| c == &format!("exec {} drain now", app.info.id));
+    let stop = calls
+        .iter()
+        .position(|c| c.starts_with(&format!("stop {}", app.info.id)));
+    assert!(
+        exec.is_some() && exec < stop,
+        "preStop, then stop: {calls:?}"
+    );
+    assert!(h.events().iter().all(|(r, _)| r != "FailedPreStopHook"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sidecar_starts_before_the_next_init_container_restarts_always_and_stops_with_the_pod() {
+    use super::observe::RunState;
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    h.rt.exit_on_start("setup", 0);
+    let p = pod(json!({"restartPolicy": "Never",
+        "initContainers": [{"name": "side", "image": IMAGE, "restartPolicy": "Always"},
+                           {"name": "setup", "image": IMAGE}],
+        "containers": [{"name": "app", "image": IMAGE}]}));
+    let mut w = h.worker(&p);
+    for _ in 0..4 {
+        settle(&mut w).await;
+    }
+    let running = |name: &str| {
+        h.rt.instances(name)
+            .iter()
+            .any(|c| c.info.state == RunState::Running)
+    };
+    assert!(running("side") && running("app"), "{:?}", h.rt.containers());
+    assert_eq!(h.rt.instances("setup").len(), 1, "setup ran once");
+    let s = w.last_status.clone().expect("status");
+    let condition = |t: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t)
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(condition("Initialized").as_deref(), Some("True"));
+    assert!(
+        status(&w, "setup").ready,
+        "a completed init container is ready"
+    );
+    assert!(status(&w, "side").ready && status(&w, "side").started == Some(true));
+
+    // The sidecar exits: restarted although the pod's policy is Never.
+    let side = h.rt.instances("side").pop().expect("side");
+    h.rt.exit(&side.info.id, 1);
+    for _ in 0..3 {
+        settle(&mut w).await;
+    }
+    assert!(running("side"), "the sidecar is restarted");
+    assert_eq!(h.rt.instances("side").len(), 2);
+
+    // The app container completes: the sidecar is stopped, the pod succeeded.
+    let app = h.rt.instances("app").pop().expect("app");
+    h.rt.exit(&app.info.id, 0);
+    for _ in 0..3 {
+        settle(&mut w).await;
+    }
+    assert!(!running("side"), "the sidecar is stopped with the pod");
+    assert_eq!(phase(&w), "Succeeded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn conditions_name_the_incomplete_and_unready_containers() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    // The init container keeps running: the pod is neither initialized nor ready.
+    let p = pod(json!({"restartPolicy": "Always",
+        "initContainers": [{"name": "setup", "image": IMAGE}],
+        "containers": [{"name": "app", "image": IMAGE}]}));
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    let s = w.last_status.clone().expect("status");
+    let message = |t: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t)
+            .and_then(|c| c.message.clone())
+    };
+    assert_eq!(
+        message("Initialized").as_deref(),
+        Some("containers with incomplete status: [setup]")
+    );
+    assert_eq!(
+        message("ContainersReady").as_deref(),
+        Some("containers with unready status: [app]")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ephemeral_container_added_to_a_running_pod_runs_once() {
+    use super::observe::RunState;
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    settle(&mut w).await;
+    let mut updated = p.clone();
+    if let Some(spec) = updated.spec.as_mut() {
+        spec.ephemeral_containers = Some(vec![
+            serde_json::from_value(json!({
+            "name": "debugger", "image": IMAGE, "targetContainerName": "app"}))
+            .expect("ephemeral container"),
+        ]);
+    }
+    w.pod = updated;
+    settle(&mut w).await;
+    let debugger = h.rt.instances("debugger").pop().expect("started");
+    assert_eq!(debugger.info.state, RunState::Running);
+    let s = w.last_status.clone().expect("status");
+    let statuses = s.ephemeral_container_statuses.expect("ephemeral statuses");
+    assert_eq!(statuses[0].name, "debugger");
+    assert!(
+        statuses[0]
+            .state
+            .as_ref()
+            .is_some_and(|s| s.running.is_some())
+    );
+
+    h.rt.exit(&debugger.info.id, 0);
+    settle(&mut w).await;
+    settle(&mut w).await;
+    assert_eq!(h.rt.instances("debugger").len(), 1, "never restarted");
+    assert_eq!(phase(&w), "Running", "the pod goes on");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_with_an_unsafe_sysctl_is_rejected_without_running_anything() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    let p = pod(
+        json!({"restartPolicy": "Always", "containers": [{"name": "app", "image": IMAGE}],
+        "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "10000000"}]}}),
+    );
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    assert!(h.rt.containers().is_empty(), "nothing created");
+    let s = w.last_status.clone().expect("status");
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    assert_eq!(s.reason.as_deref(), Some("SysctlForbidden"));
+    let message = "forbidden sysctl: \"kernel.msgmax\" not allowlisted";
+    assert_eq!(s.message.as_deref(), Some(message));
+    assert!(has(&h.events(), "SysctlForbidden", message));
+}

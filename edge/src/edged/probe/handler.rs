@@ -12,7 +12,7 @@ use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::core::v1::{Container, Probe};
+use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
@@ -167,6 +167,33 @@ impl<R: ContainerRuntime> DockerProber<R> {
                 source,
             }),
         }
+    }
+
+    /// Runs lifecycle hook `hook` of `container` once against `target` (kubelet:
+    /// `handlerRunner.Run`): `sleep` sleeps its seconds; `exec` and `httpGet` run as a probe's
+    /// (an `exec` must exit 0, an `httpGet` must answer 200–399); the deprecated
+    /// `tcpSocket` or no action at all is an error. Not bounded here: the caller bounds a
+    /// `preStop` hook by the grace period.
+    ///
+    /// # Errors
+    /// The hook failed, with the reason a probe would give.
+    pub async fn run_hook(
+        &self,
+        target: &ProbeTarget,
+        container: &Container,
+        hook: &LifecycleHandler,
+    ) -> Result<(), ProbeError> {
+        if let Some(sleep) = &hook.sleep {
+            let seconds = u64::try_from(sleep.seconds).unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+            return Ok(());
+        }
+        let probe = Probe {
+            exec: hook.exec.clone(),
+            http_get: hook.http_get.clone(),
+            ..Probe::default()
+        };
+        self.attempt(target, container, &probe).await
     }
 
     /// One attempt of `probe`; see [`ProbeHandler::run`].

@@ -183,6 +183,11 @@ impl<H: ProbeHandler> ProbeManager<H> {
         }
     }
 
+    /// The handler that runs probe attempts (and, for [`DockerProber`], lifecycle hooks).
+    pub fn handler(&self) -> &H {
+        &self.handler
+    }
+
     /// Starts probing a container that has just started, one task per probe in its spec
     /// (kubelet: `AddPod`). Call it for **every** started container, with or without probes:
     /// a container never added is neither started nor ready. Replaces (and stops) an earlier

@@ -181,6 +181,8 @@ fn body(spec: ContainerSpec) -> ContainerCreateBody {
         cap_add: spec.cap_add,
         cap_drop: spec.cap_drop,
         group_add: spec.group_add,
+        security_opt: spec.security_opt,
+        sysctls: spec.sysctls,
         nano_cpus: spec.nano_cpus,
         memory: spec.memory,
         cpu_shares: spec.cpu_shares,

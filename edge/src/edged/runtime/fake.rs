@@ -63,6 +63,8 @@ struct State {
     exit_on_start: HashMap<String, i32>,
     /// Starts held half-way, by spec name.
     gates: HashMap<String, StartGate>,
+    /// Exit codes of `exec`, by command (its words joined by spaces); 0 when absent.
+    exec_exit: HashMap<String, i64>,
     calls: Vec<String>,
 }
 
@@ -142,6 +144,11 @@ impl FakeRuntime {
     /// Makes every instance of spec container `name` exit with `code` as soon as it starts.
     pub fn exit_on_start(&self, name: &str, code: i32) {
         self.lock().exit_on_start.insert(name.to_owned(), code);
+    }
+
+    /// Makes `exec` of `command` (its words joined by spaces) exit with `code`.
+    pub fn exec_exits(&self, command: &str, code: i64) {
+        self.lock().exec_exit.insert(command.to_owned(), code);
     }
 
     /// Lets instances of spec container `name` run after their start.
@@ -392,10 +399,14 @@ impl ContainerRuntime for FakeRuntime {
             .boxed()
     }
 
-    async fn exec(&self, id: &str, _cmd: &[String], _max_output: usize) -> Result<ExecOutput> {
-        match self.lock().containers.get(id) {
+    async fn exec(&self, id: &str, cmd: &[String], _max_output: usize) -> Result<ExecOutput> {
+        let mut state = self.lock();
+        let command = cmd.join(" ");
+        state.calls.push(format!("exec {id} {command}"));
+        let code = state.exec_exit.get(&command).copied().unwrap_or(0);
+        match state.containers.get(id) {
             Some(c) if c.info.state == RunState::Running => Ok(ExecOutput {
-                exit_code: Some(0),
+                exit_code: Some(code),
                 output: Vec::new(),
             }),
             _ => Err(Self::not_found("create exec".to_owned())),

@@ -140,6 +140,11 @@ pub fn container_spec(
         cap_add: caps.and_then(|c| c.add.clone()),
         cap_drop: caps.and_then(|c| c.drop.clone()),
         group_add: group_add(pod),
+        // kubelet: `AddNoNewPrivileges`: only an explicit `allowPrivilegeEscalation: false`.
+        security_opt: sc
+            .and_then(|s| s.allow_privilege_escalation)
+            .filter(|allow| !allow)
+            .map(|_| vec!["no-new-privileges".to_owned()]),
         ..ContainerSpec::default()
     };
     apply_resources(container, &mut spec);
@@ -163,7 +168,7 @@ pub fn host_network(pod: &Pod) -> bool {
 }
 
 /// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
-/// `spec.hostname` or the pod name, shareable IPC, bridge network (or host) with every
+/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, bridge network (or host) with every
 /// container port that has a `hostPort` published.
 pub fn sandbox_spec(
     pod: &Pod,
@@ -190,16 +195,14 @@ pub fn sandbox_spec(
                 });
         }
     }
-    let hostname = if host_net {
-        None
-    } else {
-        spec.and_then(|s| s.hostname.clone())
-            .or_else(|| Some(labels.pod.name.clone()))
-    };
+    // The same hostname as the pod's /etc/hosts names (kubelet: `GeneratePodHostNameAndDomain`).
+    let hostname = (!host_net).then(|| crate::edged::etc_hosts::hostname_and_domain(pod).0);
+    let sysctls = crate::edged::sysctls::for_sandbox(pod);
     ContainerSpec {
         image: image.to_owned(),
         cmd: Some(command.to_vec()).filter(|c| !c.is_empty()),
         hostname,
+        sysctls: Some(sysctls).filter(|s| !s.is_empty()),
         labels: with_grace(labels, grace),
         exposed_ports: bindings.keys().cloned().collect(),
         port_bindings: bindings,
@@ -232,7 +235,8 @@ mod tests {
                 "supplementalGroups": [3000, 2000, 4000]}, "containers": [{
                 "name": "c", "image": "img", "command": ["sh", "-c"], "ports": [{"containerPort": 80, "hostPort": 8080}],
                 "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
-                "securityContext": {"runAsUser": 7, "capabilities": {"add": ["NET_ADMIN"]}, "readOnlyRootFilesystem": true}
+                "securityContext": {"runAsUser": 7, "capabilities": {"add": ["NET_ADMIN"]}, "readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false}
             }]}
         }))
         .expect("pod");
@@ -260,6 +264,7 @@ mod tests {
         assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
         assert_eq!(h.network, NetworkMode::Container("sb".into()));
         assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.security_opt, Some(vec!["no-new-privileges".to_owned()]));
         let groups = ["2000", "3000", "4000"].map(String::from);
         assert_eq!(h.group_add.as_deref(), Some(groups.as_slice()));
         assert_eq!(group_add(&Pod::default()), None);

@@ -215,6 +215,10 @@ pub struct ContainerSpec {
     pub cap_drop: Option<Vec<String>>,
     /// Supplementary groups.
     pub group_add: Option<Vec<String>>,
+    /// Docker security options (`no-new-privileges`).
+    pub security_opt: Option<Vec<String>>,
+    /// Namespaced sysctls (the sandbox's), dot form.
+    pub sysctls: Option<HashMap<String, String>>,
     /// CPU limit in units of 10^-9 CPUs.
     pub nano_cpus: Option<i64>,
     /// Memory limit in bytes.

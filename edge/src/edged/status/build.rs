@@ -8,8 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 pub use super::container::{ContainerFacts, container_status};
 
-use crate::edged::pod_worker::observe::RunState;
-use crate::edged::pod_worker::state::{PodState, RestartPolicy, WaitingReason};
+use crate::edged::pod_worker::state::{PodState, RestartPolicy, WaitingReason, is_sidecar};
 
 /// The pod-level facts.
 #[derive(Debug, Clone)]
@@ -94,10 +93,12 @@ pub fn qos_class(pod: &Pod) -> &'static str {
     }
 }
 
+/// Condition `type_`: `True`, or `False` with `reason` and `message`. The transition time is
+/// kept from `prev` while the status stays the same.
 fn condition(
     type_: &str,
     ok: bool,
-    reason: Option<&str>,
+    (reason, message): (&str, Option<String>),
     prev: Option<&PodStatus>,
     now: &Time,
 ) -> PodCondition {
@@ -109,7 +110,8 @@ fn condition(
     PodCondition {
         type_: type_.to_owned(),
         status: status.to_owned(),
-        reason: if ok { None } else { reason.map(str::to_owned) },
+        reason: (!ok).then(|| reason.to_owned()),
+        message: if ok { None } else { message },
         last_transition_time: Some(kept.unwrap_or_else(|| now.clone())),
         ..PodCondition::default()
     }
@@ -127,10 +129,22 @@ pub fn pod_status(
         .iter()
         .map(|f| container_status(f, WaitingReason::PodInitializing))
         .collect();
-    let initialized = init.iter().all(|f| {
-        f.latest
-            .is_some_and(|i| i.state == RunState::Exited && i.exit_code == 0)
-    }) || app.iter().any(|f| f.latest.is_some());
+    // kubelet: `GeneratePodInitializedCondition`: a sidecar must have started, a regular init
+    // container must have completed (ready); once an app container ran, the pod stays
+    // initialized.
+    let incomplete: Vec<&str> = init
+        .iter()
+        .zip(&init_statuses)
+        .filter(|(f, s)| {
+            if is_sidecar(f.spec) {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
+        .map(|(f, _)| f.spec.name.as_str())
+        .collect();
+    let initialized = incomplete.is_empty() || app.iter().any(|f| f.latest.is_some());
     let app_wait = if initialized {
         WaitingReason::ContainerCreating
     } else {
@@ -145,26 +159,43 @@ pub fn pod_status(
         _ => phase(facts.pod, &statuses),
     };
     let terminal = matches!(phase, "Succeeded" | "Failed");
-    let ready = !terminal && !statuses.is_empty() && statuses.iter().all(|s| s.ready);
+    // kubelet: `GenerateContainersReadyCondition`: sidecars and app containers.
+    let unready: Vec<&str> = init
+        .iter()
+        .zip(&init_statuses)
+        .filter(|(f, _)| is_sidecar(f.spec))
+        .map(|(_, s)| s)
+        .chain(&statuses)
+        .filter(|s| !s.ready)
+        .map(|s| s.name.as_str())
+        .collect();
+    let ready = !terminal && !statuses.is_empty() && unready.is_empty();
     let not_ready = if terminal {
-        "PodCompleted"
+        ("PodCompleted", None)
     } else {
-        "ContainersNotReady"
+        (
+            "ContainersNotReady",
+            Some(format!(
+                "containers with unready status: [{}]",
+                unready.join(" ")
+            )),
+        )
     };
+    let not_initialized = (
+        "ContainersNotInitialized",
+        Some(format!(
+            "containers with incomplete status: [{}]",
+            incomplete.join(" ")
+        )),
+    );
     let ips = |ip: &Option<String>| ip.clone();
     PodStatus {
         phase: Some(phase.to_owned()),
         conditions: Some(vec![
-            condition("PodScheduled", true, None, previous, now),
-            condition(
-                "Initialized",
-                initialized,
-                Some("ContainersNotInitialized"),
-                previous,
-                now,
-            ),
-            condition("ContainersReady", ready, Some(not_ready), previous, now),
-            condition("Ready", ready, Some(not_ready), previous, now),
+            condition("PodScheduled", true, ("", None), previous, now),
+            condition("Initialized", initialized, not_initialized, previous, now),
+            condition("ContainersReady", ready, not_ready.clone(), previous, now),
+            condition("Ready", ready, not_ready, previous, now),
         ]),
         host_ip: ips(&facts.host_ip),
         host_ips: facts.host_ip.clone().map(|ip| vec![HostIP { ip }]),

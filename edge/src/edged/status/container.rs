@@ -21,10 +21,13 @@ pub struct ContainerFacts<'a> {
     pub waiting: Option<&'a Waiting>,
     /// Restart count when no instance exists.
     pub restarts: u32,
-    /// Readiness (probe manager; false for init containers).
+    /// Readiness (the probe manager's; counts while running).
     pub ready: bool,
-    /// Started (probe manager's startup result).
+    /// Started (the probe manager's startup result; counts while running).
     pub started: bool,
+    /// A regular init container (run to completion, never probed; kubelet: `UpdatePodStatus`):
+    /// started while running, ready once it exited 0; `ready` and `started` are not read.
+    pub completes: bool,
     /// `imageID` of the newest instance.
     pub image_id: &'a str,
 }
@@ -103,8 +106,12 @@ pub fn container_status(f: &ContainerFacts<'_>, default_wait: WaitingReason) -> 
             .map_or(f.restarts, |i| i.labels.restart_count)
             .try_into()
             .unwrap_or(i32::MAX),
-        ready: running && f.ready,
-        started: Some(running && f.started),
+        ready: if f.completes {
+            state.terminated.as_ref().is_some_and(|t| t.exit_code == 0)
+        } else {
+            running && f.ready
+        },
+        started: Some(running && (f.completes || f.started)),
         state: Some(state),
         last_state: last,
         ..ContainerStatus::default()

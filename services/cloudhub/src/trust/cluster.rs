@@ -170,22 +170,7 @@ impl ClusterApi for KubeCluster {
             };
             let created = api.create(&PostParams::default(), &csr).await?;
             let name = created.metadata.name.unwrap_or_default();
-            let approval = CertificateSigningRequestStatus {
-                conditions: Some(vec![CertificateSigningRequestCondition {
-                    type_: "Approved".to_owned(),
-                    status: "True".to_owned(),
-                    reason: Some(record.approval_reason),
-                    message: Some(record.approval_message),
-                    ..CertificateSigningRequestCondition::default()
-                }]),
-                certificate: None,
-            };
-            api.patch_approval(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "status": approval })),
-            )
-            .await?;
+            approve(&api, &name, record.approval_reason, record.approval_message).await?;
             Ok(name)
         })
     }
@@ -238,3 +223,33 @@ impl ClusterApi for KubeCluster {
 }
 
 use kube::ResourceExt as _;
+
+/// Adds the `Approved` condition with `reason` and `message` to CSR `name` (the
+/// `/approval` subresource).
+///
+/// # Errors
+/// The API server's.
+pub(crate) async fn approve(
+    api: &Api<CertificateSigningRequest>,
+    name: &str,
+    reason: String,
+    message: String,
+) -> kube::Result<()> {
+    let approval = CertificateSigningRequestStatus {
+        conditions: Some(vec![CertificateSigningRequestCondition {
+            type_: "Approved".to_owned(),
+            status: "True".to_owned(),
+            reason: Some(reason),
+            message: Some(message),
+            ..CertificateSigningRequestCondition::default()
+        }]),
+        certificate: None,
+    };
+    api.patch_approval(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": approval })),
+    )
+    .await?;
+    Ok(())
+}

@@ -18,7 +18,8 @@ pub struct TrustConfig {
     /// Default `verge-ca`.
     pub ca_name: String,
     /// Subject alternative names of the serving certificate (DNS names or IP addresses) that
-    /// edges and controllers connect to. Default `localhost`, `127.0.0.1`, `cloudhub`,
+    /// edges and controllers connect to; `$POD_IP` is added when set (other replicas dial
+    /// it). Default `localhost`, `127.0.0.1`, `cloudhub`,
     /// `cloudhub.verge-system.svc`, `cloudhub-controllers.verge-system.svc`.
     pub server_sans: Vec<String>,
     /// Lifetime of the serving certificate; a new one is issued at 80 % of it, used by new

@@ -14,7 +14,7 @@
 //! [`ClusterApi`] (kube-rs in production, a fake in unit tests).
 
 mod ca_store;
-mod cluster;
+pub(crate) mod cluster;
 mod config;
 mod error;
 pub mod tls;

@@ -57,6 +57,22 @@ impl ServerTls {
         self.mutual.clone()
     }
 
+    /// A configuration on the same (rotating) serving certificate that requires a client
+    /// certificate issued by one of `client_cas` (the streams CONNECT listener).
+    ///
+    /// # Errors
+    /// [`TrustError::Pki`] when a CA is unusable.
+    pub fn with_client_cas(
+        &self,
+        client_cas: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Arc<ServerConfig>, TrustError> {
+        Ok(Arc::new(verge_pki::tls::server_config(
+            self.cert.clone(),
+            client_cas,
+            true,
+        )?))
+    }
+
     /// The configuration without client authentication (ControllerHub, Join).
     pub fn server_only(&self) -> Arc<ServerConfig> {
         self.server_only.clone()
@@ -103,7 +119,15 @@ fn serving_key(
     ca: &Ca,
     config: &TrustConfig,
 ) -> Result<Arc<rustls::sign::CertifiedKey>, TrustError> {
-    let issued = ca.issue_serving("cloudhub", &config.server_sans, config.server_cert_validity)?;
+    // The pod's own address too, which other replicas dial (streams peers).
+    let mut sans = config.server_sans.clone();
+    if let Ok(ip) = std::env::var("POD_IP")
+        && !ip.is_empty()
+        && !sans.contains(&ip)
+    {
+        sans.push(ip);
+    }
+    let issued = ca.issue_serving("cloudhub", &sans, config.server_cert_validity)?;
     Ok(issued.certified_key()?)
 }
 

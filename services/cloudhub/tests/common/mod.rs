@@ -64,6 +64,7 @@ pub async fn start_with_health(
         edge: bind().await.unwrap(),
         controllers: bind().await.unwrap(),
         join: bind().await.unwrap(),
+        streams: None,
     };
     let edge_addr = listeners.edge.local_addr().unwrap();
     let controller_addr = listeners.controllers.local_addr().unwrap();

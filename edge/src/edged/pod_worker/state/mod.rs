@@ -16,4 +16,4 @@ mod reasons;
 pub use container::ContainerPhase;
 pub use container::{ContainerTrack, ExitDecision};
 pub use pod::{PodEvent, PodState};
-pub use reasons::{RestartPolicy, Waiting, WaitingReason};
+pub use reasons::{RestartPolicy, Waiting, WaitingReason, is_sidecar};

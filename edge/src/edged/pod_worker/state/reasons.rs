@@ -39,6 +39,13 @@ impl RestartPolicy {
     }
 }
 
+/// Whether `c` (an init container) is a sidecar: a restartable init container
+/// (`restartPolicy: Always` on the container, Kubernetes' `IsRestartableInitContainer`), which
+/// keeps running beside the app containers and is restarted whenever it exits.
+pub fn is_sidecar(c: &k8s_openapi::api::core::v1::Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
 /// Why a container is not running: the kubelet's waiting reasons
 /// (`pkg/kubelet/container/sync_result.go`, `images/types.go`, `kuberuntime`), spelled as the
 /// kubelet spells them only by [`as_str`](Self::as_str), at the status and event boundary.

@@ -1,0 +1,319 @@
+//! `GET /containerLogs/{namespace}/{pod}/{container}`: a container's output, as the kubelet
+//! serves it to `kubectl logs` — plain text, chunked and flushed per write so `follow`
+//! streams, from Docker's log of the container instance.
+//!
+//! Query parameters (`v1.PodLogOptions`, as the API server encodes them): `follow`,
+//! `previous` (the instance before the current one), `timestamps` (each line prefixed
+//! with an RFC 3339 time with exactly nine fractional digits and a space, the kubelet's
+//! fixed-width format), `sinceSeconds`, `sinceTime` (RFC 3339; the later of the two wins),
+//! `tailLines` (also the legacy `tail`, `all` or a count) and `limitBytes` (the body is cut
+//! after that many bytes, timestamps included).
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use bollard::container::LogOutput;
+use bollard::query_parameters::LogsOptions;
+use bytes::Bytes;
+use futures::{StreamExt as _, stream};
+
+use super::containers::Containers;
+use super::error::StreamError;
+use super::logfile;
+
+/// What a log request asks for.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct LogRequest {
+    follow: bool,
+    previous: bool,
+    timestamps: bool,
+    /// Unix seconds; 0 = from the start.
+    since: i64,
+    /// `None`: every line.
+    tail_lines: Option<u64>,
+    limit_bytes: Option<u64>,
+}
+
+fn flag(query: &HashMap<String, String>, name: &'static str) -> Result<bool, StreamError> {
+    match query.get(name).map(String::as_str) {
+        None | Some("" | "false" | "0") => Ok(false),
+        Some("true" | "1") => Ok(true),
+        Some(other) => Err(StreamError::BadQuery {
+            name,
+            reason: format!("{other:?} is not a boolean"),
+        }),
+    }
+}
+
+fn number(query: &HashMap<String, String>, name: &'static str) -> Result<Option<u64>, StreamError> {
+    query
+        .get(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| {
+            v.parse::<u64>().map_err(|e| StreamError::BadQuery {
+                name,
+                reason: format!("{v:?}: {e}"),
+            })
+        })
+        .transpose()
+}
+
+impl LogRequest {
+    /// Parses the query at `now` (unix seconds).
+    pub(crate) fn parse(query: &HashMap<String, String>, now: i64) -> Result<Self, StreamError> {
+        let mut since = 0i64;
+        if let Some(seconds) = number(query, "sinceSeconds")? {
+            since = now.saturating_sub(i64::try_from(seconds).unwrap_or(i64::MAX));
+        }
+        if let Some(time) = query.get("sinceTime").filter(|v| !v.is_empty()) {
+            let parsed =
+                chrono::DateTime::parse_from_rfc3339(time).map_err(|e| StreamError::BadQuery {
+                    name: "sinceTime",
+                    reason: format!("{time:?}: {e}"),
+                })?;
+            since = since.max(parsed.timestamp());
+        }
+        let tail_lines = match (
+            number(query, "tailLines")?,
+            query.get("tail").map(String::as_str),
+        ) {
+            (Some(n), _) => Some(n),
+            (None, None | Some("" | "all" | "-1")) => None,
+            (None, Some(n)) => Some(n.parse().map_err(|e| StreamError::BadQuery {
+                name: "tail",
+                reason: format!("{n:?}: {e}"),
+            })?),
+        };
+        Ok(Self {
+            follow: flag(query, "follow")?,
+            previous: flag(query, "previous")?,
+            timestamps: flag(query, "timestamps")?,
+            since,
+            tail_lines,
+            limit_bytes: number(query, "limitBytes")?.filter(|n| *n > 0),
+        })
+    }
+}
+
+/// The handler of `/containerLogs/{namespace}/{pod}/{container}`.
+pub(crate) async fn container_logs(
+    State(containers): State<Containers>,
+    Path((namespace, pod_name, container)): Path<(String, String, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    match logs(&containers, &namespace, &pod_name, &container, &query).await {
+        Ok(body) => body.into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn logs(
+    containers: &Containers,
+    namespace: &str,
+    pod_name: &str,
+    container: &str,
+    query: &HashMap<String, String>,
+) -> Result<Body, StreamError> {
+    let request = LogRequest::parse(query, chrono::Utc::now().timestamp())?;
+    let pod = containers.pod(namespace, pod_name).await?;
+    let container = Containers::container_name(&pod, container)?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let instances = containers
+        .instances(namespace, pod_name, &uid, &container)
+        .await?;
+    let instance = if request.previous {
+        instances
+            .get(1)
+            .ok_or_else(|| StreamError::PreviousNotFound {
+                container: container.clone(),
+                pod: pod_name.to_owned(),
+            })?
+    } else {
+        instances.first().ok_or_else(|| StreamError::NotRunning {
+            container: container.clone(),
+            pod: pod_name.to_owned(),
+        })?
+    };
+    let follow = request.follow && !request.previous;
+    let output = match logfile::open(containers.docker(), &instance.id).await {
+        Some(log) => {
+            let selection = logfile::Selection {
+                follow,
+                timestamps: request.timestamps,
+                since: request.since,
+                tail_lines: request.tail_lines,
+            };
+            logfile::stream(
+                log,
+                selection,
+                containers.docker().clone(),
+                instance.id.clone(),
+            )
+            .boxed()
+        }
+        None => from_docker(containers.docker(), &instance.id, &request, follow).boxed(),
+    };
+    let body = match request.limit_bytes {
+        None => Body::from_stream(output),
+        Some(limit) => Body::from_stream(limited(output, limit)),
+    };
+    Ok(body)
+}
+
+/// The output through Docker's log API (drivers other than `json-file`, or a log file this
+/// process cannot open), lines that arrive together sent as one chunk.
+fn from_docker(
+    docker: &bollard::Docker,
+    id: &str,
+    request: &LogRequest,
+    follow: bool,
+) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    let options = LogsOptions {
+        follow,
+        stdout: true,
+        stderr: true,
+        since: i32::try_from(request.since).unwrap_or(i32::MAX),
+        until: 0,
+        timestamps: request.timestamps,
+        tail: request
+            .tail_lines
+            .map_or_else(|| "all".to_owned(), |n| n.to_string()),
+    };
+    let timestamps = request.timestamps;
+    docker
+        .logs(id, Some(options))
+        .map(move |chunk| match chunk {
+            Ok(
+                LogOutput::StdOut { message }
+                | LogOutput::StdErr { message }
+                | LogOutput::Console { message }
+                | LogOutput::StdIn { message },
+            ) => Ok(if timestamps {
+                fixed_width_timestamps(&message)
+            } else {
+                message
+            }),
+            Err(error) => Err(std::io::Error::other(error)),
+        })
+        .ready_chunks(256)
+        .map(|chunks| {
+            let mut joined = Vec::new();
+            for chunk in chunks {
+                joined.extend_from_slice(&chunk?);
+            }
+            Ok(Bytes::from(joined))
+        })
+}
+
+/// The chunks of `output` up to `limit` bytes in all (the last one cut), then the end.
+fn limited(
+    output: impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    limit: u64,
+) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    stream::unfold((Box::pin(output), limit), |(mut output, left)| async move {
+        if left == 0 {
+            return None;
+        }
+        let chunk = output.next().await?;
+        Some(match chunk {
+            Ok(mut bytes) => {
+                let take = usize::try_from(left).unwrap_or(usize::MAX).min(bytes.len());
+                bytes.truncate(take);
+                let left = left - take as u64;
+                (Ok(bytes), (output, left))
+            }
+            Err(error) => (Err(error), (output, 0)),
+        })
+    })
+}
+
+/// Rewrites Docker's line prefix (RFC 3339 with up to nine fractional digits, trailing
+/// zeros dropped) to the kubelet's fixed nine digits; other bytes are kept.
+fn fixed_width_timestamps(chunk: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(chunk.len() + 16);
+    for line in chunk.split_inclusive(|b| *b == b'\n') {
+        let Some(space) = line.iter().position(|b| *b == b' ') else {
+            out.extend_from_slice(line);
+            continue;
+        };
+        let parsed = std::str::from_utf8(&line[..space])
+            .ok()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        match parsed {
+            Some(time) => {
+                let time = time.with_timezone(&chrono::Utc);
+                out.extend_from_slice(time.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string().as_bytes());
+                out.extend_from_slice(&line[space..]);
+            }
+            None => out.extend_from_slice(line),
+        }
+    }
+    Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn queries_parse_as_the_api_server_sends_them() {
+        let now = 1_000_000;
+        let r = LogRequest::parse(
+            &query(&[
+                ("follow", "true"),
+                ("tailLines", "5"),
+                ("sinceSeconds", "10"),
+                ("limitBytes", "7"),
+            ]),
+            now,
+        )
+        .expect("parses");
+        assert!(r.follow && !r.previous);
+        assert_eq!(
+            (r.tail_lines, r.since, r.limit_bytes),
+            (Some(5), now - 10, Some(7))
+        );
+        let r = LogRequest::parse(&query(&[("sinceTime", "1970-01-12T13:46:50Z")]), now)
+            .expect("parses");
+        assert_eq!(r.since, 1_000_010);
+        assert!(LogRequest::parse(&query(&[("follow", "maybe")]), now).is_err());
+        assert!(LogRequest::parse(&query(&[("tailLines", "-3")]), now).is_err());
+        assert_eq!(
+            LogRequest::parse(&query(&[("tail", "all")]), now)
+                .expect("ok")
+                .tail_lines,
+            None
+        );
+    }
+
+    #[test]
+    fn timestamps_get_nine_fractional_digits() {
+        let chunk = b"2026-11-24T10:00:00.12Z hello\n2026-11-24T10:00:01Z world\n";
+        assert_eq!(
+            &fixed_width_timestamps(chunk)[..],
+            b"2026-11-24T10:00:00.120000000Z hello\n2026-11-24T10:00:01.000000000Z world\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn limit_bytes_cuts_the_body() {
+        let chunks = stream::iter(vec![
+            Ok(Bytes::from_static(b"abcd")),
+            Ok(Bytes::from_static(b"efgh")),
+        ]);
+        let body: Vec<Bytes> = limited(chunks, 6).map(|c| c.expect("ok")).collect().await;
+        assert_eq!(
+            body,
+            vec![Bytes::from_static(b"abcd"), Bytes::from_static(b"ef")]
+        );
+    }
+}

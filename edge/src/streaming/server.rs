@@ -1,0 +1,220 @@
+//! The streaming server: answers cloudhub's tunnel requests ([`TunnelRequest`]) by opening
+//! `EdgeHub.Tunnel`, terminating TLS on it with the node's kubelet serving certificate,
+//! accepting only the API server's kubelet client certificate (issued by the CA and with a
+//! name from the session's `Welcome.kubelet_clients`), and serving the kubelet's paths.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::get;
+use hyper_util::rt::TokioIo;
+use rustls::ServerConfig;
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tower::ServiceExt as _;
+use tracing::{Instrument as _, debug, warn};
+use verge_pki::{CertInfo, ReloadableServerCert};
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::{KubeletClients, TunnelFrame, TunnelOpen, tunnel_frame};
+
+use super::commands;
+use super::containers::Containers;
+use super::logs;
+use super::serving::ServingCert;
+
+/// Bytes buffered between the tunnel and the TLS server, each way.
+const PIPE_BYTES: usize = 256 * 1024;
+/// Tunnel requests waiting for the server.
+const REQUESTS: usize = 64;
+
+/// Cloudhub's request to open tunnel `id` (from `CloudFrame.open_tunnel`), with what the
+/// session knows: its client and who may use the endpoint.
+pub struct TunnelRequest {
+    /// `OpenTunnel.tunnel_id`.
+    pub id: String,
+    /// The session's client (the same connection).
+    pub client: EdgeHubClient<Channel>,
+    /// The session's `Welcome.kubelet_clients`.
+    pub clients: Option<KubeletClients>,
+}
+
+/// Where edgehub hands tunnel requests.
+pub type TunnelRequests = mpsc::Sender<TunnelRequest>;
+
+/// The streaming server; see the module docs.
+pub struct StreamingServer {
+    containers: Containers,
+    serving: ServingCert,
+    requests: mpsc::Receiver<TunnelRequest>,
+}
+
+impl StreamingServer {
+    /// A server for the containers of `node` on `docker`, its pods read from `store`, its
+    /// serving certificate kept under `data_dir`; and the sender edgehub hands requests to.
+    pub fn new(
+        docker: bollard::Docker,
+        store: crate::MetaStore,
+        node: &str,
+        data_dir: &std::path::Path,
+    ) -> (Self, TunnelRequests) {
+        let (tx, requests) = mpsc::channel(REQUESTS);
+        (
+            Self {
+                containers: Containers::new(docker, store, node.to_owned()),
+                serving: ServingCert::new(data_dir, node),
+                requests,
+            },
+            tx,
+        )
+    }
+
+    /// Serves tunnel requests until `shutdown`.
+    ///
+    /// # Errors
+    /// Never; failures of single tunnels are logged.
+    pub async fn run(mut self, shutdown: CancellationToken) -> crate::Result<()> {
+        self.containers.negotiate().await;
+        let router = router(self.containers.clone());
+        loop {
+            let request = tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                request = self.requests.recv() => match request {
+                    Some(request) => request,
+                    None => return Ok(()),
+                },
+            };
+            let span = verge_telemetry::span!("edgecore.tunnel", verge.tunnel.id = %request.id);
+            let (serving, router) = (self.serving.clone(), router.clone());
+            tokio::spawn(
+                async move {
+                    if let Err(error) = tunnel(request, serving, router).await {
+                        warn!(%error, "tunnel failed");
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+}
+
+/// The kubelet paths served on every tunnel.
+fn router(containers: Containers) -> Router {
+    Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(logs::container_logs),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            get(commands::exec).post(commands::exec),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{uid}/{container}",
+            get(commands::exec).post(commands::exec),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(commands::attach).post(commands::attach),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{uid}/{container}",
+            get(commands::attach).post(commands::attach),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(commands::port_forward).post(commands::port_forward),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            get(commands::port_forward).post(commands::port_forward),
+        )
+        .with_state(containers)
+}
+
+/// Why one tunnel failed.
+#[derive(Debug, thiserror::Error)]
+enum TunnelError {
+    #[error("no kubelet client CA from cloudhub (streams.kubeletClientCaFile): refusing")]
+    NoClients,
+    #[error(transparent)]
+    Serving(#[from] super::serving::ServingError),
+    #[error("TLS set-up: {0}")]
+    Tls(#[from] verge_pki::Error),
+    #[error("cloudhub refused the tunnel: {}", .0.message())]
+    Open(#[from] tonic::Status),
+    #[error("TLS handshake: {0}")]
+    Handshake(#[source] std::io::Error),
+    #[error("client certificate {0:?} is not an allowed kubelet client")]
+    Forbidden(Option<String>),
+}
+
+async fn tunnel(
+    mut request: TunnelRequest,
+    serving: ServingCert,
+    router: Router,
+) -> Result<(), TunnelError> {
+    let clients = request.clients.take().ok_or(TunnelError::NoClients)?;
+    let key = serving.get(&mut request.client).await?;
+    let config = tls_config(key, &clients)?;
+    let (frames, rx) = mpsc::channel::<TunnelFrame>(16);
+    let open = TunnelFrame {
+        frame: Some(tunnel_frame::Frame::Open(TunnelOpen {
+            tunnel_id: request.id.clone(),
+        })),
+    };
+    let _ = frames.send(open).await;
+    let inbound = request
+        .client
+        .tunnel(ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    let (near, far) = tokio::io::duplex(PIPE_BYTES);
+    tokio::spawn(async move {
+        match verge_proto::tunnel::splice(near, inbound, frames).await {
+            Ok(spliced) => debug!(?spliced, "tunnel closed"),
+            Err(error) => debug!(%error, "tunnel ended"),
+        }
+    });
+    let tls = TlsAcceptor::from(config)
+        .accept(far)
+        .await
+        .map_err(TunnelError::Handshake)?;
+    let name = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first())
+        .and_then(|leaf| CertInfo::parse_der(leaf).ok())
+        .and_then(|info| info.common_name().map(str::to_owned));
+    if !name.as_ref().is_some_and(|n| clients.names.contains(n)) {
+        return Err(TunnelError::Forbidden(name));
+    }
+    let service =
+        hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            router.clone().oneshot(request.map(axum::body::Body::new))
+        });
+    if let Err(error) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades()
+        .await
+    {
+        debug!(%error, "kubelet API connection ended");
+    }
+    Ok(())
+}
+
+/// TLS with `key`, requiring a client certificate from `clients`' CAs; HTTP/1.1 only (the
+/// API server upgrades kubelet connections for exec, attach and port-forward).
+fn tls_config(
+    key: Arc<rustls::sign::CertifiedKey>,
+    clients: &KubeletClients,
+) -> Result<Arc<ServerConfig>, verge_pki::Error> {
+    let cas = verge_pki::pem_io::certs_from_pem(&clients.ca_certificates)?;
+    let mut config =
+        verge_pki::server_config(Arc::new(ReloadableServerCert::new(key)), &cas, true)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}

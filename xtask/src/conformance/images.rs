@@ -1,0 +1,222 @@
+//! The e2e test images the selected specs use, made in the local Docker engine under their
+//! exact names from the release's `test/utils/image/manifest.go`, without any registry:
+//! each is a root filesystem imported with `docker import` (as the test kit's busybox image),
+//! the busybox-based ones on busybox 1.37 ([`super::busybox`]). Each carries the label
+//! [`REVISION_LABEL`]; an image of an older revision is made again.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context as _, bail};
+use verge_testkit::docker;
+
+use super::build::E2eBuild;
+
+/// One e2e image: its exact reference and how it is made here.
+#[derive(Debug, Clone, Copy)]
+pub struct E2eImage {
+    /// The reference the specs use (`manifest.go`'s registry, name and tag).
+    pub reference: &'static str,
+    /// How the image is made (for the progress lines and `docs/conformance.md`).
+    pub how: &'static str,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Agnhost,
+    Busybox,
+    NonRoot,
+    Nonewprivs,
+    Pause,
+}
+
+/// The images of 1.37's `manifest.go` that the `[NodeConformance]` specs of
+/// `test/e2e/common/{node,storage}` use (learned with `--ginkgo.dry-run` and the specs'
+/// sources; nginx is used only by `[Slow]` ones and httpd by none).
+pub const IMAGES: [E2eImage; 5] = [
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+        how: "agnhost built from test/images/agnhost of the Kubernetes module (static Go binary) \
+              on busybox 1.37; /agnhost-2 link, /uploads, porter's localhost.crt/key \
+              and the user-defined-in-image user (uid 1000, gid 50000) as upstream's Dockerfile; \
+              ENTRYPOINT /agnhost, CMD pause",
+        kind: Kind::Agnhost,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
+        how: "busybox 1.37 (Debian trixie's busybox-static), every applet linked in /bin",
+        kind: Kind::Busybox,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/nonroot:1.5",
+        how: "busybox 1.37 with USER 1234, as upstream's Dockerfile",
+        kind: Kind::NonRoot,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/nonewprivs:1.4",
+        how: "nnp built from test/images/nonewprivs of the Kubernetes module (static Go binary, \
+              setuid root in /usr/local/bin) on busybox 1.37; CMD nnp",
+        kind: Kind::Nonewprivs,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/pause:3.10.2",
+        how: "build/pause/linux/pause.c of the Kubernetes module, gcc -static; \
+              ENTRYPOINT /pause, user 65535",
+        kind: Kind::Pause,
+    },
+];
+
+/// The label every image made here carries, and its value for the current way of making
+/// them; an image without it (or with another value) is made again.
+pub const REVISION_LABEL: &str = "verge.conformance.revision";
+const REVISION: &str = "2-busybox-1.37";
+
+/// Makes every image of [`IMAGES`] that Docker lacks (or holds from an older revision);
+/// prints which exist and which it made.
+///
+/// # Errors
+/// Docker, the compiler, apt, package installation or file writes fail.
+pub fn ensure_images(build: &E2eBuild) -> anyhow::Result<()> {
+    let mut busybox = None;
+    for image in IMAGES {
+        if docker::image_exists(image.reference) && revision(image.reference) == REVISION {
+            eprintln!("conformance:   {} exists", image.reference);
+            continue;
+        }
+        eprintln!("conformance:   making {}: {}", image.reference, image.how);
+        let root = tempfile::tempdir().context("creating an image rootfs")?;
+        let label = format!("LABEL {REVISION_LABEL}={REVISION}");
+        if busybox.is_none() && !matches!(image.kind, Kind::Pause) {
+            busybox = Some(super::busybox::ensure(&build.cache_dir)?);
+        }
+        let base = |root: &Path| match &busybox {
+            Some(b) => docker::busybox_rootfs_from(b, root),
+            None => bail!("no busybox"),
+        };
+        match image.kind {
+            Kind::Busybox => {
+                base(root.path())?;
+                docker::import_rootfs(
+                    root.path(),
+                    image.reference,
+                    &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#, &label],
+                )?;
+            }
+            Kind::Agnhost => {
+                base(root.path())?;
+                agnhost(build, root.path(), image.reference, &label)?;
+            }
+            Kind::NonRoot => {
+                base(root.path())?;
+                docker::import_rootfs(
+                    root.path(),
+                    image.reference,
+                    &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#, "USER 1234", &label],
+                )?;
+            }
+            Kind::Nonewprivs => {
+                base(root.path())?;
+                nonewprivs(build, root.path(), image.reference, &label)?;
+            }
+            Kind::Pause => pause(build, root.path(), image.reference, "3.10.2", &label)?,
+        }
+    }
+    Ok(())
+}
+
+/// The [`REVISION_LABEL`] of local image `reference` (empty when unset).
+fn revision(reference: &str) -> String {
+    let format = format!("{{{{index .Config.Labels \"{REVISION_LABEL}\"}}}}");
+    docker::docker(&["image", "inspect", "-f", &format, reference]).unwrap_or_default()
+}
+
+/// The agnhost image in `root` (see [`IMAGES`]).
+fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyhow::Result<()> {
+    std::fs::copy(build.agnhost(), root.join("agnhost"))
+        .with_context(|| format!("copying {}", build.agnhost().display()))?;
+    std::os::unix::fs::symlink("agnhost", root.join("agnhost-2"))?;
+    std::fs::create_dir_all(root.join("uploads"))?;
+    let porter = build.kubernetes_source().join("test/images/agnhost/porter");
+    for file in ["localhost.crt", "localhost.key"] {
+        std::fs::copy(porter.join(file), root.join(file))
+            .with_context(|| format!("copying {}", porter.join(file).display()))?;
+    }
+    append(
+        &root.join("etc/passwd"),
+        "user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n",
+    )?;
+    append(
+        &root.join("etc/group"),
+        "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n",
+    )?;
+    std::fs::create_dir_all(root.join("home/user-defined-in-image"))?;
+    docker::import_rootfs(
+        root,
+        reference,
+        &[
+            "ENV PATH=/bin",
+            r#"ENTRYPOINT ["/agnhost"]"#,
+            r#"CMD ["pause"]"#,
+            "EXPOSE 80 8080 8081 9376 5000",
+            label,
+        ],
+    )
+}
+
+/// The nonewprivs image in `root`: `nnp` (prints its effective uid) setuid root.
+fn nonewprivs(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = root.join("usr/local/bin");
+    std::fs::create_dir_all(&dir)?;
+    build.go_build("k8s.io/kubernetes/test/images/nonewprivs", &dir.join("nnp"))?;
+    std::fs::set_permissions(dir.join("nnp"), std::fs::Permissions::from_mode(0o4755))?;
+    docker::import_rootfs(
+        root,
+        reference,
+        &["ENV PATH=/usr/local/bin:/bin", r#"CMD ["nnp"]"#, label],
+    )
+}
+
+/// The pause image in `root`: the release's own `pause.c`, compiled static.
+fn pause(
+    build: &E2eBuild,
+    root: &Path,
+    reference: &str,
+    version: &str,
+    label: &str,
+) -> anyhow::Result<()> {
+    verge_testkit::packages::ensure_debian_packages(&["gcc", "libc6-dev"])?;
+    let source = build.kubernetes_source().join("build/pause/linux/pause.c");
+    let out = Command::new("gcc")
+        .args(["-static", "-Os", "-s"])
+        .arg(format!("-DVERSION=v{version}"))
+        .arg("-o")
+        .arg(root.join("pause"))
+        .arg(&source)
+        .output()
+        .context("running gcc")?;
+    if !out.status.success() {
+        bail!(
+            "gcc -static {} failed: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    docker::import_rootfs(
+        root,
+        reference,
+        &[r#"ENTRYPOINT ["/pause"]"#, "USER 65535:65535", label],
+    )
+}
+
+/// Appends `text` to the file at `path`.
+fn append(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,147 @@
+//! Reading the JUnit XML report Ginkgo v2 writes (`--ginkgo.junit-report`): one
+//! `<testcase name="[It] <full text>" status="passed|failed|skipped|…" time="<s>">` per spec
+//! or suite node, failures as `<failure message="…">…</failure>` (or `<error>`), skips as
+//! `<skipped message="…"/>`.
+
+use anyhow::Context as _;
+
+/// How a spec ended (Ginkgo's `types.SpecState`, as the report's `status` attribute).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// `passed`.
+    Passed,
+    /// `failed`, `panicked`, `timedout`, `interrupted` or `aborted`: counted as failed.
+    Failed,
+    /// `skipped` (filtered out, or `Skip()` at run time) or `pending`.
+    Skipped,
+}
+
+/// One `<testcase>` of the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecResult {
+    /// The node type and the spec's full text, e.g. `[It] [sig-node] Pods should …`; suite
+    /// nodes read `[SynchronizedBeforeSuite]` etc.
+    pub name: String,
+    /// How it ended.
+    pub state: State,
+    /// Ginkgo's `status` attribute as written (`timedout`, `panicked`, …).
+    pub status: String,
+    /// The first non-empty line of the failure (or skip) message, if any.
+    pub message: Option<String>,
+    /// Run time in seconds (`time`).
+    pub seconds: f64,
+}
+
+impl SpecResult {
+    /// Whether this is a spec (`[It] …`) rather than a suite node.
+    pub fn is_spec(&self) -> bool {
+        self.name.starts_with("[It] ")
+    }
+
+    /// The spec's full text without the `[It] ` prefix.
+    pub fn text(&self) -> &str {
+        self.name.strip_prefix("[It] ").unwrap_or(&self.name)
+    }
+}
+
+/// Parses a Ginkgo JUnit report into its test cases, in document order.
+///
+/// # Errors
+/// The text is not XML.
+pub fn parse(xml: &str) -> anyhow::Result<Vec<SpecResult>> {
+    let doc = roxmltree::Document::parse(xml).context("parsing the JUnit report")?;
+    let cases = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .map(|case| {
+            let status = case.attribute("status").unwrap_or_default().to_owned();
+            let child = |tag: &str| case.children().find(|c| c.has_tag_name(tag));
+            let problem = child("failure").or_else(|| child("error"));
+            let state = match status.as_str() {
+                "passed" => State::Passed,
+                "skipped" | "pending" => State::Skipped,
+                "" if problem.is_none() && child("skipped").is_some() => State::Skipped,
+                "" if problem.is_none() => State::Passed,
+                _ => State::Failed,
+            };
+            let message = problem.or_else(|| child("skipped")).and_then(|n| {
+                let attr = n.attribute("message").unwrap_or_default();
+                first_line(attr).or_else(|| first_line(n.text().unwrap_or_default()))
+            });
+            SpecResult {
+                name: case.attribute("name").unwrap_or_default().to_owned(),
+                state,
+                status,
+                message,
+                seconds: case
+                    .attribute("time")
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0.0),
+            }
+        })
+        .collect();
+    Ok(cases)
+}
+
+/// The first line of `text` that is not blank and not Ginkgo's `[FAILED]` banner alone,
+/// trimmed.
+fn first_line(text: &str) -> Option<String> {
+    text.lines()
+        .map(str::trim)
+        .map(|l| l.strip_prefix("[FAILED] ").unwrap_or(l))
+        .find(|l| !l.is_empty() && *l != "[FAILED]")
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="3" disabled="0" errors="0" failures="1" time="12.5">
+  <testsuite name="Kubernetes e2e suite" package="/e2e" tests="3" skipped="1" failures="1">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.1"></testcase>
+    <testcase name="[It] [sig-node] Pods should get a host IP [NodeConformance] [Conformance]" classname="Kubernetes e2e suite" status="passed" time="4.2"></testcase>
+    <testcase name="[It] [sig-node] Probing container should be restarted [NodeConformance]" classname="Kubernetes e2e suite" status="failed" time="300">
+      <failure message="" type="failed">[FAILED] pod never restarted: timed out after 5m0s&#xA;In [It] at: probe.go:12</failure>
+    </testcase>
+    <testcase name="[It] [sig-node] Sysctls [Slow] x" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+  </testsuite>
+</testsuites>"#;
+
+    #[test]
+    fn reads_states_messages_and_times() -> anyhow::Result<()> {
+        let cases = parse(REPORT)?;
+        assert_eq!(cases.len(), 4);
+        assert!(!cases[0].is_spec());
+        assert_eq!(cases[1].state, State::Passed);
+        assert_eq!(
+            cases[1].text(),
+            "[sig-node] Pods should get a host IP [NodeConformance] [Conformance]"
+        );
+        assert_eq!(cases[2].state, State::Failed);
+        assert_eq!(
+            cases[2].message.as_deref(),
+            Some("pod never restarted: timed out after 5m0s")
+        );
+        assert!((cases[2].seconds - 300.0).abs() < f64::EPSILON);
+        assert_eq!(cases[3].state, State::Skipped);
+        assert_eq!(cases[3].message.as_deref(), Some("skipped"));
+        Ok(())
+    }
+
+    #[test]
+    fn timed_out_counts_as_failed() -> anyhow::Result<()> {
+        let xml = r#"<testsuites><testsuite><testcase name="[It] a" status="timedout" time="1"><failure message="A suite timeout occurred">x</failure></testcase></testsuite></testsuites>"#;
+        let cases = parse(xml)?;
+        assert_eq!(cases[0].state, State::Failed);
+        assert_eq!(cases[0].status, "timedout");
+        assert_eq!(
+            cases[0].message.as_deref(),
+            Some("A suite timeout occurred")
+        );
+        Ok(())
+    }
+}

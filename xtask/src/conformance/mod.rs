@@ -1,0 +1,194 @@
+//! `cargo xtask conformance`: the upstream `[NodeConformance]` specs of
+//! `test/e2e/common/{node,storage}` of the pinned Kubernetes release, run unmodified against
+//! the quickstart cluster (its only schedulable node is the Verge edge node), with the
+//! results written to `docs/conformance.md` (issue 15).
+//!
+//! Steps: [`build`] (`e2e.test` and agnhost from the release's Go module, cached under
+//! `~/.cache/verge/conformance/v<version>/`), [`images`] (the e2e images under their exact
+//! names, made without a registry), a dry run listing the selection ([`run`](mod@run)), the
+//! quickstart's control plane, cloud services and edge node, the real run (JUnit report read
+//! by [`junit`]), then [`report`] writes the document; the cluster is stopped unless `--keep`.
+
+mod build;
+mod busybox;
+mod images;
+mod junit;
+mod report;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use verge_testkit::ControlPlaneConfig;
+
+use crate::{local, quickstart};
+
+/// Arguments of `cargo xtask conformance`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// `--ginkgo.focus` regex: run only the matching `[NodeConformance]` specs (default: all).
+    #[arg(long)]
+    pub focus: Option<String>,
+    /// Leave the cluster up afterwards (`cargo xtask down` stops it).
+    #[arg(long)]
+    pub keep: bool,
+    /// `--ginkgo.timeout` of the run, in minutes.
+    #[arg(long, default_value_t = 180)]
+    pub timeout_mins: u64,
+    /// Where to write the results (default `docs/conformance.md` of the workspace).
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// Only build e2e.test, make the images and count the selection; start no cluster.
+    #[arg(long)]
+    pub prepare_only: bool,
+    /// Parallel e2e.test processes (Ginkgo's `--procs`; upstream's node conformance runs 8).
+    #[arg(long, default_value_t = 4)]
+    pub procs: usize,
+    /// How long to wait for the edge node to be Ready, in seconds.
+    #[arg(long, default_value_t = 120)]
+    pub node_timeout_secs: u64,
+}
+
+/// The edge node's name (the quickstart's).
+const NODE_NAME: &str = "verge-edge-1";
+
+/// Runs the conformance specs and writes the document; exit code 0 when none failed.
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let cp_config = quickstart::control_plane_config();
+    let e2e = build::E2eBuild::new(&cp_config.version);
+
+    eprintln!(
+        "conformance: [1/6] e2e.test and agnhost of Kubernetes v{}",
+        e2e.version
+    );
+    let build_started = Instant::now();
+    let e2e_clone = e2e.clone();
+    let built = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+        let built = e2e_clone.ensure_built()?;
+        e2e_clone.ensure_ginkgo()?;
+        Ok(built)
+    })
+    .await??;
+    eprintln!(
+        "conformance:   {} ({:.0?})",
+        if built { "built" } else { "cached" },
+        build_started.elapsed()
+    );
+
+    let focus = args
+        .focus
+        .clone()
+        .unwrap_or_else(|| run::DEFAULT_FOCUS.to_owned());
+    let e2e_run = run::E2eRun {
+        e2e_test: e2e.e2e_test(),
+        ginkgo: e2e.ginkgo(),
+        procs: args.procs.max(1),
+        repo_root: e2e.kubernetes_source(),
+        focus: focus.clone(),
+        out_dir: quickstart::run_dir().join("conformance"),
+    };
+    let run_clone = e2e_run.clone();
+    let selected = tokio::task::spawn_blocking(move || run_clone.selected_specs()).await??;
+    let to_run = selected
+        .iter()
+        .filter(|s| !run::EXCLUSIONS.iter().any(|e| s.contains(e.tag)))
+        .count();
+    eprintln!(
+        "conformance: [2/6] {} specs selected (focus {focus}, files {}), {to_run} to run \
+         after excluding {}",
+        selected.len(),
+        run::FOCUS_FILE,
+        run::E2eRun::skip_regex()
+    );
+
+    eprintln!("conformance: [3/6] Docker and the e2e images");
+    tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
+        verge_testkit::docker::ensure_docker()?;
+        verge_testkit::docker::ensure_test_image()
+    })
+    .await??;
+    let e2e_clone = e2e.clone();
+    tokio::task::spawn_blocking(move || images::ensure_images(&e2e_clone)).await??;
+    if args.prepare_only {
+        eprintln!(
+            "conformance: prepared after {:.0?} (--prepare-only)",
+            started.elapsed()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    eprintln!("conformance: [4/6] the quickstart cluster with edge node {NODE_NAME}");
+    let commit = git_describe();
+    let bin_dir = local::build_bins(false)?;
+    let cp = crate::control_plane::up(&ControlPlaneConfig {
+        front_bin_dir: Some(bin_dir.clone()),
+        ..cp_config.clone()
+    })
+    .await?;
+    let verge = local::start(&quickstart::run_dir(), &bin_dir, &cp, NODE_NAME, None).await?;
+    verge
+        .wait_ready(&cp, Duration::from_secs(args.node_timeout_secs))
+        .await?;
+
+    eprintln!("conformance: [5/6] e2e.test");
+    let kubeconfig = cp.kubeconfig().to_owned();
+    let kubectl = cp_config.kubectl();
+    let timeout = Duration::from_secs(args.timeout_mins * 60);
+    let run_clone = e2e_run.clone();
+    let run_started = Instant::now();
+    let outcome =
+        tokio::task::spawn_blocking(move || run_clone.run(&kubeconfig, &kubectl, timeout)).await?;
+    let duration = run_started.elapsed();
+
+    if !args.keep {
+        eprintln!("conformance: stopping the cluster (--keep leaves it up)");
+        crate::down::run(crate::down::Args {}).await?;
+    }
+    let cases = outcome?;
+
+    let summary = report::Summary::new(&selected, &cases);
+    let info = report::RunInfo {
+        date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
+        version: e2e.version.clone(),
+        focus,
+        duration,
+        commit,
+    };
+    let output = args.output.unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md")
+    });
+    std::fs::write(&output, report::markdown(&info, &summary))?;
+    eprintln!(
+        "conformance: [6/6] {} selected: {} passed, {} failed, {} excluded, {} skipped or not \
+         reached; written to {} (report {}) after {:.0?}",
+        summary.total(),
+        summary.passed.len(),
+        summary.failed.len(),
+        summary.excluded.len(),
+        summary.skipped.len(),
+        output.display(),
+        e2e_run.report_path().display(),
+        started.elapsed()
+    );
+    Ok(
+        if summary.failed.is_empty() && summary.suite_failures.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        },
+    )
+}
+
+/// `git describe --always --dirty` of the workspace (`unknown` outside a git checkout).
+fn git_describe() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|| "unknown".to_owned())
+}

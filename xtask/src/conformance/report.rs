@@ -1,0 +1,256 @@
+//! The results of a run against the selection, and `docs/conformance.md` written from them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::images::IMAGES;
+use super::junit::{SpecResult, State};
+use super::run::EXCLUSIONS;
+
+/// What one run found, counted over the selected specs (the dry run's list).
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// Passed specs' texts.
+    pub passed: Vec<String>,
+    /// Failed specs: text and first error line.
+    pub failed: Vec<(String, String)>,
+    /// Specs left out by an exclusion: text and the exclusion's tag.
+    pub excluded: Vec<(String, &'static str)>,
+    /// Specs that skipped themselves at run time (`Skip()`), or were never reached
+    /// (suite timeout): text and message.
+    pub skipped: Vec<(String, String)>,
+    /// Failures of suite nodes (`[SynchronizedBeforeSuite]` …): name and first error line.
+    pub suite_failures: Vec<(String, String)>,
+}
+
+impl Summary {
+    /// Counts the `cases` of the run for the `selected` spec texts; a selected spec missing
+    /// from the report counts as skipped ("not in the report").
+    pub fn new(selected: &[String], cases: &[SpecResult]) -> Self {
+        let by_text: BTreeMap<&str, &SpecResult> = cases
+            .iter()
+            .filter(|c| c.is_spec())
+            .map(|c| (c.text(), c))
+            .collect();
+        let mut summary = Self::default();
+        for text in selected {
+            let excluded = EXCLUSIONS.iter().find(|e| text.contains(e.tag));
+            match (by_text.get(text.as_str()), excluded) {
+                (Some(c), _) if c.state == State::Passed => summary.passed.push(text.clone()),
+                (Some(c), _) if c.state == State::Failed => summary.failed.push((
+                    text.clone(),
+                    c.message.clone().unwrap_or_else(|| c.status.clone()),
+                )),
+                (_, Some(e)) => summary.excluded.push((text.clone(), e.tag)),
+                (Some(c), None) => summary.skipped.push((
+                    text.clone(),
+                    c.message.clone().unwrap_or_else(|| "skipped".to_owned()),
+                )),
+                (None, None) => summary
+                    .skipped
+                    .push((text.clone(), "not in the report".to_owned())),
+            }
+        }
+        summary.suite_failures = cases
+            .iter()
+            .filter(|c| !c.is_spec() && c.state == State::Failed)
+            .map(|c| (c.name.clone(), c.message.clone().unwrap_or_default()))
+            .collect();
+        summary
+    }
+
+    /// The number of selected specs.
+    pub fn total(&self) -> usize {
+        self.passed.len() + self.failed.len() + self.excluded.len() + self.skipped.len()
+    }
+
+    /// Failures grouped by their first error line with digits folded to `N`, largest first.
+    pub fn failure_causes(&self) -> Vec<(String, usize)> {
+        let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+        for (_, message) in &self.failed {
+            *groups.entry(fold_digits(message)).or_default() += 1;
+        }
+        let mut causes: Vec<_> = groups.into_iter().collect();
+        causes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        causes
+    }
+}
+
+/// How a run was made, for the document's head.
+#[derive(Debug, Clone)]
+pub struct RunInfo {
+    /// The date, `YYYY-MM-DD` (UTC).
+    pub date: String,
+    /// The Kubernetes release, e.g. `1.37.1`.
+    pub version: String,
+    /// `--ginkgo.focus`.
+    pub focus: String,
+    /// How long e2e.test ran.
+    pub duration: Duration,
+    /// The commit whose edgecore ran (`git describe --always --dirty`).
+    pub commit: String,
+}
+
+/// `docs/conformance.md`'s text for `summary` of the run `info`.
+pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
+    let mut md = String::new();
+    let _ = writeln!(md, "# Node conformance of the edge node\n");
+    let _ = writeln!(
+        md,
+        "Written by `cargo xtask conformance` on {} (UTC): the `[NodeConformance]` specs of \
+         `test/e2e/common/node` and `test/e2e/common/storage` of Kubernetes v{}, run unmodified \
+         (`e2e.test` built from the release's Go module) against the quickstart cluster, whose \
+         only schedulable node is the Verge edge node `verge-edge-1` running pods on Docker. \
+         Focus `{}`; e2e.test ran for {} min, with Verge at commit `{}`.\n",
+        info.date,
+        info.version,
+        info.focus,
+        info.duration.as_secs().div_ceil(60),
+        info.commit
+    );
+    let _ = writeln!(
+        md,
+        "| selected | passed | failed | excluded | skipped at run time / not reached |\n\
+         |---:|---:|---:|---:|---:|\n| {} | {} | {} | {} | {} |\n",
+        summary.total(),
+        summary.passed.len(),
+        summary.failed.len(),
+        summary.excluded.len(),
+        summary.skipped.len()
+    );
+    let _ = writeln!(md, "## Exclusions\n");
+    for e in EXCLUSIONS {
+        let n = summary.excluded.iter().filter(|(_, t)| *t == e.tag).count();
+        let _ = writeln!(md, "- `{}` ({n} specs): {}.", e.tag, e.reason);
+    }
+    let _ = writeln!(
+        md,
+        "\nNot excluded, but an environment limit of this machine: `docker run --privileged` \
+         fails here (`unable to apply caps`), so the specs that need a privileged container \
+         fail for the environment, not for edged.\n"
+    );
+    let _ = writeln!(
+        md,
+        "## Images\n\nMade locally under their names in the release's `test/utils/image/manifest.go`, no registry:\n"
+    );
+    for image in IMAGES {
+        let _ = writeln!(md, "- `{}`: {}.", image.reference, image.how);
+    }
+    if !summary.suite_failures.is_empty() {
+        let _ = writeln!(md, "\n## Suite failures\n");
+        for (name, message) in &summary.suite_failures {
+            let _ = writeln!(md, "- {name}: `{}`", code(message));
+        }
+    }
+    if !summary.failed.is_empty() {
+        let _ = writeln!(md, "\n## Failures by first error line\n");
+        for (cause, n) in summary.failure_causes() {
+            let _ = writeln!(md, "- {n} × `{}`", code(&cause));
+        }
+        let _ = writeln!(md, "\n## Failures\n");
+        for (text, message) in &summary.failed {
+            let _ = writeln!(md, "- {text}  \n  `{}`", code(message));
+        }
+    }
+    if !summary.skipped.is_empty() {
+        let _ = writeln!(md, "\n## Skipped at run time or not reached\n");
+        for (text, message) in &summary.skipped {
+            let _ = writeln!(md, "- {text}: {}", code(message));
+        }
+    }
+    md
+}
+
+/// `text` shortened to 300 characters, backticks replaced, for an inline code span.
+fn code(text: &str) -> String {
+    let mut short: String = text.chars().take(300).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short.replace('`', "'")
+}
+
+/// `text` with every run of ASCII digits replaced by `N`.
+fn fold_digits(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('N');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case(name: &str, state: State, message: Option<&str>) -> SpecResult {
+        SpecResult {
+            name: name.to_owned(),
+            state,
+            status: String::new(),
+            message: message.map(str::to_owned),
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn counts_over_the_selection() {
+        let selected = vec![
+            "a [NodeConformance]".to_owned(),
+            "b [NodeConformance]".to_owned(),
+            "c [Slow] [NodeConformance]".to_owned(),
+            "d [NodeConformance]".to_owned(),
+            "e [NodeConformance]".to_owned(),
+        ];
+        let cases = vec![
+            case("[SynchronizedBeforeSuite]", State::Passed, None),
+            case("[It] a [NodeConformance]", State::Passed, None),
+            case(
+                "[It] b [NodeConformance]",
+                State::Failed,
+                Some("timed out after 300s"),
+            ),
+            case("[It] c [Slow] [NodeConformance]", State::Skipped, None),
+            case(
+                "[It] d [NodeConformance]",
+                State::Skipped,
+                Some("only on gce"),
+            ),
+            case("[It] other", State::Skipped, None),
+        ];
+        let s = Summary::new(&selected, &cases);
+        assert_eq!(s.total(), 5);
+        assert_eq!(s.passed, ["a [NodeConformance]"]);
+        assert_eq!(s.failed.len(), 1);
+        assert_eq!(
+            s.excluded,
+            [("c [Slow] [NodeConformance]".to_owned(), "[Slow]")]
+        );
+        assert_eq!(s.skipped.len(), 2);
+        assert_eq!(s.skipped[1].1, "not in the report");
+        assert_eq!(s.failure_causes(), [("timed out after Ns".to_owned(), 1)]);
+        let md = markdown(
+            &RunInfo {
+                date: "2026-11-24".to_owned(),
+                version: "1.37.1".to_owned(),
+                focus: r"\[NodeConformance\]".to_owned(),
+                duration: Duration::from_secs(61),
+                commit: "abc1234".to_owned(),
+            },
+            &s,
+        );
+        assert!(md.contains("| 5 | 1 | 1 | 1 | 2 |"), "{md}");
+        assert!(md.contains("- `[Slow]` (1 specs)"), "{md}");
+        assert!(md.contains("e2e.test ran for 2 min"), "{md}");
+    }
+}
