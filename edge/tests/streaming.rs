@@ -1,7 +1,8 @@
 //! Interop of edgecore's streaming handlers (`/exec`, `/portForward`) with client-go's own
 //! SPDY client (`edge/tests/spdy-client`, built here with Go: client-go
 //! `remotecommand.NewSPDYExecutor` and `tools/portforward`, what kubectl and the API server
-//! use toward a kubelet), over plain HTTP on 127.0.0.1.
+//! use toward a kubelet) and with the WebSocket clients of client-go and of Kubernetes' e2e
+//! specs, over plain HTTP on 127.0.0.1.
 //!
 //! The port-forward test into this process's own network namespace needs no Docker; the
 //! others run against a busybox container of the local test image.
@@ -373,6 +374,78 @@ async fn attach_sends_stdin_and_ends_with_the_process() -> Result<()> {
     let output = client(exec_args(url, &["-stdin"]), b"ping\n".to_vec()).await?;
     assert_exit(&output, 0);
     assert_eq!(text(&output.stdout), "got ping\n");
+    Ok(())
+}
+
+#[tokio::test]
+async fn exec_over_websockets() -> Result<()> {
+    let container = Container::start("sleep 600")?;
+    let docker = Docker::connect_with_local_defaults()?;
+    let address = serve(Some(docker), container.pid).await?;
+    let c = container.id.as_str();
+    let wsraw = |url: String| {
+        vec![
+            "wsraw".to_owned(),
+            "-url".to_owned(),
+            url,
+            "-protocol".to_owned(),
+            "channel.k8s.io".to_owned(),
+        ]
+    };
+
+    // What the node conformance spec does: `channel.k8s.io`, output on channel 1 only, then
+    // the close; a success writes no status before v4.
+    let url = exec_url(
+        address,
+        c,
+        "command=echo&command=remote+execution+test&output=1&error=1",
+    )
+    .await;
+    let output = client(wsraw(url), Vec::new()).await?;
+    assert_exit(&output, 0);
+    assert_eq!(text(&output.stdout), "remote execution test\n");
+    assert_eq!(text(&output.stderr), "");
+
+    // Before v4 a failure's status is its message.
+    let url = exec_url(
+        address,
+        c,
+        "command=sh&command=-c&command=echo+err+%3E%262%3B+exit+3&output=1&error=1",
+    )
+    .await;
+    let output = client(wsraw(url), Vec::new()).await?;
+    assert_exit(&output, 0);
+    assert_eq!(
+        text(&output.stderr),
+        "err\nstatus: command terminated with non-zero exit code: error executing command \
+         [sh -c echo err >&2; exit 3], exit code 3\n"
+    );
+
+    // client-go's WebSocket executor (v4.channel.k8s.io here): the JSON status carries the
+    // exit code; stdout and stderr stay apart; the resize channel reaches the terminal.
+    let url = exec_url(
+        address,
+        c,
+        "command=sh&command=-c&command=echo+out%3B+echo+err+%3E%262%3B+exit+3&output=1&error=1",
+    )
+    .await;
+    let output = client(exec_args(url, &["-websocket"]), Vec::new()).await?;
+    assert_exit(&output, 3);
+    assert_eq!(text(&output.stdout), "out\n");
+    assert_eq!(text(&output.stderr), "err\n");
+    let url = exec_url(
+        address,
+        c,
+        "command=sh&command=-c&command=sleep+1%3B+stty+size&output=1&tty=1",
+    )
+    .await;
+    let output = client(
+        exec_args(url, &["-websocket", "-tty", "-size", "100x40"]),
+        Vec::new(),
+    )
+    .await?;
+    assert_exit(&output, 0);
+    assert_eq!(text(&output.stdout).trim(), "40 100");
     Ok(())
 }
 

@@ -3,8 +3,10 @@
 //! Every write to an object changes its resourceVersion, including the edge's own pod status
 //! reports. Sending a pod down again for each of them would echo the edge's status back to
 //! it (KubeEdge avoids this with `isPodUpdated`, comparing the pod without its status). A
-//! fingerprint is a hash of the object's JSON without `status`, `metadata.resourceVersion`,
-//! `metadata.generation` and `metadata.managedFields`: two versions with the same
+//! fingerprint is a hash of the object's JSON without `status` (except the conditions a pod's
+//! readiness gates name, which the edge's Ready condition depends on),
+//! `metadata.resourceVersion`, `metadata.generation` and `metadata.managedFields`: two
+//! versions with the same
 //! fingerprint differ only in what the edge does not act on (spec, labels, annotations, deletionTimestamp,
 //! deletionGracePeriodSeconds, ownerReferences, finalizers... are all covered).
 //!
@@ -29,7 +31,11 @@ impl Fingerprint {
     pub fn of<T: Serialize>(object: &T) -> Self {
         let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
         if let Value::Object(fields) = &mut value {
+            let gates = readiness_gate_statuses(fields);
             fields.remove("status");
+            if !gates.is_empty() {
+                fields.insert("readinessGateStatuses".to_owned(), Value::Array(gates));
+            }
             if let Some(Value::Object(meta)) = fields.get_mut("metadata") {
                 meta.remove("resourceVersion");
                 meta.remove("generation");
@@ -40,6 +46,33 @@ impl Fingerprint {
         value.to_string().hash(&mut hasher);
         Self(hasher.finish())
     }
+}
+
+/// `[type, status]` of each status condition that a pod readiness gate
+/// (`spec.readinessGates[].conditionType`) names: the one part of a pod's status the edge acts
+/// on (the kubelet's Ready condition waits for them), written by whoever owns the gate.
+fn readiness_gate_statuses(fields: &serde_json::Map<String, Value>) -> Vec<Value> {
+    let Some(Value::Array(gates)) = fields.get("spec").and_then(|s| s.get("readinessGates")) else {
+        return Vec::new();
+    };
+    let types: Vec<&Value> = gates
+        .iter()
+        .filter_map(|g| g.get("conditionType"))
+        .collect();
+    let Some(Value::Array(conditions)) = fields.get("status").and_then(|s| s.get("conditions"))
+    else {
+        return Vec::new();
+    };
+    conditions
+        .iter()
+        .filter(|c| c.get("type").is_some_and(|t| types.contains(&t)))
+        .map(|c| {
+            Value::Array(vec![
+                c.get("type").cloned().unwrap_or(Value::Null),
+                c.get("status").cloned().unwrap_or(Value::Null),
+            ])
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -78,6 +111,28 @@ mod tests {
             json!({ "metadata": { "managedFields": [{ "manager": "x" }], "generation": 4 } }),
         );
         assert_eq!(Fingerprint::of(&fields), base);
+    }
+
+    #[test]
+    fn readiness_gate_conditions_count() {
+        let gated = |conditions: Value| {
+            pod(
+                "1",
+                json!({
+                    "spec": { "readinessGates": [{ "conditionType": "k8s.io/gate" }] },
+                    "status": { "conditions": conditions },
+                }),
+            )
+        };
+        let unset = Fingerprint::of(&gated(json!([{ "type": "Ready", "status": "False" }])));
+        let other = Fingerprint::of(&gated(json!([{ "type": "Ready", "status": "True" }])));
+        assert_eq!(unset, other, "conditions no gate names do not count");
+        let open = Fingerprint::of(&gated(json!([{ "type": "k8s.io/gate", "status": "True" }])));
+        let shut = Fingerprint::of(&gated(
+            json!([{ "type": "k8s.io/gate", "status": "False" }]),
+        ));
+        assert_ne!(open, unset);
+        assert_ne!(open, shut);
     }
 
     #[test]

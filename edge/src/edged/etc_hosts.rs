@@ -32,9 +32,17 @@ pub fn should_mount(pod: &Pod, container: &Container, pod_ip: Option<&str>) -> b
 
 /// The pod's hostname (`spec.hostname`, else its name, cut to 63 characters) and domain
 /// (`<subdomain>.<namespace>.svc.<domain>` when `spec.subdomain` is set), as the kubelet's
-/// `GeneratePodHostNameAndDomain`.
+/// `GeneratePodHostNameAndDomain`. `spec.hostnameOverride` (Kubernetes 1.34+, validated by
+/// the API server as a DNS subdomain and never beside hostNetwork or setHostnameAsFQDN)
+/// replaces both: the hostname is the override, and there is no domain.
 pub fn hostname_and_domain(pod: &Pod) -> (String, Option<String>) {
     let spec = pod.spec.as_ref();
+    if let Some(name) = spec
+        .and_then(|s| s.hostname_override.as_deref())
+        .filter(|h| !h.is_empty())
+    {
+        return (name.to_owned(), None);
+    }
     let name = spec
         .and_then(|s| s.hostname.clone())
         .filter(|h| !h.is_empty())
@@ -143,6 +151,23 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo\tbar\n"));
+    }
+
+    #[test]
+    fn a_hostname_override_replaces_hostname_and_domain() {
+        let p = pod(
+            serde_json::json!({"hostname": "h", "subdomain": "s", "containers": [],
+            "hostnameOverride": "override.example.host"}),
+        );
+        assert_eq!(
+            hostname_and_domain(&p),
+            ("override.example.host".to_owned(), None)
+        );
+        let text = content(&p, Some("172.17.0.4"), || unreachable!()).expect("content");
+        assert!(
+            text.contains("172.17.0.4\toverride.example.host\n"),
+            "{text}"
+        );
     }
 
     #[test]

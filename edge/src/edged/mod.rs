@@ -10,6 +10,9 @@
 //!   Docker events.
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
 //! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens, env and volumes.
+//! - [`etc_hosts`], [`sysctls`], [`run_as_non_root`], [`termination_message`]: the
+//!   kubelet-managed `/etc/hosts`, pod sysctls, the `runAsNonRoot` check before a container
+//!   is created, and termination messages.
 //! - [`probe`], [`gc`]: probes; container and image garbage collection.
 //! - [`events`]: the kubelet's pod events (Pulled, Created, Started, Killing, BackOff, ...).
 //!
@@ -26,9 +29,11 @@ pub mod objects;
 pub mod pleg;
 mod pod_worker;
 pub mod probe;
+pub mod run_as_non_root;
 pub mod runtime;
 pub mod status;
 pub mod sysctls;
+pub mod termination_message;
 pub mod volumes;
 
 mod dispatch;

@@ -7,7 +7,8 @@
 //! HTTP/1.1: the upgrade is taken with `hyper::upgrade::on`, and bytes the client sent after
 //! its request head reach the session.
 
-use axum::extract::Request;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{FromRequestParts as _, Request};
 use axum::response::{IntoResponse, Response};
 use bollard::Docker;
 use http::StatusCode;
@@ -26,6 +27,9 @@ use super::{portforward, upgrade};
 /// `X-Accepted-Stream-Protocol-Versions`) if no offered protocol is served
 /// (`v5`/`v4`/`v3`/`v2.channel.k8s.io`), else 101. The session ends with the v4 status
 /// (`Success`, `NonZeroExitCode` with an `ExitCode` cause, or `InternalError`).
+///
+/// A WebSocket upgrade (`Upgrade: websocket`) is served over WebSocket instead
+/// ([`remotecommand::websocket`]): 403 if the client offers only subprotocols not served.
 pub async fn exec(req: Request, docker: Docker, container_id: String) -> Response {
     remote_command(req, docker, container_id, Kind::Exec).await
 }
@@ -70,6 +74,9 @@ async fn remote_command(
         Ok(options) => options,
         Err(error) => return plain_error(StatusCode::BAD_REQUEST, &error.to_string()),
     };
+    if remotecommand::websocket::requested(req.headers()) {
+        return remote_command_websocket(req, docker, container, kind, options).await;
+    }
     let name = match negotiate(req.headers(), remotecommand::protocol::SUPPORTED) {
         Ok(name) => name,
         Err(error) => return error.into_response(),
@@ -77,15 +84,51 @@ async fn remote_command(
     let Some(protocol) = Protocol::from_name(name) else {
         return upgrade::UpgradeError::MissingUpgradeHeaders.into_response();
     };
-    let path = PodPath::parse(req.uri().path());
-    let span = match kind {
+    let span = remote_command_span(req.uri().path(), kind, &container, name);
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    spawn_upgraded(on_upgrade, span, move |io| {
+        remotecommand::serve(io, protocol, options, kind, docker, container)
+    });
+    switching_protocols(name)
+}
+
+/// The WebSocket form of [`remote_command`].
+async fn remote_command_websocket(
+    req: Request,
+    docker: Docker,
+    container: String,
+    kind: Kind,
+    options: Options,
+) -> Response {
+    use remotecommand::websocket;
+    let protocol = match websocket::choose(req.headers()) {
+        Ok(protocol) => protocol,
+        Err(message) => return plain_error(StatusCode::FORBIDDEN, &message),
+    };
+    let span = remote_command_span(req.uri().path(), kind, &container, protocol.unwrap_or(""));
+    let (mut parts, _body) = req.into_parts();
+    let upgrade = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(upgrade) => upgrade,
+        Err(rejection) => return rejection.into_response(),
+    };
+    upgrade
+        .protocols(protocol)
+        .max_message_size(websocket::MAX_MESSAGE_BYTES)
+        .on_upgrade(move |socket| {
+            websocket::serve(socket, protocol, options, kind, docker, container).instrument(span)
+        })
+}
+
+fn remote_command_span(path: &str, kind: Kind, container: &str, protocol: &str) -> Span {
+    let path = PodPath::parse(path);
+    match kind {
         Kind::Exec => verge_telemetry::span!(
             "streaming.exec",
             k8s.namespace.name = %path.namespace,
             k8s.pod.name = %path.pod,
             k8s.container.name = %path.container,
             container.id = %container,
-            verge.protocol = name,
+            verge.protocol = protocol,
         ),
         Kind::Attach => verge_telemetry::span!(
             "streaming.attach",
@@ -93,14 +136,9 @@ async fn remote_command(
             k8s.pod.name = %path.pod,
             k8s.container.name = %path.container,
             container.id = %container,
-            verge.protocol = name,
+            verge.protocol = protocol,
         ),
-    };
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    spawn_upgraded(on_upgrade, span, move |io| {
-        remotecommand::serve(io, protocol, options, kind, docker, container)
-    });
-    switching_protocols(name)
+    }
 }
 
 /// Runs `serve` on the connection once hyper hands it over (after the 101 is written).

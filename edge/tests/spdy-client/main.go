@@ -1,10 +1,16 @@
 // Command spdy-client plays kubectl against edgecore's streaming handlers with client-go's
 // own SPDY code (remotecommand.NewSPDYExecutor, tools/portforward), the code the API server
-// and kubectl use toward a kubelet. edge/tests/streaming.rs builds and runs it.
+// and kubectl use toward a kubelet, and with the WebSocket clients of client-go and of
+// Kubernetes' e2e specs. edge/tests/streaming.rs builds and runs it.
 //
-//	spdy-client exec -url URL [-stdin] [-tty] [-size WxH] [-count]
+//	spdy-client exec -url URL [-stdin] [-tty] [-size WxH] [-count] [-websocket]
 //	    stdin/stdout/stderr are the process's; exits with the remote exit code.
 //	    -count prints "<bytes> bytes in <seconds> s" instead of stdout.
+//	    -websocket uses client-go's WebSocket executor (v5/v4.channel.k8s.io) instead.
+//	spdy-client wsraw -url URL -protocol P
+//	    what the e2e spec "Pods should support remote command execution over websockets"
+//	    does (golang.org/x/net/websocket): reads messages until EOF, writes channel 1 to
+//	    stdout, channel 2 to stderr and channel 3 as "status: <text>" to stderr.
 //	spdy-client portforward -url URL -remote PORT -path /x
 //	    forwards a local port to PORT, GETs http://127.0.0.1:<local>/x (-requests N at once)
 //	    and prints each status and body; exits 1 if a GET failed.
@@ -21,6 +27,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/websocket"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -37,6 +44,8 @@ func main() {
 		runExec(os.Args[2:])
 	case "portforward":
 		runPortForward(os.Args[2:])
+	case "wsraw":
+		runWebSocketRaw(os.Args[2:])
 	default:
 		fail(fmt.Errorf("unknown mode %q", os.Args[1]))
 	}
@@ -65,8 +74,15 @@ func runExec(args []string) {
 	tty := flags.Bool("tty", false, "terminal")
 	size := flags.String("size", "", "terminal size WxH sent on the resize stream")
 	count := flags.Bool("count", false, "count stdout bytes instead of printing them")
+	useWebSocket := flags.Bool("websocket", false, "client-go's WebSocket executor")
 	check(flags.Parse(args))
-	executor, err := remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", mustURL(*url))
+	var executor remotecommand.Executor
+	var err error
+	if *useWebSocket {
+		executor, err = remotecommand.NewWebSocketExecutor(&rest.Config{}, "GET", *url)
+	} else {
+		executor, err = remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", mustURL(*url))
+	}
 	check(err)
 	options := remotecommand.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr, Tty: *tty}
 	if *stdin {
@@ -151,6 +167,43 @@ func runPortForward(args []string) {
 	<-done
 	if failed {
 		os.Exit(1)
+	}
+}
+
+func runWebSocketRaw(args []string) {
+	flags := flag.NewFlagSet("wsraw", flag.ExitOnError)
+	url := flags.String("url", "", "exec URL (with query), http://")
+	protocol := flags.String("protocol", "channel.k8s.io", "WebSocket subprotocol")
+	check(flags.Parse(args))
+	config, err := websocket.NewConfig(strings.Replace(*url, "http://", "ws://", 1), "http://localhost")
+	check(err)
+	config.Protocol = []string{*protocol}
+	ws, err := websocket.DialConfig(config)
+	check(err)
+	defer ws.Close()
+	for {
+		var msg []byte
+		if err := websocket.Message.Receive(ws, &msg); err != nil {
+			if err == io.EOF {
+				return
+			}
+			fail(err)
+		}
+		if len(msg) == 0 {
+			continue
+		}
+		switch msg[0] {
+		case 1:
+			os.Stdout.Write(msg[1:])
+		case 2:
+			os.Stderr.Write(msg[1:])
+		case 3:
+			if len(msg) > 1 {
+				fmt.Fprintf(os.Stderr, "status: %s\n", msg[1:])
+			}
+		default:
+			fail(fmt.Errorf("message on channel %d", msg[0]))
+		}
 	}
 }
 

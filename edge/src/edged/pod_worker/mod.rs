@@ -32,6 +32,9 @@ mod trace;
 #[cfg(test)]
 mod trace_tests;
 
+#[cfg(test)]
+mod config_tests;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,6 +114,8 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// No token refresh before this (the last one could not renew a due token).
     token_retry: Option<Instant>,
     image_ids: ImageIds,
+    /// Termination messages of exited instances, by container id (read once each).
+    termination_messages: HashMap<String, String>,
     last_status: Option<PodStatus>,
     start_time: Time,
     /// When this worker started a pod not yet Running, until its status first says Running
@@ -176,6 +181,7 @@ impl<R: ContainerRuntime> Worker<R> {
             refresh_volumes: false,
             token_retry: None,
             image_ids: ImageIds::new(),
+            termination_messages: HashMap::new(),
             last_status: None,
             start_time,
             starting_since: starting.then(std::time::Instant::now),

@@ -1,17 +1,69 @@
 //! Building the pod's status from the worker's view and handing it to the status manager.
 
+use std::collections::HashSet;
+
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use tracing::debug;
+use verge_runtime::ErrorChain;
 
 use super::Worker;
-use super::observe::Observation;
+use super::observe::{Observation, RunState};
 use super::state::{WaitingReason, is_sidecar};
 use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::image_ref;
 use crate::edged::status::build::{ContainerFacts, PodFacts, container_status, pod_status};
+use crate::edged::termination_message;
 use crate::metrics::Stage;
 
 impl<R: ContainerRuntime> Worker<R> {
+    /// Reads the termination message of every exited instance `obs` shows that has none yet
+    /// (the newest two of each container: the state and the last state), and forgets those
+    /// of instances gone ([`crate::edged::termination_message`]).
+    async fn load_termination_messages(&mut self, obs: &Observation) {
+        let spec = self.pod.spec.clone().unwrap_or_default();
+        let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
+        let mut seen = HashSet::new();
+        for c in spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+        {
+            for i in obs.containers.get(&c.name).into_iter().flatten().take(2) {
+                seen.insert(i.id.clone());
+                if i.state != RunState::Exited || self.termination_messages.contains_key(&i.id) {
+                    continue;
+                }
+                let mut message = String::new();
+                if termination_message::container_path(c).is_some() {
+                    let path =
+                        termination_message::host_path(&pod_dir, &c.name, i.labels.restart_count);
+                    message = tokio::task::spawn_blocking(move || termination_message::read(&path))
+                        .await
+                        .unwrap_or_default();
+                }
+                // Not for an instance the engine could not run (it has no log).
+                let ran = i.error.as_deref().is_none_or(str::is_empty);
+                if message.is_empty()
+                    && termination_message::falls_back_to_logs(c)
+                    && i.exit_code != 0
+                    && ran
+                {
+                    let lines = termination_message::MAX_LOG_LINES;
+                    match self.ctx.runtime.log_tail(&i.id, lines).await {
+                        Ok(log) => message = termination_message::from_log(&log),
+                        Err(e) => {
+                            debug!(error = %ErrorChain(&e), "no log for the termination message")
+                        }
+                    }
+                }
+                self.termination_messages.insert(i.id.clone(), message);
+            }
+        }
+        self.termination_messages.retain(|id, _| seen.contains(id));
+    }
+
     fn facts<'a>(
         &'a self,
         obs: &'a Observation,
@@ -34,11 +86,13 @@ impl<R: ContainerRuntime> Worker<R> {
             image_id: latest
                 .and_then(|i| self.image_ids.get(&i.image_id))
                 .map_or("", String::as_str),
+            termination_messages: &self.termination_messages,
         }
     }
 
     /// Reports the status as of `obs` (the status manager drops unchanged ones).
     pub(super) async fn report(&mut self, obs: &Observation) {
+        self.load_termination_messages(obs).await;
         for i in obs.containers.values().filter_map(|v| v.first()) {
             if !i.image_id.is_empty() && !self.image_ids.contains_key(&i.image_id) {
                 let r = image_ref(&self.ctx.runtime, &i.image_id).await;

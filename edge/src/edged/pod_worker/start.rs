@@ -12,7 +12,6 @@ use super::Worker;
 use super::observe::{Instance, Observation};
 use super::state::{Waiting, WaitingReason};
 use super::sync::{Pass, Role, Wake};
-use crate::edged::etc_hosts;
 use crate::edged::events::EventType;
 use crate::edged::objects::PodObjects as _;
 use crate::edged::runtime::image::{
@@ -21,6 +20,7 @@ use crate::edged::runtime::image::{
 use crate::edged::runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use crate::edged::runtime::{ContainerRuntime, RuntimeError, spec};
 use crate::edged::volumes::VolumeError;
+use crate::edged::{etc_hosts, run_as_non_root, termination_message};
 use crate::metrics::{self, Stage};
 use crate::{Error, Result};
 use verge_runtime::ErrorChain;
@@ -70,6 +70,11 @@ impl StartError {
 }
 
 impl<R: ContainerRuntime> Worker<R> {
+    /// The pod as the kubelet's `format.Pod` names it in messages: `name_namespace(uid)`.
+    pub(super) fn pod_display(&self) -> String {
+        format!("{}_{}({})", self.key.name, self.key.namespace, self.uid)
+    }
+
     pub(super) fn pod_ref(&self) -> PodRef {
         PodRef {
             namespace: self.key.namespace.clone(),
@@ -201,6 +206,19 @@ impl<R: ContainerRuntime> Worker<R> {
             metrics::global().pod_start(Stage::Image, image_since.elapsed());
         }
         pulled.map_err(StartError::Image)?;
+        let image_user = if run_as_non_root::needs_image_user(&self.pod, c) {
+            match self.ctx.runtime.image_status(&image).await {
+                Ok(info) => info.map(|i| i.user).unwrap_or_default(),
+                Err(e) => {
+                    let msg = format!("cannot read the user of image {image}: {}", e.engine());
+                    return Err(StartError::Config(Error::ContainerConfig(msg)));
+                }
+            }
+        } else {
+            String::new()
+        };
+        run_as_non_root::verify(&self.pod, c, &image_user, &self.pod_display())
+            .map_err(|msg| StartError::Config(Error::ContainerConfig(msg)))?;
         let pod_ip = self.pod_ip();
         let env = crate::edged::env::resolve_env(
             &self.pod,
@@ -229,6 +247,20 @@ impl<R: ContainerRuntime> Worker<R> {
                 StartError::Config(Error::ContainerConfig(format!("writing /etc/hosts: {e}")))
             })?;
             binds.push(format!("{}:{}", written.display(), etc_hosts::ETC_HOSTS));
+        }
+        if let Some(path) = termination_message::container_path(c) {
+            let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
+            let host = termination_message::host_path(&pod_dir, &c.name, restart_count);
+            let file = host.clone();
+            tokio::task::spawn_blocking(move || termination_message::create(&file))
+                .await
+                .map_err(std::io::Error::other)
+                .and_then(|r| r)
+                .map_err(|e| {
+                    let msg = format!("creating the termination message file: {e}");
+                    StartError::Config(Error::ContainerConfig(msg))
+                })?;
+            binds.push(format!("{}:{path}", host.display()));
         }
         let labels = ContainerLabels {
             pod: self.pod_ref(),

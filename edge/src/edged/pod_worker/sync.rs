@@ -318,7 +318,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 Ok(Step::Acted)
             }
             RunState::Exited => {
-                let pod = format!("{}_{}({})", self.key.name, self.key.namespace, self.uid);
+                let pod = self.pod_display();
                 let since = i.finished_at.as_ref().map_or(Duration::ZERO, |f| {
                     let now = crate::node::status::now();
                     Duration::try_from(now.duration_since(f.0)).unwrap_or(Duration::ZERO)

@@ -36,7 +36,7 @@ const SEC: Duration = Duration::from_secs(1);
 /// A context over a fake runtime, and the upstream messages (events) it sends.
 pub(super) struct Harness {
     pub(super) rt: FakeRuntime,
-    ctx: Arc<Context<FakeRuntime>>,
+    pub(super) ctx: Arc<Context<FakeRuntime>>,
     upstream: mpsc::Receiver<Envelope>,
     _dir: tempfile::TempDir,
 }
@@ -105,7 +105,7 @@ fn key(pod: &Pod) -> ResourceKey {
     )
 }
 
-fn pod(spec: serde_json::Value) -> Pod {
+pub(super) fn pod(spec: serde_json::Value) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
         "spec": spec,
@@ -118,7 +118,7 @@ pub(super) fn app_pod(policy: &str) -> Pod {
 }
 
 /// Syncs until the worker no longer asks to run again at once (sandbox creation asks so).
-async fn settle(w: &mut Worker<FakeRuntime>) -> Option<Instant> {
+pub(super) async fn settle(w: &mut Worker<FakeRuntime>) -> Option<Instant> {
     for _ in 0..10 {
         let wake = w.sync().await.expect("sync");
         if wake.is_none_or(|t| t > Instant::now()) {
@@ -128,7 +128,7 @@ async fn settle(w: &mut Worker<FakeRuntime>) -> Option<Instant> {
     panic!("the pod never settles")
 }
 
-fn status(w: &Worker<FakeRuntime>, name: &str) -> ContainerStatus {
+pub(super) fn status(w: &Worker<FakeRuntime>, name: &str) -> ContainerStatus {
     let s = w.last_status.as_ref().expect("status reported");
     s.init_container_statuses
         .iter()
@@ -139,7 +139,7 @@ fn status(w: &Worker<FakeRuntime>, name: &str) -> ContainerStatus {
         .expect("container status")
 }
 
-fn waiting_reason(w: &Worker<FakeRuntime>, name: &str) -> Option<String> {
+pub(super) fn waiting_reason(w: &Worker<FakeRuntime>, name: &str) -> Option<String> {
     status(w, name).state?.waiting?.reason
 }
 

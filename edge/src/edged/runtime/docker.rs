@@ -15,7 +15,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
-    ListContainersOptionsBuilder, ListImagesOptions, RemoveContainerOptionsBuilder,
+    ListContainersOptionsBuilder, ListImagesOptions, LogsOptions, RemoveContainerOptionsBuilder,
     RemoveImageOptions, StopContainerOptionsBuilder,
 };
 use futures::stream::BoxStream;
@@ -393,11 +393,27 @@ impl ContainerRuntime for DockerRuntime {
         })
     }
 
+    async fn log_tail(&self, id: &str, lines: usize) -> Result<Vec<u8>> {
+        let options = LogsOptions {
+            stdout: true,
+            stderr: true,
+            tail: lines.to_string(),
+            ..LogsOptions::default()
+        };
+        let mut out = Vec::new();
+        let mut logs = self.docker.logs(id, Some(options));
+        while let Some(chunk) = logs.next().await {
+            out.extend_from_slice(&chunk.map_err(err("read logs"))?.into_bytes());
+        }
+        Ok(out)
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         match self.docker.inspect_image(image).await {
             Ok(i) => Ok(Some(ImageInfo {
                 id: i.id.unwrap_or_default(),
                 repo_digests: i.repo_digests.unwrap_or_default(),
+                user: i.config.and_then(|c| c.user).unwrap_or_default(),
             })),
             Err(e) => match err(format!("inspect image {image}"))(e) {
                 e if e.is_not_found() => Ok(None),

@@ -65,6 +65,8 @@ struct State {
     gates: HashMap<String, StartGate>,
     /// Exit codes of `exec`, by command (its words joined by spaces); 0 when absent.
     exec_exit: HashMap<String, i64>,
+    /// Output of containers, by id.
+    logs: HashMap<String, Vec<u8>>,
     calls: Vec<String>,
 }
 
@@ -149,6 +151,13 @@ impl FakeRuntime {
     /// Makes `exec` of `command` (its words joined by spaces) exit with `code`.
     pub fn exec_exits(&self, command: &str, code: i64) {
         self.lock().exec_exit.insert(command.to_owned(), code);
+    }
+
+    /// Sets the output of container `id` (what `log_tail` returns).
+    pub fn set_logs(&self, id: &str, output: &str) {
+        self.lock()
+            .logs
+            .insert(id.to_owned(), output.as_bytes().to_vec());
     }
 
     /// Lets instances of spec container `name` run after their start.
@@ -413,6 +422,17 @@ impl ContainerRuntime for FakeRuntime {
         }
     }
 
+    async fn log_tail(&self, id: &str, lines: usize) -> Result<Vec<u8>> {
+        let state = self.lock();
+        if !state.containers.contains_key(id) {
+            return Err(Self::not_found(format!("logs {id}")));
+        }
+        let text =
+            String::from_utf8_lossy(state.logs.get(id).map_or(&[][..], Vec::as_slice)).into_owned();
+        let all: Vec<&str> = text.split_inclusive('\n').collect();
+        Ok(all[all.len().saturating_sub(lines)..].concat().into_bytes())
+    }
+
     async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
         let present = self
             .lock()
@@ -421,6 +441,7 @@ impl ContainerRuntime for FakeRuntime {
         Ok(present.then(|| ImageInfo {
             id: format!("sha256:{}", image.trim_start_matches("sha256:")),
             repo_digests: Vec::new(),
+            user: String::new(),
         }))
     }
 

@@ -93,6 +93,10 @@ pub trait ContainerRuntime: Clone + Send + Sync + 'static {
         max_output: usize,
     ) -> impl Future<Output = Result<ExecOutput>> + Send;
 
+    /// The last `lines` lines of container `id`'s output, stdout and stderr interleaved as
+    /// written (the termination message's log fallback).
+    fn log_tail(&self, id: &str, lines: usize) -> impl Future<Output = Result<Vec<u8>>> + Send;
+
     /// Inspects local image `image` (a reference or an id); `None` if it is not present.
     fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
 

@@ -234,6 +234,8 @@ pub struct ImageInfo {
     pub id: String,
     /// `repo@digest` references.
     pub repo_digests: Vec<String>,
+    /// The user the image runs as (`Config.User`: `""`, `"1000"`, `"1000:50"`, `"nobody"`).
+    pub user: String,
 }
 
 /// A local image as listed.

@@ -117,6 +117,32 @@ fn condition(
     }
 }
 
+/// Why the pod's readiness gates (`spec.readinessGates`) hold it back, one message per unmet
+/// gate, as the kubelet's `GeneratePodReadyCondition` words them: a gate is met when the
+/// pod's status (as the API server has it, written by whoever owns the condition) carries a
+/// condition of the gate's type with status `True`.
+fn readiness_gates_unmet(pod: &k8s_openapi::api::core::v1::Pod) -> Vec<String> {
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    gates
+        .into_iter()
+        .flatten()
+        .filter_map(|gate| {
+            let kind = &gate.condition_type;
+            match conditions.and_then(|cs| cs.iter().find(|c| &c.type_ == kind)) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate \"{kind}\" does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate \"{kind}\" is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
 /// The whole `v1.PodStatus`. `previous` keeps condition transition times stable.
 pub fn pod_status(
     facts: &PodFacts<'_>,
@@ -181,6 +207,13 @@ pub fn pod_status(
             )),
         )
     };
+    let gates_unmet = readiness_gates_unmet(facts.pod);
+    let pod_ready = ready && gates_unmet.is_empty();
+    let pod_not_ready = if ready {
+        ("ReadinessGatesNotReady", Some(gates_unmet.join(", ")))
+    } else {
+        not_ready.clone()
+    };
     let not_initialized = (
         "ContainersNotInitialized",
         Some(format!(
@@ -194,8 +227,8 @@ pub fn pod_status(
         conditions: Some(vec![
             condition("PodScheduled", true, ("", None), previous, now),
             condition("Initialized", initialized, not_initialized, previous, now),
-            condition("ContainersReady", ready, not_ready.clone(), previous, now),
-            condition("Ready", ready, not_ready, previous, now),
+            condition("ContainersReady", ready, not_ready, previous, now),
+            condition("Ready", pod_ready, pod_not_ready, previous, now),
         ]),
         host_ip: ips(&facts.host_ip),
         host_ips: facts.host_ip.clone().map(|ip| vec![HostIP { ip }]),
@@ -221,6 +254,40 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).expect("pod")
+    }
+
+    #[test]
+    fn readiness_gates_need_true_conditions_of_their_types() {
+        let gated = |conditions: serde_json::Value| {
+            pod(serde_json::json!({
+                "spec": {
+                    "containers": [{ "name": "c" }],
+                    "readinessGates": [
+                        { "conditionType": "k8s.io/a" },
+                        { "conditionType": "k8s.io/b" },
+                    ],
+                },
+                "status": { "conditions": conditions },
+            }))
+        };
+        assert_eq!(
+            readiness_gates_unmet(&gated(serde_json::json!([
+                { "type": "k8s.io/a", "status": "False" },
+            ]))),
+            [
+                "the status of pod readiness gate \"k8s.io/a\" is not \"True\", but False",
+                "corresponding condition of pod readiness gate \"k8s.io/b\" does not exist.",
+            ]
+        );
+        assert!(
+            readiness_gates_unmet(&gated(serde_json::json!([
+                { "type": "k8s.io/a", "status": "True" },
+                { "type": "k8s.io/b", "status": "True" },
+            ])))
+            .is_empty()
+        );
+        let ungated = pod(serde_json::json!({ "spec": { "containers": [{ "name": "c" }] } }));
+        assert!(readiness_gates_unmet(&ungated).is_empty());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The `v1.ContainerStatus` of one container (kubelet: `convertToAPIContainerStatuses`).
 
+use std::collections::HashMap;
+
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus,
@@ -30,10 +32,15 @@ pub struct ContainerFacts<'a> {
     pub completes: bool,
     /// `imageID` of the newest instance.
     pub image_id: &'a str,
+    /// Termination messages of exited instances, by container id
+    /// ([`crate::edged::termination_message`]).
+    pub termination_messages: &'a HashMap<String, String>,
 }
 
-/// `Completed` for exit 0, `OOMKilled`, else `Error` (dockershim's reasons).
-fn terminated(i: &Instance) -> ContainerStateTerminated {
+/// `Completed` for exit 0, `OOMKilled`, else `Error` (dockershim's reasons). The message is
+/// the engine's error and the termination message `written`, joined by `": "` as the kubelet
+/// joins them.
+fn terminated(i: &Instance, written: Option<&String>) -> ContainerStateTerminated {
     let reason = if i.oom_killed {
         "OOMKilled"
     } else if i.exit_code == 0 {
@@ -44,7 +51,7 @@ fn terminated(i: &Instance) -> ContainerStateTerminated {
     ContainerStateTerminated {
         exit_code: i.exit_code,
         reason: Some(reason.to_owned()),
-        message: i.error.clone(),
+        message: join_message(i.error.as_deref(), written.map(String::as_str)),
         started_at: i.started_at.clone(),
         finished_at: i.finished_at.clone(),
         container_id: Some(format!("docker://{}", i.id)),
@@ -62,16 +69,22 @@ fn waiting(reason: WaitingReason, message: Option<&str>) -> ContainerState {
     }
 }
 
-fn term_state(i: &Instance) -> ContainerState {
-    ContainerState {
-        terminated: Some(terminated(i)),
-        ..ContainerState::default()
-    }
+fn join_message(engine: Option<&str>, written: Option<&str>) -> Option<String> {
+    let parts: Vec<&str> = [engine, written]
+        .into_iter()
+        .flatten()
+        .filter(|m| !m.is_empty())
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(": "))
 }
 
 /// The `ContainerStatus` of one container; `default_wait` is the reason while nothing runs
 /// (`ContainerCreating`, or `PodInitializing` for app containers during init).
 pub fn container_status(f: &ContainerFacts<'_>, default_wait: WaitingReason) -> ContainerStatus {
+    let term_state = |i: &Instance| ContainerState {
+        terminated: Some(terminated(i, f.termination_messages.get(&i.id))),
+        ..ContainerState::default()
+    };
     let (state, last) = match f.latest {
         Some(i) if i.state == RunState::Running => (
             ContainerState {

@@ -1,4 +1,5 @@
-//! `kubectl exec` and `kubectl attach` over SPDY (`channel.k8s.io` protocols v2–v5) on
+//! `kubectl exec` and `kubectl attach` over SPDY (`channel.k8s.io` protocols v2–v5) and
+//! over WebSocket (`channel.k8s.io`, `base64.channel.k8s.io` and their `v4.` forms) on
 //! Docker, as the kubelet's streaming server (k8s.io/cri-streaming `remotecommand`) serves
 //! them.
 //!
@@ -9,7 +10,8 @@
 //! - [`status`]: the final status on the error stream.
 //! - [`resize`]: the resize stream's JSON.
 //! - `docker`: exec and attach through bollard.
-//! - `serve`: one session from its first stream to the close.
+//! - `serve`: one SPDY session from its first stream to the close.
+//! - [`websocket`]: one WebSocket session.
 
 mod docker;
 pub mod options;
@@ -18,6 +20,7 @@ pub mod resize;
 mod serve;
 pub mod status;
 pub mod streams;
+pub mod websocket;
 
 pub use options::Options;
 pub use protocol::Protocol;

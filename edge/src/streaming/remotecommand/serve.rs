@@ -85,6 +85,19 @@ async fn finish(
     handle: &SessionHandle,
 ) {
     drop(std::mem::take(&mut streams.held));
+    send_status(&mut streams, outcome, protocol).await;
+    if tokio::time::timeout(CLOSE_WAIT, handle.closed())
+        .await
+        .is_err()
+    {
+        debug!("client kept the connection open after the status; closing it");
+        handle.close().await;
+    }
+}
+
+/// Ends stdin and resize, writes the status for `protocol` to the error stream (nothing for
+/// a success before v4) and shuts down stdout, stderr and error.
+pub(super) async fn send_status(streams: &mut Streams, outcome: &Outcome, protocol: Protocol) {
     drop(streams.stdin.take());
     drop(streams.resize.take());
     let status = outcome.encode(protocol);
@@ -102,12 +115,5 @@ async fn finish(
     .flatten()
     {
         let _ = writer.shutdown().await;
-    }
-    if tokio::time::timeout(CLOSE_WAIT, handle.closed())
-        .await
-        .is_err()
-    {
-        debug!("client kept the connection open after the status; closing it");
-        handle.close().await;
     }
 }

@@ -2,34 +2,53 @@
 //! answered at once (client-go waits for each reply before opening the next), and the
 //! session is ready once `1 + stdin + stdout + stderr + resize` known streams arrived.
 
+use std::fmt;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
 use super::Error;
 use super::options::Options;
 use super::protocol::Protocol;
-use crate::streaming::spdy::{Session, StreamReader, StreamWriter};
+use crate::streaming::spdy::Session;
 
 /// How long the client has to open all its streams (the kubelet's `streamCreationTimeout`).
 pub const STREAM_CREATION_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The streams of one exec or attach.
-#[derive(Debug)]
+/// A stream the client writes: stdin or resize events.
+pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// A stream the client reads: stdout, stderr or the error (status) stream.
+pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The streams of one exec or attach, whatever carries them (SPDY streams or WebSocket
+/// channels).
 pub struct Streams {
     /// The error (status) stream's sending half.
-    pub error: StreamWriter,
+    pub error: Writer,
     /// Bytes for the process's stdin.
-    pub stdin: Option<StreamReader>,
+    pub stdin: Option<Reader>,
     /// Where the process's stdout goes.
-    pub stdout: Option<StreamWriter>,
+    pub stdout: Option<Writer>,
     /// Where the process's stderr goes (never with a TTY).
-    pub stderr: Option<StreamWriter>,
-    /// `{"Width":W,"Height":H}` objects (TTY, protocol v3+).
-    pub resize: Option<StreamReader>,
-    /// Sending halves of stdin, resize and unknown streams: dropping them at the end resets
-    /// those streams, as the kubelet does.
-    pub held: Vec<StreamWriter>,
+    pub stderr: Option<Writer>,
+    /// `{"Width":W,"Height":H}` objects (TTY; SPDY protocol v3+, every WebSocket protocol).
+    pub resize: Option<Reader>,
+    /// Held until the end, then dropped: the SPDY sending halves of stdin, resize and unknown
+    /// streams (dropping them resets those streams, as the kubelet does).
+    pub held: Vec<Box<dyn Send>>,
+}
+
+impl fmt::Debug for Streams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Streams")
+            .field("stdin", &self.stdin.is_some())
+            .field("stdout", &self.stdout.is_some())
+            .field("stderr", &self.stderr.is_some())
+            .field("resize", &self.resize.is_some())
+            .field("held", &self.held.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Accepts streams until all expected ones arrived.
@@ -50,9 +69,10 @@ pub async fn wait_for_streams(
         + usize::from(options.tty && protocol.resizes());
     let collect = async {
         let mut received = 0;
-        let mut error = None;
-        let (mut stdin, mut stdout, mut stderr, mut resize) = (None, None, None, None);
-        let mut held = Vec::new();
+        let mut error: Option<Writer> = None;
+        let (mut stdin, mut resize): (Option<Reader>, Option<Reader>) = (None, None);
+        let (mut stdout, mut stderr): (Option<Writer>, Option<Writer>) = (None, None);
+        let mut held: Vec<Box<dyn Send>> = Vec::new();
         while received < expected {
             let incoming = session.next_stream().await.ok_or(Error::SessionClosed)?;
             let kind = incoming
@@ -62,21 +82,21 @@ pub async fn wait_for_streams(
                 .to_owned();
             let (reader, writer) = incoming.accept().split();
             match kind.as_str() {
-                "error" => error = Some(writer),
+                "error" => error = Some(Box::new(writer)),
                 "stdin" => {
-                    stdin = Some(reader);
-                    held.push(writer);
+                    stdin = Some(Box::new(reader));
+                    held.push(Box::new(writer));
                 }
-                "stdout" => stdout = Some(writer),
-                "stderr" => stderr = Some(writer),
+                "stdout" => stdout = Some(Box::new(writer)),
+                "stderr" => stderr = Some(Box::new(writer)),
                 "resize" => {
-                    resize = Some(reader);
-                    held.push(writer);
+                    resize = Some(Box::new(reader));
+                    held.push(Box::new(writer));
                 }
                 other => {
                     // Kept open, not counted, as the kubelet does.
                     debug!(stream_type = other, "unexpected stream type");
-                    held.push(writer);
+                    held.push(Box::new(writer));
                     continue;
                 }
             }
