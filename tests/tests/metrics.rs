@@ -1,7 +1,7 @@
 //! Every binary's `/metrics` (issue 13, Deliver 3): scrapes cloudhub, edgecontroller,
 //! devicecontroller and an edgecore, finds the documented series (docs/observability.md
 //! "Metrics"), and sees them move as a pod starts on the edge and the edge's link is cut
-//! and healed.
+//! and healed, and as a join is refused.
 //!
 //! The cloud services serve `/metrics` on their health port (a free port in tests, read
 //! from their "health endpoint serving" log line); edgecore serves it on its default
@@ -19,7 +19,7 @@ use kube::api::{DeleteParams, PostParams};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use verge_e2e::{Cloud, Edge, create_namespace, ready_status, sleeper_pod, via_host, wait_for};
 use verge_testkit::netns::EdgeNetns;
-use verge_testkit::process::ChildProcess;
+use verge_testkit::process::{ChildProcess, workspace_bin};
 
 /// The address a cloud service's health endpoint (and `/metrics`) bound, from its log.
 fn health_addr(process: &ChildProcess) -> anyhow::Result<SocketAddr> {
@@ -392,5 +392,31 @@ async fn scenario(
         Ok((n >= 2.0).then_some(()))
     })
     .await?;
-    Ok(())
+    refused_join_is_counted(cloud, hub, name).await
+}
+
+/// A join with a bootstrap token the cluster does not know is refused, and cloudhub counts it
+/// in `verge_cloudhub_refusals_total{reason="auth_token"}`.
+async fn refused_join_is_counted(cloud: &Cloud, hub: SocketAddr, name: &str) -> anyhow::Result<()> {
+    const AUTH_TOKEN: &[&str] = &["reason=\"auth_token\""];
+    let refusals = |text: &str| sample(text, "verge_cloudhub_refusals_total", AUTH_TOKEN);
+    let before = refusals(&scrape(hub).await?).unwrap_or(0.0);
+    let stranger = Edge::with_config(&format!("{name}-refused"), cloud, |c| {
+        c.edge_hub.token.clear();
+    })?;
+    let out = std::process::Command::new(workspace_bin("edgecore")?)
+        .arg("--config")
+        .arg(stranger.config_path())
+        .args(["join", "--cloudhub", &cloud.join_url])
+        .args(["--token", "u00000.0123456789abcdef"])
+        .output()?;
+    anyhow::ensure!(
+        !out.status.success(),
+        "a join with an unknown token succeeded"
+    );
+    wait_for("the refusal counted", Duration::from_secs(20), || async {
+        let now = refusals(&scrape(hub).await?).unwrap_or(0.0);
+        Ok((now > before).then_some(()))
+    })
+    .await
 }

@@ -51,11 +51,22 @@ pub struct Deployment {
 impl Deployment {
     /// Starts the kubelet node `node` on `cp` and imports the three service images into its
     /// containerd. The images must exist in the local Docker engine (`cargo xtask images`;
-    /// `cargo xtask test` builds them before the tests).
+    /// `cargo xtask test` builds them beside the tests, and this waits for a build in
+    /// progress).
     ///
     /// # Errors
     /// An image is missing, or the node does not come up.
     pub async fn start(cp: ControlPlane, node: &KubeletNodeConfig) -> anyhow::Result<Self> {
+        // A build in progress (`cargo xtask test` builds the images beside the other tests,
+        // at low priority) holds the images lock until every image is written: wait for it
+        // before looking for them.
+        if !SERVICES
+            .iter()
+            .all(|s| crate::docker::image_exists(&image(s)))
+        {
+            eprintln!("verge-testkit: waiting for a build of the service images in progress");
+            tokio::task::spawn_blocking(crate::docker::ImagesLock::acquire).await??;
+        }
         for service in SERVICES {
             let image = image(service);
             ensure!(
