@@ -326,7 +326,8 @@ impl<R: ContainerRuntime> Worker<R> {
                 let restarts = match role {
                     Role::Sidecar => true,
                     Role::Ephemeral => false,
-                    Role::Init | Role::App => pass.policy.restarts(i.exit_code, role == Role::Init),
+                    Role::Init => pass.policy.restarts(i.exit_code, true),
+                    Role::App => pass.policy.restarts_app(c, i.exit_code),
                 };
                 let t = self.track(&c.name);
                 let unprobe = t.unprobe(&i.id);

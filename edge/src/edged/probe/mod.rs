@@ -40,7 +40,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Container, Probe};
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 pub use error::ProbeError;
@@ -178,6 +178,7 @@ impl<H: ProbeHandler> ProbeManager<H> {
                 entries: Mutex::default(),
                 updates,
                 failures,
+                startup_succeeded: Notify::new(),
             }),
             root: CancellationToken::new(),
         }

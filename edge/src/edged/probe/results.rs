@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 use tokio_util::sync::CancellationToken;
 
 use super::{ProbeKind, ProbeUpdate};
@@ -34,6 +34,8 @@ pub(super) struct Shared {
     pub updates: broadcast::Sender<ProbeUpdate>,
     /// Every failed attempt (before thresholds).
     pub failures: broadcast::Sender<ProbeUpdate>,
+    /// Woken when a startup probe succeeds: readiness probes waiting for it run at once.
+    pub startup_succeeded: Notify,
 }
 
 impl Shared {
@@ -43,6 +45,20 @@ impl Shared {
 
     pub fn started(&self, key: &Key) -> bool {
         self.lock().get(key).is_some_and(Entry::started)
+    }
+
+    /// Returns once `key`'s container has started (its startup probe succeeded, or it has
+    /// none).
+    pub async fn wait_started(&self, key: &Key) {
+        loop {
+            let notified = self.startup_succeeded.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.started(key) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Publishes a failed attempt of the entry owned by `cancel` (kubelet: the `Unhealthy`
@@ -84,6 +100,9 @@ impl Shared {
             return;
         }
         *slot = Some(success);
+        if kind == ProbeKind::Startup && success {
+            self.startup_succeeded.notify_waiters();
+        }
         tracing::info!(pod_uid = %key.0, container = %key.1, probe = %kind, success, %message, "probe result changed");
         // No subscriber is not an error: results stay queryable.
         let _ = self.updates.send(ProbeUpdate {

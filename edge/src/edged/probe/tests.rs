@@ -212,18 +212,23 @@ async fn startup_gates_liveness_and_readiness() {
         ),
         (0, 0)
     );
-    sleep(Duration::from_secs(1)).await; // t = 2.1s: third startup attempt succeeds
-    assert!(m.started("uid", "app") && !m.ready("uid", "app"));
-    assert_eq!(updates(&mut rx), [(ProbeKind::Startup, true)]);
-    sleep(Duration::from_secs(1)).await; // t = 3.1s: readiness and liveness tick at 3s
-    assert!(m.ready("uid", "app"));
-    assert_eq!(updates(&mut rx), [(ProbeKind::Readiness, true)]);
+    // t = 2.1s: the third startup attempt succeeded, and readiness ran at once (the kubelet's
+    // manual trigger), not at its next 3 s tick; liveness waits for its tick.
+    sleep(Duration::from_secs(1)).await;
+    assert!(m.started("uid", "app") && m.ready("uid", "app"));
+    assert_eq!(
+        updates(&mut rx),
+        [(ProbeKind::Startup, true), (ProbeKind::Readiness, true)]
+    );
+    assert_eq!(calls(&fake, ProbeKind::Liveness), 0);
+    sleep(Duration::from_secs(1)).await; // t = 3.1s: liveness ticks at 3s
     assert_eq!(
         calls(&fake, ProbeKind::Startup),
         3,
         "startup stops after success"
     );
     assert_eq!(calls(&fake, ProbeKind::Liveness), 1);
+    assert_eq!(calls(&fake, ProbeKind::Readiness), 1, "the period restarts");
 }
 
 #[tokio::test(start_paused = true)]

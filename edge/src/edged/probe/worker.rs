@@ -83,7 +83,16 @@ impl<H: ProbeHandler> Worker<H> {
         let mut last: Option<bool> = None;
         let mut run = 0u32;
         loop {
-            ticker.tick().await;
+            if self.kind == ProbeKind::Readiness && !self.shared.started(&self.key) {
+                // kubelet: a readiness probe runs as soon as the startup probe succeeded (the
+                // prober manager's manual trigger), not a period later.
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    () = self.shared.wait_started(&self.key) => ticker.reset(),
+                }
+            } else {
+                ticker.tick().await;
+            }
             if self.kind != ProbeKind::Startup && !self.shared.started(&self.key) {
                 continue; // kubelet: liveness and readiness wait for the startup probe
             }

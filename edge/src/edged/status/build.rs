@@ -29,9 +29,25 @@ pub struct PodFacts<'a> {
 fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
     let policy = RestartPolicy::of(pod);
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    let specs = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default();
     for s in statuses {
         let st = s.state.as_ref();
-        if st.is_some_and(|s| s.running.is_some()) {
+        // A stopped container its own restart policy starts again (ContainerRestartRules)
+        // counts as running: it is not done, whatever the pod's policy says.
+        let last_exit = st
+            .and_then(|s| s.terminated.as_ref())
+            .or_else(|| s.last_state.as_ref().and_then(|l| l.terminated.as_ref()))
+            .map(|t| t.exit_code);
+        let restarted_by_itself = last_exit.is_some_and(|code| {
+            specs.iter().any(|c| {
+                c.name == s.name && c.restart_policy.is_some() && policy.restarts_app(c, code)
+            })
+        });
+        if st.is_some_and(|s| s.running.is_some()) || restarted_by_itself {
             running += 1;
         } else if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
             stopped += 1;

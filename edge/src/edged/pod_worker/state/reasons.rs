@@ -39,6 +39,35 @@ impl RestartPolicy {
     }
 }
 
+impl RestartPolicy {
+    /// Whether app container `c` that exited with `code` is started again: its own
+    /// `restartPolicy` and `restartPolicyRules` when it has a `restartPolicy` (Kubernetes
+    /// 1.34+, `ContainerRestartRules`: the first rule whose exit codes match decides, `Restart`
+    /// restarts), else the pod's policy (`self`), as the kubelet's `ContainerShouldRestart`.
+    pub fn restarts_app(self, c: &k8s_openapi::api::core::v1::Container, code: i32) -> bool {
+        let own = match c.restart_policy.as_deref() {
+            Some("Always") => Self::Always,
+            Some("OnFailure") => Self::OnFailure,
+            Some("Never") => Self::Never,
+            _ => return self.restarts(code, false),
+        };
+        let rule = c.restart_policy_rules.iter().flatten().find(|rule| {
+            rule.exit_codes.as_ref().is_some_and(|codes| {
+                let listed = codes.values.iter().flatten().any(|v| *v == code);
+                match codes.operator.as_str() {
+                    "In" => listed,
+                    "NotIn" => !listed,
+                    _ => false,
+                }
+            })
+        });
+        match rule {
+            Some(rule) => rule.action == "Restart",
+            None => own.restarts(code, false),
+        }
+    }
+}
+
 /// Whether `c` (an init container) is a sidecar: a restartable init container
 /// (`restartPolicy: Always` on the container, Kubernetes' `IsRestartableInitContainer`), which
 /// keeps running beside the app containers and is restarted whenever it exits.
@@ -120,6 +149,27 @@ pub struct Waiting {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_container_restart_policy_and_its_rules_override_the_pods() {
+        let c = |json: serde_json::Value| -> k8s_openapi::api::core::v1::Container {
+            serde_json::from_value(json).expect("container")
+        };
+        let plain = c(serde_json::json!({"name": "a"}));
+        assert!(!RestartPolicy::Never.restarts_app(&plain, 1));
+        let always = c(serde_json::json!({"name": "a", "restartPolicy": "Always"}));
+        assert!(RestartPolicy::Never.restarts_app(&always, 0));
+        let ruled = c(serde_json::json!({"name": "a", "restartPolicy": "Never",
+            "restartPolicyRules": [
+                {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}));
+        assert!(RestartPolicy::Always.restarts_app(&ruled, 42));
+        assert!(!RestartPolicy::Always.restarts_app(&ruled, 1));
+        let not_in = c(serde_json::json!({"name": "a", "restartPolicy": "Never",
+            "restartPolicyRules": [
+                {"action": "Restart", "exitCodes": {"operator": "NotIn", "values": [0]}}]}));
+        assert!(RestartPolicy::Never.restarts_app(&not_in, 3));
+        assert!(!RestartPolicy::Never.restarts_app(&not_in, 0));
+    }
 
     #[test]
     fn restart_policy_is_parsed_once_and_decides_restarts() {
