@@ -1,5 +1,6 @@
 //! Unit tests of what a container is created with and reports from its configuration:
-//! termination messages (file and log fallback) and the `runAsNonRoot` check, against
+//! termination messages (file and log fallback), the `runAsNonRoot` check and a grace period
+//! shortened while the pod terminates, against
 //! [`FakeRuntime`](crate::edged::runtime::fake::FakeRuntime).
 
 use serde_json::json;
@@ -99,4 +100,37 @@ async fn run_as_non_root_refuses_an_image_running_as_root() {
     let mut w = h.worker(&p);
     settle(&mut w).await;
     assert_eq!(h.rt.instances("app").len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shorter_grace_period_cuts_a_termination_in_progress() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let p = pod(json!({"terminationGracePeriodSeconds": 200,
+        "containers": [{"name": "app", "image": IMAGE,
+        "lifecycle": {"preStop": {"sleep": {"seconds": 150}}}}]}));
+    let mut w = h.worker(&p);
+    let (deletions, grace_rx) = tokio::sync::watch::channel(Some(200));
+    w.deletion_grace = grace_rx;
+    settle(&mut w).await;
+    let app = h.rt.instances("app").pop().expect("app");
+    h.rt.take_calls();
+    w.deleted = true;
+    let t0 = tokio::time::Instant::now();
+    // A second delete with gracePeriodSeconds 2 arrives 5 s into the 150 s preStop sleep.
+    let (synced, ()) = tokio::join!(w.sync(), async {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        deletions.send_replace(Some(2));
+    });
+    synced.expect("sync");
+    let took = t0.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "terminated after {took:?}"
+    );
+    let calls = h.rt.take_calls();
+    assert!(
+        calls.contains(&format!("stop {} 2s", app.info.id)),
+        "{calls:?}"
+    );
 }

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -87,6 +87,8 @@ pub(crate) struct WorkerHandle {
     pub key: ResourceKey,
     pub pod: Pod,
     tx: mpsc::UnboundedSender<WorkerMsg>,
+    /// The newest `deletionGracePeriodSeconds`, read by a worker busy terminating.
+    deletion_grace: watch::Sender<Option<i64>>,
 }
 
 impl WorkerHandle {
@@ -96,6 +98,9 @@ impl WorkerHandle {
 
     /// Hands the worker a newer version of its pod, committed in trace `trace`.
     pub(crate) fn update(&mut self, pod: Pod, trace: TraceContext) {
+        if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
+            self.deletion_grace.send_replace(Some(grace));
+        }
         self.pod = pod.clone();
         self.send(WorkerMsg::Update(Box::new(pod), trace));
     }
@@ -129,6 +134,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     trace: trace::SyncTrace,
     /// Why the node refused the pod at admission (reason, message), e.g. `SysctlForbidden`.
     rejected: Option<(&'static str, String)>,
+    /// The newest `deletionGracePeriodSeconds` the dispatcher saw (a termination in progress
+    /// starts over when it shrinks).
+    deletion_grace: watch::Receiver<Option<i64>>,
 }
 
 /// Starts the worker of `pod` (stored at `key`, committed in trace `trace`); it reports its
@@ -144,6 +152,8 @@ pub(crate) fn spawn<R: ContainerRuntime>(
 ) -> WorkerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut worker = Worker::new(ctx, key.clone(), pod.clone());
+    let (deletion_grace, grace_rx) = watch::channel(pod.metadata.deletion_grace_period_seconds);
+    worker.deletion_grace = grace_rx;
     worker.trace.follow(trace);
     let uid = worker.uid.clone();
     let span = info_span!("pod", pod = %key, %uid);
@@ -154,7 +164,12 @@ pub(crate) fn spawn<R: ContainerRuntime>(
         }
         .instrument(span),
     );
-    WorkerHandle { key, pod, tx }
+    WorkerHandle {
+        key,
+        pod,
+        tx,
+        deletion_grace,
+    }
 }
 
 impl<R: ContainerRuntime> Worker<R> {
@@ -170,6 +185,7 @@ impl<R: ContainerRuntime> Worker<R> {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let state = PodState::initial(phase);
         let starting = matches!(phase, None | Some("Pending"));
+        let pod_grace = pod.metadata.deletion_grace_period_seconds;
         Self {
             ctx,
             key,
@@ -189,6 +205,8 @@ impl<R: ContainerRuntime> Worker<R> {
             sandbox_ip: None,
             trace: trace::SyncTrace::default(),
             rejected: None,
+            // Replaced by `spawn` with the receiving end of its handle's channel.
+            deletion_grace: watch::channel(pod_grace).1,
         }
     }
 

@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use futures::future::join_all;
+use tokio::sync::watch;
 use tracing::{info, warn};
 use verge_core::{ResourceKey, ResourceType};
 
 use super::Worker;
-use super::observe::{RunState, observe};
+use super::observe::{Observation, RunState, observe};
 use super::state::PodEvent;
 use crate::Result;
 use crate::edged::Context;
@@ -39,12 +40,7 @@ impl<R: ContainerRuntime> Worker<R> {
         for i in running(false) {
             self.killing_event(&i.labels.container, None);
         }
-        // Every container is killed at once, each with its preStop hook first.
-        let this = &*self;
-        let kills = running(false).map(|i| this.kill(&i.labels.container, &i.id, grace));
-        for r in join_all(kills).await {
-            r?;
-        }
+        self.kill_containers(obs.clone(), grace).await?;
         for i in running(true) {
             rt.stop(&i.id, Duration::ZERO).await?;
         }
@@ -66,6 +62,53 @@ impl<R: ContainerRuntime> Worker<R> {
         info!("pod terminated and removed");
         self.transition(PodEvent::TornDown);
         Ok(())
+    }
+}
+
+impl<R: ContainerRuntime> Worker<R> {
+    /// Kills every running container of `obs` at once, each with its preStop hook first.
+    /// When a newer deletion shortens the grace period meanwhile (a second delete with a
+    /// smaller `gracePeriodSeconds`), the kills start over with the shorter period, as the
+    /// kubelet's pod worker restarts `killPod`.
+    async fn kill_containers(&self, mut obs: Observation, mut grace: Duration) -> Result<()> {
+        let mut deletions = self.deletion_grace.clone();
+        loop {
+            let kills = obs
+                .all()
+                .filter(|i| !i.labels.sandbox && i.state != RunState::Exited)
+                .map(|i| self.kill(&i.labels.container, &i.id, grace));
+            let shorter = tokio::select! {
+                results = join_all(kills) => {
+                    for r in results {
+                        r?;
+                    }
+                    None
+                }
+                shorter = shorter_grace(&mut deletions, grace) => Some(shorter),
+            };
+            let Some(shorter) = shorter else {
+                return Ok(());
+            };
+            info!(grace = ?shorter, "grace period shortened while terminating; killing again");
+            grace = shorter;
+            obs = observe(&self.ctx.runtime, &self.uid).await?;
+        }
+    }
+}
+
+/// Returns the newest deletion grace period once it is shorter than `grace`.
+async fn shorter_grace(deletions: &mut watch::Receiver<Option<i64>>, grace: Duration) -> Duration {
+    loop {
+        let newest = *deletions.borrow_and_update();
+        if let Some(d) = newest
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0)))
+            .filter(|d| *d < grace)
+        {
+            return d;
+        }
+        if deletions.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     }
 }
 
