@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tracing::debug;
 
 use super::Error;
+use super::Kind;
 use super::options::Options;
 use super::resize::{ResizeDecoder, TerminalSize};
 use super::status::Outcome;
@@ -22,6 +23,20 @@ use super::streams::Streams;
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 type Input = Pin<Box<dyn AsyncWrite + Send>>;
+
+/// Runs `kind` on the container: [`exec`] or [`attach`].
+pub async fn run(
+    kind: Kind,
+    docker: &Docker,
+    container: &str,
+    options: &Options,
+    streams: &mut Streams,
+) -> Outcome {
+    match kind {
+        Kind::Exec => exec(docker, container, options, streams).await,
+        Kind::Attach => attach(docker, container, options, streams).await,
+    }
+}
 
 /// Runs `options.command` in the container (`docker exec`) and reports its exit code.
 pub async fn exec(

@@ -54,14 +54,7 @@ pub async fn serve<T>(
             drop(stream.accept());
         }
     });
-    let run = async {
-        match kind {
-            Kind::Exec => super::docker::exec(&docker, &container, &options, &mut streams).await,
-            Kind::Attach => {
-                super::docker::attach(&docker, &container, &options, &mut streams).await
-            }
-        }
-    };
+    let run = super::docker::run(kind, &docker, &container, &options, &mut streams);
     let outcome = tokio::select! {
         outcome = run => Some(outcome),
         () = handle.closed() => None,

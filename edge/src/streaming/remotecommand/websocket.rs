@@ -245,14 +245,7 @@ pub async fn serve(
         let _ = gone_tx.send(());
     });
 
-    let run = async {
-        match kind {
-            Kind::Exec => super::docker::exec(&docker, &container, &options, &mut streams).await,
-            Kind::Attach => {
-                super::docker::attach(&docker, &container, &options, &mut streams).await
-            }
-        }
-    };
+    let run = super::docker::run(kind, &docker, &container, &options, &mut streams);
     let outcome = tokio::select! {
         outcome = run => Some(outcome),
         _ = gone, if kind == Kind::Attach => None,
