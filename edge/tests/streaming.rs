@@ -1,7 +1,7 @@
 //! Interop of edgecore's streaming handlers (`/exec`, `/portForward`) with client-go's own
 //! SPDY client (`edge/tests/spdy-client`, built here with Go: client-go
 //! `remotecommand.NewSPDYExecutor` and `tools/portforward`, what kubectl and the API server
-//! use toward a kubelet) and with the WebSocket clients of client-go and of Kubernetes' e2e
+//! use toward a kubelet) and with the WebSocket client of Kubernetes' e2e
 //! specs, over plain HTTP on 127.0.0.1.
 //!
 //! The port-forward test into this process's own network namespace needs no Docker; the
@@ -421,31 +421,38 @@ async fn exec_over_websockets() -> Result<()> {
          [sh -c echo err >&2; exit 3], exit code 3\n"
     );
 
-    // client-go's WebSocket executor (v4.channel.k8s.io here): the JSON status carries the
-    // exit code; stdout and stderr stay apart; the resize channel reaches the terminal.
+    // From v4 the status is the JSON status, with the exit code as its cause.
     let url = exec_url(
         address,
         c,
-        "command=sh&command=-c&command=echo+out%3B+echo+err+%3E%262%3B+exit+3&output=1&error=1",
+        "command=sh&command=-c&command=echo+out%3B+exit+3&output=1&error=1",
     )
     .await;
-    let output = client(exec_args(url, &["-websocket"]), Vec::new()).await?;
-    assert_exit(&output, 3);
-    assert_eq!(text(&output.stdout), "out\n");
-    assert_eq!(text(&output.stderr), "err\n");
-    let url = exec_url(
-        address,
-        c,
-        "command=sh&command=-c&command=sleep+1%3B+stty+size&output=1&tty=1",
-    )
-    .await;
-    let output = client(
-        exec_args(url, &["-websocket", "-tty", "-size", "100x40"]),
-        Vec::new(),
-    )
-    .await?;
+    let mut v4 = wsraw(url);
+    v4[4] = "v4.channel.k8s.io".to_owned();
+    let output = client(v4, Vec::new()).await?;
     assert_exit(&output, 0);
-    assert_eq!(text(&output.stdout).trim(), "40 100");
+    assert_eq!(text(&output.stdout), "out\n");
+    let stderr = text(&output.stderr);
+    ensure!(
+        stderr.starts_with("status: {\"status\":\"Failure\"")
+            && stderr.contains("\"reason\":\"NonZeroExitCode\"")
+            && stderr.contains("{\"reason\":\"ExitCode\",\"message\":\"3\"}"),
+        "unexpected status: {stderr}"
+    );
+
+    // A client offering only protocols this server does not speak (client-go's WebSocket
+    // executor asks for `v5.channel.k8s.io`, which only the API server speaks) is refused (403).
+    let url = exec_url(address, c, "command=true&output=1").await;
+    let mut v5 = wsraw(url);
+    v5[4] = "v5.channel.k8s.io".to_owned();
+    let output = client(v5, Vec::new()).await?;
+    assert_exit(&output, 100);
+    ensure!(
+        text(&output.stderr).contains("bad status"),
+        "unexpected: {}",
+        text(&output.stderr)
+    );
     Ok(())
 }
 

@@ -1,12 +1,11 @@
 // Command spdy-client plays kubectl against edgecore's streaming handlers with client-go's
 // own SPDY code (remotecommand.NewSPDYExecutor, tools/portforward), the code the API server
-// and kubectl use toward a kubelet, and with the WebSocket clients of client-go and of
-// Kubernetes' e2e specs. edge/tests/streaming.rs builds and runs it.
+// and kubectl use toward a kubelet, and with the WebSocket client of Kubernetes' e2e specs.
+// edge/tests/streaming.rs builds and runs it.
 //
-//	spdy-client exec -url URL [-stdin] [-tty] [-size WxH] [-count] [-websocket]
+//	spdy-client exec -url URL [-stdin] [-tty] [-size WxH] [-count]
 //	    stdin/stdout/stderr are the process's; exits with the remote exit code.
 //	    -count prints "<bytes> bytes in <seconds> s" instead of stdout.
-//	    -websocket uses client-go's WebSocket executor (v5/v4.channel.k8s.io) instead.
 //	spdy-client wsraw -url URL -protocol P
 //	    what the e2e spec "Pods should support remote command execution over websockets"
 //	    does (golang.org/x/net/websocket): reads messages until EOF, writes channel 1 to
@@ -74,15 +73,8 @@ func runExec(args []string) {
 	tty := flags.Bool("tty", false, "terminal")
 	size := flags.String("size", "", "terminal size WxH sent on the resize stream")
 	count := flags.Bool("count", false, "count stdout bytes instead of printing them")
-	useWebSocket := flags.Bool("websocket", false, "client-go's WebSocket executor")
 	check(flags.Parse(args))
-	var executor remotecommand.Executor
-	var err error
-	if *useWebSocket {
-		executor, err = remotecommand.NewWebSocketExecutor(&rest.Config{}, "GET", *url)
-	} else {
-		executor, err = remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", mustURL(*url))
-	}
+	executor, err := remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", mustURL(*url))
 	check(err)
 	options := remotecommand.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr, Tty: *tty}
 	if *stdin {
