@@ -132,6 +132,9 @@ const CLOUDHUB: &[&str] = &[
     "verge_cloudhub_sessions",
     "verge_cloudhub_messages_total",
     "verge_cloudhub_queue_depth",
+    "verge_cloudhub_delivery_retries_total",
+    "verge_cloudhub_delivery_failures_total",
+    "verge_cloudhub_refusals_total",
     "verge_kube_api_requests_total",
 ];
 const CONTROLLER: &[&str] = &[

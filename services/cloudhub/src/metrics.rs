@@ -73,6 +73,24 @@ pub struct Metrics {
     refusals: Family<ReasonLabels, Counter>,
 }
 
+/// Every `reason` of `verge_cloudhub_delivery_failures_total`.
+pub const DELIVERY_FAILURE_REASONS: [&str; 3] = ["unacknowledged", "queue_full", "not_connected"];
+
+/// Every `reason` of `verge_cloudhub_refusals_total` ([`refusal_reason`],
+/// [`trust_refusal_reason`] and the rate limit).
+pub const REFUSAL_REASONS: [&str; 10] = [
+    "malformed",
+    "oversize",
+    "wrong_node",
+    "too_many_sessions",
+    "slow_controller",
+    "rate_limit",
+    "auth_token",
+    "auth_csr",
+    "auth_controller",
+    "foreign_node",
+];
+
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::default);
 
 /// The process's series.
@@ -81,8 +99,15 @@ pub fn global() -> &'static Metrics {
 }
 
 impl Metrics {
-    /// Registers every series into `registry`.
+    /// Registers every series into `registry`. The failure and refusal series of every
+    /// reason exist from the start, at 0, so a scrape shows them before the first one.
     pub fn register(&self, registry: &mut Registry) {
+        for reason in DELIVERY_FAILURE_REASONS {
+            drop(self.failures.get_or_create(&ReasonLabels { reason }));
+        }
+        for reason in REFUSAL_REASONS {
+            drop(self.refusals.get_or_create(&ReasonLabels { reason }));
+        }
         registry.register(
             "verge_cloudhub_sessions",
             "Edge node sessions connected to this replica.",
@@ -264,6 +289,13 @@ mod tests {
             !text.contains("reason=\"replaced\""),
             "a replaced session is no refusal"
         );
+        for reason in REFUSAL_REASONS {
+            let line = format!("verge_cloudhub_refusals_total{{reason=\"{reason}\"}} ");
+            assert!(text.contains(&line), "{line:?} missing from\n{text}");
+        }
+        assert!(
+            text.contains("verge_cloudhub_delivery_failures_total{reason=\"not_connected\"} 0\n")
+        );
     }
 
     #[test]
@@ -289,5 +321,19 @@ mod tests {
             trust_refusal_reason(&TrustError::ControllerUnauthenticated),
             Some("auth_controller")
         );
+        for reason in [
+            refusal_reason(&Error::MissingId),
+            refusal_reason(&Error::NodeMismatch {
+                id: "m".into(),
+                routed: "a".into(),
+                resource: "b".into(),
+            }),
+            trust_refusal_reason(&TrustError::ControllerUnauthenticated),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            assert!(REFUSAL_REASONS.contains(&reason), "{reason} not listed");
+        }
     }
 }
