@@ -25,8 +25,9 @@ async fn deletion_timestamp_terminates_gracefully() -> Result<()> {
     let out = tempfile::tempdir()?;
     let host = out.path().to_str().context("utf-8 path")?;
     // PID 1 traps SIGTERM, writes a marker and exits 0; without the signal it would need a
-    // SIGKILL after the 20 s grace period.
-    let script = "trap 'echo term > /out/term; exit 0' TERM; while true; do sleep 1; done";
+    // SIGKILL after the 20 s grace period. It says when the trap is set: a SIGTERM before
+    // that would be ignored (PID 1 has no default handler), e.g. on a loaded machine.
+    let script = "trap 'echo term > /out/term; exit 0' TERM; echo ready > /out/ready; while true; do sleep 1; done";
     let spec = json!({"terminationGracePeriodSeconds": 20,
         "volumes": [{"name": "out", "hostPath": {"path": host, "type": "Directory"}}],
         "containers": [{"name": "app", "image": TEST_IMAGE, "imagePullPolicy": "Never",
@@ -35,6 +36,15 @@ async fn deletion_timestamp_terminates_gracefully() -> Result<()> {
     let mut p = pod("term", &uid, spec);
     h.put(&p, "1")?;
     h.status("term", |s| running(s, "app")).await?;
+    let ready = out.path().join("ready");
+    let since = Instant::now();
+    while !ready.exists() {
+        ensure!(
+            since.elapsed() < Duration::from_secs(30),
+            "the container never set its trap"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     p["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
     p["metadata"]["deletionGracePeriodSeconds"] = json!(20);
     let t0 = Instant::now();
