@@ -134,3 +134,20 @@ async fn a_shorter_grace_period_cuts_a_termination_in_progress() {
         "{calls:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_with_nothing_left_here_keeps_its_last_status() {
+    // The pod was torn down and reported deleted; a finalizer keeps its object, which comes
+    // back with a new worker: that worker must not report containers it never saw.
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let mut p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
+    p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        crate::node::status::now(),
+    ));
+    p.metadata.deletion_grace_period_seconds = Some(0);
+    let mut w = h.worker(&p);
+    w.sync().await.expect("sync");
+    assert!(w.last_status.is_none(), "{:?}", w.last_status);
+    assert!(h.rt.instances("app").is_empty(), "nothing started");
+}

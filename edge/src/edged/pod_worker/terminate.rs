@@ -28,9 +28,15 @@ impl<R: ContainerRuntime> Worker<R> {
     pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         self.ctx.probes.remove_pod(&self.uid);
+        // Nothing of the pod on this node (it was torn down already, and its object came back
+        // because a finalizer holds it): its last status stands; a report built from nothing
+        // would turn its terminated containers back into waiting ones.
+        let ran_here = obs.all().next().is_some();
         // Not ready while terminating (kubelet: readiness fails once the pod is deleted), so
         // that endpoints drop the pod before its containers stop.
-        self.report(&obs).await;
+        if ran_here {
+            self.report(&obs).await;
+        }
         let ctx = std::sync::Arc::clone(&self.ctx);
         let rt = &ctx.runtime;
         let running = |sandbox: bool| {
@@ -45,7 +51,9 @@ impl<R: ContainerRuntime> Worker<R> {
             rt.stop(&i.id, Duration::ZERO).await?;
         }
         let last = observe(rt, &self.uid).await?;
-        self.report(&last).await;
+        if ran_here {
+            self.report(&last).await;
+        }
         for i in last.all() {
             rt.remove_if_present(&i.id).await?;
         }
