@@ -10,6 +10,7 @@
 //!   Docker events.
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
 //! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens, env and volumes.
+//! - [`admission`]: pods the node refuses (another OS, forbidden sysctls).
 //! - [`etc_hosts`], [`sysctls`], [`run_as_non_root`], [`termination_message`]: the
 //!   kubelet-managed `/etc/hosts`, pod sysctls, the `runAsNonRoot` check before a container
 //!   is created, and termination messages.
@@ -21,6 +22,7 @@
 //! metamanager's [`StoreEvent`]s (pods added, changed, deleted; configmap/secret changes
 //! refresh the volumes of the pods using them), PLEG events and probe results.
 
+pub mod admission;
 pub mod env;
 pub mod etc_hosts;
 pub mod events;

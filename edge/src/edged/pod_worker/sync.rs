@@ -103,11 +103,10 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         if self.state == PodState::Pending
             && self.rejected.is_none()
-            && let Some(message) = crate::edged::sysctls::forbidden(&self.pod)
+            && let Some((reason, message)) = crate::edged::admission::rejection(&self.pod)
         {
             // kubelet: a pod the node does not admit fails at once, nothing created.
-            warn!(%message, "pod rejected");
-            let reason = crate::edged::sysctls::FORBIDDEN_REASON;
+            warn!(%reason, %message, "pod rejected");
             self.pod_event(EventType::Warning, reason, message.clone());
             self.rejected = Some((reason, message));
             self.transition(PodEvent::Finished { succeeded: false });
