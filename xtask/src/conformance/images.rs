@@ -34,7 +34,7 @@ enum Kind {
 /// The images of 1.37's `manifest.go` that the `[NodeConformance]` specs of
 /// `test/e2e/common/{node,storage}` use (learned with `--ginkgo.dry-run` and the specs'
 /// sources; nginx is used only by `[Slow]` ones and httpd by none).
-pub const IMAGES: [E2eImage; 5] = [
+pub const IMAGES: [E2eImage; 6] = [
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
         how: "agnhost built from test/images/agnhost of the Kubernetes module (static Go binary) \
@@ -46,6 +46,14 @@ pub const IMAGES: [E2eImage; 5] = [
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
         how: "busybox 1.37 (Debian trixie's busybox-static), every applet linked in /bin",
+        kind: Kind::Busybox,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
+        how: "busybox 1.37 as above (Debian's busybox-static links glibc statically): the \
+              `hostnameOverride` specs run `hostname` and `hostname -f` in it; upstream's is \
+              Debian bookworm-slim with dnsutils and coredns, which no spec of this selection \
+              uses",
         kind: Kind::Busybox,
     },
     E2eImage {
