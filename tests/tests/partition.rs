@@ -129,8 +129,14 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
         .first()
         .cloned()
         .ok_or_else(|| anyhow::anyhow!("keep container"))?;
-    // Edge pods must tolerate the unreachable taint forever (no eviction on a lost link). The
-    // edgecontroller patches tolerations on its own, apart from the status path.
+    // ---- partition ----
+    let (cut_at, edge_restarts) =
+        partition_with_changes(&netns, &nodes, &pods, &cms, &name, &keep_container)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}\n{}", logs(&cloud, &edge)))?;
+    // Edge pods tolerate the unreachable taint forever once their node is not Ready (no
+    // eviction on a lost link): the edgecontroller patched them during the partition, on its
+    // own, apart from the status path.
     let r = wait_for(
         "keep tolerates unreachable without seconds",
         Duration::from_secs(30),
@@ -149,12 +155,6 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
     )
     .await;
     r.context("edge pods keep an unreachable toleration with seconds")?;
-
-    // ---- partition ----
-    let (cut_at, edge_restarts) =
-        partition_with_changes(&netns, &nodes, &pods, &cms, &name, &keep_container)
-            .await
-            .map_err(|e| anyhow::anyhow!("{e:#}\n{}", logs(&cloud, &edge)))?;
     // ---- heal ----
     netns.heal()?;
     let healed = Instant::now();

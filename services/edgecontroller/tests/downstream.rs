@@ -4,6 +4,8 @@
 mod common;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -93,8 +95,9 @@ async fn scenario(
     // The edge reports its status every few seconds (keeps the node Ready, so the node
     // lifecycle controller does not taint it meanwhile).
     let nodes: Api<Node> = Api::all(client.clone());
-    let heartbeat = tokio::spawn(heartbeats(nodes.clone(), node.to_owned()));
-    let result = objects_and_queries(h, client, node, ns).await;
+    let ready = Arc::new(AtomicBool::new(true));
+    let heartbeat = tokio::spawn(heartbeats(nodes.clone(), node.to_owned(), ready.clone()));
+    let result = objects_and_queries(h, client, node, ns, &ready).await;
     heartbeat.abort();
     result?;
 
@@ -104,12 +107,18 @@ async fn scenario(
     wait_for_delete(h, &format!("node/{node}/_/node/{node}"), &uid).await
 }
 
-/// Patches the node's Ready condition with a fresh heartbeat time every 2 s.
-async fn heartbeats(nodes: Api<Node>, node: String) {
+/// Patches the node's Ready condition with a fresh heartbeat time every 2 s: `True`, or
+/// `False` while `ready` is unset.
+async fn heartbeats(nodes: Api<Node>, node: String, ready: Arc<AtomicBool>) {
     loop {
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        let status = json!({ "status": { "conditions": [{ "type": "Ready", "status": "True",
-            "reason": "KubeletReady", "lastHeartbeatTime": now, "lastTransitionTime": now }] } });
+        let (status, reason) = if ready.load(Ordering::SeqCst) {
+            ("True", "KubeletReady")
+        } else {
+            ("False", "KubeletNotReady")
+        };
+        let status = json!({ "status": { "conditions": [{ "type": "Ready", "status": status,
+            "reason": reason, "lastHeartbeatTime": now, "lastTransitionTime": now }] } });
         let patch = Patch::Strategic(status);
         if let Err(error) = nodes
             .patch_status(&node, &PatchParams::default(), &patch)
@@ -127,6 +136,7 @@ async fn objects_and_queries(
     client: &kube::Client,
     node: &str,
     ns: &str,
+    ready: &AtomicBool,
 ) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
@@ -209,9 +219,14 @@ async fn objects_and_queries(
         "{marker}"
     );
 
-    // Pods on the edge node tolerate an unreachable node forever, except the opted-out `r`.
+    // Pods of a Ready node keep the admission defaults; once the node is not Ready they
+    // tolerate an unreachable node forever, except the opted-out `r`.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_for_tolerations(&pods, &["p", "q", "r"], Some(300)).await?;
+    ready.store(false, Ordering::SeqCst);
     wait_for_tolerations(&pods, &["p", "q"], None).await?;
     wait_for_tolerations(&pods, &["r"], Some(300)).await?;
+    ready.store(true, Ordering::SeqCst);
     // The patched pods come down again; wait until the caches settled (remembering the
     // newest version of the Node object received, as the edge would).
     while let Some(m) = next_downstream(h, Duration::from_secs(3)).await? {

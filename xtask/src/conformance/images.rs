@@ -40,17 +40,20 @@ pub const IMAGES: [E2eImage; 6] = [
         how: "agnhost built from test/images/agnhost of the Kubernetes module (static Go binary) \
               on busybox 1.37; /agnhost-2 link, /uploads, porter's localhost.crt/key \
               and the user-defined-in-image user (uid 1000, gid 50000) as upstream's Dockerfile; \
+              /bin/bash is Debian's bash-static (upstream's alpine image installs bash) and \
+              /bin/curl a script running busybox wget (`curl <url>` as the hook specs call it); \
               ENTRYPOINT /agnhost, CMD pause",
         kind: Kind::Agnhost,
     },
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
-        how: "busybox 1.37 (Debian trixie's busybox-static), every applet linked in /bin",
+        how: "busybox 1.37 built static from its upstream source (default configuration), every \
+              applet linked in /bin",
         kind: Kind::Busybox,
     },
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
-        how: "busybox 1.37 as above (Debian's busybox-static links glibc statically): the \
+        how: "busybox 1.37 as above (linked statically with glibc): the \
               `hostnameOverride` specs run `hostname` and `hostname -f` in it; upstream's is \
               Debian bookworm-slim with dnsutils and coredns, which no spec of this selection \
               uses",
@@ -78,7 +81,7 @@ pub const IMAGES: [E2eImage; 6] = [
 /// The label every image made here carries, and its value for the current way of making
 /// them; an image without it (or with another value) is made again.
 pub const REVISION_LABEL: &str = "verge.conformance.revision";
-const REVISION: &str = "2-busybox-1.37";
+const REVISION: &str = "3-busybox-1.37-upstream";
 
 /// Makes every image of [`IMAGES`] that Docker lacks (or holds from an older revision);
 /// prints which exist and which it made.
@@ -139,8 +142,17 @@ fn revision(reference: &str) -> String {
     docker::docker(&["image", "inspect", "-f", &format, reference]).unwrap_or_default()
 }
 
+/// agnhost's `/bin/curl`: the URL (the last argument not starting with `-`) fetched with
+/// busybox wget, its body on stdout; the specs call `curl <url>` from hooks.
+const CURL_SHIM: &str = "#!/bin/sh\n\
+# curl stand-in (busybox wget): the body of the last non-option argument on stdout\n\
+url=\n\
+for a in \"$@\"; do case \"$a\" in -*) ;; *) url=$a ;; esac; done\n\
+exec wget -q -O - \"$url\"\n";
+
 /// The agnhost image in `root` (see [`IMAGES`]).
 fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
     std::fs::copy(build.agnhost(), root.join("agnhost"))
         .with_context(|| format!("copying {}", build.agnhost().display()))?;
     std::os::unix::fs::symlink("agnhost", root.join("agnhost-2"))?;
@@ -159,6 +171,12 @@ fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyho
         "user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n",
     )?;
     std::fs::create_dir_all(root.join("home/user-defined-in-image"))?;
+    let bash = super::busybox::ensure_bash(&build.cache_dir)?;
+    std::fs::copy(&bash, root.join("bin/bash"))
+        .with_context(|| format!("copying {}", bash.display()))?;
+    let curl = root.join("bin/curl");
+    std::fs::write(&curl, CURL_SHIM)?;
+    std::fs::set_permissions(&curl, std::fs::Permissions::from_mode(0o755))?;
     docker::import_rootfs(
         root,
         reference,

@@ -11,6 +11,7 @@
 
 mod build;
 mod busybox;
+mod debian;
 mod images;
 mod junit;
 mod report;

@@ -31,13 +31,17 @@ impl<R: ContainerRuntime> Worker<R> {
             .record(&self.pod_ref(), path, type_, reason, message);
     }
 
-    /// `Unhealthy` for a failed probe result (kubelet: `<Kind> probe failed: <output>`).
+    /// `Unhealthy` for a failed probe attempt (kubelet: `<Kind> probe failed: <output>`),
+    /// `ProbeWarning` for a successful one with a warning (kubelet: `<Kind> probe warning:
+    /// <output>`, e.g. a redirect to another host).
     pub(super) fn probe_event(&self, u: &ProbeUpdate) {
-        if u.success {
-            return;
-        }
-        let message = format!("{} probe failed: {}", u.kind, u.message);
-        self.container_event(&u.container, EventType::Warning, "Unhealthy", message);
+        let (reason, verb) = match (u.success, u.message.is_empty()) {
+            (false, _) => ("Unhealthy", "failed"),
+            (true, false) => ("ProbeWarning", "warning"),
+            (true, true) => return,
+        };
+        let message = format!("{} probe {verb}: {}", u.kind, u.message);
+        self.container_event(&u.container, EventType::Warning, reason, message);
     }
 
     /// `Killing` before a container is stopped: for a failed liveness/startup probe, or for

@@ -16,7 +16,7 @@ use crate::edged::runtime::ContainerRuntime;
 
 /// The least time a container gets between SIGTERM and SIGKILL after its `preStop` hook
 /// (kubelet: `minimumGracePeriodInSeconds`).
-const MINIMUM_GRACE: Duration = Duration::from_secs(2);
+pub(super) const MINIMUM_GRACE: Duration = Duration::from_secs(2);
 
 impl<R: ContainerRuntime> Worker<R> {
     /// The spec of container `name` (app or init).
@@ -85,7 +85,12 @@ impl<R: ContainerRuntime> Worker<R> {
     /// against instance `container_id`, for at most `grace`; returns the grace period left
     /// for the stop (`grace` minus the hook's time, at least 2 s after a hook, as the
     /// kubelet's `killContainer`). A failed hook is recorded as `FailedPreStopHook`.
-    async fn pre_stop(&self, name: &str, container_id: &str, grace: Duration) -> Duration {
+    pub(super) async fn pre_stop(
+        &self,
+        name: &str,
+        container_id: &str,
+        grace: Duration,
+    ) -> Duration {
         let Some(c) = self.spec_container(name) else {
             return grace;
         };

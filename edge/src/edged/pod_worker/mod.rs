@@ -17,6 +17,7 @@
 //! - `trace`: which syncs continue the trace of the change that caused them.
 
 pub(crate) mod backoff;
+mod deadline;
 mod events;
 mod hooks;
 pub(crate) mod observe;
@@ -34,6 +35,8 @@ mod trace_tests;
 
 #[cfg(test)]
 mod config_tests;
+#[cfg(test)]
+mod deadline_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -74,7 +77,8 @@ pub(crate) enum WorkerMsg {
     Relist,
     /// A probe result changed.
     Probe(ProbeUpdate),
-    /// A probe attempt failed (for the `Unhealthy` event).
+    /// A probe attempt failed, or succeeded with a warning (for the `Unhealthy` or
+    /// `ProbeWarning` event).
     Unhealthy(ProbeUpdate),
     /// A configmap/secret the pod mounts changed.
     Refresh,
@@ -134,6 +138,8 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     trace: trace::SyncTrace,
     /// Why the node refused the pod at admission (reason, message), e.g. `SysctlForbidden`.
     rejected: Option<(&'static str, String)>,
+    /// Why the node failed the running pod (reason, message): `DeadlineExceeded`.
+    evicted: Option<(&'static str, String)>,
     /// The newest `deletionGracePeriodSeconds` the dispatcher saw (a termination in progress
     /// starts over when it shrinks).
     deletion_grace: watch::Receiver<Option<i64>>,
@@ -205,6 +211,7 @@ impl<R: ContainerRuntime> Worker<R> {
             sandbox_ip: None,
             trace: trace::SyncTrace::default(),
             rejected: None,
+            evicted: None,
             // Replaced by `spawn` with the receiving end of its handle's channel.
             deletion_grace: watch::channel(pod_grace).1,
         }

@@ -134,7 +134,7 @@ impl<R: ContainerRuntime> Worker<R> {
             })
             .collect();
         status.ephemeral_container_statuses = Some(ephemeral).filter(|e| !e.is_empty());
-        if let Some((reason, message)) = &self.rejected {
+        if let Some((reason, message)) = self.rejected.as_ref().or(self.evicted.as_ref()) {
             status.reason = Some((*reason).to_owned());
             status.message = Some(message.clone());
         }

@@ -116,6 +116,9 @@ impl<R: ContainerRuntime> Worker<R> {
             return Ok(None);
         }
         let mut wake = Wake::default();
+        if self.enforce_deadline(&mut wake).await? {
+            return Ok(None);
+        }
         let mut obs = self.observe().await?;
         if !self.state.is_completed() && self.step(&obs, &mut wake).await? {
             obs = self.observe().await?;
@@ -130,7 +133,7 @@ impl<R: ContainerRuntime> Worker<R> {
     }
 
     /// What Docker holds for the pod; remembers the running sandbox's IP.
-    async fn observe(&mut self) -> Result<Observation> {
+    pub(super) async fn observe(&mut self) -> Result<Observation> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         if let Some(ip) = obs.sandbox().and_then(|s| s.ip.clone()) {
             self.sandbox_ip = Some(ip);
@@ -240,7 +243,12 @@ impl<R: ContainerRuntime> Worker<R> {
 
     /// Every app container (or an init container) is done for good: stop the sidecars
     /// (`preStop` first, within the grace period) and the sandbox; phase Succeeded/Failed.
-    async fn complete(&mut self, succeeded: bool, obs: &Observation, sandbox: &Instance) {
+    pub(super) async fn complete(
+        &mut self,
+        succeeded: bool,
+        obs: &Observation,
+        sandbox: &Instance,
+    ) {
         info!(succeeded, "pod completed");
         let grace = self.grace();
         for i in obs

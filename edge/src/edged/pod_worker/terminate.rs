@@ -3,16 +3,21 @@
 //! remove the containers and the pod directory; remove the pod from the store; report the
 //! completed deletion upstream (`delete <ns>/pod/<name>`, header uid).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::future::join_all;
+use k8s_openapi::api::core::v1::PodSpec;
 use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use verge_core::{ResourceKey, ResourceType};
 
 use super::Worker;
-use super::observe::{Observation, RunState, observe};
-use super::state::PodEvent;
+use super::hooks::MINIMUM_GRACE;
+use super::observe::{Instance, Observation, RunState, observe};
+use super::state::{PodEvent, is_sidecar};
 use crate::Result;
 use crate::edged::Context;
 use crate::edged::runtime::labels::{ContainerLabels, GRACE, PodRef};
@@ -74,17 +79,25 @@ impl<R: ContainerRuntime> Worker<R> {
 }
 
 impl<R: ContainerRuntime> Worker<R> {
-    /// Kills every running container of `obs` at once, each with its preStop hook first.
-    /// When a newer deletion shortens the grace period meanwhile (a second delete with a
+    /// Kills every running container of `obs` at once, each with its preStop hook first, in
+    /// the kubelet's termination order: a sidecar (restartable init container) is signalled
+    /// only once every app container and every sidecar after it in `initContainers` has
+    /// stopped (bounded by its grace period), so sidecars serve the app containers' preStop
+    /// hooks and stop in reverse order. When a newer deletion shortens the grace period meanwhile (a second delete with a
     /// smaller `gracePeriodSeconds`), the kills start over with the shorter period, as the
     /// kubelet's pod worker restarts `killPod`.
     async fn kill_containers(&self, mut obs: Observation, mut grace: Duration) -> Result<()> {
         let mut deletions = self.deletion_grace.clone();
         loop {
-            let kills = obs
+            let running: Vec<&Instance> = obs
                 .all()
                 .filter(|i| !i.labels.sandbox && i.state != RunState::Exited)
-                .map(|i| self.kill(&i.labels.container, &i.id, grace));
+                .collect();
+            let order = TerminationOrder::new(self.pod.spec.as_ref(), &running);
+            let kills = running.iter().map(|i| {
+                let (waits_for, done) = order.turn(&i.labels.container);
+                self.kill_in_turn(&i.labels.container, &i.id, grace, waits_for, done)
+            });
             let shorter = tokio::select! {
                 results = join_all(kills) => {
                     for r in results {
@@ -101,6 +114,81 @@ impl<R: ContainerRuntime> Worker<R> {
             grace = shorter;
             obs = observe(&self.ctx.runtime, &self.uid).await?;
         }
+    }
+}
+
+impl<R: ContainerRuntime> Worker<R> {
+    /// [`Worker::kill`] waiting its turn: preStop hook, then (within the grace left) until
+    /// every token of `waits_for` is cancelled, then the stop with what is left (at least
+    /// 2 s, kubelet: `minimumGracePeriodInSeconds`); cancels `done` when it ends, however.
+    async fn kill_in_turn(
+        &self,
+        name: &str,
+        container_id: &str,
+        grace: Duration,
+        waits_for: Vec<CancellationToken>,
+        done: CancellationToken,
+    ) -> crate::edged::runtime::Result<()> {
+        let _done = done.drop_guard();
+        let left = self.pre_stop(name, container_id, grace).await;
+        let waiting = Instant::now();
+        let turn = join_all(waits_for.iter().map(CancellationToken::cancelled));
+        let _ = tokio::time::timeout(left, turn).await;
+        let left = left.saturating_sub(waiting.elapsed()).max(MINIMUM_GRACE);
+        self.ctx.runtime.stop(container_id, left).await
+    }
+}
+
+/// Who waits for whom when a pod's containers stop (kubelet: `terminationOrdering`): a
+/// token per running container, cancelled when it has stopped.
+struct TerminationOrder {
+    done: HashMap<String, CancellationToken>,
+    /// Running sidecars, in `initContainers` order.
+    sidecars: Vec<String>,
+    /// Running app containers.
+    apps: Vec<String>,
+}
+
+impl TerminationOrder {
+    fn new(spec: Option<&PodSpec>, running: &[&Instance]) -> Self {
+        let done: HashMap<String, CancellationToken> = running
+            .iter()
+            .map(|i| (i.labels.container.clone(), CancellationToken::new()))
+            .collect();
+        let sidecars = spec
+            .and_then(|s| s.init_containers.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| is_sidecar(c) && done.contains_key(&c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        let apps = spec
+            .into_iter()
+            .flat_map(|s| &s.containers)
+            .filter(|c| done.contains_key(&c.name))
+            .map(|c| c.name.clone())
+            .collect();
+        Self {
+            done,
+            sidecars,
+            apps,
+        }
+    }
+
+    /// What container `name` waits for before its stop, and its own token.
+    fn turn(&self, name: &str) -> (Vec<CancellationToken>, CancellationToken) {
+        let token = |n: &String| self.done.get(n).cloned();
+        let waits_for = match self.sidecars.iter().position(|s| s == name) {
+            Some(at) => self
+                .apps
+                .iter()
+                .chain(&self.sidecars[at + 1..])
+                .filter_map(token)
+                .collect(),
+            None => Vec::new(),
+        };
+        let own = self.done.get(name).cloned().unwrap_or_default();
+        (waits_for, own)
     }
 }
 

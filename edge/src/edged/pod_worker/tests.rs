@@ -86,7 +86,7 @@ impl Harness {
     }
 
     /// `(reason, message)` of every event sent since the last call.
-    fn events(&mut self) -> Vec<(String, String)> {
+    pub(super) fn events(&mut self) -> Vec<(String, String)> {
         let mut out = Vec::new();
         while let Ok(m) = self.upstream.try_recv() {
             if let Ok(e) = serde_json::from_slice::<Event>(&m.body) {

@@ -62,6 +62,9 @@ pub enum ProbeError {
         #[source]
         source: hyper::http::Error,
     },
+    /// More redirects than the kubelet follows.
+    #[error("Get: stopped after {0} redirects")]
+    Redirects(usize),
     /// The server answered outside 200–399.
     #[error("HTTP probe failed with statuscode: {0}")]
     Status(u16),

@@ -4,20 +4,17 @@
 use std::future::Future;
 use std::net::SocketAddr;
 
-use http_body_util::Empty;
-use hyper::body::Bytes;
-use hyper::header::{HeaderName, HeaderValue};
-use hyper::{Request, Uri};
-use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper::Uri;
+use hyper_rustls::HttpsConnectorBuilder;
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::net::TcpStream;
 
 use super::error::ProbeError;
-use super::{ProbeKind, ProbeTarget, grpc, tls, worker};
+use super::http::HttpClient;
+use super::{ProbeKind, ProbeTarget, grpc, http, tls, worker};
 use crate::edged::runtime::{ContainerRuntime, DockerRuntime};
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
@@ -31,7 +28,8 @@ pub(super) const USER_AGENT: &str = "kube-probe/1.37";
 pub struct ProbeOutcome {
     /// Whether the attempt succeeded.
     pub success: bool,
-    /// Why it failed (empty on success).
+    /// Why it failed; on success empty, or a warning (kubelet: `probe.Warning`, e.g. an
+    /// HTTP redirect not followed), which the pod worker records as a `ProbeWarning` event.
     pub message: String,
 }
 
@@ -53,10 +51,15 @@ impl ProbeOutcome {
     }
 }
 
-impl From<Result<(), ProbeError>> for ProbeOutcome {
-    fn from(result: Result<(), ProbeError>) -> Self {
+impl From<Result<Option<String>, ProbeError>> for ProbeOutcome {
+    /// `Ok(None)` a success, `Ok(Some(warning))` a success with a warning, `Err` a failure.
+    fn from(result: Result<Option<String>, ProbeError>) -> Self {
         match result {
-            Ok(()) => Self::success(),
+            Ok(None) => Self::success(),
+            Ok(Some(warning)) => Self {
+                success: true,
+                message: warning,
+            },
             Err(e) => Self::failure(e.to_string()),
         }
     }
@@ -79,7 +82,8 @@ pub trait ProbeHandler: Send + Sync + 'static {
 /// Runs probes for real, as the kubelet does:
 /// - `exec` in the container through the container runtime (Docker in production);
 /// - `httpGet` over HTTP/1.1 (no keep-alive), for `scheme: HTTPS` over TLS without verifying
-///   the server's certificate or name (kubelet: `InsecureSkipVerify`); 200–399 is a success;
+///   the server's certificate or name (kubelet: `InsecureSkipVerify`), redirects followed to
+///   the same host only ([`http`](super::http)); 200–399 is a success;
 /// - `tcpSocket` by connecting;
 /// - `grpc` with one `grpc.health.v1.Health/Check` over plaintext HTTP/2 to the pod IP:
 ///   `SERVING` is a success, any other status a failure (`service unhealthy (responded with
@@ -89,15 +93,13 @@ pub trait ProbeHandler: Send + Sync + 'static {
 /// - The alpha fields of Kubernetes 1.37 are not implemented: `httpGet.protocol: HTTP2` (h2c)
 ///   and `grpc.mode: TLS` fail with "... is not supported" rather than silently probing over
 ///   HTTP/1.1 or plaintext.
-/// - Redirects are not followed (3xx counts as success, as the kubelet does for a redirect to
-///   another host).
 /// - An `exec` that outlives its timeout keeps running in the container (as with the kubelet's
 ///   dockershim); only the probe result is a failure.
 #[derive(Debug, Clone)]
 pub struct DockerProber<R = DockerRuntime> {
     runtime: R,
     /// One client for `http` and `https` URLs.
-    http: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    http: HttpClient,
 }
 
 impl<R: ContainerRuntime> DockerProber<R> {
@@ -134,41 +136,6 @@ impl<R: ContainerRuntime> DockerProber<R> {
         }
     }
 
-    async fn http_get(&self, url: Uri, headers: Vec<(String, String)>) -> Result<(), ProbeError> {
-        let mut request = Request::get(&url)
-            .header("user-agent", USER_AGENT)
-            .header("accept", "*/*")
-            .header("connection", "close");
-        for (name, value) in headers {
-            // Probe headers replace the defaults (e.g. `Host`, `User-Agent`).
-            match (
-                HeaderName::try_from(name.as_str()),
-                HeaderValue::try_from(value.as_str()),
-            ) {
-                (Ok(name), Ok(value)) => {
-                    if let Some(h) = request.headers_mut() {
-                        h.insert(name, value);
-                    }
-                }
-                _ => return Err(ProbeError::Header(name)),
-            }
-        }
-        let request = request
-            .body(Empty::new())
-            .map_err(|source| ProbeError::Request {
-                url: url.to_string(),
-                source,
-            })?;
-        match self.http.request(request).await {
-            Ok(response) if (200..400).contains(&response.status().as_u16()) => Ok(()),
-            Ok(response) => Err(ProbeError::Status(response.status().as_u16())),
-            Err(source) => Err(ProbeError::Get {
-                url: url.to_string(),
-                source,
-            }),
-        }
-    }
-
     /// Runs lifecycle hook `hook` of `container` once against `target` (kubelet:
     /// `handlerRunner.Run`): `sleep` sleeps its seconds; `exec` and `httpGet` run as a probe's
     /// (an `exec` must exit 0, an `httpGet` must answer 200–399); the deprecated
@@ -193,7 +160,7 @@ impl<R: ContainerRuntime> DockerProber<R> {
             http_get: hook.http_get.clone(),
             ..Probe::default()
         };
-        self.attempt(target, container, &probe).await
+        self.attempt(target, container, &probe).await.map(|_| ())
     }
 
     /// One attempt of `probe`; see [`ProbeHandler::run`].
@@ -202,10 +169,13 @@ impl<R: ContainerRuntime> DockerProber<R> {
         target: &ProbeTarget,
         container: &Container,
         probe: &Probe,
-    ) -> Result<(), ProbeError> {
+    ) -> Result<Option<String>, ProbeError> {
         if let Some(exec) = &probe.exec {
             let command = exec.command.as_deref().unwrap_or_default();
-            return self.exec(&target.container_id, command).await;
+            return self
+                .exec(&target.container_id, command)
+                .await
+                .map(|()| None);
         }
         if let Some(http) = &probe.http_get {
             let scheme = match http.scheme.as_deref().unwrap_or("HTTP") {
@@ -230,14 +200,15 @@ impl<R: ContainerRuntime> DockerProber<R> {
                 .http_headers
                 .iter()
                 .flatten()
-                .map(|h| (h.name.clone(), h.value.clone()));
-            return self.http_get(url, headers.collect()).await;
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect::<Vec<_>>();
+            return http::get(&self.http, url, &headers).await;
         }
         if let Some(tcp) = &probe.tcp_socket {
             let (host, port) = address(target, container, tcp.host.as_deref(), &tcp.port)?;
             let addr = join_host_port(&host, port);
             return match TcpStream::connect(&addr).await {
-                Ok(_) => Ok(()),
+                Ok(_) => Ok(None),
                 Err(source) => Err(ProbeError::Dial { addr, source }),
             };
         }
@@ -254,7 +225,9 @@ impl<R: ContainerRuntime> DockerProber<R> {
             let (host, port) = address(target, container, None, &port)?;
             let service = grpc.service.as_deref().unwrap_or_default();
             let timeout = worker::timeout_of(probe);
-            return grpc::check(&join_host_port(&host, port), service, timeout).await;
+            return grpc::check(&join_host_port(&host, port), service, timeout)
+                .await
+                .map(|()| None);
         }
         Err(ProbeError::NoHandler)
     }

@@ -29,6 +29,7 @@
 mod error;
 mod grpc;
 mod handler;
+mod http;
 mod results;
 mod tls;
 mod worker;
@@ -258,7 +259,9 @@ impl<H: ProbeHandler> ProbeManager<H> {
     }
 
     /// Every failed probe attempt from now on, before thresholds (`success: false`; the
-    /// kubelet records an `Unhealthy` event for each). Lagging loses the oldest.
+    /// kubelet records an `Unhealthy` event for each), and every successful one with a
+    /// warning (`success: true`, the warning in `message`; a `ProbeWarning` event each).
+    /// Lagging loses the oldest.
     pub fn failures(&self) -> broadcast::Receiver<ProbeUpdate> {
         self.shared.failures.subscribe()
     }

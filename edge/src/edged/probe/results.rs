@@ -32,7 +32,7 @@ pub(super) type Key = (String, String);
 pub(super) struct Shared {
     pub entries: Mutex<HashMap<Key, Entry>>,
     pub updates: broadcast::Sender<ProbeUpdate>,
-    /// Every failed attempt (before thresholds).
+    /// Every failed attempt (before thresholds), and every success with a warning.
     pub failures: broadcast::Sender<ProbeUpdate>,
     /// Woken when a startup probe succeeds: readiness probes waiting for it run at once.
     pub startup_succeeded: Notify,
@@ -61,9 +61,17 @@ impl Shared {
         }
     }
 
-    /// Publishes a failed attempt of the entry owned by `cancel` (kubelet: the `Unhealthy`
-    /// event of every failed probe).
-    pub fn failed(&self, key: &Key, kind: ProbeKind, message: &str, cancel: &CancellationToken) {
+    /// Publishes a failed attempt, or a successful one with a warning, of the entry owned by
+    /// `cancel` (kubelet: the `Unhealthy` event of every failed probe, the `ProbeWarning`
+    /// event of every warning).
+    pub fn attempted(
+        &self,
+        key: &Key,
+        kind: ProbeKind,
+        success: bool,
+        message: &str,
+        cancel: &CancellationToken,
+    ) {
         let entries = self.lock();
         let Some(entry) = entries.get(key).filter(|_| !cancel.is_cancelled()) else {
             return;
@@ -73,7 +81,7 @@ impl Shared {
             container: key.1.clone(),
             container_id: entry.container_id.clone(),
             kind,
-            success: false,
+            success,
             message: message.to_owned(),
         });
     }

@@ -109,9 +109,15 @@ impl<H: ProbeHandler> Worker<H> {
             };
             debug!(pod_uid = %self.key.0, container = %self.key.1, probe = %self.kind,
                 success = outcome.success, run, threshold, message = %outcome.message, "probe attempt");
-            if !outcome.success {
-                self.shared
-                    .failed(&self.key, self.kind, &outcome.message, &self.cancel);
+            if !outcome.success || !outcome.message.is_empty() {
+                // A failure, or a success with a warning: each attempt is an event.
+                self.shared.attempted(
+                    &self.key,
+                    self.kind,
+                    outcome.success,
+                    &outcome.message,
+                    &self.cancel,
+                );
             }
             if run < threshold {
                 continue;

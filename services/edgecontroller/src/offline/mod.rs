@@ -11,8 +11,10 @@
 //! delete them when the link returns. KubeEdge adds the tolerations through an admission
 //! webhook; we patch the pods instead (no webhook, no TLS):
 //!
-//! As soon as the watch cache shows a pod bound to an edge node (one labelled
-//! `node-role.kubernetes.io/edge`), [`run`] makes both tolerations last forever: the
+//! As soon as the watch cache shows an edge node (one labelled
+//! `node-role.kubernetes.io/edge`) that is not Ready or carries either taint
+//! ([`rule::node_needs_tolerations`]), [`run`] makes the tolerations of the pods bound to it
+//! last forever, well within the 300 s the taint eviction controller waits: the
 //! admission default's `tolerationSeconds: 300` is removed, a missing toleration is added
 //! (the exact rule is [`rule::kept_tolerations`]). A pod keeps the Kubernetes behaviour when
 //! it is annotated `verge.io/evict-on-unreachable: "true"`, or when its owner set another
@@ -20,6 +22,10 @@
 //! carrying the pod's `metadata.resourceVersion`, so a pod that changed in between is not
 //! touched (409) and is looked at again in its new version. The API server allows exactly
 //! these two changes on a running pod (`validateOnlyAddedTolerations`).
+//!
+//! Pods of a Ready node are not touched: a patch would make their `metadata.generation` 2
+//! where Kubernetes promises 1 until the spec changes (the node conformance specs check it),
+//! and would cost an API write per pod created.
 //!
 //! The task is woken by every change of the pod and node caches (and the end of each list)
 //! and rescans all bound pods (cheap: no API call for a pod that needs no change). A failed patch is retried on the
@@ -34,6 +40,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -83,7 +90,10 @@ async fn scan(
     let mut still = HashMap::new();
     for pod in caches.pods.state() {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        if !node.is_some_and(|n| caches.is_edge_node(n)) {
+        let Some(node) = node.and_then(|n| caches.nodes.get(&ObjectRef::new(n))) else {
+            continue; // not on an edge node (the cache holds only those)
+        };
+        if !rule::node_needs_tolerations(&node) {
             continue;
         }
         let Some(tolerations) = rule::kept_tolerations(&pod) else {

@@ -1,7 +1,7 @@
 //! The toleration rule: which tolerations a pod on an edge node should have so that a lost
 //! link does not evict it. Pure, no I/O; the rule is explained in [`crate::offline`].
 
-use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use serde_json::{Value, json};
 
 /// The pod annotation that opts out: with value `"true"` the pod keeps the eviction
@@ -35,6 +35,30 @@ pub fn tolerates(toleration: &Toleration, key: &str) -> bool {
         "" => exists,
         k => k == key && (exists || toleration.value.as_deref().unwrap_or_default().is_empty()),
     }
+}
+
+/// Whether the pods of `node` need their tolerations kept now: the node is not Ready (its
+/// Ready condition is `False` or `Unknown`, or missing) or carries [`NOT_READY_TAINT`] or
+/// [`UNREACHABLE_TAINT`]. The taint eviction controller counts a pod's
+/// `tolerationSeconds` from the moment the taint appears, so a patch in that window cancels
+/// the eviction; a pod of a Ready node keeps its object untouched (its `generation` stays
+/// 1, no write per pod at scale).
+pub fn node_needs_tolerations(node: &Node) -> bool {
+    let ready = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == NOT_READY_TAINT || t.key == UNREACHABLE_TAINT)
+        });
+    !ready || tainted
 }
 
 /// The tolerations `pod` should have, or `None` when they need no change. For each of

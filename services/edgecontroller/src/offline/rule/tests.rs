@@ -104,3 +104,25 @@ fn patch_is_guarded_by_the_resource_version() {
     assert_eq!(p["metadata"]["resourceVersion"], "42");
     assert_eq!(p["spec"]["tolerations"], json!([]));
 }
+
+fn node(ready: &str, taints: Value) -> Node {
+    serde_json::from_value(json!({
+        "metadata": { "name": "edge-1" },
+        "spec": { "taints": taints },
+        "status": { "conditions": [{ "type": "Ready", "status": ready }] },
+    }))
+    .expect("node")
+}
+
+#[test]
+fn only_pods_of_an_unhealthy_node_need_their_tolerations_kept() {
+    assert!(!node_needs_tolerations(&node("True", json!([]))));
+    assert!(node_needs_tolerations(&node("Unknown", json!([]))));
+    assert!(node_needs_tolerations(&node("False", json!([]))));
+    let unreachable = json!([{ "key": UNREACHABLE_TAINT, "effect": "NoExecute" }]);
+    assert!(node_needs_tolerations(&node("True", unreachable)));
+    let other = json!([{ "key": "dedicated", "value": "edge", "effect": "NoSchedule" }]);
+    assert!(!node_needs_tolerations(&node("True", other)));
+    let no_status: Node = serde_json::from_value(json!({ "metadata": { "name": "n" } })).unwrap();
+    assert!(node_needs_tolerations(&no_status));
+}

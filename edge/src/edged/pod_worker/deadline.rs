@@ -1,0 +1,60 @@
+//! `spec.activeDeadlineSeconds`, as the kubelet's active-deadline handler: once the pod has
+//! been active on the node (since `status.startTime`) for that many seconds, it fails with
+//! reason `DeadlineExceeded`, a Normal event of that reason is recorded, and its containers
+//! are stopped. The deadline may be set or shortened on a running pod (the API server allows
+//! that update); the next sync after the update applies it.
+
+use std::time::Duration;
+
+use tracing::info;
+
+use super::Worker;
+use super::state::PodEvent;
+use super::sync::Wake;
+use crate::Result;
+use crate::edged::events::EventType;
+use crate::edged::runtime::ContainerRuntime;
+
+/// `status.reason` of a pod past its deadline (kubelet's `reason`).
+pub(super) const REASON: &str = "DeadlineExceeded";
+/// `status.message` of a pod past its deadline and its event's message (kubelet's).
+pub(super) const MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+
+impl<R: ContainerRuntime> Worker<R> {
+    /// How long the pod may stay active: `None` without `activeDeadlineSeconds`, zero once
+    /// past it (seconds since `status.startTime`, as the kubelet counts).
+    fn deadline_left(&self) -> Option<Duration> {
+        let seconds = self.pod.spec.as_ref()?.active_deadline_seconds?;
+        let deadline = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+        let now = crate::node::status::now();
+        let active =
+            Duration::try_from(now.duration_since(self.start_time.0)).unwrap_or(Duration::ZERO);
+        Some(deadline.saturating_sub(active))
+    }
+
+    /// Fails the pod if it is past its deadline (stopping what runs, within the grace
+    /// period) and returns `true`; otherwise asks `wake` for a sync when the deadline comes.
+    pub(super) async fn enforce_deadline(&mut self, wake: &mut Wake) -> Result<bool> {
+        if self.state.is_completed() || self.evicted.is_some() {
+            return Ok(false);
+        }
+        let Some(left) = self.deadline_left() else {
+            return Ok(false);
+        };
+        if !left.is_zero() {
+            wake.at(tokio::time::Instant::now() + left);
+            return Ok(false);
+        }
+        info!("pod is past its activeDeadlineSeconds; failing it");
+        self.pod_event(EventType::Normal, REASON, MESSAGE.to_owned());
+        self.evicted = Some((REASON, MESSAGE.to_owned()));
+        let obs = self.observe().await?;
+        match obs.sandbox().cloned() {
+            Some(sandbox) => self.complete(false, &obs, &sandbox).await,
+            None => self.transition(PodEvent::Finished { succeeded: false }),
+        }
+        let obs = self.observe().await?;
+        self.report(&obs).await;
+        Ok(true)
+    }
+}

@@ -1,0 +1,46 @@
+// Package subset is a trimmed Kubernetes e2e test binary for `cargo xtask conformance
+// --subset` (Verge's CI): it links only the spec packages test/e2e/common/node and
+// test/e2e/common/storage of the pinned release, whose specs run unmodified, with the e2e
+// framework's own flags. The full test/e2e binary also links every other suite and the
+// cloud providers, which makes a cold build several times longer.
+// Copied by xtask/assets/conformance/build.sh into the cache's Go module.
+package subset
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+
+	"k8s.io/kubernetes/test/e2e/framework"
+	"k8s.io/kubernetes/test/e2e/framework/config"
+	"k8s.io/kubernetes/test/e2e/framework/testfiles"
+
+	// The specs.
+	_ "k8s.io/kubernetes/test/e2e/common/node"
+	_ "k8s.io/kubernetes/test/e2e/common/storage"
+
+	// The framework's debug and node hooks, as the full binary links them.
+	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
+	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
+)
+
+func TestMain(m *testing.M) {
+	config.CopyFlags(config.Flags, flag.CommandLine)
+	framework.RegisterCommonFlags(flag.CommandLine)
+	framework.RegisterClusterFlags(flag.CommandLine)
+	flag.Parse()
+	framework.AfterReadingAllFlags(&framework.TestContext)
+	if framework.TestContext.RepoRoot != "" {
+		testfiles.AddFileSource(testfiles.RootFileSource{Root: framework.TestContext.RepoRoot})
+	}
+	os.Exit(m.Run())
+}
+
+func TestNodeConformance(t *testing.T) {
+	gomega.RegisterFailHandler(framework.Fail)
+	suiteConfig, reporterConfig := framework.CreateGinkgoConfig()
+	ginkgo.RunSpecs(t, "Verge node conformance (common/node, common/storage)", suiteConfig, reporterConfig)
+}
