@@ -153,6 +153,8 @@ const NEEDED: &[Can] = &[
     yes(EC, "list", "configmaps", "*"),
     yes(EC, "watch", "secrets", "*"),
     yes(EC, "get", "secrets", "default"),
+    yes(EC, "list", "services", "*"),
+    yes(EC, "watch", "services", "*"),
     yes(EC, "create", "serviceaccounts#token", "default"),
     yes(EC, "create", "events", "default"),
     yes(EC, "patch", "events", "default"),
@@ -243,6 +245,7 @@ const FORBIDDEN: &[Can] = &[
     no(EC, "create", "secrets", "default"),
     no(EC, "delete", "secrets", "default"),
     no(EC, "update", "configmaps", "default"),
+    no(EC, "create", "services", "default"),
     no(EC, "update", LEASES, "kube-system"),
     no(
         EC,

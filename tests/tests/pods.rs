@@ -308,6 +308,19 @@ async fn configmap_file_and_secret_env() -> anyhow::Result<()> {
         docker(&["exec", &id, "sh", "-c", "echo $PASSWORD"])?,
         "s3cr3t"
     );
+    // The kubelet's service variables: the master service of `default`, always.
+    let master = docker(&[
+        "exec",
+        &id,
+        "sh",
+        "-c",
+        "echo $KUBERNETES_SERVICE_PORT_HTTPS",
+    ])?;
+    assert!(
+        !master.is_empty(),
+        "KUBERNETES_SERVICE_PORT_HTTPS unset\n{}",
+        s.logs()
+    );
 
     cms.patch(
         "settings",

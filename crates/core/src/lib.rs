@@ -25,7 +25,7 @@ pub use envelope::{
     Envelope, Kind, MessageId, Module, ObjectVersion, Outcome, TraceContext, Write, now_ms,
 };
 pub use error::{Error, Result};
-pub use resource::{CLUSTER_SCOPE, NodeResource, ResourceKey, ResourceType};
+pub use resource::{CLUSTER_SCOPE, LIST_NAME, NodeResource, ResourceKey, ResourceType};
 pub use route::{Group, Operation};
 pub use version::is_newer;
 pub use well_known::{EDGE_NODE_LABEL, NODE_LEASE_NAMESPACE};

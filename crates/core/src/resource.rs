@@ -13,6 +13,10 @@ use crate::{Error, Result};
 /// The namespace segment of cluster-scoped objects (nodes).
 pub const CLUSTER_SCOPE: &str = "_";
 
+/// The name segment of a query that names a collection rather than one object
+/// ([`ResourceKey::service_list`]); like [`CLUSTER_SCOPE`], `_` is never a Kubernetes name.
+pub const LIST_NAME: &str = "_";
+
 /// Longest accepted path segment, in bytes (a DNS-1123 subdomain is at most 253).
 const MAX_SEGMENT: usize = 253;
 
@@ -37,6 +41,9 @@ pub enum ResourceType {
     Event,
     /// `v1/ServiceAccountToken` request (edge -> cloud query).
     ServiceAccountToken,
+    /// The `v1/Service`s of one namespace, as a `v1/ServiceList` (edge -> cloud query,
+    /// [`ResourceKey::service_list`]), for the kubelet's service environment variables.
+    ServiceList,
     /// `devices.kubeedge.io/v1beta1/Device` (KubeEdge v1.23 device API).
     Device,
     /// `devices.kubeedge.io/v1beta1/DeviceModel`.
@@ -61,6 +68,7 @@ impl ResourceType {
             Self::Lease => "lease",
             Self::Event => "event",
             Self::ServiceAccountToken => "serviceaccounttoken",
+            Self::ServiceList => "servicelist",
             Self::Device => "device",
             Self::DeviceModel => "devicemodel",
             Self::Twin => "twin",
@@ -88,6 +96,7 @@ impl FromStr for ResourceType {
             "lease" => Self::Lease,
             "event" => Self::Event,
             "serviceaccounttoken" => Self::ServiceAccountToken,
+            "servicelist" => Self::ServiceList,
             "device" => Self::Device,
             "devicemodel" => Self::DeviceModel,
             "twin" => Self::Twin,
@@ -127,6 +136,12 @@ impl ResourceKey {
     /// A key of a cluster-scoped object (namespace [`CLUSTER_SCOPE`]).
     pub fn cluster(kind: ResourceType, name: impl Into<String>) -> Self {
         Self::new(CLUSTER_SCOPE, kind, name)
+    }
+
+    /// The key of a query for every Service of `namespace`: `<namespace>/servicelist/_`
+    /// ([`LIST_NAME`]).
+    pub fn service_list(namespace: impl Into<String>) -> Self {
+        Self::new(namespace, ResourceType::ServiceList, LIST_NAME)
     }
 
     /// The namespace as Kubernetes knows it: `None` for cluster-scoped objects.
@@ -242,6 +257,8 @@ mod tests {
         assert_eq!(k.to_string(), "default/pod/web-1");
         let n: ResourceKey = "_/node/edge-1".parse().expect("valid");
         assert_eq!(n.k8s_namespace(), None);
+        let l: ResourceKey = "ns/servicelist/_".parse().expect("valid");
+        assert_eq!(l, ResourceKey::service_list("ns"));
     }
 
     #[test]

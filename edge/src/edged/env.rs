@@ -7,8 +7,14 @@
 //! written). `valueFrom` takes a configMapKeyRef / secretKeyRef, a fieldRef (see
 //! `fieldpath`) or a resourceFieldRef. Missing non-optional objects and keys fail with
 //! the kubelet's `CreateContainerConfigError` messages.
+//!
+//! Service variables (`services`: `KUBERNETES_SERVICE_HOST`, `{NAME}_SERVICE_PORT`, ...)
+//! are the base layer, as in the kubelet: `$(VAR)` in an `env` value falls back to them when
+//! the container has not defined `VAR` (yet), and those the container does not define
+//! itself follow its own variables (the kubelet appends them after the container's).
 
 mod fieldpath;
+pub mod services;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -32,6 +38,19 @@ impl Env {
             self.order.push(name.clone());
         }
         self.values.insert(name, value);
+    }
+
+    /// Appends the variables of `base` this environment does not define (the kubelet's
+    /// "remaining service env vars").
+    fn append_missing(&mut self, base: Self) {
+        let Self { order, mut values } = base;
+        for name in order {
+            if !self.values.contains_key(&name)
+                && let Some(value) = values.remove(&name)
+            {
+                self.set(name, value);
+            }
+        }
     }
 
     fn into_list(self) -> Vec<String> {
@@ -76,10 +95,35 @@ fn config(msg: String) -> Error {
     Error::ContainerConfig(msg)
 }
 
+/// The service variables of a container of `pod` (in namespace `ns`), from the services
+/// `objects` knows: those of `default` (for the master service) and, with service links
+/// enabled, those of `ns`.
+async fn service_env<O: PodObjects>(pod: &Pod, ns: &str, objects: &O) -> Result<Env> {
+    let links = services::service_links_enabled(pod);
+    let default_services = objects.services(services::MASTER_NAMESPACE).await?;
+    let namespace_services = if links && ns != services::MASTER_NAMESPACE {
+        objects.services(ns).await?
+    } else {
+        Vec::new()
+    };
+    let of_ns = if ns == services::MASTER_NAMESPACE {
+        &default_services
+    } else {
+        &namespace_services
+    };
+    let picked = services::visible(ns, links, &default_services, of_ns);
+    let mut env = Env::default();
+    for (name, value) in services::from_services(picked.into_values()) {
+        env.set(name, value);
+    }
+    Ok(env)
+}
+
 /// `KEY=VALUE` entries for `container` of `pod`, in Kubernetes order (envFrom first, then
-/// env; later wins), with `$(VAR)` expansion. `pod_ip` answers `status.podIP` (empty when
-/// `None`), `host_ip` (the node's IP) `status.hostIP` and `status.hostIPs`; `node_name`
-/// answers `spec.nodeName` when the pod does not name its node.
+/// env; later wins; then the service variables not defined by either), with `$(VAR)`
+/// expansion over the container's variables and then the service variables. `pod_ip`
+/// answers `status.podIP` (empty when `None`), `host_ip` (the node's IP) `status.hostIP` and
+/// `status.hostIPs`; `node_name` answers `spec.nodeName` when the pod does not name its node.
 ///
 /// # Errors
 /// [`Error::ContainerConfig`] with the kubelet's message: `configmap "x" not found`,
@@ -101,6 +145,7 @@ pub async fn resolve_env<O: PodObjects>(
         config_maps: HashMap::new(),
         secrets: HashMap::new(),
     };
+    let service_env = service_env(pod, ns, objects).await?;
     let mut env = Env::default();
     for source in container.env_from.iter().flatten() {
         let prefix = source.prefix.as_deref().unwrap_or_default();
@@ -131,7 +176,7 @@ pub async fn resolve_env<O: PodObjects>(
     }
     for var in container.env.iter().flatten() {
         let value = match (&var.value, &var.value_from) {
-            (Some(v), _) if !v.is_empty() => expand(v, &env.values),
+            (Some(v), _) if !v.is_empty() => expand(v, &[&env.values, &service_env.values]),
             (_, Some(from)) => {
                 if let Some(f) = &from.field_ref {
                     fieldpath::env_field(pod, &f.field_path, pod_ip, host_ip, node_name)
@@ -181,6 +226,7 @@ pub async fn resolve_env<O: PodObjects>(
         };
         env.set(var.name.clone(), value);
     }
+    env.append_missing(service_env);
     Ok(env.into_list())
 }
 
@@ -203,10 +249,11 @@ fn is_env_var_name(name: &str) -> bool {
     chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
 }
 
-/// Kubernetes `expansion.Expand` with `MappingFuncFor(vars)`: `$(NAME)` -> the value of a
-/// defined `NAME` (else left as `$(NAME)`), `$$` -> `$`, any other `$` kept.
-pub(crate) fn expand(input: &str, vars: &HashMap<String, String>) -> String {
-    expand_with(input, |name| match vars.get(name) {
+/// Kubernetes `expansion.Expand` with `MappingFuncFor(maps...)`: `$(NAME)` -> the value of
+/// `NAME` in the first of `maps` defining it (else left as `$(NAME)`), `$$` -> `$`, any
+/// other `$` kept.
+pub(crate) fn expand(input: &str, maps: &[&HashMap<String, String>]) -> String {
+    expand_with(input, |name| match maps.iter().find_map(|m| m.get(name)) {
         Some(v) => v.clone(),
         None => format!("$({name})"),
     })

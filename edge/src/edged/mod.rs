@@ -9,7 +9,8 @@
 //! - [`pleg`]: the pod lifecycle event generator: relists containers by label and listens to
 //!   Docker events.
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
-//! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens, env and volumes.
+//! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens/service lists, env
+//!   (with the kubelet's service variables) and volumes.
 //! - [`admission`]: pods the node refuses (another OS, forbidden sysctls).
 //! - [`etc_hosts`], [`sysctls`], [`run_as_non_root`], [`termination_message`]: the
 //!   kubelet-managed `/etc/hosts`, pod sysctls, the `runAsNonRoot` check before a container

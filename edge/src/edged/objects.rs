@@ -1,15 +1,18 @@
-//! The API objects a pod needs besides itself: configmaps, secrets and service-account
-//! tokens (the kubelet's configmap/secret managers and token manager).
+//! The API objects a pod needs besides itself: configmaps, secrets, service-account tokens
+//! and services (the kubelet's configmap/secret managers, token manager and service
+//! informer).
 //!
 //! [`PodObjects`] is what env and volumes use; [`StoreObjects`] reads the MetaStore first
 //! (the objects edgecontroller sends for the pods of this node) and falls back to a cloud
-//! `query` (docs/protocol.md), storing the answer so it survives a restart offline.
+//! `query` (docs/protocol.md), storing the answer so it survives a restart offline. Service
+//! lists go the other way round (module `services`): the cloud first, the last answer kept
+//! in the MetaStore when the cloud cannot answer.
 
 use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 use tracing::debug;
@@ -45,6 +48,13 @@ pub trait PodObjects: Send + Sync + 'static {
         audiences: Vec<String>,
         expiration_seconds: i64,
     ) -> impl Future<Output = Result<TokenRequest>> + Send;
+
+    /// The Services of namespace `ns` this node may see, for the kubelet's service
+    /// environment variables (of `default` without a pod of this node there: only the
+    /// master service `kubernetes`). A cloud that cannot answer is not an error: the last
+    /// list known, or none (logged as a warning): offline, a container is not held back for
+    /// them, where the kubelet waits for its first service list.
+    fn services(&self, ns: &str) -> impl Future<Output = Result<Vec<Service>>> + Send;
 }
 
 /// [`PodObjects`] over the MetaStore, with a cloud `query` (through edgehub) as fallback.
@@ -191,7 +201,13 @@ impl PodObjects for StoreObjects {
             .await?;
         decode(&key, &answer)
     }
+
+    async fn services(&self, ns: &str) -> Result<Vec<Service>> {
+        self.service_list(ns).await
+    }
 }
+
+mod services;
 
 #[cfg(test)]
 pub(crate) mod fake;

@@ -20,6 +20,7 @@
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
 
+mod answers;
 pub mod error;
 mod outbox;
 mod query;

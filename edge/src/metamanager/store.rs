@@ -1,9 +1,9 @@
 //! The redb store of every object the edge holds (KubeEdge: metamanager's sqlite `meta` table).
 //!
 //! Table `objects`: edge path `<namespace>/<type>/<name>` -> `(uid, resourceVersion, JSON
-//! bytes)`; the upstream outbox's tables live in the same file (module `outbox`). Every write
-//! commits (durably) before the call returns, so a caller that acks after a write never acks
-//! what a crash could lose. Calls block on disk I/O: call them from
+//! bytes)`; the upstream outbox's tables live in the same file (module `outbox`), and so do
+//! the cloud's last list answers (module `answers`). Every write commits (durably) before the
+//! call returns, so a caller that acks after a write never acks what a crash could lose. Calls block on disk I/O: call them from
 //! `tokio::task::spawn_blocking` (see [`MetaStore::blocking`]).
 
 use crate::metamanager::error::Error as MetaError;
@@ -85,6 +85,7 @@ impl MetaStore {
         let txn = db.begin_write()?;
         txn.open_table(OBJECTS)?;
         super::outbox::create_tables(&txn)?;
+        super::answers::create_table(&txn)?;
         txn.commit()?;
         Ok(Self { db: Arc::new(db) })
     }

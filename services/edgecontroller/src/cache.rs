@@ -1,5 +1,7 @@
 //! Watch caches of the API server (kube-runtime reflectors): edge Nodes, Pods bound to a node,
-//! ConfigMaps and Secrets of all namespaces.
+//! ConfigMaps, Secrets and Services of all namespaces. Services are never sent down: their
+//! cache only answers the nodes' service list queries (the kubelet's service informer, for
+//! the service environment variables; `upstream::services`).
 //!
 //! Each cache is one task running `reflector(watcher(..).default_backoff())`: a broken watch
 //! is re-listed with exponential backoff, so the caches survive API server restarts. After
@@ -10,7 +12,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher as watch;
 use kube::{Api, Resource, ResourceExt};
@@ -43,6 +45,9 @@ pub enum CacheEvent {
     /// A cache finished a (re)list: deletions during a watch outage are only visible now,
     /// so every node is compared again.
     Relisted,
+    /// The Service cache finished a (re)list. Services are not sent down, so no node is
+    /// concerned (their changes are not reported at all).
+    ServicesRelisted,
 }
 
 /// An object from the caches, ready to be sent down.
@@ -92,7 +97,7 @@ impl Cached {
     }
 }
 
-/// Read handles of the four caches; cheap to clone.
+/// Read handles of the caches; cheap to clone.
 #[derive(Clone)]
 pub struct Caches {
     /// Nodes labelled [`EDGE_NODE_LABEL`].
@@ -103,14 +108,16 @@ pub struct Caches {
     pub configmaps: Store<ConfigMap>,
     /// Secrets of all namespaces.
     pub secrets: Store<Secret>,
+    /// Services of all namespaces (only for queries; not part of [`Caches::wait_ready`]).
+    pub services: Store<Service>,
     /// Notified (coalescing, one waiter) after any change of the pod or node cache,
     /// including the end of a (re)list.
     pub pods_or_nodes_changed: Arc<Notify>,
 }
 
 impl Caches {
-    /// Starts the four watch tasks on `tracker`; they report changes to `events` and end at
-    /// `shutdown`. Needs list/watch on nodes, pods, configmaps and secrets.
+    /// Starts the watch tasks on `tracker`; they report changes to `events` and end at
+    /// `shutdown`. Needs list/watch on nodes, pods, configmaps, secrets and services.
     pub fn start(
         client: &kube::Client,
         events: &mpsc::Sender<CacheEvent>,
@@ -167,16 +174,28 @@ impl Caches {
             |s: &Secret| Some(CacheEvent::Object(key_of(s, ResourceType::Secret))),
         );
         reflect::spawn(tracker, shutdown, "secret", task);
+        let (services, task) = reflect::cache(
+            Api::all(client.clone()),
+            (),
+            watch::Config::default(),
+            events,
+            None,
+            CacheEvent::ServicesRelisted,
+            |_: &Service| None,
+        );
+        reflect::spawn(tracker, shutdown, "service", task);
         Self {
             nodes,
             pods,
             configmaps,
             secrets,
+            services,
             pods_or_nodes_changed: changed,
         }
     }
 
-    /// Resolves once every cache completed its first list.
+    /// Resolves once every cache of objects sent down (all but services) completed its first
+    /// list.
     ///
     /// Until then only one task at a time can wait: kube-runtime's store readiness keeps a
     /// single waker, so of two concurrent waiters one may never be woken. Other tasks should

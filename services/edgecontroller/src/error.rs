@@ -3,7 +3,8 @@
 /// Everything that can go wrong in edgecontroller. Each variant keeps its cause.
 ///
 /// Errors of a single upstream message ([`Error::Route`], [`Error::Decode`],
-/// [`Error::Forbidden`], [`Error::NotReferenced`], [`Error::CachesNotSynced`],
+/// [`Error::Forbidden`], [`Error::NotReferenced`], [`Error::NotInNamespace`],
+/// [`Error::CachesNotSynced`],
 /// [`Error::Unsupported`], [`Error::NodeNotFound`], [`Error::Kube`]) are answered to the edge
 /// as an `error` message whose content is [`Error::reason`]; they never stop the controller.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,17 @@ pub enum Error {
         node: String,
         /// What it asked for.
         what: String,
+    },
+    /// A node asked for the Services of a namespace where no pod bound to it lives (other
+    /// than the master service of `default`, which every node may read). Nothing was read.
+    #[error(
+        "forbidden: node {node:?} has no pod in namespace {namespace:?}, so may not list its services"
+    )]
+    NotInNamespace {
+        /// The session's node.
+        node: String,
+        /// The namespace it asked for.
+        namespace: String,
     },
     /// The watch caches have not completed their first list yet; the edge retries.
     #[error("watch caches not synced yet")]

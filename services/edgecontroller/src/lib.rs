@@ -6,7 +6,7 @@
 //! reference (resyncing each node by its
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
-//! of configmaps, secrets and service account tokens (docs/protocol.md). It also keeps pods
+//! of configmaps, secrets, service lists and service account tokens (docs/protocol.md). It also keeps pods
 //! on edge nodes from being evicted when their node loses its link (docs/offline.md).
 //!
 //! It attaches with the ControllerHub client shared with devicecontroller
@@ -16,14 +16,15 @@
 //! # Layout
 //! - [`config`], [`replicas`], [`hub`], [`hub_auth`], [`leader`], [`dispatch`],
 //!   [`sessions`], [`fingerprint`]: re-exported from `verge-controller`.
-//! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets.
+//! - [`cache`]: watch caches (reflectors) of edge nodes, bound pods, configmaps, secrets,
+//!   services.
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
 //! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
 //!   nodes.
 //! - [`offline`]: the task that makes pods on edge nodes tolerate an unreachable node.
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
 //!   [`upstream::lease`], [`upstream::pod`], [`upstream::event`], [`upstream::query`],
-//!   [`upstream::token`]).
+//!   [`upstream::services`], [`upstream::token`]).
 //! - [`error`]: the crate's [`Error`].
 
 pub mod cache;

@@ -7,6 +7,9 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
+/// The way the binaries are built, in the stamp: a cache built another way is built again.
+const BUILD_REVISION: &str = "nodeconformance-1";
+
 /// The cache of one release's conformance binaries: `~/.cache/verge/conformance/v<version>`,
 /// holding `src/` (the Go module), `bin/e2e.test`, `bin/agnhost` and the stamp `complete`.
 #[derive(Debug, Clone)]
@@ -28,7 +31,8 @@ impl E2eBuild {
         }
     }
 
-    /// The e2e test binary (`go test -c k8s.io/kubernetes/test/e2e`).
+    /// The e2e test binary: the spec packages `test/e2e/common/{node,storage}` with the e2e
+    /// framework (`xtask/assets/conformance/nodeconformance`), `go test -c`.
     pub fn e2e_test(&self) -> PathBuf {
         self.cache_dir.join("bin").join("e2e.test")
     }
@@ -63,10 +67,11 @@ impl E2eBuild {
         go_mod_cache().join(format!("k8s.io/kubernetes@v{}", self.version))
     }
 
-    /// Whether the stamp `complete` reads `v<version>` and both binaries exist.
+    /// Whether the stamp `complete` reads `v<version> <BUILD_REVISION>` and both binaries
+    /// exist.
     pub fn is_built(&self) -> bool {
         let stamp = std::fs::read_to_string(self.cache_dir.join("complete")).unwrap_or_default();
-        stamp.trim() == format!("v{}", self.version)
+        stamp.trim() == format!("v{} {BUILD_REVISION}", self.version)
             && self.e2e_test().is_file()
             && self.agnhost().is_file()
     }
@@ -84,14 +89,18 @@ impl E2eBuild {
         let script = build_script();
         eprintln!(
             "conformance: building e2e.test and agnhost of Kubernetes v{} into {} \
-             (a cold build takes ~15 minutes on 2 cores; cached afterwards)",
+             (a cold build takes 10-30 minutes on 2 cores; cached afterwards)",
             self.version,
             self.cache_dir.display()
         );
         let started = Instant::now();
         verge_testkit::go_build::Script {
             path: &script,
-            args: &[self.cache_dir.as_os_str(), self.version.as_ref()],
+            args: &[
+                self.cache_dir.as_os_str(),
+                self.version.as_ref(),
+                BUILD_REVISION.as_ref(),
+            ],
             env: &[],
             low_priority: true,
         }

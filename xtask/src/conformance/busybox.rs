@@ -123,11 +123,26 @@ fn check(binary: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `cmd` with its output captured; fails with its stderr's tail.
+/// Runs `cmd` with its output captured, printing how long it has run every 30 s; fails
+/// with its stderr's tail.
 fn run(cmd: &mut Command, what: &str) -> anyhow::Result<()> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
+    let started = std::time::Instant::now();
+    let (done, finished) = std::sync::mpsc::channel();
+    let out = std::thread::scope(|scope| {
+        let child = scope.spawn(move || {
+            let out = cmd.stdin(Stdio::null()).output();
+            let _ = done.send(());
+            out
+        });
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            finished.recv_timeout(std::time::Duration::from_secs(30))
+        {
+            eprintln!("conformance:     {what}: {} s", started.elapsed().as_secs());
+        }
+        child.join()
+    });
+    let out = out
+        .map_err(|_| anyhow::anyhow!("{what} panicked"))?
         .with_context(|| format!("running {what}"))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -30,7 +30,15 @@ pub struct SpecResult {
     pub message: Option<String>,
     /// Run time in seconds (`time`).
     pub seconds: f64,
+    /// The failure's text names [`PRIVILEGED_REFUSED`]: the machine's Docker could not start
+    /// a privileged container.
+    pub privileged_refused: bool,
 }
+
+/// runc's error when the engine asks for capabilities outside its own bounding set, which
+/// every privileged container does on this kind of machine (`docker run --privileged` fails
+/// the same way): an environment limit, not edged's.
+pub const PRIVILEGED_REFUSED: &str = "unable to apply caps";
 
 impl SpecResult {
     /// Whether this is a spec (`[It] …`) rather than a suite node.
@@ -68,11 +76,15 @@ pub fn parse(xml: &str) -> anyhow::Result<Vec<SpecResult>> {
                 let attr = n.attribute("message").unwrap_or_default();
                 first_line(attr).or_else(|| first_line(n.text().unwrap_or_default()))
             });
+            let privileged_refused = problem
+                .and_then(|n| n.text())
+                .is_some_and(|t| t.contains(PRIVILEGED_REFUSED));
             SpecResult {
                 name: case.attribute("name").unwrap_or_default().to_owned(),
                 state,
                 status,
                 message,
+                privileged_refused,
                 seconds: case
                     .attribute("time")
                     .and_then(|t| t.parse().ok())

@@ -16,6 +16,7 @@ mod images;
 mod junit;
 mod report;
 mod run;
+mod subset;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -29,15 +30,20 @@ use crate::{local, quickstart};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// `--ginkgo.focus` regex: run only the matching `[NodeConformance]` specs (default: all).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "subset")]
     pub focus: Option<String>,
+    /// Run the CI subset (a few quick specs of each area, `subset.rs`) and write the results
+    /// beside the run's logs instead of `docs/conformance.md`.
+    #[arg(long)]
+    pub subset: bool,
     /// Leave the cluster up afterwards (`cargo xtask down` stops it).
     #[arg(long)]
     pub keep: bool,
     /// `--ginkgo.timeout` of the run, in minutes.
     #[arg(long, default_value_t = 180)]
     pub timeout_mins: u64,
-    /// Where to write the results (default `docs/conformance.md` of the workspace).
+    /// Where to write the results (default `docs/conformance.md` of the workspace, or
+    /// `conformance/subset.md` in the quickstart's run directory with `--subset`).
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// Only build e2e.test, make the images and count the selection; start no cluster.
@@ -53,6 +59,21 @@ pub struct Args {
 
 /// The edge node's name (the quickstart's).
 const NODE_NAME: &str = "verge-edge-1";
+
+/// Builds (or finds cached) what a run needs beside the cluster: e2e.test, agnhost, the
+/// Ginkgo CLI and the e2e images in Docker. Blocking; `cargo xtask test` runs it in the
+/// background while its other tests run.
+///
+/// # Errors
+/// Go, the compiler, apt or Docker fail.
+pub fn prepare() -> anyhow::Result<()> {
+    let e2e = build::E2eBuild::new(&quickstart::control_plane_config().version);
+    e2e.ensure_built()?;
+    e2e.ensure_ginkgo()?;
+    verge_testkit::docker::ensure_docker()?;
+    verge_testkit::docker::ensure_test_image()?;
+    images::ensure_images(&e2e)
+}
 
 /// Runs the conformance specs and writes the document; exit code 0 when none failed.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -78,10 +99,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         build_started.elapsed()
     );
 
-    let focus = args
-        .focus
-        .clone()
-        .unwrap_or_else(|| run::DEFAULT_FOCUS.to_owned());
+    let focus = match (&args.focus, args.subset) {
+        (Some(focus), _) => focus.clone(),
+        (None, true) => subset::focus(),
+        (None, false) => run::DEFAULT_FOCUS.to_owned(),
+    };
     let e2e_run = run::E2eRun {
         e2e_test: e2e.e2e_test(),
         ginkgo: e2e.ginkgo(),
@@ -96,13 +118,29 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .iter()
         .filter(|s| !run::EXCLUSIONS.iter().any(|e| s.contains(e.tag)))
         .count();
+    let shown_focus = if args.subset {
+        format!("the CI subset of {} specs", subset::SPECS.len())
+    } else {
+        format!("focus {focus}")
+    };
     eprintln!(
-        "conformance: [2/6] {} specs selected (focus {focus}, files {}), {to_run} to run \
+        "conformance: [2/6] {} specs selected ({shown_focus}, files {}), {to_run} to run \
          after excluding {}",
         selected.len(),
         run::FOCUS_FILE,
         run::E2eRun::skip_regex()
     );
+    if args.subset {
+        let missing: Vec<&str> = subset::SPECS
+            .iter()
+            .copied()
+            .filter(|want| !selected.iter().any(|s| s.contains(want)))
+            .collect();
+        anyhow::ensure!(
+            missing.is_empty(),
+            "subset specs not in the selection (renamed upstream?): {missing:?}"
+        );
+    }
 
     eprintln!("conformance: [3/6] Docker and the e2e images");
     tokio::task::spawn_blocking(|| -> anyhow::Result<()> {
@@ -153,13 +191,19 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let info = report::RunInfo {
         date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
         version: e2e.version.clone(),
-        focus,
+        focus: if args.subset {
+            format!("the CI subset ({} specs)", subset::SPECS.len())
+        } else {
+            focus
+        },
         duration,
         commit,
     };
-    let output = args.output.unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md")
-    });
+    let output = match (args.output, args.subset) {
+        (Some(output), _) => output,
+        (None, true) => e2e_run.out_dir.join("subset.md"),
+        (None, false) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md"),
+    };
     std::fs::write(&output, report::markdown(&info, &summary))?;
     eprintln!(
         "conformance: [6/6] {} selected: {} passed, {} failed, {} excluded, {} skipped or not \
@@ -173,6 +217,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         e2e_run.report_path().display(),
         started.elapsed()
     );
+    for (spec, reason) in &summary.failed {
+        eprintln!("conformance: FAILED {spec}: {reason}");
+    }
     Ok(
         if summary.failed.is_empty() && summary.suite_failures.is_empty() {
             ExitCode::SUCCESS

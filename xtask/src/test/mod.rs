@@ -12,11 +12,15 @@
 //! 5. `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG` exported:
 //!    every test but those named [`LAST`], then those. Meanwhile a low-priority thread builds
 //!    the deployment images (`cargo xtask images --profile images-test`; the [`LAST`] tests
-//!    import them and wait for them) and the fuzz targets, so a cold run spends the time the
-//!    tests wait (for pods, for partitions to heal) compiling;
+//!    import them and wait for them), the conformance binary and images, and the fuzz
+//!    targets, so a cold run spends the time the tests wait (for pods, for partitions to
+//!    heal) compiling;
 //! 6. the kubelet node stopped if a test left it running, Jaeger (unless it ran before, e.g.
 //!    the quickstart's) and the control plane;
-//! 7. a short fuzz pass: every target of `fuzz/` for 10 s, built for libFuzzer on stable.
+//! 7. the node conformance subset: Kubernetes' own `[NodeConformance]` specs of each area on
+//!    the quickstart cluster (`cargo xtask conformance --subset`; its e2e binary and images
+//!    are built in step 5's background thread);
+//! 8. a short fuzz pass: every target of `fuzz/` for 10 s, built for libFuzzer on stable.
 
 use std::process::{Command, ExitCode};
 
@@ -39,6 +43,9 @@ pub struct Args {
     /// Skip the closing fuzz pass (`cargo xtask fuzz --seconds 10`).
     #[arg(long)]
     skip_fuzz: bool,
+    /// Skip the node conformance subset (`cargo xtask conformance --subset`).
+    #[arg(long)]
+    skip_conformance: bool,
     /// Extra arguments for `cargo test` (after `--`, e.g. `-- -p verge-core`; a `-p`
     /// replaces `--workspace`).
     #[arg(last = true)]
@@ -81,7 +88,12 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The images (for the tests named `as_workloads`, which run last) and the fuzz build
     // (for the closing pass) are built at low priority while the other tests run.
     let fuzz = !args.skip_fuzz && args.cargo_args.is_empty();
-    let later = Background::spawn("images, fuzz", true, later_builds(fuzz))?;
+    let conformance = !args.skip_conformance && args.cargo_args.is_empty();
+    let later = Background::spawn(
+        "images, conformance, fuzz",
+        true,
+        later_builds(fuzz, conformance),
+    )?;
     let code = run_tests(&cp, &args.cargo_args);
     let later = later.join();
     // Each test removes its edge node's containers when it ends; a container whose creation
@@ -120,7 +132,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("xtask test: {e:#}");
         return Ok(ExitCode::FAILURE);
     }
-    if code != ExitCode::SUCCESS || !fuzz {
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    if conformance {
+        let code = conformance_subset().await?;
+        if code != ExitCode::SUCCESS {
+            return Ok(code);
+        }
+    }
+    if !fuzz {
         return Ok(code);
     }
     eprintln!("xtask test: fuzz pass, {FUZZ_SECONDS} s per target (`cargo xtask fuzz`)");
@@ -152,10 +173,31 @@ fn go_builds(
     Background::spawn("go builds", false, steps)
 }
 
+/// Minutes the conformance subset may run (`--ginkgo.timeout`); it takes a few.
+const CONFORMANCE_TIMEOUT_MINS: u64 = 20;
+
+/// The node conformance subset on the quickstart cluster, which it starts and stops
+/// (`cargo xtask conformance --subset`): Kubernetes' own specs of each area edged covers.
+async fn conformance_subset() -> anyhow::Result<ExitCode> {
+    eprintln!("xtask test: node conformance subset (`cargo xtask conformance --subset`)");
+    crate::conformance::run(crate::conformance::Args {
+        focus: None,
+        subset: true,
+        keep: false,
+        timeout_mins: CONFORMANCE_TIMEOUT_MINS,
+        output: None,
+        prepare_only: false,
+        procs: 4,
+        node_timeout_secs: 120,
+    })
+    .await
+}
+
 /// The images the deployment tests run on the kit's kubelet node (`--profile images-test`;
 /// an import waits for them through [`verge_testkit::docker::ImagesLock`]), then, with
-/// `fuzz`, the instrumented fuzz targets.
-fn later_builds(fuzz: bool) -> Vec<Step> {
+/// `conformance`, the conformance e2e binary and images, and with `fuzz`, the instrumented
+/// fuzz targets.
+fn later_builds(fuzz: bool, conformance: bool) -> Vec<Step> {
     let mut steps: Vec<Step> = vec![(
         "cargo xtask images --profile images-test (static binaries, FROM scratch)",
         Box::new(|| {
@@ -174,6 +216,12 @@ fn later_builds(fuzz: bool) -> Vec<Step> {
             Ok(())
         }),
     )];
+    if conformance {
+        steps.push((
+            "conformance: e2e.test, agnhost and the e2e images (cached after the first run)",
+            Box::new(crate::conformance::prepare),
+        ));
+    }
     if fuzz {
         steps.push((
             "fuzz targets (instrumented build for the closing pass)",

@@ -149,3 +149,72 @@ fn env_var_names() {
     assert!(!is_env_var_name("a b"));
     assert!(!is_env_var_name(""));
 }
+
+fn with_services() -> FakeObjects {
+    let o = objects();
+    o.put_service(
+        json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443}]}}),
+    );
+    o.put_service(json!({"metadata": {"name": "web", "namespace": "ns"},
+        "spec": {"clusterIP": "10.96.0.8", "ports": [{"port": 80}]}}));
+    o
+}
+
+/// The env of the pod's only container, `spec.enableServiceLinks` set to `links`.
+async fn env_with_services(container: serde_json::Value, links: Option<bool>) -> Vec<String> {
+    let mut p = pod(json!([container]));
+    p.spec.as_mut().expect("spec").enable_service_links = links;
+    let c = &p.spec.as_ref().expect("spec").containers[0];
+    resolve_env(&p, c, &with_services(), None, None, "edge-1")
+        .await
+        .expect("env")
+}
+
+#[tokio::test]
+async fn service_variables_come_after_the_containers_own_and_yield_to_them() {
+    let got = env_with_services(
+        json!({"name": "c", "env": [
+        {"name": "A", "value": "$(KUBERNETES_SERVICE_PORT)/$(WEB_SERVICE_HOST)"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": "1"},
+        {"name": "B", "value": "$(KUBERNETES_SERVICE_PORT)"}]}),
+        None,
+    )
+    .await;
+    assert_eq!(
+        got,
+        [
+            // $(VAR) falls back to the service variables while the container has not
+            // defined VAR itself.
+            "A=443/10.96.0.8",
+            "KUBERNETES_SERVICE_PORT=1",
+            "B=1",
+            "KUBERNETES_SERVICE_HOST=10.96.0.1",
+            "KUBERNETES_SERVICE_PORT_HTTPS=443",
+            "KUBERNETES_PORT=tcp://10.96.0.1:443",
+            "KUBERNETES_PORT_443_TCP=tcp://10.96.0.1:443",
+            "KUBERNETES_PORT_443_TCP_PROTO=tcp",
+            "KUBERNETES_PORT_443_TCP_PORT=443",
+            "KUBERNETES_PORT_443_TCP_ADDR=10.96.0.1",
+            "WEB_SERVICE_HOST=10.96.0.8",
+            "WEB_SERVICE_PORT=80",
+            "WEB_PORT=tcp://10.96.0.8:80",
+            "WEB_PORT_80_TCP=tcp://10.96.0.8:80",
+            "WEB_PORT_80_TCP_PROTO=tcp",
+            "WEB_PORT_80_TCP_PORT=80",
+            "WEB_PORT_80_TCP_ADDR=10.96.0.8",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn service_links_disabled_keeps_the_master_service() {
+    let container = json!({"name": "c", "env": [{"name": "X", "value": "$(WEB_SERVICE_HOST)"}]});
+    let on = env_with_services(container.clone(), Some(true)).await;
+    assert_eq!(on, env_with_services(container.clone(), None).await);
+    assert!(on.contains(&"WEB_SERVICE_PORT=80".to_owned()), "{on:?}");
+    let off = env_with_services(container, Some(false)).await;
+    assert_eq!(off[0], "X=$(WEB_SERVICE_HOST)");
+    assert!(off.contains(&"KUBERNETES_SERVICE_HOST=10.96.0.1".to_owned()));
+    assert!(!off.iter().any(|v| v.starts_with("WEB_")), "{off:?}");
+}

@@ -4,18 +4,19 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::{PodObjects, token_request};
 use crate::Result;
 
-/// Configmaps and secrets by `(namespace, name)`; tokens `token-<n>` counted from 1, expiring
+/// Configmaps and secrets by `(namespace, name)`; services by namespace; tokens `token-<n>` counted from 1, expiring
 /// `expiration_seconds` after the fake's clock (`now_s`, seconds since the epoch).
 #[derive(Debug, Default)]
 pub struct FakeObjects {
     pub config_maps: Mutex<HashMap<(String, String), ConfigMap>>,
     pub secrets: Mutex<HashMap<(String, String), Secret>>,
+    pub services: Mutex<HashMap<String, Vec<Service>>>,
     pub tokens_issued: Mutex<u32>,
     pub now_s: Mutex<i64>,
     /// When set, token requests fail (as with the cloud unreachable).
@@ -45,6 +46,22 @@ impl FakeObjects {
             s.metadata.name.as_deref().unwrap_or_default(),
         );
         self.secrets.lock().expect("lock").insert(k, s);
+    }
+
+    /// Adds a service from its JSON (to the list of its namespace).
+    pub fn put_service(&self, json: serde_json::Value) {
+        let s: Service = serde_json::from_value(json).expect("service");
+        let ns = s
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        self.services
+            .lock()
+            .expect("lock")
+            .entry(ns)
+            .or_default()
+            .push(s);
     }
 }
 
@@ -93,5 +110,15 @@ impl PodObjects for FakeObjects {
             expiration_timestamp: expires,
         });
         Ok(tr)
+    }
+
+    async fn services(&self, ns: &str) -> Result<Vec<Service>> {
+        Ok(self
+            .services
+            .lock()
+            .expect("lock")
+            .get(ns)
+            .cloned()
+            .unwrap_or_default())
     }
 }

@@ -93,7 +93,11 @@ impl<R: ContainerRuntime> Worker<R> {
                 .all()
                 .filter(|i| !i.labels.sandbox && i.state != RunState::Exited)
                 .collect();
-            let order = TerminationOrder::new(self.pod.spec.as_ref(), &running);
+            let names: Vec<&str> = running
+                .iter()
+                .map(|i| i.labels.container.as_str())
+                .collect();
+            let order = TerminationOrder::new(self.pod.spec.as_ref(), &names);
             let kills = running.iter().map(|i| {
                 let (waits_for, done) = order.turn(&i.labels.container);
                 self.kill_in_turn(&i.labels.container, &i.id, grace, waits_for, done)
@@ -150,10 +154,11 @@ struct TerminationOrder {
 }
 
 impl TerminationOrder {
-    fn new(spec: Option<&PodSpec>, running: &[&Instance]) -> Self {
+    /// The order among the `running` containers (spec names) of the pod of `spec`.
+    fn new(spec: Option<&PodSpec>, running: &[&str]) -> Self {
         let done: HashMap<String, CancellationToken> = running
             .iter()
-            .map(|i| (i.labels.container.clone(), CancellationToken::new()))
+            .map(|name| ((*name).to_owned(), CancellationToken::new()))
             .collect();
         let sidecars = spec
             .and_then(|s| s.init_containers.as_ref())
@@ -241,5 +246,44 @@ pub(crate) async fn cleanup_orphan<R: ContainerRuntime>(ctx: &Context<R>, pod: &
     .await;
     if let Err(e) = result {
         warn!(uid = %pod.uid, error = %ErrorChain(&e), "orphan clean-up failed; retried on the next change");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecars_wait_for_the_apps_and_the_later_sidecars() {
+        let spec: PodSpec = serde_json::from_value(serde_json::json!({
+            "initContainers": [
+                {"name": "init", "image": "i"},
+                {"name": "proxy", "image": "i", "restartPolicy": "Always"},
+                {"name": "logger", "image": "i", "restartPolicy": "Always"},
+            ],
+            "containers": [{"name": "app", "image": "i"}, {"name": "worker", "image": "i"}],
+        }))
+        .expect("spec");
+        let order = TerminationOrder::new(Some(&spec), &["proxy", "logger", "app", "worker"]);
+        let (app_waits, app) = order.turn("app");
+        assert!(app_waits.is_empty(), "app containers stop at once");
+        let (logger_waits, logger) = order.turn("logger");
+        assert_eq!(
+            logger_waits.len(),
+            2,
+            "the last sidecar waits for both apps"
+        );
+        let (proxy_waits, _) = order.turn("proxy");
+        assert_eq!(
+            proxy_waits.len(),
+            3,
+            "an earlier sidecar also waits for the later one"
+        );
+        app.cancel();
+        order.turn("worker").1.cancel();
+        assert!(logger_waits.iter().all(CancellationToken::is_cancelled));
+        assert!(!proxy_waits.iter().all(CancellationToken::is_cancelled));
+        logger.cancel();
+        assert!(proxy_waits.iter().all(CancellationToken::is_cancelled));
     }
 }

@@ -45,11 +45,12 @@ pub(super) fn harness() -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("store.redb")).expect("store");
     let (hub, upstream) = EdgeHubHandle::detached(100_000);
-    let objects = Arc::new(StoreObjects::new(
-        store.clone(),
-        hub.clone(),
-        QueryRegistry::new(),
-    ));
+    // Nothing answers cloud queries here: they fail at once instead of after the default
+    // timeout (service lists, asked at every container start, then are empty).
+    let objects = Arc::new(
+        StoreObjects::new(store.clone(), hub.clone(), QueryRegistry::new())
+            .with_timeout(Duration::ZERO),
+    );
     let mut config = Config {
         node_name: NODE.into(),
         data_dir: dir.path().to_owned(),

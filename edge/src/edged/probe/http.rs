@@ -138,7 +138,7 @@ mod tests {
 
     #[test]
     fn locations_resolve_as_a_browser_would() {
-        let base: Uri = "http://10.0.0.1:8080/redirect?loc=x".parse().unwrap();
+        let base: Uri = "http://10.0.0.1:8080/redirect?loc=x".parse().expect("uri");
         let r = |l| resolve(&base, l).map(|u| u.to_string());
         assert_eq!(
             r("/healthz").as_deref(),

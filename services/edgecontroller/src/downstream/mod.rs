@@ -70,6 +70,7 @@ impl Downstream for EdgeDownstream {
     ) -> BTreeSet<String> {
         match event {
             CacheEvent::Relisted => nodes.names(),
+            CacheEvent::ServicesRelisted => BTreeSet::new(),
             CacheEvent::Node(node) => {
                 // Most Node changes are the edge's own status reports: only a node whose
                 // Node object changed in content (or appeared or vanished) is compared again.

@@ -7,7 +7,7 @@
 //! with the object for queries, `error` with a UTF-8 reason otherwise (docs/protocol.md,
 //! "Messages"). Pods, pod status, configmaps, secrets and tokens are only served for pods
 //! bound to the asking node (`spec.nodeName`), as the Kubernetes node authorizer limits a
-//! kubelet.
+//! kubelet; service lists only for namespaces with such a pod (and the master service).
 //!
 //! - [`node`]: node registration (`insert _/node/<node>`) and status
 //!   (`update _/nodestatus/<node>`).
@@ -16,6 +16,8 @@
 //!   (`delete <ns>/pod/<name>`).
 //! - [`event`]: events (`insert <ns>/event/<name>`).
 //! - [`query`]: configmap and secret queries (`query <ns>/configmap|secret/<name>`).
+//! - [`services`]: service list queries (`query <ns>/servicelist/_`), for the kubelet's
+//!   service environment variables.
 //! - [`token`]: service account tokens (`query <ns>/serviceaccounttoken/<sa>`).
 
 pub mod event;
@@ -23,6 +25,7 @@ pub mod lease;
 pub mod node;
 pub mod pod;
 pub mod query;
+pub mod services;
 pub mod token;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
@@ -31,8 +34,8 @@ use k8s_openapi::api::core::v1::{Event, Node, NodeStatus, PodStatus};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tracing::{Instrument as _, debug, warn};
 use verge_core::{
-    CLUSTER_SCOPE, Envelope, Group, Kind, NODE_LEASE_NAMESPACE, NodeResource, Operation, Outcome,
-    ResourceKey, ResourceType,
+    CLUSTER_SCOPE, Envelope, Group, Kind, LIST_NAME, NODE_LEASE_NAMESPACE, NodeResource, Operation,
+    Outcome, ResourceKey, ResourceType,
 };
 
 use crate::cache::Caches;
@@ -59,6 +62,8 @@ pub enum Request {
     CreateEvent(Box<Event>),
     /// `query <ns>/configmap/<name>` or `<ns>/secret/<name>`: answer the object.
     Query(ResourceKey),
+    /// `query <ns>/servicelist/_`: answer the Services of the namespace the node may see.
+    ServiceList(String),
     /// `query <ns>/serviceaccounttoken/<sa>`: issue a token for a pod bound to the node.
     Token {
         /// The namespace.
@@ -206,6 +211,9 @@ pub fn parse(node: &str, message: &Envelope) -> Result<Inbound> {
             namespaced(node, key)?;
             Request::Query(key.clone())
         }
+        (Operation::Query, ResourceType::ServiceList) if key.name == LIST_NAME => {
+            Request::ServiceList(namespaced(node, key)?.to_owned())
+        }
         (Operation::Query, ResourceType::ServiceAccountToken) => Request::Token {
             namespace: namespaced(node, key)?.to_owned(),
             service_account: key.name.clone(),
@@ -305,7 +313,12 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
             answer(message, Outcome::Response, content)
         }
         Err(error) => {
-            if matches!(error, Error::Forbidden { .. } | Error::NotReferenced { .. }) {
+            if matches!(
+                error,
+                Error::Forbidden { .. }
+                    | Error::NotReferenced { .. }
+                    | Error::NotInNamespace { .. }
+            ) {
                 AUTHORIZATION_REFUSALS.fetch_add(1, Ordering::Relaxed);
                 warn!(%node, reason = %error.reason(), "refused by node authorization");
             } else {
@@ -318,7 +331,7 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
 
 /// Upstream messages refused by node authorization since start: a node writing another
 /// node's objects or a Node that is not a Verge edge node, or asking for objects or tokens
-/// no pod of its own references. Each is also logged with the node and the reason.
+/// no pod of its own references, or for the services of a namespace without its pods. Each is also logged with the node and the reason.
 pub static AUTHORIZATION_REFUSALS: AtomicU64 = AtomicU64::new(0);
 
 async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply> {
@@ -332,6 +345,10 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
         Request::CreateEvent(object) => event::create(client, &object).await?,
         Request::Query(key) => {
             let json = query::answer(client, &context.caches, node, &key).await?;
+            return Ok(Reply::Response(json));
+        }
+        Request::ServiceList(namespace) => {
+            let json = services::answer(&context.caches, node, &namespace).await?;
             return Ok(Reply::Response(json));
         }
         Request::Token {

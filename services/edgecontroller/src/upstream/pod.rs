@@ -45,7 +45,20 @@ pub fn check_bound(node: &str, pod: &Pod, what: &str) -> Result<()> {
 
 /// The strategic merge patch of a status report: the status plus `metadata.uid`, which the
 /// API server checks as a precondition (a recreated pod of the same name is not touched).
+///
+/// `status.conditions` merge by `type`, so a field a condition no longer has would survive
+/// from the stored one (a Ready condition turned `True` keeping its old `reason:
+/// ContainersNotReady`). Each reported condition therefore sets `reason` and `message` to
+/// `null` when it has none, which deletes them, as the kubelet's two-way merge patch does.
 pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
+    let mut status = json!(status);
+    if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
+        for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
+            for field in ["reason", "message"] {
+                condition.entry(field).or_insert(Value::Null);
+            }
+        }
+    }
     json!({ "metadata": { "uid": uid }, "status": status })
 }
 
@@ -170,5 +183,21 @@ mod tests {
         let patch = status_patch("u-1", &status);
         assert_eq!(patch["metadata"]["uid"], "u-1");
         assert_eq!(patch["status"]["phase"], "Running");
+    }
+
+    #[test]
+    fn conditions_without_reason_delete_the_stored_one() {
+        let status: PodStatus = serde_json::from_value(json!({ "conditions": [
+            { "type": "Ready", "status": "True" },
+            { "type": "Initialized", "status": "False", "reason": "ContainersNotInitialized",
+              "message": "containers with incomplete status: [init]" },
+        ] }))
+        .expect("status");
+        let patch = status_patch("u-1", &status);
+        let ready = &patch["status"]["conditions"][0];
+        assert!(ready["reason"].is_null() && ready.get("reason").is_some());
+        assert!(ready["message"].is_null() && ready.get("message").is_some());
+        let initialized = &patch["status"]["conditions"][1];
+        assert_eq!(initialized["reason"], "ContainersNotInitialized");
     }
 }

@@ -265,6 +265,27 @@ fn events_queries_and_tokens_parse() {
         parse("edge-1", &m),
         Ok(Inbound::Request(Request::Token { ref service_account, .. })) if service_account == "default"
     ));
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/ns/servicelist/_",
+        json!(null),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::ServiceList(ref ns))) if ns == "ns"
+    ));
+    // A service list names no object; cluster-scoped lists do not exist.
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/ns/servicelist/x",
+        json!(null),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+    let m = msg(Operation::Query, "node/edge-1/_/servicelist/_", json!(null));
+    assert!(matches!(parse("edge-1", &m), Err(Error::Forbidden { .. })));
     // Queries of other types, and writes of configmaps, are not served.
     let m = msg(Operation::Query, "node/edge-1/ns/pod/p", json!(null));
     assert!(matches!(

@@ -265,6 +265,7 @@ fn desired_objects_hold_only_the_own_node() {
         pods: store().0,
         configmaps: store().0,
         secrets: store().0,
+        services: store().0,
         pods_or_nodes_changed: std::sync::Arc::default(),
     };
     let own = desired_objects("edge-1", &caches);

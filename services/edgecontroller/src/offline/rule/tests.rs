@@ -123,6 +123,7 @@ fn only_pods_of_an_unhealthy_node_need_their_tolerations_kept() {
     assert!(node_needs_tolerations(&node("True", unreachable)));
     let other = json!([{ "key": "dedicated", "value": "edge", "effect": "NoSchedule" }]);
     assert!(!node_needs_tolerations(&node("True", other)));
-    let no_status: Node = serde_json::from_value(json!({ "metadata": { "name": "n" } })).unwrap();
+    let no_status: Node =
+        serde_json::from_value(json!({ "metadata": { "name": "n" } })).expect("node");
     assert!(node_needs_tolerations(&no_status));
 }

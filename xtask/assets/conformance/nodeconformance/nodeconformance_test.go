@@ -1,10 +1,11 @@
-// Package subset is a trimmed Kubernetes e2e test binary for `cargo xtask conformance
-// --subset` (Verge's CI): it links only the spec packages test/e2e/common/node and
-// test/e2e/common/storage of the pinned release, whose specs run unmodified, with the e2e
-// framework's own flags. The full test/e2e binary also links every other suite and the
-// cloud providers, which makes a cold build several times longer.
+// Package nodeconformance is the e2e test binary of `cargo xtask conformance`: it links
+// only the spec packages test/e2e/common/node and test/e2e/common/storage of the pinned
+// release (the ones the [NodeConformance] selection comes from), whose specs run
+// unmodified, with the e2e framework's own flags and reporting. The full test/e2e binary
+// links every other suite and the cloud providers besides, which makes a cold build much
+// longer; the specs it would run here are the same.
 // Copied by xtask/assets/conformance/build.sh into the cache's Go module.
-package subset
+package nodeconformance
 
 import (
 	"flag"

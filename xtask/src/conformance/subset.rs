@@ -1,0 +1,73 @@
+//! The CI subset of the `[NodeConformance]` selection (`cargo xtask conformance --subset`,
+//! run by `cargo xtask test`): a few specs of each area, chosen among the quick ones (a few
+//! seconds each, one liveness restart), so the run takes minutes while every area edged
+//! implements is exercised by Kubernetes' own specs. The full selection stays
+//! `cargo xtask conformance`.
+
+/// The specs, each a unique part of its text (after `[sig-node] ` / `[sig-storage] `),
+/// grouped by area.
+pub const SPECS: &[&str] = &[
+    // Pods: updates, deadlines, readiness gates, service links, streams through the API server.
+    "Pods should be updated [",
+    "Pods should allow activeDeadlineSeconds to be updated [",
+    "Pods should support pod readiness gates [",
+    "Pods should contain environment variables for services [",
+    "Pods should support remote command execution over websockets [",
+    "Pods should support retrieving logs from the container over websockets [",
+    // Lifecycle hooks (exec, http, https from a sidecar, sleep).
+    "Container Lifecycle Hook when create a pod with lifecycle hook should execute poststart \
+     exec hook properly [",
+    "Container Lifecycle Hook when create a pod with lifecycle hook should execute prestop \
+     http hook properly [",
+    "Restartable Init Container Lifecycle Hook when create a pod with lifecycle hook should \
+     execute prestop https hook properly [",
+    "Lifecycle Sleep Hook when create a pod with lifecycle hook using sleep action valid \
+     prestop hook using sleep action [",
+    // Probes.
+    "Probing container should be restarted with a /healthz http liveness probe [",
+    // Init containers and restart rules.
+    "InitContainer should invoke init containers on a RestartNever pod [",
+    "InitContainer should not start app containers and fail the pod if init containers fail \
+     on a RestartNever pod [",
+    "Container Restart Rules should restart container on rule match [",
+    // Environment.
+    "ConfigMap should be consumable via the environment [",
+    "Variable Expansion should allow composing env vars into new env vars [",
+    "Downward API should provide pod name, namespace and IP address as env vars [",
+    // Volumes.
+    "ConfigMap should be consumable from pods in volume with mappings [",
+    "Secrets should be consumable from pods in volume with defaultMode set [",
+    "Projected combined should project all components that make up the projection API [",
+    "Downward API volume should update labels on modification [",
+    "EmptyDir volumes should support (root,0666,tmpfs) [",
+    "HostPath should give a volume the correct mode [",
+    // Security context, sysctls, admission.
+    "Security Context When creating a container with runAsUser should run the container with \
+     uid 65534 [",
+    "Security Context When creating a pod with readOnlyRootFilesystem should run the container \
+     with readonly rootfs when readOnlyRootFilesystem=true [",
+    "Security Context When creating a container with runAsNonRoot should not run with an \
+     explicit root user ID [",
+    "Sysctls [LinuxOnly] should support sysctls [",
+    "Sysctls [LinuxOnly] should not launch unsafe, but not explicitly enabled sysctls on the \
+     node [",
+    "PodOSRejection Kubelet [LinuxOnly] should reject pod when the node OS doesn't match pod's \
+     OS [",
+    // Ephemeral containers, /etc/hosts and hostname, termination messages.
+    "Ephemeral Containers will start an ephemeral container in an existing pod [",
+    "Kubelet when scheduling an agnhost Pod with hostAliases should write entries to \
+     /etc/hosts [",
+    "Override hostname of Pod a pod has hostnameOverride field with value that is a valid DNS \
+     subdomain.",
+    "Container Runtime blackbox test on terminated container should report termination \
+     message if TerminationMessagePath is set [",
+];
+
+/// `--ginkgo.focus` of the subset: the [`SPECS`], regex-quoted, joined by `|`.
+pub fn focus() -> String {
+    SPECS
+        .iter()
+        .map(|s| regex::escape(s))
+        .collect::<Vec<_>>()
+        .join("|")
+}
