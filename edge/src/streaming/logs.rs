@@ -155,11 +155,33 @@ async fn logs(
         }
         None => from_docker(containers.docker(), &instance.id, &request, follow).boxed(),
     };
+    let output = end_apart(output);
     let body = match request.limit_bytes {
         None => Body::from_stream(output),
         Some(limit) => Body::from_stream(limited(output, limit)),
     };
     Ok(body)
+}
+
+/// `output`, ending only after one `Pending`, so that hyper flushes the last data before the
+/// chunked body's terminator. Sent in one TLS record, Go's HTTP client returns both from one
+/// `Read` as `(n, io.EOF)`, and the API server's websocket log copier (`wsstream`'s
+/// `messageCopy`, the path of a logs request upgraded to `binary.k8s.io`) drops data that
+/// comes with EOF: a short log would read back empty. The kubelet flushes each write, so its
+/// terminator never shares a record with data.
+fn end_apart<S>(output: S) -> impl futures::Stream<Item = S::Item> + Send + 'static
+where
+    S: futures::Stream + Send + 'static,
+{
+    let mut yielded = false;
+    output.chain(stream::poll_fn(move |cx| {
+        if yielded {
+            return std::task::Poll::Ready(None);
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }))
 }
 
 /// The output through Docker's log API (drivers other than `json-file`, or a log file this
@@ -256,6 +278,27 @@ fn fixed_width_timestamps(chunk: &[u8]) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_body_ends_only_after_a_pending_poll() {
+        use futures::Stream as _;
+        use std::task::{Context, Poll};
+        let data: std::io::Result<Bytes> = Ok(Bytes::from_static(b"alive\n"));
+        let mut body = Box::pin(end_apart(stream::iter([data])));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(matches!(
+            body.as_mut().poll_next(&mut cx),
+            Poll::Ready(Some(Ok(_)))
+        ));
+        assert!(
+            body.as_mut().poll_next(&mut cx).is_pending(),
+            "flushed before the end"
+        );
+        assert!(matches!(
+            body.as_mut().poll_next(&mut cx),
+            Poll::Ready(None)
+        ));
+    }
 
     fn query(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
