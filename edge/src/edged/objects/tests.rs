@@ -17,33 +17,43 @@ fn pod() -> Pod {
 /// Answers queries like edgecontroller: `ns/configmap/remote` exists, other configmaps are
 /// NotFound, tokens echo the request with a status. Returns the queried resources.
 fn fake_cloud(
+    upstream: tokio::sync::mpsc::Receiver<verge_core::Envelope>,
+    queries: QueryRegistry,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    fake_cloud_answering(upstream, queries, |q| match q.resource() {
+        "ns/configmap/remote" => (
+            Operation::Response,
+            json!({"metadata": {"name": "remote", "namespace": "ns", "uid": "c-1",
+                "resourceVersion": "5"}, "data": {"k": "v"}})
+            .to_string(),
+        ),
+        "ns/serviceaccounttoken/app" => {
+            let mut tr: serde_json::Value =
+                serde_json::from_slice(&q.content).expect("token request json");
+            tr["status"] = json!({"token": "t0k", "expirationTimestamp": "2030-01-01T00:00:00Z"});
+            (Operation::Response, tr.to_string())
+        }
+        _ => (
+            Operation::Error,
+            "API server: get configmap failed: ApiError: configmaps \"x\" not found: NotFound"
+                .to_owned(),
+        ),
+    })
+}
+
+/// A fake cloud answering every query on `upstream` with `answer(query)` (operation and
+/// content) through `queries`; returns the queried resources when `upstream` closes.
+pub(super) fn fake_cloud_answering(
     mut upstream: tokio::sync::mpsc::Receiver<verge_core::Envelope>,
     queries: QueryRegistry,
+    answer: impl Fn(&Message) -> (Operation, String) + Send + 'static,
 ) -> tokio::task::JoinHandle<Vec<String>> {
     tokio::spawn(async move {
         let mut seen = Vec::new();
         while let Some(q) = upstream.recv().await {
             let q = Message::from(q);
             seen.push(q.resource().to_owned());
-            let (op, content) = match q.resource() {
-                "ns/configmap/remote" => (
-                    Operation::Response,
-                    json!({"metadata": {"name": "remote", "namespace": "ns", "uid": "c-1",
-                        "resourceVersion": "5"}, "data": {"k": "v"}})
-                    .to_string(),
-                ),
-                "ns/serviceaccounttoken/app" => {
-                    let mut tr: serde_json::Value =
-                        serde_json::from_slice(&q.content).expect("token request json");
-                    tr["status"] = json!({"token": "t0k", "expirationTimestamp": "2030-01-01T00:00:00Z"});
-                    (Operation::Response, tr.to_string())
-                }
-                _ => (
-                    Operation::Error,
-                    "API server: get configmap failed: ApiError: configmaps \"x\" not found: NotFound"
-                        .to_owned(),
-                ),
-            };
+            let (op, content) = answer(&q);
             let reply = Message::reply(
                 "r",
                 q.id(),

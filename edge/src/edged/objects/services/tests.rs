@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use verge_core::Operation;
-use verge_proto::{Message, MessageExt};
+use verge_proto::MessageExt;
 
+use crate::edged::objects::tests::fake_cloud_answering;
 use crate::edged::objects::{PodObjects, StoreObjects};
 use crate::edgehub::EdgeHubHandle;
 use crate::metamanager::{MetaStore, QueryRegistry};
@@ -13,40 +14,21 @@ use crate::metamanager::{MetaStore, QueryRegistry};
 /// Answers `ns/servicelist/_` with one service, refuses every other query (as edgecontroller
 /// refuses a namespace without pods of the node).
 fn fake_cloud(
-    mut upstream: tokio::sync::mpsc::Receiver<verge_core::Envelope>,
+    upstream: tokio::sync::mpsc::Receiver<verge_core::Envelope>,
     queries: QueryRegistry,
 ) -> tokio::task::JoinHandle<Vec<String>> {
-    tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while let Some(q) = upstream.recv().await {
-            let q = Message::from(q);
-            seen.push(q.resource().to_owned());
-            let (op, content) = match q.resource() {
-                "ns/servicelist/_" => (
-                    Operation::Response,
-                    json!({"apiVersion": "v1", "kind": "ServiceList", "metadata": {},
-                        "items": [{"metadata": {"name": "web", "namespace": "ns"},
-                            "spec": {"clusterIP": "10.0.0.5", "ports": [{"port": 80}]}}]})
-                    .to_string(),
-                ),
-                _ => (
-                    Operation::Error,
-                    "forbidden: node \"e\" has no pod in namespace \"other\"".to_owned(),
-                ),
-            };
-            let reply = Message::reply(
-                "r",
-                q.id(),
-                "edgecontroller",
-                verge_core::Group::Resource,
-                op,
-                q.resource(),
-                content.into_bytes(),
-            );
-            let reply = verge_core::Envelope::try_from(reply).expect("valid");
-            assert!(queries.complete(reply).is_none());
-        }
-        seen
+    fake_cloud_answering(upstream, queries, |q| match q.resource() {
+        "ns/servicelist/_" => (
+            Operation::Response,
+            json!({"apiVersion": "v1", "kind": "ServiceList", "metadata": {},
+                "items": [{"metadata": {"name": "web", "namespace": "ns"},
+                    "spec": {"clusterIP": "10.0.0.5", "ports": [{"port": 80}]}}]})
+            .to_string(),
+        ),
+        _ => (
+            Operation::Error,
+            "forbidden: node \"e\" has no pod in namespace \"other\"".to_owned(),
+        ),
     })
 }
 
