@@ -8,14 +8,13 @@
 /// grouped by area.
 pub const SPECS: &[&str] = &[
     // Pods: updates, deadlines, readiness gates, service links, exec and logs through the API
-    // server. (Not "retrieving logs ... over websockets": about one in three of its reads
-    // comes back empty here under load, a known open bug of the log stream's tunnel.)
+    // server.
     "Pods should be updated [",
     "Pods should allow activeDeadlineSeconds to be updated [",
     "Pods should support pod readiness gates [",
     "Pods should contain environment variables for services [",
     "Pods should support remote command execution over websockets [",
-    "Kubelet when scheduling a busybox command in a pod should print the output to logs [",
+    "Pods should support retrieving logs from the container over websockets [",
     // Lifecycle hooks (exec, http, https from a sidecar, sleep).
     "Container Lifecycle Hook when create a pod with lifecycle hook should execute poststart \
      exec hook properly [",
