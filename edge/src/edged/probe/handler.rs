@@ -83,7 +83,7 @@ pub trait ProbeHandler: Send + Sync + 'static {
 /// - `exec` in the container through the container runtime (Docker in production);
 /// - `httpGet` over HTTP/1.1 (no keep-alive), for `scheme: HTTPS` over TLS without verifying
 ///   the server's certificate or name (kubelet: `InsecureSkipVerify`), redirects followed to
-///   the same host only ([`http`](super::http)); 200–399 is a success;
+///   the same host only (`probe::http`); 200–399 is a success;
 /// - `tcpSocket` by connecting;
 /// - `grpc` with one `grpc.health.v1.Health/Check` over plaintext HTTP/2 to the pod IP:
 ///   `SERVING` is a success, any other status a failure (`service unhealthy (responded with
