@@ -139,7 +139,7 @@ impl Metrics {
         self.messages
             .get_or_create(&MessageLabels {
                 direction: if upstream { "upstream" } else { "downstream" },
-                group: envelope.group.as_str(),
+                group: envelope.group.metric_label(),
                 operation: envelope.operation().as_str(),
             })
             .inc();

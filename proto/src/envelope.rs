@@ -72,6 +72,14 @@ impl TryFrom<Message> for Envelope {
             Some((node, key)) => (node, Some(key)),
             None => (None, None),
         };
+        // A third party's resource types exist only in its own group's messages.
+        if group.is_verge()
+            && let Some(app) = key.as_ref().filter(|k| !k.kind.is_verge())
+        {
+            return Err(invalid("route.resource")(
+                verge_core::Error::UnknownResourceType(app.kind.as_str().to_owned()),
+            ));
+        }
         let parent = match header.parent_id.as_str() {
             "" => None,
             p => Some(MessageId::parse(p).map_err(invalid("header.parent_id"))?),

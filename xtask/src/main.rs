@@ -6,9 +6,10 @@
 //! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
 //! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
 //! images of the services), [`conformance`] (the upstream `[NodeConformance]` specs against
-//! the edge node, docs/conformance.md); [`local`] starts and stops the Verge processes for quickstart and
+//! the edge node, docs/conformance.md), [`api`] (buf lint and breaking, docs/api.md); [`local`] starts and stops the Verge processes for quickstart and
 //! benchmarks.
 
+mod api;
 mod bench;
 mod conformance;
 mod control_plane;
@@ -56,6 +57,9 @@ enum Command {
     /// Run the upstream `[NodeConformance]` specs of the pinned release against the
     /// quickstart cluster's edge node and write docs/conformance.md.
     Conformance(conformance::Args),
+    /// The protobuf API as a contract: `check` (buf lint, buf breaking against the previous
+    /// release, docs/api.md up to date) and `docs` (regenerate docs/api.md).
+    Api(api::Args),
 }
 
 #[tokio::main]
@@ -71,6 +75,9 @@ async fn main() -> ExitCode {
         Command::Fuzz(args) => fuzz::run(args).await,
         Command::Images(args) => images::run(args).await,
         Command::Conformance(args) => conformance::run(args).await,
+        Command::Api(args) => tokio::task::spawn_blocking(move || api::run(&args))
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("xtask api panicked: {e}"))),
     };
     match result {
         Ok(code) => code,

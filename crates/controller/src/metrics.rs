@@ -105,7 +105,7 @@ impl Metrics {
         self.messages
             .get_or_create(&MessageLabels {
                 direction: if sent { "sent" } else { "received" },
-                group: envelope.group.as_str(),
+                group: envelope.group.metric_label(),
                 operation: envelope.operation().as_str(),
             })
             .inc();

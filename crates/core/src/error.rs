@@ -17,6 +17,14 @@ pub enum Error {
     /// A route names a controller group Verge does not know.
     #[error("unknown group {0:?}")]
     UnknownGroup(String),
+    /// A third-party group name that is malformed or reserved ([`crate::AppGroup`]).
+    #[error("invalid group {group:?}: {reason}")]
+    InvalidGroup {
+        /// The name as given (at most 71 characters of it).
+        group: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A resource type Verge does not know.
     #[error("unknown resource type {0:?}")]
     UnknownResourceType(String),

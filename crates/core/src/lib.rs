@@ -12,6 +12,7 @@
 //!   [`NODE_LEASE_NAMESPACE`]).
 //! - [`error`]: the crate's [`Error`].
 
+pub mod app;
 pub mod config;
 pub mod envelope;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod route;
 pub mod version;
 pub mod well_known;
 
+pub use app::{AppGroup, AppType};
 pub use config::{ConfigError, from_yaml};
 pub use envelope::{
     Envelope, Kind, MessageId, Module, ObjectVersion, Outcome, TraceContext, Write, now_ms,

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::{Error, Result};
+use crate::{AppType, Error, Result};
 
 /// The namespace segment of cluster-scoped objects (nodes).
 pub const CLUSTER_SCOPE: &str = "_";
@@ -53,12 +53,25 @@ pub enum ResourceType {
     /// A Device's reported twins, state and last online time (edge -> cloud), written into
     /// the `devices.kubeedge.io/v1beta1/DeviceStatus` of the same name.
     DeviceStatus,
+    /// A type of a third-party group's resources, known only to its controller and edge
+    /// apps; valid only in messages of an [`crate::AppGroup`].
+    App(AppType),
 }
 
 impl ResourceType {
     /// The wire name, e.g. `"pod"`.
-    pub const fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
+            Self::App(app) => app.as_str(),
+            verge => verge.metric_label(),
+        }
+    }
+
+    /// A name for a metrics label or a statistics table: the wire name of Verge's own types,
+    /// `"app"` for every third party's (their names are not bounded in number).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::App(_) => "app",
             Self::Pod => "pod",
             Self::PodStatus => "podstatus",
             Self::ConfigMap => "configmap",
@@ -74,6 +87,11 @@ impl ResourceType {
             Self::Twin => "twin",
             Self::DeviceStatus => "devicestatus",
         }
+    }
+
+    /// Whether this is one of Verge's own types (not a third party's [`AppType`]).
+    pub const fn is_verge(self) -> bool {
+        !matches!(self, Self::App(_))
     }
 
     /// Whether objects of this type live outside namespaces.
@@ -101,7 +119,10 @@ impl FromStr for ResourceType {
             "devicemodel" => Self::DeviceModel,
             "twin" => Self::Twin,
             "devicestatus" => Self::DeviceStatus,
-            other => return Err(Error::UnknownResourceType(other.to_owned())),
+            other => match AppType::parse(other) {
+                Some(app) => Self::App(app),
+                None => return Err(Error::UnknownResourceType(other.to_owned())),
+            },
         })
     }
 }

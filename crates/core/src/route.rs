@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::{Error, Result};
+use crate::{AppGroup, Error, Result};
 
 /// What a message does. The wire form is the lower-case name (`"insert"`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,27 +91,53 @@ pub enum Group {
     Device,
     /// Cloudhub itself (keepalives); never forwarded to a controller.
     Hub,
+    /// A third party's group, served by its own controller on ControllerHub and by edge apps
+    /// over MQTT on the edge (`verge/apps/<group>/...`).
+    App(AppGroup),
 }
 
 impl Group {
     /// The wire name.
-    pub const fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             Self::Resource => "resource",
             Self::Device => "device",
             Self::Hub => "hub",
+            Self::App(group) => group.as_str(),
         }
+    }
+
+    /// The value of a metrics `group` label: the wire name of Verge's own groups, `"app"`
+    /// for every third-party group (their names are not bounded in number).
+    pub const fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Resource => "resource",
+            Self::Device => "device",
+            Self::Hub => "hub",
+            Self::App(_) => "app",
+        }
+    }
+
+    /// Whether this is one of Verge's own groups (served by Verge's controllers or cloudhub).
+    pub const fn is_verge(&self) -> bool {
+        !matches!(self, Self::App(_))
     }
 }
 
 impl FromStr for Group {
     type Err = Error;
 
+    /// Verge's own names, or an [`AppGroup`] for a name with a dot.
+    ///
+    /// # Errors
+    /// [`Error::UnknownGroup`] for a name without a dot that is not Verge's;
+    /// [`Error::InvalidGroup`] for a malformed or reserved third-party name.
     fn from_str(s: &str) -> Result<Self> {
         Ok(match s {
             "resource" => Self::Resource,
             "device" => Self::Device,
             "hub" => Self::Hub,
+            other if other.contains('.') => Self::App(other.parse()?),
             other => return Err(Error::UnknownGroup(other.to_owned())),
         })
     }
@@ -152,5 +178,39 @@ mod tests {
             assert_eq!(g.as_str().parse::<Group>(), Ok(g));
         }
         assert_eq!("x".parse::<Group>(), Err(Error::UnknownGroup("x".into())));
+        let app: Group = "robots.example.com".parse().expect("third-party group");
+        assert_eq!(app.as_str(), "robots.example.com");
+        assert_eq!(app.to_string().parse::<Group>(), Ok(app));
+        assert!(!app.is_verge() && Group::Resource.is_verge());
+        assert_eq!(app.metric_label(), "app");
+    }
+
+    #[test]
+    fn third_party_groups_are_dns_subdomains_outside_verge_io() {
+        for bad in [
+            "Robots.example.com",
+            "robots..example.com",
+            ".example.com",
+            "example.com.",
+            "-a.example.com",
+            "a_b.example.com",
+            "verge.io",
+            "apps.verge.io",
+            "a/b.example.com",
+        ] {
+            assert!(
+                matches!(bad.parse::<Group>(), Err(Error::InvalidGroup { .. })),
+                "{bad}"
+            );
+        }
+        let long = format!("{}.example.com", "a".repeat(60));
+        assert!(matches!(
+            long.parse::<Group>(),
+            Err(Error::InvalidGroup { .. })
+        ));
+        let max = format!("{}.io", "a".repeat(crate::app::MAX_NAME_LEN - 3));
+        assert_eq!(max.parse::<Group>().map(|g| g.as_str().len()), Ok(63));
+        assert!("robots.example.com".parse::<Group>().is_ok());
+        assert!("a-1.b2.io".parse::<Group>().is_ok());
     }
 }

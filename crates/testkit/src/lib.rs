@@ -73,6 +73,7 @@
 //! | `VERGE_NODE_DIR` | kubelet node run directory ([`kubelet_node`]) | `~/.cache/verge/run/kubelet-node` |
 //! | `VERGE_JAEGER_CACHE_DIR` | directory holding the built Jaeger ([`jaeger`]) | `~/.cache/verge/jaeger/v<version>` |
 //! | `VERGE_JAEGER_STATE_DIR` | Jaeger's state and log directory | `~/.cache/verge/run/jaeger` |
+//! | `VERGE_PROTO_TOOLS_CACHE` | directory holding buf and protoc-gen-doc ([`proto_tools`]) | `~/.cache/verge/proto-tools` |
 //!
 //! The control plane's env file (`<state>/env`, printed by
 //! `cargo xtask control-plane env`) exports `KUBECONFIG`, `VERGE_STATE_DIR`,
@@ -100,6 +101,7 @@ pub mod packages;
 pub mod paths;
 pub mod ports;
 pub mod process;
+pub mod proto_tools;
 mod run_state;
 pub mod trust;
 pub mod wait;

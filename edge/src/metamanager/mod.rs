@@ -136,6 +136,15 @@ impl MetaManager {
     /// Applies one downstream message; returns the reply to send, if any.
     #[tracing::instrument(skip_all, fields(id = %msg.id, resource = %msg.path()))]
     pub async fn handle(&self, mut msg: Envelope) -> Option<Envelope> {
+        if !msg.group.is_verge() && !msg.is_answer() {
+            // Nothing of a third party's group is stored as an object: refused whole.
+            let reason = format!(
+                "group {} is a third-party group; this edgecore does not serve edge apps",
+                msg.group
+            );
+            warn!(%reason, "rejected downstream message");
+            return Some(reply(&msg, Outcome::Error(reason)));
+        }
         match &msg.kind {
             Kind::Answer {
                 to,
@@ -396,5 +405,27 @@ mod tests {
         );
         let cloud_ack = Envelope::try_from(cloud_ack).expect("valid");
         assert!(m.handle(cloud_ack).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn third_party_groups_are_refused_and_nothing_is_stored() {
+        let (_dir, m) = manager();
+        let group: Group = "robots.example.com".parse().expect("group");
+        let command = Message::build(
+            "c-1",
+            "robots-controller",
+            group,
+            Operation::Update,
+            "default/robot/arm",
+            b"{}".to_vec(),
+        );
+        let r = m.handle(Envelope::try_from(command).expect("valid")).await;
+        let reply = Message::from(r.expect("a reply"));
+        assert_eq!(reply.operation().expect("op"), Operation::Error);
+        assert!(
+            String::from_utf8_lossy(&reply.content).contains("robots.example.com"),
+            "{reply:?}"
+        );
+        assert_eq!(m.store.inventory().expect("inventory").entries.len(), 0);
     }
 }

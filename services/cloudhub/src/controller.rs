@@ -16,13 +16,14 @@ use verge_core::{Envelope, Group};
 use verge_proto::Message;
 use verge_proto::hub::controller_hub_server::ControllerHub;
 use verge_proto::hub::{
-    ControllerFrame, ControllerHello, DeliveryError, HubFrame, Routed, controller_frame, hub_frame,
+    ControllerFrame, ControllerHello, DeliveryError, DeliveryFailure, HubFrame, Routed,
+    controller_frame, hub_frame,
 };
 
 use crate::routing;
 use crate::sessions::{ControllerEntry, ToController};
 use crate::stream::{FrameStream, StreamEnd, outbound_prioritized};
-use crate::trust::TrustError;
+use crate::trust::{ReviewedUser, TrustError};
 use crate::{Error, Result, Shared};
 
 /// The `ControllerHub` gRPC service. Build it through [`crate::CloudHub`].
@@ -66,7 +67,7 @@ pub(crate) fn parse_hello(hello: &ControllerHello) -> Result<Vec<Group>> {
 impl ControllerHubService {
     /// The controller's user: its `authorization: Bearer <token>` checked by a TokenReview
     /// (see [`crate::trust::Trust::review_controller`]).
-    async fn authenticate<T>(&self, request: &Request<T>) -> Result<String, Status> {
+    async fn authenticate<T>(&self, request: &Request<T>) -> Result<ReviewedUser, Status> {
         let trust = &self.shared.trust;
         let token = request
             .metadata()
@@ -107,18 +108,24 @@ impl ControllerHub for ControllerHubService {
             crate::metrics::global().refused(error);
             warn!(%error, "attach refused");
         })?;
+        self.shared.trust.authorize_groups(&user, &groups).await?;
         let (tx, rx) = mpsc::channel(self.shared.config.controller_queue_len);
         let (control, control_rx) = mpsc::channel(self.shared.config.controller_queue_len);
         let end = StreamEnd::new();
+        let user = user.name;
         let entry = ControllerEntry {
             name: hello.name.clone(),
             user: user.clone(),
-            groups,
+            groups: groups.clone(),
             tx: tx.clone(),
             control,
             end: end.clone(),
         };
-        let (id, snapshot) = self.shared.registry.attach_controller(entry);
+        let (id, snapshot) = self
+            .shared
+            .registry
+            .attach_controller(entry)
+            .map_err(|error| self.shared.trust.refuse(&user, error))?;
         let span = info_span!("controller", name = %hello.name, %user, id);
         span.in_scope(
             || info!(groups = ?hello.groups, nodes = snapshot.len(), "controller attached"),
@@ -126,6 +133,7 @@ impl ControllerHub for ControllerHubService {
         let attachment = Attachment {
             shared: self.shared.clone(),
             id,
+            groups,
             tx,
             end: end.clone(),
         };
@@ -156,6 +164,8 @@ fn hub_frame(item: ToController) -> HubFrame {
 struct Attachment {
     shared: Arc<Shared>,
     id: u64,
+    /// The groups of its hello: the only groups it may send.
+    groups: Vec<Group>,
     tx: mpsc::Sender<ToController>,
     end: Arc<StreamEnd>,
 }
@@ -215,6 +225,27 @@ impl Attachment {
         resource = %envelope.path(),
     ))]
     async fn deliver(&self, node: String, envelope: Envelope) -> Result<()> {
+        if !self.groups.contains(&envelope.group) {
+            let reason = format!(
+                "group {:?} is not served by this controller (its hello named {}); nothing was sent",
+                envelope.group.as_str(),
+                self.groups
+                    .iter()
+                    .map(|g| format!("{:?}", g.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            crate::metrics::global().delivery_failure("group_not_served");
+            warn!(%reason, "downstream message refused");
+            let error = DeliveryError {
+                node,
+                message_id: envelope.id.to_string(),
+                reason,
+                failure: DeliveryFailure::GroupNotServed.into(),
+            };
+            self.report(error).await;
+            return Ok(());
+        }
         let message = routing::downstream(&node, envelope)?;
         let message_id = message.id.to_string();
         let Err(undeliverable) = self.shared.registry.deliver(&node, message, Some(self.id)) else {
@@ -227,11 +258,18 @@ impl Attachment {
             node,
             message_id,
             reason,
+            failure: undeliverable.failure().into(),
         };
+        self.report(error).await;
+        Ok(())
+    }
+
+    /// Sends `error` to this controller (waits for room in its message queue, like an
+    /// upstream message; gives up when the stream ends).
+    async fn report(&self, error: DeliveryError) {
         tokio::select! {
             () = self.end.ended() => {}
             _ = self.tx.send(ToController::DeliveryError(error)) => {}
         }
-        Ok(())
     }
 }

@@ -9,7 +9,7 @@
 //! | `verge_cloudhub_messages_total` | counter | `direction` (`upstream`, `downstream`), `group`, `operation` |
 //! | `verge_cloudhub_queue_depth` | gauge | `node` |
 //! | `verge_cloudhub_delivery_retries_total` | counter | — |
-//! | `verge_cloudhub_delivery_failures_total` | counter | `reason` (`unacknowledged`, `queue_full`, `not_connected`) |
+//! | `verge_cloudhub_delivery_failures_total` | counter | `reason` (`unacknowledged`, `queue_full`, `not_connected`, `session_ended`, `group_not_served`) |
 //! | `verge_cloudhub_refusals_total` | counter | `reason` (see [`refusal_reason`]) |
 //!
 //! `queue_depth` is per node on purpose (which node is backed up is the question); its
@@ -74,7 +74,13 @@ pub struct Metrics {
 }
 
 /// Every `reason` of `verge_cloudhub_delivery_failures_total`.
-pub const DELIVERY_FAILURE_REASONS: [&str; 3] = ["unacknowledged", "queue_full", "not_connected"];
+pub const DELIVERY_FAILURE_REASONS: [&str; 5] = [
+    "unacknowledged",
+    "queue_full",
+    "not_connected",
+    "session_ended",
+    "group_not_served",
+];
 
 /// Every `reason` of `verge_cloudhub_refusals_total` ([`refusal_reason`],
 /// [`trust_refusal_reason`] and the rate limit).
@@ -130,7 +136,7 @@ impl Metrics {
         );
         registry.register(
             "verge_cloudhub_delivery_failures",
-            "Downstream messages not delivered, by reason (unacknowledged after maxRetries, queue_full, not_connected).",
+            "Downstream messages not delivered, by reason (unacknowledged after maxRetries, queue_full, not_connected, session_ended: a third-party message unacknowledged when its node's session ended, group_not_served: a group the controller did not name).",
             self.failures.clone(),
         );
         registry.register(
@@ -151,7 +157,7 @@ impl Metrics {
         self.messages
             .get_or_create(&MessageLabels {
                 direction: direction.as_str(),
-                group: envelope.group.as_str(),
+                group: envelope.group.metric_label(),
                 operation: envelope.operation().as_str(),
             })
             .inc();
@@ -206,9 +212,9 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
         TrustError::Csr(_) | TrustError::OtherSubject { .. } => "auth_csr",
         TrustError::ForeignNode { .. } => "foreign_node",
         TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => "wrong_node",
-        TrustError::ControllerUnauthenticated | TrustError::ControllerForbidden { .. } => {
-            "auth_controller"
-        }
+        TrustError::ControllerUnauthenticated
+        | TrustError::ControllerForbidden { .. }
+        | TrustError::GroupTaken { .. } => "auth_controller",
         _ => return None,
     })
 }

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 use verge_core::Envelope;
-use verge_proto::hub::DeliveryError;
+use verge_proto::hub::{DeliveryError, DeliveryFailure};
 
 use crate::delivery::{DeliveryQueue, Limits, Origin, QueueFull, Unacked};
 use crate::metrics::{self, Metrics};
@@ -105,7 +105,8 @@ impl SessionQueue {
 /// Drives `queue` of the session of `node` until `end` finishes: sends into `tx` (the
 /// session's response stream, which writes the wire frames) as room allows, wakes for new messages, answers and deadlines,
 /// and reports messages dropped unacknowledged. What is still queued when the session ends is
-/// dropped: the node resyncs by inventory when it reconnects.
+/// dropped: the node resyncs by inventory when it reconnects; a third-party group's messages
+/// are reported to their controllers (`DELIVERY_FAILURE_SESSION_ENDED`) to be sent again.
 pub(crate) async fn deliver(
     shared: Arc<Shared>,
     node: String,
@@ -129,12 +130,28 @@ pub(crate) async fn deliver(
         }
     }
     metrics::global().forget_node(&node);
-    let queue = queue.lock();
-    debug!(
-        waiting = queue.waiting(),
-        inflight = queue.inflight(),
-        "session over; its queue is dropped (the node resyncs by inventory)"
-    );
+    let app_messages = {
+        let queue = queue.lock();
+        debug!(
+            waiting = queue.waiting(),
+            inflight = queue.inflight(),
+            "session over; its queue is dropped (the node resyncs by inventory)"
+        );
+        queue.app_messages()
+    };
+    for (message_id, origin) in app_messages {
+        metrics::global().delivery_failure("session_ended");
+        let Some(controller) = origin else { continue };
+        let error = DeliveryError {
+            node: node.clone(),
+            message_id,
+            reason: "the node's session ended before the edge acknowledged the message; send it again when the node connects".to_owned(),
+            failure: DeliveryFailure::SessionEnded.into(),
+        };
+        shared
+            .registry
+            .send_to_controller(controller, ToController::DeliveryError(error));
+    }
 }
 
 /// Tells the controller that queued `dropped` that the edge never acknowledged it.
@@ -153,6 +170,7 @@ fn report(shared: &Shared, node: &str, dropped: Unacked) {
         node: node.to_owned(),
         message_id,
         reason: format!("not acknowledged after {attempts} attempts"),
+        failure: DeliveryFailure::NotAcknowledged.into(),
     };
     shared
         .registry

@@ -20,12 +20,13 @@ use tokio::sync::mpsc::{self, error::TrySendError};
 use tracing::{debug, info, warn};
 use verge_core::{Envelope, Group};
 use verge_proto::Inventory;
-use verge_proto::hub::{CloudFrame, DeliveryError, NodeSession};
+use verge_proto::hub::{CloudFrame, DeliveryError, DeliveryFailure, NodeSession};
 
 use crate::Error;
 use crate::delivery::{Origin, QueueFull};
 use crate::session_queue::SessionQueue;
 use crate::stream::StreamEnd;
+use crate::trust::TrustError;
 
 /// A live edge session.
 pub(crate) struct NodeEntry {
@@ -97,6 +98,14 @@ impl Undeliverable {
         match self {
             Self::NotConnected => "not_connected",
             Self::QueueFull(_) => "queue_full",
+        }
+    }
+
+    /// The code sent in `DeliveryError.failure`.
+    pub(crate) fn failure(self) -> DeliveryFailure {
+        match self {
+            Self::NotConnected => DeliveryFailure::NotConnected,
+            Self::QueueFull(_) => DeliveryFailure::QueueFull,
         }
     }
 
@@ -226,8 +235,29 @@ impl Registry {
     /// of its replicas) is detached, its stream ended with [`Error::ControllerReplaced`], so
     /// upstream messages never go to a stream that is half-dead or whose controller stopped
     /// leading. Controllers of other names or users are unaffected.
-    pub(crate) fn attach_controller(&self, entry: ControllerEntry) -> (u64, Vec<ToController>) {
+    ///
+    /// # Errors
+    /// [`TrustError::GroupTaken`] when another user's controller serves one of its
+    /// third-party groups; nothing changes then.
+    pub(crate) fn attach_controller(
+        &self,
+        entry: ControllerEntry,
+    ) -> Result<(u64, Vec<ToController>), TrustError> {
         let mut inner = self.lock();
+        // One user serves a third-party group at a time (its replicas share it).
+        for group in entry.groups.iter().filter(|g| !g.is_verge()) {
+            let owner = inner
+                .controllers
+                .values()
+                .find(|c| c.user != entry.user && c.groups.contains(group));
+            if let Some(owner) = owner {
+                return Err(TrustError::GroupTaken {
+                    group: group.to_string(),
+                    owner: owner.user.clone(),
+                    controller: owner.name.clone(),
+                });
+            }
+        }
         inner.controllers.retain(|id, c| {
             let same = c.name == entry.name && c.user == entry.user;
             if same {
@@ -244,7 +274,7 @@ impl Registry {
         let id = inner.next_controller;
         inner.next_controller += 1;
         inner.controllers.insert(id, entry);
-        (id, snapshot)
+        Ok((id, snapshot))
     }
 
     /// Forgets controller `id`.

@@ -330,6 +330,7 @@ async fn objects_and_queries(
         node: node.into(),
         message_id: m.id().into(),
         reason: "queue full".into(),
+        failure: verge_proto::hub::DeliveryFailure::QueueFull.into(),
     }))
     .await?;
     let again = next_downstream(h, Duration::from_secs(5))

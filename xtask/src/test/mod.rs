@@ -7,8 +7,9 @@
 //! 2. missing Debian packages, Docker and the test image;
 //! 3. `cargo build --workspace --bins`, and beside it on a second thread the Go builds, each
 //!    cached after its first run: the control plane, the kubelet node (kubelet, kube-proxy,
-//!    containerd) and Jaeger;
-//! 4. the control plane and Jaeger started;
+//!    containerd), Jaeger, and buf with protoc-gen-doc;
+//! 4. the API contract (`cargo xtask api check`: buf lint, buf breaking against the previous
+//!    release, docs/api.md up to date), then the control plane and Jaeger started;
 //! 5. `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG` exported:
 //!    every test but those named [`LAST`], then those. Meanwhile a low-priority thread builds
 //!    the deployment images (`cargo xtask images --profile images-test`; the [`LAST`] tests
@@ -78,6 +79,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let go = go.join();
     build?;
     go?;
+    eprintln!("xtask test: the protobuf API contract (`cargo xtask api check`)");
+    let code = crate::api::check(&verge_testkit::proto_tools::ProtoTools::from_env())?;
+    if code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
 
     let cp = crate::control_plane::up(&config).await?;
     // A Jaeger that already ran (the quickstart's, or one started by hand) is reused and
@@ -149,7 +155,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The Go components the tests need, each built once into its cache: the control plane,
-/// the kubelet node's kubelet, kube-proxy and containerd, and Jaeger.
+/// the kubelet node's kubelet, kube-proxy and containerd, Jaeger, and the API tools.
 fn go_builds(
     config: &ControlPlaneConfig,
     node: &KubeletNodeConfig,
@@ -168,6 +174,10 @@ fn go_builds(
         (
             "Jaeger for the tracing tests",
             Box::new(move || jaeger.ensure_built()),
+        ),
+        (
+            "buf and protoc-gen-doc for the API contract",
+            Box::new(|| verge_testkit::proto_tools::ProtoTools::from_env().ensure_built()),
         ),
     ];
     Background::spawn("go builds", false, steps)

@@ -8,7 +8,8 @@
 //!   that [`ResourceKey`], [`Envelope::delivery_key`], so route and key cannot disagree. Per key at most one message is *in flight* (sent, not answered), so
 //!   the edge sees an object's versions in order. A full-state message (`insert`, `update`,
 //!   `delete`, `resync`) replaces whatever waits for its key, so only the newest version
-//!   waits; `patch` and `query` queue behind it instead. An in-flight message without an
+//!   waits; `patch` and `query` queue behind it instead. Messages of third-party groups
+//!   never replace each other (commands, not states). An in-flight message without an
 //!   answer after `ack_timeout` is resent with the same id (the edge is idempotent), at most
 //!   `max_retries` times, then dropped and reported by [`DeliveryQueue::expired`].
 //!
@@ -111,6 +112,19 @@ pub(crate) struct DeliveryQueue {
 }
 
 impl DeliveryQueue {
+    /// The id and origin of every third-party group's object message waiting or in flight
+    /// (reported to their controllers when the session ends; Verge's own are resynced by
+    /// inventory instead).
+    pub(crate) fn app_messages(&self) -> Vec<(String, Origin)> {
+        let waiting = self.waiting.values().flatten();
+        let inflight = self.inflight.values().map(|f| &f.queued);
+        waiting
+            .chain(inflight)
+            .filter(|q| !q.message.group.is_verge())
+            .map(|q| (q.message.id.to_string(), q.origin))
+            .collect()
+    }
+
     /// An empty queue bounded by `limits`.
     pub(crate) fn new(limits: Limits) -> Self {
         Self {
@@ -144,14 +158,16 @@ impl DeliveryQueue {
 
     /// Queues `message` (already rewritten to the edge side) from `origin`.
     ///
-    /// A full-state object message whose key already waits replaces the waiting message(s)
-    /// and always succeeds.
+    /// A full-state object message of Verge's own groups whose key already waits replaces the
+    /// waiting message(s) and always succeeds; a third-party group's message queues behind
+    /// them (never coalesced).
     ///
     /// # Errors
     /// [`QueueFull`] when `capacity` messages wait already; the queue is then unchanged.
     pub(crate) fn push(&mut self, mut message: Envelope, origin: Origin) -> Result<(), QueueFull> {
         let key = message.delivery_key().cloned();
-        let supersedes = message.supersedes();
+        // A third party's messages are commands as often as states: each one is delivered.
+        let supersedes = message.supersedes() && message.group.is_verge();
         let Some(key) = key else {
             self.check_room()?;
             let span = DeliverSpan(tracing::Span::none());

@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 use futures::future::BoxFuture;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
     CertificateSigningRequestStatus,
@@ -78,17 +81,42 @@ pub trait ClusterApi: Send + Sync + 'static {
         certificate_pem: &'a str,
     ) -> BoxFuture<'a, kube::Result<()>>;
 
-    /// A TokenReview of `token` for `audience`: the authenticated user name, or `None`.
+    /// A TokenReview of `token` for `audience`: the authenticated user, or `None`.
     fn review_token<'a>(
         &'a self,
         token: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, kube::Result<Option<String>>>;
+    ) -> BoxFuture<'a, kube::Result<Option<ReviewedUser>>>;
+
+    /// A SubjectAccessReview: may `user` do verb `attach` on resource `messagegroups` of API
+    /// group `verge.io` named `group` (the RBAC rule that lets a third-party controller serve
+    /// a message group)?
+    fn may_attach_group<'a>(
+        &'a self,
+        user: &'a ReviewedUser,
+        group: &'a str,
+    ) -> BoxFuture<'a, kube::Result<bool>>;
 }
+
+/// A user authenticated by a TokenReview.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReviewedUser {
+    /// `status.user.username`, e.g. `system:serviceaccount:<namespace>:<name>`.
+    pub name: String,
+    /// `status.user.groups` (for the SubjectAccessReview: RBAC bindings to groups).
+    pub groups: Vec<String>,
+}
+
+/// The API group of the RBAC rules for message groups (`verge.io`).
+pub const MESSAGE_GROUP_API_GROUP: &str = "verge.io";
+/// The RBAC resource of message groups (`messagegroups`).
+pub const MESSAGE_GROUP_RESOURCE: &str = "messagegroups";
+/// The RBAC verb that lets a controller serve a message group (`attach`).
+pub const MESSAGE_GROUP_VERB: &str = "attach";
 
 /// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`, get Nodes,
 /// create/approve/update-status CSRs and `approve`/`sign` on signer `verge.io/edge-node`,
-/// create TokenReviews; see `deploy/cloud/access/rbac.yaml`).
+/// create TokenReviews and SubjectAccessReviews; see `deploy/cloud/access/rbac.yaml`).
 #[derive(Clone)]
 pub struct KubeCluster {
     client: kube::Client,
@@ -195,7 +223,7 @@ impl ClusterApi for KubeCluster {
         &'a self,
         token: &'a str,
         audience: &'a str,
-    ) -> BoxFuture<'a, kube::Result<Option<String>>> {
+    ) -> BoxFuture<'a, kube::Result<Option<ReviewedUser>>> {
         Box::pin(async move {
             let api: Api<TokenReview> = Api::all(self.client.clone());
             let review = TokenReview {
@@ -215,9 +243,39 @@ impl ClusterApi for KubeCluster {
                 .as_ref()
                 .is_some_and(|a| a.iter().any(|a| a == audience));
             Ok(match (status.authenticated, audience_ok, status.user) {
-                (Some(true), true, Some(user)) => user.username,
+                (Some(true), true, Some(user)) => user.username.map(|name| ReviewedUser {
+                    name,
+                    groups: user.groups.unwrap_or_default(),
+                }),
                 _ => None,
             })
+        })
+    }
+
+    fn may_attach_group<'a>(
+        &'a self,
+        user: &'a ReviewedUser,
+        group: &'a str,
+    ) -> BoxFuture<'a, kube::Result<bool>> {
+        Box::pin(async move {
+            let api: Api<SubjectAccessReview> = Api::all(self.client.clone());
+            let review = SubjectAccessReview {
+                spec: SubjectAccessReviewSpec {
+                    user: Some(user.name.clone()),
+                    groups: Some(user.groups.clone()),
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(MESSAGE_GROUP_API_GROUP.to_owned()),
+                        resource: Some(MESSAGE_GROUP_RESOURCE.to_owned()),
+                        verb: Some(MESSAGE_GROUP_VERB.to_owned()),
+                        name: Some(group.to_owned()),
+                        ..ResourceAttributes::default()
+                    }),
+                    ..SubjectAccessReviewSpec::default()
+                },
+                ..SubjectAccessReview::default()
+            };
+            let status = api.create(&PostParams::default(), &review).await?.status;
+            Ok(status.is_some_and(|s| s.allowed && !s.denied.unwrap_or(false)))
         })
     }
 }

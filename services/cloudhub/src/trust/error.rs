@@ -48,11 +48,30 @@ pub enum TrustError {
         "controller not authenticated: send `authorization: Bearer <service-account token>` with the ControllerHub audience"
     )]
     ControllerUnauthenticated,
-    /// An authenticated user that is not an allowed controller.
-    #[error("{user} is not allowed to attach as a controller (trust.controllerUsers)")]
+    /// An authenticated controller named a group it may not serve: one of Verge's own
+    /// groups while not in `trust.controllerUsers`, or a third-party group for which no RBAC
+    /// rule grants it `attach` on `messagegroups.verge.io` (a SubjectAccessReview).
+    #[error("{user} may not serve group {group:?}: {why}")]
     ControllerForbidden {
         /// The authenticated user.
         user: String,
+        /// The group it named.
+        group: String,
+        /// Which rule refused it.
+        why: &'static str,
+    },
+    /// A third-party group is served by another user's controller now (one user serves a
+    /// group at a time; that user's replicas share it).
+    #[error(
+        "group {group:?} is served by {owner} (controller {controller}); a group has one owner"
+    )]
+    GroupTaken {
+        /// The group.
+        group: String,
+        /// The user serving it.
+        owner: String,
+        /// The name of that user's controller.
+        controller: String,
     },
     /// The API server could not be asked.
     #[error("Kubernetes API: {0}")]
@@ -84,6 +103,7 @@ impl From<TrustError> for Status {
             TrustError::ForeignNode { .. }
             | TrustError::IdentityMismatch { .. }
             | TrustError::ControllerForbidden { .. } => Status::permission_denied(message),
+            TrustError::GroupTaken { .. } => Status::already_exists(message),
             TrustError::Cluster(_) => Status::unavailable(message),
             TrustError::Pki(_) | TrustError::BadCaSecret { .. } => Status::internal(message),
         }

@@ -25,12 +25,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use tracing::{info, warn};
+use verge_core::Group;
 use verge_pki::token::{BootstrapToken, Usage, validate_token_secret};
 use verge_pki::{Ca, CsrRequest};
 
 pub use ca_store::{CA_CERT_KEY, load_or_create};
 pub use cluster::{
-    ClusterApi, CsrRecord, KubeCluster, NODE_SIGNER, NodeOwner, TOKEN_ID_ANNOTATION, TokenSecret,
+    ClusterApi, CsrRecord, KubeCluster, MESSAGE_GROUP_API_GROUP, MESSAGE_GROUP_RESOURCE,
+    MESSAGE_GROUP_VERB, NODE_SIGNER, NodeOwner, ReviewedUser, TOKEN_ID_ANNOTATION, TokenSecret,
 };
 pub use config::TrustConfig;
 pub use error::TrustError;
@@ -113,9 +115,9 @@ impl Trust {
             TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => {
                 &self.refusals.identity_mismatch
             }
-            TrustError::ControllerUnauthenticated | TrustError::ControllerForbidden { .. } => {
-                &self.refusals.controller
-            }
+            TrustError::ControllerUnauthenticated
+            | TrustError::ControllerForbidden { .. }
+            | TrustError::GroupTaken { .. } => &self.refusals.controller,
             _ => {
                 warn!(who, %error, "trust check failed");
                 return error;
@@ -279,23 +281,54 @@ impl Trust {
     }
 
     /// The user of a controller's bearer `token` when a TokenReview for the ControllerHub
-    /// audience authenticates it as one of the allowed users.
+    /// audience authenticates it. What it may serve is decided by
+    /// [`Trust::authorize_groups`] once its hello names its groups.
     ///
     /// # Errors
-    /// [`TrustError::ControllerUnauthenticated`], [`TrustError::ControllerForbidden`],
-    /// [`TrustError::Cluster`].
-    pub async fn review_controller(&self, token: &str) -> Result<String, TrustError> {
+    /// [`TrustError::ControllerUnauthenticated`], [`TrustError::Cluster`].
+    pub async fn review_controller(&self, token: &str) -> Result<ReviewedUser, TrustError> {
         let audience = &self.config.controller_audience;
         let Some(user) = self.api.review_token(token, audience).await? else {
             return Err(self.refuse("controller", TrustError::ControllerUnauthenticated));
         };
-        if !self.config.controller_users.contains(&user) {
+        Ok(user)
+    }
+
+    /// Whether `user` may serve every one of `groups`: Verge's own groups only for the users
+    /// of `trust.controllerUsers`; a third-party group when a SubjectAccessReview allows the
+    /// user verb `attach` on `messagegroups.verge.io` named after the group (an RBAC rule
+    /// with `resourceNames`). Who serves a third-party group now is the registry's check.
+    ///
+    /// # Errors
+    /// [`TrustError::ControllerForbidden`] for the first group refused,
+    /// [`TrustError::Cluster`].
+    pub async fn authorize_groups(
+        &self,
+        user: &ReviewedUser,
+        groups: &[Group],
+    ) -> Result<(), TrustError> {
+        for group in groups {
+            let why = if group.is_verge() {
+                if self.config.controller_users.contains(&user.name) {
+                    continue;
+                }
+                "Verge's own groups are served only by the users of trust.controllerUsers"
+            } else {
+                if self.api.may_attach_group(user, group.as_str()).await? {
+                    continue;
+                }
+                "no RBAC rule grants it verb \"attach\" on resource \"messagegroups\" of API group \"verge.io\" with this group as resource name"
+            };
             return Err(self.refuse(
-                &user,
-                TrustError::ControllerForbidden { user: user.clone() },
+                &user.name,
+                TrustError::ControllerForbidden {
+                    user: user.name.clone(),
+                    group: group.to_string(),
+                    why,
+                },
             ));
         }
-        Ok(user)
+        Ok(())
     }
 }
 
@@ -335,8 +368,15 @@ impl ClusterApi for EmptyCluster {
         &'a self,
         _t: &'a str,
         _a: &'a str,
-    ) -> futures::future::BoxFuture<'a, kube::Result<Option<String>>> {
+    ) -> futures::future::BoxFuture<'a, kube::Result<Option<ReviewedUser>>> {
         Box::pin(async { Ok(None) })
+    }
+    fn may_attach_group<'a>(
+        &'a self,
+        _user: &'a ReviewedUser,
+        _group: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<bool>> {
+        Box::pin(async { Ok(false) })
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use futures::future::BoxFuture;
-use verge_cloudhub::trust::{ClusterApi, CsrRecord, NodeOwner, TokenSecret};
+use verge_cloudhub::trust::{ClusterApi, CsrRecord, NodeOwner, ReviewedUser, TokenSecret};
 
 /// The controller token the fake's TokenReview accepts, and its user.
 pub const CONTROLLER_TOKEN: &str = "controller-token";
@@ -14,6 +14,17 @@ pub const CONTROLLER_TOKEN: &str = "controller-token";
 pub const CONTROLLER_USER: &str = "system:serviceaccount:verge-system:edgecontroller";
 /// A token the TokenReview authenticates as a user that is not an allowed controller.
 pub const STRANGER_TOKEN: &str = "stranger-token";
+/// A third party's controller token: RBAC lets its user serve [`ROBOTS_GROUP`].
+pub const ROBOTS_TOKEN: &str = "robots-token";
+/// The user of [`ROBOTS_TOKEN`].
+pub const ROBOTS_USER: &str = "system:serviceaccount:robots:controller";
+/// Another third party's token: RBAC lets its user serve [`ROBOTS_GROUP`] too, and
+/// `lights.example.com`.
+pub const RIVAL_TOKEN: &str = "rival-token";
+/// The user of [`RIVAL_TOKEN`].
+pub const RIVAL_USER: &str = "system:serviceaccount:rival:controller";
+/// The third-party group of the fake's RBAC rules.
+pub const ROBOTS_GROUP: &str = "robots.example.com";
 
 /// In-memory cluster state.
 #[derive(Debug, Default)]
@@ -90,12 +101,33 @@ impl ClusterApi for FakeCluster {
         &'a self,
         token: &'a str,
         _audience: &'a str,
-    ) -> BoxFuture<'a, kube::Result<Option<String>>> {
+    ) -> BoxFuture<'a, kube::Result<Option<ReviewedUser>>> {
         let user = match token {
-            CONTROLLER_TOKEN => Some(CONTROLLER_USER.to_owned()),
-            STRANGER_TOKEN => Some("system:serviceaccount:default:default".to_owned()),
+            CONTROLLER_TOKEN => Some(CONTROLLER_USER),
+            STRANGER_TOKEN => Some("system:serviceaccount:default:default"),
+            ROBOTS_TOKEN => Some(ROBOTS_USER),
+            RIVAL_TOKEN => Some(RIVAL_USER),
             _ => None,
         };
+        let user = user.map(|name| ReviewedUser {
+            name: name.to_owned(),
+            groups: vec!["system:serviceaccounts".to_owned()],
+        });
         Box::pin(async move { Ok(user) })
+    }
+
+    /// The fake's RBAC: [`ROBOTS_USER`] may serve [`ROBOTS_GROUP`]; [`RIVAL_USER`] that and
+    /// `lights.example.com`; nobody else anything.
+    fn may_attach_group<'a>(
+        &'a self,
+        user: &'a ReviewedUser,
+        group: &'a str,
+    ) -> BoxFuture<'a, kube::Result<bool>> {
+        let allowed = match user.name.as_str() {
+            ROBOTS_USER => group == ROBOTS_GROUP,
+            RIVAL_USER => group == ROBOTS_GROUP || group == "lights.example.com",
+            _ => false,
+        };
+        Box::pin(async move { Ok(allowed) })
     }
 }

@@ -301,7 +301,7 @@ fn on_message(
             let now = u64::try_from(shared.elapsed().as_nanos()).unwrap_or(u64::MAX);
             shared.last_object_ns.fetch_max(now, Ordering::Relaxed);
             if let Ok(key) = message.edge_key() {
-                *stats.by_type.entry(key.kind.as_str()).or_default() += 1;
+                *stats.by_type.entry(key.kind.metric_label()).or_default() += 1;
                 if operation == Some(Operation::Update) {
                     stats.updates += 1;
                     let header = message.header.clone().unwrap_or_default();
