@@ -90,6 +90,17 @@ pub enum Error {
     Docker(#[source] bollard::errors::Error),
 }
 
+impl Error {
+    /// Whether this is the outbox refusing a droppable report because it is full
+    /// ([`OutboxFull`](crate::metamanager::error::Error::OutboxFull)).
+    pub fn is_outbox_full(&self) -> bool {
+        matches!(
+            self,
+            Self::MetaManager(crate::metamanager::error::Error::OutboxFull { .. })
+        )
+    }
+}
+
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -20,7 +20,9 @@
 //! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
 //!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
 //!   [`eventbus::EventBusHandle`]).
-//! - [`streaming`]: the kubelet's streaming API (exec, attach, port-forward) over SPDY/3.1.
+//! - [`apps`]: edge apps of third-party groups over the same broker (`verge/apps/...`): an
+//!   inbox committed before the ack, published with QoS 1; replies committed to the outbox
+//!   before the broker is acknowledged ([`apps::AppsBridge`]).
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
 //! - [`streaming`]: the kubelet streaming API (kubectl logs, exec, attach, port-forward)
 //!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
@@ -34,6 +36,7 @@
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
 
+pub mod apps;
 pub mod certificates;
 pub mod config;
 pub mod devicetwin;
@@ -129,7 +132,11 @@ impl EdgeCore {
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let (down_tx, down_rx) = mpsc::channel(self.config.edge_hub.downstream_queue);
         let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);
-        let meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
+        let apps = apps::AppsBridge::new(&self.config, self.store.clone(), handle.clone())?;
+        let mut meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
+        if let Some((_, apps)) = &apps {
+            meta = meta.with_apps(apps.clone());
+        }
         let objects =
             edged::objects::StoreObjects::new(self.store.clone(), handle.clone(), meta.queries());
         let edged = Edged::new(
@@ -160,6 +167,9 @@ impl EdgeCore {
             None => hub,
         };
         modules.spawn("edgehub", hub.run(stop.clone()));
+        if let Some((bridge, _)) = apps {
+            modules.spawn("apps", bridge.run(stop.clone()));
+        }
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop.clone()));

@@ -249,7 +249,7 @@ fn qos(qos: MqttQos) -> QoS {
 }
 
 /// The password in `passwordFile` (trailing line break removed); empty without the file.
-fn read_password(config: &EventBusConfig) -> Result<String> {
+pub(crate) fn read_password(config: &EventBusConfig) -> Result<String> {
     let Some(path) = &config.password_file else {
         return Ok(String::new());
     };

@@ -54,6 +54,7 @@ use futures::future::BoxFuture;
 
 pub use address::{AddressError, BrokerAddress};
 pub use client::EventBus;
+pub(crate) use client::read_password;
 pub use error::Error;
 pub use handle::EventBusHandle;
 pub use payload::{

@@ -57,6 +57,15 @@ pub enum Error {
         /// The message, as `<operation> <path> (<id>)`.
         message: String,
     },
+    /// A downstream message of a third-party group names no resource, so no edge app's
+    /// topic can carry it (an answer from the controller must name the answered resource).
+    #[error(
+        "{message} names no resource; edge apps receive messages on the topic of their resource"
+    )]
+    NotForApps {
+        /// The message, as `<operation> <path> (<id>)`.
+        message: String,
+    },
     /// The outbox is full: a droppable report (an event) with a new key was refused
     /// (`outbox.max_entries`). Statuses and deletions are never refused.
     #[error("upstream outbox full ({entries} entries): report {key} refused")]

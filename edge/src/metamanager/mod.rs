@@ -82,6 +82,8 @@ pub struct MetaManager {
     hub: EdgeHubHandle,
     events: broadcast::Sender<StoreEvent>,
     queries: QueryRegistry,
+    /// Where third-party groups' messages go; `None`: refused (no broker configured).
+    apps: Option<crate::apps::AppsHandle>,
 }
 
 impl MetaManager {
@@ -93,7 +95,16 @@ impl MetaManager {
             hub,
             events: broadcast::channel(EVENT_CAPACITY).0,
             queries: QueryRegistry::new(),
+            apps: None,
         }
+    }
+
+    /// Hands downstream messages of third-party groups to the apps module (without it they
+    /// are answered `error`).
+    #[must_use]
+    pub fn with_apps(mut self, apps: crate::apps::AppsHandle) -> Self {
+        self.apps = Some(apps);
+        self
     }
 
     /// The registry of queries waiting for the cloud's `response`/`error`; this metamanager
@@ -136,14 +147,8 @@ impl MetaManager {
     /// Applies one downstream message; returns the reply to send, if any.
     #[tracing::instrument(skip_all, fields(id = %msg.id, resource = %msg.path()))]
     pub async fn handle(&self, mut msg: Envelope) -> Option<Envelope> {
-        if !msg.group.is_verge() && !msg.is_answer() {
-            // Nothing of a third party's group is stored as an object: refused whole.
-            let reason = format!(
-                "group {} is a third-party group; this edgecore does not serve edge apps",
-                msg.group
-            );
-            warn!(%reason, "rejected downstream message");
-            return Some(reply(&msg, Outcome::Error(reason)));
+        if !msg.group.is_verge() {
+            return self.deliver_to_apps(&msg).await;
         }
         match &msg.kind {
             Kind::Answer {
@@ -190,6 +195,47 @@ impl MetaManager {
                 let reason = format!("operation {op} is not supported by edgecore");
                 Some(reply(&msg, Outcome::Error(reason)))
             }
+        }
+    }
+
+    /// A message of a third-party group: committed to the apps inbox, then acknowledged
+    /// (a resend is acknowledged again and published once); a controller's ack of an app's
+    /// message needs no answer. Refused with `error` without the apps module, when the inbox
+    /// is full, or when it cannot be routed to a topic; nothing is stored then.
+    async fn deliver_to_apps(&self, msg: &Envelope) -> Option<Envelope> {
+        if matches!(
+            msg.kind,
+            Kind::Answer {
+                outcome: Outcome::Ack,
+                ..
+            } | Kind::Keepalive { .. }
+        ) {
+            return None;
+        }
+        let refuse = |reason: String| {
+            warn!(%reason, "rejected downstream message");
+            (!msg.is_answer()).then(|| reply(msg, Outcome::Error(reason)))
+        };
+        let Some(apps) = &self.apps else {
+            return refuse(format!(
+                "group {} is a third-party group and this edgecore has no MQTT broker for edge apps (eventBus.enable)",
+                msg.group
+            ));
+        };
+        match apps.deliver(&self.store, msg).await {
+            Ok(crate::apps::InboxPut::Added(seq)) => {
+                debug!(seq, "committed for edge apps");
+                (!msg.is_answer()).then(|| reply(msg, Outcome::Ack))
+            }
+            Ok(crate::apps::InboxPut::Duplicate) => {
+                debug!("seen before; acknowledged again");
+                (!msg.is_answer()).then(|| reply(msg, Outcome::Ack))
+            }
+            Ok(crate::apps::InboxPut::Full) => refuse(format!(
+                "edge apps inbox full: {} messages wait for the MQTT broker",
+                crate::apps::MAX_PENDING
+            )),
+            Err(error) => refuse(ErrorChain(&error).to_string()),
         }
     }
 
@@ -423,7 +469,7 @@ mod tests {
         let reply = Message::from(r.expect("a reply"));
         assert_eq!(reply.operation().expect("op"), Operation::Error);
         assert!(
-            String::from_utf8_lossy(&reply.content).contains("robots.example.com"),
+            String::from_utf8_lossy(&reply.content).contains("eventBus.enable"),
             "{reply:?}"
         );
         assert_eq!(m.store.inventory().expect("inventory").entries.len(), 0);

@@ -46,7 +46,7 @@ impl StoredObject {
 /// A handle to the store; cheap to clone (shares one [`Database`]).
 #[derive(Clone)]
 pub struct MetaStore {
-    pub(super) db: Arc<Database>,
+    pub(crate) db: Arc<Database>,
 }
 
 impl std::fmt::Debug for MetaStore {
@@ -86,6 +86,7 @@ impl MetaStore {
         txn.open_table(OBJECTS)?;
         super::outbox::create_tables(&txn)?;
         super::answers::create_table(&txn)?;
+        crate::apps::create_tables(&txn)?;
         txn.commit()?;
         Ok(Self { db: Arc::new(db) })
     }

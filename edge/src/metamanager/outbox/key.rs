@@ -42,13 +42,22 @@ pub enum OutboxKey {
         /// The Device's name.
         name: String,
     },
-    /// `event/<ns>/<name>`: `insert <ns>/event/<name>`. The only droppable class: when the
-    /// outbox is full, new event keys are refused.
+    /// `event/<ns>/<name>`: `insert <ns>/event/<name>`. Droppable: when the outbox is
+    /// full, new event keys are refused.
     Event {
         /// The event's namespace.
         namespace: String,
         /// The event's name.
         name: String,
+    },
+    /// `app/<group>/<id>`: a message of a third-party group from an edge app (module
+    /// `apps`), any operation; a message the app publishes again with the same id replaces
+    /// it. Droppable like events: when the outbox is full, new ones are refused.
+    App {
+        /// The third-party group.
+        group: String,
+        /// The message id.
+        id: String,
     },
 }
 
@@ -58,6 +67,12 @@ impl OutboxKey {
     /// lease renewal, an answer, a query).
     pub fn of(envelope: &Envelope) -> Option<Self> {
         let names = |key: &ResourceKey| (key.namespace.clone(), key.name.clone());
+        if !envelope.group.is_verge() && !matches!(envelope.kind, Kind::Keepalive { .. }) {
+            return Some(Self::App {
+                group: envelope.group.to_string(),
+                id: envelope.id.to_string(),
+            });
+        }
         match &envelope.kind {
             Kind::Upsert {
                 write: Write::Update,
@@ -132,10 +147,11 @@ impl OutboxKey {
         }
     }
 
-    /// Whether a report of this class may be refused when the outbox is full (events only;
-    /// statuses and deletions are bounded by the number of pods and devices).
+    /// Whether a report of this class may be refused when the outbox is full (events and
+    /// edge apps' messages; statuses and deletions are bounded by the number of pods and
+    /// devices).
     pub const fn is_droppable(&self) -> bool {
-        matches!(self, Self::Event { .. })
+        matches!(self, Self::Event { .. } | Self::App { .. })
     }
 }
 
@@ -154,6 +170,7 @@ impl fmt::Display for OutboxKey {
                 write!(f, "devicestatus/{namespace}/{name}")
             }
             Self::Event { namespace, name } => write!(f, "event/{namespace}/{name}"),
+            Self::App { group, id } => write!(f, "app/{group}/{id}"),
         }
     }
 }
