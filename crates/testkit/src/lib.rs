@@ -85,6 +85,7 @@
 
 pub mod control_plane;
 pub mod crds;
+pub mod cuttable;
 pub mod daemon;
 pub mod deployment;
 pub mod dmi;

@@ -1,0 +1,423 @@
+//! Third-party integration through the gRPC API (DESIGN §11), end to end on the real control
+//! plane: a controller that is not Verge's own attaches to ControllerHub with its own
+//! service-account token, allowed by an RBAC rule (`attach` on `messagegroups.verge.io`), and
+//! exchanges messages of its group with an edge app over the edge's MQTT broker (mosquitto):
+//! a command and its reply; across a cut of the edge's link to cloudhub, a command sent
+//! while the node is offline (refused with `NOT_CONNECTED`, sent again when the node
+//! connects) reaches the app exactly once, and what the app publishes meanwhile reaches the
+//! controller after the heal. Refusals: no credentials, Verge's own group, no RBAC rule, a
+//! group not named; nothing reaches the app.
+//!
+//! The controller here is a Rust tonic client; `examples/` holds the Go and Python ones.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
+use verge_core::{Group, Operation};
+use verge_e2e::{Cloud, Edge, create_namespace};
+use verge_proto::hub::controller_hub_client::ControllerHubClient;
+use verge_proto::hub::{
+    ControllerFrame, ControllerHello, DeliveryFailure, HubFrame, Routed, controller_frame,
+    hub_frame,
+};
+use verge_proto::{Message, MessageExt};
+use verge_testkit::cuttable::CuttableLink;
+use verge_testkit::mosquitto::Mosquitto;
+
+const GROUP: &str = "robots.example.com";
+const AUDIENCE: &str = "verge-controllerhub";
+const STEP: Duration = Duration::from_secs(60);
+
+fn group() -> Group {
+    GROUP.parse().expect("group")
+}
+
+/// A third-party controller's stream.
+struct Controller {
+    tx: mpsc::Sender<ControllerFrame>,
+    rx: Streaming<HubFrame>,
+}
+
+impl Controller {
+    /// Attaches to `url` trusting `ca_pem`, with `token` as bearer (none: no credentials).
+    async fn attach(
+        url: &str,
+        ca_pem: &str,
+        token: Option<&str>,
+        groups: &[&str],
+    ) -> anyhow::Result<Result<Self, Status>> {
+        let config = verge_pki::tls::client_config(ca_pem, None)?;
+        let endpoint = verge_proto::transport::endpoint(url)?;
+        let channel =
+            verge_proto::transport::connect_tls(endpoint, std::sync::Arc::new(config), None)
+                .await?;
+        let (tx, rx) = mpsc::channel(64);
+        tx.send(ControllerFrame {
+            frame: Some(controller_frame::Frame::Hello(ControllerHello {
+                name: "robots-controller".into(),
+                groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            })),
+        })
+        .await?;
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(token) = token {
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse()?);
+        }
+        Ok(ControllerHubClient::new(channel)
+            .attach(request)
+            .await
+            .map(|r| Self {
+                tx,
+                rx: r.into_inner(),
+            }))
+    }
+
+    async fn send(&self, node: &str, message: Message) -> anyhow::Result<()> {
+        self.tx
+            .send(ControllerFrame {
+                frame: Some(controller_frame::Frame::Message(Routed {
+                    node: node.into(),
+                    message: Some(message),
+                })),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// The next frame within [`STEP`].
+    async fn next(&mut self) -> anyhow::Result<hub_frame::Frame> {
+        let frame = tokio::time::timeout(STEP, self.rx.message())
+            .await
+            .context("no frame from cloudhub")??
+            .context("the stream ended")?;
+        frame.frame.context("an empty frame")
+    }
+
+    /// Waits for the session event of `node` with `connected`.
+    async fn session(&mut self, node: &str, connected: bool) -> anyhow::Result<()> {
+        loop {
+            if let hub_frame::Frame::Session(s) = self.next().await?
+                && s.node == node
+                && s.connected == connected
+            {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The next upstream message that is not an ack (acking it to the edge, as a
+    /// controller must: the edge keeps it in its outbox until then).
+    async fn upstream(&mut self) -> anyhow::Result<Message> {
+        loop {
+            if let hub_frame::Frame::Message(Routed { node, message }) = self.next().await? {
+                let message = message.context("a Routed without a message")?;
+                if message.operation()? == Operation::Ack {
+                    continue;
+                }
+                let ack = Message::reply(
+                    uuid::Uuid::new_v4().to_string(),
+                    message.id(),
+                    "robots-controller",
+                    group(),
+                    Operation::Ack,
+                    "",
+                    Vec::new(),
+                );
+                self.send(&node, ack).await?;
+                return Ok(message);
+            }
+        }
+    }
+
+    /// The delivery error of message `id` (others, e.g. of acks to an offline node, are
+    /// skipped).
+    async fn delivery_error(
+        &mut self,
+        id: &str,
+    ) -> anyhow::Result<verge_proto::hub::DeliveryError> {
+        loop {
+            if let hub_frame::Frame::DeliveryError(e) = self.next().await?
+                && e.message_id == id
+            {
+                return Ok(e);
+            }
+        }
+    }
+}
+
+/// A command of the robots group for `default/robot/arm` on `node`.
+fn command(id: &str, node: &str, group: Group) -> Message {
+    Message::build(
+        id,
+        "robots-controller",
+        group,
+        Operation::Update,
+        format!("node/{node}/default/robot/arm"),
+        json!({"move": id}).to_string().into_bytes(),
+    )
+}
+
+/// The edge app: answers every command on its topic with `{"done": <id>}` and records what it
+/// received; publishes its own messages on request.
+struct App {
+    client: AsyncClient,
+    received: mpsc::UnboundedReceiver<Value>,
+}
+
+impl App {
+    async fn start(broker: &Mosquitto) -> anyhow::Result<Self> {
+        let mut options = MqttOptions::new("robots-app", "127.0.0.1", broker.port());
+        options.set_credentials(broker.username(), broker.password());
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
+        client
+            .subscribe(format!("verge/apps/{GROUP}/+/+/+"), QoS::AtLeastOnce)
+            .await?;
+        let (tx, received) = mpsc::unbounded_channel();
+        let replier = client.clone();
+        tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let Ok(command) = serde_json::from_slice::<Value>(&p.payload) else {
+                            continue;
+                        };
+                        let id = command["id"].as_str().unwrap_or_default().to_owned();
+                        let reply = json!({
+                            "id": format!("reply-{id}"),
+                            "parentId": id,
+                            "content": base64_json(&json!({"done": id})),
+                        });
+                        let _ = replier
+                            .publish(
+                                format!("{}/reply", p.topic),
+                                QoS::AtLeastOnce,
+                                false,
+                                reply.to_string(),
+                            )
+                            .await;
+                        let _ = tx.send(command);
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        });
+        Ok(Self { client, received })
+    }
+
+    /// The next command the app received within `within`, if any.
+    async fn next(&mut self, within: Duration) -> Option<Value> {
+        tokio::time::timeout(within, self.received.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Publishes a message of the app's own (no parent) for `default/robot/arm`.
+    async fn publish_own(&self, id: &str) -> anyhow::Result<()> {
+        let message = json!({"id": id, "operation": "update", "content": base64_json(&json!({"battery": 80}))});
+        self.client
+            .publish(
+                format!("verge/apps/{GROUP}/default/robot/arm/reply"),
+                QoS::AtLeastOnce,
+                false,
+                message.to_string(),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+fn base64_json(value: &Value) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(value.to_string())
+}
+
+/// A service account in `ns`, and optionally the RBAC rule letting it serve [`GROUP`];
+/// returns a token of it for ControllerHub.
+async fn controller_account(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    grant: bool,
+) -> anyhow::Result<String> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+        )
+        .await?;
+    if grant {
+        let role_name = format!("{ns}-{name}");
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        let _ = roles.delete(&role_name, &DeleteParams::default()).await;
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": role_name},
+            "rules": [{
+                "apiGroups": ["verge.io"],
+                "resources": ["messagegroups"],
+                "resourceNames": [GROUP],
+                "verbs": ["attach"],
+            }],
+        }))?;
+        roles.create(&PostParams::default(), &role).await?;
+        let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        }))?;
+        bindings.create(&PostParams::default(), &binding).await?;
+    }
+    let request: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600},
+    }))?;
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?
+        .status
+        .context("TokenRequest without status")?
+        .token
+        .context("TokenRequest without a token")?;
+    Ok(token)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut()
+-> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let cloud = Cloud::start(&cp).await?;
+    let broker = Mosquitto::start().await?;
+    let link = CuttableLink::start(([127, 0, 0, 1], cloud.edge_port).into()).await?;
+    let name = format!("e2e-apps-{}", std::process::id());
+    let mut edge = Edge::with_config(&name, &cloud, |c| {
+        c.edge_hub.server = format!("https://127.0.0.1:{}", link.addr().port());
+        c.event_bus.enable = true;
+        c.event_bus.mqtt_server = broker.url();
+        c.event_bus.username = broker.username().to_owned();
+        c.event_bus.password_file = Some(broker.password_file());
+    })?;
+    edge.start()?;
+    create_namespace(&client, &name).await?;
+    let token = controller_account(&client, &name, "robots", true).await?;
+    let ca_pem = verge_testkit::trust::verge_ca(&client)
+        .await?
+        .cert_pem()
+        .to_owned();
+    let url = &cloud.controller_url;
+    let logs = |edge: &Edge| format!("{}\n{}", cloud.logs(60), edge.logs(60));
+
+    // Refusals, each with its reason, before anything is attached.
+    let refused = |r: Result<Controller, Status>| r.err().context("attach must be refused");
+    let status = refused(Controller::attach(url, &ca_pem, None, &[GROUP]).await?)?;
+    ensure!(status.code() == Code::Unauthenticated, "{status:?}");
+    let status = refused(Controller::attach(url, &ca_pem, Some(&token), &["resource"]).await?)?;
+    ensure!(
+        status.code() == Code::PermissionDenied
+            && status.message().contains("trust.controllerUsers"),
+        "{status:?}"
+    );
+    let stranger = controller_account(&client, &name, "stranger", false).await?;
+    let status = refused(Controller::attach(url, &ca_pem, Some(&stranger), &[GROUP]).await?)?;
+    ensure!(
+        status.code() == Code::PermissionDenied && status.message().contains("RBAC"),
+        "{status:?}"
+    );
+
+    let mut app = App::start(&broker).await?;
+    let mut ctrl = Controller::attach(url, &ca_pem, Some(&token), &[GROUP])
+        .await?
+        .map_err(|s| anyhow::anyhow!("attach refused: {s:?}"))?;
+    ctrl.session(&name, true)
+        .await
+        .with_context(|| logs(&edge))?;
+
+    // A message of a group it did not name is refused and reaches nothing.
+    ctrl.send(
+        &name,
+        command("other-1", &name, "lights.example.com".parse()?),
+    )
+    .await?;
+    let error = ctrl.delivery_error("other-1").await?;
+    ensure!(
+        error.message_id == "other-1" && error.failure() == DeliveryFailure::GroupNotServed,
+        "{error:?}"
+    );
+
+    // A command and its reply.
+    ctrl.send(&name, command("cmd-1", &name, group())).await?;
+    let received = app
+        .next(STEP)
+        .await
+        .with_context(|| format!("the app got no command\n{}", logs(&edge)))?;
+    ensure!(received["id"] == "cmd-1", "{received}");
+    ensure!(received["resource"] == "default/robot/arm", "{received}");
+    let reply = ctrl.upstream().await?;
+    ensure!(reply.parent_id() == "cmd-1", "{reply:?}");
+    ensure!(
+        serde_json::from_slice::<Value>(&reply.content)? == json!({"done": "cmd-1"}),
+        "{reply:?}"
+    );
+
+    // The link to cloudhub is cut: the node goes offline for the controller.
+    link.cut();
+    ctrl.session(&name, false)
+        .await
+        .with_context(|| logs(&edge))?;
+    // Sent while offline: refused at once, kept by the controller for the reconnect.
+    ctrl.send(&name, command("cmd-2", &name, group())).await?;
+    let error = ctrl.delivery_error("cmd-2").await?;
+    ensure!(
+        error.message_id == "cmd-2" && error.failure() == DeliveryFailure::NotConnected,
+        "{error:?}"
+    );
+    // What the app publishes meanwhile waits in the edge's outbox.
+    app.publish_own("own-1").await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    link.heal();
+    ctrl.session(&name, true)
+        .await
+        .with_context(|| logs(&edge))?;
+    ctrl.send(&name, command("cmd-2", &name, group())).await?;
+
+    // Upstream is at-least-once: a report whose ack the cut swallowed comes again (same
+    // id), so the controller keeps what it saw by id.
+    let mut upstream = BTreeMap::new();
+    while !(upstream.contains_key("own-1") && upstream.contains_key("reply-cmd-2")) {
+        let message = ctrl.upstream().await.with_context(|| logs(&edge))?;
+        upstream.insert(message.id().to_owned(), message);
+    }
+    let own = upstream.get("own-1").context("the app's own message")?;
+    ensure!(
+        own.resource() == format!("node/{name}/default/robot/arm"),
+        "{own:?}"
+    );
+
+    // The app got cmd-2 exactly once, and nothing else.
+    let received = app
+        .next(STEP)
+        .await
+        .context("cmd-2 never reached the app")?;
+    ensure!(received["id"] == "cmd-2", "{received}");
+    if let Some(extra) = app.next(Duration::from_secs(3)).await {
+        bail!("the app got a duplicate or stray message: {extra}");
+    }
+    Ok(())
+}
