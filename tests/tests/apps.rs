@@ -14,11 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::authentication::v1::TokenRequest;
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kube::api::{DeleteParams, PostParams};
-use kube::{Api, Client};
+use kube::Client;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -36,7 +32,6 @@ use verge_testkit::cuttable::CuttableLink;
 use verge_testkit::mosquitto::Mosquitto;
 
 const GROUP: &str = "robots.example.com";
-const AUDIENCE: &str = "verge-controllerhub";
 const STEP: Duration = Duration::from_secs(60);
 
 fn group() -> Group {
@@ -57,6 +52,17 @@ impl Controller {
         token: Option<&str>,
         groups: &[&str],
     ) -> anyhow::Result<Result<Self, Status>> {
+        Self::attach_as("robots-controller", url, ca_pem, token, groups).await
+    }
+
+    /// [`Controller::attach`] under the controller name `name`.
+    async fn attach_as(
+        name: &str,
+        url: &str,
+        ca_pem: &str,
+        token: Option<&str>,
+        groups: &[&str],
+    ) -> anyhow::Result<Result<Self, Status>> {
         let config = verge_pki::tls::client_config(ca_pem, None)?;
         let endpoint = verge_proto::transport::endpoint(url)?;
         let channel =
@@ -65,7 +71,7 @@ impl Controller {
         let (tx, rx) = mpsc::channel(64);
         tx.send(ControllerFrame {
             frame: Some(controller_frame::Frame::Hello(ControllerHello {
-                name: "robots-controller".into(),
+                name: name.into(),
                 groups: groups.iter().map(|g| (*g).to_owned()).collect(),
             })),
         })
@@ -246,55 +252,14 @@ fn base64_json(value: &Value) -> String {
     base64::engine::general_purpose::STANDARD.encode(value.to_string())
 }
 
-/// A service account in `ns`, and optionally the RBAC rule letting it serve [`GROUP`];
-/// returns a token of it for ControllerHub.
+/// [`verge_testkit::trust::third_party_controller`].
 async fn controller_account(
     client: &Client,
     ns: &str,
     name: &str,
-    grant: bool,
+    grant: &[&str],
 ) -> anyhow::Result<String> {
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    accounts
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
-        )
-        .await?;
-    if grant {
-        let role_name = format!("{ns}-{name}");
-        let roles: Api<ClusterRole> = Api::all(client.clone());
-        let _ = roles.delete(&role_name, &DeleteParams::default()).await;
-        let role: ClusterRole = serde_json::from_value(json!({
-            "metadata": {"name": role_name},
-            "rules": [{
-                "apiGroups": ["verge.io"],
-                "resources": ["messagegroups"],
-                "resourceNames": [GROUP],
-                "verbs": ["attach"],
-            }],
-        }))?;
-        roles.create(&PostParams::default(), &role).await?;
-        let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
-        let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
-        let binding: ClusterRoleBinding = serde_json::from_value(json!({
-            "metadata": {"name": role_name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-        }))?;
-        bindings.create(&PostParams::default(), &binding).await?;
-    }
-    let request: TokenRequest = serde_json::from_value(json!({
-        "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600},
-    }))?;
-    let token = accounts
-        .create_token_request(name, &PostParams::default(), &request)
-        .await?
-        .status
-        .context("TokenRequest without status")?
-        .token
-        .context("TokenRequest without a token")?;
-    Ok(token)
+    verge_testkit::trust::third_party_controller(client, ns, name, grant).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -316,7 +281,7 @@ async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut
     })?;
     edge.start()?;
     create_namespace(&client, &name).await?;
-    let token = controller_account(&client, &name, "robots", true).await?;
+    let token = controller_account(&client, &name, "robots", &[GROUP]).await?;
     let ca_pem = verge_testkit::trust::verge_ca(&client)
         .await?
         .cert_pem()
@@ -334,7 +299,7 @@ async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut
             && status.message().contains("trust.controllerUsers"),
         "{status:?}"
     );
-    let stranger = controller_account(&client, &name, "stranger", false).await?;
+    let stranger = controller_account(&client, &name, "stranger", &[]).await?;
     let status = refused(Controller::attach(url, &ca_pem, Some(&stranger), &[GROUP]).await?)?;
     ensure!(
         status.code() == Code::PermissionDenied && status.message().contains("RBAC"),
@@ -420,4 +385,187 @@ async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut
         bail!("the app got a duplicate or stray message: {extra}");
     }
     Ok(())
+}
+
+/// The group a test's observer serves: it only watches node sessions, so the example
+/// controller under test gets every message of [`GROUP`].
+const OBSERVER: &str = "observer.example.com";
+
+/// One run of an example controller: its stdout lines as JSON, read as they come.
+struct ExampleRun {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+    seen: Vec<Value>,
+}
+
+impl ExampleRun {
+    fn start(command: &[std::path::PathBuf], args: &[String]) -> anyhow::Result<Self> {
+        use tokio::io::AsyncBufReadExt as _;
+        let (program, leading) = command.split_first().context("an empty command")?;
+        let mut child = tokio::process::Command::new(program)
+            .args(leading)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", program.display()))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        Ok(Self {
+            child,
+            lines: tokio::io::BufReader::new(stdout).lines(),
+            seen: Vec::new(),
+        })
+    }
+
+    /// Reads lines until one whose `event` is `event`; returns it.
+    async fn until(&mut self, event: &str) -> anyhow::Result<Value> {
+        loop {
+            let line = tokio::time::timeout(STEP, self.lines.next_line())
+                .await
+                .with_context(|| format!("no {event:?} line; saw {:?}", self.seen))??
+                .with_context(|| format!("stdout ended before {event:?}; saw {:?}", self.seen))?;
+            let value: Value =
+                serde_json::from_str(&line).with_context(|| format!("not a JSON line: {line}"))?;
+            self.seen.push(value.clone());
+            if value["event"] == event {
+                return Ok(value);
+            }
+        }
+    }
+
+    /// Waits for the exit; requires success.
+    async fn succeeded(mut self) -> anyhow::Result<()> {
+        let status = tokio::time::timeout(STEP, self.child.wait())
+            .await
+            .context("the controller did not exit")??;
+        ensure!(
+            status.success(),
+            "the controller exited {status}; saw {:?}",
+            self.seen
+        );
+        Ok(())
+    }
+}
+
+/// An example controller of `examples/` completes the command/reply round trip with an edge
+/// app, online and across a cut of the edge's link (sent while offline, refused
+/// `NOT_CONNECTED`, sent again when the node connects); the app gets each command once.
+async fn example_round_trip(
+    example: verge_testkit::example_clients::Example,
+    tag: &str,
+) -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let command = tokio::task::spawn_blocking(move || example.ensure_built()).await??;
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let cloud = Cloud::start(&cp).await?;
+    let broker = Mosquitto::start().await?;
+    let link = CuttableLink::start(([127, 0, 0, 1], cloud.edge_port).into()).await?;
+    let name = format!("e2e-{tag}-{}", std::process::id());
+    let mut edge = Edge::with_config(&name, &cloud, |c| {
+        c.edge_hub.server = format!("https://127.0.0.1:{}", link.addr().port());
+        c.event_bus.enable = true;
+        c.event_bus.mqtt_server = broker.url();
+        c.event_bus.username = broker.username().to_owned();
+        c.event_bus.password_file = Some(broker.password_file());
+    })?;
+    edge.start()?;
+    create_namespace(&client, &name).await?;
+    let token = controller_account(&client, &name, "robots", &[GROUP, OBSERVER]).await?;
+    let ca_pem = verge_testkit::trust::verge_ca(&client)
+        .await?
+        .cert_pem()
+        .to_owned();
+    let files = tempfile::tempdir()?;
+    let (ca_file, token_file) = (files.path().join("ca.pem"), files.path().join("token"));
+    std::fs::write(&ca_file, &ca_pem)?;
+    std::fs::write(&token_file, &token)?;
+    let args = |id: &str| -> Vec<String> {
+        [
+            "--cloudhub",
+            &cloud.controller_url,
+            "--ca-file",
+            &ca_file.display().to_string(),
+            "--token-file",
+            &token_file.display().to_string(),
+            "--group",
+            GROUP,
+            "--node",
+            &name,
+            "--command-id",
+            id,
+            "--content",
+            &json!({"move": id}).to_string(),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let logs = |edge: &Edge| format!("{}\n{}", cloud.logs(60), edge.logs(60));
+
+    let mut app = App::start(&broker).await?;
+    let mut observer = Controller::attach_as(
+        "observer",
+        &cloud.controller_url,
+        &ca_pem,
+        Some(&token),
+        &[OBSERVER],
+    )
+    .await?
+    .map_err(|s| anyhow::anyhow!("observer refused: {s:?}"))?;
+    observer
+        .session(&name, true)
+        .await
+        .with_context(|| logs(&edge))?;
+
+    // Online.
+    let first = format!("{tag}-1");
+    let mut run = ExampleRun::start(&command, &args(&first))?;
+    let reply = run.until("reply").await.with_context(|| logs(&edge))?;
+    ensure!(reply["parentId"] == first.as_str(), "{reply}");
+    ensure!(
+        serde_json::from_str::<Value>(reply["content"].as_str().unwrap_or_default())?
+            == json!({"done": first}),
+        "{reply}"
+    );
+    run.succeeded().await?;
+    let received = app.next(STEP).await.context("the app got no command")?;
+    ensure!(received["id"] == first.as_str(), "{received}");
+
+    // Sent while the edge's link is cut: refused, sent again when the node connects.
+    link.cut();
+    observer
+        .session(&name, false)
+        .await
+        .with_context(|| logs(&edge))?;
+    let second = format!("{tag}-2");
+    let mut run = ExampleRun::start(&command, &args(&second))?;
+    let undelivered = run.until("undelivered").await?;
+    ensure!(
+        undelivered["failure"] == "DELIVERY_FAILURE_NOT_CONNECTED",
+        "{undelivered}"
+    );
+    link.heal();
+    let reply = run.until("reply").await.with_context(|| logs(&edge))?;
+    ensure!(reply["parentId"] == second.as_str(), "{reply}");
+    run.succeeded().await?;
+    let received = app
+        .next(STEP)
+        .await
+        .context("the offline command never reached the app")?;
+    ensure!(received["id"] == second.as_str(), "{received}");
+    if let Some(extra) = app.next(Duration::from_secs(3)).await {
+        bail!("the app got a duplicate or stray message: {extra}");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_go_example_controller_round_trips_across_a_cut() -> anyhow::Result<()> {
+    example_round_trip(verge_testkit::example_clients::Example::Go, "apps-go").await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_example_controller_round_trips_across_a_cut() -> anyhow::Result<()> {
+    example_round_trip(verge_testkit::example_clients::Example::Python, "apps-py").await
 }

@@ -7,9 +7,11 @@
 //! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
 //! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
-//! through cloudhub against `docker logs`), [`record`] (the result tables
+//! through cloudhub against `docker logs`), [`apps`] (a third party's commands from the
+//! Python example controller to an edge app and back), [`record`] (the result tables
 //! in `docs/benchmarks.md`).
 
+mod apps;
 mod deploy;
 mod devices;
 mod pod_startup;
@@ -54,6 +56,10 @@ enum Bench {
     /// `kubectl logs` of a large container log through cloudhub against `docker logs`:
     /// MB/s, and the latency of a one-line request.
     Streams(streams::Args),
+    /// Commands of a third-party group from the Python example controller to an edge app
+    /// and its replies back: round-trip p50/p99 one at a time and messages/s with a window
+    /// in flight, against the broker-only round trip.
+    Apps(apps::Args),
 }
 
 /// Runs one benchmark.
@@ -65,6 +71,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Deploy(a) => deploy::run(a).await,
         Bench::Tracing(a) => tracing_overhead::run(a).await,
         Bench::Streams(a) => streams::run(a).await,
+        Bench::Apps(a) => apps::run(a).await,
     }
 }
 

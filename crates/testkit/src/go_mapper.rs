@@ -70,29 +70,8 @@ pub fn cache_root() -> PathBuf {
 /// # Errors
 /// An input cannot be read.
 pub fn inputs_hash() -> anyhow::Result<String> {
-    let dir = source_dir();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files.push(proto_file());
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    for file in &files {
-        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
-        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-        ctx.update(name.unwrap_or_default().as_bytes());
-        ctx.update(&(bytes.len() as u64).to_le_bytes());
-        ctx.update(&bytes);
-    }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    let files = crate::example_clients::inputs(&source_dir(), &[proto_file()])?;
+    crate::example_clients::hash_files(&files)
 }
 
 /// Builds the Go mapper unless the cache holds a build of the current inputs, and returns

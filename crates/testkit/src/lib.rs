@@ -91,6 +91,7 @@ pub mod deployment;
 pub mod dmi;
 pub mod docker;
 pub mod edge_install;
+pub mod example_clients;
 pub mod go_build;
 pub mod go_mapper;
 pub mod jaeger;

@@ -153,3 +153,63 @@ pub fn node_client_config(
         Some(identity),
     )?))
 }
+
+/// The audience of ControllerHub tokens (cloudhub's `trust.controllerAudience` default).
+pub const CONTROLLERHUB_AUDIENCE: &str = "verge-controllerhub";
+
+/// A third party's controller identity: ServiceAccount `name` in `namespace` (created), and,
+/// unless `groups` is empty, a ClusterRole `<namespace>-<name>` allowing verb `attach` on
+/// `messagegroups.verge.io` named `groups` with its ClusterRoleBinding to the account (both
+/// replaced if present). Returns a token of the account for ControllerHub (TokenRequest,
+/// audience [`CONTROLLERHUB_AUDIENCE`], one hour).
+///
+/// # Errors
+/// The API server refuses.
+pub async fn third_party_controller(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    groups: &[&str],
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::DeleteParams;
+    use serde_json::json;
+
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let account: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+    create_if_absent(&accounts, &account).await?;
+    if !groups.is_empty() {
+        let role_name = format!("{namespace}-{name}");
+        let roles: Api<ClusterRole> = Api::all(client.clone());
+        let _ = roles.delete(&role_name, &DeleteParams::default()).await;
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": role_name},
+            "rules": [{
+                "apiGroups": ["verge.io"],
+                "resources": ["messagegroups"],
+                "resourceNames": groups,
+                "verbs": ["attach"],
+            }],
+        }))?;
+        roles.create(&PostParams::default(), &role).await?;
+        let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+        let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": role_name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        }))?;
+        bindings.create(&PostParams::default(), &binding).await?;
+    }
+    let request: TokenRequest = serde_json::from_value(json!({
+        "spec": {"audiences": [CONTROLLERHUB_AUDIENCE], "expirationSeconds": 3600},
+    }))?;
+    let status = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await?
+        .status;
+    status
+        .and_then(|s| s.token)
+        .ok_or_else(|| anyhow::anyhow!("TokenRequest for {namespace}/{name} returned no token"))
+}

@@ -1,0 +1,175 @@
+//! The third-party controllers of `examples/`, built the way a third party builds them: the
+//! Go controller (`examples/go-controller`, code generated with protoc-gen-go and
+//! protoc-gen-go-grpc) and the Python controller (`examples/python-controller`, code
+//! generated with grpcio-tools from PyPI into a venv). Each `build.sh` runs into
+//! `~/.cache/verge/examples/<name>/<hash of the inputs>/` (inputs: the example's files and
+//! the `.proto` files of `verge.message.v1` and `verge.hub.v1`), so a change to any of them
+//! builds anew and an unchanged tree reuses the build. Nothing generated is written into the
+//! repository.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+use crate::lock::FileLock;
+
+/// The `.proto` files the controllers are generated from, relative to `proto/`.
+pub const PROTO_FILES: [&str; 3] = [
+    "verge/message/v1/message.proto",
+    "verge/hub/v1/join.proto",
+    "verge/hub/v1/hub.proto",
+];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// SHA-256 (first 16 hex digits) over `files` (by name, length and content, in the order
+/// given).
+///
+/// # Errors
+/// A file cannot be read.
+pub fn hash_files(files: &[PathBuf]) -> anyhow::Result<String> {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for file in files {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        ctx.update(name.unwrap_or_default().as_bytes());
+        ctx.update(&(bytes.len() as u64).to_le_bytes());
+        ctx.update(&bytes);
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .take(8)
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// Every regular file directly in `dir`, sorted, followed by `extra`.
+///
+/// # Errors
+/// `dir` cannot be read.
+pub fn inputs(dir: &Path, extra: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files.extend_from_slice(extra);
+    Ok(files)
+}
+
+/// An example controller of `examples/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Example {
+    /// `examples/go-controller`.
+    Go,
+    /// `examples/python-controller`.
+    Python,
+}
+
+impl Example {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Go => "go-controller",
+            Self::Python => "python-controller",
+        }
+    }
+
+    /// The example's source directory.
+    pub fn source_dir(self) -> PathBuf {
+        repo_root().join("examples").join(self.name())
+    }
+
+    /// Builds the example unless the cache holds a build of the current inputs, and returns
+    /// the command that runs it (program and leading arguments). The Go build needs `go`
+    /// (and the Go module proxy), about 1–3 minutes with cold Go caches; the Python build
+    /// needs `python3` with `venv` (and PyPI), about a minute cold. Progress goes to stderr;
+    /// builds are serialized across processes by `<cache>/build.lock`.
+    ///
+    /// # Errors
+    /// A tool is missing or `build.sh` fails.
+    pub fn ensure_built(self) -> anyhow::Result<Vec<PathBuf>> {
+        let source = self.source_dir();
+        let protos: Vec<PathBuf> = PROTO_FILES
+            .iter()
+            .map(|f| repo_root().join("proto").join(f))
+            .collect();
+        let root = crate::paths::verge_home()
+            .join("examples")
+            .join(self.name());
+        let dir = root.join(hash_files(&inputs(&source, &protos)?)?);
+        let command = self.command(&dir);
+        let stamp = dir.join("complete");
+        let built = || stamp.is_file() && command.iter().all(|p| p.is_file());
+        if built() {
+            return Ok(command);
+        }
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let _lock = FileLock::acquire(&root.join("build.lock"))?;
+        if built() {
+            return Ok(command);
+        }
+        let script = source.join("build.sh");
+        eprintln!(
+            "verge-testkit: building examples/{} into {}",
+            self.name(),
+            dir.display()
+        );
+        let started = Instant::now();
+        match self {
+            Self::Go => {
+                let path = crate::go_build::go_path("building the Go example controller")?;
+                let protoc = crate::go_mapper::protoc_path()?;
+                let include = crate::go_mapper::protoc_include()?;
+                let tools = root.join("tools");
+                crate::go_build::Script {
+                    path: &script,
+                    args: &[dir.as_os_str()],
+                    env: &[
+                        ("PROTOC", protoc.as_os_str()),
+                        ("PROTOC_INCLUDE", include.as_os_str()),
+                        ("GO_CONTROLLER_TOOLS", tools.as_os_str()),
+                    ],
+                    low_priority: false,
+                }
+                .run(&path)?;
+            }
+            Self::Python => {
+                let status = std::process::Command::new("bash")
+                    .arg(&script)
+                    .arg(&dir)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::io::stderr())
+                    .status()
+                    .with_context(|| format!("running {}", script.display()))?;
+                if !status.success() {
+                    bail!("{} {} failed: {status}", script.display(), dir.display());
+                }
+            }
+        }
+        if !command.iter().all(|p| p.is_file()) {
+            bail!("{} finished but {command:?} is missing", script.display());
+        }
+        std::fs::write(&stamp, "complete\n")
+            .with_context(|| format!("writing {}", stamp.display()))?;
+        eprintln!(
+            "verge-testkit: examples/{} built in {:.0?}",
+            self.name(),
+            started.elapsed()
+        );
+        Ok(command)
+    }
+
+    /// The program and leading arguments of a build in `dir`.
+    fn command(self, dir: &Path) -> Vec<PathBuf> {
+        match self {
+            Self::Go => vec![dir.join("bin/go-controller")],
+            Self::Python => vec![dir.join("venv/bin/python"), dir.join("controller.py")],
+        }
+    }
+}
