@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use kube::Client;
-use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use rumqttc::MqttOptions;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -29,6 +29,7 @@ use verge_proto::hub::{
 };
 use verge_proto::{Message, MessageExt};
 use verge_testkit::cuttable::CuttableLink;
+use verge_testkit::edge_app::{EchoApp, content};
 use verge_testkit::mosquitto::Mosquitto;
 
 const GROUP: &str = "robots.example.com";
@@ -176,148 +177,115 @@ fn command(id: &str, node: &str, group: Group) -> Message {
     )
 }
 
-/// The edge app: answers every command on its topic with `{"done": <id>}` and records what it
-/// received; publishes its own messages on request.
-struct App {
-    client: AsyncClient,
-    received: mpsc::UnboundedReceiver<Value>,
+/// The edge app: answers every command of [`GROUP`] (`{"done": <id>}`) and records what it
+/// received.
+async fn start_app(broker: &Mosquitto) -> anyhow::Result<EchoApp> {
+    let mut options = MqttOptions::new("robots-app", "127.0.0.1", broker.port());
+    options.set_credentials(broker.username(), broker.password());
+    EchoApp::start(options, &[format!("verge/apps/{GROUP}/+/+/+")]).await
 }
 
-impl App {
-    async fn start(broker: &Mosquitto) -> anyhow::Result<Self> {
-        let mut options = MqttOptions::new("robots-app", "127.0.0.1", broker.port());
-        options.set_credentials(broker.username(), broker.password());
-        let (client, mut eventloop) = AsyncClient::new(options, 64);
-        client
-            .subscribe(format!("verge/apps/{GROUP}/+/+/+"), QoS::AtLeastOnce)
-            .await?;
-        let (tx, received) = mpsc::unbounded_channel();
-        let replier = client.clone();
-        tokio::spawn(async move {
-            loop {
-                match eventloop.poll().await {
-                    Ok(Event::Incoming(Packet::Publish(p))) => {
-                        let Ok(command) = serde_json::from_slice::<Value>(&p.payload) else {
-                            continue;
-                        };
-                        let id = command["id"].as_str().unwrap_or_default().to_owned();
-                        let reply = json!({
-                            "id": format!("reply-{id}"),
-                            "parentId": id,
-                            "content": base64_json(&json!({"done": id})),
-                        });
-                        let _ = replier
-                            .publish(
-                                format!("{}/reply", p.topic),
-                                QoS::AtLeastOnce,
-                                false,
-                                reply.to_string(),
-                            )
-                            .await;
-                        let _ = tx.send(command);
-                    }
-                    Ok(_) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-                }
-            }
-        });
-        Ok(Self { client, received })
-    }
-
-    /// The next command the app received within `within`, if any.
-    async fn next(&mut self, within: Duration) -> Option<Value> {
-        tokio::time::timeout(within, self.received.recv())
-            .await
-            .ok()
-            .flatten()
-    }
-
-    /// Publishes a message of the app's own (no parent) for `default/robot/arm`.
-    async fn publish_own(&self, id: &str) -> anyhow::Result<()> {
-        let message = json!({"id": id, "operation": "update", "content": base64_json(&json!({"battery": 80}))});
-        self.client
-            .publish(
-                format!("verge/apps/{GROUP}/default/robot/arm/reply"),
-                QoS::AtLeastOnce,
-                false,
-                message.to_string(),
-            )
-            .await?;
-        Ok(())
-    }
+/// Everything a scenario runs on: the cloud, an edge whose link to cloudhub goes through a
+/// [`CuttableLink`] and whose eventbus uses `broker`, the edge's namespace, a token of a
+/// third-party service account allowed the groups given, and the Verge CA.
+struct Site {
+    client: Client,
+    cloud: Cloud,
+    broker: Mosquitto,
+    link: CuttableLink,
+    edge: Edge,
+    name: String,
+    token: String,
+    ca_pem: String,
 }
 
-fn base64_json(value: &Value) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(value.to_string())
-}
+impl Site {
+    async fn start(tag: &str, groups: &[&str]) -> anyhow::Result<Self> {
+        verge_telemetry::init_for_tests();
+        let cp = verge_testkit::shared().await?;
+        let client = cp.client().await?;
+        let cloud = Cloud::start(&cp).await?;
+        let broker = Mosquitto::start().await?;
+        let link = CuttableLink::start(([127, 0, 0, 1], cloud.edge_port).into()).await?;
+        let name = format!("e2e-{tag}-{}", std::process::id());
+        let mut edge = Edge::with_config(&name, &cloud, |c| {
+            c.edge_hub.server = format!("https://127.0.0.1:{}", link.addr().port());
+            c.event_bus.enable = true;
+            c.event_bus.mqtt_server = broker.url();
+            c.event_bus.username = broker.username().to_owned();
+            c.event_bus.password_file = Some(broker.password_file());
+        })?;
+        edge.start()?;
+        create_namespace(&client, &name).await?;
+        let token =
+            verge_testkit::trust::third_party_controller(&client, &name, "robots", groups).await?;
+        let ca_pem = verge_testkit::trust::verge_ca(&client)
+            .await?
+            .cert_pem()
+            .to_owned();
+        Ok(Self {
+            client,
+            cloud,
+            broker,
+            link,
+            edge,
+            name,
+            token,
+            ca_pem,
+        })
+    }
 
-/// [`verge_testkit::trust::third_party_controller`].
-async fn controller_account(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    grant: &[&str],
-) -> anyhow::Result<String> {
-    verge_testkit::trust::third_party_controller(client, ns, name, grant).await
+    /// The last lines of the cloud's and the edge's logs.
+    fn logs(&self) -> String {
+        format!("{}\n{}", self.cloud.logs(60), self.edge.logs(60))
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut()
 -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-    let cloud = Cloud::start(&cp).await?;
-    let broker = Mosquitto::start().await?;
-    let link = CuttableLink::start(([127, 0, 0, 1], cloud.edge_port).into()).await?;
-    let name = format!("e2e-apps-{}", std::process::id());
-    let mut edge = Edge::with_config(&name, &cloud, |c| {
-        c.edge_hub.server = format!("https://127.0.0.1:{}", link.addr().port());
-        c.event_bus.enable = true;
-        c.event_bus.mqtt_server = broker.url();
-        c.event_bus.username = broker.username().to_owned();
-        c.event_bus.password_file = Some(broker.password_file());
-    })?;
-    edge.start()?;
-    create_namespace(&client, &name).await?;
-    let token = controller_account(&client, &name, "robots", &[GROUP]).await?;
-    let ca_pem = verge_testkit::trust::verge_ca(&client)
-        .await?
-        .cert_pem()
-        .to_owned();
+    let site = Site::start("apps", &[GROUP]).await?;
+    let Site {
+        client,
+        cloud,
+        link,
+        name,
+        token,
+        ca_pem,
+        ..
+    } = &site;
     let url = &cloud.controller_url;
-    let logs = |edge: &Edge| format!("{}\n{}", cloud.logs(60), edge.logs(60));
 
     // Refusals, each with its reason, before anything is attached.
     let refused = |r: Result<Controller, Status>| r.err().context("attach must be refused");
-    let status = refused(Controller::attach(url, &ca_pem, None, &[GROUP]).await?)?;
+    let status = refused(Controller::attach(url, ca_pem, None, &[GROUP]).await?)?;
     ensure!(status.code() == Code::Unauthenticated, "{status:?}");
-    let status = refused(Controller::attach(url, &ca_pem, Some(&token), &["resource"]).await?)?;
+    let status = refused(Controller::attach(url, ca_pem, Some(token), &["resource"]).await?)?;
     ensure!(
         status.code() == Code::PermissionDenied
             && status.message().contains("trust.controllerUsers"),
         "{status:?}"
     );
-    let stranger = controller_account(&client, &name, "stranger", &[]).await?;
-    let status = refused(Controller::attach(url, &ca_pem, Some(&stranger), &[GROUP]).await?)?;
+    let stranger =
+        verge_testkit::trust::third_party_controller(client, name, "stranger", &[]).await?;
+    let status = refused(Controller::attach(url, ca_pem, Some(&stranger), &[GROUP]).await?)?;
     ensure!(
         status.code() == Code::PermissionDenied && status.message().contains("RBAC"),
         "{status:?}"
     );
 
-    let mut app = App::start(&broker).await?;
-    let mut ctrl = Controller::attach(url, &ca_pem, Some(&token), &[GROUP])
+    let mut app = start_app(&site.broker).await?;
+    let mut ctrl = Controller::attach(url, ca_pem, Some(token), &[GROUP])
         .await?
         .map_err(|s| anyhow::anyhow!("attach refused: {s:?}"))?;
-    ctrl.session(&name, true)
+    ctrl.session(name, true)
         .await
-        .with_context(|| logs(&edge))?;
+        .with_context(|| site.logs())?;
 
     // A message of a group it did not name is refused and reaches nothing.
     ctrl.send(
-        &name,
-        command("other-1", &name, "lights.example.com".parse()?),
+        name,
+        command("other-1", name, "lights.example.com".parse()?),
     )
     .await?;
     let error = ctrl.delivery_error("other-1").await?;
@@ -327,11 +295,11 @@ async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut
     );
 
     // A command and its reply.
-    ctrl.send(&name, command("cmd-1", &name, group())).await?;
+    ctrl.send(name, command("cmd-1", name, group())).await?;
     let received = app
         .next(STEP)
         .await
-        .with_context(|| format!("the app got no command\n{}", logs(&edge)))?;
+        .with_context(|| format!("the app got no command\n{}", site.logs()))?;
     ensure!(received["id"] == "cmd-1", "{received}");
     ensure!(received["resource"] == "default/robot/arm", "{received}");
     let reply = ctrl.upstream().await?;
@@ -343,30 +311,33 @@ async fn a_third_party_controller_and_an_edge_app_exchange_messages_across_a_cut
 
     // The link to cloudhub is cut: the node goes offline for the controller.
     link.cut();
-    ctrl.session(&name, false)
+    ctrl.session(name, false)
         .await
-        .with_context(|| logs(&edge))?;
+        .with_context(|| site.logs())?;
     // Sent while offline: refused at once, kept by the controller for the reconnect.
-    ctrl.send(&name, command("cmd-2", &name, group())).await?;
+    ctrl.send(name, command("cmd-2", name, group())).await?;
     let error = ctrl.delivery_error("cmd-2").await?;
     ensure!(
         error.message_id == "cmd-2" && error.failure() == DeliveryFailure::NotConnected,
         "{error:?}"
     );
     // What the app publishes meanwhile waits in the edge's outbox.
-    app.publish_own("own-1").await?;
+    let own =
+        json!({"id": "own-1", "operation": "update", "content": content(&json!({"battery": 80}))});
+    app.publish(&format!("verge/apps/{GROUP}/default/robot/arm/reply"), &own)
+        .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     link.heal();
-    ctrl.session(&name, true)
+    ctrl.session(name, true)
         .await
-        .with_context(|| logs(&edge))?;
-    ctrl.send(&name, command("cmd-2", &name, group())).await?;
+        .with_context(|| site.logs())?;
+    ctrl.send(name, command("cmd-2", name, group())).await?;
 
     // Upstream is at-least-once: a report whose ack the cut swallowed comes again (same
     // id), so the controller keeps what it saw by id.
     let mut upstream = BTreeMap::new();
     while !(upstream.contains_key("own-1") && upstream.contains_key("reply-cmd-2")) {
-        let message = ctrl.upstream().await.with_context(|| logs(&edge))?;
+        let message = ctrl.upstream().await.with_context(|| site.logs())?;
         upstream.insert(message.id().to_owned(), message);
     }
     let own = upstream.get("own-1").context("the app's own message")?;
@@ -455,32 +426,20 @@ async fn example_round_trip(
     example: verge_testkit::example_clients::Example,
     tag: &str,
 ) -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
     let command = tokio::task::spawn_blocking(move || example.ensure_built()).await??;
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-    let cloud = Cloud::start(&cp).await?;
-    let broker = Mosquitto::start().await?;
-    let link = CuttableLink::start(([127, 0, 0, 1], cloud.edge_port).into()).await?;
-    let name = format!("e2e-{tag}-{}", std::process::id());
-    let mut edge = Edge::with_config(&name, &cloud, |c| {
-        c.edge_hub.server = format!("https://127.0.0.1:{}", link.addr().port());
-        c.event_bus.enable = true;
-        c.event_bus.mqtt_server = broker.url();
-        c.event_bus.username = broker.username().to_owned();
-        c.event_bus.password_file = Some(broker.password_file());
-    })?;
-    edge.start()?;
-    create_namespace(&client, &name).await?;
-    let token = controller_account(&client, &name, "robots", &[GROUP, OBSERVER]).await?;
-    let ca_pem = verge_testkit::trust::verge_ca(&client)
-        .await?
-        .cert_pem()
-        .to_owned();
+    let site = Site::start(tag, &[GROUP, OBSERVER]).await?;
+    let Site {
+        cloud,
+        link,
+        name,
+        token,
+        ca_pem,
+        ..
+    } = &site;
     let files = tempfile::tempdir()?;
     let (ca_file, token_file) = (files.path().join("ca.pem"), files.path().join("token"));
-    std::fs::write(&ca_file, &ca_pem)?;
-    std::fs::write(&token_file, &token)?;
+    std::fs::write(&ca_file, ca_pem)?;
+    std::fs::write(&token_file, token)?;
     let args = |id: &str| -> Vec<String> {
         [
             "--cloudhub",
@@ -492,7 +451,7 @@ async fn example_round_trip(
             "--group",
             GROUP,
             "--node",
-            &name,
+            name,
             "--command-id",
             id,
             "--content",
@@ -501,27 +460,25 @@ async fn example_round_trip(
         .map(str::to_owned)
         .to_vec()
     };
-    let logs = |edge: &Edge| format!("{}\n{}", cloud.logs(60), edge.logs(60));
-
-    let mut app = App::start(&broker).await?;
+    let mut app = start_app(&site.broker).await?;
     let mut observer = Controller::attach_as(
         "observer",
         &cloud.controller_url,
-        &ca_pem,
-        Some(&token),
+        ca_pem,
+        Some(token),
         &[OBSERVER],
     )
     .await?
     .map_err(|s| anyhow::anyhow!("observer refused: {s:?}"))?;
     observer
-        .session(&name, true)
+        .session(name, true)
         .await
-        .with_context(|| logs(&edge))?;
+        .with_context(|| site.logs())?;
 
     // Online.
     let first = format!("{tag}-1");
     let mut run = ExampleRun::start(&command, &args(&first))?;
-    let reply = run.until("reply").await.with_context(|| logs(&edge))?;
+    let reply = run.until("reply").await.with_context(|| site.logs())?;
     ensure!(reply["parentId"] == first.as_str(), "{reply}");
     ensure!(
         serde_json::from_str::<Value>(reply["content"].as_str().unwrap_or_default())?
@@ -535,9 +492,9 @@ async fn example_round_trip(
     // Sent while the edge's link is cut: refused, sent again when the node connects.
     link.cut();
     observer
-        .session(&name, false)
+        .session(name, false)
         .await
-        .with_context(|| logs(&edge))?;
+        .with_context(|| site.logs())?;
     let second = format!("{tag}-2");
     let mut run = ExampleRun::start(&command, &args(&second))?;
     let undelivered = run.until("undelivered").await?;
@@ -546,7 +503,7 @@ async fn example_round_trip(
         "{undelivered}"
     );
     link.heal();
-    let reply = run.until("reply").await.with_context(|| logs(&edge))?;
+    let reply = run.until("reply").await.with_context(|| site.logs())?;
     ensure!(reply["parentId"] == second.as_str(), "{reply}");
     run.succeeded().await?;
     let received = app

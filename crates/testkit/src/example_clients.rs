@@ -104,24 +104,9 @@ impl Example {
             .join(self.name());
         let dir = root.join(hash_files(&inputs(&source, &protos)?)?);
         let command = self.command(&dir);
-        let stamp = dir.join("complete");
-        let built = || stamp.is_file() && command.iter().all(|p| p.is_file());
-        if built() {
-            return Ok(command);
-        }
-        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let _lock = FileLock::acquire(&root.join("build.lock"))?;
-        if built() {
-            return Ok(command);
-        }
         let script = source.join("build.sh");
-        eprintln!(
-            "verge-testkit: building examples/{} into {}",
-            self.name(),
-            dir.display()
-        );
-        let started = Instant::now();
-        match self {
+        let what = format!("examples/{}", self.name());
+        cached_build(&root, &dir, &command, &what, || match self {
             Self::Go => {
                 let path = crate::go_build::go_path("building the Go example controller")?;
                 let protoc = crate::go_mapper::protoc_path()?;
@@ -137,7 +122,7 @@ impl Example {
                     ],
                     low_priority: false,
                 }
-                .run(&path)?;
+                .run(&path)
             }
             Self::Python => {
                 let status = std::process::Command::new("bash")
@@ -150,18 +135,9 @@ impl Example {
                 if !status.success() {
                     bail!("{} {} failed: {status}", script.display(), dir.display());
                 }
+                Ok(())
             }
-        }
-        if !command.iter().all(|p| p.is_file()) {
-            bail!("{} finished but {command:?} is missing", script.display());
-        }
-        std::fs::write(&stamp, "complete\n")
-            .with_context(|| format!("writing {}", stamp.display()))?;
-        eprintln!(
-            "verge-testkit: examples/{} built in {:.0?}",
-            self.name(),
-            started.elapsed()
-        );
+        })?;
         Ok(command)
     }
 
@@ -172,4 +148,38 @@ impl Example {
             Self::Python => vec![dir.join("venv/bin/python"), dir.join("controller.py")],
         }
     }
+}
+
+/// Runs `build` for a build into `dir` (under `root`) unless `dir/complete` exists with
+/// every one of `products`; serialized across processes by `<root>/build.lock`; writes the
+/// stamp after a build that made every product. `what` names it in the progress lines.
+///
+/// # Errors
+/// `build` fails, or a product is missing after it.
+pub fn cached_build(
+    root: &Path,
+    dir: &Path,
+    products: &[PathBuf],
+    what: &str,
+    build: impl FnOnce() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let stamp = dir.join("complete");
+    let built = || stamp.is_file() && products.iter().all(|p| p.is_file());
+    if built() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let _lock = FileLock::acquire(&root.join("build.lock"))?;
+    if built() {
+        return Ok(());
+    }
+    eprintln!("verge-testkit: building {what} into {}", dir.display());
+    let started = Instant::now();
+    build()?;
+    if !products.iter().all(|p| p.is_file()) {
+        bail!("building {what} finished but {products:?} is missing");
+    }
+    std::fs::write(&stamp, "complete\n").with_context(|| format!("writing {}", stamp.display()))?;
+    eprintln!("verge-testkit: {what} built in {:.0?}", started.elapsed());
+    Ok(())
 }

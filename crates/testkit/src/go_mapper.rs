@@ -11,11 +11,8 @@
 //! `$PROTOC`.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use anyhow::{Context as _, bail};
-
-use crate::lock::FileLock;
+use anyhow::Context as _;
 
 /// The binary's file name.
 pub const BINARY: &str = "go-virtual-mapper";
@@ -86,45 +83,23 @@ pub fn inputs_hash() -> anyhow::Result<String> {
 pub fn ensure_built() -> anyhow::Result<PathBuf> {
     let dir = cache_root().join(inputs_hash()?);
     let binary = dir.join("bin").join(BINARY);
-    let stamp = dir.join("complete");
-    if stamp.is_file() && binary.is_file() {
-        return Ok(binary);
-    }
-    let _lock = FileLock::acquire(&cache_root().join("build.lock"))?;
-    if stamp.is_file() && binary.is_file() {
-        return Ok(binary);
-    }
-    let path = crate::go_build::go_path("building the Go mapper")?;
     let script = source_dir().join("build.sh");
-    eprintln!(
-        "verge-testkit: building the Go mapper into {} (up to ~3 min with cold Go caches)",
-        dir.display()
-    );
-    let started = Instant::now();
-    let (protoc, include) = (protoc_path()?, protoc_include()?);
-    let tools = cache_root().join("tools");
-    crate::go_build::Script {
-        path: &script,
-        args: &[dir.as_os_str()],
-        env: &[
-            ("PROTOC", protoc.as_os_str()),
-            ("PROTOC_INCLUDE", include.as_os_str()),
-            ("GO_MAPPER_TOOLS", tools.as_os_str()),
-        ],
-        low_priority: false,
-    }
-    .run(&path)?;
-    if !binary.is_file() {
-        bail!(
-            "{} finished but {} is missing",
-            script.display(),
-            binary.display()
-        );
-    }
-    std::fs::write(&stamp, "complete\n").with_context(|| format!("writing {}", stamp.display()))?;
-    eprintln!(
-        "verge-testkit: Go mapper built in {:.0?}",
-        started.elapsed()
-    );
+    let products = [binary.clone()];
+    crate::example_clients::cached_build(&cache_root(), &dir, &products, "the Go mapper", || {
+        let path = crate::go_build::go_path("building the Go mapper")?;
+        let (protoc, include) = (protoc_path()?, protoc_include()?);
+        let tools = cache_root().join("tools");
+        crate::go_build::Script {
+            path: &script,
+            args: &[dir.as_os_str()],
+            env: &[
+                ("PROTOC", protoc.as_os_str()),
+                ("PROTOC_INCLUDE", include.as_os_str()),
+                ("GO_MAPPER_TOOLS", tools.as_os_str()),
+            ],
+            low_priority: false,
+        }
+        .run(&path)
+    })?;
     Ok(binary)
 }

@@ -90,6 +90,7 @@ pub mod daemon;
 pub mod deployment;
 pub mod dmi;
 pub mod docker;
+pub mod edge_app;
 pub mod edge_install;
 pub mod example_clients;
 pub mod go_build;

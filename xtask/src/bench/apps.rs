@@ -15,6 +15,7 @@ use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt as _;
 use verge_testkit::ControlPlaneConfig;
+use verge_testkit::edge_app::EchoApp;
 use verge_testkit::example_clients::Example;
 
 use super::{Summary, record};
@@ -82,38 +83,17 @@ fn mqtt_options(verge: &local::LocalVerge, client_id: &str) -> anyhow::Result<Mq
     Ok(options)
 }
 
-/// The edge app: answers every command of [`GROUP`] (and every baseline request on
-/// `bench/direct/<n>`) on `<topic>/reply` with `{"id": "r-<id>", "parentId": <id>}`.
-async fn start_app(verge: &local::LocalVerge) -> anyhow::Result<()> {
-    let (client, mut eventloop) = AsyncClient::new(mqtt_options(verge, "bench-app")?, 1024);
-    client
-        .subscribe(format!("verge/apps/{GROUP}/+/+/+"), QoS::AtLeastOnce)
-        .await?;
-    client.subscribe("bench/direct/+", QoS::AtLeastOnce).await?;
-    tokio::spawn(async move {
-        loop {
-            match eventloop.poll().await {
-                Ok(Event::Incoming(Packet::Publish(p))) => {
-                    let id = serde_json::from_slice::<Value>(&p.payload)
-                        .ok()
-                        .and_then(|v| v["id"].as_str().map(str::to_owned))
-                        .unwrap_or_default();
-                    let reply = json!({"id": format!("r-{id}"), "parentId": id});
-                    let _ = client
-                        .publish(
-                            format!("{}/reply", p.topic),
-                            QoS::AtLeastOnce,
-                            false,
-                            reply.to_string(),
-                        )
-                        .await;
-                }
-                Ok(_) => {}
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    });
-    Ok(())
+/// The edge app ([`EchoApp`]): answers every command of [`GROUP`] and every baseline
+/// request on `bench/direct/<n>` on `<topic>/reply`.
+async fn start_app(verge: &local::LocalVerge) -> anyhow::Result<EchoApp> {
+    EchoApp::start(
+        mqtt_options(verge, "bench-app")?,
+        &[
+            format!("verge/apps/{GROUP}/+/+/+"),
+            "bench/direct/+".to_owned(),
+        ],
+    )
+    .await
 }
 
 /// `count` request/reply round trips through the broker alone, one at a time.
@@ -181,9 +161,12 @@ async fn python_run(
     count: usize,
     window: usize,
 ) -> anyhow::Result<PythonRun> {
-    let (program, leading) = python.split_first().context("an empty command")?;
+    // `[python, controller.py]`: bench.py sits beside controller.py.
+    let [program, controller] = python else {
+        bail!("expected the Python controller's command to be [python, controller.py]");
+    };
     let mut child = tokio::process::Command::new(program)
-        .args(leading)
+        .arg(controller.with_file_name("bench.py"))
         .args(base_args)
         .args([
             "--bench-count".to_owned(),
@@ -261,7 +244,7 @@ async fn measure(
     ]
     .map(str::to_owned)
     .to_vec();
-    start_app(verge).await?;
+    let _app = start_app(verge).await?;
     eprintln!("bench apps: warm-up, 20 commands");
     python_run(python, &base_args, 20, 1).await?;
     eprintln!("bench apps: {} commands one at a time", args.count);
