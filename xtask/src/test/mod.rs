@@ -7,7 +7,8 @@
 //! 2. missing Debian packages, Docker and the test image;
 //! 3. `cargo build --workspace --bins`, and beside it on a second thread the Go builds, each
 //!    cached after its first run: the control plane, the kubelet node (kubelet, kube-proxy,
-//!    containerd), Jaeger, and buf with protoc-gen-doc;
+//!    containerd), Jaeger, buf with protoc-gen-doc, and the example controllers of
+//!    `examples/` (Go and Python, generated from `proto/`);
 //! 4. the API contract (`cargo xtask api check`: buf lint, buf breaking against the previous
 //!    release, docs/api.md up to date), then the control plane and Jaeger started;
 //! 5. `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG` exported:
@@ -178,6 +179,14 @@ fn go_builds(
         (
             "buf and protoc-gen-doc for the API contract",
             Box::new(|| verge_testkit::proto_tools::ProtoTools::from_env().ensure_built()),
+        ),
+        (
+            "the example controllers (examples/go-controller, examples/python-controller)",
+            Box::new(|| {
+                use verge_testkit::example_clients::Example;
+                Example::Go.ensure_built()?;
+                Example::Python.ensure_built().map(drop)
+            }),
         ),
     ];
     Background::spawn("go builds", false, steps)
