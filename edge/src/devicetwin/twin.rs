@@ -212,7 +212,8 @@ pub fn check_state(state: &str) -> Result<String, Error> {
 
 /// Applies a checked report ([`check_report`]) to `record`: each twin's `reported` and
 /// `observedDesired`, when present, replace the stored ones; a value without a
-/// `timestamp` in its metadata gets `now_ms` (mappers often leave it out). An entirely
+/// `timestamp` in its metadata, or with an empty one, gets `now_ms` (mappers often leave it
+/// out; KubeEdge's mapper-framework sends it empty). An entirely
 /// empty reported value (no text, no metadata) counts as absent: protobuf cannot tell it
 /// from an unset one. An `observedDesired` without a value counts as absent too: mappers
 /// send one, with only a `type`, for every property without a desired value. Returns the
@@ -234,10 +235,11 @@ pub fn apply_report(record: &mut TwinRecord, twins: Vec<Twin>, now_ms: i64) -> B
 }
 
 fn stamped(mut value: TwinProperty, now_ms: i64) -> TwinProperty {
-    value
-        .metadata
-        .entry("timestamp".to_owned())
-        .or_insert_with(|| now_ms.to_string());
+    let stamp = value.metadata.entry("timestamp".to_owned()).or_default();
+    // KubeEdge's mapper-framework sends the key with an empty value.
+    if stamp.trim().is_empty() {
+        *stamp = now_ms.to_string();
+    }
     value
 }
 

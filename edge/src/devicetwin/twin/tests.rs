@@ -92,6 +92,19 @@ fn a_report_updates_values_stamps_them_and_computes_the_delta() {
             .map(|r| r.metadata["timestamp"].as_str()),
         Some("5")
     );
+    // mapper-framework sends the key empty: it gets the receive time too.
+    let mut blank = twin("temperature", "19", None);
+    if let Some(r) = blank.reported.as_mut() {
+        r.metadata.insert("timestamp".into(), String::new());
+    }
+    apply_report(&mut record, vec![blank], 9_500);
+    assert_eq!(
+        record.twins["temperature"]
+            .reported
+            .as_ref()
+            .map(|r| r.metadata["timestamp"].as_str()),
+        Some("9500")
+    );
     let mut empty = twin("temperature", "17", None);
     empty.observed_desired = Some(TwinProperty::default());
     apply_report(&mut record, vec![empty], 10_000);
