@@ -31,6 +31,7 @@ impl EchoApp {
     /// The subscription cannot be queued.
     pub async fn start(options: MqttOptions, topics: &[String]) -> anyhow::Result<Self> {
         let (client, mut eventloop) = AsyncClient::new(options, 1024);
+        eventloop.network_options.set_tcp_nodelay(true);
         for topic in topics {
             client.subscribe(topic, QoS::AtLeastOnce).await?;
         }

@@ -205,7 +205,8 @@ async fn spawn_broker(dir: &Path, port: u16) -> anyhow::Result<ChildProcess> {
 }
 
 /// mosquitto.conf: one loopback listener, no anonymous access, the password file
-/// `<dir>/passwd`, no persistence, log to stderr. As root, `user root` keeps the broker from
+/// `<dir>/passwd`, no persistence, `TCP_NODELAY` on its sockets (no Nagle delay on small
+/// replies), log to stderr. As root, `user root` keeps the broker from
 /// switching to the `mosquitto` user, which could not read the private directory.
 fn config_text(dir: &Path, port: u16) -> String {
     let mut text = format!(
@@ -214,6 +215,7 @@ fn config_text(dir: &Path, port: u16) -> String {
          allow_anonymous false\n\
          password_file {passwd}\n\
          persistence false\n\
+         set_tcp_nodelay true\n\
          log_dest stderr\n\
          log_type error\nlog_type warning\nlog_type notice\nlog_type information\n\
          connection_messages true\n",

@@ -58,15 +58,20 @@ pub async fn wait_for_port(port: u16, timeout: Duration) -> anyhow::Result<()> {
     .await
 }
 
-/// Creates namespace `name` and waits until its `default` ServiceAccount exists (pods are
-/// refused before that).
+/// Creates namespace `name` (an existing one is reused) and waits until its `default`
+/// ServiceAccount exists (pods are refused before that).
 ///
 /// # Errors
 /// API errors, or no ServiceAccount within 30 s.
 pub async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
-    namespaces.create(&PostParams::default(), &ns).await?;
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        // Left by an interrupted run: reused.
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(error) => return Err(error.into()),
+    }
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
     wait_for("default service account", Duration::from_secs(30), || {
         let sas = sas.clone();

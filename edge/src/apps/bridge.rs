@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use verge_runtime::ErrorChain;
 
-use super::{AppsHandle, REPLY_SUBSCRIPTION, upstream};
+use super::{AppsHandle, KEEP_PUBLISHED, REPLY_SUBSCRIPTION, upstream};
 use crate::config::Config;
 use crate::edgehub::Backoff;
 use crate::eventbus::BrokerAddress;
@@ -91,6 +91,8 @@ impl AppsBridge {
         eventloop
             .network_options
             .set_connection_timeout(bus.connect_timeout.as_secs().max(1));
+        // Small messages go out at once (no Nagle delay behind an unacknowledged segment).
+        eventloop.network_options.set_tcp_nodelay(true);
         let wake = Arc::new(Notify::new());
         let handle = AppsHandle {
             wake: Arc::clone(&wake),
@@ -153,7 +155,9 @@ impl AppsBridge {
                 Ok(Event::Outgoing(Outgoing::Publish(pkid))) => down.numbered(pkid),
                 Ok(Event::Incoming(Packet::PubAck(ack))) => {
                     if let Some(seq) = down.acknowledged(ack.pkid) {
-                        let result = store.blocking(move |s| s.app_inbox_published(seq)).await;
+                        let result = store
+                            .blocking(move |s| s.app_inbox_published(seq, KEEP_PUBLISHED))
+                            .await;
                         if let Err(error) = result {
                             warn!(seq, error = %ErrorChain(&error), "published app message not marked; it is published again later");
                         }

@@ -121,12 +121,12 @@ impl MetaStore {
     }
 
     /// The broker acknowledged entry `seq`: it keeps only its id (to recognise a resend),
-    /// and the oldest published entries beyond [`KEEP_PUBLISHED`] are forgotten. Unknown or
-    /// already published: nothing changes.
+    /// and the oldest published entries beyond `keep` ([`KEEP_PUBLISHED`] in edgecore) are
+    /// forgotten. Unknown or already published: nothing changes.
     ///
     /// # Errors
     /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
-    pub fn app_inbox_published(&self, seq: u64) -> Result<()> {
+    pub fn app_inbox_published(&self, seq: u64, keep: u64) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
             let mut inbox = txn.open_table(INBOX)?;
@@ -140,7 +140,7 @@ impl MetaStore {
             meta.insert("pending", pending.saturating_sub(1))?;
             let pending = pending.saturating_sub(1);
             let mut seen = txn.open_table(SEEN)?;
-            while inbox.len()? > pending + KEEP_PUBLISHED {
+            while inbox.len()? > pending + keep {
                 let (first, old_id, published) = match inbox.first()? {
                     Some((first, value)) => {
                         let v = value.value();
@@ -194,8 +194,12 @@ mod tests {
             ["a", "b"]
         );
         assert_eq!(pending[1].topic, "t/b");
-        store.app_inbox_published(0).expect("published");
-        store.app_inbox_published(0).expect("again: no change");
+        store
+            .app_inbox_published(0, KEEP_PUBLISHED)
+            .expect("published");
+        store
+            .app_inbox_published(0, KEEP_PUBLISHED)
+            .expect("again: no change");
         assert_eq!(store.app_inbox_pending().expect("pending").len(), 1);
         assert_eq!(
             store.app_inbox_put("a", "t/a", b"1", 2).expect("put"),
@@ -211,22 +215,23 @@ mod tests {
 
     #[test]
     fn the_oldest_published_ids_are_forgotten_beyond_the_bound() {
+        const KEEP: u64 = 4;
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(&dir.path().join("s.redb")).expect("open");
-        for i in 0..KEEP_PUBLISHED + 3 {
+        for i in 0..KEEP + 3 {
             let id = format!("m-{i}");
             assert_eq!(
                 store.app_inbox_put(&id, "t", b"", 10).expect("put"),
                 InboxPut::Added(i)
             );
-            store.app_inbox_published(i).expect("published");
+            store.app_inbox_published(i, KEEP).expect("published");
         }
         assert_eq!(
             store.app_inbox_put("m-0", "t", b"", 10).expect("put"),
-            InboxPut::Added(KEEP_PUBLISHED + 3),
+            InboxPut::Added(KEEP + 3),
             "forgotten"
         );
-        let last = format!("m-{}", KEEP_PUBLISHED + 2);
+        let last = format!("m-{}", KEEP + 2);
         assert_eq!(
             store.app_inbox_put(&last, "t", b"", 10).expect("put"),
             InboxPut::Duplicate

@@ -78,6 +78,8 @@ impl EventBus {
         eventloop
             .network_options
             .set_connection_timeout(bus.connect_timeout.as_secs().max(1));
+        // Small answers go out at once (no Nagle delay behind an unacknowledged segment).
+        eventloop.network_options.set_tcp_nodelay(true);
         let stopped = CancellationToken::new();
         let (connected, _) = watch::channel(false);
         let publisher = Publisher::new(

@@ -102,6 +102,7 @@ async fn direct_round_trips(
     count: usize,
 ) -> anyhow::Result<Vec<Duration>> {
     let (client, mut eventloop) = AsyncClient::new(mqtt_options(verge, "bench-direct")?, 64);
+    eventloop.network_options.set_tcp_nodelay(true);
     client
         .subscribe("bench/direct/+/reply", QoS::AtLeastOnce)
         .await?;
@@ -158,6 +159,7 @@ struct PythonRun {
 async fn python_run(
     python: &[std::path::PathBuf],
     base_args: &[String],
+    run: &str,
     count: usize,
     window: usize,
 ) -> anyhow::Result<PythonRun> {
@@ -169,6 +171,9 @@ async fn python_run(
         .arg(controller.with_file_name("bench.py"))
         .args(base_args)
         .args([
+            // Ids are unique per run: the edge publishes a repeated id only once.
+            "--command-id".to_owned(),
+            format!("{run}-{}", std::process::id()),
             "--bench-count".to_owned(),
             count.to_string(),
             "--bench-window".to_owned(),
@@ -237,8 +242,6 @@ async fn measure(
         GROUP,
         "--node",
         NODE,
-        "--command-id",
-        "bench",
         "--content",
         "{}",
     ]
@@ -246,14 +249,14 @@ async fn measure(
     .to_vec();
     let _app = start_app(verge).await?;
     eprintln!("bench apps: warm-up, 20 commands");
-    python_run(python, &base_args, 20, 1).await?;
+    python_run(python, &base_args, "warm", 20, 1).await?;
     eprintln!("bench apps: {} commands one at a time", args.count);
-    let sequential = python_run(python, &base_args, args.count, 1).await?;
+    let sequential = python_run(python, &base_args, "one", args.count, 1).await?;
     eprintln!(
         "bench apps: {} commands, {} in flight",
         args.burst, args.window
     );
-    let burst = python_run(python, &base_args, args.burst, args.window).await?;
+    let burst = python_run(python, &base_args, "window", args.burst, args.window).await?;
     eprintln!(
         "bench apps: baseline, {} direct MQTT round trips",
         args.count
