@@ -296,12 +296,19 @@ mod tests {
             "",
             "a/b",
             "default/pod/",
-            "default/frob/x",
+            // Not an RFC 1123 label, so neither Verge's type nor a third party's.
+            "default/Frob/x",
+            "default/fr_ob/x",
             "a/pod/b/c",
             "a/pod/x y",
         ] {
             assert!(bad.parse::<ResourceKey>().is_err(), "{bad:?} should fail");
         }
+        // Any other label is a third party's type (valid only in its own group's messages).
+        assert!(matches!(
+            "default/frob/x".parse::<ResourceKey>().map(|k| k.kind),
+            Ok(ResourceType::App(_))
+        ));
         for bad in [
             "edge/x/default/pod/a",
             "node//default/pod/a",

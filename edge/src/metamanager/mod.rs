@@ -199,18 +199,25 @@ impl MetaManager {
     }
 
     /// A message of a third-party group: committed to the apps inbox, then acknowledged
-    /// (a resend is acknowledged again and published once); a controller's ack of an app's
-    /// message needs no answer. Refused with `error` without the apps module, when the inbox
+    /// (a resend is acknowledged again and published once); a controller's `response` to
+    /// an app's message goes to the app too, other answers (acks, errors) stop here. Refused with `error` without the apps module, when the inbox
     /// is full, or when it cannot be routed to a topic; nothing is stored then.
     async fn deliver_to_apps(&self, msg: &Envelope) -> Option<Envelope> {
-        if matches!(
-            msg.kind,
+        // Acks and errors answer the edge's own upstream messages: edgehub's drain handles
+        // those in flight, and what reaches here is stale (e.g. cloudhub's "no controller
+        // attached" for a resend the controller had already acked). Only a controller's
+        // `response` is news for an app.
+        match &msg.kind {
             Kind::Answer {
-                outcome: Outcome::Ack,
+                outcome: Outcome::Response,
                 ..
-            } | Kind::Keepalive { .. }
-        ) {
-            return None;
+            } => {}
+            Kind::Answer { to, outcome, .. } => {
+                debug!(parent_id = %to, ?outcome, "answer to an app's message; nothing to deliver");
+                return None;
+            }
+            Kind::Keepalive { .. } => return None,
+            _ => {}
         }
         let refuse = |reason: String| {
             warn!(%reason, "rejected downstream message");

@@ -97,6 +97,18 @@ async fn scenario(
     let nodes: Api<Node> = Api::all(client.clone());
     let ready = Arc::new(AtomicBool::new(true));
     let heartbeat = tokio::spawn(heartbeats(nodes.clone(), node.to_owned(), ready.clone()));
+    // The pods come once the node is Ready without a taint: a pod of a node that is not
+    // (yet) Ready gets its unreachable toleration patched, which the test checks later.
+    let mut node_ready = false;
+    for _ in 0..60 {
+        let current = nodes.get(node).await?;
+        if !verge_edgecontroller::offline::rule::node_needs_tolerations(&current) {
+            node_ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    ensure!(node_ready, "node {node} not Ready and untainted after 30 s");
     let result = objects_and_queries(h, client, node, ns, &ready).await;
     heartbeat.abort();
     result?;
