@@ -12,15 +12,13 @@ connected node, and any refusal ends it with exit 2.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import threading
 import time
 from typing import Any
 
 import grpc
 
-from controller import Controller, emit, fail, grpc_target, hub_pb2, hub_pb2_grpc, message_pb2
+from controller import Controller, emit, hub_pb2, message_pb2, run_attached
 from controller import parse_args as controller_args
 
 
@@ -105,33 +103,8 @@ def main() -> None:
     bench, rest = bench_parser.parse_known_args()
     sys.argv = [sys.argv[0], *rest]
     args = controller_args()
-    target = grpc_target(args.cloudhub)
-    try:
-        with open(args.ca_file, "rb") as f:
-            ca_pem = f.read()
-        with open(args.token_file, encoding="utf-8") as f:
-            token = f.read().strip()
-    except OSError as error:
-        fail(2, str(error))
-    def timed_out() -> None:
-        print("bench.py: timed out", file=sys.stderr, flush=True)
-        os._exit(1)
-
-    timer = threading.Timer(args.timeout_seconds * 10, timed_out)
-    timer.daemon = True
-    timer.start()
     controller = Bench(args, bench.bench_count, bench.bench_window)
-    credentials = grpc.ssl_channel_credentials(root_certificates=ca_pem)
-    with grpc.secure_channel(target, credentials) as channel:
-        call = hub_pb2_grpc.ControllerHubStub(channel).Attach(
-            controller.requests(), metadata=(("authorization", f"Bearer {token}"),)
-        )
-        try:
-            code = controller.run(call)
-        finally:
-            controller.close()
-            call.cancel()
-    sys.exit(code)
+    run_attached(controller, args, args.timeout_seconds * 10)
 
 
 if __name__ == "__main__":

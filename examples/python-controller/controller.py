@@ -245,9 +245,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def main() -> NoReturn:
-    """Runs the controller and exits with its exit code."""
-    args = parse_args()
+def run_attached(controller: Controller, args: argparse.Namespace, timeout_seconds: float) -> NoReturn:
+    """Attaches `controller` to the cloudhub of `args` (TLS trusting `--ca-file`, the bearer
+    token of `--token-file`), runs it, and exits with its exit code (1 after
+    `timeout_seconds`)."""
     target = grpc_target(args.cloudhub)
     try:
         with open(args.ca_file, "rb") as f:
@@ -261,11 +262,10 @@ def main() -> NoReturn:
         print("controller.py: timed out", file=sys.stderr, flush=True)
         os._exit(1)
 
-    timer = threading.Timer(args.timeout_seconds, timed_out)
+    timer = threading.Timer(timeout_seconds, timed_out)
     timer.daemon = True
     timer.start()
 
-    controller = Controller(args)
     credentials = grpc.ssl_channel_credentials(root_certificates=ca_pem)
     with grpc.secure_channel(target, credentials) as channel:
         stub = hub_pb2_grpc.ControllerHubStub(channel)
@@ -278,6 +278,12 @@ def main() -> NoReturn:
             controller.close()
             call.cancel()
     sys.exit(code)
+
+
+def main() -> NoReturn:
+    """Runs the controller and exits with its exit code."""
+    args = parse_args()
+    run_attached(Controller(args), args, args.timeout_seconds)
 
 
 if __name__ == "__main__":
