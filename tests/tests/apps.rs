@@ -436,29 +436,19 @@ async fn example_round_trip(
         ca_pem,
         ..
     } = &site;
-    let files = tempfile::tempdir()?;
-    let (ca_file, token_file) = (files.path().join("ca.pem"), files.path().join("token"));
-    std::fs::write(&ca_file, ca_pem)?;
-    std::fs::write(&token_file, token)?;
+    let access = verge_testkit::example_clients::Access::write(ca_pem, token)?;
     let args = |id: &str| -> Vec<String> {
-        [
-            "--cloudhub",
-            &cloud.controller_url,
-            "--ca-file",
-            &ca_file.display().to_string(),
-            "--token-file",
-            &token_file.display().to_string(),
-            "--group",
-            GROUP,
-            "--node",
-            name,
-            "--command-id",
-            id,
-            "--content",
-            &json!({"move": id}).to_string(),
-        ]
-        .map(str::to_owned)
-        .to_vec()
+        let mut args = access.args(&cloud.controller_url, GROUP, name);
+        args.extend(
+            [
+                "--command-id",
+                id,
+                "--content",
+                &json!({"move": id}).to_string(),
+            ]
+            .map(str::to_owned),
+        );
+        args
     };
     let mut app = start_app(&site.broker).await?;
     let mut observer = Controller::attach_as(

@@ -18,16 +18,9 @@ use tokio::task::JoinHandle;
 #[derive(Debug)]
 pub struct CuttableLink {
     addr: SocketAddr,
-    state: Arc<watch::Sender<Generation>>,
+    /// Whether the link is cut; every send (even of the same value) ends a period.
+    state: Arc<watch::Sender<bool>>,
     task: JoinHandle<()>,
-}
-
-/// Which healthy period the link is in (`cut` while partitioned); connections opened in one
-/// period are closed when it ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Generation {
-    number: u64,
-    cut: bool,
 }
 
 impl CuttableLink {
@@ -38,16 +31,13 @@ impl CuttableLink {
     pub async fn start(target: SocketAddr) -> anyhow::Result<Self> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (state, _) = watch::channel(Generation {
-            number: 0,
-            cut: false,
-        });
+        let (state, _) = watch::channel(false);
         let state = Arc::new(state);
         let accept_state = Arc::clone(&state);
         let task = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
                 let mut changes = accept_state.subscribe();
-                let cut = changes.borrow_and_update().cut;
+                let cut = *changes.borrow_and_update();
                 tokio::spawn(async move {
                     // Both ends stay open (nothing flows) until the period ends.
                     let mut _outbound = None;
@@ -77,18 +67,12 @@ impl CuttableLink {
     /// Stops forwarding: open connections stall (held, no bytes either way) and new ones
     /// are accepted and held.
     pub fn cut(&self) {
-        self.state.send_modify(|g| {
-            g.number += 1;
-            g.cut = true;
-        });
+        self.state.send_replace(true);
     }
 
     /// Ends a cut: the held connections close, new ones are forwarded again.
     pub fn heal(&self) {
-        self.state.send_modify(|g| {
-            g.number += 1;
-            g.cut = false;
-        });
+        self.state.send_replace(false);
     }
 }
 

@@ -107,23 +107,12 @@ impl Example {
         let script = source.join("build.sh");
         let what = format!("examples/{}", self.name());
         cached_build(&root, &dir, &command, &what, || match self {
-            Self::Go => {
-                let path = crate::go_build::go_path("building the Go example controller")?;
-                let protoc = crate::go_mapper::protoc_path()?;
-                let include = crate::go_mapper::protoc_include()?;
-                let tools = root.join("tools");
-                crate::go_build::Script {
-                    path: &script,
-                    args: &[dir.as_os_str()],
-                    env: &[
-                        ("PROTOC", protoc.as_os_str()),
-                        ("PROTOC_INCLUDE", include.as_os_str()),
-                        ("GO_CONTROLLER_TOOLS", tools.as_os_str()),
-                    ],
-                    low_priority: false,
-                }
-                .run(&path)
-            }
+            Self::Go => crate::go_mapper::run_protoc_script(
+                &script,
+                &dir,
+                ("GO_CONTROLLER_TOOLS", &root.join("tools")),
+                "building the Go example controller",
+            ),
             Self::Python => {
                 let status = std::process::Command::new("bash")
                     .arg(&script)
@@ -182,4 +171,44 @@ pub fn cached_build(
     std::fs::write(&stamp, "complete\n").with_context(|| format!("writing {}", stamp.display()))?;
     eprintln!("verge-testkit: {what} built in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// What an example controller needs to attach, as files: the Verge CA and a ControllerHub
+/// token, in a temporary directory removed on drop.
+#[derive(Debug)]
+pub struct Access {
+    dir: tempfile::TempDir,
+}
+
+impl Access {
+    /// Writes `ca_pem` and `token` into a new temporary directory.
+    ///
+    /// # Errors
+    /// The directory or a file cannot be written.
+    pub fn write(ca_pem: &str, token: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir().context("creating a directory for the controller")?;
+        std::fs::write(dir.path().join("ca.pem"), ca_pem)?;
+        std::fs::write(dir.path().join("token"), token)?;
+        Ok(Self { dir })
+    }
+
+    /// The arguments every example controller takes: `--cloudhub <url> --ca-file ...
+    /// --token-file ... --group <group> --node <node>` (the command's id and content follow).
+    pub fn args(&self, cloudhub: &str, group: &str, node: &str) -> Vec<String> {
+        let file = |name: &str| self.dir.path().join(name).display().to_string();
+        [
+            "--cloudhub",
+            cloudhub,
+            "--ca-file",
+            &file("ca.pem"),
+            "--token-file",
+            &file("token"),
+            "--group",
+            group,
+            "--node",
+            node,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
 }

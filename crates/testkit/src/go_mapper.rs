@@ -86,20 +86,39 @@ pub fn ensure_built() -> anyhow::Result<PathBuf> {
     let script = source_dir().join("build.sh");
     let products = [binary.clone()];
     crate::example_clients::cached_build(&cache_root(), &dir, &products, "the Go mapper", || {
-        let path = crate::go_build::go_path("building the Go mapper")?;
-        let (protoc, include) = (protoc_path()?, protoc_include()?);
-        let tools = cache_root().join("tools");
-        crate::go_build::Script {
-            path: &script,
-            args: &[dir.as_os_str()],
-            env: &[
-                ("PROTOC", protoc.as_os_str()),
-                ("PROTOC_INCLUDE", include.as_os_str()),
-                ("GO_MAPPER_TOOLS", tools.as_os_str()),
-            ],
-            low_priority: false,
-        }
-        .run(&path)
+        run_protoc_script(
+            &script,
+            &dir,
+            ("GO_MAPPER_TOOLS", &cache_root().join("tools")),
+            "building the Go mapper",
+        )
     })?;
     Ok(binary)
+}
+
+/// Runs a Go build `script` that generates code with `protoc` (`build.sh <dir>` with `PROTOC`
+/// and `PROTOC_INCLUDE` from [`protoc_path`] and [`protoc_include`], and `tools`: the name and
+/// directory of its generator cache), with Go on `PATH`; `what` names it in errors.
+///
+/// # Errors
+/// `go` or the vendored protoc is missing, or the script fails.
+pub fn run_protoc_script(
+    script: &Path,
+    dir: &Path,
+    tools: (&str, &Path),
+    what: &str,
+) -> anyhow::Result<()> {
+    let path = crate::go_build::go_path(what)?;
+    let (protoc, include) = (protoc_path()?, protoc_include()?);
+    crate::go_build::Script {
+        path: script,
+        args: &[dir.as_os_str()],
+        env: &[
+            ("PROTOC", protoc.as_os_str()),
+            ("PROTOC_INCLUDE", include.as_os_str()),
+            (tools.0, tools.1.as_os_str()),
+        ],
+        low_priority: false,
+    }
+    .run(&path)
 }

@@ -220,10 +220,7 @@ async fn measure(
     let token =
         verge_testkit::trust::third_party_controller(&client, NAMESPACE, "bench", &[GROUP]).await?;
     let ca = verge_testkit::trust::verge_ca(&client).await?;
-    let files = tempfile::tempdir()?;
-    let (ca_file, token_file) = (files.path().join("ca.pem"), files.path().join("token"));
-    std::fs::write(&ca_file, ca.cert_pem())?;
-    std::fs::write(&token_file, token)?;
+    let access = verge_testkit::example_clients::Access::write(ca.cert_pem(), &token)?;
     let controller_port = std::fs::read_to_string(verge.dir.join("cloudhub.yaml"))?
         .lines()
         .find_map(|l| {
@@ -231,22 +228,8 @@ async fn measure(
                 .map(str::to_owned)
         })
         .context("controllerAddr in cloudhub.yaml")?;
-    let base_args: Vec<String> = [
-        "--cloudhub",
-        &format!("https://127.0.0.1:{controller_port}"),
-        "--ca-file",
-        &ca_file.display().to_string(),
-        "--token-file",
-        &token_file.display().to_string(),
-        "--group",
-        GROUP,
-        "--node",
-        NODE,
-        "--content",
-        "{}",
-    ]
-    .map(str::to_owned)
-    .to_vec();
+    let mut base_args = access.args(&format!("https://127.0.0.1:{controller_port}"), GROUP, NODE);
+    base_args.extend(["--content".to_owned(), "{}".to_owned()]);
     let _app = start_app(verge).await?;
     eprintln!("bench apps: warm-up, 20 commands");
     python_run(python, &base_args, "warm", 20, 1).await?;
