@@ -3,7 +3,9 @@
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig as _;
+use std::time::Duration;
+
+use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
 use tracing_subscriber::filter::{FilterFn, filter_fn};
@@ -91,17 +93,54 @@ pub(crate) fn otlp_provider(
     endpoint: &str,
     tracing: &TracingConfig,
 ) -> Result<SdkTracerProvider, TelemetryError> {
+    let error = |source| TelemetryError::Exporter {
+        endpoint: endpoint.to_owned(),
+        source,
+    };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .with_endpoint(endpoint)
+        .with_channel(export_channel(endpoint).map_err(error)?)
+        .with_timeout(EXPORT_TIMEOUT)
         .build()
-        .map_err(|source| TelemetryError::Exporter {
-            endpoint: endpoint.to_owned(),
-            source,
-        })?;
+        .map_err(error)?;
     Ok(provider_builder(service, tracing)
         .with_batch_exporter(exporter)
         .build())
+}
+
+/// How long one export may take before its batch is dropped (the OTLP default).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connect to the collector may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// With an export in flight, the HTTP/2 ping sent after this long without a frame from the
+/// collector, and how long its answer may take before the connection is dropped.
+const KEEPALIVE: Duration = Duration::from_secs(4);
+
+/// The lazily connected gRPC channel to the collector at `endpoint` (`http://` only: no TLS
+/// is built in). An edge's link may drop without a reset: a connection that stops
+/// answering while an export is in flight is dropped after [`KEEPALIVE`] twice, so the next
+/// export connects afresh instead of queueing behind TCP's retransmission back-off (which
+/// after a 30 s outage can hold a healed connection silent for another 20 s and more).
+fn export_channel(
+    endpoint: &str,
+) -> Result<tonic::transport::Channel, opentelemetry_otlp::ExporterBuildError> {
+    let invalid = |reason: String| {
+        opentelemetry_otlp::ExporterBuildError::InvalidConfiguration(format!(
+            "tracing.otlpEndpoint {endpoint:?}: {reason}"
+        ))
+    };
+    let endpoint = tonic::transport::Endpoint::from_shared(endpoint.to_owned())
+        .map_err(|e| invalid(e.to_string()))?;
+    if endpoint.uri().scheme_str() != Some("http") {
+        return Err(invalid("the scheme must be http".to_owned()));
+    }
+    Ok(endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(EXPORT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE)
+        .keep_alive_timeout(KEEPALIVE)
+        .keep_alive_while_idle(false)
+        .connect_lazy())
 }
 
 /// A provider builder with Verge's resource and sampler (no processor yet).
