@@ -9,11 +9,13 @@
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
 //! through cloudhub against `docker logs`), [`apps`] (a third party's commands from the
 //! Python example controller to an edge app and back), [`record`] (the result tables
-//! in `docs/benchmarks.md`).
+//! in `docs/benchmarks.md`), [`all`] (all of them, and the overview of their targets).
 
+mod all;
 mod apps;
 mod deploy;
 mod devices;
+mod env;
 mod pod_startup;
 mod reconnect;
 mod record;
@@ -60,6 +62,9 @@ enum Bench {
     /// and its replies back: round-trip p50/p99 one at a time and messages/s with a window
     /// in flight, against the broker-only round trip.
     Apps(apps::Args),
+    /// Every benchmark in turn with its defaults (each as its own process), then the
+    /// overview of their targets at the top of `docs/benchmarks.md`.
+    All(all::Args),
 }
 
 /// Runs one benchmark.
@@ -72,6 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Tracing(a) => tracing_overhead::run(a).await,
         Bench::Streams(a) => streams::run(a).await,
         Bench::Apps(a) => apps::run(a).await,
+        Bench::All(a) => all::run(&a),
     }
 }
 

@@ -62,7 +62,15 @@ pub fn command() -> String {
 /// Reading or writing the file.
 pub fn write(name: &str, title: &str, body: &str) -> anyhow::Result<()> {
     let path = path();
-    let old = std::fs::read_to_string(&path).unwrap_or_else(|_| HEADER.to_owned());
+    let mut old = std::fs::read_to_string(&path).unwrap_or_else(|_| HEADER.to_owned());
+    let open = format!("<!-- bench:{name} -->");
+    if name == SUMMARY
+        && !old.contains(&open)
+        && let Some(first) = old.find("<!-- bench:")
+    {
+        // The overview goes first, above every benchmark's section.
+        old.insert_str(first, &format!("{open}\n<!-- /bench:{name} -->\n\n"));
+    }
     let date = chrono::Utc::now().format("%Y-%m-%d %H:%M UTC");
     let mut run = String::new();
     let _ = writeln!(run, "### {date}\n");
@@ -128,6 +136,80 @@ fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// One target a benchmark reports on: what is aimed at, the figure of this run, the anchor
+/// beside it (a baseline of the same run, or a published figure), and whether it is met.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The goal, e.g. "pod create → Running p50 ≤ 1.25× `docker run -d`".
+    pub goal: String,
+    /// This run's figure, e.g. "1.76× (489 ms)".
+    pub figure: String,
+    /// What it is compared with, e.g. "docker run -d: 278 ms (same run)".
+    pub anchor: String,
+    /// Whether the figure meets the goal.
+    pub met: bool,
+}
+
+/// Header of a [`targets_table`]; the overview of `cargo xtask bench all` collects the rows
+/// of the tables under it.
+pub const TARGETS_HEADER: &str = "| target | this run | anchor | met |";
+
+/// The Markdown table of `targets` (see [`TARGETS_HEADER`]).
+pub fn targets_table(targets: &[Target]) -> String {
+    let mut out = format!("{TARGETS_HEADER}\n|---|---|---|---|\n");
+    for t in targets {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            t.goal,
+            t.figure,
+            t.anchor,
+            if t.met { "yes" } else { "**no**" }
+        );
+    }
+    out
+}
+
+/// The target rows of the newest run of every section of `text` (a `docs/benchmarks.md`),
+/// as `(section name, row)`.
+pub fn newest_targets(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<!-- bench:") {
+        let after = &rest[start + "<!-- bench:".len()..];
+        let Some(name_end) = after.find(" -->") else {
+            break;
+        };
+        let name = &after[..name_end];
+        let close = format!("<!-- /bench:{name} -->");
+        let Some(end) = after.find(&close) else {
+            break;
+        };
+        let section = &after[..end];
+        rest = &after[end..];
+        if name == SUMMARY {
+            continue;
+        }
+        let Some(newest) = section.split(RUN_MARK).nth(1) else {
+            continue;
+        };
+        let Some(table) = newest.split(TARGETS_HEADER).nth(1) else {
+            continue;
+        };
+        out.extend(
+            table
+                .lines()
+                .skip(2)
+                .take_while(|l| l.starts_with('|'))
+                .map(|row| (name.to_owned(), row.to_owned())),
+        );
+    }
+    out
+}
+
+/// The section of the overview written by `cargo xtask bench all`.
+pub const SUMMARY: &str = "summary";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,6 +225,27 @@ mod tests {
         assert!(a < a1, "newest first:\n{third}");
         assert!(third.contains("b run"), "{third}");
         assert_eq!(third.matches("<!-- bench:a -->").count(), 1);
+    }
+
+    #[test]
+    fn the_overview_takes_the_target_rows_of_each_newest_run() {
+        let row = |goal: &str, met| Target {
+            goal: goal.into(),
+            figure: "f".into(),
+            anchor: "a".into(),
+            met,
+        };
+        let old = format!("old\n\n{}", targets_table(&[row("old goal", false)]));
+        let new = format!("new\n\n{}", targets_table(&[row("new goal", true)]));
+        let mut text = splice(HEADER, "a", "A", &old);
+        text = splice(&text, "a", "A", &new);
+        text = splice(&text, "b", "B", "no targets\n");
+        text = splice(&text, SUMMARY, "S", &targets_table(&[row("summary", true)]));
+        let rows = newest_targets(&text);
+        assert_eq!(
+            rows,
+            vec![("a".to_owned(), "| new goal | f | a | yes |".to_owned())]
+        );
     }
 
     #[test]

@@ -6,18 +6,15 @@
 //! and records p50/p90/p99/max of each and the ratios, and how many spans Jaeger holds for
 //! the traced pods.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
-use verge_testkit::ControlPlaneConfig;
-use verge_testkit::jaeger::{Jaeger, JaegerConfig, TraceQuery};
+use kube::api::DeleteParams;
+use verge_testkit::jaeger::{Jaeger, TraceQuery};
 
-use super::pod_startup::{bench_pod_on, watch_running};
 use crate::local;
 
 /// Arguments of `cargo xtask bench tracing`.
@@ -39,37 +36,22 @@ const NAMESPACE: &str = "verge-bench-tracing";
 /// Runs the benchmark.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (n, rounds) = (args.pods.max(1), args.rounds.max(1));
-    local::ensure_host().await?;
-    let run_dir = verge_testkit::paths::run_dir().join("bench-tracing");
-    let config = ControlPlaneConfig {
-        state_dir: run_dir.join("control-plane"),
-        ..ControlPlaneConfig::from_env()
-    };
-    let cp = crate::control_plane::up(&config).await?;
-    let jaeger_config = JaegerConfig::from_env();
-    let jaeger_was_running = jaeger_config.status().await?.is_some();
-    let jaeger = crate::jaeger::up(&jaeger_config).await?;
-    let bin_dir = local::build_bins(!args.debug)?;
-    let result = measure(&cp, &jaeger, &run_dir, &bin_dir, n, rounds, !args.debug).await;
-    local::stop_processes(&run_dir);
-    local::remove_containers(&run_dir);
-    crate::control_plane::down(&config).await?;
-    if !jaeger_was_running {
-        crate::jaeger::down(&jaeger_config).await?;
-    }
+    let env = super::env::TracedEnv::up("bench-tracing", !args.debug).await?;
+    let run_dir = env.run_dir.clone();
+    let result = measure(&env, n, rounds, !args.debug).await;
+    env.down(&[&run_dir]).await?;
     result?;
     Ok(ExitCode::SUCCESS)
 }
 
 async fn measure(
-    cp: &verge_testkit::ControlPlane,
-    jaeger: &Jaeger,
-    run_dir: &std::path::Path,
-    bin_dir: &std::path::Path,
+    env: &super::env::TracedEnv,
     n: usize,
     rounds: usize,
     release: bool,
 ) -> anyhow::Result<()> {
+    let (cp, jaeger) = (&env.cp, &env.jaeger);
+    let (run_dir, bin_dir) = (env.run_dir.as_path(), env.bin_dir.as_path());
     let client = cp.client().await?;
     local::create_namespace(&client, NAMESPACE).await?;
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
@@ -159,24 +141,11 @@ async fn one_at_a_time(
     node: &str,
     n: usize,
 ) -> anyhow::Result<(Vec<String>, Vec<Duration>)> {
-    let mut running = watch_running(pods.clone());
-    let (mut names, mut times) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for i in 0..n {
-        let name = format!("{node}-{i}");
-        let t0 = Instant::now();
-        pods.create(&PostParams::default(), &bench_pod_on(&name, node)?)
-            .await?;
-        let took = running
-            .wait_for(HashMap::from([(name.clone(), t0)]), Duration::from_secs(60))
-            .await?;
-        times.extend(took);
-        names.push(name);
+    let started = super::pod_startup::one_at_a_time(pods, node, node, n).await?;
+    for pod in &started {
+        let _ = pods.delete(&pod.name, &DeleteParams::default()).await;
     }
-    running.task.abort();
-    for name in &names {
-        let _ = pods.delete(name, &DeleteParams::default()).await;
-    }
-    Ok((names, times))
+    Ok(started.into_iter().map(|p| (p.name, p.took)).unzip())
 }
 
 /// Spans Jaeger holds in the traces of the pods `names` (found by their `k8s.pod.name` tag).
