@@ -271,13 +271,9 @@ impl<R: ContainerRuntime> Worker<R> {
         let spec =
             spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
         let name = labels.docker_name();
-        // A leftover with the same name (interrupted earlier attempt) would conflict.
-        let _ = self.ctx.runtime.remove_if_present(&name).await;
         let creating_since = Instant::now();
         let id = self
-            .ctx
-            .runtime
-            .create(&name, spec)
+            .create_replacing(&name, spec)
             .instrument(verge_telemetry::propagation::in_trace(|| {
                 verge_telemetry::span!(
                     "edged.container.create",
@@ -350,8 +346,7 @@ impl<R: ContainerRuntime> Worker<R> {
             self.grace(),
         );
         let name = labels.docker_name();
-        let _ = self.ctx.runtime.remove_if_present(&name).await;
-        let id = self.ctx.runtime.create(&name, spec).await?;
+        let id = self.create_replacing(&name, spec).await?;
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(e.into());
@@ -362,6 +357,25 @@ impl<R: ContainerRuntime> Worker<R> {
 }
 
 impl<R: ContainerRuntime> Worker<R> {
+    /// Creates container `name`; a leftover of that name (an attempt interrupted between
+    /// create and start, or by a crash) is removed and the create tried once more. Names are
+    /// unique per pod uid, container and attempt, so a leftover is never another pod's; not
+    /// looking first saves a Docker call on every start.
+    async fn create_replacing(
+        &self,
+        name: &str,
+        spec: crate::edged::runtime::ContainerSpec,
+    ) -> std::result::Result<String, RuntimeError> {
+        match self.ctx.runtime.create(name, spec.clone()).await {
+            Err(e) if e.is_conflict() => {
+                info!(container = %name, "removing a leftover container of the same name");
+                self.ctx.runtime.remove_if_present(name).await?;
+                self.ctx.runtime.create(name, spec).await
+            }
+            created => created,
+        }
+    }
+
     /// Creates and starts a new sandbox; earlier sandboxes and all containers (whose network
     /// namespace is gone) are removed first, so init containers run again (kubelet).
     pub(super) async fn create_sandbox(&mut self, obs: &Observation) -> Result<()> {

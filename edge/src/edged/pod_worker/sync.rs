@@ -121,7 +121,18 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         let mut obs = self.observe().await?;
         if !self.state.is_completed() && self.step(&obs, &mut wake).await? {
+            let had_sandbox = obs.sandbox().is_some();
             obs = self.observe().await?;
+            if !had_sandbox && obs.sandbox().is_some() && !self.state.is_completed() {
+                // A new sandbox runs: report ContainerCreating, then start the containers in
+                // this same sync (kubelet: one `SyncPod` creates the sandbox and starts the
+                // containers) instead of observing Docker once more on the next.
+                self.report(&obs).await;
+                wake = Wake::default();
+                if self.step(&obs, &mut wake).await? {
+                    obs = self.observe().await?;
+                }
+            }
         }
         self.report(&obs).await;
         Ok(wake.0)

@@ -29,8 +29,8 @@ async fn a_pod_start_is_one_trace_under_the_change_that_caused_it() {
     let syncs: Vec<_> = spans.iter().filter(|s| s.name == "edged.sync").collect();
     assert_eq!(
         syncs.len(),
-        2,
-        "sandbox, then containers; none once running: {:?}",
+        1,
+        "one sync creates the sandbox and starts the containers; none once running: {:?}",
         capture.names()
     );
     for sync in &syncs {

@@ -77,12 +77,19 @@ async fn measure(
 
     let client = cp.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
+    // Pods an interrupted run left on its (stopped) nodes would hold the namespace up.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let _ = pods
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await;
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
     while namespaces.get_opt(NAMESPACE).await?.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     local::create_namespace(&client, NAMESPACE).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
 
     eprintln!("bench: {n} pods one at a time");
     let mut verge_one: Vec<Duration> = one_at_a_time(&pods, NODE, "one", n)
@@ -136,7 +143,16 @@ async fn measure(
     traced.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = one_at_a_time(&pods, &traced_node, "traced", n).await?;
-    let stages = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    if !untraced.is_empty() {
+        eprintln!("bench: no complete trace of {}", untraced.join(", "));
+    }
+    // Their node stops with the bench: removed at once.
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &Default::default(),
+    )
+    .await?;
 
     let results = Results {
         n,
@@ -146,7 +162,16 @@ async fn measure(
         verge_all,
         docker_all,
         rss_kib: [(0, rss_idle), (n, rss_busy), (many, rss_many)],
-        stage_table: stages::table(&stages),
+        stage_table: format!(
+            "{}\n{} of {n} pods had a complete trace in Jaeger{}.\n",
+            stages::table(&stages),
+            stages.len(),
+            if untraced.is_empty() {
+                String::new()
+            } else {
+                format!(" (not: {})", untraced.join(", "))
+            }
+        ),
     };
     results.record()?;
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;

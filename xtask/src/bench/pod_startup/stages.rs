@@ -12,16 +12,19 @@ use verge_testkit::jaeger::{Jaeger, Span, Trace, TraceQuery};
 
 use super::Started;
 
-/// The stages, in order: each ends at the boundary of the same index in [`Marks`].
-pub(super) const STAGES: [&str; 9] = [
+/// The stages, in order: each ends at the boundary of the same index + 1 in [`marks`].
+pub(super) const STAGES: [&str; 12] = [
     "API create → edgecontroller watch event",
     "watch event → cloudhub (edgecontroller send)",
     "cloudhub → edge commit (gRPC, redb)",
     "edge commit → sandbox created and started",
+    "sandbox → next sync (observe, ContainerCreating report)",
+    "sync (or sandbox) → app image check (observe, volumes)",
     "image check (app container)",
     "container create",
     "container start",
-    "status report → API patch (edge → cloudhub → edgecontroller)",
+    "observe and report on the edge",
+    "edge → API status patch (cloudhub, edgecontroller)",
     "API patch → Running seen by a watch",
 ];
 
@@ -53,28 +56,46 @@ fn marks(trace: &Trace, container: &str, pod: &Started) -> Option<[u64; STAGES.l
     let patched = trace
         .spans_named("kube.patch_pod_status")
         .find(|s| s.tag_str("k8s.pod.phase") == Some("Running"))?;
+    let image = of_container("edged.image.ensure")?;
+    // The sync that started the app container: the last one begun before its image check.
+    let sync = trace
+        .spans_named("edged.sync")
+        .filter(|s| s.start_time_us <= image.start_time_us)
+        .max_by_key(|s| s.start_time_us)?;
     Some([
         epoch_us(pod.created_at),
         first("controller.watch_event")?.start_time_us,
         first("cloudhub.deliver")?.start_time_us,
         end_us(first("metamanager.apply")?),
         end_us(first("edged.sandbox.create")?),
-        end_us(of_container("edged.image.ensure")?),
+        sync.start_time_us,
+        image.start_time_us,
+        end_us(image),
         end_us(of_container("edged.container.create")?),
         end_us(of_container("edged.container.start")?),
+        end_us(sync),
         end_us(patched),
         epoch_us(pod.created_at + pod.took),
     ])
 }
 
-/// The stages of `pod` from `trace`, `None` when the trace lacks one of the spans.
+/// The stages of `pod` from `trace`, `None` when the trace lacks one of the spans or is not
+/// this pod's (its watch event came before the create call: a pod of the same name made
+/// earlier).
 fn stages_of(trace: &Trace, container: &str, pod: &Started) -> Option<Stages> {
-    let marks = marks(trace, container, pod)?;
+    let mut marks = marks(trace, container, pod)?;
+    if marks[1] < marks[0] {
+        return None;
+    }
+    // A boundary before the previous one makes its stage zero: the sync that starts the
+    // containers may be the one that created the sandbox (no "next sync"), and spans
+    // recorded within one microsecond tie.
+    for i in 1..marks.len() {
+        marks[i] = marks[i].max(marks[i - 1]);
+    }
     let mut stages = [Duration::ZERO; STAGES.len()];
     for (i, stage) in stages.iter_mut().enumerate() {
-        // Clocks are one machine's; a boundary before the previous one (a span recorded
-        // within the same microsecond) counts as zero.
-        *stage = Duration::from_micros(marks[i + 1].saturating_sub(marks[i]));
+        *stage = Duration::from_micros(marks[i + 1] - marks[i]);
     }
     Some(Stages {
         stages,
@@ -82,42 +103,62 @@ fn stages_of(trace: &Trace, container: &str, pod: &Started) -> Option<Stages> {
     })
 }
 
-/// The stages of each of `pods` (app container `container`), from their traces in Jaeger;
-/// waits up to 30 s for the exporters' last batches.
+/// How long the exporters' last batches may take to reach Jaeger.
+const EXPORT_WAIT: Duration = Duration::from_secs(30);
+
+/// The stages of those of `pods` (app container `container`) whose complete trace Jaeger
+/// holds within [`EXPORT_WAIT`], and the names of the others.
 ///
 /// # Errors
-/// Jaeger does not answer, or a pod's trace stays incomplete.
+/// Jaeger does not answer.
 pub(super) async fn from_jaeger(
     jaeger: &Jaeger,
     container: &str,
     pods: &[Started],
-) -> anyhow::Result<Vec<Stages>> {
-    let mut out = Vec::with_capacity(pods.len());
+) -> anyhow::Result<(Vec<Stages>, Vec<String>)> {
+    let deadline = tokio::time::Instant::now() + EXPORT_WAIT;
+    let (mut found, mut missing) = (Vec::with_capacity(pods.len()), Vec::new());
     for pod in pods {
         let query = TraceQuery::service("edgecore")
             .operation("edged.sync")
             .tag("k8s.pod.name", &pod.name)
             .lookback(Duration::from_secs(3600));
-        let found = verge_testkit::wait::wait_for(
-            &format!("the complete trace of pod {}", pod.name),
-            Duration::from_secs(30),
-            || async {
-                for t in jaeger.find_traces(&query).await? {
-                    let Some(trace) = jaeger.trace(&t.trace_id).await? else {
-                        continue;
-                    };
-                    if let Some(stages) = stages_of(&trace, container, pod) {
-                        return Ok(Some(stages));
-                    }
-                }
-                Ok(None)
-            },
-        )
-        .await
-        .with_context(|| format!("the stages of pod {}", pod.name))?;
-        out.push(found);
+        let stages = loop {
+            if let Some(stages) = complete(jaeger, &query, container, pod).await? {
+                break Some(stages);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        match stages {
+            Some(s) => found.push(s),
+            None => missing.push(pod.name.clone()),
+        }
     }
-    Ok(out)
+    Ok((found, missing))
+}
+
+/// The stages of `pod` from the first complete trace `query` finds.
+async fn complete(
+    jaeger: &Jaeger,
+    query: &TraceQuery,
+    container: &str,
+    pod: &Started,
+) -> anyhow::Result<Option<Stages>> {
+    for t in jaeger
+        .find_traces(query)
+        .await
+        .with_context(|| format!("querying Jaeger for pod {}", pod.name))?
+    {
+        if let Some(trace) = jaeger.trace(&t.trace_id).await?
+            && let Some(stages) = stages_of(&trace, container, pod)
+        {
+            return Ok(Some(stages));
+        }
+    }
+    Ok(None)
 }
 
 /// The stage table: p50 and p99 (p90 with fewer than 20 pods) of each stage and of the
@@ -201,13 +242,15 @@ mod tests {
                 span("controller.watch_event", 1_010, 500, &[]),
                 span("cloudhub.deliver", 1_020, 10, &[]),
                 span("metamanager.apply", 1_030, 20, &[]),
+                span("edged.sync", 1_052, 305, &[]),
+                span("edged.sandbox.create", 1_055, 300, &[]),
                 span(
                     "edged.image.ensure",
                     1_060,
                     10,
                     &[("k8s.container.name", "POD")],
                 ),
-                span("edged.sandbox.create", 1_055, 300, &[]),
+                span("edged.sync", 1_358, 462, &[]),
                 span("edged.image.ensure", 1_360, 5, &main),
                 span("edged.container.create", 1_370, 30, &main),
                 span("edged.container.start", 1_400, 400, &main),
@@ -227,11 +270,11 @@ mod tests {
         };
         let stages = stages_of(&trace, "main", &pod).expect("complete");
         let us: Vec<u128> = stages.stages.iter().map(Duration::as_micros).collect();
-        assert_eq!(us, [10, 10, 30, 305, 10, 35, 400, 150, 50]);
+        assert_eq!(us, [10, 10, 30, 305, 3, 2, 5, 35, 400, 20, 130, 50]);
         assert_eq!(us.iter().sum::<u128>(), stages.total.as_micros());
         let missing = Trace {
             trace_id: "t".into(),
-            spans: trace.spans[..8].to_vec(),
+            spans: trace.spans[..10].to_vec(),
         };
         assert!(
             stages_of(&missing, "main", &pod).is_none(),
