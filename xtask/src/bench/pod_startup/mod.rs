@@ -65,6 +65,11 @@ async fn measure(
 ) -> anyhow::Result<()> {
     let (cp, jaeger) = (&env.cp, &env.jaeger);
     let (run_dir, bin_dir) = (env.run_dir.as_path(), env.bin_dir.as_path());
+    // A fresh edge: the pods an earlier run left in its store would start again with it.
+    for dir in [run_dir.to_owned(), run_dir.join("traced")] {
+        local::stop_processes(&dir);
+        let _ = std::fs::remove_dir_all(dir.join("edge"));
+    }
     let verge = local::start(run_dir, bin_dir, cp, NODE, None).await?;
     verge.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
