@@ -60,14 +60,19 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// edgecore's default `metricsAddr` port.
+const DEFAULT_EDGE_METRICS_PORT: u16 = 10008;
+
 /// Starts cloudhub, edgecontroller, devicecontroller (after installing the device CRDs) and
 /// edgecore from `bin_dir` against `cp`, each exporting its spans to `otlp_endpoint` when
 /// given (see [`crate::jaeger::tracing_yaml`]), stopping
 /// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
 /// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
 /// service account, and edgecore joins with a new bootstrap token (its earlier credentials
-/// are dropped, since the control plane and so the CA may be new). The edge never
-/// garbage-collects images: it shares this machine's Docker with the user's own images.
+/// are dropped, since the control plane and so the CA may be new); edgecore serves metrics
+/// on its default `127.0.0.1:10008`, or on a free port when another local edgecore holds
+/// it. The edge never garbage-collects images: it shares this machine's Docker with the
+/// user's own images.
 pub async fn start(
     dir: &Path,
     bin_dir: &Path,
@@ -104,6 +109,13 @@ pub async fn start(
     )?;
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
+    // The default metrics and health address, unless another local edgecore (a benchmark's
+    // second node) holds it already.
+    let metrics = if std::net::TcpListener::bind(("127.0.0.1", DEFAULT_EDGE_METRICS_PORT)).is_ok() {
+        String::new()
+    } else {
+        format!("metricsAddr: 127.0.0.1:{}\n", free_port()?)
+    };
     let edgecore_cfg = crate::jaeger::append_section(
         write(
             dir,
@@ -114,7 +126,8 @@ pub async fn start(
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
              \x20 gc: {{imageGCHighThresholdPercent: 100}}\n\
              deviceTwin:\n  dmiSocket: {}\n\
-             eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n",
+             eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n\
+             {metrics}",
                 dir.join("edge").display(),
                 verge_testkit::docker::TEST_IMAGE,
                 verge_testkit::docker::TEST_SANDBOX_COMMAND,

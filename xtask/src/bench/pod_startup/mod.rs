@@ -114,6 +114,27 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
+    let traced_node = format!("{NODE}-traced");
+    eprintln!("bench: {n} pods one at a time on {traced_node}, traced (stages)");
+    let traced_dir = run_dir.join("traced");
+    let endpoint = jaeger.otlp_grpc_endpoint();
+    let traced = local::start(&traced_dir, bin_dir, cp, &traced_node, Some(&endpoint)).await?;
+    traced.wait_ready(cp, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = one_at_a_time(&pods, &traced_node, "traced", n).await?;
+    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    if !untraced.is_empty() {
+        eprintln!("bench: no complete trace of {}", untraced.join(", "));
+    }
+    // Their node stops now: its pods are removed at once, its containers by the bench.
+    local::stop_processes(&traced_dir);
+    local::remove_containers(&traced_dir);
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &Default::default(),
+    )
+    .await?;
+
     eprintln!("bench: {n} pods created at once");
     let mut verge_all = at_once(&pods, "bench", 0..n).await?;
     verge_all.sort();
@@ -134,25 +155,6 @@ async fn measure(
     local::stop_processes(run_dir);
     local::remove_containers(run_dir);
     // Their node is gone: removed at once, without waiting for an edge to confirm.
-    pods.delete_collection(
-        &DeleteParams::default().grace_period(0),
-        &Default::default(),
-    )
-    .await?;
-
-    let traced_node = format!("{NODE}-traced");
-    eprintln!("bench: {n} pods one at a time on {traced_node}, traced (stages)");
-    let traced_dir = run_dir.join("traced");
-    let endpoint = jaeger.otlp_grpc_endpoint();
-    let traced = local::start(&traced_dir, bin_dir, cp, &traced_node, Some(&endpoint)).await?;
-    traced.wait_ready(cp, Duration::from_secs(60)).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let started = one_at_a_time(&pods, &traced_node, "traced", n).await?;
-    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
-    if !untraced.is_empty() {
-        eprintln!("bench: no complete trace of {}", untraced.join(", "));
-    }
-    // Their node stops with the bench: removed at once.
     pods.delete_collection(
         &DeleteParams::default().grace_period(0),
         &Default::default(),
