@@ -119,6 +119,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     state: PodState,
     tracks: HashMap<String, ContainerTrack>,
     volumes: Option<super::volumes::PodVolumes>,
+    /// Volumes set up beside the sandbox's creation (they do not depend on it), for the next
+    /// [`Worker::ensure_volumes`] to take.
+    prepared: Option<super::volumes::Result<super::volumes::PodVolumes>>,
     refresh_volumes: bool,
     /// No token refresh before this (the last one could not renew a due token).
     token_retry: Option<Instant>,
@@ -200,6 +203,7 @@ impl<R: ContainerRuntime> Worker<R> {
             state,
             tracks: HashMap::new(),
             volumes: None,
+            prepared: None,
             refresh_volumes: false,
             token_retry: None,
             image_ids: ImageIds::new(),

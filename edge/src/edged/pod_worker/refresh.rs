@@ -72,10 +72,15 @@ impl<R: ContainerRuntime> Worker<R> {
             }
             return true;
         }
-        match self.ctx.volumes.prepare(&self.pod).await {
+        let (prepared, fresh) = match self.prepared.take() {
+            Some(early) => (early, false),
+            None => (self.ctx.volumes.prepare(&self.pod).await, true),
+        };
+        match prepared {
             Ok(v) => {
                 self.volumes = Some(v);
-                self.refresh_volumes = false;
+                // Volumes set up early keep a refresh asked for since (a label change).
+                self.refresh_volumes &= !fresh;
                 self.tokens_due(wake);
                 true
             }

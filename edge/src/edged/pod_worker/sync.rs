@@ -163,7 +163,22 @@ impl<R: ContainerRuntime> Worker<R> {
             let span = verge_telemetry::propagation::in_trace(|| {
                 verge_telemetry::span!("edged.sandbox.create")
             });
-            if let Err(e) = self.create_sandbox(obs).instrument(span).await {
+            // The volumes do not depend on the sandbox: set them up while Docker starts it.
+            let prepare = (self.volumes.is_none() && self.prepared.is_none()).then(|| {
+                let (ctx, pod) = (std::sync::Arc::clone(&self.ctx), self.pod.clone());
+                async move { ctx.volumes.prepare(&pod).await }
+            });
+            let (created, prepared) =
+                tokio::join!(self.create_sandbox(obs).instrument(span), async {
+                    match prepare {
+                        Some(prepare) => Some(prepare.await),
+                        None => None,
+                    }
+                });
+            if prepared.is_some() {
+                self.prepared = prepared;
+            }
+            if let Err(e) = created {
                 let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
                 return Err(e);
