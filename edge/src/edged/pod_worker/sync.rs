@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use futures::future::OptionFuture;
 use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
 use tracing::{Instrument as _, info, warn};
@@ -164,17 +165,14 @@ impl<R: ContainerRuntime> Worker<R> {
                 verge_telemetry::span!("edged.sandbox.create")
             });
             // The volumes do not depend on the sandbox: set them up while Docker starts it.
-            let prepare = (self.volumes.is_none() && self.prepared.is_none()).then(|| {
-                let (ctx, pod) = (std::sync::Arc::clone(&self.ctx), self.pod.clone());
-                async move { ctx.volumes.prepare(&pod).await }
-            });
+            let prepare: OptionFuture<_> = (self.volumes.is_none() && self.prepared.is_none())
+                .then(|| {
+                    let (ctx, pod) = (std::sync::Arc::clone(&self.ctx), self.pod.clone());
+                    async move { ctx.volumes.prepare(&pod).await }
+                })
+                .into();
             let (created, prepared) =
-                tokio::join!(self.create_sandbox(obs).instrument(span), async {
-                    match prepare {
-                        Some(prepare) => Some(prepare.await),
-                        None => None,
-                    }
-                });
+                tokio::join!(self.create_sandbox(obs).instrument(span), prepare);
             if prepared.is_some() {
                 self.prepared = prepared;
             }
