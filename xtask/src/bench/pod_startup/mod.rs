@@ -8,6 +8,7 @@
 //! pods running; then the same N pods one at a time on a traced Verge, cut into stages
 //! ([`stages`]). Writes the tables to `docs/benchmarks.md`.
 
+mod report;
 mod stages;
 
 use std::collections::HashMap;
@@ -63,7 +64,7 @@ async fn measure(
     (n, memory_pods): (usize, usize),
     release: bool,
 ) -> anyhow::Result<()> {
-    let (cp, jaeger) = (&env.cp, &env.jaeger);
+    let cp = &env.cp;
     let (run_dir, bin_dir) = (env.run_dir.as_path(), env.bin_dir.as_path());
     // A fresh edge: the pods an earlier run left in its store would start again with it.
     for dir in [run_dir.to_owned(), run_dir.join("traced")] {
@@ -84,12 +85,7 @@ async fn measure(
     let namespaces: Api<Namespace> = Api::all(client.clone());
     // Pods an interrupted run left on its (stopped) nodes would hold the namespace up.
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let _ = pods
-        .delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &Default::default(),
-        )
-        .await;
+    let _ = force_delete_all(&pods).await;
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
     while namespaces.get_opt(NAMESPACE).await?.is_some() {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -114,26 +110,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
-    let traced_node = format!("{NODE}-traced");
-    eprintln!("bench: {n} pods one at a time on {traced_node}, traced (stages)");
-    let traced_dir = run_dir.join("traced");
-    let endpoint = jaeger.otlp_grpc_endpoint();
-    let traced = local::start(&traced_dir, bin_dir, cp, &traced_node, Some(&endpoint)).await?;
-    traced.wait_ready(cp, Duration::from_secs(60)).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let started = one_at_a_time(&pods, &traced_node, "traced", n).await?;
-    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
-    if !untraced.is_empty() {
-        eprintln!("bench: no complete trace of {}", untraced.join(", "));
-    }
-    // Their node stops now: its pods are removed at once, its containers by the bench.
-    local::stop_processes(&traced_dir);
-    local::remove_containers(&traced_dir);
-    pods.delete_collection(
-        &DeleteParams::default().grace_period(0),
-        &Default::default(),
-    )
-    .await?;
+    let (stages, untraced) = traced_stages(env, &pods, n).await?;
 
     eprintln!("bench: {n} pods created at once");
     let mut verge_all = at_once(&pods, "bench", 0..n).await?;
@@ -155,13 +132,9 @@ async fn measure(
     local::stop_processes(run_dir);
     local::remove_containers(run_dir);
     // Their node is gone: removed at once, without waiting for an edge to confirm.
-    pods.delete_collection(
-        &DeleteParams::default().grace_period(0),
-        &Default::default(),
-    )
-    .await?;
+    force_delete_all(&pods).await?;
 
-    let results = Results {
+    let results = report::Results {
         n,
         release,
         verge_one,
@@ -169,19 +142,50 @@ async fn measure(
         verge_all,
         docker_all,
         rss_kib: [(0, rss_idle), (n, rss_busy), (many, rss_many)],
-        stage_table: format!(
-            "{}\n{} of {n} pods had a complete trace in Jaeger{}.\n",
-            stages::table(&stages),
-            stages.len(),
-            if untraced.is_empty() {
-                String::new()
-            } else {
-                format!(" (not: {})", untraced.join(", "))
-            }
-        ),
+        stage_table: stages::table(&stages, &untraced),
     };
     results.record()?;
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
+    Ok(())
+}
+
+/// The traced pass: `n` pods one at a time on a second Verge exporting every span to
+/// Jaeger, each cut into stages ([`stages`]); returns the stages of the pods whose trace
+/// was complete and the names of the others. The second Verge is stopped and its pods and
+/// containers removed before it returns.
+async fn traced_stages(
+    env: &super::env::TracedEnv,
+    pods: &Api<Pod>,
+    n: usize,
+) -> anyhow::Result<(Vec<stages::Stages>, Vec<String>)> {
+    let (cp, jaeger) = (&env.cp, &env.jaeger);
+    let traced_node = format!("{NODE}-traced");
+    eprintln!("bench: {n} pods one at a time on {traced_node}, traced (stages)");
+    let traced_dir = env.run_dir.join("traced");
+    let endpoint = jaeger.otlp_grpc_endpoint();
+    let traced = local::start(&traced_dir, &env.bin_dir, cp, &traced_node, Some(&endpoint)).await?;
+    traced.wait_ready(cp, Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let started = one_at_a_time(pods, &traced_node, "traced", n).await?;
+    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    if !untraced.is_empty() {
+        eprintln!("bench: no complete trace of {}", untraced.join(", "));
+    }
+    // Their node stops now: its pods are removed at once, its containers by the bench.
+    local::stop_processes(&traced_dir);
+    local::remove_containers(&traced_dir);
+    force_delete_all(pods).await?;
+    Ok((stages, untraced))
+}
+
+/// Deletes every pod of the bench namespace at once (grace period 0), without waiting for
+/// an edge to confirm: for pods of a stopped node, whose deletion would otherwise hang.
+async fn force_delete_all(pods: &Api<Pod>) -> anyhow::Result<()> {
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &Default::default(),
+    )
+    .await?;
     Ok(())
 }
 
@@ -213,149 +217,6 @@ async fn at_once(
         .await;
     running.task.abort();
     times
-}
-
-/// What one run measured.
-struct Results {
-    n: usize,
-    release: bool,
-    verge_one: Vec<Duration>,
-    docker_one: Vec<Duration>,
-    verge_all: Vec<Duration>,
-    docker_all: Vec<Duration>,
-    /// edgecore's VmRSS (KiB) with 0, N and the memory count of pods running.
-    rss_kib: [(usize, u64); 3],
-    stage_table: String,
-}
-
-/// KubeEdge's scale test: pod start-up p50 and p99 (its published figures).
-const KUBEEDGE_POD_START: &str = "KubeEdge scale test: p50 1.69 s, p99 4.09 s";
-
-impl Results {
-    /// Prints the tables and writes them, with the targets, to `docs/benchmarks.md`.
-    fn record(&self) -> anyhow::Result<()> {
-        let n = self.n;
-        let mut table = String::from(
-            "| mode | what | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n",
-        );
-        for (mode, verge, docker) in [
-            ("one at a time", &self.verge_one, &self.docker_one),
-            ("all at once", &self.verge_all, &self.docker_all),
-        ] {
-            table.push_str(&rows(mode, verge, docker));
-        }
-        let mib = |kib: u64| kib as f64 / 1024.0;
-        let memory = format!(
-            "edgecore resident memory (VmRSS): {}.",
-            self.rss_kib
-                .iter()
-                .map(|(pods, kib)| format!("{:.1} MiB with {pods} pods", mib(*kib)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let targets = super::record::targets_table(&self.targets());
-        println!(
-            "pod-startup on one edge node (image {IMAGE}; a pod is an infra and an app \
-             container)\n{table}\n{memory}\n\nWhere the time goes (traced, one at a time):\n{}\n{targets}",
-            self.stage_table
-        );
-        let body = format!(
-            "{n} pods one at a time, then {n} pods created concurrently, on one edge node \
-             (image `{IMAGE}`; a pod is an infra and an app container), timed from the create \
-             call to `phase: Running` seen by an API watch; baseline: `docker run -d` of the \
-             same image and command, sequential and then {n} concurrent, timed until the \
-             command returns (container started). Then more pods at once, up to {} in all, \
-             for the memory figure. Verge binaries: {} build.\n\n{table}\n{memory}\n\n\
-             Where the time goes: the same {n} pods one at a time on a second edge node whose \
-             Verge exports every span to Jaeger (sampling 1.0, which costs a few per cent, \
-             see the tracing bench), each pod's trace cut at the pipeline's spans into \
-             consecutive stages that add up to its create → Running time (the sandbox stage \
-             includes the pod worker's start and the pause image check).\n\n{}\n{targets}",
-            self.rss_kib[2].0,
-            if self.release { "release" } else { "debug" },
-            self.stage_table,
-        );
-        super::record::write(
-            "pod-startup",
-            "pod-startup: create → Running vs `docker run -d`",
-            &body,
-        )
-    }
-
-    /// The issue's targets against this run's figures.
-    fn targets(&self) -> Vec<super::record::Target> {
-        use super::record::Target;
-        let (one, d_one) = (
-            super::Summary::of(&self.verge_one),
-            super::Summary::of(&self.docker_one),
-        );
-        let (all, d_all) = (
-            super::Summary::of(&self.verge_all),
-            super::Summary::of(&self.docker_all),
-        );
-        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
-        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
-        let time_target = |goal: String, v: Duration, d: Duration, limit: f64| Target {
-            goal,
-            figure: format!("{:.2}× ({})", ratio(v, d), ms(v)),
-            anchor: format!("`docker run -d` {} (same run); {KUBEEDGE_POD_START}", ms(d)),
-            met: ratio(v, d) <= limit,
-        };
-        let n = self.n;
-        let mut out = vec![time_target(
-            "pod create → Running, one at a time: p50 ≤ 1.25× `docker run -d`".into(),
-            one.p50,
-            d_one.p50,
-            1.25,
-        )];
-        if let (Some(v), Some(d)) = (one.p99, d_one.p99) {
-            out.push(time_target(
-                "pod create → Running, one at a time: p99 ≤ 1.5× `docker run -d`".into(),
-                v,
-                d,
-                1.5,
-            ));
-        }
-        out.push(time_target(
-            format!("pod create → Running, {n} at once: p50 ≤ 1.3× `docker run -d`"),
-            all.p50,
-            d_all.p50,
-            1.3,
-        ));
-        for ((pods, kib), limit) in self.rss_kib[1..].iter().zip([15.0, 25.0]) {
-            let mib = *kib as f64 / 1024.0;
-            out.push(Target {
-                goal: format!("edgecore RSS with {pods} pods ≤ {limit} MiB (release)"),
-                figure: format!("{mib:.1} MiB"),
-                anchor: format!(
-                    "{:.1} MiB with 0 pods (same run); KubeEdge's edgecore: about 70 MB",
-                    self.rss_kib[0].1 as f64 / 1024.0
-                ),
-                met: mib <= limit,
-            });
-        }
-        out
-    }
-}
-
-/// Table rows of one mode: Verge, the docker baseline, and the ratios.
-fn rows(mode: &str, verge: &[Duration], docker: &[Duration]) -> String {
-    let (v, d) = (super::Summary::of(verge), super::Summary::of(docker));
-    let ratio = |a: Duration, b: Duration| format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64());
-    let p99 = match (v.p99, d.p99) {
-        (Some(a), Some(b)) => ratio(a, b),
-        _ => "–".to_owned(),
-    };
-    format!(
-        "| {mode} | verge: create → Running | {} |\n\
-         | {mode} | docker run -d | {} |\n\
-         | {mode} | ratio verge / docker | | {} | {} | {p99} | {} |\n",
-        super::record::duration_cells(&v),
-        super::record::duration_cells(&d),
-        ratio(v.p50, d.p50),
-        ratio(v.p90, d.p90),
-        ratio(v.max, d.max),
-    )
 }
 
 /// Pods of the bench namespace seen `Running` by a watch, with the time they were seen.

@@ -162,8 +162,9 @@ async fn complete(
 }
 
 /// The stage table: p50 and p99 (p90 with fewer than 20 pods) of each stage and of the
-/// total, and each stage's share of the sum of the stage medians.
-pub(super) fn table(pods: &[Stages]) -> String {
+/// total, and each stage's share of the sum of the stage medians; then how many pods had a
+/// complete trace, naming the `missing` ones.
+pub(super) fn table(pods: &[Stages], missing: &[String]) -> String {
     let n = pods.len();
     let (tail, tail_name) = if n >= super::super::MIN_SAMPLES_FOR_P99 {
         (99, "p99")
@@ -201,6 +202,15 @@ pub(super) fn table(pods: &[Stages]) -> String {
         "| **create → Running (n = {n})** | **{}** | **{}** | |\n",
         ms(p50),
         ms(tail)
+    ));
+    out.push_str(&format!(
+        "\n{n} of {} pods had a complete trace in Jaeger{}.\n",
+        n + missing.len(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(" (not: {})", missing.join(", "))
+        }
     ));
     out
 }
@@ -280,9 +290,13 @@ mod tests {
             stages_of(&missing, "main", &pod).is_none(),
             "no Running patch"
         );
-        let table = table(&[stages]);
+        let table = table(&[stages], &["q".to_owned()]);
         assert!(
             table.contains("| container start | 0.4 ms | 0.4 ms | 40 % |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("1 of 2 pods had a complete trace in Jaeger (not: q)."),
             "{table}"
         );
     }

@@ -1,0 +1,143 @@
+//! The pod-startup bench's tables and targets in `docs/benchmarks.md`.
+
+use std::time::Duration;
+
+use super::IMAGE;
+use crate::bench::Summary;
+use crate::bench::record::{self, Target};
+
+/// What one run measured.
+pub(super) struct Results {
+    pub(super) n: usize,
+    pub(super) release: bool,
+    pub(super) verge_one: Vec<Duration>,
+    pub(super) docker_one: Vec<Duration>,
+    pub(super) verge_all: Vec<Duration>,
+    pub(super) docker_all: Vec<Duration>,
+    /// edgecore's VmRSS (KiB) with 0, N and the memory count of pods running.
+    pub(super) rss_kib: [(usize, u64); 3],
+    pub(super) stage_table: String,
+}
+
+/// KubeEdge's scale test: pod start-up p50 and p99 (its published figures).
+const KUBEEDGE_POD_START: &str = "KubeEdge scale test: p50 1.69 s, p99 4.09 s";
+
+impl Results {
+    /// Prints the tables and writes them, with the targets, to `docs/benchmarks.md`.
+    pub(super) fn record(&self) -> anyhow::Result<()> {
+        let n = self.n;
+        let mut table = String::from(
+            "| mode | what | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n",
+        );
+        for (mode, verge, docker) in [
+            ("one at a time", &self.verge_one, &self.docker_one),
+            ("all at once", &self.verge_all, &self.docker_all),
+        ] {
+            table.push_str(&rows(mode, verge, docker));
+        }
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        let memory = format!(
+            "edgecore resident memory (VmRSS): {}.",
+            self.rss_kib
+                .iter()
+                .map(|(pods, kib)| format!("{:.1} MiB with {pods} pods", mib(*kib)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let targets = record::targets_table(&self.targets());
+        println!(
+            "pod-startup on one edge node (image {IMAGE}; a pod is an infra and an app \
+             container)\n{table}\n{memory}\n\nWhere the time goes (traced, one at a time):\n{}\n{targets}",
+            self.stage_table
+        );
+        let body = format!(
+            "{n} pods one at a time, then {n} pods created concurrently, on one edge node \
+             (image `{IMAGE}`; a pod is an infra and an app container), timed from the create \
+             call to `phase: Running` seen by an API watch; baseline: `docker run -d` of the \
+             same image and command, sequential and then {n} concurrent, timed until the \
+             command returns (container started). Then more pods at once, up to {} in all, \
+             for the memory figure. Verge binaries: {} build.\n\n{table}\n{memory}\n\n\
+             Where the time goes: the same {n} pods one at a time on a second edge node whose \
+             Verge exports every span to Jaeger (sampling 1.0, which costs a few per cent, \
+             see the tracing bench), each pod's trace cut at the pipeline's spans into \
+             consecutive stages that add up to its create → Running time (the sandbox stage \
+             includes the pod worker's start and the pause image check).\n\n{}\n{targets}",
+            self.rss_kib[2].0,
+            if self.release { "release" } else { "debug" },
+            self.stage_table,
+        );
+        record::write(
+            "pod-startup",
+            "pod-startup: create → Running vs `docker run -d`",
+            &body,
+        )
+    }
+
+    /// The issue's targets against this run's figures.
+    fn targets(&self) -> Vec<record::Target> {
+        let (one, d_one) = (Summary::of(&self.verge_one), Summary::of(&self.docker_one));
+        let (all, d_all) = (Summary::of(&self.verge_all), Summary::of(&self.docker_all));
+        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        let time_target = |goal: String, v: Duration, d: Duration, limit: f64| Target {
+            goal,
+            figure: format!("{:.2}× ({})", ratio(v, d), ms(v)),
+            anchor: format!("`docker run -d` {} (same run); {KUBEEDGE_POD_START}", ms(d)),
+            met: ratio(v, d) <= limit,
+        };
+        let n = self.n;
+        let mut out = vec![time_target(
+            "pod create → Running, one at a time: p50 ≤ 1.25× `docker run -d`".into(),
+            one.p50,
+            d_one.p50,
+            1.25,
+        )];
+        if let (Some(v), Some(d)) = (one.p99, d_one.p99) {
+            out.push(time_target(
+                "pod create → Running, one at a time: p99 ≤ 1.5× `docker run -d`".into(),
+                v,
+                d,
+                1.5,
+            ));
+        }
+        out.push(time_target(
+            format!("pod create → Running, {n} at once: p50 ≤ 1.3× `docker run -d`"),
+            all.p50,
+            d_all.p50,
+            1.3,
+        ));
+        for ((pods, kib), limit) in self.rss_kib[1..].iter().zip([15.0, 25.0]) {
+            let mib = *kib as f64 / 1024.0;
+            out.push(Target {
+                goal: format!("edgecore RSS with {pods} pods ≤ {limit} MiB (release)"),
+                figure: format!("{mib:.1} MiB"),
+                anchor: format!(
+                    "{:.1} MiB with 0 pods (same run); KubeEdge's edgecore: about 70 MB",
+                    self.rss_kib[0].1 as f64 / 1024.0
+                ),
+                met: mib <= limit,
+            });
+        }
+        out
+    }
+}
+
+/// Table rows of one mode: Verge, the docker baseline, and the ratios.
+fn rows(mode: &str, verge: &[Duration], docker: &[Duration]) -> String {
+    let (v, d) = (Summary::of(verge), Summary::of(docker));
+    let ratio = |a: Duration, b: Duration| format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64());
+    let p99 = match (v.p99, d.p99) {
+        (Some(a), Some(b)) => ratio(a, b),
+        _ => "–".to_owned(),
+    };
+    format!(
+        "| {mode} | verge: create → Running | {} |\n\
+         | {mode} | docker run -d | {} |\n\
+         | {mode} | ratio verge / docker | | {} | {} | {p99} | {} |\n",
+        record::duration_cells(&v),
+        record::duration_cells(&d),
+        ratio(v.p50, d.p50),
+        ratio(v.p90, d.p90),
+        ratio(v.max, d.max),
+    )
+}
