@@ -3,7 +3,8 @@
 //!
 //! Layout: [`pod_startup`] (pods from create to Running through the API, against raw
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
-//! resyncing by inventory against cloudhub and edgecontroller), [`devices`] (device twins
+//! resyncing by inventory against cloudhub and edgecontroller), [`scale`] (10,000 hollow edge
+//! nodes on one cloudhub), [`devices`] (device twins
 //! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
 //! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
@@ -19,6 +20,7 @@ mod env;
 mod pod_startup;
 mod reconnect;
 mod record;
+mod scale;
 mod streams;
 mod tracing_overhead;
 
@@ -43,6 +45,10 @@ enum Bench {
     /// edgecontroller: time until all are resynced, object messages per node when nothing
     /// changed (goal 0), cloudhub's peak RSS.
     Reconnect(reconnect::Args),
+    /// N hollow edge nodes (10,000 by default) on one cloudhub: connect and reconnect storms,
+    /// cloudhub's memory and CPU with N idle sessions, idle bytes per node, and the latency of
+    /// a pod to one node under that load.
+    Scale(scale::Args),
     /// N devices × P properties reported every second by the virtual mapper on one edge
     /// node: lag from report to DeviceStatus (p50/p99) against a direct DeviceStatus apply,
     /// DeviceStatus writes per second through cloudhub.
@@ -72,6 +78,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.bench {
         Bench::PodStartup(a) => pod_startup::run(a).await,
         Bench::Reconnect(a) => reconnect::run(a).await,
+        Bench::Scale(a) => scale::run(a).await,
         Bench::Devices(a) => devices::run(a).await,
         Bench::Deploy(a) => deploy::run(a).await,
         Bench::Tracing(a) => tracing_overhead::run(a).await,

@@ -22,9 +22,10 @@ pub struct Args {
 }
 
 /// The benchmarks `all` runs, in order (subcommand names, default arguments).
-pub const ORDER: [&str; 7] = [
+pub const ORDER: [&str; 8] = [
     "pod-startup",
     "reconnect",
+    "scale",
     "devices",
     "tracing",
     "streams",

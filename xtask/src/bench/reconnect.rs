@@ -14,7 +14,7 @@
 //! nodes connect at once), [`rss`] (peak memory), [`report`] (the Markdown table).
 
 mod edge;
-mod objects;
+pub(super) mod objects;
 mod phase;
 mod report;
 mod rss;
@@ -92,10 +92,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The cloud processes under test.
-struct Services {
-    cloudhub: u32,
-    edgecontroller: u32,
-    edge_url: String,
+pub(super) struct Services {
+    pub(super) cloudhub: u32,
+    pub(super) edgecontroller: u32,
+    pub(super) edge_url: String,
 }
 
 async fn measure(
@@ -208,7 +208,11 @@ async fn measure(
 
 /// Starts cloudhub and edgecontroller (no edgecore) detached from `bin_dir` with their
 /// shipped defaults, and waits until edgecontroller attached and listed its caches.
-async fn start_services(dir: &Path, bin_dir: &Path, cp: &ControlPlane) -> anyhow::Result<Services> {
+pub(super) async fn start_services(
+    dir: &Path,
+    bin_dir: &Path,
+    cp: &ControlPlane,
+) -> anyhow::Result<Services> {
     std::fs::create_dir_all(dir.join("logs"))?;
     let edge_port = free_port()?;
     let ctrl_port = free_port()?;
@@ -302,7 +306,7 @@ async fn wait_log(pid: u32, log: &Path, needles: &[&str], timeout: Duration) -> 
 /// A mutual-TLS client configuration per simulated node `0..n`, with a node certificate
 /// issued directly from the Verge CA that cloudhub keeps in the cluster (what a join would
 /// give each node, without 1,000 CSR objects).
-async fn node_credentials(
+pub(super) async fn node_credentials(
     client: &kube::Client,
     n: usize,
 ) -> anyhow::Result<Vec<std::sync::Arc<rustls::ClientConfig>>> {

@@ -143,7 +143,10 @@ impl ControlPlaneConfig {
             "--bind-address=127.0.0.1".to_owned(),
             format!("--secure-port={}", p.controller_manager),
             format!("--cert-dir={}", path(&dir.join("certs"))),
-            "--controllers=*".to_owned(),
+            std::iter::once("--controllers=*".to_owned())
+                .chain(self.disabled_controllers.iter().map(|c| format!("-{c}")))
+                .collect::<Vec<_>>()
+                .join(","),
             "--leader-elect=false".to_owned(),
             "--use-service-account-credentials=false".to_owned(),
             format!("--service-account-private-key-file={}", path(&pki.sa_key)),

@@ -125,6 +125,9 @@ pub struct ControlPlaneConfig {
     /// build's). Default `None`: the workspace's, as [`crate::process::workspace_bin`]
     /// finds it.
     pub front_bin_dir: Option<PathBuf>,
+    /// kube-controller-manager controllers to leave off (its `--controllers=*,-<name>`
+    /// names, e.g. `node-lifecycle-controller`). Default none: every default controller runs.
+    pub disabled_controllers: Vec<String>,
 }
 
 impl Default for ControlPlaneConfig {
@@ -157,6 +160,7 @@ impl ControlPlaneConfig {
             ready_timeout: Duration::from_secs(120),
             advertise_address: ADVERTISE_ADDRESS,
             front_bin_dir: None,
+            disabled_controllers: Vec::new(),
         }
     }
 

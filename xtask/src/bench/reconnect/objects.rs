@@ -60,7 +60,7 @@ pub async fn create(client: &kube::Client, nodes: usize) -> anyhow::Result<Durat
     Ok(started.elapsed())
 }
 
-async fn create_all<K>(
+pub(in crate::bench) async fn create_all<K>(
     api: &Api<K>,
     objects: impl Iterator<Item = serde_json::Value>,
 ) -> anyhow::Result<()>

@@ -1,0 +1,337 @@
+//! Hollow edges: N edge nodes in this process, each one `EdgeHub.Connect` stream over its own
+//! mutual-TLS connection, speaking what an idle edgecore speaks (like KubeEdge's edgemark
+//! hollow nodes): the hello with the inventory of what it holds, a keepalive every interval
+//! the welcome gives, an ack for every object message and `resync` marker (after "committing"
+//! it to memory), and its node status every [`Shared::status_period`] (edgecore's
+//! `nodeStatusReportFrequency`: an idle node's status does not change). What a new session of
+//! a real edgecore also sends (its registration, a fresh status, its Lease) is left out: the
+//! benchmark creates the Nodes itself and measures cloudhub, not API writes.
+//!
+//! Every node runs as one task across sessions: the benchmark moves all of them at once
+//! through [`Phase`]s (connect, drop, reconnect) with a `watch` channel.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use rustls::ClientConfig;
+use tokio::sync::{mpsc, watch};
+use tonic::transport::Endpoint;
+use verge_core::{Envelope, Group, Kind, Module, Outcome, ResourceKey, ResourceType, Write};
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, cloud_frame, edge_frame};
+use verge_proto::{Inventory, InventoryEntry, Message};
+
+use super::wire::{self, Bytes};
+
+/// Where the benchmark wants every node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Connected in session `epoch` (a new epoch is a new session).
+    Connected(u64),
+    /// Every stream dropped.
+    Dropped,
+    /// Tasks end.
+    Stop,
+}
+
+/// What a node reports to the benchmark.
+#[derive(Debug)]
+pub enum Event {
+    /// Node `index` received the `resync` marker of its session.
+    Resynced(usize, Instant),
+    /// A pod named `probe-*` arrived (name, when).
+    Probe(String, Instant),
+}
+
+/// What every hollow edge shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// cloudhub's edge endpoint.
+    pub endpoint: Endpoint,
+    /// Bytes on all the TCP streams.
+    pub bytes: Arc<Bytes>,
+    /// Object messages (updates, deletes) received per node since the last [`Shared::reset`].
+    pub objects: Vec<AtomicU64>,
+    /// Of those, updates of an object at the uid and resourceVersion the node held.
+    pub redundant: Vec<AtomicU64>,
+    /// Streams that failed and were opened again (edgecore's reconnect), since the last reset.
+    pub reconnects: AtomicU64,
+    /// Connection attempts refused or failed, since the last reset.
+    pub connect_failures: AtomicU64,
+    /// Node status reports sent, since the last reset.
+    pub status_reports: AtomicU64,
+    /// How often each node sends its status.
+    pub status_period: Duration,
+    /// Progress for the benchmark.
+    pub events: mpsc::UnboundedSender<Event>,
+    /// The first failure, for the report.
+    pub first_error: std::sync::Mutex<Option<String>>,
+}
+
+impl Shared {
+    /// Zeroes the per-phase counters.
+    pub fn reset(&self) {
+        for c in self.objects.iter().chain(&self.redundant) {
+            c.store(0, Ordering::Relaxed);
+        }
+        self.reconnects.store(0, Ordering::Relaxed);
+        self.connect_failures.store(0, Ordering::Relaxed);
+        self.status_reports.store(0, Ordering::Relaxed);
+    }
+
+    fn failed(&self, node: &str, error: &anyhow::Error) {
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        first.get_or_insert_with(|| format!("{node}: {error:#}"));
+    }
+}
+
+/// One hollow edge node.
+pub struct Hollow {
+    index: usize,
+    name: String,
+    tls: Arc<ClientConfig>,
+    /// Held objects: key -> (uid, resourceVersion), as metamanager's store.
+    held: HashMap<ResourceKey, (String, String)>,
+    /// Its node status JSON.
+    status: Vec<u8>,
+}
+
+impl Hollow {
+    /// Node `index` named `name` with client configuration `tls` and node status JSON
+    /// `status`, holding nothing.
+    pub fn new(index: usize, name: String, tls: &ClientConfig, status: Vec<u8>) -> Self {
+        Self {
+            index,
+            name,
+            tls: wire::h2_config(tls),
+            held: HashMap::new(),
+            status,
+        }
+    }
+
+    /// Follows `phase` until [`Phase::Stop`]: one session per [`Phase::Connected`] epoch,
+    /// reopened with a jittered back-off when it fails (as edgecore reconnects).
+    pub async fn run(mut self, shared: Arc<Shared>, mut phase: watch::Receiver<Phase>) {
+        loop {
+            let current = *phase.borrow_and_update();
+            match current {
+                Phase::Stop => return,
+                Phase::Dropped => {
+                    if phase.changed().await.is_err() {
+                        return;
+                    }
+                }
+                Phase::Connected(epoch) => {
+                    let result = self.session(&shared, &mut phase, epoch).await;
+                    if let Err(error) = result {
+                        shared.failed(&self.name, &error);
+                        shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                        let jitter = (self.index % 1000) as u64;
+                        tokio::time::sleep(Duration::from_millis(1000 + jitter)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One session; returns `Ok` when the phase moved on.
+    async fn session(
+        &mut self,
+        shared: &Shared,
+        phase: &mut watch::Receiver<Phase>,
+        epoch: u64,
+    ) -> anyhow::Result<()> {
+        let hello = EdgeFrame {
+            frame: Some(edge_frame::Frame::Hello(EdgeHello {
+                node_name: self.name.clone(),
+                token: String::new(),
+                inventory: Some(self.inventory()),
+                edgecore_version: "bench-scale-hollow".to_owned(),
+            })),
+        };
+        let (tx, rx) = mpsc::channel::<EdgeFrame>(64);
+        tx.send(hello).await?;
+        let outbound = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|frame| (frame, rx))
+        });
+        let channel = match wire::connect(
+            shared.endpoint.clone(),
+            self.tls.clone(),
+            shared.bytes.clone(),
+        )
+        .await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(anyhow::Error::new(e).context("connecting"));
+            }
+        };
+        let mut client = EdgeHubClient::new(channel);
+        let mut inbound = match client.connect(outbound).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => {
+                shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                bail!("connect refused: {status}");
+            }
+        };
+        let welcome = match inbound.message().await.context("awaiting welcome")? {
+            Some(CloudFrame {
+                frame: Some(cloud_frame::Frame::Welcome(w)),
+            }) => w,
+            other => bail!("expected a welcome, got {other:?}"),
+        };
+        let interval = Duration::from_millis(welcome.keepalive_interval_ms.max(100));
+        let start = tokio::time::Instant::now();
+        let mut keepalive = tokio::time::interval_at(start + interval, interval);
+        // Status reports spread evenly over the period: the fractional part of index × the
+        // golden ratio is equidistributed in [0, 1) for any number of nodes.
+        let period = shared.status_period;
+        let offset = period.mul_f64((self.index as f64 * 0.618_033_988_75).fract());
+        let mut status = tokio::time::interval_at(start + offset, period);
+        loop {
+            let frame = tokio::select! {
+                changed = phase.changed() => {
+                    if changed.is_err() || *phase.borrow_and_update() != Phase::Connected(epoch) {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                _ = keepalive.tick() => {
+                    send(&tx, Envelope::keepalive(Module::EdgeHub, None)).await?;
+                    continue;
+                }
+                _ = status.tick() => {
+                    send(&tx, self.status_report()).await?;
+                    shared.status_reports.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                frame = inbound.message() => frame,
+            };
+            let message = match frame {
+                Ok(Some(CloudFrame {
+                    frame: Some(cloud_frame::Frame::Message(m)),
+                })) => m,
+                Ok(Some(other)) => bail!("unexpected frame {other:?}"),
+                Ok(None) => bail!("cloudhub ended the stream"),
+                Err(status) => bail!("stream failed: {status}"),
+            };
+            if let Some(ack) = self.on_message(shared, message) {
+                send(&tx, ack).await?;
+            }
+        }
+    }
+
+    fn inventory(&self) -> Inventory {
+        Inventory {
+            entries: self
+                .held
+                .iter()
+                .map(|(key, (uid, rv))| InventoryEntry {
+                    r#type: key.kind.as_str().to_owned(),
+                    namespace: key.namespace.clone(),
+                    name: key.name.clone(),
+                    uid: uid.clone(),
+                    resource_version: rv.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The `update` of `_/nodestatus/<node>` edgecore's node module sends.
+    fn status_report(&self) -> Envelope {
+        let kind = Kind::Upsert {
+            write: Write::Update,
+            key: ResourceKey::cluster(ResourceType::NodeStatus, &self.name),
+            version: verge_core::ObjectVersion::default(),
+        };
+        Envelope::new(Module::Edged, Group::Resource, kind, self.status.clone())
+    }
+
+    /// Applies one downstream message; returns the ack to send, if any.
+    fn on_message(&mut self, shared: &Shared, message: Message) -> Option<Envelope> {
+        let envelope = Envelope::try_from(message).ok()?;
+        match &envelope.kind {
+            Kind::Upsert { key, version, .. } => {
+                shared.objects[self.index].fetch_add(1, Ordering::Relaxed);
+                let held = (version.uid.clone(), version.resource_version.clone());
+                if self.held.get(key) == Some(&held) {
+                    shared.redundant[self.index].fetch_add(1, Ordering::Relaxed);
+                }
+                if key.kind == ResourceType::Pod && key.name.starts_with("probe-") {
+                    let _ = shared
+                        .events
+                        .send(Event::Probe(key.name.clone(), Instant::now()));
+                }
+                self.held.insert(key.clone(), held);
+            }
+            Kind::Delete { key, .. } => {
+                shared.objects[self.index].fetch_add(1, Ordering::Relaxed);
+                self.held.remove(key);
+            }
+            Kind::Resync { .. } => {
+                let _ = shared
+                    .events
+                    .send(Event::Resynced(self.index, Instant::now()));
+            }
+            _ => return None,
+        }
+        Some(envelope.answer(Module::MetaManager, Outcome::Ack, Vec::new()))
+    }
+}
+
+async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Result<()> {
+    let frame = EdgeFrame {
+        frame: Some(edge_frame::Frame::Message(Message::from(envelope))),
+    };
+    tx.send(frame)
+        .await
+        .map_err(|_| anyhow::anyhow!("outbound stream closed"))
+}
+
+/// A node status as edgecore reports it for an idle node (capacity, allocatable, the five
+/// conditions, addresses, nodeInfo), JSON: the size of the real report.
+pub fn status_json(name: &str) -> Vec<u8> {
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        serde_json::json!({
+            "type": kind, "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        })
+    };
+    let resources = serde_json::json!({
+        "cpu": "2", "memory": "8029776Ki", "pods": "110", "ephemeral-storage": "61255492Ki",
+    });
+    serde_json::to_vec(&serde_json::json!({
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            condition("Ready", "True", "EdgeReady", "edgecore is posting ready status"),
+            condition("MemoryPressure", "False", "EdgeHasSufficientMemory", "edgecore has sufficient memory available"),
+            condition("DiskPressure", "False", "EdgeHasNoDiskPressure", "edgecore has no disk pressure"),
+            condition("PIDPressure", "False", "EdgeHasSufficientPID", "edgecore has sufficient PID available"),
+            condition("NetworkUnavailable", "False", "EdgeNetworkReady", "edge node network is ready"),
+        ],
+        "addresses": [
+            {"type": "InternalIP", "address": "10.0.0.1"},
+            {"type": "Hostname", "address": name},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": "3b5f0a6a4f8e4b2c9d1e7f6a5b4c3d2e",
+            "systemUUID": "3b5f0a6a-4f8e-4b2c-9d1e-7f6a5b4c3d2e",
+            "bootID": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+            "kernelVersion": "6.1.0-28-amd64",
+            "osImage": "Debian GNU/Linux 12 (bookworm)",
+            "containerRuntimeVersion": "docker://27.5.1",
+            "kubeletVersion": "v1.37.1-verge",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+    }))
+    .unwrap_or_default()
+}
