@@ -5,7 +5,9 @@
 //! - [`join`]: trade a Kubernetes bootstrap token and a CSR for the first certificate at
 //!   cloudhub's Join service (`edgecore join`, or on start when `edgeHub.token` is set).
 //! - [`Credentials`]: the stored files, loaded for every connection so a renewed
-//!   certificate is used from the next connection on.
+//!   certificate is used from the next connection on. The TLS client configuration made
+//!   from them is kept while they stay the same, so its session store lets a reconnect
+//!   resume the TLS session (cloudhub issues session tickets to nodes).
 //! - [`renew`]: at 80 % of the certificate's lifetime, a new key and certificate over the
 //!   authenticated EdgeHub connection (kubelet certificate rotation).
 
@@ -14,7 +16,7 @@ mod join;
 mod renew;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use rustls::ClientConfig;
@@ -34,9 +36,27 @@ use crate::Config;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The node's credential files.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Credentials {
     dir: PathBuf,
+    /// The last client configuration and the files it was made from (shared by clones).
+    reused: Arc<Mutex<Option<Reused>>>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A client configuration and the credentials it presents and trusts.
+struct Reused {
+    cert_pem: String,
+    key: PrivateKeyPem,
+    ca_pem: String,
+    config: Arc<ClientConfig>,
 }
 
 /// Loaded credentials.
@@ -67,7 +87,10 @@ impl Credentials {
 
     /// The credentials in `dir`.
     pub fn in_dir(dir: PathBuf) -> Self {
-        Self { dir }
+        Self {
+            dir,
+            reused: Arc::default(),
+        }
     }
 
     /// The directory.
@@ -121,12 +144,33 @@ impl Credentials {
     }
 
     /// A TLS client configuration presenting the node certificate and trusting the CA, after
-    /// checking that the certificate is for `node` and not expired.
+    /// checking that the certificate is for `node` and not expired. The files are read on
+    /// every call; while the certificate, key and CA are those of the previous call, its
+    /// configuration is returned again, with the TLS session tickets cloudhub gave the
+    /// earlier connections (a reconnect resumes the session instead of a full handshake).
+    /// New files (a renewal, a re-join) get a new configuration, so a new session store.
     ///
     /// # Errors
     /// As [`Credentials::load`], [`Error::Expired`], [`Error::OtherNode`].
     pub fn client_config(&self, node: &str) -> Result<Arc<ClientConfig>> {
-        self.load()?.client_config(node)
+        let loaded = self.load()?;
+        loaded.check(node, SystemTime::now())?;
+        let mut reused = self.reused.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(reused) = reused.as_ref()
+            && reused.cert_pem == loaded.cert_pem
+            && reused.key == loaded.key
+            && reused.ca_pem == loaded.ca_pem
+        {
+            return Ok(reused.config.clone());
+        }
+        let config = loaded.client_config(node)?;
+        *reused = Some(Reused {
+            cert_pem: loaded.cert_pem,
+            key: loaded.key,
+            ca_pem: loaded.ca_pem,
+            config: config.clone(),
+        });
+        Ok(config)
     }
 }
 
@@ -199,4 +243,60 @@ pub async fn ensure(config: &Config) -> Result<()> {
         tls_server_name: config.edge_hub.tls_server_name.clone(),
     };
     join(&request, &credentials).await.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use verge_pki::Ca;
+
+    use super::*;
+
+    /// The configuration (and with it its TLS session store) is the same across connections
+    /// until the certificate changes.
+    #[test]
+    fn the_client_config_is_kept_until_the_certificate_changes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = Ca::generate("test-ca", Duration::from_secs(600)).expect("CA");
+        let issue = || {
+            ca.issue_client(
+                "system:node:edge-1",
+                Some("system:nodes"),
+                Duration::from_secs(600),
+            )
+            .expect("certificate")
+        };
+        let credentials = Credentials::in_dir(dir.path().join("pki"));
+        let first = issue();
+        credentials
+            .store(&first.key_pem, &first.cert_pem, ca.cert_pem())
+            .expect("stored");
+        let a = credentials.client_config("edge-1").expect("config");
+        let b = credentials.client_config("edge-1").expect("config");
+        assert!(Arc::ptr_eq(&a, &b), "the same configuration is reused");
+        let clone = credentials.clone();
+        assert!(Arc::ptr_eq(
+            &a,
+            &clone.client_config("edge-1").expect("config")
+        ));
+        // The checks still run on every call.
+        assert!(matches!(
+            credentials.client_config("edge-2"),
+            Err(Error::OtherNode { .. })
+        ));
+
+        // A renewal: new key and certificate, a new configuration (a new session store).
+        let second = issue();
+        credentials
+            .store(&second.key_pem, &second.cert_pem, ca.cert_pem())
+            .expect("stored");
+        let c = credentials.client_config("edge-1").expect("config");
+        assert!(
+            !Arc::ptr_eq(&a, &c),
+            "a new certificate gets a new configuration"
+        );
+        let d = credentials.client_config("edge-1").expect("config");
+        assert!(Arc::ptr_eq(&c, &d));
+    }
 }

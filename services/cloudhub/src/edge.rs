@@ -7,6 +7,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
@@ -33,6 +34,7 @@ use crate::streams::tunnel::TunnelEnds;
 /// Tunnel requests that may wait for a session's stream (more are refused as busy).
 const TUNNEL_REQUESTS: usize = 64;
 use crate::trust::TrustError;
+use crate::trust::tls::check_peer_validity;
 use crate::{Error, Result, Shared};
 
 /// The `EdgeHub` gRPC service. Build it through [`crate::CloudHub`].
@@ -72,11 +74,14 @@ impl EdgeHubService {
 }
 
 /// The node named by the request's verified TLS client certificate
-/// (`CN=system:node:<name>, O=system:nodes`).
+/// (`CN=system:node:<name>, O=system:nodes`), which must be valid now: on a TLS session
+/// resumed from a ticket it is the certificate of the handshake that made the ticket, which
+/// rustls does not verify again (see [`check_peer_validity`]).
 ///
 /// # Errors
 /// [`TrustError::NoClientCertificate`] without one (a connection that bypassed the mutual
-/// TLS listener, e.g. in-process) or when its subject is not a node's.
+/// TLS listener, e.g. in-process) or when its subject is not a node's,
+/// [`TrustError::CertificateNotCurrent`] when it expired or is not yet valid.
 pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, TrustError> {
     let certs = request.peer_certs().ok_or_else(|| {
         TrustError::NoClientCertificate("the connection has no TLS client certificate".into())
@@ -84,7 +89,10 @@ pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, 
     let leaf = certs
         .first()
         .ok_or_else(|| TrustError::NoClientCertificate("empty certificate chain".into()))?;
-    verge_pki::node_identity(leaf).map_err(|e| TrustError::NoClientCertificate(e.to_string()))
+    let node = verge_pki::node_identity(leaf)
+        .map_err(|e| TrustError::NoClientCertificate(e.to_string()))?;
+    check_peer_validity(leaf, &format!("node {node}"), SystemTime::now())?;
+    Ok(node)
 }
 
 #[tonic::async_trait]

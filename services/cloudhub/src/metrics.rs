@@ -11,6 +11,7 @@
 //! | `verge_cloudhub_delivery_retries_total` | counter | — |
 //! | `verge_cloudhub_delivery_failures_total` | counter | `reason` (`unacknowledged`, `queue_full`, `not_connected`, `session_ended`, `group_not_served`) |
 //! | `verge_cloudhub_refusals_total` | counter | `reason` (see [`refusal_reason`]) |
+//! | `verge_cloudhub_tls_handshakes_total` | counter | `listener` (`edge`, `controller`, `join`, `streams`), `kind` (`full`, `resumed`) |
 //!
 //! `queue_depth` is per node on purpose (which node is backed up is the question); its
 //! series exists while the node has a session here, so it is bounded by `maxSessions`.
@@ -62,6 +63,18 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// Labels of the TLS handshake counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct HandshakeLabels {
+    /// The listener ([`TLS_LISTENERS`]).
+    pub listener: &'static str,
+    /// `full` or `resumed` (from a session ticket).
+    pub kind: &'static str,
+}
+
+/// Every `listener` of `verge_cloudhub_tls_handshakes_total`.
+pub const TLS_LISTENERS: [&str; 4] = ["edge", "controller", "join", "streams"];
+
 /// Cloudhub's series (cheap to clone: the metrics are shared).
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -71,6 +84,7 @@ pub struct Metrics {
     retries: Counter,
     failures: Family<ReasonLabels, Counter>,
     refusals: Family<ReasonLabels, Counter>,
+    handshakes: Family<HandshakeLabels, Counter>,
 }
 
 /// Every `reason` of `verge_cloudhub_delivery_failures_total`.
@@ -84,7 +98,7 @@ pub const DELIVERY_FAILURE_REASONS: [&str; 5] = [
 
 /// Every `reason` of `verge_cloudhub_refusals_total` ([`refusal_reason`],
 /// [`trust_refusal_reason`] and the rate limit).
-pub const REFUSAL_REASONS: [&str; 10] = [
+pub const REFUSAL_REASONS: [&str; 11] = [
     "malformed",
     "oversize",
     "wrong_node",
@@ -95,6 +109,7 @@ pub const REFUSAL_REASONS: [&str; 10] = [
     "auth_csr",
     "auth_controller",
     "foreign_node",
+    "expired_certificate",
 ];
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::default);
@@ -113,6 +128,14 @@ impl Metrics {
         }
         for reason in REFUSAL_REASONS {
             drop(self.refusals.get_or_create(&ReasonLabels { reason }));
+        }
+        for listener in TLS_LISTENERS {
+            for kind in ["full", "resumed"] {
+                drop(
+                    self.handshakes
+                        .get_or_create(&HandshakeLabels { listener, kind }),
+                );
+            }
         }
         registry.register(
             "verge_cloudhub_sessions",
@@ -143,6 +166,11 @@ impl Metrics {
             "verge_cloudhub_refusals",
             "Streams, joins and messages refused, by reason.",
             self.refusals.clone(),
+        );
+        registry.register(
+            "verge_cloudhub_tls_handshakes",
+            "TLS handshakes completed, by listener and kind (full: certificates exchanged and verified; resumed: from a session ticket this process issued).",
+            self.handshakes.clone(),
         );
     }
 
@@ -196,6 +224,15 @@ impl Metrics {
         self.refusals.get_or_create(&ReasonLabels { reason }).inc();
     }
 
+    /// Counts a completed TLS handshake on `listener`, `resumed` from a session ticket or
+    /// full.
+    pub(crate) fn handshake(&self, listener: &'static str, resumed: bool) {
+        let kind = if resumed { "resumed" } else { "full" };
+        self.handshakes
+            .get_or_create(&HandshakeLabels { listener, kind })
+            .inc();
+    }
+
     /// Counts `error` as a refusal if it is one ([`refusal_reason`]).
     pub(crate) fn refused(&self, error: &Error) {
         if let Some(reason) = refusal_reason(error) {
@@ -212,6 +249,7 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
         TrustError::Csr(_) | TrustError::OtherSubject { .. } => "auth_csr",
         TrustError::ForeignNode { .. } => "foreign_node",
         TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => "wrong_node",
+        TrustError::CertificateNotCurrent { .. } => "expired_certificate",
         TrustError::ControllerUnauthenticated
         | TrustError::ControllerForbidden { .. }
         | TrustError::GroupTaken { .. } => "auth_controller",
@@ -226,7 +264,8 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
 /// Reasons: `malformed` (not a valid frame or message), `oversize` (frame or inventory over
 /// its limit), `wrong_node` (a message for another node than its path names), `too_many_sessions`,
 /// `slow_controller` (a controller's control queue overflowed); further reasons counted
-/// elsewhere: `rate_limit`, `auth_token`, `auth_csr`, `auth_controller`, `foreign_node`.
+/// elsewhere: `rate_limit`, `auth_token`, `auth_csr`, `auth_controller`, `foreign_node`,
+/// `expired_certificate`.
 pub fn refusal_reason(error: &Error) -> Option<&'static str> {
     Some(match error {
         Error::InvalidNodeName { .. }
@@ -280,6 +319,9 @@ mod tests {
         metrics.delivery_failure("queue_full");
         metrics.refused(&Error::MissingId);
         metrics.refused(&Error::Replaced);
+        metrics.handshake("edge", false);
+        metrics.handshake("edge", true);
+        metrics.handshake("edge", true);
         let text = text(&metrics);
         for line in [
             "verge_cloudhub_sessions 2\n",
@@ -288,6 +330,9 @@ mod tests {
             "verge_cloudhub_delivery_retries_total 3\n",
             "verge_cloudhub_delivery_failures_total{reason=\"queue_full\"} 1\n",
             "verge_cloudhub_refusals_total{reason=\"malformed\"} 1\n",
+            "verge_cloudhub_tls_handshakes_total{listener=\"edge\",kind=\"full\"} 1\n",
+            "verge_cloudhub_tls_handshakes_total{listener=\"edge\",kind=\"resumed\"} 2\n",
+            "verge_cloudhub_tls_handshakes_total{listener=\"join\",kind=\"resumed\"} 0\n",
         ] {
             assert!(text.contains(line), "{line:?} missing from\n{text}");
         }

@@ -20,6 +20,7 @@ pub(crate) mod tunnel;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use futures::StreamExt as _;
 use hyper::service::service_fn;
@@ -200,17 +201,25 @@ pub(crate) async fn serve(
     let mut incoming = tls::incoming(listener, server, &shared.config.trust, "streams", stop);
     while let Some(accepted) = incoming.next().await {
         let Ok(stream) = accepted else { continue };
-        let name = stream
+        let leaf = stream
             .get_ref()
             .1
             .peer_certificates()
-            .and_then(|chain| chain.first())
+            .and_then(|chain| chain.first());
+        let name = leaf
             .and_then(|leaf| CertInfo::parse_der(leaf).ok())
             .and_then(|info| info.common_name().map(str::to_owned));
         let Some(name) = name.filter(|n| state.client_names.contains(n)) else {
             debug!("CONNECT client refused: not an allowed certificate name");
             continue;
         };
+        // A resumed TLS session carries the certificate of an earlier handshake, unverified.
+        if let Some(leaf) = leaf
+            && let Err(error) = tls::check_peer_validity(leaf, &name, SystemTime::now())
+        {
+            warn!(%error, "CONNECT client refused");
+            continue;
+        }
         let peer_client = name == PEER_NAME;
         let (shared, state) = (shared.clone(), state.clone());
         tokio::spawn(async move {

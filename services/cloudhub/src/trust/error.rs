@@ -42,6 +42,18 @@ pub enum TrustError {
     /// No usable client certificate on the connection.
     #[error("no valid node client certificate: {0}")]
     NoClientCertificate(String),
+    /// The connection's client certificate is outside its validity window now: the TLS
+    /// session outlived it (a session resumed from a ticket keeps the certificate of the
+    /// handshake that made the ticket; rustls verifies certificates in full handshakes only).
+    #[error(
+        "the client certificate of {who} is not valid now ({reason}); this TLS session outlived it: connect again with a current certificate"
+    )]
+    CertificateNotCurrent {
+        /// The node (or client) named by the certificate.
+        who: String,
+        /// Expired at, or not valid before.
+        reason: String,
+    },
     /// A controller presented no token, or one that the TokenReview did not authenticate for
     /// the ControllerHub audience.
     #[error(
@@ -96,7 +108,9 @@ impl From<TrustError> for Status {
             TrustError::Token(_) | TrustError::ControllerUnauthenticated => {
                 Status::unauthenticated(message)
             }
-            TrustError::NoClientCertificate(_) => Status::unauthenticated(message),
+            TrustError::NoClientCertificate(_) | TrustError::CertificateNotCurrent { .. } => {
+                Status::unauthenticated(message)
+            }
             TrustError::Csr(_) | TrustError::OtherSubject { .. } => {
                 Status::invalid_argument(message)
             }

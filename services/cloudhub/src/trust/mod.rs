@@ -59,6 +59,9 @@ pub struct Refusals {
     pub foreign_node: AtomicU64,
     /// Edge hellos naming another node than the client certificate.
     pub identity_mismatch: AtomicU64,
+    /// Edge calls on a TLS session whose client certificate expired (or is not yet valid)
+    /// since the session was made, e.g. resumed from a session ticket.
+    pub expired_certificate: AtomicU64,
     /// Controllers without an allowed, valid token.
     pub controller: AtomicU64,
 }
@@ -115,6 +118,7 @@ impl Trust {
             TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => {
                 &self.refusals.identity_mismatch
             }
+            TrustError::CertificateNotCurrent { .. } => &self.refusals.expired_certificate,
             TrustError::ControllerUnauthenticated
             | TrustError::ControllerForbidden { .. }
             | TrustError::GroupTaken { .. } => &self.refusals.controller,

@@ -10,11 +10,18 @@
 //! reissued at 80 % of its lifetime ([`ServerTls::rotate`]): new handshakes get the new
 //! certificate and established sessions are not dropped. At most `trust.maxHandshakes`
 //! handshakes run at once per listener, each bounded by `trust.handshakeTimeout`.
+//!
+//! EdgeHub issues stateless TLS session tickets ([`SESSION_TICKET_LIFETIME`]), so a node
+//! that reconnects resumes its session without a certificate signature and verification;
+//! the keys are in this process's memory only. A resumed session carries the client
+//! certificate of the handshake that made the ticket, which rustls does not verify again:
+//! [`check_peer_validity`] checks it on every EdgeHub call.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use rustls::ServerConfig;
+use rustls::server::ProducesTickets;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
@@ -43,7 +50,8 @@ impl ServerTls {
     pub fn new(ca: &Ca, config: &TrustConfig) -> Result<Self, TrustError> {
         let cert = Arc::new(ReloadableServerCert::new(serving_key(ca, config)?));
         let client_ca = [ca.cert_der().clone()];
-        let mutual = verge_pki::tls::server_config(cert.clone(), &client_ca, true)?;
+        let mut mutual = verge_pki::tls::server_config(cert.clone(), &client_ca, true)?;
+        mutual.ticketer = session_ticketer()?;
         let server_only = verge_pki::tls::server_config(cert.clone(), &[], false)?;
         Ok(Self {
             cert,
@@ -52,7 +60,8 @@ impl ServerTls {
         })
     }
 
-    /// The configuration requiring a client certificate from the Verge CA (EdgeHub).
+    /// The configuration requiring a client certificate from the Verge CA (EdgeHub), with
+    /// session tickets ([`SESSION_TICKET_LIFETIME`]).
     pub fn mutual(&self) -> Arc<ServerConfig> {
         self.mutual.clone()
     }
@@ -114,6 +123,44 @@ impl ServerTls {
     }
 }
 
+/// The lifetime of an EdgeHub TLS session ticket, as the edge is told in the ticket (a
+/// rustls client offers no older one). It is that of rustls' `Ticketer` of the ring
+/// provider: a new ChaCha20-Poly1305 key at the first handshake 6 hours after the last
+/// change, the previous key still decrypts, so under steady traffic a ticket is accepted
+/// for 6 to 12 hours after it was issued. Tickets are stateless: the server keeps no
+/// per-node state, only the two keys, in memory (a restarted or another replica makes a
+/// full handshake). Whatever a ticket's age, its certificate must still be valid
+/// ([`check_peer_validity`]).
+pub const SESSION_TICKET_LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
+
+/// The session ticket encrypter of EdgeHub (see [`SESSION_TICKET_LIFETIME`]).
+fn session_ticketer() -> Result<Arc<dyn ProducesTickets>, TrustError> {
+    rustls::crypto::ring::Ticketer::new().map_err(|source| {
+        TrustError::Pki(verge_pki::Error::Tls {
+            context: "making the session ticket keys",
+            source,
+        })
+    })
+}
+
+/// Checks that the client certificate `leaf` (DER) of `who` is within its validity window
+/// at `now`. rustls verifies the certificate in a full handshake only: a session resumed
+/// from a ticket carries the certificate of the handshake that made the ticket, and an
+/// established connection outlives the moment it was verified.
+///
+/// # Errors
+/// [`TrustError::CertificateNotCurrent`] when it expired or is not yet valid,
+/// [`TrustError::NoClientCertificate`] when it cannot be parsed.
+pub fn check_peer_validity(leaf: &[u8], who: &str, now: SystemTime) -> Result<(), TrustError> {
+    let info =
+        CertInfo::parse_der(leaf).map_err(|e| TrustError::NoClientCertificate(e.to_string()))?;
+    info.check_valid_at(now)
+        .map_err(|e| TrustError::CertificateNotCurrent {
+            who: who.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
 /// A new serving certificate and key.
 fn serving_key(
     ca: &Ca,
@@ -173,6 +220,9 @@ pub fn incoming(
                 drop(permit);
                 match handshake {
                     Ok(Ok(stream)) => {
+                        let resumed = stream.get_ref().1.handshake_kind()
+                            == Some(rustls::HandshakeKind::Resumed);
+                        crate::metrics::global().handshake(name, resumed);
                         let _ = tx.send(Ok(stream)).await;
                     }
                     Ok(Err(error)) => {
@@ -184,4 +234,53 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_edgehub_issues_stateless_session_tickets() {
+        let trust = Trust::for_tests();
+        let tls = ServerTls::new(trust.ca(), trust.config()).expect("server TLS");
+        let mutual = tls.mutual();
+        assert!(mutual.ticketer.enabled());
+        assert_eq!(
+            u64::from(mutual.ticketer.lifetime()),
+            SESSION_TICKET_LIFETIME.as_secs()
+        );
+        assert!(!tls.server_only().ticketer.enabled());
+    }
+
+    #[test]
+    fn a_peer_certificate_must_be_valid_now() {
+        let trust = Trust::for_tests();
+        let issued = trust
+            .ca()
+            .issue_client(
+                "system:node:edge-1",
+                Some("system:nodes"),
+                Duration::from_secs(60),
+            )
+            .expect("certificate");
+        let der = verge_pki::pem_io::cert_from_pem(&issued.cert_pem).expect("DER");
+        let info = CertInfo::parse_der(&der).expect("parses");
+        check_peer_validity(&der, "node edge-1", SystemTime::now()).expect("valid now");
+        let after = info.not_after + Duration::from_secs(1);
+        let error = check_peer_validity(&der, "node edge-1", after).expect_err("expired");
+        assert!(matches!(error, TrustError::CertificateNotCurrent { .. }));
+        let message = error.to_string();
+        assert!(
+            message.contains("node edge-1") && message.contains("certificate expired at"),
+            "{message}"
+        );
+        let before = info.not_before - Duration::from_secs(1);
+        let error = check_peer_validity(&der, "node edge-1", before).expect_err("not yet valid");
+        assert!(error.to_string().contains("not valid before"), "{error}");
+        assert!(matches!(
+            check_peer_validity(b"not DER", "x", SystemTime::now()),
+            Err(TrustError::NoClientCertificate(_))
+        ));
+    }
 }
