@@ -1,6 +1,7 @@
 //! Routing of hub events from every attached cloudhub replica: session events to
-//! [`Sessions`] (which replica link holds each node) and to the controller's downstream
-//! task, upstream messages to one worker task per node (each applying them with the
+//! [`Sessions`] (which replica link holds each node), to the controller's [`Handler`]
+//! ([`Handler::on_session`], before the session's messages) and to its downstream task,
+//! upstream messages to one worker task per node (each applying them with the
 //! controller's [`Handler`]), the edge's answers to downstream messages and delivery errors
 //! to the downstream task ([`Input`]). A link that ends takes its nodes with it.
 //!
@@ -82,6 +83,15 @@ pub trait Handler: Clone + Send + Sync + 'static {
         node: &str,
         message: &Envelope,
     ) -> impl Future<Output = Option<Envelope>> + Send;
+
+    /// `node`'s session started (`connected`; also a newer session replacing the current
+    /// one) or its current session ended (also when the link holding it ended). Called by
+    /// the dispatcher in event order, before any later message of the node reaches a worker
+    /// (a worker may still be applying messages of the ended session); must not wait.
+    /// Default: nothing.
+    fn on_session(&self, node: &str, connected: bool) {
+        let _ = (node, connected);
+    }
 }
 
 /// An upstream message and the link to answer it on.
@@ -170,6 +180,7 @@ impl<H: Handler> Dispatcher<H> {
     }
 
     fn disconnected(&mut self, node: String) {
+        self.handler.on_session(&node, false);
         // Dropping the sender lets the worker drain its queue and end.
         self.workers.remove(&node);
         self.to_downstream(Input::Disconnected { node });
@@ -187,6 +198,7 @@ impl<H: Handler> Dispatcher<H> {
         let objects = inventory.entries.len();
         match self.sessions.apply(link.id, event) {
             Change::Connected => {
+                self.handler.on_session(&node, true);
                 self.to_downstream(Input::Connected {
                     node: node.clone(),
                     inventory,

@@ -59,7 +59,10 @@ impl EdgeInstall {
     /// locally built pause image [`crate::kubelet_node::PAUSE_IMAGE`] (no registry can be
     /// reached), and `/metrics` is served on a free loopback port (`metricsAddr: 127.0.0.1:0`).
     /// `status_every`, when set, is `edged.nodeStatusUpdateFrequency` (tests shorten
-    /// the 10 s default).
+    /// the 10 s default), and four times it (whole seconds, at least 1) is
+    /// `edged.nodeLeaseDurationSeconds`, so that edgecontroller renews the node's Lease every
+    /// `status_every` (a quarter of the duration): the kit's 10 s node-monitor-grace-period
+    /// would not keep a node Ready on the default 40 s Lease's 10 s renewals.
     ///
     /// # Errors
     /// The example does not parse as a YAML mapping, or a file cannot be written.
@@ -102,6 +105,12 @@ impl EdgeInstall {
                 &mut config,
                 &["edged", "nodeStatusUpdateFrequency"],
                 format!("{}ms", every.as_millis()).into(),
+            )?;
+            let lease_seconds = (every * 4).as_millis().div_ceil(1000).max(1);
+            set(
+                &mut config,
+                &["edged", "nodeLeaseDurationSeconds"],
+                Value::from(u64::try_from(lease_seconds).unwrap_or(u64::MAX)),
             )?;
         }
         set(
@@ -243,6 +252,7 @@ mod tests {
             config["edged"]["nodeStatusUpdateFrequency"],
             Value::from("2000ms")
         );
+        assert_eq!(config["edged"]["nodeLeaseDurationSeconds"], Value::from(8));
         assert_eq!(
             config["dataDir"],
             Value::from(dir.path().join("data").display().to_string())

@@ -28,17 +28,22 @@ pub struct EdgedConfig {
     /// Resources held back from pods (kubelet `systemReserved`); allocatable = capacity minus
     /// these. Default none.
     pub system_reserved: ReservedConfig,
-    /// How often the node status is reported (kubelet `nodeStatusUpdateFrequency`).
-    /// Default `10s`.
+    /// How often the node status is computed (kubelet `nodeStatusUpdateFrequency`); it is
+    /// sent only when it changed, or when `nodeStatusReportFrequency` has passed (the
+    /// kubelet's behaviour with node leases). Default `10s`.
     #[serde(with = "humantime_serde")]
     pub node_status_update_frequency: Duration,
-    /// `spec.leaseDurationSeconds` of the node Lease (kubelet `nodeLeaseDurationSeconds`).
-    /// Default 40.
-    pub node_lease_duration_seconds: i32,
-    /// How often the node Lease is renewed (the kubelet renews every quarter of the lease
-    /// duration). Default `10s`.
+    /// How long an unchanged node status goes unsent (kubelet `nodeStatusReportFrequency`):
+    /// a status that differs from the last one sent in this session in anything but the
+    /// conditions' `lastHeartbeatTime` is sent at its next computation, an unchanged one
+    /// only once this long has passed since the last send. Default `5m` (the kubelet's;
+    /// unlike the kubelet, setting `nodeStatusUpdateFrequency` does not change it).
     #[serde(with = "humantime_serde")]
-    pub node_lease_renew_interval: Duration,
+    pub node_status_report_frequency: Duration,
+    /// `spec.leaseDurationSeconds` of the node Lease (kubelet `nodeLeaseDurationSeconds`).
+    /// The edge sends its Lease once per session; edgecontroller renews it every quarter of
+    /// this while the session lasts (the kubelet's renew interval). Default 40.
+    pub node_lease_duration_seconds: i32,
     /// The Docker engine edged drives, e.g. `unix:///run/docker.sock` or `tcp://host:2375`
     /// (kubelet `containerRuntimeEndpoint`). Default none: the local socket
     /// (`unix:///var/run/docker.sock`, or `DOCKER_HOST`).
@@ -70,8 +75,8 @@ impl Default for EdgedConfig {
             max_pods: 110,
             system_reserved: ReservedConfig::default(),
             node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
-            node_lease_renew_interval: Duration::from_secs(10),
             container_runtime_endpoint: None,
             pod_sandbox_image: "registry.k8s.io/pause:3.10".to_owned(),
             pod_sandbox_command: Vec::new(),
@@ -160,8 +165,8 @@ impl EdgedConfig {
                 self.node_status_update_frequency,
             ),
             (
-                "edged.nodeLeaseRenewInterval",
-                self.node_lease_renew_interval,
+                "edged.nodeStatusReportFrequency",
+                self.node_status_report_frequency,
             ),
             ("edged.plegRelistPeriod", self.pleg_relist_period),
             ("edged.crashLoopBackOff.initialDelay", backoff.initial_delay),

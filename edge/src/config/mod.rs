@@ -18,7 +18,8 @@
 //!   token: ""                      # bootstrap token: join on start
 //! edged:                            # see EdgedConfig: KubeletConfiguration names
 //!   maxPods: 110
-//!   nodeStatusUpdateFrequency: 10s
+//!   nodeStatusUpdateFrequency: 10s  # computed this often, sent when changed
+//!   nodeStatusReportFrequency: 5m   # or when unchanged this long
 //!   podSandboxImage: registry.k8s.io/pause:3.10
 //! deviceTwin:                       # see DeviceTwinConfig: twins, DMI server, mappers
 //!   enable: true
@@ -207,6 +208,10 @@ mod tests {
             c.edged.node_status_update_frequency,
             Duration::from_secs(10)
         );
+        assert_eq!(
+            c.edged.node_status_report_frequency,
+            Duration::from_secs(300)
+        );
         assert_eq!(c.edged.node_lease_duration_seconds, 40);
         assert!(c.device_twin.enable);
         assert_eq!(
@@ -222,6 +227,7 @@ mod tests {
         let yaml = "nodeName: edge-1\n\
                     edgeHub: {server: http://hub-1:10000, serverAlternates: [http://hub-2:10000]}\n\
                     edged:\n  nodeStatusUpdateFrequency: 200ms\n  nodeIP: 10.0.0.5\n\
+                    \x20 nodeStatusReportFrequency: 1m\n\
                     \x20 registerWithTaints: [{key: k, effect: NoSchedule}]\n\
                     \x20 systemReserved: {cpu: 500m, memory: 1Gi}\n\
                     \x20 crashLoopBackOff: {maxContainerRestartPeriod: 1m}\n";
@@ -231,6 +237,10 @@ mod tests {
         assert_eq!(
             c.edged.node_status_update_frequency,
             Duration::from_millis(200)
+        );
+        assert_eq!(
+            c.edged.node_status_report_frequency,
+            Duration::from_secs(60)
         );
         assert_eq!(c.edged.register_with_taints[0].value, "");
         assert_eq!(
@@ -266,6 +276,10 @@ mod tests {
         assert!(err.to_string().contains("gpu"), "{err}");
         let err = Config::from_yaml("maxPods: 3\n", "e").expect_err("belongs to edged");
         assert!(err.to_string().contains("maxPods"), "{err}");
+        // Gone since edgecontroller renews the Lease while the session lasts.
+        let err = Config::from_yaml("edged: {nodeLeaseRenewInterval: 10s}\n", "e")
+            .expect_err("removed field");
+        assert!(err.to_string().contains("nodeLeaseRenewInterval"), "{err}");
     }
 
     #[test]
@@ -282,6 +296,12 @@ mod tests {
         )
         .expect_err("bad");
         assert!(err.to_string().contains("registerWithTaints"), "{err}");
+        let err =
+            Config::from_yaml("edged: {nodeStatusReportFrequency: 0s}\n", "e").expect_err("bad");
+        assert!(
+            err.to_string().contains("edged.nodeStatusReportFrequency"),
+            "{err}"
+        );
         let err = Config::from_yaml("edgeHub: {outbox: {maxInflight: 0}}\n", "e").expect_err("bad");
         assert!(
             err.to_string().contains("edgeHub.outbox.maxInflight"),

@@ -2,24 +2,33 @@
 //! manager and node lease controller do).
 //!
 //! On every new cloudhub session: `insert` `_/node/<node>` with a `v1.Node` (name, labels,
-//! taints). While the session lasts: `update` `_/nodestatus/<node>` with a `v1.NodeStatus`
-//! every `node_status_update_frequency`, and `update` `kube-node-lease/lease/<node>` with a
-//! `coordination.k8s.io/v1.Lease` every `node_lease_renew_interval`; both also right after
-//! registration. Registration and status are durable reports ([`EdgeHubHandle::report`],
+//! taints), then `update` `kube-node-lease/lease/<node>` with a
+//! `coordination.k8s.io/v1.Lease` once, and a full `update` `_/nodestatus/<node>` with a
+//! `v1.NodeStatus`. While the session lasts, the status is computed every
+//! `node_status_update_frequency` and sent only when it changed in anything but the
+//! conditions' `lastHeartbeatTime` since the last one sent in this session, or when
+//! `node_status_report_frequency` has passed since then (the kubelet's
+//! `nodeStatusUpdateFrequency` / `nodeStatusReportFrequency` with node leases, [`report`]);
+//! edged learning Docker's version is such a change. The Lease is not renewed from here:
+//! edgecontroller renews it every quarter of its `leaseDurationSeconds` for as long as the
+//! session lasts, so a live session is what keeps the node alive.
+//!
+//! Registration and status are durable reports ([`EdgeHubHandle::report`],
 //! keys [`OutboxKey::Node`](crate::OutboxKey::Node) and [`OutboxKey::NodeStatus`](crate::OutboxKey::NodeStatus): only the newest waits, and it is
-//! sent until the cloud acks it). The lease stays transient ([`EdgeHubHandle::try_send`]): a
-//! renewal is worthless once stale, and the next one is due within
-//! `node_lease_renew_interval`. Nothing is produced while disconnected: the next session
-//! sends fresh reports. Messages use group `resource` and source `edged`.
+//! sent until the cloud acks it). The lease stays transient ([`EdgeHubHandle::try_send`]):
+//! edgecontroller renews an existing Lease of a connected node even when this message is
+//! lost. Nothing is produced while disconnected: the next session sends fresh reports.
+//! Messages use group `resource` and source `edged`.
 
 pub mod host;
 pub mod quantity;
+pub mod report;
 pub mod status;
 
 use std::sync::Arc;
 
 use serde::Serialize;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use verge_core::{Envelope, ResourceKey, ResourceType, Write};
@@ -30,6 +39,7 @@ use verge_runtime::ErrorChain;
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
 use host::HostFacts;
+use report::LastSent;
 use status::Conditions;
 use verge_core::NODE_LEASE_NAMESPACE;
 
@@ -94,13 +104,16 @@ impl NodeAgent {
                 Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
+            self.send_lease()?;
+            // The first tick is at once: the session's full status. Later ones send only
+            // what `report` lets through.
             let mut status_tick =
                 tokio::time::interval(self.config.edged.node_status_update_frequency);
-            let mut lease_tick = tokio::time::interval(self.config.edged.node_lease_renew_interval);
             status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            lease_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            // edged learns Docker's version after the node registered; report it at once
-            // instead of showing `docker://unknown` until the next status period.
+            let mut last_sent = LastSent::default();
+            // edged learns Docker's version after the node registered; a new version is a
+            // change, reported at once instead of showing `docker://unknown` until the next
+            // status period.
             let mut runtime_version = self.runtime_version.clone();
             loop {
                 let version_known = async {
@@ -115,16 +128,18 @@ impl NodeAgent {
                         if changed.is_err() { return Ok(()) }
                         break;
                     }
-                    _ = status_tick.tick() => self.report_status(&facts).await?,
-                    Some(()) = version_known => self.report_status(&facts).await?,
-                    _ = lease_tick.tick() => self.renew_lease()?,
+                    _ = status_tick.tick() => self.update_status(&facts, &mut last_sent).await?,
+                    Some(()) = version_known => {
+                        self.update_status(&facts, &mut last_sent).await?;
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    async fn report_status(&mut self, facts: &HostFacts) -> Result<()> {
+    /// Computes the node status and sends it when [`LastSent::decide`] says so.
+    async fn update_status(&mut self, facts: &HostFacts, last_sent: &mut LastSent) -> Result<()> {
         let mut status = status::node_status(
             &self.config,
             &self.reserved,
@@ -135,32 +150,38 @@ impl NodeAgent {
         if let (Some(v), Some(info)) = (&self.runtime_version, status.node_info.as_mut()) {
             info.container_runtime_version = v.borrow().clone();
         }
+        let now = Instant::now();
+        let decision =
+            last_sent.decide(&status, now, self.config.edged.node_status_report_frequency);
+        if !decision.send() {
+            return Ok(());
+        }
+        debug!(?decision, "node status report");
         let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
         let msg = message(Write::Update, &key, &status, "node status")?;
-        if let Err(e) = self.hub.report(msg).await {
-            // A store failure; the next period reports a fresh status.
-            error!(error = %ErrorChain(&e), "node status not stored");
+        match self.hub.report(msg).await {
+            Ok(()) => last_sent.sent(status, now),
+            // A store failure; the next period computes and tries again.
+            Err(e) => error!(error = %ErrorChain(&e), "node status not stored"),
         }
         Ok(())
     }
 
-    fn renew_lease(&self) -> Result<()> {
+    /// Sends the node Lease once for this session; edgecontroller renews it from then on.
+    fn send_lease(&self) -> Result<()> {
         let lease = status::lease(&self.config, status::now());
         let key = ResourceKey::new(
             NODE_LEASE_NAMESPACE,
             ResourceType::Lease,
             &self.config.node_name,
         );
-        self.offer(message(Write::Update, &key, &lease, "node lease")?);
-        Ok(())
-    }
-
-    /// Queues a lease renewal without waiting: if the queue is full the next period sends
-    /// a fresh one, so this one is dropped with a warning.
-    fn offer(&self, msg: Envelope) {
+        let msg = message(Write::Update, &key, &lease, "node lease")?;
+        // Not waiting: if the queue is full, edgecontroller still renews an existing Lease
+        // of this connected node.
         if let Err(error) = self.hub.try_send(msg) {
-            warn!(%error, "node lease renewal dropped");
+            warn!(%error, "node lease not sent");
         }
+        Ok(())
     }
 }
 

@@ -90,7 +90,8 @@ impl Conditions {
     }
 }
 
-/// The `v1.NodeStatus` reported every `node_status_update_frequency`.
+/// The `v1.NodeStatus` computed every `node_status_update_frequency` (sent when
+/// [`super::report::LastSent`] says so).
 pub fn node_status(
     config: &Config,
     reserved: &Reserved,
@@ -200,7 +201,8 @@ pub fn node_status(
     }
 }
 
-/// The node's `coordination.k8s.io/v1.Lease`, renewed `now`.
+/// The node's `coordination.k8s.io/v1.Lease`, renewed `now`: sent once per session, with the
+/// `leaseDurationSeconds` whose quarter is edgecontroller's renew interval.
 pub fn lease(config: &Config, now: Timestamp) -> Lease {
     Lease {
         metadata: ObjectMeta {

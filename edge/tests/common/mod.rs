@@ -224,7 +224,8 @@ pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
     hub.reconnect_max_backoff = Duration::from_millis(400);
     hub.connect_timeout = Duration::from_secs(2);
     config.edged.node_status_update_frequency = Duration::from_millis(200);
-    config.edged.node_lease_renew_interval = Duration::from_millis(200);
+    // An unchanged status is sent again after this (the default waits 5 minutes).
+    config.edged.node_status_report_frequency = Duration::from_millis(400);
     // One DMI socket per edge: tests run edges side by side.
     config.device_twin.dmi_socket = dir.join("dmi.sock");
     write_credentials(&config).expect("node credentials");

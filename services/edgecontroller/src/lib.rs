@@ -6,8 +6,10 @@
 //! reference (resyncing each node by its
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
-//! of configmaps, secrets, service lists and service account tokens (docs/protocol.md). It also keeps pods
-//! on edge nodes from being evicted when their node loses its link (docs/offline.md).
+//! of configmaps, secrets, service lists and service account tokens (docs/protocol.md). It
+//! renews the Lease of every connected node while its session lives ([`renewer`]). It also
+//! keeps pods on edge nodes from being evicted when their node loses its link
+//! (docs/offline.md).
 //!
 //! It attaches with the ControllerHub client shared with devicecontroller
 //! (`verge-controller`: configuration, TLS and token, replicas, sessions, per-node workers),
@@ -22,6 +24,8 @@
 //! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
 //!   nodes.
 //! - [`offline`]: the task that makes pods on edge nodes tolerate an unreachable node.
+//! - [`renewer`]: the task that renews the Lease of every connected node while its session
+//!   lives (the edge sends its Lease once per session).
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
 //!   [`upstream::lease`], [`upstream::pod`], [`upstream::event`], [`upstream::query`],
 //!   [`upstream::services`], [`upstream::token`]).
@@ -32,6 +36,7 @@ pub mod desired;
 pub mod downstream;
 pub mod error;
 pub mod offline;
+pub mod renewer;
 pub mod upstream;
 
 pub use error::{Error, Result};
@@ -50,6 +55,7 @@ use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
 use crate::cache::Caches;
+use crate::renewer::Renewer;
 use crate::upstream::Context;
 
 /// edgecontroller on the ControllerHub: name `edgecontroller` (also its default service
@@ -93,7 +99,8 @@ impl EdgeController {
     /// Runs until `shutdown` is cancelled. With leader election (the default) it first
     /// waits as a standby, doing nothing, until it holds the Lease
     /// (`leaderElection`, [`leader`]); the leader then starts the watch caches, the
-    /// downstream task and the toleration task ([`offline`]), attaches to every cloudhub
+    /// downstream task, the toleration task ([`offline`]) and the Lease renewer
+    /// ([`renewer`]), attaches to every cloudhub
     /// replica ([`replicas`]; each stream re-attached with backoff whenever it ends), sends
     /// objects down and applies upstream messages. On shutdown it stops taking messages,
     /// lets every worker finish the API call it is in, returns once all tasks ended (callers
@@ -130,7 +137,17 @@ async fn lead_until(
         offline::run(client.clone(), caches.clone(), stop.clone())
             .instrument(info_span!("tolerations")),
     );
-    let context = Context { client, caches };
+    // Per leadership term: a new leader adopts the connected nodes' Leases (renewer).
+    let renewer = Renewer::new();
+    tracker.spawn(
+        renewer::run(renewer.clone(), client.clone(), stop.clone())
+            .instrument(info_span!("lease_renewer")),
+    );
+    let context = Context {
+        client,
+        caches,
+        renewer,
+    };
     attached.serve(context, down_tx).await;
     Ok(())
 }

@@ -3,7 +3,10 @@
 
 mod common;
 
+use std::time::Duration;
+
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -148,9 +151,14 @@ async fn scenario(
             .await?;
         assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
         let stored = leases.get(node).await?;
-        let spec = stored.spec.context("lease spec")?;
+        let spec = stored.spec.clone().context("lease spec")?;
         assert_eq!(spec.holder_identity.as_deref(), Some(node));
-        assert_eq!(serde_json::to_value(spec.renew_time)?, json!(renew));
+        // The edge's renewTime, or a later one of the renewer's (the node is connected).
+        assert!(
+            renew_time(&stored)? >= time(renew)?,
+            "{:?}",
+            spec.renew_time
+        );
         let owner = &stored.metadata.owner_references.context("owner")?[0];
         assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Node", node));
         assert_eq!(
@@ -215,5 +223,200 @@ async fn scenario(
         );
     }
     assert!(leases.get_opt(&ghost).await?.is_none());
+    Ok(())
+}
+
+/// `spec.renewTime` of `lease`.
+fn renew_time(lease: &Lease) -> anyhow::Result<DateTime<Utc>> {
+    let time = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.renew_time.as_ref())
+        .context("no renewTime")?;
+    time_value(&serde_json::to_value(time)?)
+}
+
+fn time(text: &str) -> anyhow::Result<DateTime<Utc>> {
+    Ok(DateTime::parse_from_rfc3339(text)?.with_timezone(&Utc))
+}
+
+fn time_value(value: &serde_json::Value) -> anyhow::Result<DateTime<Utc>> {
+    time(value.as_str().context("renewTime is not a string")?)
+}
+
+/// Polls `leases` for `node` until `done` holds (or fails after `within`).
+async fn lease_until(
+    leases: &Api<Lease>,
+    node: &str,
+    within: Duration,
+    what: &str,
+    done: impl Fn(Option<&Lease>) -> bool,
+) -> anyhow::Result<Option<Lease>> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let lease = leases.get_opt(node).await?;
+        if done(lease.as_ref()) {
+            return Ok(lease);
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {within:?} (lease: {lease:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The edge sends its Lease once; edgecontroller renews it every quarter of its duration
+/// while the session lives, stops when it ends, adopts it on a session without a Lease
+/// message, and stops on a 404 until the edge's next Lease message.
+#[tokio::test]
+async fn renews_the_lease_while_the_session_lives() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let (addr, mut attaches) = common::start().await?;
+    let election = common::leader_election(&client, "renew").await?;
+    let config = Config {
+        cloudhub: vec![format!("https://{addr}")],
+        cloudhub_auth: common::hub_auth(),
+        leader_election: election.clone(),
+        ..Config::default()
+    };
+    let controller = Controller::spawn(config, client.clone());
+    let (mut h, _) = common::next_hello(&mut attaches).await?;
+    let node = format!(
+        "ec-renew-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let result = renewals(&mut h, &node, &leases).await;
+
+    let _ = nodes.delete(&node, &DeleteParams::default()).await;
+    let _ = leases.delete(&node, &DeleteParams::default()).await;
+    controller.stop().await?;
+    common::delete_lease(&client, &election).await;
+    result
+}
+
+async fn renewals(h: &mut Attach, node: &str, leases: &Api<Lease>) -> anyhow::Result<()> {
+    let session = |connected| {
+        hub_frame::Frame::Session(NodeSession {
+            node: node.to_owned(),
+            connected,
+            inventory: None,
+            cloudhub: "fake".into(),
+        })
+    };
+    h.send(session(true)).await?;
+    let object = json!({ "metadata": { "name": node,
+        "labels": { "node-role.kubernetes.io/edge": "" } } });
+    let answer = h
+        .ask(
+            node,
+            msg(
+                Operation::Insert,
+                format!("node/{node}/_/node/{node}"),
+                object,
+            ),
+        )
+        .await?;
+    assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+    // A 4 s Lease: renewed every second.
+    let lease_message = || {
+        msg(
+            Operation::Update,
+            format!("node/{node}/kube-node-lease/lease/{node}"),
+            json!({ "metadata": { "name": node }, "spec": { "holderIdentity": "holder-x",
+                "leaseDurationSeconds": 4, "renewTime": "2025-01-01T00:00:00.000001Z" } }),
+        )
+    };
+    let answer = h.ask(node, lease_message()).await?;
+    assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+    let sent = Utc::now();
+    let renewed_after = |t: DateTime<Utc>| {
+        move |l: Option<&Lease>| l.and_then(|l| renew_time(l).ok()).is_some_and(|r| r > t)
+    };
+    // Renewed by edgecontroller (at most 1.25 intervals after the edge's), then again.
+    let first = lease_until(
+        leases,
+        node,
+        Duration::from_secs(5),
+        "first renewal",
+        renewed_after(sent),
+    )
+    .await?
+    .context("lease")?;
+    let spec = first.spec.clone().context("spec")?;
+    assert_eq!(spec.holder_identity.as_deref(), Some("holder-x"));
+    assert_eq!(spec.lease_duration_seconds, Some(4));
+    lease_until(
+        leases,
+        node,
+        Duration::from_secs(3),
+        "second renewal",
+        renewed_after(renew_time(&first)?),
+    )
+    .await?;
+
+    // The session ends: no more renewals.
+    h.send(session(false)).await?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ended = renew_time(&leases.get(node).await?)?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        renew_time(&leases.get(node).await?)?,
+        ended,
+        "renewed after the session ended"
+    );
+
+    // A session without a Lease message (its edge sent it to a former leader): adopted, at its
+    // own 4 s duration.
+    h.send(session(true)).await?;
+    let adopted = lease_until(
+        leases,
+        node,
+        Duration::from_secs(5),
+        "adoption",
+        renewed_after(ended),
+    )
+    .await?
+    .context("lease")?;
+    lease_until(
+        leases,
+        node,
+        Duration::from_secs(3),
+        "renewal after adoption",
+        renewed_after(renew_time(&adopted)?),
+    )
+    .await?;
+
+    // The Lease is deleted: not recreated until the edge sends its Lease again.
+    leases.delete(node, &DeleteParams::default()).await?;
+    lease_until(
+        leases,
+        node,
+        Duration::from_secs(10),
+        "lease deleted",
+        |l| l.is_none(),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        leases.get_opt(node).await?.is_none(),
+        "recreated without the edge"
+    );
+    let answer = h.ask(node, lease_message()).await?;
+    assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+    let again = Utc::now();
+    lease_until(
+        leases,
+        node,
+        Duration::from_secs(5),
+        "renewal after the new Lease message",
+        renewed_after(again),
+    )
+    .await?;
+    h.send(session(false)).await?;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! Node lease renewal in `kube-node-lease`, as kubelet's node lease controller does it
-//! (`pkg/kubelet/nodelease`, `component-helpers/apimachinery/lease`).
+//! (`pkg/kubelet/nodelease`, `component-helpers/apimachinery/lease`): the edge's Lease
+//! message, applied once per session; the periodic renewals are [`crate::renewer`]'s.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -96,16 +97,16 @@ pub fn now() -> MicroTime {
     MicroTime(Timestamp::from_microsecond(micros).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
-/// Renews the lease of `node` from the edge's `lease`: get-or-create Lease `<node>` in
-/// `kube-node-lease` (owned by the Node, as kubelet sets it), then set holderIdentity,
-/// leaseDurationSeconds and renewTime. An existing lease without ownerReferences gets them
-/// (kubelet `setNodeOwnerFunc`) when the Node exists.
+/// Renews the lease of `node` with `renewal` (from the edge's Lease message, which it sends
+/// once per session; [`crate::renewer`] renews it from then on): get-or-create Lease
+/// `<node>` in `kube-node-lease` (owned by the Node, as kubelet sets it), then set
+/// holderIdentity, leaseDurationSeconds and renewTime. An existing lease without
+/// ownerReferences gets them (kubelet `setNodeOwnerFunc`) when the Node exists.
 ///
 /// # Errors
 /// [`Error::NodeNotFound`] when the lease must be created but the Node does not exist;
 /// [`Error::Kube`] when the API server refuses a read or write.
-pub async fn renew(client: &kube::Client, node: &str, lease: Lease) -> Result<()> {
-    let renewal = Renewal::from_lease(node, lease);
+pub async fn renew(client: &kube::Client, node: &str, renewal: &Renewal) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
     let nodes: Api<Node> = Api::all(client.clone());
     let existing = leases

@@ -11,7 +11,8 @@
 //!
 //! - [`node`]: node registration (`insert _/node/<node>`) and status
 //!   (`update _/nodestatus/<node>`).
-//! - [`lease`]: node lease renewal (`update kube-node-lease/lease/<node>`).
+//! - [`lease`]: node lease renewal (`update kube-node-lease/lease/<node>`, once per
+//!   session; [`crate::renewer`] renews it from then on).
 //! - [`pod`]: pod status (`update <ns>/podstatus/<name>`) and completed deletions
 //!   (`delete <ns>/pod/<name>`).
 //! - [`event`]: events (`insert <ns>/event/<name>`).
@@ -39,6 +40,7 @@ use verge_core::{
 };
 
 use crate::cache::Caches;
+use crate::renewer::Renewer;
 use crate::{Error, Result};
 pub use pod::PodRef;
 
@@ -52,7 +54,8 @@ pub enum Request {
     RegisterNode(Box<Node>),
     /// `update _/nodestatus/<node>`: strategic-merge-patch the node's status.
     NodeStatus(Box<NodeStatus>),
-    /// `update kube-node-lease/lease/<node>`: renew the node's lease.
+    /// `update kube-node-lease/lease/<node>`: renew the node's lease, and keep renewing it
+    /// while the session lives ([`crate::renewer`]).
     RenewLease(Box<Lease>),
     /// `update <ns>/podstatus/<name>`: strategic-merge-patch a bound pod's status.
     PodStatus(PodRef, Box<PodStatus>),
@@ -84,13 +87,15 @@ pub enum Reply {
     Response(Vec<u8>),
 }
 
-/// What upstream handlers need: the API client and the watch caches.
+/// What upstream handlers need: the API client, the watch caches and the Lease renewer.
 #[derive(Clone)]
 pub struct Context {
     /// The Kubernetes client.
     pub client: kube::Client,
     /// The watch caches (pods bound to nodes, for authorization).
     pub caches: Caches,
+    /// Renews the Lease of every connected node after its edge sent it.
+    pub renewer: Renewer,
 }
 
 impl verge_controller::dispatch::Handler for Context {
@@ -100,6 +105,15 @@ impl verge_controller::dispatch::Handler for Context {
         message: &Envelope,
     ) -> impl std::future::Future<Output = Option<Envelope>> + Send {
         handle(self, node, message)
+    }
+
+    /// The renewer renews a node's Lease only while its session lives.
+    fn on_session(&self, node: &str, connected: bool) {
+        if connected {
+            self.renewer.connected(node);
+        } else {
+            self.renewer.disconnected(node);
+        }
     }
 }
 
@@ -339,7 +353,14 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
     match request {
         Request::RegisterNode(object) => node::register(client, node, *object).await?,
         Request::NodeStatus(status) => node::report_status(client, node, *status).await?,
-        Request::RenewLease(object) => lease::renew(client, node, *object).await?,
+        Request::RenewLease(object) => {
+            let renewal = lease::Renewal::from_lease(node, *object);
+            let result = lease::renew(client, node, &renewal).await;
+            context
+                .renewer
+                .lease_message(node, &renewal, result.is_ok());
+            result?;
+        }
         Request::PodStatus(pod, status) => pod::report_status(client, node, &pod, &status).await?,
         Request::DeletePod(pod) => pod::delete(client, node, &pod).await?,
         Request::CreateEvent(object) => event::create(client, &object).await?,

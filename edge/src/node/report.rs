@@ -1,0 +1,164 @@
+//! When a computed node status is sent: the kubelet's rule with node leases
+//! (`pkg/kubelet/kubelet_node_status.go`, `tryUpdateNodeStatus`). The status is computed every
+//! `nodeStatusUpdateFrequency`, but sent only when it changed in anything but the
+//! conditions' `lastHeartbeatTime` (kubelet `nodeStatusHasChanged`), or when
+//! `nodeStatusReportFrequency` has passed since the last send. The kubelet compares with the
+//! Node it reads from the API server; edgecore compares with the status it last sent in the
+//! current session, and every new session starts with a send.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::NodeStatus;
+use tokio::time::Instant;
+
+/// Why a status is sent, or that it is not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing was sent in this session yet.
+    First,
+    /// It differs from the last one sent in more than heartbeat timestamps.
+    Changed,
+    /// Unchanged, but `nodeStatusReportFrequency` has passed since the last send.
+    Due,
+    /// Unchanged and sent recently: not sent.
+    Skip,
+}
+
+impl Decision {
+    /// Whether the status is sent.
+    pub const fn send(self) -> bool {
+        !matches!(self, Self::Skip)
+    }
+}
+
+/// The status last sent in one session and when; a new session starts with a new one.
+#[derive(Debug, Default)]
+pub struct LastSent {
+    last: Option<(NodeStatus, Instant)>,
+}
+
+impl LastSent {
+    /// Whether `status`, computed `now`, is sent when unchanged statuses wait up to
+    /// `report_frequency`.
+    pub fn decide(
+        &self,
+        status: &NodeStatus,
+        now: Instant,
+        report_frequency: Duration,
+    ) -> Decision {
+        let Some((last, at)) = &self.last else {
+            return Decision::First;
+        };
+        if without_heartbeats(last) != without_heartbeats(status) {
+            Decision::Changed
+        } else if now.saturating_duration_since(*at) >= report_frequency {
+            Decision::Due
+        } else {
+            Decision::Skip
+        }
+    }
+
+    /// Records that `status` was sent (stored in the outbox) `now`.
+    pub fn sent(&mut self, status: NodeStatus, now: Instant) {
+        self.last = Some((status, now));
+    }
+}
+
+/// `status` with the conditions' `lastHeartbeatTime` cleared: what a change is judged on.
+fn without_heartbeats(status: &NodeStatus) -> NodeStatus {
+    let mut status = status.clone();
+    for condition in status.conditions.iter_mut().flatten() {
+        condition.last_heartbeat_time = None;
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSystemInfo};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    const REPORT: Duration = Duration::from_secs(300);
+
+    fn status(heartbeat: i64, ready: &str, runtime: &str) -> NodeStatus {
+        let time = |s| Some(Time(Timestamp::from_second(s).expect("time")));
+        NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                last_heartbeat_time: time(heartbeat),
+                last_transition_time: time(0),
+                ..NodeCondition::default()
+            }]),
+            node_info: Some(NodeSystemInfo {
+                container_runtime_version: runtime.into(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }
+    }
+
+    #[test]
+    fn first_status_of_a_session_is_sent() {
+        let decision =
+            LastSent::default().decide(&status(0, "True", "docker://27"), Instant::now(), REPORT);
+        assert_eq!(decision, Decision::First);
+        assert!(decision.send());
+    }
+
+    #[test]
+    fn heartbeat_only_change_waits_for_the_report_frequency() {
+        let t0 = Instant::now();
+        let mut last = LastSent::default();
+        last.sent(status(0, "True", "docker://27"), t0);
+        for secs in [10, 290] {
+            let at = t0 + Duration::from_secs(secs);
+            let decision = last.decide(
+                &status(secs.try_into().expect("secs"), "True", "docker://27"),
+                at,
+                REPORT,
+            );
+            assert_eq!(decision, Decision::Skip, "after {secs} s");
+            assert!(!decision.send());
+        }
+        let at = t0 + REPORT;
+        assert_eq!(
+            last.decide(&status(300, "True", "docker://27"), at, REPORT),
+            Decision::Due
+        );
+        // The period counts from the last send.
+        last.sent(status(300, "True", "docker://27"), at);
+        assert_eq!(
+            last.decide(
+                &status(310, "True", "docker://27"),
+                at + Duration::from_secs(10),
+                REPORT
+            ),
+            Decision::Skip
+        );
+    }
+
+    #[test]
+    fn any_other_change_is_sent_at_once() {
+        let t0 = Instant::now();
+        let mut last = LastSent::default();
+        last.sent(status(0, "True", "docker://unknown"), t0);
+        let soon = t0 + Duration::from_secs(10);
+        assert_eq!(
+            last.decide(&status(10, "True", "docker://27"), soon, REPORT),
+            Decision::Changed
+        );
+        assert_eq!(
+            last.decide(&status(10, "False", "docker://unknown"), soon, REPORT),
+            Decision::Changed
+        );
+        // The same status without a heartbeat change is not a change either.
+        assert_eq!(
+            last.decide(&status(0, "True", "docker://unknown"), soon, REPORT),
+            Decision::Skip
+        );
+    }
+}
