@@ -15,6 +15,7 @@
 //! * [`signal`] — SIGINT/SIGTERM as a [`Signal`].
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
+//! * [`limits`] — the open-file limit a server raises for itself.
 //! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
 //! * `health` (feature `health`) — the plaintext health endpoint of the cloud services
 //!   (gRPC `grpc.health.v1` and HTTP `/healthz`, `/readyz`) for Kubernetes probes, and
@@ -30,6 +31,7 @@ mod chain;
 pub mod health;
 #[cfg(feature = "kube")]
 mod kube_client;
+pub mod limits;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 mod modules;

@@ -95,6 +95,11 @@ async fn main() -> ExitCode {
         Ok(telemetry) => telemetry,
         Err(error) => return verge_runtime::fail("cloudhub", &error),
     };
+    // One socket per edge session: the common soft default of 1,024 files would cap them.
+    match verge_runtime::limits::raise_open_files() {
+        Ok((before, after)) => tracing::info!(?before, ?after, "open-file limit"),
+        Err(error) => tracing::warn!(%error, "open-file limit not raised"),
+    }
     let grace = config.shutdown_grace;
     let endpoint = match HealthEndpoint::bind(config.health_addr).await {
         Ok(endpoint) => endpoint,
