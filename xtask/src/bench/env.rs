@@ -60,3 +60,41 @@ impl TracedEnv {
         Ok(())
     }
 }
+
+/// Runs `body` on a fresh control plane of `config` (one left by an interrupted run is
+/// stopped first: its objects would collide) with the Verge binaries built (`release` or
+/// debug), within `limit`; afterwards, whatever the outcome, stops the processes listed in
+/// `<run_dir>/pids` and the control plane. `name` is the benchmark's, for the timeout error.
+///
+/// # Errors
+/// The control plane, the build or `body` failing, or `limit` passing.
+pub(super) async fn on_fresh_control_plane<F>(
+    name: &str,
+    config: &ControlPlaneConfig,
+    run_dir: &Path,
+    limit: std::time::Duration,
+    release: bool,
+    body: F,
+) -> anyhow::Result<std::process::ExitCode>
+where
+    F: AsyncFnOnce(&ControlPlane, &Path) -> anyhow::Result<()>,
+{
+    local::stop_processes(run_dir);
+    crate::control_plane::down(config).await?;
+    let result = tokio::time::timeout(limit, async {
+        let cp = crate::control_plane::up(config).await?;
+        let bin_dir = local::build_bins(release)?;
+        body(&cp, &bin_dir).await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(anyhow::anyhow!(
+            "bench {name} did not finish within {limit:?} (--timeout); logs in {}",
+            run_dir.join("logs").display()
+        ))
+    });
+    local::stop_processes(run_dir);
+    crate::control_plane::down(config).await?;
+    result?;
+    Ok(std::process::ExitCode::SUCCESS)
+}

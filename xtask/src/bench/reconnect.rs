@@ -13,7 +13,7 @@
 //! Layout: [`objects`] (the API objects), [`edge`] (one simulated edge node), [`phase`](mod@phase) (all
 //! nodes connect at once), [`rss`] (peak memory), [`report`] (the Markdown table).
 
-mod edge;
+pub(super) mod edge;
 pub(super) mod objects;
 mod phase;
 mod report;
@@ -32,7 +32,7 @@ use self::phase::phase;
 use self::report::Report;
 use self::rss::RssSampler;
 use super::percentile;
-use crate::local::{self, free_port, status_kib, wait_for_port, write};
+use crate::local::{free_port, status_kib, wait_for_port, write};
 
 /// Arguments of `cargo xtask bench reconnect`.
 #[derive(Debug, clap::Args)]
@@ -69,26 +69,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         node_monitor_grace_period: Duration::from_secs(40),
         ..ControlPlaneConfig::from_env()
     };
-    // A fresh control plane: objects of an interrupted run would collide.
-    local::stop_processes(&run_dir);
-    crate::control_plane::down(&config).await?;
-    let limit = Duration::from_secs(args.timeout);
-    let result = tokio::time::timeout(limit, async {
-        let cp = crate::control_plane::up(&config).await?;
-        let bin_dir = local::build_bins(!args.debug)?;
-        measure(&cp, &run_dir, &bin_dir, n, &args).await
-    })
+    super::env::on_fresh_control_plane(
+        "reconnect",
+        &config,
+        &run_dir,
+        Duration::from_secs(args.timeout),
+        !args.debug,
+        async |cp, bin_dir| measure(cp, &run_dir, bin_dir, n, &args).await,
+    )
     .await
-    .unwrap_or_else(|_| {
-        Err(anyhow::anyhow!(
-            "bench reconnect did not finish within {limit:?} (--timeout); logs in {}",
-            run_dir.join("logs").display()
-        ))
-    });
-    local::stop_processes(&run_dir);
-    crate::control_plane::down(&config).await?;
-    result?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The cloud processes under test.

@@ -48,19 +48,23 @@ impl SimEdge {
 
     /// The inventory of everything held.
     pub fn inventory(&self) -> Inventory {
-        Inventory {
-            entries: self
-                .held
-                .iter()
-                .map(|(key, (uid, rv))| InventoryEntry {
-                    r#type: key.kind.as_str().to_owned(),
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    uid: uid.clone(),
-                    resource_version: rv.clone(),
-                })
-                .collect(),
-        }
+        inventory(&self.held)
+    }
+}
+
+/// The inventory of `held` (key -> (uid, resourceVersion)), as edgecore sends it in its hello.
+pub(in crate::bench) fn inventory(held: &HashMap<ResourceKey, (String, String)>) -> Inventory {
+    Inventory {
+        entries: held
+            .iter()
+            .map(|(key, (uid, rv))| InventoryEntry {
+                r#type: key.kind.as_str().to_owned(),
+                namespace: key.namespace.clone(),
+                name: key.name.clone(),
+                uid: uid.clone(),
+                resource_version: rv.clone(),
+            })
+            .collect(),
     }
 }
 

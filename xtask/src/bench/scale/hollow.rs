@@ -20,9 +20,9 @@ use rustls::ClientConfig;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::Endpoint;
 use verge_core::{Envelope, Group, Kind, Module, Outcome, ResourceKey, ResourceType, Write};
+use verge_proto::Message;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, cloud_frame, edge_frame};
-use verge_proto::{Inventory, InventoryEntry, Message};
 
 use super::wire::{self, Bytes};
 
@@ -148,7 +148,7 @@ impl Hollow {
             frame: Some(edge_frame::Frame::Hello(EdgeHello {
                 node_name: self.name.clone(),
                 token: String::new(),
-                inventory: Some(self.inventory()),
+                inventory: Some(crate::bench::reconnect::edge::inventory(&self.held)),
                 edgecore_version: "bench-scale-hollow".to_owned(),
             })),
         };
@@ -222,22 +222,6 @@ impl Hollow {
             if let Some(ack) = self.on_message(shared, message) {
                 send(&tx, ack).await?;
             }
-        }
-    }
-
-    fn inventory(&self) -> Inventory {
-        Inventory {
-            entries: self
-                .held
-                .iter()
-                .map(|(key, (uid, rv))| InventoryEntry {
-                    r#type: key.kind.as_str().to_owned(),
-                    namespace: key.namespace.clone(),
-                    name: key.name.clone(),
-                    uid: uid.clone(),
-                    resource_version: rv.clone(),
-                })
-                .collect(),
         }
     }
 

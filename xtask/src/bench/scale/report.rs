@@ -112,7 +112,9 @@ impl Report {
              their shipped defaults, on the real control plane. The {n} Nodes were created by \
              the benchmark in {:.1?}; kube-controller-manager runs without its node lifecycle \
              and TTL controllers, and nothing renews the hollow nodes' Leases (see \
-             `xtask/src/bench/scale/mod.rs`). Every process shares the machine's 2 cores.\n",
+             `xtask/src/bench/scale/mod.rs`). The hollow edges run in the release build of \
+             xtask; every process shares the machine's 2 cores, so a storm's cloudhub CPU \
+             against its duration tells whether cloudhub was its bound.\n",
             self.status_period.as_secs(),
             self.build,
             self.setup,
