@@ -29,6 +29,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Clients are built on a caller-made `Channel` (`EdgeHubClient::new`); without this the
         // generated `connect` constructor would clash with the `Connect` rpc.
         .build_transport(false)
+        // prost's codec with small first buffers (`src/codec.rs`): one long-lived call per
+        // edge session would otherwise hold 16 KiB of empty buffers in cloudhub.
+        .codec_path("crate::codec::Prost")
         .compile_with_config(config, &protos, &["."])?;
     Ok(())
 }

@@ -68,6 +68,7 @@ pub use verge::message::v1 as message;
 
 #[cfg(feature = "testing")]
 pub mod build;
+pub mod codec;
 pub mod envelope;
 pub mod error;
 pub mod transport;

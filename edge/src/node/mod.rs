@@ -9,7 +9,8 @@
 //! conditions' `lastHeartbeatTime` since the last one sent in this session, or when
 //! `node_status_report_frequency` has passed since then (the kubelet's
 //! `nodeStatusUpdateFrequency` / `nodeStatusReportFrequency` with node leases, [`report`]);
-//! edged learning Docker's version is such a change. The Lease is not renewed from here:
+//! edged learning Docker's version is such a change. A report sent only because the period
+//! passed carries just the conditions ([`report::heartbeat`]). The Lease is not renewed from here:
 //! edgecontroller renews it every quarter of its `leaseDurationSeconds` for as long as the
 //! session lasts, so a live session is what keeps the node alive.
 //!
@@ -39,7 +40,7 @@ use verge_runtime::ErrorChain;
 use crate::edgehub::EdgeHubHandle;
 use crate::{Error, Result};
 use host::HostFacts;
-use report::LastSent;
+use report::{Decision, LastSent};
 use status::Conditions;
 use verge_core::NODE_LEASE_NAMESPACE;
 
@@ -158,7 +159,16 @@ impl NodeAgent {
         }
         debug!(?decision, "node status report");
         let key = ResourceKey::cluster(ResourceType::NodeStatus, &self.config.node_name);
-        let msg = message(Write::Update, &key, &status, "node status")?;
+        let msg = if decision == Decision::Due {
+            message(
+                Write::Update,
+                &key,
+                &report::heartbeat(&status),
+                "node status",
+            )?
+        } else {
+            message(Write::Update, &key, &status, "node status")?
+        };
         match self.hub.report(msg).await {
             Ok(()) => last_sent.sent(status, now),
             // A store failure; the next period computes and tries again.

@@ -28,7 +28,7 @@ pub const DEFAULT_HEALTH_PORT: u16 = 10005;
 /// joinAddr: 0.0.0.0:10002
 /// healthAddr: 0.0.0.0:10005
 /// replicaName: ""
-/// keepaliveInterval: 10s
+/// keepaliveInterval: 15s
 /// maxFrameBytes: 4194304
 /// sessionQueueLen: 1024
 /// maxInflight: 256
@@ -69,7 +69,9 @@ pub struct Config {
     /// name in Kubernetes), else `"cloudhub"`.
     pub replica_name: String,
     /// The interval at which edges send keepalives (sent to them in `Welcome`); a session
-    /// without any frame for three intervals is closed. Humantime format, default `10s`.
+    /// without any frame for three intervals is closed. Humantime format, default `15s`
+    /// (KubeEdge edgehub's heartbeat period): an idle node's keepalive and its answer are
+    /// most of its traffic.
     #[serde(with = "humantime_serde")]
     pub keepalive_interval: Duration,
     /// The largest gRPC frame accepted or sent on either server, in bytes. Default 4 MiB
@@ -140,7 +142,7 @@ impl Default for Config {
             join_addr: SocketAddr::from(([0, 0, 0, 0], 10002)),
             health_addr: SocketAddr::from(([0, 0, 0, 0], DEFAULT_HEALTH_PORT)),
             replica_name: String::new(),
-            keepalive_interval: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(15),
             max_frame_bytes: 4 * 1024 * 1024,
             session_queue_len: 1024,
             max_inflight: 256,

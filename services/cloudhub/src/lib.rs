@@ -162,11 +162,8 @@ impl CloudHub {
     /// # Errors
     /// [`Error::Bind`] if an address cannot be bound, else as `serve_with_listeners`.
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let bind = |addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind { addr, source })
-        };
+        let bind =
+            |addr| async move { listen(addr).map_err(|source| Error::Bind { addr, source }) };
         let listeners = Listeners {
             edge: bind(self.config.edge_addr).await?,
             controllers: bind(self.config.controller_addr).await?,
@@ -335,4 +332,25 @@ fn local_addr(listener: &TcpListener) -> String {
     listener
         .local_addr()
         .map_or_else(|e| format!("unknown ({e})"), |a| a.to_string())
+}
+
+/// The accept queue asked for on every listener; the kernel caps it at `net.core.somaxconn`
+/// (4096 on current Linux). tokio's `TcpListener::bind` asks for 1024, which a reconnect
+/// storm of thousands of edges overflows: each SYN dropped then costs its edge a TCP
+/// retransmission (1 s, then 3, 7, 15, 31 s after the first).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listener on `addr` (`SO_REUSEADDR`, as tokio's `bind`) with [`LISTEN_BACKLOG`].
+///
+/// # Errors
+/// The socket cannot be created, bound or put to listen.
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }

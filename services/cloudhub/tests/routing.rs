@@ -15,7 +15,7 @@ async fn messages_route_both_ways() {
     let hub = start(common::config()).await;
     let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
     let mut edge = connect(&hub, "edge-1").await;
-    assert_eq!(edge.welcome.keepalive_interval_ms, 10_000);
+    assert_eq!(edge.welcome.keepalive_interval_ms, 15_000);
     assert_eq!(edge.welcome.max_frame_bytes, 4 * 1024 * 1024);
     assert!(!edge.welcome.session_id.is_empty());
 

@@ -85,9 +85,13 @@ impl Envelope {
     }
 
     /// A keepalive from `source` (group `hub`, no resource), or its answer when `answers`
-    /// names the keepalive answered.
+    /// names the keepalive answered. Its id is [`MessageId::short`]: it only pairs the
+    /// keepalive with its answer.
     pub fn keepalive(source: Module, answers: Option<MessageId>) -> Self {
-        Self::new(source, Group::Hub, Kind::Keepalive { answers }, Vec::new())
+        Self {
+            id: MessageId::short(),
+            ..Self::new(source, Group::Hub, Kind::Keepalive { answers }, Vec::new())
+        }
     }
 
     /// An answer from `source` to this message: same group, node and resource, a fresh id,

@@ -182,6 +182,12 @@ fn serving_key(
 /// `max_handshakes` handshakes at once, each bounded by `timeout`; failed handshakes
 /// (plaintext, no or a foreign client certificate) are logged and dropped. Ends when
 /// `shutdown` is cancelled or the consumer is gone.
+///
+/// The accept loop never waits for a handshake slot: a connection accepted while all slots
+/// are taken waits for one (at most `timeout`) in its own task. Accepting only when a slot
+/// is free would leave a storm of reconnecting edges in the kernel's accept queue, whose
+/// overflow drops their SYNs, and each dropped SYN costs its edge a retransmission 1, 3, 7,
+/// 15, 31 s later.
 pub fn incoming(
     listener: TcpListener,
     config: Arc<ServerConfig>,
@@ -195,13 +201,6 @@ pub fn incoming(
     let timeout = trust.handshake_timeout;
     tokio::spawn(async move {
         loop {
-            let permit = tokio::select! {
-                () = shutdown.cancelled() => return,
-                permit = permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_closed) => return,
-                },
-            };
             let (tcp, peer) = tokio::select! {
                 () = shutdown.cancelled() => return,
                 accepted = listener.accept() => match accepted {
@@ -214,8 +213,13 @@ pub fn incoming(
                 },
             };
             let _ = tcp.set_nodelay(true);
-            let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (acceptor, tx, permits) = (acceptor.clone(), tx.clone(), permits.clone());
             tokio::spawn(async move {
+                let Ok(Ok(permit)) = tokio::time::timeout(timeout, permits.acquire_owned()).await
+                else {
+                    debug!(server = name, %peer, "no TLS handshake slot within the timeout");
+                    return;
+                };
                 let handshake = tokio::time::timeout(timeout, acceptor.accept(tcp)).await;
                 drop(permit);
                 match handshake {

@@ -3,7 +3,8 @@
 //! hollow nodes): the hello with the inventory of what it holds, a keepalive every interval
 //! the welcome gives, an ack for every object message and `resync` marker (after "committing"
 //! it to memory), and its node status every [`Shared::status_period`] (edgecore's
-//! `nodeStatusReportFrequency`: an idle node's status does not change). What a new session of
+//! `nodeStatusReportFrequency`: an idle node's status does not change, so each report
+//! carries only the conditions). What a new session of
 //! a real edgecore also sends (its registration, a fresh status, its Lease) is left out: the
 //! benchmark creates the Nodes itself and measures cloudhub, not API writes.
 //!
@@ -276,9 +277,9 @@ async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Resul
         .map_err(|_| anyhow::anyhow!("outbound stream closed"))
 }
 
-/// A node status as edgecore reports it for an idle node (capacity, allocatable, the five
-/// conditions, addresses, nodeInfo), JSON: the size of the real report.
-pub fn status_json(name: &str) -> Vec<u8> {
+/// The node status an idle edgecore sends every `nodeStatusReportFrequency`: only its
+/// conditions with new heartbeat times (`edge/src/node/report.rs`, `heartbeat`), JSON.
+pub fn status_json() -> Vec<u8> {
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let condition = |kind: &str, status: &str, reason: &str, message: &str| {
         serde_json::json!({
@@ -286,12 +287,7 @@ pub fn status_json(name: &str) -> Vec<u8> {
             "lastHeartbeatTime": now, "lastTransitionTime": now,
         })
     };
-    let resources = serde_json::json!({
-        "cpu": "2", "memory": "8029776Ki", "pods": "110", "ephemeral-storage": "61255492Ki",
-    });
     serde_json::to_vec(&serde_json::json!({
-        "capacity": resources,
-        "allocatable": resources,
         "conditions": [
             condition("Ready", "True", "EdgeReady", "edgecore is posting ready status"),
             condition("MemoryPressure", "False", "EdgeHasSufficientMemory", "edgecore has sufficient memory available"),
@@ -299,23 +295,6 @@ pub fn status_json(name: &str) -> Vec<u8> {
             condition("PIDPressure", "False", "EdgeHasSufficientPID", "edgecore has sufficient PID available"),
             condition("NetworkUnavailable", "False", "EdgeNetworkReady", "edge node network is ready"),
         ],
-        "addresses": [
-            {"type": "InternalIP", "address": "10.0.0.1"},
-            {"type": "Hostname", "address": name},
-        ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {
-            "machineID": "3b5f0a6a4f8e4b2c9d1e7f6a5b4c3d2e",
-            "systemUUID": "3b5f0a6a-4f8e-4b2c-9d1e-7f6a5b4c3d2e",
-            "bootID": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-            "kernelVersion": "6.1.0-28-amd64",
-            "osImage": "Debian GNU/Linux 12 (bookworm)",
-            "containerRuntimeVersion": "docker://27.5.1",
-            "kubeletVersion": "v1.37.1-verge",
-            "kubeProxyVersion": "",
-            "operatingSystem": "linux",
-            "architecture": "amd64",
-        },
     }))
     .unwrap_or_default()
 }

@@ -158,13 +158,12 @@ async fn measure(
         first_error: std::sync::Mutex::default(),
     });
     let (phase_tx, phase_rx) = watch::channel(Phase::Dropped);
+    let status = hollow::status_json();
     let tasks: Vec<_> = credentials
         .iter()
         .enumerate()
         .map(|(i, tls)| {
-            let name = node_name(i);
-            let status = hollow::status_json(&name);
-            let node = Hollow::new(i, name, tls, status);
+            let node = Hollow::new(i, node_name(i), tls, status.clone());
             tokio::spawn(node.run(shared.clone(), phase_rx.clone()))
         })
         .collect();

@@ -108,7 +108,7 @@ impl Report {
              mutual-TLS HTTP/2 connection with its node certificate, speaking what an idle \
              edgecore speaks: keepalives at the interval cloudhub's welcome gives, an ack per \
              object message, and its node status every {}s (edgecore's \
-             `nodeStatusReportFrequency`); real cloudhub and edgecontroller ({}) with \
+             `nodeStatusReportFrequency`; only the conditions, as an idle edgecore sends it); real cloudhub and edgecontroller ({}) with \
              their shipped defaults, on the real control plane. The {n} Nodes were created by \
              the benchmark in {:.1?}; kube-controller-manager runs without its node lifecycle \
              and TTL controllers, and nothing renews the hollow nodes' Leases (see \
