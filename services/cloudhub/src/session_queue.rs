@@ -76,7 +76,7 @@ impl SessionQueue {
     /// deadline; records the queue's depth and resends in `metrics`.
     fn pump(
         &self,
-        tx: &mpsc::Sender<Envelope>,
+        tx: &mpsc::Sender<Box<Envelope>>,
         now: Instant,
         node: &str,
         metrics: &Metrics,
@@ -93,7 +93,7 @@ impl SessionQueue {
             let Some(message) = queue.next_to_send(now) else {
                 break;
             };
-            permit.send(message);
+            permit.send(Box::new(message));
         }
         let deadline = queue.next_deadline().map(Instant::from_std);
         metrics.retries(queue.take_resends());
@@ -111,7 +111,7 @@ pub(crate) async fn deliver(
     shared: Arc<Shared>,
     node: String,
     queue: Arc<SessionQueue>,
-    tx: mpsc::Sender<Envelope>,
+    tx: mpsc::Sender<Box<Envelope>>,
     end: Arc<StreamEnd>,
 ) {
     loop {
@@ -199,7 +199,7 @@ mod tests {
         .expect("valid")
     }
 
-    fn id(message: Option<Envelope>) -> String {
+    fn id(message: Option<Box<Envelope>>) -> String {
         match message {
             Some(m) => m.id.to_string(),
             None => panic!("expected a message"),

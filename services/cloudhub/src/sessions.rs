@@ -39,7 +39,7 @@ pub(crate) struct NodeEntry {
     /// The inventory from the session's hello, replayed to controllers that attach later.
     pub inventory: Inventory,
     /// Control frames for the node (tunnel requests), sent before queued messages.
-    pub control: mpsc::Sender<CloudFrame>,
+    pub control: mpsc::Sender<Box<CloudFrame>>,
 }
 
 /// What goes to an attached controller, in order. The controller stream
@@ -203,7 +203,7 @@ impl Registry {
     }
 
     /// The control queue of `node`'s session on this replica, if it has one.
-    pub(crate) fn tunnel_control(&self, node: &str) -> Option<mpsc::Sender<CloudFrame>> {
+    pub(crate) fn tunnel_control(&self, node: &str) -> Option<mpsc::Sender<Box<CloudFrame>>> {
         self.lock()
             .nodes
             .get(node)

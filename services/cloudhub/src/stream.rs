@@ -84,7 +84,7 @@ pub(crate) fn outbound_prioritized<Q: Send + 'static, T: Send + 'static>(
 /// when the stream ends are dropped: the peer resyncs when it reconnects.
 pub(crate) fn outbound_with_control<Q: Send + 'static, T: Send + 'static>(
     first: Vec<T>,
-    control: mpsc::Receiver<T>,
+    control: mpsc::Receiver<Box<T>>,
     queue: mpsc::Receiver<Q>,
     end: Arc<StreamEnd>,
     write: fn(Q) -> T,
@@ -95,7 +95,7 @@ pub(crate) fn outbound_with_control<Q: Send + 'static, T: Send + 'static>(
         tokio::select! {
             biased;
             () = end.ended() => end.take_reason().map(|e| (Err(Status::from(e)), None)),
-            Some(frame) = control.recv() => Some((Ok(frame), Some((control, queue, end)))),
+            Some(frame) = control.recv() => Some((Ok(*frame), Some((control, queue, end)))),
             frame = queue.recv() => frame.map(|f| (Ok(write(f)), Some((control, queue, end)))),
         }
     });

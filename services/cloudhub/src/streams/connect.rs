@@ -71,7 +71,7 @@ pub(crate) async fn handle(
                     port: u32::from(port),
                 })),
             };
-            if control.try_send(open).is_err() {
+            if control.try_send(Box::new(open)).is_err() {
                 return Ok(refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     &format!("edge node {host} is busy: too many tunnels are being opened"),
