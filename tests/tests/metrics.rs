@@ -334,6 +334,26 @@ async fn scenario(
 
     // ---- cut the link: the edge sees it is offline and queues reports ----
     netns.cut()?;
+    // An idle node sends nothing of its own accord (its status only when it changes, its
+    // Lease renewed by edgecontroller), so the pod's container is killed: edged restarts it,
+    // and the pod's new status waits in the outbox.
+    let uid = pods
+        .get("web")
+        .await?
+        .metadata
+        .uid
+        .context("pod web has no uid")?;
+    let app = verge_e2e::containers_with(
+        &[
+            ("io.kubernetes.pod.uid", &uid),
+            ("io.kubernetes.container.name", "main"),
+        ],
+        false,
+    )?;
+    anyhow::ensure!(!app.is_empty(), "no running container of pod web");
+    for id in &app {
+        verge_testkit::docker::docker(&["kill", id])?;
+    }
     let offline = wait_for(
         "edge offline with queued reports",
         Duration::from_secs(40),
