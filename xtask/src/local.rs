@@ -116,6 +116,10 @@ pub async fn start(
     } else {
         format!("metricsAddr: 127.0.0.1:{}\n", free_port()?)
     };
+    // The kit's control plane marks a node NotReady 10 s after its last heartbeat
+    // (`ControlPlaneConfig::node_monitor_grace_period`, short for tests); edgecontroller
+    // renews the node Lease every quarter of its duration, so an 8 s Lease (renewed every
+    // 2 s) keeps the node Ready, where the default 40 s one (renewed every 10 s) would not.
     let edgecore_cfg = crate::jaeger::append_section(
         write(
             dir,
@@ -124,7 +128,7 @@ pub async fn start(
                 "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
-             \x20 gc: {{imageGCHighThresholdPercent: 100}}\n\
+             \x20 gc: {{imageGCHighThresholdPercent: 100}}\n  nodeLeaseDurationSeconds: 8\n\
              deviceTwin:\n  dmiSocket: {}\n\
              eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n\
              {metrics}",
