@@ -14,7 +14,6 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use verge_core::Operation;
-use verge_edgecontroller::Config;
 use verge_edgecontroller::offline::rule::{NOT_READY_TAINT, UNREACHABLE_TAINT};
 use verge_proto::hub::{DeliveryError, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
@@ -23,23 +22,17 @@ use common::probe::{
     Probe, WAIT, ack, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
     wait_for_service_account,
 };
-use common::{Attach, Controller, msg, reason};
+use common::{Attach, msg, reason};
 
 #[tokio::test]
 async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-    let (addr, mut attaches) = common::start().await?;
-    let election = common::leader_election(&client, "down").await?;
-    let config = Config {
-        cloudhub: vec![format!("https://{addr}")],
-        cloudhub_auth: common::hub_auth(),
-        leader_election: election.clone(),
-        ..Config::default()
-    };
-    let controller = Controller::spawn(config, client.clone());
-    let (mut h, _) = common::next_hello(&mut attaches).await?;
+    let common::Attached {
+        client,
+        controller,
+        hub: mut h,
+        election,
+        ..
+    } = common::attached("down").await?;
 
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let (node, ns) = (format!("ec-down-{id}"), format!("ec-down-{id}"));

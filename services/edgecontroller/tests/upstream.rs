@@ -13,28 +13,20 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use verge_core::Operation;
-use verge_edgecontroller::Config;
 use verge_proto::MessageExt;
 use verge_proto::hub::{NodeSession, hub_frame};
 
-use common::{Attach, Controller, msg, reason};
+use common::{Attach, msg, reason};
 
 #[tokio::test]
 async fn registers_node_reports_status_and_renews_lease() -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-
-    let (addr, mut attaches) = common::start().await?;
-    let election = common::leader_election(&client, "up").await?;
-    let config = Config {
-        cloudhub: vec![format!("https://{addr}")],
-        cloudhub_auth: common::hub_auth(),
-        leader_election: election.clone(),
-        ..Config::default()
-    };
-    let controller = Controller::spawn(config, client.clone());
-    let (mut h, hello) = common::next_hello(&mut attaches).await?;
+    let common::Attached {
+        client,
+        controller,
+        hub: mut h,
+        hello,
+        election,
+    } = common::attached("up").await?;
     assert_eq!(hello.name, "edgecontroller");
     assert_eq!(hello.groups, vec!["resource".to_owned()]);
 
@@ -271,19 +263,13 @@ async fn lease_until(
 /// message, and stops on a 404 until the edge's next Lease message.
 #[tokio::test]
 async fn renews_the_lease_while_the_session_lives() -> anyhow::Result<()> {
-    verge_telemetry::init_for_tests();
-    let cp = verge_testkit::shared().await?;
-    let client = cp.client().await?;
-    let (addr, mut attaches) = common::start().await?;
-    let election = common::leader_election(&client, "renew").await?;
-    let config = Config {
-        cloudhub: vec![format!("https://{addr}")],
-        cloudhub_auth: common::hub_auth(),
-        leader_election: election.clone(),
-        ..Config::default()
-    };
-    let controller = Controller::spawn(config, client.clone());
-    let (mut h, _) = common::next_hello(&mut attaches).await?;
+    let common::Attached {
+        client,
+        controller,
+        hub: mut h,
+        election,
+        ..
+    } = common::attached("renew").await?;
     let node = format!(
         "ec-renew-{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]

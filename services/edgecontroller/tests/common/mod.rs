@@ -269,6 +269,49 @@ pub async fn leader_election(
     })
 }
 
+/// An edgecontroller attached to a fake cloudhub of its own: what most component tests
+/// start with.
+pub struct Attached {
+    /// A client of the kit's shared control plane.
+    pub client: kube::Client,
+    /// The running controller.
+    pub controller: Controller,
+    /// Its attach stream, after the hello.
+    pub hub: Attach,
+    /// Its hello.
+    pub hello: ControllerHello,
+    /// Its leader election (a Lease of the test's own, deleted with [`delete_lease`]).
+    pub election: LeaderElectionConfig,
+}
+
+/// Starts test telemetry, the kit's shared control plane, a fake cloudhub and an
+/// edgecontroller (default configuration, a leader Lease named after `test`) attached to it;
+/// returns once its hello arrived.
+///
+/// # Errors
+/// The control plane, the fake hub, the Lease set-up or the attach failing.
+pub async fn attached(test: &str) -> anyhow::Result<Attached> {
+    verge_telemetry::init_for_tests();
+    let client = verge_testkit::shared().await?.client().await?;
+    let (addr, mut attaches) = start().await?;
+    let election = leader_election(&client, test).await?;
+    let config = Config {
+        cloudhub: vec![format!("https://{addr}")],
+        cloudhub_auth: hub_auth(),
+        leader_election: election.clone(),
+        ..Config::default()
+    };
+    let controller = Controller::spawn(config, client.clone());
+    let (hub, hello) = next_hello(&mut attaches).await?;
+    Ok(Attached {
+        client,
+        controller,
+        hub,
+        hello,
+        election,
+    })
+}
+
 /// Deletes the Lease of `election` (a test's own), ignoring errors.
 pub async fn delete_lease(client: &kube::Client, election: &LeaderElectionConfig) {
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
