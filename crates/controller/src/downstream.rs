@@ -129,6 +129,7 @@ pub async fn run<D: Downstream, E>(
         nodes: Nodes::<D::Objects>::default(),
         ready: false,
         deliveries: Deliveries::default(),
+        pruned_at: None,
     };
     let mut ready = std::pin::pin!(ready);
     loop {
@@ -197,7 +198,14 @@ struct Task<P> {
     nodes: Nodes<P>,
     ready: bool,
     deliveries: Deliveries,
+    /// When the state of nodes that left the cluster was last dropped.
+    pruned_at: Option<Instant>,
 }
+
+/// How often, at most, a connect drops the remembered state of nodes that left the cluster.
+/// Dropping it walks every remembered node; done on every connect, a reconnect storm of N
+/// nodes (each remembered since its disconnect) cost N² look-ups in this one task.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<P: NodeObjects> Task<P> {
     /// Applies a dispatcher input; returns the nodes to compare again.
@@ -215,8 +223,10 @@ impl<P: NodeObjects> Task<P> {
                 controller.on_connected(&node, self.ready);
                 let previous = nodes.states.remove(&node).map(NodeState::into_contents);
                 let remembered = nodes.remembered.remove(&node).or(previous);
-                if self.ready {
+                let due = self.pruned_at.is_none_or(|at| at.elapsed() >= PRUNE_EVERY);
+                if self.ready && due {
                     // Forget nodes that left the cluster.
+                    self.pruned_at = Some(Instant::now());
                     nodes.remembered.retain(|n, _| controller.is_node(n));
                     self.deliveries.retain(|n| controller.is_node(n));
                 }
