@@ -16,9 +16,9 @@
 //!
 //! Registration and status are durable reports ([`EdgeHubHandle::report`],
 //! keys [`OutboxKey::Node`](crate::OutboxKey::Node) and [`OutboxKey::NodeStatus`](crate::OutboxKey::NodeStatus): only the newest waits, and it is
-//! sent until the cloud acks it). The lease stays transient ([`EdgeHubHandle::try_send`]):
-//! edgecontroller renews an existing Lease of a connected node even when this message is
-//! lost. Nothing is produced while disconnected: the next session sends fresh reports.
+//! sent until the cloud acks it); so is the Lease (key
+//! [`OutboxKey::Lease`](crate::OutboxKey::Lease)), so that a session whose first messages
+//! reach cloudhub before edgecontroller attached still gets it. Nothing is produced while disconnected: the next session sends fresh reports.
 //! Messages use group `resource` and source `edged`.
 
 pub mod host;
@@ -31,7 +31,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, error, info};
 use verge_core::{Envelope, ResourceKey, ResourceType, Write};
 
 use crate::config::{Config, Reserved};
@@ -105,7 +105,9 @@ impl NodeAgent {
                 Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
-            self.send_lease()?;
+            if !self.send_lease().await? {
+                break;
+            }
             // The first tick is at once: the session's full status. Later ones send only
             // what `report` lets through.
             let mut status_tick =
@@ -177,8 +179,10 @@ impl NodeAgent {
         Ok(())
     }
 
-    /// Sends the node Lease once for this session; edgecontroller renews it from then on.
-    fn send_lease(&self) -> Result<()> {
+    /// Reports the node Lease once for this session (a durable report, key
+    /// [`OutboxKey::Lease`](crate::OutboxKey::Lease)); edgecontroller renews it from then on.
+    /// Returns `false` when edgehub stopped.
+    async fn send_lease(&self) -> Result<bool> {
         let lease = status::lease(&self.config, status::now());
         let key = ResourceKey::new(
             NODE_LEASE_NAMESPACE,
@@ -186,12 +190,12 @@ impl NodeAgent {
             &self.config.node_name,
         );
         let msg = message(Write::Update, &key, &lease, "node lease")?;
-        // Not waiting: if the queue is full, edgecontroller still renews an existing Lease
-        // of this connected node.
-        if let Err(error) = self.hub.try_send(msg) {
-            warn!(%error, "node lease not sent");
+        match self.hub.report(msg).await {
+            Ok(()) => {}
+            Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => return Ok(false),
+            Err(e) => error!(error = %ErrorChain(&e), "node lease not stored"),
         }
-        Ok(())
+        Ok(true)
     }
 }
 

@@ -7,9 +7,7 @@ use verge_core::{Envelope, Kind, ResourceKey, ResourceType, Write};
 /// The coalescing key of a durable upstream report: a newer report with the same key
 /// replaces the older one in the outbox (only the newest status of a pod matters).
 ///
-/// Its text form (the redb key) is shown on each variant. The node lease is not a key: a
-/// stale renewal is useless, so leases are sent with
-/// [`EdgeHubHandle::send`](crate::EdgeHubHandle::send) and simply renewed again.
+/// Its text form (the redb key) is shown on each variant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OutboxKey {
     /// `podstatus/<ns>/<name>`: `update <ns>/podstatus/<name>`.
@@ -33,6 +31,10 @@ pub enum OutboxKey {
     Node,
     /// `nodestatus`: `update _/nodestatus/<node>`.
     NodeStatus,
+    /// `lease`: `update kube-node-lease/lease/<node>`, the node Lease sent once per session
+    /// (edgecontroller renews it from then on). Durable, so that a session whose first
+    /// messages reach cloudhub before a controller attached still gets its Lease.
+    Lease,
     /// `devicestatus/<ns>/<name>`: `update <ns>/devicestatus/<name>`, the whole current
     /// twin state of one Device (devicetwin): a newer snapshot replaces the older, so per
     /// device and property the newest value survives an outage.
@@ -63,8 +65,8 @@ pub enum OutboxKey {
 
 impl OutboxKey {
     /// The key of the report `envelope`, derived from its kind and resource so that the key
-    /// and the route cannot disagree; `None` for a message that is not a durable report (a
-    /// lease renewal, an answer, a query).
+    /// and the route cannot disagree; `None` for a message that is not a durable report (an
+    /// answer, a query).
     pub fn of(envelope: &Envelope) -> Option<Self> {
         let names = |key: &ResourceKey| (key.namespace.clone(), key.name.clone());
         if !envelope.group.is_verge() && !matches!(envelope.kind, Kind::Keepalive { .. }) {
@@ -84,6 +86,7 @@ impl OutboxKey {
                     Some(Self::PodStatus { namespace, name })
                 }
                 ResourceType::NodeStatus => Some(Self::NodeStatus),
+                ResourceType::Lease => Some(Self::Lease),
                 ResourceType::DeviceStatus => {
                     let (namespace, name) = names(key);
                     Some(Self::DeviceStatus { namespace, name })
@@ -166,6 +169,7 @@ impl fmt::Display for OutboxKey {
             } => write!(f, "pod-delete/{namespace}/{name}/{uid}"),
             Self::Node => f.write_str("node"),
             Self::NodeStatus => f.write_str("nodestatus"),
+            Self::Lease => f.write_str("lease"),
             Self::DeviceStatus { namespace, name } => {
                 write!(f, "devicestatus/{namespace}/{name}")
             }

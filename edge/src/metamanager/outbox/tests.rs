@@ -36,14 +36,11 @@ fn keys_are_derived_from_the_report() {
     assert_eq!(key("3", "_/node/n"), Some(OutboxKey::Node));
     assert_eq!(key("4", "_/nodestatus/n"), Some(OutboxKey::NodeStatus));
     assert_eq!(key("5", "ns/event/e1"), Some(OutboxKey::event("ns", "e1")));
-    assert_eq!(
-        key("6", "kube-node-lease/lease/n"),
-        None,
-        "leases are transient"
-    );
+    assert_eq!(key("6", "kube-node-lease/lease/n"), Some(OutboxKey::Lease));
+    assert_eq!(key("8", "ns/configmap/c"), None, "not a report");
     let (_dir, s) = store();
     assert!(matches!(
-        s.outbox_put(&report("7", "kube-node-lease/lease/n"), 10),
+        s.outbox_put(&report("7", "ns/configmap/c"), 10),
         Err(crate::Error::MetaManager(MetaError::NotAReport { .. }))
     ));
 }
