@@ -92,10 +92,7 @@ impl Renewer {
     /// The edge's Lease message `renewal` of `node` was applied (`applied`) or refused; from
     /// now on the renewer renews it with the same parameters while the session lives.
     pub fn lease_message(&self, node: &str, renewal: &Renewal, applied: bool) {
-        let params = Params {
-            holder_identity: renewal.holder_identity.clone(),
-            lease_duration_seconds: renewal.lease_duration_seconds,
-        };
+        let params = params(renewal);
         if self
             .lock()
             .lease_message(node, params, applied, Instant::now())
@@ -191,13 +188,8 @@ async fn execute(client: &kube::Client, leases: &Api<Lease>, job: &Job) -> Outco
         .await
     {
         Ok(stored) if adopt => {
-            let spec = stored.spec.unwrap_or_default();
-            let params = Params {
-                holder_identity: spec.holder_identity.unwrap_or_else(|| node.to_owned()),
-                lease_duration_seconds: spec
-                    .lease_duration_seconds
-                    .unwrap_or(lease::DEFAULT_LEASE_DURATION_SECONDS),
-            };
+            // The stored Lease's holder and duration, with the defaults an edge's gets.
+            let params = params(&Renewal::from_lease(node, stored));
             debug!(?params, "node lease adopted");
             Outcome::Renewed(Some(params))
         }
@@ -214,6 +206,14 @@ async fn execute(client: &kube::Client, leases: &Api<Lease>, job: &Job) -> Outco
             warn!(error = %ErrorChain(&error), "node lease renewal failed; next turn tries again");
             Outcome::Failed
         }
+    }
+}
+
+/// The renewal parameters of `renewal`.
+fn params(renewal: &Renewal) -> Params {
+    Params {
+        holder_identity: renewal.holder_identity.clone(),
+        lease_duration_seconds: renewal.lease_duration_seconds,
     }
 }
 

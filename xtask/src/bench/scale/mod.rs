@@ -101,7 +101,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let run_dir = verge_testkit::paths::run_dir().join("bench-scale");
     let config = ControlPlaneConfig {
         state_dir: run_dir.join("control-plane"),
-        node_monitor_grace_period: Duration::from_secs(40),
         disabled_controllers: vec![
             "node-lifecycle-controller".to_owned(),
             "ttl-controller".to_owned(),

@@ -14,7 +14,7 @@ use crate::local::status_kib;
 const KUBEEDGE_IDLE: &str = "KubeEdge: 0.25 kbit/s per node";
 
 /// The cloud processes at one moment.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct Snapshot {
     /// RSS (KiB) of cloudhub, edgecontroller.
     pub rss_kib: (u64, u64),
@@ -23,7 +23,7 @@ pub struct Snapshot {
     /// Open file descriptors of cloudhub.
     pub cloudhub_fds: usize,
     /// When.
-    pub at: Option<std::time::Instant>,
+    pub at: std::time::Instant,
 }
 
 impl Snapshot {
@@ -40,7 +40,7 @@ impl Snapshot {
                 proc::cpu_seconds(ctrl).unwrap_or(0.0),
             ),
             cloudhub_fds: proc::open_fds(hub).unwrap_or(0),
-            at: Some(std::time::Instant::now()),
+            at: std::time::Instant::now(),
         }
     }
 }
@@ -163,10 +163,7 @@ impl Report {
 
     fn steady_table(&self, out: &mut String) {
         let (start, end) = self.steady;
-        let wall = match (start.at, end.at) {
-            (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
-            _ => self.idle.as_secs_f64(),
-        };
+        let wall = end.at.duration_since(start.at).as_secs_f64();
         let n = self.n as f64;
         let _ = writeln!(
             out,
