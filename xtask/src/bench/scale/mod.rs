@@ -93,7 +93,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
-    let fd_limit = proc::raise_fd_limit();
+    // Each hollow edge holds a socket.
+    let fd_limit = verge_runtime::limits::raise_open_files()
+        .context("raising the open-file limit")?
+        .1
+        .unwrap_or(u64::MAX);
     let n = args.nodes.max(1);
     if fd_limit < n as u64 + 512 {
         bail!("open-file limit {fd_limit} is too low for {n} connections (ulimit -Hn)");
