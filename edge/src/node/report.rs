@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::NodeStatus;
+use k8s_openapi::api::core::v1::{NodeCondition, NodeStatus};
 use tokio::time::Instant;
 
 /// Why a status is sent, or that it is not.
@@ -64,18 +64,31 @@ impl LastSent {
     }
 }
 
-/// What a [`Decision::Due`] report carries: only the conditions (with their new
-/// `lastHeartbeatTime`s). edgecontroller applies a report as a strategic-merge patch of the
-/// Node's status, which merges conditions by type and leaves every field a report leaves
-/// out as it is, so the API server keeps the rest of the unchanged status from the
-/// session's earlier full reports. About 0.7 KB instead of 2 KB every
-/// `nodeStatusReportFrequency`, most of what an idle node sends up. (A full report still
-/// waiting in the outbox unacknowledged when the next one is due would be replaced by
-/// it, as every newer status report replaces an older one there; at the default 5 min, that
-/// is a report the cloud has refused for 5 minutes.)
+/// What a [`Decision::Due`] report carries: only the conditions, each with only its `type`,
+/// `status` and new `lastHeartbeatTime`. edgecontroller applies a report as a
+/// strategic-merge patch of the Node's status, which merges conditions by `type` and merges
+/// each condition field by field, so the API server keeps every field a report leaves out
+/// (the rest of the status, and each condition's `reason`, `message` and
+/// `lastTransitionTime`) from the session's earlier full reports: a Due report is sent only
+/// when nothing but heartbeats changed. About 0.35 KB instead of 2 KB every
+/// `nodeStatusReportFrequency`. (A full report still waiting in the outbox unacknowledged
+/// when the next one is due would be replaced by it, as every newer status report replaces
+/// an older one there; at the default 5 min, that is a report the cloud has refused for 5
+/// minutes.)
 pub fn heartbeat(status: &NodeStatus) -> NodeStatus {
+    let conditions = status.conditions.as_ref().map(|conditions| {
+        conditions
+            .iter()
+            .map(|c| NodeCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                last_heartbeat_time: c.last_heartbeat_time.clone(),
+                ..NodeCondition::default()
+            })
+            .collect()
+    });
     NodeStatus {
-        conditions: status.conditions.clone(),
+        conditions,
         ..NodeStatus::default()
     }
 }
@@ -91,7 +104,7 @@ fn without_heartbeats(status: &NodeStatus) -> NodeStatus {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSystemInfo};
+    use k8s_openapi::api::core::v1::NodeSystemInfo;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
 
@@ -182,9 +195,21 @@ mod tests {
     fn a_due_report_carries_only_the_conditions() {
         let full = status(300, "True", "docker://27");
         let beat = heartbeat(&full);
-        assert_eq!(beat.conditions, full.conditions);
         assert!(beat.node_info.is_none(), "{beat:?}");
         let json = serde_json::to_value(&beat).expect("json");
         assert_eq!(json.as_object().map(|o| o.len()), Some(1), "{json}");
+        let (sent, had) = (
+            beat.conditions.expect("conditions"),
+            full.conditions.expect("full"),
+        );
+        assert_eq!(sent.len(), had.len());
+        for (sent, had) in sent.iter().zip(&had) {
+            let fields = serde_json::to_value(sent).expect("json");
+            assert_eq!(fields.as_object().map(|o| o.len()), Some(3), "{fields}");
+            assert_eq!(
+                (&sent.type_, &sent.status, &sent.last_heartbeat_time),
+                (&had.type_, &had.status, &had.last_heartbeat_time)
+            );
+        }
     }
 }

@@ -252,10 +252,13 @@ impl CloudHub {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max);
         let edge_server = async {
-            // Adaptive HTTP/2 windows: tunnels (kubectl logs, cp) carry bulk data from the
-            // edge, which a fixed 64 KiB window limits to one window per round trip.
+            // Edgecore's windows (`verge_proto::transport::STREAM_WINDOW`): tunnels (kubectl
+            // logs, cp) carry bulk data from the edge, which HTTP/2's 64 KiB default would
+            // hold to 64 KiB per round trip; fixed, since adaptive windows ping at every
+            // keepalive.
             let result = Server::builder()
-                .http2_adaptive_window(Some(true))
+                .initial_stream_window_size(Some(verge_proto::transport::STREAM_WINDOW))
+                .initial_connection_window_size(Some(verge_proto::transport::CONNECTION_WINDOW))
                 .add_service(edge_service)
                 .serve_with_incoming_shutdown(edge, stop.clone().cancelled_owned())
                 .await

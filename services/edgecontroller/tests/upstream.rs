@@ -132,6 +132,29 @@ async fn scenario(
         types.contains(&"Ready".into()) && types.contains(&"MemoryPressure".into()),
         "{types:?}"
     );
+    // An idle edge's periodic report (`node::report::heartbeat`): type, status and heartbeat
+    // only; the condition keeps its reason.
+    let beat = json!({ "conditions": [{ "type": "Ready", "status": "True",
+        "lastHeartbeatTime": "2025-01-01T00:05:00Z" }] });
+    let answer = h
+        .ask(node, msg(Operation::Update, status_path.clone(), beat))
+        .await?;
+    assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+    let status = nodes.get_status(node).await?.status.unwrap_or_default();
+    let ready = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .expect("Ready condition");
+    assert_eq!(ready.reason.as_deref(), Some("Test"), "{ready:?}");
+    assert_eq!(
+        ready
+            .last_heartbeat_time
+            .map(|t| t.0.to_string())
+            .as_deref(),
+        Some("2025-01-01T00:05:00Z"),
+    );
 
     // Lease: created owned by the node, then renewed.
     let lease_path = format!("node/{node}/kube-node-lease/lease/{node}");

@@ -278,23 +278,19 @@ async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Resul
 }
 
 /// The node status an idle edgecore sends every `nodeStatusReportFrequency`: only its
-/// conditions with new heartbeat times (`edge/src/node/report.rs`, `heartbeat`), JSON.
+/// conditions, each with only its type, status and new heartbeat time
+/// (`edge/src/node/report.rs`, `heartbeat`), JSON.
 pub fn status_json() -> Vec<u8> {
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
-        serde_json::json!({
-            "type": kind, "status": status, "reason": reason, "message": message,
-            "lastHeartbeatTime": now, "lastTransitionTime": now,
-        })
-    };
-    serde_json::to_vec(&serde_json::json!({
-        "conditions": [
-            condition("Ready", "True", "EdgeReady", "edgecore is posting ready status"),
-            condition("MemoryPressure", "False", "EdgeHasSufficientMemory", "edgecore has sufficient memory available"),
-            condition("DiskPressure", "False", "EdgeHasNoDiskPressure", "edgecore has no disk pressure"),
-            condition("PIDPressure", "False", "EdgeHasSufficientPID", "edgecore has sufficient PID available"),
-            condition("NetworkUnavailable", "False", "EdgeNetworkReady", "edge node network is ready"),
-        ],
-    }))
-    .unwrap_or_default()
+    let conditions: Vec<_> = [
+        ("Ready", "True"),
+        ("MemoryPressure", "False"),
+        ("DiskPressure", "False"),
+        ("PIDPressure", "False"),
+        ("NetworkUnavailable", "False"),
+    ]
+    .into_iter()
+    .map(|(kind, status)| serde_json::json!({"type": kind, "status": status, "lastHeartbeatTime": now}))
+    .collect();
+    serde_json::to_vec(&serde_json::json!({ "conditions": conditions })).unwrap_or_default()
 }

@@ -259,7 +259,8 @@ async fn storm(
             }
         }
     });
-    let cpu_start = proc::cpu_seconds(services.cloudhub).unwrap_or(0.0);
+    let watched = proc::watched(services.cloudhub, services.edgecontroller);
+    let cpu_start = proc::cpu_of(&watched);
     let t0 = Instant::now();
     phase.send_replace(Phase::Connected(epoch));
     let mut resynced: Vec<Option<Duration>> = vec![None; n];
@@ -293,7 +294,11 @@ async fn storm(
         }
     }
     let all_after = t0.elapsed();
-    let cpu = proc::cpu_seconds(services.cloudhub).unwrap_or(0.0) - cpu_start;
+    let cpu = watched
+        .iter()
+        .zip(proc::cpu_of(&watched).into_iter().zip(cpu_start))
+        .map(|((label, _), (end, start))| (*label, end - start))
+        .collect();
     sampler.abort();
     let mut per_node: Vec<Duration> = resynced.into_iter().flatten().collect();
     per_node.sort();
@@ -313,7 +318,7 @@ async fn storm(
             .sum(),
         reconnects: shared.reconnects.load(Ordering::Relaxed),
         connect_failures: shared.connect_failures.load(Ordering::Relaxed),
-        cloudhub_cpu: cpu,
+        cpu,
         cloudhub_peak_kib: rss_peak.load(Ordering::Relaxed),
     })
 }

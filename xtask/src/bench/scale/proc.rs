@@ -16,3 +16,36 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
 pub fn open_fds(pid: u32) -> Option<usize> {
     Some(std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count())
 }
+
+/// Pids of the processes whose command name (`/proc/<pid>/comm`, at most 15 bytes) is
+/// `comm`, e.g. `kube-apiserver` or `etcd`.
+pub fn pids_named(comm: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|name| name.trim_end() == comm)
+        })
+        .collect()
+}
+
+/// The processes whose CPU a storm reports: (label, pids).
+pub fn watched(cloudhub: u32, edgecontroller: u32) -> Vec<(&'static str, Vec<u32>)> {
+    vec![
+        ("cloudhub", vec![cloudhub]),
+        ("edgecontroller", vec![edgecontroller]),
+        ("hollow edges (xtask)", vec![std::process::id()]),
+        ("kube-apiserver", pids_named("kube-apiserver")),
+        ("etcd", pids_named("etcd")),
+    ]
+}
+
+/// CPU seconds so far of each of `watched`'s groups (a missing process counts 0).
+pub fn cpu_of(watched: &[(&'static str, Vec<u32>)]) -> Vec<f64> {
+    watched
+        .iter()
+        .map(|(_, pids)| pids.iter().filter_map(|&p| cpu_seconds(p)).sum())
+        .collect()
+}

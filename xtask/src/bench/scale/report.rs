@@ -60,8 +60,9 @@ pub struct StormFigures {
     pub reconnects: u64,
     /// Connection attempts that failed.
     pub connect_failures: u64,
-    /// cloudhub's CPU seconds during the storm.
-    pub cloudhub_cpu: f64,
+    /// CPU seconds during the storm per process (group), cloudhub first
+    /// ([`super::proc::watched`]).
+    pub cpu: Vec<(&'static str, f64)>,
     /// cloudhub's peak RSS during the storm, KiB.
     pub cloudhub_peak_kib: u64,
 }
@@ -154,11 +155,40 @@ impl Report {
                 s.redundant,
                 s.reconnects,
                 s.connect_failures,
-                s.cloudhub_cpu,
+                s.cpu.first().map_or(0.0, |(_, c)| *c),
                 mib(s.cloudhub_peak_kib),
             );
         }
         out.push('\n');
+        self.storm_cpu_table(out);
+    }
+
+    /// Where each storm's CPU went, per process, against its duration.
+    fn storm_cpu_table(&self, out: &mut String) {
+        let storms = [("connect", &self.connect), ("reconnect", &self.reconnect)];
+        let _ = writeln!(
+            out,
+            "CPU seconds used during each storm (2 cores: at most twice its duration):\n"
+        );
+        let _ = writeln!(out, "| process | connect | reconnect |\n|---|---|---|");
+        for (i, (label, _)) in self.connect.cpu.iter().enumerate() {
+            let cell = |s: &StormFigures| s.cpu.get(i).map_or(0.0, |(_, c)| *c);
+            let _ = writeln!(
+                out,
+                "| {label} | {:.1} s | {:.1} s |",
+                cell(storms[0].1),
+                cell(storms[1].1)
+            );
+        }
+        let total = |s: &StormFigures| s.cpu.iter().map(|(_, c)| c).sum::<f64>();
+        let _ = writeln!(
+            out,
+            "| all of these (storm duration) | {:.1} s ({:.1} s) | {:.1} s ({:.1} s) |\n",
+            total(storms[0].1),
+            storms[0].1.all_after.as_secs_f64(),
+            total(storms[1].1),
+            storms[1].1.all_after.as_secs_f64()
+        );
     }
 
     fn steady_table(&self, out: &mut String) {
