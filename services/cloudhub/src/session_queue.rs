@@ -95,6 +95,7 @@ impl SessionQueue {
             };
             permit.send(Box::new(message));
         }
+        queue.release_idle_tables();
         let deadline = queue.next_deadline().map(Instant::from_std);
         metrics.retries(queue.take_resends());
         metrics.set_queue_depth(node, queue.waiting() + queue.inflight());

@@ -333,6 +333,31 @@ impl DeliveryQueue {
         dropped
     }
 
+    /// Frees the allocations of its emptied tables: a hash map or deque keeps its capacity
+    /// when emptied, and an idle session would hold the in-flight table of the last message
+    /// it sent (4 slots of about 600 bytes) for as long as it lives, 2.5 KiB per session
+    /// among 10,000 (`cargo xtask bench scale`). A no-op for tables in use or unallocated.
+    pub(crate) fn release_idle_tables(&mut self) {
+        if self.inflight.is_empty() {
+            self.inflight.shrink_to_fit();
+        }
+        if self.inflight_keys.is_empty() {
+            self.inflight_keys.shrink_to_fit();
+        }
+        if self.waiting.is_empty() {
+            self.waiting.shrink_to_fit();
+        }
+        if self.answers.is_empty() {
+            self.answers.shrink_to_fit();
+        }
+        if self.ready.is_empty() {
+            self.ready.shrink_to_fit();
+        }
+        if self.due.is_empty() {
+            self.due.shrink_to_fit();
+        }
+    }
+
     /// The earliest deadline of an in-flight message, when [`DeliveryQueue::expired`] has
     /// work next; `None` when nothing awaits an answer.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

@@ -267,3 +267,27 @@ fn a_traced_message_waits_and_is_resent_in_one_deliver_span() {
     );
     assert_eq!(capture.names(), vec!["controller.send", "cloudhub.deliver"]);
 }
+
+#[test]
+fn an_idle_queue_releases_its_tables() {
+    let mut q = queue(8, 8);
+    let now = Instant::now();
+    q.push(pod("v1", "web"), Some(1)).expect("room");
+    q.push(ack("x"), None).expect("room");
+    assert_eq!(drain(&mut q, now), ["a-x", "v1"]);
+    q.release_idle_tables();
+    assert!(q.inflight.capacity() > 0, "a table in use is kept");
+    assert!(q.ack("v1"));
+    q.release_idle_tables();
+    let capacities = [
+        q.inflight.capacity(),
+        q.inflight_keys.capacity(),
+        q.waiting.capacity(),
+        q.answers.capacity(),
+        q.ready.capacity(),
+        q.due.capacity(),
+    ];
+    assert_eq!(capacities, [0; 6]);
+    q.push(pod("v2", "web"), Some(1)).expect("room");
+    assert_eq!(drain(&mut q, now), ["v2"], "and works as before");
+}
