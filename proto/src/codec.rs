@@ -12,7 +12,7 @@ use tonic::codec::{BufferSettings, Codec};
 use tonic_prost::{ProstCodec, ProstDecoder, ProstEncoder};
 
 /// The first size of a call's encode and decode buffers, bytes.
-pub const INITIAL_BUFFER: usize = 1024;
+pub const INITIAL_BUFFER: usize = 256;
 
 /// tonic's default encoder yield threshold (32 KiB): an encoder hands its buffer to the
 /// transport once it holds this much.

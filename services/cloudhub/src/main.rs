@@ -84,6 +84,16 @@ async fn build(args: &Args, config: Config) -> anyhow::Result<CloudHub> {
     Ok(CloudHub::new(config, Arc::new(trust))?.with_streams(Streams::new(client)))
 }
 
+/// jemalloc instead of the C library's malloc. Most of an idle session's memory is buffers
+/// of fixed size of which little is written (HTTP/2's 16 KiB write buffer holds a keepalive),
+/// so only their first pages are resident. glibc's malloc, after a reconnect storm,
+/// carved the new sessions' buffers out of the freed ones at other offsets, touching their
+/// pages: 10,000 sessions took 428 MiB after the first connect and 524 MiB after a
+/// reconnect. jemalloc keeps buffers of one size class apart and returns freed pages to the
+/// system: 433 and 468 MiB (`cargo xtask bench scale`, docs/benchmarks.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
