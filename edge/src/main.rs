@@ -143,8 +143,25 @@ async fn join(config: &Config, args: JoinArgs) -> ExitCode {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// At most this many threads in tokio's blocking pool (its default is 512). edgecore runs
+/// redb transactions, volume and termination-message file work there, all short: with no
+/// limit, 100 pods started at once grew the pool to 54 threads, each with its stack and, in
+/// glibc, a malloc arena of its own that stays after the thread ends (`cargo xtask bench
+/// pod-startup`, edgecore's resident memory). Work beyond the limit waits for a thread.
+const MAX_BLOCKING_THREADS: usize = 4;
+
+fn main() -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(MAX_BLOCKING_THREADS)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(error) => verge_runtime::fail("edgecore", &error),
+    }
+}
+
+async fn run() -> ExitCode {
     let mut args = Args::parse();
     let command = args.command.take();
     let config = match args.config() {
