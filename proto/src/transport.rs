@@ -20,8 +20,9 @@ use tonic::transport::{Channel, Endpoint};
 /// HTTP/2's 64 KiB default a tunnelled stream such as `kubectl cp` is held to 64 KiB per
 /// round trip. They are fixed rather than adaptive ([`Endpoint::http2_adaptive_window`]):
 /// adaptive windows measure the bandwidth-delay product with a PING whenever data arrives,
-/// and on an idle session each keepalive drew one, in each direction about 40 % of what the
-/// keepalives themselves cost.
+/// so on an idle session most keepalives drew a PING and its answer in each direction. With
+/// fixed windows (and the trimmed periodic node status) an idle node's traffic fell from 881
+/// to 452 bytes a minute up and from 649 to 417 down (`cargo xtask bench scale`).
 ///
 /// # Errors
 /// [`EndpointError::Plaintext`] for an `http://` address (Verge has no plaintext mode),

@@ -88,9 +88,10 @@ async fn build(args: &Args, config: Config) -> anyhow::Result<CloudHub> {
 /// of fixed size of which little is written (HTTP/2's 16 KiB write buffer holds a keepalive),
 /// so only their first pages are resident. glibc's malloc, after a reconnect storm,
 /// carved the new sessions' buffers out of the freed ones at other offsets, touching their
-/// pages: 10,000 sessions took 428 MiB after the first connect and 524 MiB after a
+/// pages: 10,000 sessions took 428 MiB after the first connect and 524 to 534 MiB after a
 /// reconnect. jemalloc keeps buffers of one size class apart and returns freed pages to the
-/// system: 433 and 468 MiB (`cargo xtask bench scale`, docs/benchmarks.md).
+/// system: 430 to 433 MiB, and 468 to 493 MiB after a reconnect (`cargo xtask bench scale`,
+/// docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

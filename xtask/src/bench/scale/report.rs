@@ -165,29 +165,29 @@ impl Report {
 
     /// Where each storm's CPU went, per process, against its duration.
     fn storm_cpu_table(&self, out: &mut String) {
-        let storms = [("connect", &self.connect), ("reconnect", &self.reconnect)];
+        let (connect, reconnect) = (&self.connect, &self.reconnect);
         let _ = writeln!(
             out,
             "CPU seconds used during each storm (2 cores: at most twice its duration):\n"
         );
         let _ = writeln!(out, "| process | connect | reconnect |\n|---|---|---|");
-        for (i, (label, _)) in self.connect.cpu.iter().enumerate() {
-            let cell = |s: &StormFigures| s.cpu.get(i).map_or(0.0, |(_, c)| *c);
+        let cell = |s: &StormFigures, i: usize| s.cpu.get(i).map_or(0.0, |(_, c)| *c);
+        for (i, (label, _)) in connect.cpu.iter().enumerate() {
             let _ = writeln!(
                 out,
                 "| {label} | {:.1} s | {:.1} s |",
-                cell(storms[0].1),
-                cell(storms[1].1)
+                cell(connect, i),
+                cell(reconnect, i)
             );
         }
         let total = |s: &StormFigures| s.cpu.iter().map(|(_, c)| c).sum::<f64>();
         let _ = writeln!(
             out,
             "| all of these (storm duration) | {:.1} s ({:.1} s) | {:.1} s ({:.1} s) |\n",
-            total(storms[0].1),
-            storms[0].1.all_after.as_secs_f64(),
-            total(storms[1].1),
-            storms[1].1.all_after.as_secs_f64()
+            total(connect),
+            connect.all_after.as_secs_f64(),
+            total(reconnect),
+            reconnect.all_after.as_secs_f64()
         );
     }
 
