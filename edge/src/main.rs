@@ -150,6 +150,15 @@ async fn join(config: &Config, args: JoinArgs) -> ExitCode {
 /// pod-startup`, edgecore's resident memory). Work beyond the limit waits for a thread.
 const MAX_BLOCKING_THREADS: usize = 4;
 
+/// jemalloc instead of the C library's malloc, configured at build time by
+/// `JEMALLOC_SYS_WITH_MALLOC_CONF` in `.cargo/config.toml` (one arena, freed pages returned
+/// to the system within a second by a background thread). Starting many pods at once
+/// briefly holds many Docker requests and pod copies; glibc's malloc kept the pages of that
+/// peak resident after it, jemalloc gives them back (`cargo xtask bench pod-startup`,
+/// edgecore's resident memory).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

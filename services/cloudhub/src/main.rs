@@ -89,9 +89,10 @@ async fn build(args: &Args, config: Config) -> anyhow::Result<CloudHub> {
 /// so only their first pages are resident. glibc's malloc, after a reconnect storm,
 /// carved the new sessions' buffers out of the freed ones at other offsets, touching their
 /// pages: 10,000 sessions took 428 MiB after the first connect and 524 to 534 MiB after a
-/// reconnect. jemalloc keeps buffers of one size class apart and returns freed pages to the
-/// system: 430 to 433 MiB, and 468 to 493 MiB after a reconnect (`cargo xtask bench scale`,
-/// docs/benchmarks.md).
+/// reconnect. jemalloc keeps buffers of one size class apart; with its options of
+/// `.cargo/config.toml` (one arena, freed pages returned within a second) the storm's peak
+/// stayed at the steady 429 MiB, where jemalloc's defaults (eight arenas, ten seconds) reached
+/// 468 to 493 MiB (`cargo xtask bench scale`, docs/benchmarks.md).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -29,7 +29,7 @@ async fn a_deadline_set_on_a_running_pod_past_it_fails_the_pod() {
     );
 
     p.spec.as_mut().expect("spec").active_deadline_seconds = Some(5);
-    w.pod = p;
+    w.pod = std::sync::Arc::new(p);
     settle(&mut w).await;
     let s = w.last_status.clone().expect("status");
     assert_eq!(s.phase.as_deref(), Some("Failed"));

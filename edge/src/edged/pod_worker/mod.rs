@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -70,7 +70,7 @@ const RETRY: Duration = Duration::from_secs(2);
 pub(crate) enum WorkerMsg {
     /// A newer version of the pod (e.g. deletionTimestamp set), with the trace context of
     /// its commit.
-    Update(Box<Pod>, TraceContext),
+    Update(Arc<Pod>, TraceContext),
     /// The pod left the store (cloud delete, or replaced by a new uid).
     Deleted,
     /// PLEG saw a container change.
@@ -89,7 +89,8 @@ pub(crate) enum WorkerMsg {
 #[derive(Debug)]
 pub(crate) struct WorkerHandle {
     pub key: ResourceKey,
-    pub pod: Pod,
+    /// The newest version, shared with the worker (one copy per pod).
+    pub pod: Arc<Pod>,
     tx: mpsc::UnboundedSender<WorkerMsg>,
     /// The newest `deletionGracePeriodSeconds`, read by a worker busy terminating.
     deletion_grace: watch::Sender<Option<i64>>,
@@ -105,8 +106,9 @@ impl WorkerHandle {
         if let Some(grace) = pod.metadata.deletion_grace_period_seconds {
             self.deletion_grace.send_replace(Some(grace));
         }
-        self.pod = pod.clone();
-        self.send(WorkerMsg::Update(Box::new(pod), trace));
+        let pod = Arc::new(pod);
+        self.pod = Arc::clone(&pod);
+        self.send(WorkerMsg::Update(pod, trace));
     }
 }
 
@@ -115,7 +117,7 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     ctx: Arc<Context<R>>,
     key: ResourceKey,
     uid: String,
-    pod: Pod,
+    pod: Arc<Pod>,
     state: PodState,
     tracks: HashMap<String, ContainerTrack>,
     volumes: Option<super::volumes::PodVolumes>,
@@ -148,6 +150,13 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     deletion_grace: watch::Receiver<Option<i64>>,
 }
 
+/// The spec of `pod`; an empty one for a pod without (none reaches a worker: the API server
+/// requires one).
+fn spec_of(pod: &Pod) -> &PodSpec {
+    static NONE: std::sync::LazyLock<PodSpec> = std::sync::LazyLock::new(PodSpec::default);
+    pod.spec.as_ref().unwrap_or(&NONE)
+}
+
 /// Starts the worker of `pod` (stored at `key`, committed in trace `trace`); it reports its
 /// uid on `done` when it ends.
 pub(crate) fn spawn<R: ContainerRuntime>(
@@ -160,7 +169,8 @@ pub(crate) fn spawn<R: ContainerRuntime>(
     done: mpsc::UnboundedSender<String>,
 ) -> WorkerHandle {
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut worker = Worker::new(ctx, key.clone(), pod.clone());
+    let pod = Arc::new(pod);
+    let mut worker = Worker::new(ctx, key.clone(), Arc::clone(&pod));
     let (deletion_grace, grace_rx) = watch::channel(pod.metadata.deletion_grace_period_seconds);
     worker.deletion_grace = grace_rx;
     worker.trace.follow(trace);
@@ -183,7 +193,7 @@ pub(crate) fn spawn<R: ContainerRuntime>(
 
 impl<R: ContainerRuntime> Worker<R> {
     /// The worker of `pod` (stored at `key`), before its first sync.
-    fn new(ctx: Arc<Context<R>>, key: ResourceKey, pod: Pod) -> Self {
+    fn new(ctx: Arc<Context<R>>, key: ResourceKey, pod: Arc<Pod>) -> Self {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let start_time = pod
             .status
@@ -227,7 +237,10 @@ impl<R: ContainerRuntime> Worker<R> {
         shutdown: CancellationToken,
     ) {
         loop {
-            let wake = self.traced_sync().await;
+            // Boxed: the sync's state (Docker calls, volume set-up) lives on the heap only while
+            // it runs, so an idle worker holds a few hundred bytes, not the ~19 KiB of a
+            // sync's future (heaptrack on `cargo xtask bench pod-startup`).
+            let wake = Box::pin(self.traced_sync()).await;
             if self.state == PodState::Terminated {
                 debug!("pod worker done");
                 return;
@@ -278,7 +291,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 if old.labels != new.labels || old.annotations != new.annotations {
                     self.refresh_volumes = true;
                 }
-                self.pod = *pod;
+                self.pod = pod;
             }
             WorkerMsg::Deleted => self.deleted = true,
             WorkerMsg::Relist => {}

@@ -7,14 +7,15 @@
 //! [`VolumeManager::refresh`](crate::edged::volumes::VolumeManager::refresh), as the
 //! kubelet's periodic pod sync does.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 use tracing::warn;
 
-use super::Worker;
 use super::state::{Waiting, WaitingReason};
 use super::sync::Wake;
+use super::{Worker, spec_of};
 use crate::edged::events::EventType;
 use crate::edged::runtime::ContainerRuntime;
 use verge_runtime::ErrorChain;
@@ -91,7 +92,8 @@ impl<R: ContainerRuntime> Worker<R> {
                     reason: WaitingReason::ContainerCreating,
                     message: e.to_string(),
                 };
-                let spec = self.pod.spec.clone().unwrap_or_default();
+                let pod = Arc::clone(&self.pod);
+                let spec = spec_of(&pod);
                 for c in spec
                     .init_containers
                     .iter()

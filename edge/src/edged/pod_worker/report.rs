@@ -1,15 +1,16 @@
 //! Building the pod's status from the worker's view and handing it to the status manager.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::debug;
 use verge_runtime::ErrorChain;
 
-use super::Worker;
 use super::observe::{Observation, RunState};
 use super::state::{WaitingReason, is_sidecar};
+use super::{Worker, spec_of};
 use crate::edged::runtime::ContainerRuntime;
 use crate::edged::runtime::image::image_ref;
 use crate::edged::status::build::{ContainerFacts, PodFacts, container_status, pod_status};
@@ -21,7 +22,8 @@ impl<R: ContainerRuntime> Worker<R> {
     /// (the newest two of each container: the state and the last state), and forgets those
     /// of instances gone ([`crate::edged::termination_message`]).
     async fn load_termination_messages(&mut self, obs: &Observation) {
-        let spec = self.pod.spec.clone().unwrap_or_default();
+        let pod = Arc::clone(&self.pod);
+        let spec = spec_of(&pod);
         let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
         let mut seen = HashSet::new();
         for c in spec
@@ -99,7 +101,8 @@ impl<R: ContainerRuntime> Worker<R> {
                 self.image_ids.insert(i.image_id.clone(), r);
             }
         }
-        let spec = self.pod.spec.clone().unwrap_or_default();
+        let pod = Arc::clone(&self.pod);
+        let spec = spec_of(&pod);
         let init: Vec<ContainerFacts<'_>> = spec
             .init_containers
             .iter()
@@ -121,7 +124,7 @@ impl<R: ContainerRuntime> Worker<R> {
         let now = Time(crate::node::status::now());
         let mut status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
         // Ephemeral containers: never probed, so never ready; started while running.
-        let ephemeral = super::sync::ephemeral_containers(&spec);
+        let ephemeral = super::sync::ephemeral_containers(spec);
         let ephemeral: Vec<_> = ephemeral
             .iter()
             .map(|c| {

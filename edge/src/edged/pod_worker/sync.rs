@@ -4,6 +4,7 @@
 //! [`PodState`] and [`ContainerTrack`](super::state::ContainerTrack); this file carries them
 //! out against the runtime.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::OptionFuture;
@@ -11,9 +12,9 @@ use k8s_openapi::api::core::v1::Container;
 use tokio::time::Instant;
 use tracing::{Instrument as _, info, warn};
 
-use super::Worker;
 use super::observe::{Instance, Observation, RunState, observe};
 use super::state::{ExitDecision, PodEvent, PodState, RestartPolicy, WaitingReason, is_sidecar};
+use super::{Worker, spec_of};
 use crate::Result;
 use crate::edged::events::EventType;
 use crate::edged::probe::ProbeTarget;
@@ -167,7 +168,7 @@ impl<R: ContainerRuntime> Worker<R> {
             // The volumes do not depend on the sandbox: set them up while Docker starts it.
             let prepare: OptionFuture<_> = (self.volumes.is_none() && self.prepared.is_none())
                 .then(|| {
-                    let (ctx, pod) = (std::sync::Arc::clone(&self.ctx), self.pod.clone());
+                    let (ctx, pod) = (Arc::clone(&self.ctx), Arc::clone(&self.pod));
                     async move { ctx.volumes.prepare(&pod).await }
                 })
                 .into();
@@ -193,7 +194,8 @@ impl<R: ContainerRuntime> Worker<R> {
             policy: RestartPolicy::of(&self.pod),
         };
         let mut changed = false;
-        let spec = self.pod.spec.clone().unwrap_or_default();
+        let pod = Arc::clone(&self.pod);
+        let spec = spec_of(&pod);
         let initialized = spec
             .containers
             .iter()
@@ -252,7 +254,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 Step::Exited { ok } => all_ok &= ok,
             }
         }
-        for c in ephemeral_containers(&spec) {
+        for c in ephemeral_containers(spec) {
             changed |= self
                 .container_step(&c, Role::Ephemeral, &pass, wake)
                 .await?

@@ -83,7 +83,7 @@ pub(super) fn harness() -> Harness {
 
 impl Harness {
     pub(super) fn worker(&self, pod: &Pod) -> Worker<FakeRuntime> {
-        Worker::new(Arc::clone(&self.ctx), key(pod), pod.clone())
+        Worker::new(Arc::clone(&self.ctx), key(pod), Arc::new(pod.clone()))
     }
 
     /// `(reason, message)` of every event sent since the last call.
@@ -690,7 +690,7 @@ async fn an_ephemeral_container_added_to_a_running_pod_runs_once() {
             .expect("ephemeral container"),
         ]);
     }
-    w.pod = updated;
+    w.pod = Arc::new(updated);
     settle(&mut w).await;
     let debugger = h.rt.instances("debugger").pop().expect("started");
     assert_eq!(debugger.info.state, RunState::Running);

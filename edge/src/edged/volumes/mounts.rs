@@ -7,6 +7,7 @@
 //! share it (edgecore and dockerd on the host, as in practice) to see them in binds.
 
 use std::ffi::{CString, OsString};
+use std::io::{BufRead as _, BufReader};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
@@ -50,25 +51,32 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
-/// The mounts of a mountinfo text, in its order (a later mount is on top of an earlier one).
-fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines()
-        .filter_map(|line| {
-            let (pre, post) = line.split_once(" - ")?;
-            let point = pre.split(' ').nth(4)?;
-            let fs_type = post.split(' ').next()?;
-            Some(Mount {
-                point: unescape(point),
-                fs_type: fs_type.to_owned(),
-            })
-        })
-        .collect()
+/// The mount of one mountinfo line; `None` for a line that is not one.
+fn parse_line(line: &str) -> Option<Mount> {
+    let (pre, post) = line.split_once(" - ")?;
+    let point = pre.split(' ').nth(4)?;
+    let fs_type = post.split(' ').next()?;
+    Some(Mount {
+        point: unescape(point),
+        fs_type: fs_type.to_owned(),
+    })
 }
 
-fn mounts() -> Vec<Mount> {
-    std::fs::read_to_string(MOUNTINFO)
-        .map(|t| parse_mountinfo(&t))
-        .unwrap_or_default()
+/// The mounts of a mountinfo text, in its order (a later mount is on top of an earlier one).
+#[cfg(test)]
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines().filter_map(parse_line).collect()
+}
+
+/// The mounts of `/proc/self/mountinfo`, in its order, read a line at a time: the file grows
+/// with every container's mounts, and reading it whole for each volume of a burst of pods
+/// was most of edgecore's transient memory (heaptrack on `cargo xtask bench pod-startup`).
+/// Unreadable, it has none.
+fn mounts() -> impl Iterator<Item = Mount> {
+    let file = std::fs::File::open(MOUNTINFO).ok();
+    file.into_iter()
+        .flat_map(|f| BufReader::new(f).lines().map_while(Result::ok))
+        .filter_map(|line| parse_line(&line))
 }
 
 /// The tmpfs mount option of an emptyDir's `sizeLimit`: `size=<bytes>` for a positive limit,
@@ -97,9 +105,8 @@ pub(super) fn size_option(
 /// Whether `dir` (canonical) is a tmpfs mount point (its topmost mount).
 fn is_tmpfs(dir: &Path) -> bool {
     mounts()
-        .iter()
-        .rev()
-        .find(|m| m.point == dir)
+        .filter(|m| m.point == dir)
+        .last()
         .is_some_and(|m| m.fs_type == "tmpfs")
 }
 
@@ -167,10 +174,7 @@ pub(super) async fn memory_volume(volume: &str, dir: &Path) -> Result<(), Volume
 /// The first mount point at or under `dir` (canonical), if any is left.
 pub(super) fn first_mount_under(dir: &Path) -> Option<PathBuf> {
     let dir = std::fs::canonicalize(dir).ok()?;
-    mounts()
-        .into_iter()
-        .map(|m| m.point)
-        .find(|p| p.starts_with(&dir))
+    mounts().map(|m| m.point).find(|p| p.starts_with(&dir))
 }
 
 /// Unmounts every mount point under `dir` (and `dir` itself), topmost first, so the pod
@@ -183,10 +187,8 @@ pub(super) fn unmount_under(dir: &Path) -> Result<(), (PathBuf, std::io::Error)>
     let Ok(dir) = std::fs::canonicalize(dir) else {
         return Ok(());
     };
-    for m in mounts().into_iter().rev() {
-        if !m.point.starts_with(&dir) {
-            continue;
-        }
+    let under: Vec<Mount> = mounts().filter(|m| m.point.starts_with(&dir)).collect();
+    for m in under.into_iter().rev() {
         let result = match rustix::mount::unmount(&m.point, UnmountFlags::empty()) {
             Err(Errno::BUSY) => rustix::mount::unmount(&m.point, UnmountFlags::DETACH),
             other => other,
