@@ -92,7 +92,7 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
     let bin_dir = binaries::build(&workspace, &target_dir, &triple, &args.profile)?;
     eprintln!("xtask images: binaries built in {:.1?}", started.elapsed());
     for image in &IMAGES {
-        binaries::check_static(&bin_dir.join(image.bin))?;
+        binaries::check_static(&binaries::path(&bin_dir, image.bin))?;
     }
 
     eprintln!(
@@ -111,7 +111,7 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
     for image in &IMAGES {
         let started = Instant::now();
         let dir = target_dir.join("images").join(image.bin);
-        context::write(&dir, image, &bin_dir.join(image.bin), &labels)?;
+        context::write(&dir, image, &binaries::path(&bin_dir, image.bin), &labels)?;
         let reference = reference(image.bin, &args.tag);
         docker_build(&dir, &reference)?;
         let size = image_size(&reference)?;
@@ -128,7 +128,7 @@ pub fn build_all(args: &Args) -> anyhow::Result<Vec<Built>> {
             reference,
             size,
             archive,
-            bin: bin_dir.join(image.bin),
+            bin: binaries::path(&bin_dir, image.bin),
         });
     }
     Ok(built)

@@ -37,17 +37,45 @@ pub async fn ensure_host() -> anyhow::Result<()> {
     .await?
 }
 
-/// `cargo build --workspace --bins` (release with `release`); returns the binaries' dir.
+/// The cargo profile of edgecore wherever the other binaries are built with `release`:
+/// Cargo.toml's `[profile.edge]`, the release profile optimised for size throughout (its text
+/// is most of its resident memory), with fat LTO and one codegen unit.
+pub const EDGE_PROFILE: &str = "edge";
+
+/// The cargo profile edgecore is built with when the other binaries use `profile`.
+pub fn edgecore_profile(profile: &str) -> &str {
+    if profile == "release" {
+        EDGE_PROFILE
+    } else {
+        profile
+    }
+}
+
+/// `cargo build --workspace --bins` (release with `release`, and then edgecore with
+/// [`EDGE_PROFILE`]); returns the binaries' dir, where [`binary`] finds each.
 pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--workspace", "--bins"]);
+    let mut builds = vec![vec!["build", "--workspace", "--bins"]];
     if release {
-        cmd.arg("--release");
+        builds[0].push("--release");
+        builds.push(vec![
+            "build",
+            "--profile",
+            EDGE_PROFILE,
+            "--package",
+            "verge-edgecore",
+            "--bin",
+            "edgecore",
+        ]);
     }
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build failed: {status}");
+    for args in builds {
+        let status = Command::new(&cargo)
+            .args(&args)
+            .status()
+            .context("running cargo build")?;
+        if !status.success() {
+            bail!("cargo {} failed: {status}", args.join(" "));
+        }
     }
     let debug_dir = std::env::current_exe()?
         .parent()
@@ -58,6 +86,17 @@ pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
     } else {
         debug_dir
     })
+}
+
+/// The path of binary `name` that [`build_bins`] built into `bin_dir`: a release build's
+/// edgecore is in the [`EDGE_PROFILE`] directory beside it.
+pub fn binary(bin_dir: &Path, name: &str) -> PathBuf {
+    match bin_dir.file_name() {
+        Some(dir) if name == "edgecore" && dir == "release" => {
+            bin_dir.with_file_name(EDGE_PROFILE).join(name)
+        }
+        _ => bin_dir.join(name),
+    }
 }
 
 /// edgecore's default `metricsAddr` port.
@@ -182,7 +221,7 @@ pub async fn start(
         ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),
     ] {
         let log = dir.join("logs").join(format!("{name}.log"));
-        let pid = daemon::spawn_detached(&bin_dir.join(name), &argv, &[], &log)?;
+        let pid = daemon::spawn_detached(&binary(bin_dir, name), &argv, &[], &log)?;
         eprintln!("  {name} pid {pid}, log {}", log.display());
         pids.push(format!("{name} {pid}"));
         std::fs::write(dir.join("pids"), pids.join("\n") + "\n")?;

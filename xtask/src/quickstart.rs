@@ -45,7 +45,8 @@ pub struct Args {
     #[arg(long)]
     pub deployed: bool,
     /// With `--deployed`: the cargo profile of the images. `release` builds what users get
-    /// (a cold build takes about 15 minutes on two cores); `images-test` takes a few.
+    /// (a cold build takes about 15 minutes on two cores, and edgecore's size-optimised `edge`
+    /// profile a few more); `images-test` takes a few.
     #[arg(long, default_value = "release", requires = "deployed")]
     pub profile: String,
 }

@@ -48,8 +48,8 @@ pub fn rustflags_var(triple: &str) -> String {
 }
 
 /// Builds the binaries for `triple` (a `*-linux-gnu` host triple) with cargo profile `profile`
-/// (`release` for the images users get) in `target_dir`; cargo prints its progress. Returns the
-/// directory holding them.
+/// (`release` for the images users get, edgecore then with [`crate::local::EDGE_PROFILE`]) in
+/// `target_dir`; cargo prints its progress. Returns the directory where [`path`] finds them.
 ///
 /// # Errors
 /// Not a glibc triple; cargo failing.
@@ -69,31 +69,49 @@ pub fn build(
         flags.push(' ');
         flags.push_str(&extra);
     }
-    let mut cmd = Command::new(cargo);
-    // `cargo run` hands xtask its package's CARGO_PKG_*, CARGO_MANIFEST_* ... variables; some
-    // build scripts (ring's) rerun when they change, so without them this build reuses what a
-    // plain `cargo build` in a shell built, and the other way round.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if INHERITED_FROM_CARGO_RUN.iter().any(|p| name.starts_with(p)) {
-            cmd.env_remove(&*name);
-        }
+    let edge = crate::local::edgecore_profile(profile);
+    let mut builds = vec![("--bins", profile)];
+    if edge != profile {
+        builds.push(("edgecore", edge));
     }
-    cmd.current_dir(workspace)
-        .args(["build", "--profile", profile, "--target", triple, "--bins"])
-        .args(PACKAGES.iter().flat_map(|p| ["-p", p]))
-        .arg("--target-dir")
-        .arg(target_dir)
-        .env(rustflags_var(triple), flags)
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS");
-    let status = cmd.status().context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build of the static binaries failed: {status}");
+    for (what, profile) in builds {
+        let mut cmd = Command::new(&cargo);
+        // `cargo run` hands xtask its package's CARGO_PKG_*, CARGO_MANIFEST_* ... variables;
+        // some build scripts (ring's) rerun when they change, so without them this build
+        // reuses what a plain `cargo build` in a shell built, and the other way round.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if INHERITED_FROM_CARGO_RUN.iter().any(|p| name.starts_with(p)) {
+                cmd.env_remove(&*name);
+            }
+        }
+        cmd.current_dir(workspace)
+            .args(["build", "--profile", profile, "--target", triple]);
+        if what == "--bins" {
+            cmd.arg("--bins")
+                .args(PACKAGES.iter().flat_map(|p| ["-p", p]));
+        } else {
+            cmd.args(["-p", "verge-edgecore", "--bin", "edgecore"]);
+        }
+        cmd.arg("--target-dir")
+            .arg(target_dir)
+            .env(rustflags_var(triple), &flags)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS");
+        let status = cmd.status().context("running cargo build")?;
+        if !status.success() {
+            bail!("cargo build of the static binaries failed: {status}");
+        }
     }
     // cargo's output directory of the `dev` profile is `debug`; every other profile's is its name.
     let dir = if profile == "dev" { "debug" } else { profile };
     Ok(target_dir.join(triple).join(dir))
+}
+
+/// The path of image binary `bin` that [`build`] put in `dir`: a release build's edgecore is in
+/// the [`crate::local::EDGE_PROFILE`] directory beside it.
+pub fn path(dir: &Path, bin: &str) -> PathBuf {
+    crate::local::binary(dir, bin)
 }
 
 /// How an ELF executable is linked.

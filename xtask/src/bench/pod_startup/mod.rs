@@ -115,9 +115,7 @@ async fn measure(
     eprintln!("bench: {n} pods created at once");
     let mut verge_all = at_once(&pods, "bench", 0..n).await?;
     verge_all.sort();
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_busy =
-        local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
+    let rss_busy = rss_after_burst(verge.edgecore_pid).await?;
     let many = memory_pods.max(n);
     if many > n {
         eprintln!(
@@ -125,10 +123,8 @@ async fn measure(
             many - n
         );
         at_once(&pods, "bench", n..many).await?;
-        tokio::time::sleep(Duration::from_secs(3)).await;
     }
-    let rss_many =
-        local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
+    let rss_many = rss_after_burst(verge.edgecore_pid).await?;
     local::stop_processes(run_dir);
     local::remove_containers(run_dir);
     // Their node is gone: removed at once, without waiting for an edge to confirm.
@@ -141,7 +137,8 @@ async fn measure(
         docker_one,
         verge_all,
         docker_all,
-        rss_kib: [(0, rss_idle), (n, rss_busy), (many, rss_many)],
+        rss_kib: [(0, rss_idle), (n, rss_busy.1), (many, rss_many.1)],
+        rss_burst_kib: [rss_busy.0, rss_many.0],
         stage_table: stages::table(&stages, &untraced),
     };
     results.record()?;
@@ -187,6 +184,18 @@ async fn force_delete_all(pods: &Api<Pod>) -> anyhow::Result<()> {
     )
     .await?;
     Ok(())
+}
+
+/// After a burst of pods is Running, edgecore's VmRSS (KiB) twice: 3 s after it, while the
+/// burst's transient memory (its concurrent Docker requests) may still be resident, and then
+/// settled, 15 s after it, when jemalloc has returned what was freed (its decay is 1 s) and
+/// what is left is what the pods hold.
+async fn rss_after_burst(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let rss = || local::status_kib(pid, "VmRSS").context("reading edgecore RSS");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let burst = rss()?;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    Ok((burst, rss()?))
 }
 
 /// Creates pods `<prefix>-<i>` for `range` at once; returns each one's create → Running

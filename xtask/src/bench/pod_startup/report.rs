@@ -14,8 +14,12 @@ pub(super) struct Results {
     pub(super) docker_one: Vec<Duration>,
     pub(super) verge_all: Vec<Duration>,
     pub(super) docker_all: Vec<Duration>,
-    /// edgecore's VmRSS (KiB) with 0, N and the memory count of pods running.
+    /// edgecore's VmRSS (KiB) with 0, N and the memory count of pods running, settled
+    /// (15 s after the last of them runs).
     pub(super) rss_kib: [(usize, u64); 3],
+    /// edgecore's VmRSS (KiB) 3 s after the burst of N pods and after the burst up to the
+    /// memory count.
+    pub(super) rss_burst_kib: [u64; 2],
     pub(super) stage_table: String,
 }
 
@@ -37,12 +41,17 @@ impl Results {
         }
         let mib = |kib: u64| kib as f64 / 1024.0;
         let memory = format!(
-            "edgecore resident memory (VmRSS): {}.",
+            "edgecore resident memory (VmRSS), settled (15 s after the last pod runs): {}; \
+             3 s after each burst: {:.1} MiB with {} pods, {:.1} MiB with {} pods.",
             self.rss_kib
                 .iter()
                 .map(|(pods, kib)| format!("{:.1} MiB with {pods} pods", mib(*kib)))
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            mib(self.rss_burst_kib[0]),
+            self.rss_kib[1].0,
+            mib(self.rss_burst_kib[1]),
+            self.rss_kib[2].0,
         );
         let targets = record::targets_table(&self.targets());
         println!(
@@ -63,7 +72,11 @@ impl Results {
              consecutive stages that add up to its create → Running time (the sandbox stage \
              includes the pod worker's start and the pause image check).\n\n{}\n{targets}",
             self.rss_kib[2].0,
-            if self.release { "release" } else { "debug" },
+            if self.release {
+                "release (edgecore: the size-optimised `edge` profile)"
+            } else {
+                "debug"
+            },
             self.stage_table,
         );
         record::write(
@@ -109,7 +122,7 @@ impl Results {
         for ((pods, kib), limit) in self.rss_kib[1..].iter().zip([15.0, 25.0]) {
             let mib = *kib as f64 / 1024.0;
             out.push(Target {
-                goal: format!("edgecore RSS with {pods} pods ≤ {limit} MiB (release)"),
+                goal: format!("edgecore RSS with {pods} pods ≤ {limit} MiB (release, settled)"),
                 figure: format!("{mib:.1} MiB"),
                 anchor: format!(
                     "{:.1} MiB with 0 pods (same run); KubeEdge's edgecore: about 70 MB",
