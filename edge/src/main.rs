@@ -151,8 +151,9 @@ async fn join(config: &Config, args: JoinArgs) -> ExitCode {
 const MAX_BLOCKING_THREADS: usize = 4;
 
 /// jemalloc instead of the C library's malloc, configured at build time by
-/// `JEMALLOC_SYS_WITH_MALLOC_CONF` in `.cargo/config.toml` (one arena, freed pages returned
-/// to the system within a second by a background thread). Starting many pods at once
+/// `JEMALLOC_SYS_WITH_MALLOC_CONF` in `.cargo/config.toml` (one arena, per-thread caches of
+/// small sizes only, freed pages returned to the system within a second by a background
+/// thread). Starting many pods at once
 /// briefly holds many Docker requests and pod copies; glibc's malloc kept the pages of that
 /// peak resident after it, jemalloc gives them back (`cargo xtask bench pod-startup`,
 /// edgecore's resident memory).
