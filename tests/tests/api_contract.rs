@@ -1,5 +1,5 @@
-//! The protobuf API as a contract (DESIGN §11): on a scratch copy of `proto/`, the checks that
-//! `cargo xtask api check` runs in `cargo xtask test` refuse a renumbered field, a changed
+//! The protobuf API as a contract (architecture.md §11): on a scratch copy of `proto/`, the checks
+//! that `cargo xtask api check` runs in `cargo xtask test` refuse a renumbered field, a changed
 //! type, a removed field and a removed RPC with buf's message, and pass on the tree as it is;
 //! `docs/api.md` is what the `.proto` comments generate.
 //!

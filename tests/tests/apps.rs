@@ -1,12 +1,12 @@
-//! Third-party integration through the gRPC API (DESIGN §11), end to end on the real control
-//! plane: a controller that is not Verge's own attaches to ControllerHub with its own
+//! Third-party integration through the gRPC API (architecture.md §11), end to end on the real
+//! control plane: a controller that is not Verge's own attaches to ControllerHub with its own
 //! service-account token, allowed by an RBAC rule (`attach` on `messagegroups.verge.io`), and
-//! exchanges messages of its group with an edge app over the edge's MQTT broker (mosquitto):
-//! a command and its reply; across a cut of the edge's link to cloudhub, a command sent
-//! while the node is offline (refused with `NOT_CONNECTED`, sent again when the node
-//! connects) reaches the app exactly once, and what the app publishes meanwhile reaches the
-//! controller after the heal. Refusals: no credentials, Verge's own group, no RBAC rule, a
-//! group not named; nothing reaches the app.
+//! exchanges messages of its group with an edge app over the edge's MQTT broker (mosquitto): a
+//! command and its reply; across a cut of the edge's link to cloudhub, a command sent while the
+//! node is offline (refused with `NOT_CONNECTED`, sent again when the node connects) reaches the
+//! app exactly once, and what the app publishes meanwhile reaches the controller after the heal.
+//! Refusals: no credentials, Verge's own group, no RBAC rule, a group not named; nothing reaches
+//! the app.
 //!
 //! The controller here is a Rust tonic client; `examples/` holds the Go and Python ones.
 

@@ -1,4 +1,4 @@
-//! `cargo xtask api`: the protobuf API as a contract (DESIGN §11).
+//! `cargo xtask api`: the protobuf API as a contract (architecture.md §11).
 //!
 //! * `check`: `buf lint` with `proto/buf.yaml`'s rules, `buf breaking` against the API
 //!   baseline (the previous release tag `v*`, else the first commit that has `proto/`;

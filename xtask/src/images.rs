@@ -1,8 +1,8 @@
 //! `cargo xtask images [--tag 0.1.0] [--save <dir>]`: container images of cloudhub,
-//! edgecontroller, devicecontroller and edgecore, `verge/<binary>:<tag>`, in the local
-//! Docker engine (the test kit's, started when needed), without downloading a base image:
-//! statically linked release binaries `FROM scratch`, running as user 65532, ready for a
-//! read-only root file system.
+//! edgecontroller, devicecontroller, edgecore and virtual-mapper (the virtual-device mapper of
+//! `mappers/virtual`), `verge/<binary>:<tag>`, in the local Docker engine (the test kit's,
+//! started when needed), without downloading a base image: statically linked release
+//! binaries `FROM scratch`, running as user 65532, ready for a read-only root file system.
 //!
 //! Layout: [`binaries`](mod@binaries) (the static build and the ELF check),
 //! [`context`](mod@context) (the Dockerfile and files of one image). Contexts are written to
@@ -212,5 +212,18 @@ mod tests {
             manifest.contains(&wanted),
             "deploy/cloud/cloudhub.yaml lacks {wanted:?}"
         );
+    }
+
+    #[test]
+    fn the_mapper_example_names_an_image_built_here() {
+        let path = "deploy/examples/devices/virtual-mapper.yaml";
+        let manifest =
+            std::fs::read_to_string(workspace_dir().join(path)).expect("the mapper example");
+        let wanted = format!(
+            "image: {}",
+            reference("virtual-mapper", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(manifest.contains(&wanted), "{path} lacks {wanted:?}");
+        assert!(IMAGES.iter().any(|image| image.bin == "virtual-mapper"));
     }
 }

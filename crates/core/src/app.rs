@@ -1,5 +1,5 @@
-//! Names of third parties' message groups and resource types (DESIGN §11): a controller that is
-//! not Verge's own serves an [`AppGroup`], and its messages name resources of [`AppType`]s
+//! Names of third parties' message groups and resource types (architecture.md §11): a controller
+//! that is not Verge's own serves an [`AppGroup`], and its messages name resources of [`AppType`]s
 //! that only it and its edge apps know. Both are stored inline (at most 63 bytes), so
 //! [`crate::Group`] and [`crate::ResourceType`] stay `Copy`.
 

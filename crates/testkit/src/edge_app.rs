@@ -1,5 +1,5 @@
-//! [`EchoApp`]: an edge app of a third-party group (`verge/apps/<group>/...`, DESIGN §11) for
-//! tests and benchmarks: it answers every message it receives on `<topic>/reply`, as an app
+//! [`EchoApp`]: an edge app of a third-party group (`verge/apps/<group>/...`, architecture.md §11)
+//! for tests and benchmarks: it answers every message it receives on `<topic>/reply`, as an app
 //! built on any MQTT client would, and hands what it received to the caller.
 
 use std::time::Duration;

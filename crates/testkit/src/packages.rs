@@ -1,8 +1,9 @@
 //! Debian packages the build and the tests need, installed with `apt-get` on demand.
 //!
 //! architecture.md §6: the Docker engine, the test image's busybox, the network tools of
-//! the partition tests and the MQTT broker come from Debian packages, so a fresh Debian machine (or CI runner)
-//! with Rust and Go needs nothing but this.
+//! the partition tests and the MQTT broker come from Debian packages, installed here (apt-get
+//! as root, or through `sudo -n`). They are not all a Debian machine needs: README's "Set-up"
+//! lists the rest (Rust, Go, Python's `venv` for the Python example controller, root).
 
 use std::process::Command;
 

@@ -1,8 +1,8 @@
-//! The tools that hold the protobuf API to its contract (`proto/`, DESIGN §11): `buf` (lint,
-//! breaking-change check, generation) and `protoc-gen-doc` (the reference in `docs/api.md`),
+//! The tools that hold the protobuf API to its contract (`proto/`, architecture.md §11): `buf`
+//! (lint, breaking-change check, generation) and `protoc-gen-doc` (the reference in `docs/api.md`),
 //! both built from their Go modules into `~/.cache/verge/proto-tools/` (or
-//! `$VERGE_PROTO_TOOLS_CACHE`) once, like the control plane; and the API's baseline: the
-//! `proto/` tree of the previous release tag, or of the first commit that has
+//! `$VERGE_PROTO_TOOLS_CACHE`) once, like the control plane; and the API's baseline: the `proto/`
+//! tree of the previous release tag, or of the first commit that has
 //! `proto/verge/message/v1/message.proto` while no release is tagged.
 
 use std::path::{Path, PathBuf};

@@ -1,10 +1,10 @@
-//! Third-party controllers on ControllerHub (DESIGN §11): a controller that is not Verge's own
-//! attaches with its own service-account token for the groups RBAC grants it, one user per
+//! Third-party controllers on ControllerHub (architecture.md §11): a controller that is not Verge's
+//! own attaches with its own service-account token for the groups RBAC grants it, one user per
 //! group; it may send only its own groups; its messages reach the edge with Verge's delivery
-//! (acknowledged, never coalesced) and the edge's messages of its group reach it; what the
-//! edge never acknowledged before its session ended comes back as `SESSION_ENDED`. (The
-//! cluster's TokenReview and SubjectAccessReview are a fake of our `ClusterApi`; the e2e tests
-//! use the real API server and RBAC.)
+//! (acknowledged, never coalesced) and the edge's messages of its group reach it; what the edge
+//! never acknowledged before its session ended comes back as `SESSION_ENDED`. (The cluster's
+//! TokenReview and SubjectAccessReview are a fake of our `ClusterApi`; the e2e tests use the real
+//! API server and RBAC.)
 #![allow(clippy::unwrap_used)]
 
 mod common;

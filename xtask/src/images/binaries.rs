@@ -18,11 +18,12 @@ use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
 
 /// The packages whose binaries become images.
-pub const PACKAGES: [&str; 4] = [
+pub const PACKAGES: [&str; 5] = [
     "verge-cloudhub",
     "verge-edgecontroller",
     "verge-devicecontroller",
     "verge-edgecore",
+    "verge-virtual-mapper",
 ];
 
 /// Prefixes of the variables `cargo run` sets for the program it runs.

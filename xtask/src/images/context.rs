@@ -27,8 +27,8 @@ pub struct Image {
     pub run_note: Option<&'static str>,
 }
 
-/// The four images: the cloud services and edgecore.
-pub const IMAGES: [Image; 4] = [
+/// The five images: the cloud services, edgecore and the virtual-device mapper.
+pub const IMAGES: [Image; 5] = [
     Image {
         bin: "cloudhub",
         description: "Verge cloudhub: terminates edge streams and routes messages to controllers",
@@ -52,6 +52,16 @@ pub const IMAGES: [Image; 4] = [
              it needs root (--user 0), the Docker socket (-v /var/run/docker.sock:/var/run/docker.sock), \
              its data directory and /etc/kubeedge as volumes, and the host's network; usually it runs \
              on the host under systemd (deploy/edge/edgecore.service)",
+        ),
+    },
+    Image {
+        bin: "virtual-mapper",
+        description: "Verge virtual-mapper: a KubeEdge DMI v1beta1 mapper whose devices report simulated values",
+        run_note: Some(
+            "virtual-mapper talks to edgecore through unix sockets in the host's /etc/kubeedge: \
+             it needs that directory as a volume and a user that may connect to edgecore's DMI \
+             socket (mode 0600 by default, so root: runAsUser 0); \
+             deploy/examples/devices/virtual-mapper.yaml runs it as a DaemonSet",
         ),
     },
 ];

@@ -98,6 +98,26 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// What the run simulates or leaves out, so that no figure is read as one of `n` real
+/// edgecores (see the module docs of [`super`] and [`super::hollow`]).
+fn simulated_table(out: &mut String, n: usize) {
+    let _ = writeln!(
+        out,
+        "| simulated or left out | in this run |\n|---|---|\n\
+         | edge nodes | {n} hollow edges: simulated edge nodes, tasks in the xtask process, each \
+         with its own connection and node certificate; no edgecore, no pods run, no Docker (a \
+         pod bound to one is only held in memory) |\n\
+         | joining | none: the benchmark creates the Nodes and issues the node certificates \
+         from the Verge CA itself |\n\
+         | Lease renewal | none: nothing renews the hollow nodes' Leases |\n\
+         | node lifecycle | kube-controller-manager's node-lifecycle controller (and TTL \
+         controller) off: no Node is marked unreachable for its stale Lease |\n\
+         | reconnect | TLS session resumption: each hollow edge keeps its TLS session store \
+         across reconnects (as edgecore does) and cloudhub issues session tickets, so \
+         reconnects may resume instead of a full handshake (how many did is not counted) |\n"
+    );
+}
+
 impl Report {
     /// The Markdown.
     pub fn render(&self) -> String {
@@ -120,6 +140,7 @@ impl Report {
             self.build,
             self.setup,
         );
+        simulated_table(&mut out, n);
         self.storms(&mut out);
         self.steady_table(&mut out);
         let idle = self.idle_table(&mut out);
