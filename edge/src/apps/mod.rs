@@ -1,7 +1,7 @@
-//! apps: edge applications of third-party groups (DESIGN §11), reached over the node's MQTT
-//! broker with Verge's delivery guarantees (`proto/verge/apps/v1/apps.proto` is the contract;
-//! KubeEdge has no counterpart: its router needs Rule objects, here the gRPC API and a topic
-//! are the integration point).
+//! apps: edge applications of third-party groups (architecture.md §11), reached over the node's
+//! MQTT broker with Verge's delivery guarantees (`proto/verge/apps/v1/apps.proto` is the contract;
+//! KubeEdge has no counterpart: its router needs Rule objects, here the gRPC API and a topic are
+//! the integration point).
 //!
 //! * Down: metamanager hands every downstream message of a third-party group
 //!   ([`verge_core::AppGroup`]) to [`AppsHandle::deliver`], which commits it to the apps inbox
