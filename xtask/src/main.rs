@@ -7,12 +7,14 @@
 //! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
 //! images of the services), [`conformance`] (the upstream `[NodeConformance]` specs against
 //! the edge node, docs/conformance.md), [`api`] (buf lint and breaking, docs/api.md); [`local`] starts and stops the Verge processes for quickstart and
-//! benchmarks.
+//! benchmarks; [`deny`] (`deny`, also a static check of `test`: the
+//! dependency policy of `deny.toml`, with the pinned cargo-deny installed when missing).
 
 mod api;
 mod bench;
 mod conformance;
 mod control_plane;
+mod deny;
 mod down;
 mod fuzz;
 mod images;
@@ -60,6 +62,9 @@ enum Command {
     /// The protobuf API as a contract: `check` (buf lint, buf breaking against the previous
     /// release, docs/api.md up to date) and `docs` (regenerate docs/api.md).
     Api(api::Args),
+    /// Check the dependency policy of deny.toml (`cargo deny --offline check licenses bans
+    /// sources`), installing the pinned cargo-deny first when it is missing.
+    Deny,
 }
 
 #[tokio::main]
@@ -78,6 +83,9 @@ async fn main() -> ExitCode {
         Command::Api(args) => tokio::task::spawn_blocking(move || api::run(&args))
             .await
             .unwrap_or_else(|e| Err(anyhow::anyhow!("xtask api panicked: {e}"))),
+        Command::Deny => tokio::task::spawn_blocking(deny::run)
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("xtask deny panicked: {e}"))),
     };
     match result {
         Ok(code) => code,

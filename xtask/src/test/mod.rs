@@ -1,9 +1,10 @@
 //! `cargo xtask test`: the whole test suite against the real components.
 //!
 //! Steps, each failing the run with its exit code:
-//! 1. the static checks (fast, they fail early): `cargo fmt --check`, `cargo clippy
-//!    --workspace --all-targets -- -D warnings`, `cargo doc --no-deps` with rustdoc warnings
-//!    denied;
+//! 1. the static checks (fast, they fail early): `cargo fmt --check`, the dependency policy
+//!    of `deny.toml` (`cargo deny --offline check licenses bans sources`; the pinned
+//!    cargo-deny is installed first when missing, [`crate::deny`]), `cargo clippy --workspace
+//!    --all-targets -- -D warnings`, `cargo doc --no-deps` with rustdoc warnings denied;
 //! 2. missing Debian packages, Docker and the test image;
 //! 3. `cargo build --workspace --bins`, and beside it on a second thread the Go builds, each
 //!    cached after its first run: the control plane, the kubelet node (kubelet, kube-proxy,
@@ -24,7 +25,7 @@
 //!    are built in step 5's background thread);
 //! 8. a short fuzz pass: every target of `fuzz/` for 10 s, built for libFuzzer on stable.
 
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, ExitStatus};
 
 mod background;
 
@@ -39,7 +40,7 @@ pub struct Args {
     /// Leave the control plane and Jaeger running afterwards.
     #[arg(long)]
     keep_control_plane: bool,
-    /// Skip the static checks (fmt, clippy, doc), e.g. when re-running one test.
+    /// Skip the static checks (fmt, cargo-deny, clippy, doc), e.g. when re-running one test.
     #[arg(long)]
     skip_static_checks: bool,
     /// Skip the closing fuzz pass (`cargo xtask fuzz --seconds 10`).
@@ -253,58 +254,59 @@ fn later_builds(fuzz: bool, conformance: bool) -> Vec<Step> {
 /// Seconds each fuzz target runs in `cargo xtask test`.
 const FUZZ_SECONDS: u64 = 10;
 
-/// One static check: a cargo command line.
-struct Check {
-    /// As printed.
-    what: &'static str,
-    /// cargo's arguments.
-    args: &'static [&'static str],
-    /// `RUSTDOCFLAGS`, if set.
-    rustdocflags: Option<&'static str>,
+/// One static check: what is printed, and how it runs.
+type Check = (&'static str, Box<dyn Fn() -> anyhow::Result<ExitStatus>>);
+
+/// `cargo <args>`, with `RUSTDOCFLAGS` when given; its exit status.
+fn cargo_status(args: &[&str], rustdocflags: Option<&str>) -> anyhow::Result<ExitStatus> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(&cargo);
+    cmd.args(args);
+    if let Some(flags) = rustdocflags {
+        cmd.env("RUSTDOCFLAGS", flags);
+    }
+    Ok(cmd.status()?)
 }
 
-/// `cargo fmt --all --check`, `cargo clippy --workspace --all-targets -- -D warnings`,
-/// `cargo doc --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`; stops at the first
-/// failure and returns its exit code.
+/// `cargo fmt --all --check`; the dependency policy of `deny.toml` (`cargo deny --offline
+/// check licenses bans sources`, installing the pinned cargo-deny first when it is missing,
+/// [`crate::deny`]); `cargo clippy --workspace --all-targets -- -D warnings`; `cargo doc
+/// --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`. Stops at the first failure and
+/// returns its exit code.
 fn static_checks() -> anyhow::Result<ExitCode> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let steps = [
-        Check {
-            what: "cargo fmt --all --check",
-            args: &["fmt", "--all", "--check"],
-            rustdocflags: None,
-        },
-        Check {
-            what: "cargo clippy --workspace --all-targets -- -D warnings",
-            args: &[
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ],
-            rustdocflags: None,
-        },
-        Check {
-            what: "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
-            args: &["doc", "--workspace", "--no-deps"],
-            rustdocflags: Some("-D warnings"),
-        },
+    let steps: [Check; 4] = [
+        (
+            "cargo fmt --all --check",
+            Box::new(|| cargo_status(&["fmt", "--all", "--check"], None)),
+        ),
+        (
+            "cargo deny --offline check licenses bans sources (deny.toml)",
+            Box::new(crate::deny::check),
+        ),
+        (
+            "cargo clippy --workspace --all-targets -- -D warnings",
+            Box::new(|| {
+                cargo_status(
+                    &[
+                        "clippy",
+                        "--workspace",
+                        "--all-targets",
+                        "--",
+                        "-D",
+                        "warnings",
+                    ],
+                    None,
+                )
+            }),
+        ),
+        (
+            "cargo doc --workspace --no-deps (RUSTDOCFLAGS=-D warnings)",
+            Box::new(|| cargo_status(&["doc", "--workspace", "--no-deps"], Some("-D warnings"))),
+        ),
     ];
-    for Check {
-        what,
-        args,
-        rustdocflags,
-    } in steps
-    {
+    for (what, run) in steps {
         eprintln!("xtask test: {what}");
-        let mut cmd = Command::new(&cargo);
-        cmd.args(args);
-        if let Some(flags) = rustdocflags {
-            cmd.env("RUSTDOCFLAGS", flags);
-        }
-        let status = cmd.status().with_context(|| format!("running {what}"))?;
+        let status = run().with_context(|| format!("running {what}"))?;
         if !status.success() {
             eprintln!("xtask test: {what} failed: {status}");
             return Ok(exit_code(status));
