@@ -11,7 +11,10 @@ pub enum Error {
     /// The eventbus could not be set up (its address or password file).
     #[error(transparent)]
     EventBus(#[from] crate::eventbus::Error),
-    /// metamanager failed (the redb store, the outbox, cloud queries).
+    /// The edge store failed or refused a write (the redb file, a full outbox).
+    #[error(transparent)]
+    Store(#[from] verge_edge_store::Error),
+    /// metamanager refused a message or a cloud query failed.
     #[error(transparent)]
     MetaManager(#[from] crate::metamanager::error::Error),
     /// devicetwin failed or refused a request (an unknown device or property, a mapper
@@ -92,37 +95,14 @@ pub enum Error {
 
 impl Error {
     /// Whether this is the outbox refusing a droppable report because it is full
-    /// ([`OutboxFull`](crate::metamanager::error::Error::OutboxFull)).
+    /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
     pub fn is_outbox_full(&self) -> bool {
         matches!(
             self,
-            Self::MetaManager(crate::metamanager::error::Error::OutboxFull { .. })
+            Self::Store(verge_edge_store::Error::OutboxFull { .. })
         )
     }
 }
 
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-impl From<redb::Error> for Error {
-    fn from(e: redb::Error) -> Self {
-        Self::MetaManager(crate::metamanager::error::Error::Store(e))
-    }
-}
-
-macro_rules! store_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for Error {
-            fn from(e: $t) -> Self {
-                Self::MetaManager(crate::metamanager::error::Error::Store(e.into()))
-            }
-        }
-    )*};
-}
-store_error!(
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError
-);

@@ -7,8 +7,10 @@
 //!   inventory, keepalives, reconnect with jittered exponential backoff, draining the
 //!   upstream outbox; [`EdgeHubHandle`] reports durably ([`EdgeHubHandle::report`]) or sends
 //!   transient frames.
-//! - [`metamanager`]: the redb store ([`MetaStore`]: objects and the upstream outbox, keyed
-//!   by [`OutboxKey`]) and the component that commits downstream objects before acking them.
+//! - [`metamanager`]: the component that commits downstream objects to the store before
+//!   acking them, and cloud queries. The store itself ([`MetaStore`]: objects, the upstream
+//!   outbox keyed by [`OutboxKey`], every other table) is the crate `verge-edge-store`, the
+//!   bottom of the edge crates.
 //! - [`edged`]: pods on Docker ([`Edged`]): sandbox, containers, volumes, probes, restart
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
@@ -61,8 +63,9 @@ pub use devicetwin::{DeviceTwin, DeviceTwinHandle};
 pub use edged::Edged;
 pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
-pub use metamanager::{MetaManager, MetaStore, OutboxKey};
+pub use metamanager::MetaManager;
 pub use node::NodeAgent;
+pub use verge_edge_store::{MetaStore, OutboxKey};
 
 /// The whole edge agent: edgehub, metamanager, edged, node and devicetwin, sharing one
 /// store.
@@ -79,7 +82,7 @@ impl EdgeCore {
     ///
     /// # Errors
     /// [`Error::ConfigValue`] for an unusable value; [`Error::DataDir`] if a directory
-    /// cannot be created or made private; [`Store`](crate::metamanager::error::Error::Store) if the database cannot be opened (e.g. another
+    /// cannot be created or made private; [`Store`](Error::Store) if the database cannot be opened (e.g. another
     /// edgecore holds it).
     pub fn new(config: Config) -> Result<Self> {
         config.validate()?;

@@ -33,7 +33,7 @@ use tracing::warn;
 use verge_core::Envelope;
 use verge_runtime::metrics::MessageLabels;
 
-use crate::metamanager::MetaStore;
+use verge_edge_store::MetaStore;
 
 /// A stage of a pod start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,11 +195,12 @@ impl OutboxCollector {
     /// Entries and the age of the oldest, in seconds.
     fn read(&self) -> crate::Result<(u64, f64)> {
         let entries = self.store.outbox_len()?;
-        let oldest = self.store.outbox_after(None, 1)?;
-        let age = oldest.first().map_or(0.0, |e| {
-            let ms = verge_core::now_ms()
-                .saturating_sub(e.message.timestamp_ms)
-                .max(0);
+        let oldest = match self.store.outbox_after(None, 1)?.first() {
+            Some(entry) => Some(crate::edgehub::outbox::message(entry)?.timestamp_ms),
+            None => None,
+        };
+        let age = oldest.map_or(0.0, |timestamp_ms| {
+            let ms = verge_core::now_ms().saturating_sub(timestamp_ms).max(0);
             Duration::from_millis(u64::try_from(ms).unwrap_or(0)).as_secs_f64()
         });
         Ok((entries, age))
@@ -300,7 +301,9 @@ mod tests {
         .with_object("u", "");
         let mut report = Envelope::try_from(message).expect("valid");
         report.timestamp_ms -= 5_000;
-        store.outbox_put(&report, 10).expect("put");
+        store
+            .outbox_put(&report, &verge_proto::envelope::encode(&report), 10)
+            .expect("put");
         let after = text(&registry);
         assert!(
             after.contains("verge_edgecore_outbox_entries 1\n"),

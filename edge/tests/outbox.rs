@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, ensure};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use verge_core::{Envelope, Group, Operation, ResourceKey, ResourceType};
-use verge_edgecore::metamanager::OutboxKey;
+use verge_edge_store::OutboxKey;
 use verge_edgecore::{Config, EdgeCore, EdgeHub, EdgeHubHandle, MetaStore};
 use verge_proto::{Message, MessageExt};
 
@@ -132,7 +132,7 @@ async fn reports_wait_offline_coalesce_and_leave_on_their_ack() -> Result<()> {
     answer(&session, &again, Operation::Ack, "").await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let left = store.outbox_get(&a.to_string())?.context("a2 kept")?;
-    ensure!(left.message.id.as_str() == "a2", "kept {}", left.message.id);
+    ensure!(left.id == "a2", "kept {}", left.id);
     answer(&session, &newer, Operation::Ack, "").await?;
     outbox_len(&store, 0).await?;
 
@@ -188,7 +188,9 @@ async fn unacked_report_is_resent_after_an_edgecore_restart() -> Result<()> {
     let (key, msg) = status("p1", "web");
 
     let edgecore = EdgeCore::new(config(url.clone(), dir.path()))?;
-    edgecore.store().outbox_put(&msg, 10)?;
+    edgecore
+        .store()
+        .outbox_put(&msg, &verge_proto::envelope::encode(&msg), 10)?;
     let key = key.to_string();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(edgecore.run(shutdown.clone()));

@@ -26,12 +26,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use verge_runtime::ErrorChain;
 
-use super::{AppsHandle, KEEP_PUBLISHED, REPLY_SUBSCRIPTION, upstream};
+use super::{AppsHandle, REPLY_SUBSCRIPTION, upstream};
 use crate::config::Config;
 use crate::edgehub::Backoff;
 use crate::eventbus::BrokerAddress;
-use crate::metamanager::MetaStore;
 use crate::{EdgeHubHandle, Result};
+use verge_edge_store::KEEP_PUBLISHED;
+use verge_edge_store::MetaStore;
 
 /// Requests waiting in the client's queue (publishes, acks, the subscription).
 const CLIENT_QUEUE: usize = 256;

@@ -15,11 +15,11 @@
 //!
 //! # Layout
 //! - `payload`: [`AppMessage`], the JSON payload.
-//! - `inbox`: the redb inbox ([`InboxPut`]).
 //! - `bridge`: [`AppsBridge`], the MQTT connection.
+//!
+//! The inbox itself is a table of the edge store ([`verge_edge_store::InboxPut`]).
 
 mod bridge;
-mod inbox;
 mod payload;
 
 use std::sync::Arc;
@@ -30,11 +30,9 @@ use verge_core::{
 };
 
 pub use bridge::AppsBridge;
-pub(crate) use inbox::create_tables;
-pub use inbox::{InboxPut, KEEP_PUBLISHED, Pending};
 pub use payload::AppMessage;
 
-use crate::metamanager::MetaStore;
+use verge_edge_store::{InboxPut, MetaStore};
 
 /// The topic prefix of edge apps: `verge/apps/<group>/<ns>/<type>/<name>`.
 pub const TOPIC_PREFIX: &str = "verge/apps";

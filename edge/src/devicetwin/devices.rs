@@ -16,7 +16,8 @@ use verge_runtime::ErrorChain;
 
 use super::error::Error;
 use crate::Result;
-use crate::metamanager::{Applied, MetaStore, StoreEvent, StoredObject};
+use crate::metamanager::{Applied, StoreEvent};
+use verge_edge_store::{MetaStore, StoredObject};
 
 /// A namespaced name of a Device or DeviceModel.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::state;
 use crate::Result;
-use crate::metamanager::MetaStore;
+use verge_edge_store::MetaStore;
 
 /// A registered mapper (DMI `MapperInfo`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

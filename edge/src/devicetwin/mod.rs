@@ -56,9 +56,10 @@ pub use mappers::{MapperRecord, Mappers};
 pub use twin::{DeviceTwins, PropertyTwin, TwinDocument};
 
 use crate::config::DeviceTwinConfig;
-use crate::metamanager::{MetaStore, StoreEvent};
+use crate::metamanager::StoreEvent;
 use crate::{EdgeHubHandle, Result};
 use reconcile::Reconciler;
+use verge_edge_store::MetaStore;
 use writer::{Op, TwinWriter};
 
 /// Operations queued for the twin writer before callers wait.
@@ -133,10 +134,9 @@ impl DeviceTwin {
         let (cache, hub_for_writer) = (devices.clone(), hub);
         let (writer, mappers) = store
             .blocking(move |s| {
-                state::create_tables(s)?;
                 cache.relist(s)?;
                 let writer = TwinWriter::new(s.clone(), hub_for_writer, cache, ops, changes)?;
-                Ok((writer, Mappers::load(s)?))
+                Ok::<_, crate::Error>((writer, Mappers::load(s)?))
             })
             .await?;
         let mode = config

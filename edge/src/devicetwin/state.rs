@@ -1,20 +1,22 @@
-//! devicetwin's tables in edgecore's redb file (the metamanager's database, so a twin write
-//! and its `devicestatus` outbox report commit in one transaction):
-//! * `devicetwin_twins`: `<namespace>/<name>` -> [`TwinRecord`] as JSON;
-//! * `devicetwin_mappers`: protocol -> [`MapperRecord`] as JSON (the mapper that registered
-//!   it last), so after a restart edgecore calls mappers again without waiting for them to
+//! devicetwin's records in the edge store's tables ([`TwinTable`]; the store's file, so a twin
+//! write and its `devicestatus` outbox report commit in one transaction), as JSON:
+//! * [`TwinTable::Twins`]: `<namespace>/<name>` -> [`TwinRecord`];
+//! * [`TwinTable::Mappers`]: protocol -> [`MapperRecord`] (the mapper that registered it
+//!   last), so after a restart edgecore calls mappers again without waiting for them to
 //!   register anew;
-//! * `devicetwin_sent`: protocol -> [`Sent`] as JSON: what that mapper was given, so that
-//!   after a restart only the differences are sent (and Devices deleted meanwhile are
-//!   removed from it).
+//! * [`TwinTable::Sent`]: protocol -> [`Sent`]: what that mapper was given, so that after a
+//!   restart only the differences are sent (and Devices deleted meanwhile are removed from
+//!   it).
 //!
 //! Calls block on disk I/O (run them through [`MetaStore::blocking`]). An unreadable record
 //! is skipped with a warning when loading, never fatal.
 
 use std::collections::HashMap;
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use tracing::warn;
+use verge_edge_store::{MetaStore, Transaction, TwinTable};
 use verge_runtime::ErrorChain;
 
 use super::devices::DeviceId;
@@ -23,136 +25,87 @@ use super::mappers::MapperRecord;
 use super::reconcile::Sent;
 use super::twin::TwinRecord;
 use crate::Result;
-use crate::metamanager::MetaStore;
 
-const TWINS: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_twins");
-const MAPPERS: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_mappers");
-const SENT: TableDefinition<&str, &[u8]> = TableDefinition::new("devicetwin_sent");
-
-/// Creates the tables if missing.
-pub(super) fn create_tables(store: &MetaStore) -> Result<()> {
-    store.write(|txn| {
-        txn.open_table(TWINS)?;
-        txn.open_table(MAPPERS)?;
-        txn.open_table(SENT)?;
-        Ok(())
+/// `value` as a record's JSON.
+fn encode(key: &str, value: &impl Serialize) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|source| {
+        Error::Record {
+            key: key.to_owned(),
+            source,
+        }
+        .into()
     })
+}
+
+/// The record `bytes` of `key`, or `None` (with a warning naming `what`) when unreadable.
+fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8], what: &'static str) -> Option<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|source| {
+            let error = Error::Record {
+                key: key.to_owned(),
+                source,
+            };
+            warn!(error = %ErrorChain(&error), "{what} record skipped");
+        })
+        .ok()
 }
 
 /// What the mapper of `protocol` was given, as last stored (empty when unknown or
 /// unreadable).
 pub(super) fn load_sent(store: &MetaStore, protocol: &str) -> Result<Sent> {
-    store.read(|txn| {
-        let table = txn.open_table(SENT)?;
-        let Some(value) = table.get(protocol)? else {
-            return Ok(Sent::default());
-        };
-        Ok(
-            serde_json::from_slice(value.value()).unwrap_or_else(|source| {
-                let error = Error::Record {
-                    key: protocol.to_owned(),
-                    source,
-                };
-                warn!(error = %ErrorChain(&error), "record of what a mapper holds skipped");
-                Sent::default()
-            }),
-        )
-    })
+    Ok(store
+        .twin_record(TwinTable::Sent, protocol)?
+        .and_then(|bytes| decode(protocol, &bytes, "what a mapper holds"))
+        .unwrap_or_default())
 }
 
 /// Stores what the mapper of `protocol` was given, and commits.
 pub(super) fn put_sent(store: &MetaStore, protocol: &str, sent: &Sent) -> Result<()> {
-    let bytes = serde_json::to_vec(sent).map_err(|source| Error::Record {
-        key: protocol.to_owned(),
-        source,
-    })?;
-    store.write(|txn| {
-        txn.open_table(SENT)?.insert(protocol, bytes.as_slice())?;
-        Ok(())
-    })
+    let bytes = encode(protocol, sent)?;
+    Ok(store.put_twin_record(TwinTable::Sent, protocol, &bytes)?)
 }
 
 /// Every stored twin record, by device.
 pub(super) fn load_twins(store: &MetaStore) -> Result<HashMap<DeviceId, TwinRecord>> {
-    store.read(|txn| {
-        let table = txn.open_table(TWINS)?;
-        let mut out = HashMap::new();
-        for row in table.iter()? {
-            let (key, value) = row?;
-            let key = key.value();
-            let Some(id) = DeviceId::parse(key) else {
-                warn!(key, "twin record with a malformed key skipped");
-                continue;
-            };
-            match serde_json::from_slice::<TwinRecord>(value.value()) {
-                Ok(record) => {
-                    out.insert(id, record);
-                }
-                Err(source) => {
-                    let error = Error::Record {
-                        key: key.to_owned(),
-                        source,
-                    };
-                    warn!(error = %ErrorChain(&error), "twin record skipped");
-                }
-            }
+    let mut out = HashMap::new();
+    for (key, bytes) in store.twin_records(TwinTable::Twins)? {
+        let Some(id) = DeviceId::parse(&key) else {
+            warn!(key, "twin record with a malformed key skipped");
+            continue;
+        };
+        if let Some(record) = decode(&key, &bytes, "twin") {
+            out.insert(id, record);
         }
-        Ok(out)
-    })
+    }
+    Ok(out)
 }
 
 /// Writes `record` of `id` in `txn`.
-pub(super) fn put_twin(txn: &WriteTransaction, id: &DeviceId, record: &TwinRecord) -> Result<()> {
+pub(super) fn put_twin(txn: &Transaction<'_>, id: &DeviceId, record: &TwinRecord) -> Result<()> {
     let key = id.to_string();
-    let bytes = serde_json::to_vec(record).map_err(|source| Error::Record {
-        key: key.clone(),
-        source,
-    })?;
-    txn.open_table(TWINS)?
-        .insert(key.as_str(), bytes.as_slice())?;
-    Ok(())
+    let bytes = encode(&key, record)?;
+    Ok(txn.put_twin_record(TwinTable::Twins, &key, &bytes)?)
 }
 
 /// Removes the record of `id` in `txn`.
-pub(super) fn remove_twin(txn: &WriteTransaction, id: &DeviceId) -> Result<()> {
-    txn.open_table(TWINS)?.remove(id.to_string().as_str())?;
-    Ok(())
+pub(super) fn remove_twin(txn: &Transaction<'_>, id: &DeviceId) -> Result<()> {
+    Ok(txn.remove_twin_record(TwinTable::Twins, &id.to_string())?)
 }
 
 /// Every stored mapper.
 pub(super) fn load_mappers(store: &MetaStore) -> Result<Vec<MapperRecord>> {
-    store.read(|txn| {
-        let table = txn.open_table(MAPPERS)?;
-        let mut out = Vec::new();
-        for row in table.iter()? {
-            let (key, value) = row?;
-            match serde_json::from_slice::<MapperRecord>(value.value()) {
-                Ok(record) => out.push(record),
-                Err(source) => {
-                    let error = Error::Record {
-                        key: key.value().to_owned(),
-                        source,
-                    };
-                    warn!(error = %ErrorChain(&error), "mapper record skipped");
-                }
-            }
-        }
-        Ok(out)
-    })
+    Ok(store
+        .twin_records(TwinTable::Mappers)?
+        .into_iter()
+        .filter_map(|(key, bytes)| decode(&key, &bytes, "mapper"))
+        .collect())
 }
 
 /// Stores `mapper` under its protocol (replacing the mapper that served it before) and
 /// commits.
 pub(super) fn put_mapper(store: &MetaStore, mapper: &MapperRecord) -> Result<()> {
-    let bytes = serde_json::to_vec(mapper).map_err(|source| Error::Record {
-        key: mapper.protocol.clone(),
-        source,
-    })?;
-    store.write(|txn| {
-        txn.open_table(MAPPERS)?
-            .insert(mapper.protocol.as_str(), bytes.as_slice())?;
-        Ok(())
-    })
+    let bytes = encode(&mapper.protocol, mapper)?;
+    Ok(store.put_twin_record(TwinTable::Mappers, &mapper.protocol, &bytes)?)
 }
 
 #[cfg(test)]
@@ -166,14 +119,13 @@ mod tests {
         let id = DeviceId::new("ns", "thermo");
         {
             let store = MetaStore::open(&path).expect("open");
-            create_tables(&store).expect("tables");
             let mut record = TwinRecord::new("u1");
             record.state = "ok".into();
             store
                 .write(|txn| {
                     put_twin(txn, &id, &record)?;
-                    txn.open_table(TWINS)?.insert("ns/bad", &b"{oops"[..])?;
-                    Ok(())
+                    txn.put_twin_record(TwinTable::Twins, "ns/bad", b"{oops")?;
+                    Ok::<_, crate::Error>(())
                 })
                 .expect("write");
             let mapper = MapperRecord {
@@ -185,7 +137,6 @@ mod tests {
             put_mapper(&store, &mapper).expect("mapper");
         }
         let store = MetaStore::open(&path).expect("reopen");
-        create_tables(&store).expect("tables again");
         let twins = load_twins(&store).expect("twins");
         assert_eq!(twins.len(), 1, "the unreadable row is skipped");
         assert_eq!(twins[&id].state, "ok");

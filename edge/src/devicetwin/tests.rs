@@ -13,7 +13,7 @@ use super::handle::DeviceTwinHandle;
 use super::writer::TwinWriter;
 use crate::config::Config;
 use crate::edgehub::EdgeHub;
-use crate::metamanager::{MetaStore, StoredObject};
+use verge_edge_store::{MetaStore, StoredObject};
 
 pub(super) struct Fixture {
     _dir: tempfile::TempDir,
@@ -95,8 +95,9 @@ pub(super) fn twin(name: &str, value: &str) -> Twin {
 /// The `devicestatus` report of ns/thermo waiting in the outbox.
 pub(super) fn pending(store: &MetaStore) -> Option<(Envelope, StatusReport)> {
     let entry = store.outbox_get("devicestatus/ns/thermo").expect("read")?;
-    let body = serde_json::from_slice(&entry.message.body).expect("body");
-    Some((entry.message, body))
+    let message = crate::edgehub::outbox::message(&entry).expect("decode");
+    let body = serde_json::from_slice(&message.body).expect("body");
+    Some((message, body))
 }
 
 #[tokio::test]

@@ -133,7 +133,7 @@ impl Recorder {
             message.truncate(end);
         }
         let now = Instant::now();
-        let wall = Time(crate::node::status::now());
+        let wall = Time(verge_edge_store::clock::now());
         let key: Key = (
             pod.uid.clone(),
             field_path.clone().unwrap_or_default(),

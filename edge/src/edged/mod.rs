@@ -52,11 +52,12 @@ use tracing::{info, warn};
 use crate::Result;
 use crate::config::Config;
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::{MetaStore, StoreEvent};
+use crate::metamanager::StoreEvent;
 use objects::StoreObjects;
 use probe::DockerProber;
 use probe::ProbeManager;
 use runtime::{ContainerRuntime, DockerRuntime};
+use verge_edge_store::MetaStore;
 use verge_runtime::ErrorChain;
 use volumes::VolumeManager;
 

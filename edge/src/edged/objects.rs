@@ -19,8 +19,9 @@ use tracing::debug;
 use verge_core::{Module, ResourceKey, ResourceType};
 
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::{MetaStore, QueryRegistry};
+use crate::metamanager::QueryRegistry;
 use crate::{Error, Result};
+use verge_edge_store::MetaStore;
 
 /// How long a cloud query waits for its answer by default.
 pub const DEFAULT_QUERY_TIMEOUT: Duration = Duration::from_secs(30);

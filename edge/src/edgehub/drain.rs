@@ -19,7 +19,7 @@ use verge_proto::hub::EdgeFrame;
 use super::outbox::OutboxConfig;
 use super::session::send;
 use crate::Result;
-use crate::metamanager::{MetaStore, OutboxEntry};
+use verge_edge_store::{MetaStore, OutboxEntry};
 
 /// A report sent and not yet answered.
 #[derive(Debug)]
@@ -92,7 +92,7 @@ impl Drain {
     }
 
     async fn send(&mut self, entry: OutboxEntry, frames: &mpsc::Sender<EdgeFrame>) -> Result<()> {
-        let id = entry.message.id.to_string();
+        let id = entry.id.clone();
         if self.inflight.contains_key(&id) {
             return Ok(());
         }
@@ -100,7 +100,7 @@ impl Drain {
         let deadline = Instant::now() + self.config.ack_timeout;
         // The report continues the trace it was made in (stored with it in the outbox, so
         // across restarts and partitions); the cloud's spans become children of this send.
-        let mut message = entry.message;
+        let mut message = super::outbox::message(&entry)?;
         let span = verge_telemetry::propagation::continued(&message.trace, || {
             verge_telemetry::span!(
                 "edgehub.send",

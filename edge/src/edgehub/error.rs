@@ -36,6 +36,16 @@ pub enum Error {
         /// The queue's capacity.
         capacity: usize,
     },
+    /// An outbox entry's wire encoding could not be decoded (corrupted or written by an
+    /// incompatible version).
+    #[error("outbox entry {key} is unreadable")]
+    OutboxRecord {
+        /// The entry's key.
+        key: String,
+        /// The decoding failure.
+        #[source]
+        source: verge_proto::Error,
+    },
     /// edgehub has stopped; nothing more can be sent.
     #[error("edgehub stopped")]
     HubStopped,

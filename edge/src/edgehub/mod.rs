@@ -52,8 +52,8 @@ pub(crate) use session::refusal;
 
 use crate::Result;
 use crate::config::Config;
-use crate::metamanager::MetaStore;
 use outbox::Outbox;
+use verge_edge_store::MetaStore;
 
 /// Keepalive interval used when `Welcome.keepalive_interval_ms` is 0.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
@@ -112,7 +112,9 @@ impl EdgeHubHandle {
     pub async fn report_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&redb::WriteTransaction) -> Result<(T, Vec<Envelope>)> + Send + 'static,
+        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>)>
+            + Send
+            + 'static,
     {
         match &self.outbox {
             Some(outbox) => outbox.put_with(store, write).await,

@@ -15,7 +15,7 @@ use verge_runtime::ErrorChain;
 
 use super::try_send;
 use crate::Result;
-use crate::metamanager::MetaStore;
+use verge_edge_store::{MetaStore, OutboxEntry};
 
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
 pub(crate) type Queued = Envelope;
@@ -176,7 +176,9 @@ impl Outbox {
     pub(crate) async fn put_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&redb::WriteTransaction) -> Result<(T, Vec<Envelope>)> + Send + 'static,
+        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>)>
+            + Send
+            + 'static,
     {
         let max = self.max_entries;
         let (out, reported) = store
@@ -184,9 +186,9 @@ impl Outbox {
                 s.write(|txn| {
                     let (out, reports) = write(txn)?;
                     for msg in &reports {
-                        MetaStore::outbox_put_in(txn, msg, max)?;
+                        txn.outbox_put(msg, &verge_proto::envelope::encode(msg), max)?;
                     }
-                    Ok((out, !reports.is_empty()))
+                    Ok::<_, crate::Error>((out, !reports.is_empty()))
                 })
             })
             .await?;
@@ -200,11 +202,26 @@ impl Outbox {
     pub(crate) async fn put(&self, msg: Envelope) -> Result<()> {
         let max = self.max_entries;
         self.store
-            .blocking(move |s| s.outbox_put(&msg, max))
+            .blocking(move |s| s.outbox_put(&msg, &verge_proto::envelope::encode(&msg), max))
             .await?;
         self.wake.notify_one();
         Ok(())
     }
+}
+
+/// The report an outbox entry holds, decoded from its wire encoding.
+///
+/// # Errors
+/// [`OutboxRecord`](crate::edgehub::error::Error::OutboxRecord) when the stored bytes do not
+/// decode (corrupted, or written by an incompatible version).
+pub fn message(entry: &OutboxEntry) -> Result<Envelope> {
+    verge_proto::envelope::decode(&entry.wire).map_err(|source| {
+        super::error::Error::OutboxRecord {
+            key: entry.key.clone(),
+            source,
+        }
+        .into()
+    })
 }
 
 #[cfg(test)]

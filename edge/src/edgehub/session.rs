@@ -17,9 +17,9 @@ use tonic::Streaming;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, trace, warn};
 use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome};
-use verge_proto::Message;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, Welcome, cloud_frame, edge_frame};
+use verge_proto::{Inventory, InventoryEntry, Message};
 
 use super::drain::Drain;
 use super::{DEFAULT_KEEPALIVE, EdgeHub, SessionInfo};
@@ -127,8 +127,20 @@ impl EdgeHub {
             verge_proto::transport::connect_tls(endpoint.clone(), tls, server_name)
                 .await
                 .map_err(HubError::Connect)?;
-        let inventory = self.store.blocking(|s| s.inventory()).await?;
-        debug!(objects = inventory.entries.len(), "sending hello");
+        let inventory = self.store.blocking(|s| s.identities()).await?;
+        debug!(objects = inventory.len(), "sending hello");
+        let inventory = Inventory {
+            entries: inventory
+                .into_iter()
+                .map(|object| InventoryEntry {
+                    r#type: object.key.kind.as_str().to_owned(),
+                    namespace: object.key.namespace,
+                    name: object.key.name,
+                    uid: object.uid,
+                    resource_version: object.resource_version,
+                })
+                .collect(),
+        };
         let (frames, frame_rx) = mpsc::channel(FRAME_BUFFER);
         let hello = EdgeHello {
             node_name: self.config.node_name.clone(),

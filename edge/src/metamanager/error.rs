@@ -1,4 +1,5 @@
-//! The errors of metamanager: the redb store, the upstream outbox and cloud queries.
+//! The errors of metamanager: downstream messages and cloud queries (the store's own errors
+//! are [`verge_edge_store::Error`]).
 
 /// What can go wrong in metamanager. Each variant keeps its cause as `source`.
 #[derive(Debug, thiserror::Error)]
@@ -18,45 +19,6 @@ pub enum Error {
         /// The queried edge path.
         resource: String,
     },
-
-    /// The redb file cannot be opened or made private (mode 0600).
-    #[error("cannot open the store file {path}")]
-    StoreFile {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The I/O failure.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The redb store failed (open, transaction, table or commit).
-    #[error("metamanager store failed")]
-    Store(#[source] redb::Error),
-    /// A stored record could not be decoded (corrupted or written by an incompatible version).
-    #[error("stored record for {key} is unreadable")]
-    StoredRecord {
-        /// The record's key.
-        key: String,
-        /// The decoding failure.
-        #[source]
-        source: verge_core::Error,
-    },
-    /// An outbox entry could not be decoded (corrupted or written by an incompatible version).
-    #[error("outbox entry {key} is unreadable")]
-    OutboxRecord {
-        /// The entry's key.
-        key: String,
-        /// The decoding failure.
-        #[source]
-        source: verge_proto::Error,
-    },
-    /// A message handed to the outbox is not a durable report (it has no
-    /// [`crate::OutboxKey`]: only pod status and deletions, node registration and status and
-    /// events are).
-    #[error("{message} is not an outbox report")]
-    NotAReport {
-        /// The message, as `<operation> <path> (<id>)`.
-        message: String,
-    },
     /// A downstream message of a third-party group names no resource, so no edge app's
     /// topic can carry it (an answer from the controller must name the answered resource).
     #[error(
@@ -65,15 +27,6 @@ pub enum Error {
     NotForApps {
         /// The message, as `<operation> <path> (<id>)`.
         message: String,
-    },
-    /// The outbox is full: a droppable report (an event) with a new key was refused
-    /// (`outbox.max_entries`). Statuses and deletions are never refused.
-    #[error("upstream outbox full ({entries} entries): report {key} refused")]
-    OutboxFull {
-        /// The refused report's key.
-        key: String,
-        /// How many entries wait.
-        entries: u64,
     },
     /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
     /// referenced by a pod of this node).
@@ -92,9 +45,6 @@ pub enum Error {
         /// How long edged waited.
         timeout: std::time::Duration,
     },
-    /// A blocking task (store access) panicked or was cancelled.
-    #[error("blocking task failed")]
-    Blocking(#[source] tokio::task::JoinError),
 }
 
 /// metamanager's result type.

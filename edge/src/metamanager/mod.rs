@@ -20,11 +20,8 @@
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
 
-mod answers;
 pub mod error;
-mod outbox;
 mod query;
-mod store;
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -34,9 +31,8 @@ use verge_core::{
     Envelope, Kind, Module, ObjectVersion, Outcome, ResourceKey, TraceContext, Write,
 };
 
-pub use outbox::{OutboxEntry, OutboxKey};
 pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
-pub use store::{MetaStore, StoredObject};
+use verge_edge_store::MetaStore;
 
 use crate::Result;
 use crate::metamanager::error::Error as MetaError;
@@ -230,15 +226,15 @@ impl MetaManager {
             ));
         };
         match apps.deliver(&self.store, msg).await {
-            Ok(crate::apps::InboxPut::Added(seq)) => {
+            Ok(verge_edge_store::InboxPut::Added(seq)) => {
                 debug!(seq, "committed for edge apps");
                 (!msg.is_answer()).then(|| reply(msg, Outcome::Ack))
             }
-            Ok(crate::apps::InboxPut::Duplicate) => {
+            Ok(verge_edge_store::InboxPut::Duplicate) => {
                 debug!("seen before; acknowledged again");
                 (!msg.is_answer()).then(|| reply(msg, Outcome::Ack))
             }
-            Ok(crate::apps::InboxPut::Full) => refuse(format!(
+            Ok(verge_edge_store::InboxPut::Full) => refuse(format!(
                 "edge apps inbox full: {} messages wait for the MQTT broker",
                 crate::apps::MAX_PENDING
             )),
@@ -479,6 +475,6 @@ mod tests {
             String::from_utf8_lossy(&reply.content).contains("eventBus.enable"),
             "{reply:?}"
         );
-        assert_eq!(m.store.inventory().expect("inventory").entries.len(), 0);
+        assert_eq!(m.store.identities().expect("inventory").len(), 0);
     }
 }

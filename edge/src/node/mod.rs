@@ -148,7 +148,7 @@ impl NodeAgent {
             &self.reserved,
             facts,
             &mut self.conditions,
-            status::now(),
+            verge_edge_store::clock::now(),
         );
         if let (Some(v), Some(info)) = (&self.runtime_version, status.node_info.as_mut()) {
             info.container_runtime_version = v.borrow().clone();
@@ -183,7 +183,7 @@ impl NodeAgent {
     /// [`OutboxKey::Lease`](crate::OutboxKey::Lease)); edgecontroller renews it from then on.
     /// Returns `false` when edgehub stopped.
     async fn send_lease(&self) -> Result<bool> {
-        let lease = status::lease(&self.config, status::now());
+        let lease = status::lease(&self.config, verge_edge_store::clock::now());
         let key = ResourceKey::new(
             NODE_LEASE_NAMESPACE,
             ResourceType::Lease,
@@ -240,7 +240,7 @@ mod tests {
         .expect("config");
         let reserved = config.reserved().expect("reserved");
         let mut conditions = Conditions::default();
-        let t0 = status::now();
+        let t0 = verge_edge_store::clock::now();
         let s = status::node_status(&config, &reserved, &facts(), &mut conditions, t0);
         let json = serde_json::to_value(&s).expect("json");
         assert_eq!(json["capacity"]["cpu"], "4");
@@ -302,7 +302,8 @@ mod tests {
         assert_eq!(labels["node-role.kubernetes.io/edge"], "");
         assert_eq!(labels["zone"], "a");
         assert_eq!(json["spec"]["taints"][0]["effect"], "NoSchedule");
-        let lease = serde_json::to_value(status::lease(&config, status::now())).expect("json");
+        let lease = serde_json::to_value(status::lease(&config, verge_edge_store::clock::now()))
+            .expect("json");
         assert_eq!(lease["metadata"]["namespace"], "kube-node-lease");
         assert_eq!(lease["spec"]["holderIdentity"], "edge-1");
         assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);

@@ -11,7 +11,7 @@ use verge_core::{ResourceKey, ResourceType};
 
 use super::error::StreamError;
 use crate::edged::runtime::labels;
-use crate::metamanager::MetaStore;
+use verge_edge_store::MetaStore;
 
 /// One instance of a container (a restart makes a new one).
 #[derive(Debug, Clone, PartialEq, Eq)]

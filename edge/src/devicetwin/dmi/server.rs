@@ -29,7 +29,7 @@ use crate::devicetwin::error::Error;
 use crate::devicetwin::handle::DeviceTwinHandle;
 use crate::devicetwin::mappers::{MapperRecord, Mappers};
 use crate::devicetwin::reconcile::{Desired, Registration};
-use crate::metamanager::MetaStore;
+use verge_edge_store::MetaStore;
 
 /// The namespace of a report that names none (mappers older than the namespace fields).
 const DEFAULT_NAMESPACE: &str = "default";

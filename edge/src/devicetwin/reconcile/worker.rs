@@ -24,7 +24,7 @@ use crate::devicetwin::error::Error;
 use crate::devicetwin::handle::DeviceTwinHandle;
 use crate::devicetwin::state;
 use crate::devicetwin::trace::{self, DesiredTraces};
-use crate::metamanager::MetaStore;
+use verge_edge_store::MetaStore;
 
 /// The worker of one mapper.
 pub(super) struct Worker {

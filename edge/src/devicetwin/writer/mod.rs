@@ -20,10 +20,10 @@ use super::error::Error;
 use super::state;
 use super::trace;
 use super::twin::{self, TwinDocument, TwinRecord};
-use crate::metamanager::MetaStore;
 use crate::{EdgeHubHandle, Result};
 use ops::{Answer, status_message};
 pub(crate) use ops::{Op, Reply};
+use verge_edge_store::MetaStore;
 
 mod ops;
 
@@ -72,7 +72,6 @@ impl TwinWriter {
         ops: mpsc::Receiver<Op>,
         changes: broadcast::Sender<Arc<TwinDocument>>,
     ) -> Result<Self> {
-        state::create_tables(&store)?;
         let records = state::load_twins(&store)?;
         Ok(Self {
             store,

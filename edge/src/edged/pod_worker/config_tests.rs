@@ -143,7 +143,7 @@ async fn a_deleted_pod_with_nothing_left_here_keeps_its_last_status() {
     h.rt.add_image(IMAGE);
     let mut p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
     p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        crate::node::status::now(),
+        verge_edge_store::clock::now(),
     ));
     p.metadata.deletion_grace_period_seconds = Some(0);
     let mut w = h.worker(&p);

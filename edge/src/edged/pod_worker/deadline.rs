@@ -26,7 +26,7 @@ impl<R: ContainerRuntime> Worker<R> {
     fn deadline_left(&self) -> Option<Duration> {
         let seconds = self.pod.spec.as_ref()?.active_deadline_seconds?;
         let deadline = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
-        let now = crate::node::status::now();
+        let now = verge_edge_store::clock::now();
         let active =
             Duration::try_from(now.duration_since(self.start_time.0)).unwrap_or(Duration::ZERO);
         Some(deadline.saturating_sub(active))

@@ -14,7 +14,7 @@ async fn a_deadline_set_on_a_running_pod_past_it_fails_the_pod() {
     let mut p = pod(json!({"restartPolicy": "Always",
         "containers": [{"name": "app", "image": IMAGE}]}));
     // Active on the node for a minute already.
-    let started = crate::node::status::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    let started = verge_edge_store::clock::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
     p.status = Some(k8s_openapi::api::core::v1::PodStatus {
         start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             started,

@@ -199,7 +199,7 @@ impl<R: ContainerRuntime> Worker<R> {
             .status
             .as_ref()
             .and_then(|s| s.start_time.clone())
-            .unwrap_or_else(|| Time(crate::node::status::now()));
+            .unwrap_or_else(|| Time(verge_edge_store::clock::now()));
         // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let state = PodState::initial(phase);

@@ -121,7 +121,7 @@ impl<R: ContainerRuntime> Worker<R> {
             pod_ip: self.pod_ip(),
             start_time: self.start_time.clone(),
         };
-        let now = Time(crate::node::status::now());
+        let now = Time(verge_edge_store::clock::now());
         let mut status = pod_status(&pod_facts, &init, &app, self.last_status.as_ref(), &now);
         // Ephemeral containers: never probed, so never ready; started while running.
         let ephemeral = super::sync::ephemeral_containers(spec);

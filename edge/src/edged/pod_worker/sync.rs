@@ -353,7 +353,7 @@ impl<R: ContainerRuntime> Worker<R> {
             RunState::Exited => {
                 let pod = self.pod_display();
                 let since = i.finished_at.as_ref().map_or(Duration::ZERO, |f| {
-                    let now = crate::node::status::now();
+                    let now = verge_edge_store::clock::now();
                     Duration::try_from(now.duration_since(f.0)).unwrap_or(Duration::ZERO)
                 });
                 let restarts = match role {

@@ -26,7 +26,8 @@ use crate::edged::runtime::labels;
 use crate::edged::status::StatusManager;
 use crate::edged::volumes::VolumeManager;
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::{MetaStore, QueryRegistry};
+use crate::metamanager::QueryRegistry;
+use verge_edge_store::MetaStore;
 
 const NODE: &str = "node-a";
 const PAUSE: &str = "pause:3";

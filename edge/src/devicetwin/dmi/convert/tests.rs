@@ -3,7 +3,7 @@ use serde_json::json;
 
 use super::*;
 use crate::devicetwin::devices::DeviceId;
-use crate::metamanager::StoredObject;
+use verge_edge_store::StoredObject;
 
 fn stored(value: serde_json::Value) -> StoredObject {
     StoredObject {

@@ -9,7 +9,8 @@ use verge_proto::MessageExt;
 use crate::edged::objects::tests::fake_cloud_answering;
 use crate::edged::objects::{PodObjects, StoreObjects};
 use crate::edgehub::EdgeHubHandle;
-use crate::metamanager::{MetaStore, QueryRegistry};
+use crate::metamanager::QueryRegistry;
+use verge_edge_store::MetaStore;
 
 /// Answers `ns/servicelist/_` with one service, refuses every other query (as edgecontroller
 /// refuses a namespace without pods of the node).

@@ -9,14 +9,14 @@
 use redb::{ReadableDatabase, TableDefinition, WriteTransaction};
 use verge_core::ResourceKey;
 
-use super::MetaStore;
-use crate::Result;
+use crate::MetaStore;
+use crate::error::Result;
 
 /// `answers`: edge path -> content.
 const ANSWERS: TableDefinition<&str, &[u8]> = TableDefinition::new("answers");
 
 /// Creates the table (at open).
-pub(super) fn create_table(txn: &WriteTransaction) -> Result<()> {
+pub(crate) fn create_table(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(ANSWERS)?;
     Ok(())
 }
@@ -26,7 +26,7 @@ impl MetaStore {
     /// one; commits before returning.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing
+    /// [`Error::Store`] if the transaction fails; nothing
     /// is changed then.
     pub fn put_answer(&self, key: &ResourceKey, content: &[u8]) -> Result<()> {
         let txn = self.db.begin_write()?;
@@ -39,7 +39,7 @@ impl MetaStore {
     /// The last answer kept for the query of `key`, if any.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
+    /// [`Error::Store`] if the read fails.
     pub fn answer(&self, key: &ResourceKey) -> Result<Option<Vec<u8>>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(ANSWERS)?;
@@ -63,7 +63,7 @@ mod tests {
             assert_eq!(store.answer(&key).expect("read"), None);
             store.put_answer(&key, b"one").expect("put");
             store.put_answer(&key, b"two").expect("put");
-            assert!(store.inventory().expect("inventory").entries.is_empty());
+            assert!(store.identities().expect("inventory").is_empty());
         }
         let store = MetaStore::open(&path).expect("reopen");
         assert_eq!(

@@ -1,6 +1,6 @@
-use crate::metamanager::error::Error as MetaError;
-use verge_core::{Group, Operation, ResourceKey, ResourceType};
-use verge_proto::Message;
+use verge_core::{Group, Kind, MessageId, Module, ObjectVersion, ResourceKey, ResourceType, Write};
+
+use crate::error::Error;
 
 use super::*;
 
@@ -10,15 +10,36 @@ fn store() -> (tempfile::TempDir, MetaStore) {
     (dir, store)
 }
 
+/// A report of edged at edge path `resource`: a delete for a pod, an insert for a node or
+/// an event, an update otherwise.
 fn report(id: &str, resource: &str) -> Envelope {
-    let op = match resource.split('/').nth(1) {
-        Some("node" | "event") => Operation::Insert,
-        Some("pod") => Operation::Delete,
-        _ => Operation::Update,
+    let key: ResourceKey = resource.parse().expect("edge path");
+    let version = ObjectVersion::uid("u");
+    let kind = match key.kind {
+        ResourceType::Pod => Kind::Delete { key, version },
+        ResourceType::Node | ResourceType::Event => Kind::Upsert {
+            write: Write::Insert,
+            key,
+            version,
+        },
+        _ => Kind::Upsert {
+            write: Write::Update,
+            key,
+            version,
+        },
     };
-    let m = Message::build(id, "edged", Group::Resource, op, resource, b"{}".to_vec())
-        .with_object("u", "");
-    Envelope::try_from(m).expect("valid")
+    let mut envelope = Envelope::new(Module::Edged, Group::Resource, kind, b"{}".to_vec());
+    envelope.id = MessageId::parse(id).expect("id");
+    envelope
+}
+
+/// Puts `message` with a wire encoding that names its id.
+fn put(s: &MetaStore, message: &Envelope, max: usize) -> crate::Result<()> {
+    s.outbox_put(
+        message,
+        format!("wire {}", message.id.as_str()).as_bytes(),
+        max,
+    )
 }
 
 #[test]
@@ -40,13 +61,13 @@ fn keys_are_derived_from_the_report() {
     assert_eq!(key("8", "ns/configmap/c"), None, "not a report");
     let (_dir, s) = store();
     assert!(matches!(
-        s.outbox_put(&report("7", "ns/configmap/c"), 10),
-        Err(crate::Error::MetaManager(MetaError::NotAReport { .. }))
+        put(&s, &report("7", "ns/configmap/c"), 10),
+        Err(Error::NotAReport { .. })
     ));
 }
 
 fn ids(entries: &[OutboxEntry]) -> Vec<&str> {
-    entries.iter().map(|e| e.message.id.as_str()).collect()
+    entries.iter().map(|e| e.id.as_str()).collect()
 }
 
 #[test]
@@ -64,13 +85,10 @@ fn keys_have_their_documented_text() {
 #[test]
 fn coalescing_replaces_and_moves_to_the_end() {
     let (_dir, s) = store();
-    s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
-        .expect("a1");
-    s.outbox_put(&report("b1", "ns/podstatus/b"), 10)
-        .expect("b1");
-    s.outbox_put(&report("n1", "_/node/n"), 10).expect("n1");
-    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
-        .expect("a2");
+    put(&s, &report("a1", "ns/podstatus/a"), 10).expect("a1");
+    put(&s, &report("b1", "ns/podstatus/b"), 10).expect("b1");
+    put(&s, &report("n1", "_/node/n"), 10).expect("n1");
+    put(&s, &report("a2", "ns/podstatus/a"), 10).expect("a2");
     assert_eq!(s.outbox_len().expect("len"), 3);
     let all = s.outbox_after(None, 100).expect("all");
     assert_eq!(ids(&all), ["b1", "n1", "a2"]);
@@ -78,16 +96,14 @@ fn coalescing_replaces_and_moves_to_the_end() {
     let after_b = s.outbox_after(Some(all[0].seq), 1).expect("after");
     assert_eq!(ids(&after_b), ["n1"]);
     let a = s.outbox_get("podstatus/ns/a").expect("get").expect("a");
-    assert_eq!((a.message.id.as_str(), a.attempts), ("a2", 0));
+    assert_eq!((a.id.as_str(), a.attempts), ("a2", 0));
 }
 
 #[test]
 fn remove_only_if_it_still_holds_the_acked_id() {
     let (_dir, s) = store();
-    s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
-        .expect("a1");
-    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
-        .expect("a2");
+    put(&s, &report("a1", "ns/podstatus/a"), 10).expect("a1");
+    put(&s, &report("a2", "ns/podstatus/a"), 10).expect("a2");
     assert!(
         !s.outbox_remove_if("podstatus/ns/a", "a1")
             .expect("stale ack")
@@ -118,26 +134,14 @@ fn remove_only_if_it_still_holds_the_acked_id() {
 #[test]
 fn a_full_outbox_refuses_new_events_only() {
     let (_dir, s) = store();
-    s.outbox_put(&report("e1", "ns/event/e1"), 2).expect("e1");
-    s.outbox_put(&report("a1", "ns/podstatus/a"), 2)
-        .expect("a1");
-    let err = s
-        .outbox_put(&report("e2", "ns/event/e2"), 2)
-        .expect_err("full");
-    assert!(
-        matches!(
-            err,
-            crate::Error::MetaManager(MetaError::OutboxFull { entries: 2, .. })
-        ),
-        "{err}"
-    );
+    put(&s, &report("e1", "ns/event/e1"), 2).expect("e1");
+    put(&s, &report("a1", "ns/podstatus/a"), 2).expect("a1");
+    let err = put(&s, &report("e2", "ns/event/e2"), 2).expect_err("full");
+    assert!(matches!(err, Error::OutboxFull { entries: 2, .. }), "{err}");
     // A known event key is replaced; statuses and deletions always fit.
-    s.outbox_put(&report("e1b", "ns/event/e1"), 2)
-        .expect("e1 replaced");
-    s.outbox_put(&report("d", "ns/pod/web"), 2)
-        .expect("deletion");
-    s.outbox_put(&report("b1", "ns/podstatus/b"), 2)
-        .expect("status");
+    put(&s, &report("e1b", "ns/event/e1"), 2).expect("e1 replaced");
+    put(&s, &report("d", "ns/pod/web"), 2).expect("deletion");
+    put(&s, &report("b1", "ns/podstatus/b"), 2).expect("status");
     assert_eq!(s.outbox_len().expect("len"), 4);
 }
 
@@ -147,10 +151,8 @@ fn survives_reopen_and_keeps_the_sequence() {
     let path = dir.path().join("edgecore.redb");
     let last = {
         let s = MetaStore::open(&path).expect("open");
-        s.outbox_put(&report("a1", "ns/podstatus/a"), 10)
-            .expect("a1");
-        s.outbox_put(&report("n1", "_/nodestatus/n"), 10)
-            .expect("n1");
+        put(&s, &report("a1", "ns/podstatus/a"), 10).expect("a1");
+        put(&s, &report("n1", "_/nodestatus/n"), 10).expect("n1");
         s.outbox_refused("nodestatus", "n1", true).expect("refused");
         s.outbox_after(None, 10).expect("all")[1].seq
     };
@@ -158,9 +160,9 @@ fn survives_reopen_and_keeps_the_sequence() {
     let all = s.outbox_after(None, 10).expect("all");
     assert_eq!(ids(&all), ["a1", "n1"]);
     assert_eq!(all[1].attempts, 1);
-    assert_eq!(all[0].message.path(), "ns/podstatus/a");
-    s.outbox_put(&report("a2", "ns/podstatus/a"), 10)
-        .expect("a2");
+    assert_eq!(all[0].key, "podstatus/ns/a");
+    assert_eq!(all[0].wire, b"wire a1");
+    put(&s, &report("a2", "ns/podstatus/a"), 10).expect("a2");
     let newer = s.outbox_after(Some(last), 10).expect("newer");
     assert_eq!(ids(&newer), ["a2"]);
 }

@@ -1,25 +1,20 @@
-//! The redb store of every object the edge holds (KubeEdge: metamanager's sqlite `meta` table).
-//!
-//! Table `objects`: edge path `<namespace>/<type>/<name>` -> `(uid, resourceVersion, JSON
-//! bytes)`; the upstream outbox's tables live in the same file (module `outbox`), and so do
-//! the cloud's last list answers (module `answers`). Every write commits (durably) before the
-//! call returns, so a caller that acks after a write never acks what a crash could lose. Calls block on disk I/O: call them from
-//! `tokio::task::spawn_blocking` (see [`MetaStore::blocking`]).
+//! Table `objects`: every object the edge holds (KubeEdge: metamanager's sqlite `meta`
+//! table), edge path `<namespace>/<type>/<name>` -> `(uid, resourceVersion, JSON bytes)`.
 
-use crate::metamanager::error::Error as MetaError;
-use std::path::Path;
-use std::sync::Arc;
-
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use verge_core::{ResourceKey, ResourceType, is_newer};
-use verge_proto::{Inventory, InventoryEntry};
 
-use crate::Result;
+use crate::MetaStore;
+use crate::error::{Error, Result};
 
 /// `objects`: edge path -> (uid, resourceVersion, content).
 const OBJECTS: TableDefinition<&str, (&str, &str, &[u8])> = TableDefinition::new("objects");
+
+/// Creates the table (at open).
+pub(crate) fn create_table(txn: &WriteTransaction) -> Result<()> {
+    txn.open_table(OBJECTS)?;
+    Ok(())
+}
 
 /// One stored object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,100 +38,13 @@ impl StoredObject {
     }
 }
 
-/// A handle to the store; cheap to clone (shares one [`Database`]).
-#[derive(Clone)]
-pub struct MetaStore {
-    pub(crate) db: Arc<Database>,
-}
-
-impl std::fmt::Debug for MetaStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MetaStore").finish_non_exhaustive()
-    }
-}
-
 impl MetaStore {
-    /// Opens (or creates) the database file at `path` and its tables. The file is made
-    /// mode 0600 (an existing one too): it holds every object received, Secrets included.
-    /// The parent directory must exist.
-    ///
-    /// # Errors
-    /// [`StoreFile`](crate::metamanager::error::Error::StoreFile) if the file cannot be opened
-    /// or chmodded; [`Store`](crate::metamanager::error::Error::Store) if the database cannot
-    /// be opened (e.g. locked by another edgecore).
-    pub fn open(path: &Path) -> Result<Self> {
-        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-        let file_err = |source| MetaError::StoreFile {
-            path: path.to_owned(),
-            source,
-        };
-        // Created 0600 (no window with a wider mode), then redb opens it.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(file_err)?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(file_err)?;
-        drop(file);
-        let db = Database::create(path)?;
-        let txn = db.begin_write()?;
-        txn.open_table(OBJECTS)?;
-        super::outbox::create_tables(&txn)?;
-        super::answers::create_table(&txn)?;
-        crate::apps::create_tables(&txn)?;
-        txn.commit()?;
-        Ok(Self { db: Arc::new(db) })
-    }
-
-    /// Runs `f` on a clone of this store on tokio's blocking pool.
-    ///
-    /// # Errors
-    /// What `f` returns; [`Blocking`](crate::metamanager::error::Error::Blocking) if the task panicked.
-    pub async fn blocking<T, F>(&self, f: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&MetaStore) -> Result<T> + Send + 'static,
-    {
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || f(&store))
-            .await
-            .map_err(MetaError::Blocking)?
-    }
-
-    /// Runs `f` in one write transaction of this database and commits it (durably) before
-    /// returning, for modules that keep tables of their own here (devicetwin): their writes
-    /// can then commit atomically with an outbox report
-    /// ([`MetaStore::outbox_put_in`]). When `f` fails nothing it wrote is committed.
-    ///
-    /// # Errors
-    /// What `f` returns; [`Store`](crate::metamanager::error::Error::Store) if the
-    /// transaction cannot begin or commit.
-    pub fn write<T>(&self, f: impl FnOnce(&WriteTransaction) -> Result<T>) -> Result<T> {
-        let txn = self.db.begin_write()?;
-        let out = f(&txn)?;
-        txn.commit()?;
-        Ok(out)
-    }
-
-    /// Runs `f` in one read transaction (a consistent snapshot) of this database.
-    ///
-    /// # Errors
-    /// What `f` returns; [`Store`](crate::metamanager::error::Error::Store) if the
-    /// transaction cannot begin.
-    pub fn read<T>(&self, f: impl FnOnce(&ReadTransaction) -> Result<T>) -> Result<T> {
-        let txn = self.db.begin_read()?;
-        f(&txn)
-    }
-
     /// Stores the object at `key` if nothing is stored there or `resource_version` is newer
     /// than the stored one ([`verge_core::is_newer`]); commits before returning.
     /// Returns whether it was stored (`false`: stale or duplicate, nothing changed).
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing is changed then.
+    /// [`Error::Store`] if the transaction fails; nothing is changed then.
     pub fn upsert_if_newer(
         &self,
         key: &ResourceKey,
@@ -163,7 +71,7 @@ impl MetaStore {
     /// The object at `key`, if any.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
+    /// [`Error::Store`] if the read fails.
     pub fn get(&self, key: &ResourceKey) -> Result<Option<StoredObject>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(OBJECTS)?;
@@ -177,7 +85,7 @@ impl MetaStore {
     /// returning; returns whether something was removed.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing is changed then.
+    /// [`Error::Store`] if the transaction fails; nothing is changed then.
     pub fn delete(&self, key: &ResourceKey, uid: &str) -> Result<bool> {
         let path = key.to_string();
         let txn = self.db.begin_write()?;
@@ -202,7 +110,7 @@ impl MetaStore {
     /// Every stored object of type `kind`, with its key, in key order.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`StoredRecord`](crate::metamanager::error::Error::StoredRecord) for a key that does not
+    /// [`Error::Store`] if the read fails; [`Error::StoredRecord`] for a key that does not
     /// parse as an edge path.
     pub fn list(&self, kind: ResourceType) -> Result<Vec<(ResourceKey, StoredObject)>> {
         let txn = self.db.begin_read()?;
@@ -219,39 +127,46 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// Every stored object's identity, for `EdgeHello.inventory` (resync by inventory).
+    /// Every stored object's identity, in key order, for the reconnect inventory
+    /// (`EdgeHello.inventory`: resync by inventory).
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`StoredRecord`](crate::metamanager::error::Error::StoredRecord) for a key that does not
+    /// [`Error::Store`] if the read fails; [`Error::StoredRecord`] for a key that does not
     /// parse as an edge path.
-    pub fn inventory(&self) -> Result<Inventory> {
+    pub fn identities(&self) -> Result<Vec<ObjectIdentity>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(OBJECTS)?;
-        let mut entries = Vec::new();
+        let mut out = Vec::new();
         for row in table.iter()? {
             let (k, v) = row?;
-            let key = stored_key(k.value())?;
-            let (uid, rv, _) = v.value();
-            entries.push(InventoryEntry {
-                r#type: key.kind.as_str().to_owned(),
-                namespace: key.namespace,
-                name: key.name,
+            let (uid, resource_version, _) = v.value();
+            out.push(ObjectIdentity {
+                key: stored_key(k.value())?,
                 uid: uid.to_owned(),
-                resource_version: rv.to_owned(),
+                resource_version: resource_version.to_owned(),
             });
         }
-        Ok(Inventory { entries })
+        Ok(out)
     }
+}
+
+/// What identifies a stored object's version: its key, uid and resourceVersion (one entry of
+/// the inventory edgehub sends when it connects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectIdentity {
+    /// The edge path.
+    pub key: ResourceKey,
+    /// Kubernetes `metadata.uid`.
+    pub uid: String,
+    /// Kubernetes `metadata.resourceVersion`.
+    pub resource_version: String,
 }
 
 /// Parses a stored object's key (an edge path).
 fn stored_key(raw: &str) -> Result<ResourceKey> {
-    raw.parse().map_err(|source| {
-        MetaError::StoredRecord {
-            key: raw.to_owned(),
-            source,
-        }
-        .into()
+    raw.parse().map_err(|source| Error::StoredRecord {
+        key: raw.to_owned(),
+        source,
     })
 }
 
@@ -306,7 +221,7 @@ mod tests {
     }
 
     #[test]
-    fn inventory_lists_everything_and_survives_reopen() {
+    fn identities_list_everything_and_survive_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("edgecore.redb");
         {
@@ -327,15 +242,15 @@ mod tests {
             .expect("n");
         }
         let s = MetaStore::open(&path).expect("reopen");
-        let mut inv = s.inventory().expect("inventory").entries;
-        inv.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut inv = s.identities().expect("inventory");
+        inv.sort_by(|a, b| a.key.name.cmp(&b.key.name));
         assert_eq!(inv.len(), 2);
         assert_eq!(
-            (inv[0].r#type.as_str(), inv[0].namespace.as_str()),
-            ("secret", "ns")
+            (inv[0].key.kind, inv[0].key.namespace.as_str()),
+            (ResourceType::Secret, "ns")
         );
         assert_eq!(
-            (inv[1].namespace.as_str(), inv[1].uid.as_str()),
+            (inv[1].key.namespace.as_str(), inv[1].uid.as_str()),
             ("_", "un")
         );
         assert_eq!(inv[1].resource_version, "2");
@@ -344,6 +259,7 @@ mod tests {
     #[test]
     fn file_is_private_even_when_it_existed_wider() {
         use std::os::unix::fs::PermissionsExt as _;
+        use std::path::Path;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("edgecore.redb");
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;

@@ -12,8 +12,8 @@ use redb::{
     ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, WriteTransaction,
 };
 
-use crate::Result;
-use crate::metamanager::MetaStore;
+use crate::MetaStore;
+use crate::error::Result;
 
 /// `apps_inbox`: sequence -> (id, published, topic, payload).
 const INBOX: TableDefinition<u64, (&str, bool, &str, &[u8])> = TableDefinition::new("apps_inbox");
@@ -63,7 +63,7 @@ impl MetaStore {
     /// `max_pending` messages wait already.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails; nothing
+    /// [`Error::Store`] if the transaction fails; nothing
     /// is changed then.
     pub fn app_inbox_put(
         &self,
@@ -100,7 +100,7 @@ impl MetaStore {
     /// Every unpublished entry, oldest first.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
+    /// [`Error::Store`] if the read fails.
     pub fn app_inbox_pending(&self) -> Result<Vec<Pending>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(INBOX)?;
@@ -125,7 +125,7 @@ impl MetaStore {
     /// forgotten. Unknown or already published: nothing changes.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
+    /// [`Error::Store`] if the transaction fails.
     pub fn app_inbox_published(&self, seq: u64, keep: u64) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
@@ -210,7 +210,7 @@ mod tests {
             store.app_inbox_put("c", "t/c", b"3", 2).expect("put"),
             InboxPut::Added(2)
         );
-        assert!(store.inventory().expect("inventory").entries.is_empty());
+        assert!(store.identities().expect("inventory").is_empty());
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //!
 //! Tables:
 //! * `outbox`: [`OutboxKey`] text -> `(seq, attempts, message id, the report's wire
-//!   encoding)` ([`verge_proto::envelope::encode`]; unchanged since the store held wire
-//!   `Message`s, so existing databases stay readable);
+//!   encoding)`. The store keeps the encoding as the bytes its caller gives (edgehub encodes
+//!   with `verge_proto::envelope::encode` and decodes what it sends; the format is unchanged
+//!   since the store held wire `Message`s, so existing databases stay readable);
 //! * `outbox_order`: `seq` -> key, to read entries in FIFO order;
 //! * `outbox_meta`: `"next_seq"` -> the next sequence number (never reused, so a reader's
 //!   cursor only ever moves forward).
@@ -25,9 +26,8 @@ use verge_core::Envelope;
 
 pub use key::OutboxKey;
 
-use super::MetaStore;
-use crate::Result;
-use crate::metamanager::error::Error as MetaError;
+use crate::MetaStore;
+use crate::error::{Error, Result};
 
 /// `outbox`: key -> (seq, attempts, message id, encoded message).
 const OUTBOX: TableDefinition<&str, (u64, u32, &str, &[u8])> = TableDefinition::new("outbox");
@@ -46,12 +46,14 @@ pub struct OutboxEntry {
     pub seq: u64,
     /// How many times the cloud refused this message (`error` answers that count).
     pub attempts: u32,
-    /// The report, with its id.
-    pub message: Envelope,
+    /// The report's message id.
+    pub id: String,
+    /// The report's wire encoding, as given to [`MetaStore::outbox_put`].
+    pub wire: Vec<u8>,
 }
 
 /// Creates the outbox tables in `txn` (part of [`MetaStore::open`]).
-pub(super) fn create_tables(txn: &WriteTransaction) -> Result<()> {
+pub(crate) fn create_tables(txn: &WriteTransaction) -> Result<()> {
     txn.open_table(OUTBOX)?;
     txn.open_table(ORDER)?;
     txn.open_table(META)?;
@@ -59,68 +61,26 @@ pub(super) fn create_tables(txn: &WriteTransaction) -> Result<()> {
 }
 
 impl MetaStore {
-    /// Puts the report `message` in the outbox under its key ([`OutboxKey::of`]), replacing
-    /// the entry of that key if any, at the end of the FIFO order; commits before returning.
+    /// Puts the report `message`, encoded for the wire as `wire`, in the outbox under its key
+    /// ([`OutboxKey::of`]), replacing the entry of that key if any, at the end of the FIFO
+    /// order; commits before returning.
     ///
     /// # Errors
-    /// [`NotAReport`](crate::metamanager::error::Error::NotAReport) when `message` has no outbox key; [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) when the
+    /// [`Error::NotAReport`] when `message` has no outbox key; [`Error::OutboxFull`] when the
     /// key is droppable ([`OutboxKey::is_droppable`]), not yet in the outbox, and
-    /// `max_entries` entries already wait; nothing changes then. [`Store`](crate::metamanager::error::Error::Store) if the
+    /// `max_entries` entries already wait; nothing changes then. [`Error::Store`] if the
     /// transaction fails.
-    pub fn outbox_put(&self, message: &Envelope, max_entries: usize) -> Result<()> {
+    pub fn outbox_put(&self, message: &Envelope, wire: &[u8], max_entries: usize) -> Result<()> {
         let txn = self.db.begin_write()?;
-        Self::outbox_put_in(&txn, message, max_entries)?;
+        put_in(&txn, message, wire, max_entries)?;
         txn.commit()?;
-        Ok(())
-    }
-
-    /// Like [`outbox_put`](Self::outbox_put), inside the caller's transaction `txn` (see
-    /// [`MetaStore::write`]), so that a report commits together with the state it reports
-    /// (devicetwin's twin values and their `devicestatus` report). Nothing is committed here;
-    /// the caller wakes edgehub's drain after the commit
-    /// ([`EdgeHubHandle::report_with`](crate::EdgeHubHandle::report_with) does both).
-    ///
-    /// # Errors
-    /// As [`outbox_put`](Self::outbox_put).
-    pub fn outbox_put_in(
-        txn: &WriteTransaction,
-        message: &Envelope,
-        max_entries: usize,
-    ) -> Result<()> {
-        let key = OutboxKey::of(message).ok_or_else(|| MetaError::NotAReport {
-            message: message.to_string(),
-        })?;
-        let droppable = key.is_droppable();
-        let key = key.to_string();
-        let id = message.id.as_str();
-        let bytes = verge_proto::envelope::encode(message);
-        let mut outbox = txn.open_table(OUTBOX)?;
-        let mut order = txn.open_table(ORDER)?;
-        let mut meta = txn.open_table(META)?;
-        let old = outbox.get(key.as_str())?.map(|g| g.value().0);
-        match old {
-            Some(old_seq) => {
-                order.remove(old_seq)?;
-            }
-            None if droppable => {
-                let entries = outbox.len()?;
-                if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
-                    return Err(MetaError::OutboxFull { key, entries }.into());
-                }
-            }
-            None => {}
-        }
-        let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
-        meta.insert(NEXT_SEQ, seq + 1)?;
-        outbox.insert(key.as_str(), (seq, 0, id, bytes.as_slice()))?;
-        order.insert(seq, key.as_str())?;
         Ok(())
     }
 
     /// Up to `limit` entries with a seq greater than `after` (all if `None`), in FIFO order.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`OutboxRecord`](crate::metamanager::error::Error::OutboxRecord) for an undecodable entry.
+    /// [`Error::Store`] if the read fails.
     pub fn outbox_after(&self, after: Option<u64>, limit: usize) -> Result<Vec<OutboxEntry>> {
         let txn = self.db.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
@@ -133,7 +93,7 @@ impl MetaStore {
             }
             let (_, key) = row?;
             if let Some(v) = outbox.get(key.value())? {
-                out.push(decode(key.value(), v.value())?);
+                out.push(decode(key.value(), v.value()));
             }
         }
         Ok(out)
@@ -142,17 +102,17 @@ impl MetaStore {
     /// The entry of the stored `key` (text form), if any.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails; [`OutboxRecord`](crate::metamanager::error::Error::OutboxRecord) for an undecodable entry.
+    /// [`Error::Store`] if the read fails.
     pub fn outbox_get(&self, key: &str) -> Result<Option<OutboxEntry>> {
         let txn = self.db.begin_read()?;
         let outbox = txn.open_table(OUTBOX)?;
-        outbox.get(key)?.map(|v| decode(key, v.value())).transpose()
+        Ok(outbox.get(key)?.map(|v| decode(key, v.value())))
     }
 
     /// How many entries wait.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the read fails.
+    /// [`Error::Store`] if the read fails.
     pub fn outbox_len(&self) -> Result<u64> {
         let txn = self.db.begin_read()?;
         Ok(txn.open_table(OUTBOX)?.len()?)
@@ -162,7 +122,7 @@ impl MetaStore {
     /// same key stays); commits before returning. Returns whether it was removed.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
+    /// [`Error::Store`] if the transaction fails.
     pub fn outbox_remove_if(&self, key: &str, id: &str) -> Result<bool> {
         let txn = self.db.begin_write()?;
         let removed = {
@@ -186,7 +146,7 @@ impl MetaStore {
     /// gone or holds a newer report.
     ///
     /// # Errors
-    /// [`Store`](crate::metamanager::error::Error::Store) if the transaction fails.
+    /// [`Error::Store`] if the transaction fails.
     pub fn outbox_refused(&self, key: &str, id: &str, count: bool) -> Result<Option<u32>> {
         let txn = self.db.begin_write()?;
         let attempts = {
@@ -212,16 +172,50 @@ impl MetaStore {
     }
 }
 
-fn decode(key: &str, (seq, attempts, _, bytes): (u64, u32, &str, &[u8])) -> Result<OutboxEntry> {
-    let message =
-        verge_proto::envelope::decode(bytes).map_err(|source| MetaError::OutboxRecord {
-            key: key.to_owned(),
-            source,
-        })?;
-    Ok(OutboxEntry {
+/// [`MetaStore::outbox_put`] inside the caller's transaction `txn`
+/// ([`crate::Transaction::outbox_put`]), so that a report commits together with the state it
+/// reports. Nothing is committed here.
+pub(crate) fn put_in(
+    txn: &WriteTransaction,
+    message: &Envelope,
+    wire: &[u8],
+    max_entries: usize,
+) -> Result<()> {
+    let key = OutboxKey::of(message).ok_or_else(|| Error::NotAReport {
+        message: message.to_string(),
+    })?;
+    let droppable = key.is_droppable();
+    let key = key.to_string();
+    let id = message.id.as_str();
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let mut order = txn.open_table(ORDER)?;
+    let mut meta = txn.open_table(META)?;
+    let old = outbox.get(key.as_str())?.map(|g| g.value().0);
+    match old {
+        Some(old_seq) => {
+            order.remove(old_seq)?;
+        }
+        None if droppable => {
+            let entries = outbox.len()?;
+            if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
+                return Err(Error::OutboxFull { key, entries });
+            }
+        }
+        None => {}
+    }
+    let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
+    meta.insert(NEXT_SEQ, seq + 1)?;
+    outbox.insert(key.as_str(), (seq, 0, id, wire))?;
+    order.insert(seq, key.as_str())?;
+    Ok(())
+}
+
+fn decode(key: &str, (seq, attempts, id, wire): (u64, u32, &str, &[u8])) -> OutboxEntry {
+    OutboxEntry {
         key: key.to_owned(),
         seq,
         attempts,
-        message,
-    })
+        id: id.to_owned(),
+        wire: wire.to_vec(),
+    }
 }
