@@ -51,11 +51,26 @@ pub fn edgecore_profile(profile: &str) -> &str {
     }
 }
 
+/// The features that turn on the test targets needing real components (Docker, the control
+/// plane, mosquitto, Jaeger, Go builds), one per crate that has such targets; plain `cargo
+/// test --workspace` runs without them. `cargo xtask test` passes them to clippy, the build
+/// and `cargo test`, and [`build_bins`] to its workspace build, so that the libraries are
+/// built once with one set of features.
+pub const REAL_COMPONENTS: &str = "verge-edgecore/real-components,\
+    verge-edgecontroller/real-components,verge-devicecontroller/real-components,\
+    verge-testkit/real-components,verge-e2e/real-components";
+
 /// `cargo build --workspace --bins` (release with `release`, and then edgecore with
 /// [`EDGE_PROFILE`]); returns the binaries' dir, where [`binary`] finds each.
 pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut builds = vec![vec!["build", "--workspace", "--bins"]];
+    let mut builds = vec![vec![
+        "build",
+        "--workspace",
+        "--bins",
+        "--features",
+        REAL_COMPONENTS,
+    ]];
     if release {
         builds[0].push("--release");
         builds.push(vec![

@@ -12,7 +12,9 @@
 //!    `examples/` (Go and Python, generated from `proto/`);
 //! 4. the API contract (`cargo xtask api check`: buf lint, buf breaking against the previous
 //!    release, docs/api.md up to date), then the control plane and Jaeger started;
-//! 5. `cargo test --workspace --all-targets` with `VERGE_STATE_DIR` and `KUBECONFIG` exported:
+//! 5. `cargo test --workspace --all-targets` with the features that turn on the test targets
+//!    against real components ([`crate::local::REAL_COMPONENTS`]; plain `cargo test
+//!    --workspace` leaves them out) and `VERGE_STATE_DIR` and `KUBECONFIG` exported:
 //!    every test but those named [`LAST`], then those. Meanwhile a low-priority thread builds
 //!    the deployment images (`cargo xtask images --profile images-test`; the [`LAST`] tests
 //!    import them and wait for them), the conformance binary and images, and the fuzz
@@ -270,7 +272,8 @@ fn cargo_status(args: &[&str], rustdocflags: Option<&str>) -> anyhow::Result<Exi
 
 /// `cargo fmt --all --check`; the dependency policy of `deny.toml` (`cargo deny --offline
 /// check licenses bans sources`, installing the pinned cargo-deny first when it is missing,
-/// [`crate::deny`]); `cargo clippy --workspace --all-targets -- -D warnings`; `cargo doc
+/// [`crate::deny`]); `cargo clippy --workspace --all-targets -- -D warnings` with
+/// [`crate::local::REAL_COMPONENTS`]; `cargo doc
 /// --workspace --no-deps` with `RUSTDOCFLAGS=-D warnings`. Stops at the first failure and
 /// returns its exit code.
 fn static_checks() -> anyhow::Result<ExitCode> {
@@ -284,13 +287,15 @@ fn static_checks() -> anyhow::Result<ExitCode> {
             Box::new(crate::deny::check),
         ),
         (
-            "cargo clippy --workspace --all-targets -- -D warnings",
+            "cargo clippy --workspace --all-targets --features <real components> -- -D warnings",
             Box::new(|| {
                 cargo_status(
                     &[
                         "clippy",
                         "--workspace",
                         "--all-targets",
+                        "--features",
+                        crate::local::REAL_COMPONENTS,
                         "--",
                         "-D",
                         "warnings",
@@ -356,6 +361,11 @@ fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Resu
         if !narrowed {
             test.arg("--workspace");
         }
+        // Every test target of the selected packages, those against real components included
+        // (plain `cargo test --workspace` leaves them out).
+        if let Some(features) = real_component_features(extra, narrowed) {
+            test.args(["--features", &features]);
+        }
         // Run every test binary even after a failure, so one run shows every failing test.
         if !targeted {
             test.arg("--all-targets");
@@ -373,10 +383,70 @@ fn run_tests(cp: &verge_testkit::ControlPlane, extra: &[String]) -> anyhow::Resu
     Ok(first_failure)
 }
 
+/// The `--features` value that turns on the real-component test targets of the packages a
+/// run selects: all of [`crate::local::REAL_COMPONENTS`] for the workspace, those of the
+/// `-p`/`--package` arguments in `extra` when `narrowed` (cargo refuses a feature of a
+/// package it was not asked for); `None` when no selected package has such targets.
+fn real_component_features(extra: &[String], narrowed: bool) -> Option<String> {
+    let all = crate::local::REAL_COMPONENTS.split(',');
+    if !narrowed {
+        return Some(all.collect::<Vec<_>>().join(","));
+    }
+    let mut selected = Vec::new();
+    let mut args = extra.iter();
+    while let Some(arg) = args.next() {
+        let package = match arg.as_str() {
+            "-p" | "--package" => args.next().map(String::as_str),
+            other => other
+                .strip_prefix("--package=")
+                .or_else(|| other.strip_prefix("-p")),
+        };
+        selected.extend(package.filter(|p| !p.is_empty()));
+    }
+    let features: Vec<&str> = all
+        .filter(|f| selected.iter().any(|p| f.split('/').next() == Some(*p)))
+        .collect();
+    (!features.is_empty()).then(|| features.join(","))
+}
+
 /// The process exit code of `status` (1 when killed by a signal).
 fn exit_code(status: std::process::ExitStatus) -> ExitCode {
     match status.code() {
         Some(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         None => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::real_component_features;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_workspace_gets_every_real_component_feature() {
+        let all = real_component_features(&[], false).expect("features");
+        assert_eq!(all.split(',').count(), 5, "{all}");
+        assert!(all.contains("verge-e2e/real-components"));
+    }
+
+    #[test]
+    fn a_narrowed_run_gets_the_features_of_its_packages_only() {
+        let edge = args(&["-p", "verge-edgecore", "--test", "outbox"]);
+        assert_eq!(
+            real_component_features(&edge, true).as_deref(),
+            Some("verge-edgecore/real-components")
+        );
+        let two = args(&["--package=verge-e2e", "-pverge-testkit"]);
+        assert_eq!(
+            real_component_features(&two, true).as_deref(),
+            Some("verge-testkit/real-components,verge-e2e/real-components")
+        );
+        assert_eq!(
+            real_component_features(&args(&["-p", "verge-core"]), true),
+            None
+        );
     }
 }
