@@ -115,7 +115,7 @@ async fn a_shorter_grace_period_cuts_a_termination_in_progress() {
     settle(&mut w).await;
     let app = h.rt.instances("app").pop().expect("app");
     h.rt.take_calls();
-    w.deleted = true;
+    w.apply(super::WorkerMsg::Deleted);
     let t0 = tokio::time::Instant::now();
     // A second delete with gracePeriodSeconds 2 arrives 5 s into the 150 s preStop sleep.
     let (synced, ()) = tokio::join!(w.sync(), async {

@@ -1,15 +1,16 @@
 //! `spec.activeDeadlineSeconds`, as the kubelet's active-deadline handler: once the pod has
 //! been active on the node (since `status.startTime`) for that many seconds, it fails with
 //! reason `DeadlineExceeded`, a Normal event of that reason is recorded, and its containers
-//! are stopped. The deadline may be set or shortened on a running pod (the API server allows
-//! that update); the next sync after the update applies it.
+//! are stopped: the pod is [`PodState::Evicted`](super::state::PodState::Evicted). The
+//! deadline may be set or shortened on a running pod (the API server allows that update); the
+//! next sync after the update applies it.
 
 use std::time::Duration;
 
 use tracing::info;
 
 use super::Worker;
-use super::state::PodEvent;
+use super::state::{Failure, PodEvent};
 use super::sync::Wake;
 use crate::Result;
 use crate::edged::events::EventType;
@@ -32,10 +33,11 @@ impl<R: ContainerRuntime> Worker<R> {
         Some(deadline.saturating_sub(active))
     }
 
-    /// Fails the pod if it is past its deadline (stopping what runs, within the grace
+    /// Evicts the pod if it is past its deadline (stopping what runs, within the grace
     /// period) and returns `true`; otherwise asks `wake` for a sync when the deadline comes.
+    /// A pod done already (completed, rejected, evicted) has no deadline.
     pub(super) async fn enforce_deadline(&mut self, wake: &mut Wake) -> Result<bool> {
-        if self.state.is_completed() || self.evicted.is_some() {
+        if self.state.is_finished() {
             return Ok(false);
         }
         let Some(left) = self.deadline_left() else {
@@ -47,12 +49,11 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         info!("pod is past its activeDeadlineSeconds; failing it");
         self.pod_event(EventType::Normal, REASON, MESSAGE.to_owned());
-        self.evicted = Some((REASON, MESSAGE.to_owned()));
         let obs = self.observe().await?;
-        match obs.sandbox().cloned() {
-            Some(sandbox) => self.complete(false, &obs, &sandbox).await,
-            None => self.transition(PodEvent::Finished { succeeded: false }),
+        if let Some(sandbox) = obs.sandbox().cloned() {
+            self.wind_down(&obs, &sandbox).await;
         }
+        self.transition(PodEvent::Evicted(Failure::new(REASON, MESSAGE)));
         let obs = self.observe().await?;
         self.report(&obs).await;
         Ok(true)

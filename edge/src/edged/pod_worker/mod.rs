@@ -5,7 +5,10 @@
 //! [`RESYNC`] as a safety net.
 //!
 //! # Layout
-//! - `state`: the lifecycle states and per-container state (back-off kept there).
+//! - `state`: the lifecycle states and per-container state (back-off kept there). Deletion,
+//!   rejection at admission and eviction are states of the lifecycle, not flags beside it.
+//! - `lifecycle`: moving between those states; admission and deletion.
+//! - `deadline`: `activeDeadlineSeconds` (eviction).
 //! - `backoff`: crash-loop / pull back-off.
 //! - `observe`: what Docker holds for the pod.
 //! - `sync`: one sync step (sandbox, volumes, init containers, app containers).
@@ -20,6 +23,7 @@ pub(crate) mod backoff;
 mod deadline;
 mod events;
 mod hooks;
+mod lifecycle;
 pub(crate) mod observe;
 mod refresh;
 mod report;
@@ -37,6 +41,8 @@ mod trace_tests;
 mod config_tests;
 #[cfg(test)]
 mod deadline_tests;
+#[cfg(test)]
+mod lifecycle_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -135,16 +141,11 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// When this worker started a pod not yet Running, until its status first says Running
     /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
     starting_since: Option<std::time::Instant>,
-    deleted: bool,
     /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
     /// see [`Worker::pod_ip`].
     sandbox_ip: Option<String>,
     /// The trace the next syncs continue.
     trace: trace::SyncTrace,
-    /// Why the node refused the pod at admission (reason, message), e.g. `SysctlForbidden`.
-    rejected: Option<(&'static str, String)>,
-    /// Why the node failed the running pod (reason, message): `DeadlineExceeded`.
-    evicted: Option<(&'static str, String)>,
     /// The newest `deletionGracePeriodSeconds` the dispatcher saw (a termination in progress
     /// starts over when it shrinks).
     deletion_grace: watch::Receiver<Option<i64>>,
@@ -221,11 +222,8 @@ impl<R: ContainerRuntime> Worker<R> {
             last_status: None,
             start_time,
             starting_since: starting.then(std::time::Instant::now),
-            deleted: false,
             sandbox_ip: None,
             trace: trace::SyncTrace::default(),
-            rejected: None,
-            evicted: None,
             // Replaced by `spawn` with the receiving end of its handle's channel.
             deletion_grace: watch::channel(pod_grace).1,
         }
@@ -293,7 +291,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 }
                 self.pod = pod;
             }
-            WorkerMsg::Deleted => self.deleted = true,
+            WorkerMsg::Deleted => self.delete(),
             WorkerMsg::Relist => {}
             WorkerMsg::Refresh => self.refresh_volumes = true,
             WorkerMsg::Unhealthy(u) => self.probe_event(&u),

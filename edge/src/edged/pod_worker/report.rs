@@ -137,10 +137,6 @@ impl<R: ContainerRuntime> Worker<R> {
             })
             .collect();
         status.ephemeral_container_statuses = Some(ephemeral).filter(|e| !e.is_empty());
-        if let Some((reason, message)) = self.rejected.as_ref().or(self.evicted.as_ref()) {
-            status.reason = Some((*reason).to_owned());
-            status.message = Some(message.clone());
-        }
         if status.phase.as_deref() == Some("Running")
             && let Some(since) = self.starting_since.take()
         {

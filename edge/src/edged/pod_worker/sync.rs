@@ -92,28 +92,16 @@ impl Step {
 impl<R: ContainerRuntime> Worker<R> {
     /// Syncs the pod once; returns when it must run again at the latest.
     pub(super) async fn sync(&mut self) -> Result<Option<Instant>> {
-        if (self.deleted || self.pod.metadata.deletion_timestamp.is_some())
-            && !self.state.is_terminating()
-        {
-            let grace = self.grace();
-            info!(?grace, "terminating pod");
-            self.transition(PodEvent::Deleted { grace });
+        if self.pod.metadata.deletion_timestamp.is_some() {
+            self.delete();
         }
-        if let PodState::Terminating { grace } = self.state {
+        if let PodState::Terminating { grace, .. } = self.state {
             self.terminate(grace).await?;
             return Ok(None);
         }
-        if self.state == PodState::Pending
-            && self.rejected.is_none()
-            && let Some((reason, message)) = crate::edged::admission::rejection(&self.pod)
-        {
+        self.admit();
+        if let PodState::Rejected(_) = self.state {
             // kubelet: a pod the node does not admit fails at once, nothing created.
-            warn!(%reason, %message, "pod rejected");
-            self.pod_event(EventType::Warning, reason, message.clone());
-            self.rejected = Some((reason, message));
-            self.transition(PodEvent::Finished { succeeded: false });
-        }
-        if self.rejected.is_some() {
             self.report(&Observation::default()).await;
             return Ok(None);
         }
@@ -122,10 +110,10 @@ impl<R: ContainerRuntime> Worker<R> {
             return Ok(None);
         }
         let mut obs = self.observe().await?;
-        if !self.state.is_completed() && self.step(&obs, &mut wake).await? {
+        if !self.state.is_finished() && self.step(&obs, &mut wake).await? {
             let had_sandbox = obs.sandbox().is_some();
             obs = self.observe().await?;
-            if !had_sandbox && obs.sandbox().is_some() && !self.state.is_completed() {
+            if !had_sandbox && obs.sandbox().is_some() && !self.state.is_finished() {
                 // A new sandbox runs: report ContainerCreating, then start the containers in
                 // this same sync (kubelet: one `SyncPod` creates the sandbox and starts the
                 // containers) instead of observing Docker once more on the next.
@@ -138,11 +126,6 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         self.report(&obs).await;
         Ok(wake.0)
-    }
-
-    /// Moves the pod to the state `event` leads to.
-    pub(super) fn transition(&mut self, event: PodEvent) {
-        self.state = std::mem::replace(&mut self.state, PodState::Pending).next(event);
     }
 
     /// What Docker holds for the pod; remembers the running sandbox's IP.
@@ -234,7 +217,8 @@ impl<R: ContainerRuntime> Worker<R> {
                     Step::Exited { ok: true } => continue,
                     Step::Exited { ok: false } => {
                         warn!(container = %c.name, "init container failed; pod failed");
-                        self.complete(false, obs, &sandbox).await;
+                        self.wind_down(obs, &sandbox).await;
+                        self.transition(PodEvent::Finished { succeeded: false });
                         return Ok(true);
                     }
                     Step::Running | Step::Waiting | Step::Acted => {
@@ -261,21 +245,18 @@ impl<R: ContainerRuntime> Worker<R> {
                 .acted();
         }
         if !active {
-            self.complete(all_ok, obs, &sandbox).await;
+            info!(succeeded = all_ok, "pod completed");
+            self.wind_down(obs, &sandbox).await;
+            self.transition(PodEvent::Finished { succeeded: all_ok });
             changed = true;
         }
         Ok(changed)
     }
 
-    /// Every app container (or an init container) is done for good: stop the sidecars
-    /// (`preStop` first, within the grace period) and the sandbox; phase Succeeded/Failed.
-    pub(super) async fn complete(
-        &mut self,
-        succeeded: bool,
-        obs: &Observation,
-        sandbox: &Instance,
-    ) {
-        info!(succeeded, "pod completed");
+    /// The pod is done for good (every app container or an init container exited, or it was
+    /// evicted): stop what still runs (`preStop` first, within the grace period), then the
+    /// sandbox. The caller then moves the pod to its done state (Completed or Evicted).
+    pub(super) async fn wind_down(&mut self, obs: &Observation, sandbox: &Instance) {
         let grace = self.grace();
         for i in obs
             .all()
@@ -289,7 +270,6 @@ impl<R: ContainerRuntime> Worker<R> {
                 warn!(error = %ErrorChain(&e), "cannot stop sidecar");
             }
         }
-        self.transition(PodEvent::Finished { succeeded });
         if let Err(e) = self.ctx.runtime.stop(&sandbox.id, Duration::ZERO).await {
             warn!(error = %ErrorChain(&e), "cannot stop sandbox");
         }

@@ -575,7 +575,7 @@ async fn the_pre_stop_hook_runs_before_the_stop_within_the_grace_period() {
     settle(&mut w).await;
     let app = h.rt.instances("app").pop().expect("app");
     h.rt.take_calls();
-    w.deleted = true;
+    w.apply(WorkerMsg::Deleted);
     w.sync().await.expect("sync");
     let calls = h.rt.take_calls();
     let exec = calls

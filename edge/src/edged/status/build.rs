@@ -15,7 +15,8 @@ use crate::edged::pod_worker::state::{PodState, RestartPolicy, WaitingReason, is
 pub struct PodFacts<'a> {
     /// The pod.
     pub pod: &'a Pod,
-    /// Its lifecycle state.
+    /// Its lifecycle state (the phase of a pod not running; the reason and message of one
+    /// the node failed).
     pub state: &'a PodState,
     /// The node's IP.
     pub host_ip: Option<String>,
@@ -197,8 +198,17 @@ pub fn pod_status(
     let phase = match facts.state {
         PodState::Pending | PodState::Initializing => "Pending",
         PodState::Completed { succeeded: true } => "Succeeded",
-        PodState::Completed { succeeded: false } => "Failed",
-        _ => phase(facts.pod, &statuses),
+        // kubelet: a pod the node failed stays Failed while it terminates (pods are not
+        // allowed to transition out of terminal phases).
+        PodState::Completed { succeeded: false }
+        | PodState::Rejected(_)
+        | PodState::Evicted(_)
+        | PodState::Terminating {
+            failure: Some(_), ..
+        } => "Failed",
+        PodState::Running | PodState::Terminating { failure: None, .. } | PodState::Terminated => {
+            phase(facts.pod, &statuses)
+        }
     };
     let terminal = matches!(phase, "Succeeded" | "Failed");
     // kubelet: `GenerateContainersReadyCondition`: sidecars and app containers.
@@ -254,6 +264,9 @@ pub fn pod_status(
         start_time: Some(facts.start_time.clone()),
         init_container_statuses: Some(init_statuses).filter(|s| !s.is_empty()),
         container_statuses: Some(statuses),
+        // kubelet: a pod refused at admission or evicted keeps the reason and message.
+        reason: facts.state.failure().map(|f| f.reason.to_owned()),
+        message: facts.state.failure().map(|f| f.message.clone()),
         ..PodStatus::default()
     }
 }

@@ -4,7 +4,8 @@
 //! the worker only reports what happened.
 //!
 //! # Layout
-//! - `pod`: [`PodState`] and its [`PodEvent`] transitions.
+//! - `pod`: [`PodState`] (admission refusal, eviction and deletion included) and its
+//!   [`PodEvent`] transitions.
 //! - `container`: [`ContainerTrack`] and [`ContainerPhase`] (running, backing off, done).
 //! - `reasons`: [`RestartPolicy`], [`WaitingReason`] and [`Waiting`].
 
@@ -15,5 +16,5 @@ mod reasons;
 #[cfg(test)]
 pub use container::ContainerPhase;
 pub use container::{ContainerTrack, ExitDecision};
-pub use pod::{PodEvent, PodState};
+pub use pod::{Failure, PodEvent, PodState};
 pub use reasons::{RestartPolicy, Waiting, WaitingReason, is_sidecar};

@@ -1,42 +1,85 @@
-//! [`PodState`]: where a pod is in its lifecycle, and its transitions ([`PodState::next`]).
+//! [`PodState`]: where a pod is in its lifecycle, and its transitions
+//! ([`PodState::transition`]). Deletion, rejection at admission and eviction are states of
+//! the lifecycle, not flags beside it: a pod is never e.g. "Running but deleted".
 //!
 //! ```text
-//! Pending --sandbox+volumes--> Initializing --init containers exit 0--> Running
-//!    ^  |                           | init fails, restartPolicy Never         | no container will
-//!    |  |                           v                                         v restart again
-//!    |  |                        Completed{succeeded: false}  <----------  Completed{succeeded}
-//!    |  +-- sandbox lost (any live state) --> Pending
-//!    +-- any state: deletionTimestamp or cloud delete --> Terminating --torn down--> Terminated
+//!  Pending --sandbox+volumes--> Initializing --init containers exit 0--> Running
+//!   |  ^                            | init fails, restartPolicy Never     | no container will
+//!   |  |                            v                                     v restart again
+//!   |  |                       Completed{succeeded: false} <--------- Completed{succeeded}
+//!   |  +-- sandbox lost (from any live state: Pending, Initializing, Running)
+//!   +-- admission refused --> Rejected(failure)                 (nothing was created)
+//!  live state --activeDeadlineSeconds passed--> Evicted(failure) (containers stopped, kept)
+//!  any state but Terminated --deletionTimestamp or cloud delete--> Terminating{grace, failure}
+//!  Terminating --torn down, deletion reported--> Terminated       (the worker ends)
 //! ```
+//!
+//! Every other (state, event) pair is refused with an [`IllegalTransition`].
 
 use std::time::Duration;
+
+/// Why the node failed a pod (the kubelet's `status.reason` and `status.message`): refused at
+/// admission, or evicted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// `status.reason`, e.g. `SysctlForbidden` or `DeadlineExceeded`.
+    pub reason: &'static str,
+    /// `status.message`.
+    pub message: String,
+}
+
+impl Failure {
+    /// The failure of reason `reason` and message `message`.
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
 
 /// Where the pod is in its lifecycle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodState {
-    /// The sandbox or the volumes are not ready yet.
+    /// Admission pending, or the sandbox or the volumes are not ready yet (phase `Pending`).
     Pending,
-    /// Init containers are running, in order.
+    /// Init containers are running, in order (phase `Pending`).
     Initializing,
-    /// App containers are managed (started, restarted per restartPolicy).
+    /// App containers are managed (started, restarted per restartPolicy); the phase follows
+    /// the kubelet's `getPhase` over their statuses.
     Running,
-    /// Every container has exited and none will be restarted (restartPolicy Never/OnFailure).
+    /// Every container has exited and none will be restarted (restartPolicy Never/OnFailure),
+    /// or an init container failed under restartPolicy Never.
     Completed {
         /// All exited 0 (phase Succeeded), else phase Failed.
         succeeded: bool,
     },
-    /// Being torn down: containers stopped with `grace`, then removed.
+    /// The node refused the pod at admission (kubelet: `canAdmitPod`, e.g.
+    /// `PodOSNotSupported`, `SysctlForbidden`): phase `Failed` with the failure's reason and
+    /// message, a Warning event of that reason, and nothing of the pod is ever created.
+    Rejected(Failure),
+    /// The node failed the pod while it was live (kubelet: the active-deadline handler,
+    /// `DeadlineExceeded`): phase `Failed` with the failure's reason and message; its
+    /// containers and sandbox are stopped but kept until the pod is deleted.
+    Evicted(Failure),
+    /// Being torn down after a deletion (kubelet: `killPod`, then the pod's removal):
+    /// containers stopped with `grace`, then removed, and the deletion reported. Phase
+    /// `Failed` with the failure's reason and message when the node had failed the pod
+    /// (kubelet: no transition out of a terminal phase), else from the containers' statuses.
     Terminating {
         /// The grace period (SIGTERM, then SIGKILL after it).
         grace: Duration,
+        /// The failure the pod had before its deletion (rejected or evicted), still reported
+        /// while it terminates.
+        failure: Option<Failure>,
     },
     /// Torn down and reported; the worker ends.
     Terminated,
 }
 
-/// What happened to the pod, as a sync observed it; [`PodState::next`] decides the state it
-/// leads to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happened to the pod, as a sync observed it; [`PodState::transition`] decides the
+/// state it leads to, or refuses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PodEvent {
     /// No sandbox runs (first sync, or it died): it is being (re)created.
     SandboxMissing,
@@ -49,6 +92,10 @@ pub enum PodEvent {
         /// All exited 0.
         succeeded: bool,
     },
+    /// The node refused the pod at admission.
+    Rejected(Failure),
+    /// The node failed the live pod (its containers were stopped).
+    Evicted(Failure),
     /// Deletion was requested (`deletionTimestamp`, or the pod left the store) with `grace`.
     Deleted {
         /// The grace period.
@@ -56,6 +103,17 @@ pub enum PodEvent {
     },
     /// Every container was stopped and removed and the deletion reported.
     TornDown,
+}
+
+/// An event the pod's state does not allow (e.g. [`PodEvent::Initialized`] in
+/// [`PodState::Completed`]); the state stays as it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("illegal pod transition: {event:?} in state {state:?}")]
+pub struct IllegalTransition {
+    /// The state, unchanged.
+    pub state: PodState,
+    /// The refused event.
+    pub event: PodEvent,
 }
 
 impl PodState {
@@ -70,26 +128,57 @@ impl PodState {
         }
     }
 
-    /// The state after `event`. Deletion moves every live state to `Terminating` (a shorter
-    /// grace wins while terminating); `Completed` is left only by deletion, `Terminating` only
-    /// by [`PodEvent::TornDown`], `Terminated` never.
-    #[must_use]
-    pub fn next(self, event: PodEvent) -> Self {
-        match (self, event) {
-            (Self::Terminated, _) => Self::Terminated,
-            (Self::Terminating { grace: g }, PodEvent::Deleted { grace }) => Self::Terminating {
-                grace: g.min(grace),
+    /// The state after `event`, if this state allows it:
+    /// - live states (`Pending`, `Initializing`, `Running`) move among themselves as the
+    ///   sync observes, to `Completed` when done, to `Evicted`, and to `Terminating`;
+    ///   only `Pending` (nothing created yet) may be `Rejected`;
+    /// - `Completed`, `Rejected` and `Evicted` are left only by deletion;
+    /// - `Terminating` takes a shorter grace period from a newer deletion and ends with
+    ///   [`PodEvent::TornDown`];
+    /// - `Terminated` allows nothing.
+    ///
+    /// # Errors
+    /// [`IllegalTransition`], holding this state unchanged, for any other event.
+    pub fn transition(self, event: PodEvent) -> Result<Self, IllegalTransition> {
+        use PodEvent as E;
+        let next = match (self, event) {
+            // Only a pod not started yet may be refused at admission.
+            (Self::Pending, E::Rejected(failure)) => Self::Rejected(failure),
+            // Live states: the sync's observations, eviction, deletion.
+            (state @ (Self::Pending | Self::Initializing | Self::Running), event) => match event {
+                E::SandboxMissing => Self::Pending,
+                E::InitRunning => Self::Initializing,
+                E::Initialized => Self::Running,
+                E::Finished { succeeded } => Self::Completed { succeeded },
+                E::Evicted(failure) => Self::Evicted(failure),
+                E::Deleted { grace } => Self::Terminating {
+                    grace,
+                    failure: None,
+                },
+                event @ (E::Rejected(_) | E::TornDown) => {
+                    return Err(IllegalTransition { state, event });
+                }
             },
-            (Self::Terminating { .. }, PodEvent::TornDown) => Self::Terminated,
-            (s @ Self::Terminating { .. }, _) => s,
-            (_, PodEvent::Deleted { grace }) => Self::Terminating { grace },
-            (s @ Self::Completed { .. }, _) => s,
-            (_, PodEvent::SandboxMissing) => Self::Pending,
-            (_, PodEvent::InitRunning) => Self::Initializing,
-            (_, PodEvent::Initialized) => Self::Running,
-            (_, PodEvent::Finished { succeeded }) => Self::Completed { succeeded },
-            (s, PodEvent::TornDown) => s,
-        }
+            // Done, not deleted: only deletion; a failure is kept for the reports.
+            (Self::Completed { .. }, E::Deleted { grace }) => Self::Terminating {
+                grace,
+                failure: None,
+            },
+            (Self::Rejected(failure) | Self::Evicted(failure), E::Deleted { grace }) => {
+                Self::Terminating {
+                    grace,
+                    failure: Some(failure),
+                }
+            }
+            // Terminating: a newer deletion's shorter grace period wins; then the end.
+            (Self::Terminating { grace: g, failure }, E::Deleted { grace }) => Self::Terminating {
+                grace: g.min(grace),
+                failure,
+            },
+            (Self::Terminating { .. }, E::TornDown) => Self::Terminated,
+            (state, event) => return Err(IllegalTransition { state, event }),
+        };
+        Ok(next)
     }
 
     /// Whether the pod is being or has been torn down.
@@ -97,83 +186,29 @@ impl PodState {
         matches!(self, Self::Terminating { .. } | Self::Terminated)
     }
 
-    /// Whether the pod is done and its containers are no longer managed.
-    pub fn is_completed(&self) -> bool {
-        matches!(self, Self::Completed { .. })
+    /// Whether the pod is done but not deleted (completed, rejected or evicted): its
+    /// containers are no longer managed.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            Self::Completed { .. } | Self::Rejected(_) | Self::Evicted(_)
+        )
+    }
+
+    /// Why the node failed the pod (rejected, evicted, or either and now terminating): the
+    /// `status.reason` and `status.message` to report.
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            Self::Rejected(f)
+            | Self::Evicted(f)
+            | Self::Terminating {
+                failure: Some(f), ..
+            } => Some(f),
+            _ => None,
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deletion_moves_every_live_state_to_terminating() {
-        let g = Duration::from_secs(5);
-        for s in [
-            PodState::Pending,
-            PodState::Initializing,
-            PodState::Running,
-            PodState::Completed { succeeded: true },
-        ] {
-            assert_eq!(
-                s.next(PodEvent::Deleted { grace: g }),
-                PodState::Terminating { grace: g }
-            );
-        }
-        let t = PodState::Terminating {
-            grace: Duration::from_secs(30),
-        };
-        assert_eq!(
-            t.next(PodEvent::Deleted { grace: g }),
-            PodState::Terminating { grace: g },
-            "a shorter grace wins"
-        );
-        let terminated = PodState::Terminated;
-        assert_eq!(
-            terminated.next(PodEvent::Deleted { grace: g }),
-            PodState::Terminated
-        );
-    }
-
-    #[test]
-    fn live_states_follow_the_sync() {
-        use PodEvent::{Finished, InitRunning, Initialized, SandboxMissing, TornDown};
-        let s = PodState::initial(None);
-        assert_eq!(s, PodState::Pending);
-        let s = s.next(InitRunning);
-        assert_eq!(s, PodState::Initializing);
-        let s = s.next(Initialized);
-        assert_eq!(s, PodState::Running);
-        assert_eq!(s.clone().next(SandboxMissing), PodState::Pending);
-        let done = s.next(Finished { succeeded: false });
-        assert_eq!(done, PodState::Completed { succeeded: false });
-        assert_eq!(
-            done.clone().next(SandboxMissing),
-            done,
-            "completed stays completed"
-        );
-        assert_eq!(
-            done.clone().next(TornDown),
-            done,
-            "only terminating is torn down"
-        );
-        let t = PodState::Terminating {
-            grace: Duration::ZERO,
-        };
-        assert_eq!(
-            t.clone().next(Initialized),
-            t,
-            "terminating ignores the sync"
-        );
-        assert_eq!(t.next(TornDown), PodState::Terminated);
-        assert_eq!(
-            PodState::initial(Some("Succeeded")),
-            PodState::Completed { succeeded: true }
-        );
-        assert_eq!(
-            PodState::initial(Some("Failed")),
-            PodState::Completed { succeeded: false }
-        );
-    }
-}
+#[path = "pod_tests.rs"]
+mod tests;
