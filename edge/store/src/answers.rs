@@ -26,7 +26,7 @@ impl MetaStore {
     /// one; commits before returning.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails; nothing
+    /// [`Error::Store`](crate::Error::Store) if the transaction fails; nothing
     /// is changed then.
     pub fn put_answer(&self, key: &ResourceKey, content: &[u8]) -> Result<()> {
         let txn = self.db.begin_write()?;
@@ -39,7 +39,7 @@ impl MetaStore {
     /// The last answer kept for the query of `key`, if any.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails.
+    /// [`Error::Store`](crate::Error::Store) if the read fails.
     pub fn answer(&self, key: &ResourceKey) -> Result<Option<Vec<u8>>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(ANSWERS)?;

@@ -63,7 +63,7 @@ impl MetaStore {
     /// `max_pending` messages wait already.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails; nothing
+    /// [`Error::Store`](crate::Error::Store) if the transaction fails; nothing
     /// is changed then.
     pub fn app_inbox_put(
         &self,
@@ -100,7 +100,7 @@ impl MetaStore {
     /// Every unpublished entry, oldest first.
     ///
     /// # Errors
-    /// [`Error::Store`] if the read fails.
+    /// [`Error::Store`](crate::Error::Store) if the read fails.
     pub fn app_inbox_pending(&self) -> Result<Vec<Pending>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(INBOX)?;
@@ -125,7 +125,7 @@ impl MetaStore {
     /// forgotten. Unknown or already published: nothing changes.
     ///
     /// # Errors
-    /// [`Error::Store`] if the transaction fails.
+    /// [`Error::Store`](crate::Error::Store) if the transaction fails.
     pub fn app_inbox_published(&self, seq: u64, keep: u64) -> Result<()> {
         let txn = self.db.begin_write()?;
         {
