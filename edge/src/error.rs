@@ -68,8 +68,8 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// A container runtime call failed (edged's runtime; the call and the engine's error
-    /// are in it).
+    /// A container runtime call failed, or its endpoint is unusable (edged's runtime, the
+    /// streaming server's; the call and the engine's error are in it).
     #[error(transparent)]
     Runtime(#[from] crate::edged::runtime::RuntimeError),
     /// A stored or received object is not the JSON it should be.
@@ -88,9 +88,6 @@ pub enum Error {
     /// A pod volume cannot be set up, mounted or removed (edged's volumes).
     #[error(transparent)]
     Volume(#[from] crate::edged::volumes::VolumeError),
-    /// The container runtime endpoint cannot be used for the streaming server.
-    #[error("container runtime endpoint for streaming")]
-    Docker(#[source] bollard::errors::Error),
 }
 
 impl Error {

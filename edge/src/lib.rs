@@ -67,6 +67,13 @@ pub use metamanager::MetaManager;
 pub use node::NodeAgent;
 pub use verge_edge_store::{MetaStore, OutboxKey};
 
+/// The streaming server on Docker.
+type StreamingServer = streaming::StreamingServer<edged::runtime::DockerRuntime>;
+
+/// How long one call of the streaming server's Docker client may last (a followed log, an
+/// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
+const STREAMING_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
+
 /// The whole edge agent: edgehub, metamanager, edged, node and devicetwin, sharing one
 /// store.
 #[derive(Debug)]
@@ -102,25 +109,22 @@ impl EdgeCore {
     }
 
     /// The streaming server (kubectl logs/exec/...), unless `streaming.enable` is off. Its
-    /// Docker client has no request timeout: a followed log or an exec lasts as long as
-    /// the client wants.
+    /// runtime is a Docker client of its own whose calls may last 4 hours (edged's time out
+    /// after 2 minutes): a followed log or an exec lasts as long as the client wants.
     ///
     /// # Errors
-    /// [`Error::Docker`] when the container runtime endpoint is unusable.
-    fn streaming_server(
-        &self,
-    ) -> Result<Option<(streaming::StreamingServer, streaming::TunnelRequests)>> {
+    /// [`Error::Runtime`] when the container runtime endpoint is unusable.
+    fn streaming_server(&self) -> Result<Option<(StreamingServer, streaming::TunnelRequests)>> {
         if !self.config.streaming.enable {
             return Ok(None);
         }
-        let docker = match &self.config.edged.container_runtime_endpoint {
-            None => bollard::Docker::connect_with_local_defaults(),
-            Some(host) => bollard::Docker::connect_with_host(host),
-        }
-        .map_err(Error::Docker)?
-        .with_timeout(std::time::Duration::from_secs(4 * 3600));
+        let runtime = edged::runtime::DockerRuntime::with_timeout(
+            self.config.edged.container_runtime_endpoint.as_deref(),
+            &self.config.node_name,
+            STREAMING_CALL_TIMEOUT,
+        )?;
         Ok(Some(streaming::StreamingServer::new(
-            docker,
+            runtime,
             self.store.clone(),
             &self.config.node_name,
             &self.config.data_dir,

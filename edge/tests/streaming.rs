@@ -18,9 +18,9 @@ use axum::Router;
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{MethodRouter, any};
-use bollard::Docker;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use verge_edgecore::edged::runtime::DockerRuntime;
 use verge_edgecore::streaming;
 use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
 
@@ -53,8 +53,9 @@ fn spdy_client() -> Result<PathBuf> {
 }
 
 /// Serves the handlers on 127.0.0.1:0: `/exec/{ns}/{pod}/{container}` execs in Docker
-/// container `{container}`; `/portForward/{ns}/{pod}` forwards into `sandbox_pid`'s netns.
-async fn serve(docker: Option<Docker>, sandbox_pid: u32) -> Result<SocketAddr> {
+/// container `{container}` through `docker`; `/portForward/{ns}/{pod}` forwards into
+/// `sandbox_pid`'s netns.
+async fn serve(docker: Option<DockerRuntime>, sandbox_pid: u32) -> Result<SocketAddr> {
     let router = Router::new()
         .route(
             "/exec/{namespace}/{pod}/{container}",
@@ -75,9 +76,9 @@ async fn serve(docker: Option<Docker>, sandbox_pid: u32) -> Result<SocketAddr> {
 }
 
 /// A route whose last path segment is the Docker container `handler` gets.
-fn in_container<F, Fut>(docker: Option<Docker>, handler: F) -> MethodRouter
+fn in_container<F, Fut>(docker: Option<DockerRuntime>, handler: F) -> MethodRouter
 where
-    F: Fn(Request, Docker, String) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(Request, DockerRuntime, String) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response> + Send + 'static,
 {
     any(
@@ -91,6 +92,11 @@ where
             }
         },
     )
+}
+
+/// The local Docker engine as the streaming server's runtime.
+async fn docker() -> Result<DockerRuntime> {
+    Ok(DockerRuntime::connect(None, "verge-streaming-test").await?)
 }
 
 /// The client exited with `code` (its stderr shown otherwise).
@@ -235,7 +241,7 @@ fn exec_args(url: String, extra: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn exec_exit_codes_stdin_tty_and_bulk_output() -> Result<()> {
     let container = Container::start("sleep 600")?;
-    let docker = Docker::connect_with_local_defaults()?;
+    let docker = docker().await?;
     let address = serve(Some(docker), container.pid).await?;
     let c = container.id.as_str();
 
@@ -337,7 +343,7 @@ async fn port_forward_to_httpd_in_a_container() -> Result<()> {
 #[tokio::test]
 async fn exec_failures_and_long_sessions() -> Result<()> {
     let container = Container::start("sleep 600")?;
-    let docker = Docker::connect_with_local_defaults()?;
+    let docker = docker().await?;
     let address = serve(Some(docker), container.pid).await?;
 
     // Docker refuses: the v4 InternalError status reaches the client as its message.
@@ -365,7 +371,7 @@ async fn exec_failures_and_long_sessions() -> Result<()> {
 #[tokio::test]
 async fn attach_sends_stdin_and_ends_with_the_process() -> Result<()> {
     let container = Container::start_with(&["-i"], "read line; echo got $line")?;
-    let docker = Docker::connect_with_local_defaults()?;
+    let docker = docker().await?;
     let address = serve(Some(docker), container.pid).await?;
     let url = format!(
         "http://{address}/attach/default/pod/{}?input=1&output=1&error=1",
@@ -380,7 +386,7 @@ async fn attach_sends_stdin_and_ends_with_the_process() -> Result<()> {
 #[tokio::test]
 async fn exec_over_websockets() -> Result<()> {
     let container = Container::start("sleep 600")?;
-    let docker = Docker::connect_with_local_defaults()?;
+    let docker = docker().await?;
     let address = serve(Some(docker), container.pid).await?;
     let c = container.id.as_str();
     let wsraw = |url: String| {
@@ -467,7 +473,7 @@ async fn exec_stdout_throughput() -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
     let container = Container::start("sleep 600")?;
-    let docker = Docker::connect_with_local_defaults()?;
+    let docker = docker().await?;
     let address = serve(Some(docker), container.pid).await?;
     let bytes = mib * 1024 * 1024;
     let query = format!("command=head&command=-c&command={bytes}&command=%2Fdev%2Fzero&output=1");

@@ -1,6 +1,6 @@
 //! The kubelet paths that upgrade the connection — `/exec`, `/attach` (GET and POST, with
-//! or without the pod uid) and `/portForward` — resolved to this node's Docker containers
-//! and handed to [`super::handlers`].
+//! or without the pod uid) and `/portForward` — resolved to this node's containers on the
+//! runtime and handed to [`super::handlers`].
 //!
 //! As the kubelet does, a request names the pod by namespace and name (and optionally its
 //! uid, which must match the stored pod's); exec and attach reach the current instance of
@@ -12,40 +12,41 @@ use std::collections::HashMap;
 use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse as _, Response};
 
-use super::containers::Containers;
+use super::containers::{Containers, container_name};
 use super::error::StreamError;
 use super::handlers;
+use crate::edged::runtime::StreamingRuntime;
 
 /// The path parameters of the routes (`namespace`, `pod`, optional `uid`, `container`).
 type Params = HashMap<String, String>;
 
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}`.
-pub(crate) async fn exec(
-    State(containers): State<Containers>,
+pub(crate) async fn exec<R: StreamingRuntime>(
+    State(containers): State<Containers<R>>,
     Path(params): Path<Params>,
     request: Request,
 ) -> Response {
     match running_container(&containers, &params).await {
-        Ok(id) => handlers::exec(request, containers.docker().clone(), id).await,
+        Ok(id) => handlers::exec(request, containers.runtime().clone(), id).await,
         Err(error) => error.into_response(),
     }
 }
 
 /// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
-pub(crate) async fn attach(
-    State(containers): State<Containers>,
+pub(crate) async fn attach<R: StreamingRuntime>(
+    State(containers): State<Containers<R>>,
     Path(params): Path<Params>,
     request: Request,
 ) -> Response {
     match running_container(&containers, &params).await {
-        Ok(id) => handlers::attach(request, containers.docker().clone(), id).await,
+        Ok(id) => handlers::attach(request, containers.runtime().clone(), id).await,
         Err(error) => error.into_response(),
     }
 }
 
 /// `/portForward/{namespace}/{pod}[/{uid}]`.
-pub(crate) async fn port_forward(
-    State(containers): State<Containers>,
+pub(crate) async fn port_forward<R: StreamingRuntime>(
+    State(containers): State<Containers<R>>,
     Path(params): Path<Params>,
     request: Request,
 ) -> Response {
@@ -66,8 +67,8 @@ fn param<'a>(params: &'a Params, name: &str) -> &'a str {
 }
 
 /// The stored pod the path names; a `uid` in the path must be the pod's.
-async fn pod(
-    containers: &Containers,
+async fn pod<R: StreamingRuntime>(
+    containers: &Containers<R>,
     params: &Params,
 ) -> Result<k8s_openapi::api::core::v1::Pod, StreamError> {
     let (namespace, name) = (param(params, "namespace"), param(params, "pod"));
@@ -80,13 +81,13 @@ async fn pod(
     }
 }
 
-/// The Docker id of the running current instance of the container the path names.
-async fn running_container(
-    containers: &Containers,
+/// The runtime's id of the running current instance of the container the path names.
+async fn running_container<R: StreamingRuntime>(
+    containers: &Containers<R>,
     params: &Params,
 ) -> Result<String, StreamError> {
     let pod = pod(containers, params).await?;
-    let container = Containers::container_name(&pod, param(params, "container"))?;
+    let container = container_name(&pod, param(params, "container"))?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let (namespace, name) = (param(params, "namespace"), param(params, "pod"));
     let instances = containers

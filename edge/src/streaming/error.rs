@@ -46,9 +46,9 @@ pub enum StreamError {
         /// What is wrong.
         reason: String,
     },
-    /// The Docker engine failed (500).
-    #[error("container runtime: {0}")]
-    Docker(#[source] bollard::errors::Error),
+    /// The container runtime failed (500); the body carries its error and causes.
+    #[error("container runtime")]
+    Runtime(#[source] crate::edged::runtime::RuntimeError),
     /// The local store failed (500).
     #[error("local store: {0}")]
     Store(String),
@@ -63,14 +63,15 @@ impl StreamError {
             | Self::NotRunning { .. }
             | Self::PreviousNotFound { .. }
             | Self::BadQuery { .. } => StatusCode::BAD_REQUEST,
-            Self::Docker(_) | Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Runtime(_) | Self::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
 
 impl IntoResponse for StreamError {
+    /// The status and the error's text with its causes (`: `-joined).
     fn into_response(self) -> Response {
-        (self.status(), self.to_string()).into_response()
+        (self.status(), chain(&self)).into_response()
     }
 }
 

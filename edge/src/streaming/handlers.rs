@@ -10,7 +10,6 @@
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts as _, Request};
 use axum::response::{IntoResponse, Response};
-use bollard::Docker;
 use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use tracing::{Instrument, Span, debug};
@@ -18,9 +17,12 @@ use tracing::{Instrument, Span, debug};
 use super::remotecommand::{self, Kind, Options, Protocol};
 use super::upgrade::{negotiate, plain_error, switching_protocols};
 use super::{portforward, upgrade};
+use crate::edged::runtime::StreamingRuntime;
 
 /// `/exec/{namespace}/{pod}[/{uid}]/{container}?command=...&input=1&output=1&error=1&tty=1`:
-/// runs the command in Docker container `container_id` (`docker exec`).
+/// runs the command in container `container_id` of `runtime` (`kubectl exec`); a runtime
+/// failure (e.g. no such container) ends the session with the status
+/// `error executing command in container: <runtime error>`.
 ///
 /// Answers 400 with the kubelet's text for a query without streams or a request that is not
 /// an upgrade to SPDY/3.1 with `X-Stream-Protocol-Version`, 403 (with
@@ -30,14 +32,18 @@ use super::{portforward, upgrade};
 ///
 /// A WebSocket upgrade (`Upgrade: websocket`) is served over WebSocket instead
 /// ([`remotecommand::websocket`]): 403 if the client offers only subprotocols not served.
-pub async fn exec(req: Request, docker: Docker, container_id: String) -> Response {
-    remote_command(req, docker, container_id, Kind::Exec).await
+pub async fn exec<R: StreamingRuntime>(req: Request, runtime: R, container_id: String) -> Response {
+    remote_command(req, runtime, container_id, Kind::Exec).await
 }
 
 /// `/attach/{namespace}/{pod}[/{uid}]/{container}?input=1&output=1&error=1&tty=1`: attaches
-/// to the main process of Docker container `container_id`. Answers as [`exec`] does.
-pub async fn attach(req: Request, docker: Docker, container_id: String) -> Response {
-    remote_command(req, docker, container_id, Kind::Attach).await
+/// to the main process of container `container_id` of `runtime`. Answers as [`exec`] does.
+pub async fn attach<R: StreamingRuntime>(
+    req: Request,
+    runtime: R,
+    container_id: String,
+) -> Response {
+    remote_command(req, runtime, container_id, Kind::Attach).await
 }
 
 /// `/portForward/{namespace}/{pod}[/{uid}]`: forwards the client's connections to
@@ -64,9 +70,9 @@ pub async fn port_forward(mut req: Request, sandbox_pid: u32) -> Response {
     switching_protocols(protocol)
 }
 
-async fn remote_command(
+async fn remote_command<R: StreamingRuntime>(
     mut req: Request,
-    docker: Docker,
+    runtime: R,
     container: String,
     kind: Kind,
 ) -> Response {
@@ -75,7 +81,7 @@ async fn remote_command(
         Err(error) => return plain_error(StatusCode::BAD_REQUEST, &error.to_string()),
     };
     if remotecommand::websocket::requested(req.headers()) {
-        return remote_command_websocket(req, docker, container, kind, options).await;
+        return remote_command_websocket(req, runtime, container, kind, options).await;
     }
     let name = match negotiate(req.headers(), remotecommand::protocol::SUPPORTED) {
         Ok(name) => name,
@@ -87,15 +93,15 @@ async fn remote_command(
     let span = remote_command_span(req.uri().path(), kind, &container, name);
     let on_upgrade = hyper::upgrade::on(&mut req);
     spawn_upgraded(on_upgrade, span, move |io| {
-        remotecommand::serve(io, protocol, options, kind, docker, container)
+        remotecommand::serve(io, protocol, options, kind, runtime, container)
     });
     switching_protocols(name)
 }
 
 /// The WebSocket form of [`remote_command`].
-async fn remote_command_websocket(
+async fn remote_command_websocket<R: StreamingRuntime>(
     req: Request,
-    docker: Docker,
+    runtime: R,
     container: String,
     kind: Kind,
     options: Options,
@@ -115,7 +121,7 @@ async fn remote_command_websocket(
         .protocols(protocol)
         .max_message_size(websocket::MAX_MESSAGE_BYTES)
         .on_upgrade(move |socket| {
-            websocket::serve(socket, protocol, options, kind, docker, container).instrument(span)
+            websocket::serve(socket, protocol, options, kind, runtime, container).instrument(span)
         })
 }
 

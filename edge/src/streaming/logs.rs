@@ -1,6 +1,7 @@
 //! `GET /containerLogs/{namespace}/{pod}/{container}`: a container's output, as the kubelet
 //! serves it to `kubectl logs` — plain text, chunked and flushed per write so `follow`
-//! streams, from Docker's log of the container instance.
+//! streams, from the runtime's log of the container instance
+//! ([`StreamingRuntime::container_logs`]).
 //!
 //! Query parameters (`v1.PodLogOptions`, as the API server encodes them): `follow`,
 //! `previous` (the instance before the current one), `timestamps` (each line prefixed
@@ -14,14 +15,12 @@ use std::collections::HashMap;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use bollard::container::LogOutput;
-use bollard::query_parameters::LogsOptions;
 use bytes::Bytes;
 use futures::{StreamExt as _, stream};
 
-use super::containers::Containers;
+use super::containers::{Containers, container_name};
 use super::error::StreamError;
-use super::logfile;
+use crate::edged::runtime::{LogOptions, StreamingRuntime};
 
 /// What a log request asks for.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -98,8 +97,8 @@ impl LogRequest {
 }
 
 /// The handler of `/containerLogs/{namespace}/{pod}/{container}`.
-pub(crate) async fn container_logs(
-    State(containers): State<Containers>,
+pub(crate) async fn container_logs<R: StreamingRuntime>(
+    State(containers): State<Containers<R>>,
     Path((namespace, pod_name, container)): Path<(String, String, String)>,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
@@ -109,8 +108,8 @@ pub(crate) async fn container_logs(
     }
 }
 
-async fn logs(
-    containers: &Containers,
+async fn logs<R: StreamingRuntime>(
+    containers: &Containers<R>,
     namespace: &str,
     pod_name: &str,
     container: &str,
@@ -118,7 +117,7 @@ async fn logs(
 ) -> Result<Body, StreamError> {
     let request = LogRequest::parse(query, chrono::Utc::now().timestamp())?;
     let pod = containers.pod(namespace, pod_name).await?;
-    let container = Containers::container_name(&pod, container)?;
+    let container = container_name(&pod, container)?;
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let instances = containers
         .instances(namespace, pod_name, &uid, &container)
@@ -136,25 +135,17 @@ async fn logs(
             pod: pod_name.to_owned(),
         })?
     };
-    let follow = request.follow && !request.previous;
-    let output = match logfile::open(containers.docker(), &instance.id).await {
-        Some(log) => {
-            let selection = logfile::Selection {
-                follow,
-                timestamps: request.timestamps,
-                since: request.since,
-                tail_lines: request.tail_lines,
-            };
-            logfile::stream(
-                log,
-                selection,
-                containers.docker().clone(),
-                instance.id.clone(),
-            )
-            .boxed()
-        }
-        None => from_docker(containers.docker(), &instance.id, &request, follow).boxed(),
+    let options = LogOptions {
+        follow: request.follow && !request.previous,
+        timestamps: request.timestamps,
+        since: request.since,
+        tail_lines: request.tail_lines,
     };
+    let output = containers
+        .runtime()
+        .container_logs(&instance.id, options)
+        .await
+        .map_err(StreamError::Runtime)?;
     let output = end_apart(output);
     let body = match request.limit_bytes {
         None => Body::from_stream(output),
@@ -184,56 +175,11 @@ where
     }))
 }
 
-/// The output through Docker's log API (drivers other than `json-file`, or a log file this
-/// process cannot open), lines that arrive together sent as one chunk.
-fn from_docker(
-    docker: &bollard::Docker,
-    id: &str,
-    request: &LogRequest,
-    follow: bool,
-) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
-    let options = LogsOptions {
-        follow,
-        stdout: true,
-        stderr: true,
-        since: i32::try_from(request.since).unwrap_or(i32::MAX),
-        until: 0,
-        timestamps: request.timestamps,
-        tail: request
-            .tail_lines
-            .map_or_else(|| "all".to_owned(), |n| n.to_string()),
-    };
-    let timestamps = request.timestamps;
-    docker
-        .logs(id, Some(options))
-        .map(move |chunk| match chunk {
-            Ok(
-                LogOutput::StdOut { message }
-                | LogOutput::StdErr { message }
-                | LogOutput::Console { message }
-                | LogOutput::StdIn { message },
-            ) => Ok(if timestamps {
-                fixed_width_timestamps(&message)
-            } else {
-                message
-            }),
-            Err(error) => Err(std::io::Error::other(error)),
-        })
-        .ready_chunks(256)
-        .map(|chunks| {
-            let mut joined = Vec::new();
-            for chunk in chunks {
-                joined.extend_from_slice(&chunk?);
-            }
-            Ok(Bytes::from(joined))
-        })
-}
-
 /// The chunks of `output` up to `limit` bytes in all (the last one cut), then the end.
-fn limited(
-    output: impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+fn limited<E: Send + 'static>(
+    output: impl futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
     limit: u64,
-) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+) -> impl futures::Stream<Item = Result<Bytes, E>> + Send + 'static {
     stream::unfold((Box::pin(output), limit), |(mut output, left)| async move {
         if left == 0 {
             return None;
@@ -249,30 +195,6 @@ fn limited(
             Err(error) => (Err(error), (output, 0)),
         })
     })
-}
-
-/// Rewrites Docker's line prefix (RFC 3339 with up to nine fractional digits, trailing
-/// zeros dropped) to the kubelet's fixed nine digits; other bytes are kept.
-fn fixed_width_timestamps(chunk: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(chunk.len() + 16);
-    for line in chunk.split_inclusive(|b| *b == b'\n') {
-        let Some(space) = line.iter().position(|b| *b == b' ') else {
-            out.extend_from_slice(line);
-            continue;
-        };
-        let parsed = std::str::from_utf8(&line[..space])
-            .ok()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-        match parsed {
-            Some(time) => {
-                let time = time.with_timezone(&chrono::Utc);
-                out.extend_from_slice(time.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string().as_bytes());
-                out.extend_from_slice(&line[space..]);
-            }
-            None => out.extend_from_slice(line),
-        }
-    }
-    Bytes::from(out)
 }
 
 #[cfg(test)]
@@ -338,19 +260,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn timestamps_get_nine_fractional_digits() {
-        let chunk = b"2026-11-24T10:00:00.12Z hello\n2026-11-24T10:00:01Z world\n";
-        assert_eq!(
-            &fixed_width_timestamps(chunk)[..],
-            b"2026-11-24T10:00:00.120000000Z hello\n2026-11-24T10:00:01.000000000Z world\n"
-        );
-    }
-
     #[tokio::test]
     async fn limit_bytes_cuts_the_body() {
         let chunks = stream::iter(vec![
-            Ok(Bytes::from_static(b"abcd")),
+            Ok::<_, std::io::Error>(Bytes::from_static(b"abcd")),
             Ok(Bytes::from_static(b"efgh")),
         ]);
         let body: Vec<Bytes> = limited(chunks, 6).map(|c| c.expect("ok")).collect().await;

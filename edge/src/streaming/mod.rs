@@ -12,7 +12,7 @@
 //! # Layout
 //! - `spdy/`: SPDY/3.1 framing and sessions, server side (what the API server speaks to a
 //!   kubelet for exec, attach and port-forward).
-//! - `remotecommand/`: exec and attach (`channel.k8s.io` protocols v2–v5) on Docker.
+//! - `remotecommand/`: exec and attach (`channel.k8s.io` protocols v2–v5) on the runtime.
 //! - `portforward.rs`: `portforward.k8s.io`, connections into the pod's network namespace.
 //! - `upgrade.rs`: the HTTP/1.1 upgrade handshake (protocol negotiation, 400/403/101).
 //! - `netns.rs`: TCP connections from inside a pod's network namespace (`setns`).
@@ -21,15 +21,19 @@
 //! - `commands.rs`: the exec, attach and port-forward routes, resolved to containers.
 //! - `server.rs`: [`StreamingServer`]: tunnels from cloudhub, TLS, the kubelet's routes.
 //! - `serving.rs`: the node's kubelet serving certificate.
-//! - `containers.rs`: which pod and Docker container a request means.
-//! - `logs.rs`: `/containerLogs`; `logfile.rs`: reading Docker's `json-file` logs.
+//! - `containers.rs`: which pod and runtime container a request means.
+//! - `logs.rs`: `/containerLogs`.
 //! - `error.rs`: [`StreamError`], with the kubelet's statuses and texts.
+//!
+//! Every container call goes through the runtime's
+//! [`StreamingRuntime`](crate::edged::runtime::StreamingRuntime) (with
+//! [`ContainerRuntime`](crate::edged::runtime::ContainerRuntime) to list a pod's containers):
+//! the server is generic over it, Docker's in production, the fake in unit tests.
 
 mod commands;
 mod containers;
 mod error;
 pub mod handlers;
-mod logfile;
 mod logs;
 pub mod netns;
 pub mod portforward;
@@ -38,6 +42,9 @@ mod server;
 mod serving;
 pub mod spdy;
 pub mod upgrade;
+
+#[cfg(test)]
+mod tests;
 
 pub use error::StreamError;
 pub use handlers::{attach, exec, port_forward};

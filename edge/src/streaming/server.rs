@@ -24,6 +24,7 @@ use super::commands;
 use super::containers::Containers;
 use super::logs;
 use super::serving::ServingCert;
+use crate::edged::runtime::StreamingRuntime;
 
 /// Bytes buffered between the tunnel and the TLS server, each way.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -44,18 +45,22 @@ pub struct TunnelRequest {
 /// Where edgehub hands tunnel requests.
 pub type TunnelRequests = mpsc::Sender<TunnelRequest>;
 
-/// The streaming server; see the module docs.
-pub struct StreamingServer {
-    containers: Containers,
+/// The streaming server; see the module docs. `R` is the container runtime (Docker's in
+/// production, [`DockerRuntime`](crate::edged::runtime::DockerRuntime)).
+pub struct StreamingServer<R> {
+    runtime: R,
+    store: crate::MetaStore,
     serving: ServingCert,
     requests: mpsc::Receiver<TunnelRequest>,
 }
 
-impl StreamingServer {
-    /// A server for the containers of `node` on `docker`, its pods read from `store`, its
-    /// serving certificate kept under `data_dir`; and the sender edgehub hands requests to.
+impl<R: StreamingRuntime> StreamingServer<R> {
+    /// A server for the containers of node `node` on `runtime` (scoped to that node), its
+    /// pods read from `store`, its serving certificate kept under `data_dir`; and the sender
+    /// edgehub hands requests to. The runtime's calls should have no short timeout: a
+    /// followed log or an exec lasts as long as the client wants.
     pub fn new(
-        docker: bollard::Docker,
+        runtime: R,
         store: crate::MetaStore,
         node: &str,
         data_dir: &std::path::Path,
@@ -63,7 +68,8 @@ impl StreamingServer {
         let (tx, requests) = mpsc::channel(REQUESTS);
         (
             Self {
-                containers: Containers::new(docker, store, node.to_owned()),
+                runtime,
+                store,
                 serving: ServingCert::new(data_dir, node),
                 requests,
             },
@@ -76,8 +82,8 @@ impl StreamingServer {
     /// # Errors
     /// Never; failures of single tunnels are logged.
     pub async fn run(mut self, shutdown: CancellationToken) -> crate::Result<()> {
-        self.containers.negotiate().await;
-        let router = router(self.containers.clone());
+        let runtime = self.runtime.prepared().await;
+        let router = router(Containers::new(runtime, self.store));
         loop {
             let request = tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
@@ -101,35 +107,35 @@ impl StreamingServer {
 }
 
 /// The kubelet paths served on every tunnel.
-fn router(containers: Containers) -> Router {
+pub(super) fn router<R: StreamingRuntime>(containers: Containers<R>) -> Router {
     Router::new()
         .route(
             "/containerLogs/{namespace}/{pod}/{container}",
-            get(logs::container_logs),
+            get(logs::container_logs::<R>),
         )
         .route(
             "/exec/{namespace}/{pod}/{container}",
-            get(commands::exec).post(commands::exec),
+            get(commands::exec::<R>).post(commands::exec::<R>),
         )
         .route(
             "/exec/{namespace}/{pod}/{uid}/{container}",
-            get(commands::exec).post(commands::exec),
+            get(commands::exec::<R>).post(commands::exec::<R>),
         )
         .route(
             "/attach/{namespace}/{pod}/{container}",
-            get(commands::attach).post(commands::attach),
+            get(commands::attach::<R>).post(commands::attach::<R>),
         )
         .route(
             "/attach/{namespace}/{pod}/{uid}/{container}",
-            get(commands::attach).post(commands::attach),
+            get(commands::attach::<R>).post(commands::attach::<R>),
         )
         .route(
             "/portForward/{namespace}/{pod}",
-            get(commands::port_forward).post(commands::port_forward),
+            get(commands::port_forward::<R>).post(commands::port_forward::<R>),
         )
         .route(
             "/portForward/{namespace}/{pod}/{uid}",
-            get(commands::port_forward).post(commands::port_forward),
+            get(commands::port_forward::<R>).post(commands::port_forward::<R>),
         )
         .with_state(containers)
 }

@@ -1,5 +1,7 @@
 //! [`DockerRuntime`]: [`ContainerRuntime`] over the Docker engine API through bollard. This
-//! is the only module of edged that speaks bollard.
+//! module, its [`StreamingRuntime`](super::StreamingRuntime) half (`docker_streaming`, with
+//! `docker_logfile`), its conversions (`docker_convert`) and the image helpers are the only
+//! code of edgecore that speaks bollard.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,23 +11,18 @@ use bollard::Docker;
 use bollard::auth::DockerCredentials;
 use bollard::errors::Error as DockerError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, EventMessage,
-    HostConfig,
-};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, EventsOptionsBuilder,
-    ListContainersOptionsBuilder, ListImagesOptions, LogsOptions, RemoveContainerOptionsBuilder,
-    RemoveImageOptions, StopContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, EventsOptionsBuilder, ListContainersOptionsBuilder,
+    ListImagesOptions, LogsOptions, RemoveContainerOptionsBuilder, RemoveImageOptions,
+    StopContainerOptionsBuilder,
 };
 use futures::stream::BoxStream;
 use futures::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 
+use super::docker_convert::{body, event, info, pull_options};
 use super::types::{
-    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary, IpcMode,
-    ListFilter, NetworkMode, RegistryAuth, RunState, RuntimeEvent, Scope,
+    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
+    ListFilter, RegistryAuth, RuntimeEvent, Scope,
 };
 use super::{ContainerRuntime, Result, RuntimeError, labels};
 
@@ -35,12 +32,12 @@ const CALL_TIMEOUT_SECS: u64 = 120;
 /// The Docker engine, scoped to one node; cheap to clone. See [`ContainerRuntime`].
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
-    docker: Docker,
+    pub(super) docker: Docker,
     node: String,
 }
 
 /// Wraps a bollard error with the call that failed, by HTTP status (404, 409, other).
-fn err(op: impl Into<String>) -> impl FnOnce(DockerError) -> RuntimeError {
+pub(super) fn err(op: impl Into<String>) -> impl FnOnce(DockerError) -> RuntimeError {
     let op = op.into();
     move |e| {
         let status = match &e {
@@ -64,16 +61,25 @@ impl DockerRuntime {
     /// # Errors
     /// [`RuntimeError::Engine`] if the endpoint is malformed or the engine does not answer.
     pub async fn connect(endpoint: Option<&str>, node: &str) -> Result<Self> {
+        Self::with_timeout(endpoint, node, Duration::from_secs(CALL_TIMEOUT_SECS))?
+            .negotiate()
+            .await
+    }
+
+    /// A client of `endpoint` (as [`connect`](Self::connect) takes it) for node `node`
+    /// whose every call may last up to `timeout` (the streaming server's calls last as long
+    /// as a followed log or an exec does), without reaching the engine yet (nothing is sent
+    /// until the first call) and without version negotiation ([`negotiate`](Self::negotiate)).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Engine`] if the endpoint is malformed.
+    pub fn with_timeout(endpoint: Option<&str>, node: &str, timeout: Duration) -> Result<Self> {
         let docker = match endpoint {
             None => Docker::connect_with_local_defaults(),
             Some(host) => Docker::connect_with_host(host),
         }
         .map_err(err("connect"))?
-        .with_timeout(Duration::from_secs(CALL_TIMEOUT_SECS));
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(err("negotiate API version"))?;
+        .with_timeout(timeout);
         Ok(Self {
             docker,
             node: node.to_owned(),
@@ -86,147 +92,27 @@ impl DockerRuntime {
     /// # Errors
     /// [`RuntimeError::Engine`] if the local defaults are unusable.
     pub fn local(node: &str) -> Result<Self> {
-        let docker = Docker::connect_with_local_defaults()
-            .map_err(err("connect"))?
-            .with_timeout(Duration::from_secs(CALL_TIMEOUT_SECS));
-        Ok(Self {
-            docker,
-            node: node.to_owned(),
-        })
+        Self::with_timeout(None, node, Duration::from_secs(CALL_TIMEOUT_SECS))
+    }
+
+    /// The same client speaking the engine's API version when the engine is older than
+    /// bollard (e.g. API 1.41 of Docker 20.10).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Engine`] if the engine does not answer.
+    pub async fn negotiate(self) -> Result<Self> {
+        let docker = self
+            .docker
+            .negotiate_version()
+            .await
+            .map_err(err("negotiate API version"))?;
+        Ok(Self { docker, ..self })
     }
 
     /// The `label=value` filter that selects this node's containers.
     fn managed_filter(&self) -> String {
         format!("{}={}", labels::MANAGED, self.node)
     }
-}
-
-/// Docker's "zero time" (`0001-01-01T00:00:00Z`) and garbage are `None`.
-fn parse_time(s: Option<&str>) -> Option<Time> {
-    let t: Timestamp = s?.parse().ok()?;
-    (t.as_second() > 0).then_some(Time(t))
-}
-
-/// An inspect as [`ContainerInfo`].
-fn info(c: ContainerInspectResponse) -> ContainerInfo {
-    let config = c.config.unwrap_or_default();
-    let st = c.state.unwrap_or_default();
-    let state = match st.status {
-        Some(
-            ContainerStateStatusEnum::RUNNING
-            | ContainerStateStatusEnum::PAUSED
-            | ContainerStateStatusEnum::RESTARTING,
-        ) => RunState::Running,
-        Some(ContainerStateStatusEnum::CREATED) => RunState::Created,
-        _ if st.running == Some(true) => RunState::Running,
-        _ => RunState::Exited,
-    };
-    let ip = c
-        .network_settings
-        .and_then(|n| n.networks)
-        .and_then(|n| n.get("bridge").and_then(|b| b.ip_address.clone()))
-        .filter(|ip| !ip.is_empty());
-    ContainerInfo {
-        id: c.id.unwrap_or_default(),
-        labels: config.labels.unwrap_or_default(),
-        state,
-        exit_code: st
-            .exit_code
-            .and_then(|e| i32::try_from(e).ok())
-            .unwrap_or(0),
-        oom_killed: st.oom_killed.unwrap_or(false),
-        error: st.error.filter(|e| !e.is_empty()),
-        started_at: parse_time(st.started_at.as_deref()),
-        finished_at: parse_time(st.finished_at.as_deref()),
-        image: config.image.unwrap_or_default(),
-        image_id: c.image.unwrap_or_default(),
-        ip,
-    }
-}
-
-/// A [`ContainerSpec`] as Docker's create body.
-fn body(spec: ContainerSpec) -> ContainerCreateBody {
-    let mode = |m: String| Some(m);
-    let network_mode = match spec.network {
-        NetworkMode::Bridge => mode("bridge".to_owned()),
-        NetworkMode::Host => mode("host".to_owned()),
-        NetworkMode::Container(id) => mode(format!("container:{id}")),
-    };
-    let ipc_mode = match spec.ipc {
-        IpcMode::Default => None,
-        IpcMode::Shareable => mode("shareable".to_owned()),
-        IpcMode::Container(id) => mode(format!("container:{id}")),
-    };
-    let port_bindings: HashMap<String, Option<Vec<bollard::models::PortBinding>>> = spec
-        .port_bindings
-        .into_iter()
-        .map(|(port, bindings)| {
-            let bindings = bindings
-                .into_iter()
-                .map(|b| bollard::models::PortBinding {
-                    host_ip: b.host_ip,
-                    host_port: Some(b.host_port),
-                })
-                .collect();
-            (port, Some(bindings))
-        })
-        .collect();
-    let host = HostConfig {
-        binds: Some(spec.binds).filter(|b| !b.is_empty()),
-        network_mode,
-        ipc_mode,
-        port_bindings: Some(port_bindings).filter(|b| !b.is_empty()),
-        privileged: spec.privileged,
-        readonly_rootfs: spec.readonly_rootfs,
-        cap_add: spec.cap_add,
-        cap_drop: spec.cap_drop,
-        group_add: spec.group_add,
-        security_opt: spec.security_opt,
-        sysctls: spec.sysctls,
-        nano_cpus: spec.nano_cpus,
-        memory: spec.memory,
-        cpu_shares: spec.cpu_shares,
-        ..HostConfig::default()
-    };
-    ContainerCreateBody {
-        image: Some(spec.image),
-        entrypoint: spec.entrypoint,
-        cmd: spec.cmd,
-        env: spec.env,
-        working_dir: spec.working_dir,
-        user: spec.user,
-        tty: spec.tty,
-        open_stdin: spec.open_stdin,
-        stdin_once: spec.stdin_once,
-        hostname: spec.hostname,
-        labels: Some(spec.labels),
-        exposed_ports: Some(spec.exposed_ports).filter(|e| !e.is_empty()),
-        host_config: Some(host),
-        ..ContainerCreateBody::default()
-    }
-}
-
-/// A Docker event as a [`RuntimeEvent`]; `None` for other actions.
-fn event(e: EventMessage) -> Option<RuntimeEvent> {
-    let id = e.actor.and_then(|a| a.id).unwrap_or_default();
-    match e.action.as_deref()? {
-        "start" => Some(RuntimeEvent::Start(id)),
-        "die" => Some(RuntimeEvent::Die(id)),
-        "oom" => Some(RuntimeEvent::Oom(id)),
-        "destroy" => Some(RuntimeEvent::Destroy(id)),
-        _ => None,
-    }
-}
-
-/// `repo[:tag][@digest]` as bollard's create-image options.
-fn pull_options(image: &str) -> bollard::query_parameters::CreateImageOptions {
-    let builder = CreateImageOptionsBuilder::default();
-    match super::image::split_reference(image) {
-        (_, super::image::Reference::Digest(_)) => builder.from_image(image),
-        (repo, super::image::Reference::Tag(t)) => builder.from_image(repo).tag(t),
-        (repo, super::image::Reference::None) => builder.from_image(repo).tag("latest"),
-    }
-    .build()
 }
 
 impl ContainerRuntime for DockerRuntime {

@@ -1,26 +1,38 @@
 //! The container runtime: the [`ContainerRuntime`] trait edged's pod workers, probes, garbage
-//! collector and PLEG use (the role CRI plays for the kubelet), and its one production
-//! implementation over Docker ([`DockerRuntime`], what dockershim / cri-dockerd did). Every
+//! collector and PLEG use (the role CRI plays for the kubelet), the [`StreamingRuntime`] trait
+//! beside it for the kubelet streaming server (`kubectl logs`, `exec`, `attach`,
+//! `port-forward`, `cp`), and their one production implementation over Docker
+//! ([`DockerRuntime`], what dockershim / cri-dockerd did). Every Docker call of edgecore goes
+//! through these two traits, so another engine is one more implementation of them. Every
 //! container edged creates carries the labels of [`labels`], so pods are found again by label
 //! after a restart of edgecore.
 //!
 //! # Layout
 //! - [`types`]: the runtime's data types (filters, summaries, specs, images, events).
 //! - [`error`]: what a call fails with, [`RuntimeError`].
-//! - [`docker`]: [`DockerRuntime`], the only module that speaks to Docker (bollard).
+//! - [`streaming`]: [`StreamingRuntime`] and its types (exec and attach streams, log options).
+//! - [`docker`]: [`DockerRuntime`], which speaks to Docker (bollard), with
+//!   `docker_streaming` (its [`StreamingRuntime`] half), `docker_logfile` (reading Docker's
+//!   `json-file` container logs) and `docker_convert` (Docker's API types to and from
+//!   [`types`]); no other module of edgecore uses bollard.
 //! - [`labels`]: the labels and names tying containers to pods.
 //! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
 //! - [`spec`]: `v1.Container` -> [`ContainerSpec`] (command/args, env, binds, resources,
 //!   securityContext), and the sandbox (infra) container.
-//! - `fake` (tests only): an in-memory runtime for unit tests of the pod lifecycle.
+//! - `fake` (tests only): an in-memory runtime for unit tests of the pod lifecycle and of the
+//!   streaming server (scripted exec, attach and log output).
 
 pub mod docker;
+mod docker_convert;
+mod docker_logfile;
+mod docker_streaming;
 pub mod error;
 #[cfg(test)]
 pub(crate) mod fake;
 pub mod image;
 pub mod labels;
 pub mod spec;
+pub mod streaming;
 pub mod types;
 
 use std::future::Future;
@@ -32,6 +44,10 @@ use futures::stream::BoxStream;
 pub use docker::DockerRuntime;
 pub use error::RuntimeError;
 pub use image::ImageError;
+pub use streaming::{
+    AttachedProcess, ExecSession, InputWriter, LogOptions, LogStream, OutputChunk, OutputStream,
+    Stdio, StreamingRuntime, TerminalSize,
+};
 pub use types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
     ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,

@@ -1,7 +1,7 @@
 //! `kubectl exec` and `kubectl attach` over SPDY (`channel.k8s.io` protocols v2–v5) and
-//! over WebSocket (`channel.k8s.io`, `base64.channel.k8s.io` and their `v4.` forms) on
-//! Docker, as the kubelet's streaming server (k8s.io/cri-streaming `remotecommand`) serves
-//! them.
+//! over WebSocket (`channel.k8s.io`, `base64.channel.k8s.io` and their `v4.` forms) on the
+//! container runtime ([`StreamingRuntime`](crate::edged::runtime::StreamingRuntime)), as the
+//! kubelet's streaming server (k8s.io/cri-streaming `remotecommand`) serves them.
 //!
 //! # Layout
 //! - [`options`]: the query (`command`, `input`, `output`, `error`, `tty`).
@@ -9,12 +9,12 @@
 //! - [`streams`]: waiting for the client's streams.
 //! - [`status`]: the final status on the error stream.
 //! - [`resize`]: the resize stream's JSON.
-//! - `docker`: exec and attach through bollard.
+//! - `process`: exec and attach on the runtime, their I/O pumped to the streams.
 //! - `serve`: one SPDY session from its first stream to the close.
 //! - [`websocket`]: one WebSocket session.
 
-mod docker;
 pub mod options;
+mod process;
 pub mod protocol;
 pub mod resize;
 mod serve;
@@ -41,21 +41,9 @@ pub enum Error {
     /// The expected number of streams arrived, but no error stream.
     #[error("the client opened no error stream")]
     NoErrorStream,
-    /// A Docker call failed.
-    #[error("docker {what} failed")]
-    Docker {
-        /// The call.
-        what: &'static str,
-        /// Docker's error.
-        #[source]
-        source: bollard::errors::Error,
-    },
-    /// Docker started the exec detached.
-    #[error("docker started the exec detached")]
-    Detached,
-    /// Docker still reports the exec running after its output ended.
-    #[error("the exec still runs after its output ended")]
-    StillRunning,
+    /// A container runtime call failed (the call and the engine's error are in it).
+    #[error(transparent)]
+    Runtime(#[from] crate::edged::runtime::RuntimeError),
     /// The resize stream holds something other than size objects.
     #[error("malformed resize event")]
     Resize(#[source] serde_json::Error),

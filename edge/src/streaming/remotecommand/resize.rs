@@ -6,15 +6,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::Error;
-
-/// A terminal size in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TerminalSize {
-    /// Columns.
-    pub width: u16,
-    /// Rows.
-    pub height: u16,
-}
+pub use crate::edged::runtime::TerminalSize;
 
 /// Largest partial object kept while waiting for its end.
 const MAX_PENDING: usize = 4096;

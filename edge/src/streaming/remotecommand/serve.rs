@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use bollard::Docker;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, info};
 
@@ -12,6 +11,7 @@ use super::options::Options;
 use super::protocol::Protocol;
 use super::status::Outcome;
 use super::streams::{STREAM_CREATION_TIMEOUT, Streams, wait_for_streams};
+use crate::edged::runtime::StreamingRuntime;
 use crate::streaming::spdy::{Session, SessionConfig, SessionHandle};
 
 /// How long to wait for the client to close the connection after the status, before
@@ -21,22 +21,24 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(60);
 /// Which operation a session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// `docker exec` of the query's command.
+    /// An exec of the query's command (`kubectl exec`).
     Exec,
-    /// `docker attach` to the container's main process.
+    /// An attach to the container's main process (`kubectl attach`).
     Attach,
 }
 
-/// Serves one session on `io` (after the `101`) until the client closed it.
-pub async fn serve<T>(
+/// Serves one session on `io` (after the `101`) until the client closed it, running the
+/// process in container `container` of `runtime`.
+pub async fn serve<T, R>(
     io: T,
     protocol: Protocol,
     options: Options,
     kind: Kind,
-    docker: Docker,
+    runtime: R,
     container: String,
 ) where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    R: StreamingRuntime,
 {
     let mut session = Session::new(io, SessionConfig::default());
     let handle = session.handle();
@@ -54,7 +56,7 @@ pub async fn serve<T>(
             drop(stream.accept());
         }
     });
-    let run = super::docker::run(kind, &docker, &container, &options, &mut streams);
+    let run = super::process::run(kind, &runtime, &container, &options, &mut streams);
     let outcome = tokio::select! {
         outcome = run => Some(outcome),
         () = handle.closed() => None,

@@ -17,7 +17,7 @@ pub enum Outcome {
         /// The command, for the message.
         command: Vec<String>,
     },
-    /// Docker failed; the message (e.g. "error executing command in container: ...").
+    /// The runtime failed; the message (e.g. "error executing command in container: ...").
     Failed(String),
 }
 

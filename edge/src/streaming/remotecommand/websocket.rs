@@ -26,7 +26,6 @@ use std::task::{Context, Poll};
 use axum::extract::ws::{Message, WebSocket};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use bollard::Docker;
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
 use http::{HeaderMap, header};
@@ -39,6 +38,7 @@ use super::Kind;
 use super::options::Options;
 use super::protocol::Protocol;
 use super::streams::{Reader, Streams, Writer};
+use crate::edged::runtime::StreamingRuntime;
 
 /// The subprotocols served, most capable first.
 pub const PROTOCOLS: &[&str] = &[
@@ -168,14 +168,14 @@ impl Codec {
     }
 }
 
-/// Serves one exec or attach on an upgraded WebSocket until the process ended and the status
-/// is sent, or the client went away.
-pub async fn serve(
+/// Serves one exec or attach in container `container` of `runtime` on an upgraded WebSocket
+/// until the process ended and the status is sent, or the client went away.
+pub async fn serve<R: StreamingRuntime>(
     socket: WebSocket,
     protocol: Option<&'static str>,
     options: Options,
     kind: Kind,
-    docker: Docker,
+    runtime: R,
     container: String,
 ) {
     let codec = Codec::of(protocol);
@@ -245,7 +245,7 @@ pub async fn serve(
         let _ = gone_tx.send(());
     });
 
-    let run = super::docker::run(kind, &docker, &container, &options, &mut streams);
+    let run = super::process::run(kind, &runtime, &container, &options, &mut streams);
     let outcome = tokio::select! {
         outcome = run => Some(outcome),
         _ = gone, if kind == Kind::Attach => None,

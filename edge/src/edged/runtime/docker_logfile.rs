@@ -6,8 +6,10 @@
 //! The file holds one JSON object a line, `{"log":"<text>","stream":"stdout","time":
 //! "<RFC 3339, up to nine fractional digits>"}`; a line longer than 16 KiB is split over
 //! several objects, only the last ending in `\n`, so the texts concatenated are the output.
-//! Used when the container's driver is `json-file` and its `LogPath` can be opened (an
-//! edgecore in a container without Docker's data directory falls back to the API).
+//! Used by [`DockerRuntime`](super::DockerRuntime)'s
+//! [`container_logs`](super::StreamingRuntime::container_logs) when the container's driver is
+//! `json-file` and its `LogPath` can be opened (an edgecore in a container without Docker's
+//! data directory falls back to the API).
 
 use std::borrow::Cow;
 use std::io::{Read as _, Seek as _, SeekFrom};
@@ -17,9 +19,13 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bytes::Bytes;
+use futures::StreamExt as _;
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
+
+use super::RuntimeError;
+use super::streaming::LogStream;
 
 /// Bytes read from the file at a time (and the largest chunk of the body).
 const READ_BYTES: usize = 256 * 1024;
@@ -30,7 +36,7 @@ const FOLLOW_CHECK: Duration = Duration::from_secs(1);
 
 /// What to read from a log file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Selection {
+pub(super) struct Selection {
     /// Keep reading new lines until the container stops or the client goes.
     pub follow: bool,
     /// Prefix each line with its time, nine fractional digits (the kubelet's format).
@@ -42,13 +48,13 @@ pub(crate) struct Selection {
 }
 
 /// A container's `json-file` log, open.
-pub(crate) struct LogFile {
+pub(super) struct LogFile {
     path: PathBuf,
     file: std::fs::File,
 }
 
 /// The `json-file` log of container `id`, opened, if Docker writes one this process can open.
-pub(crate) async fn open(docker: &Docker, id: &str) -> Option<LogFile> {
+pub(super) async fn open(docker: &Docker, id: &str) -> Option<LogFile> {
     let inspected = docker.inspect_container(id, None).await.ok()?;
     let driver = inspected.host_config?.log_config?.typ?;
     let path = PathBuf::from(inspected.log_path.filter(|p| !p.is_empty())?);
@@ -61,13 +67,8 @@ pub(crate) async fn open(docker: &Docker, id: &str) -> Option<LogFile> {
 
 /// The selected output of `log` of container `id`, in chunks of up to [`READ_BYTES`] of
 /// whole lines. A follower ends when the container no longer runs (after reading what it
-/// wrote last) or when the body is dropped.
-pub(crate) fn stream(
-    log: LogFile,
-    selection: Selection,
-    docker: Docker,
-    id: String,
-) -> ReceiverStream<std::io::Result<Bytes>> {
+/// wrote last) or when the stream is dropped; a read error (`read log file`) ends it.
+pub(super) fn stream(log: LogFile, selection: Selection, docker: Docker, id: String) -> LogStream {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         if let Err(error) = read(log, selection, &docker, &id, &tx).await {
@@ -75,6 +76,13 @@ pub(crate) fn stream(
         }
     });
     ReceiverStream::new(rx)
+        .map(|chunk| {
+            chunk.map_err(|source| RuntimeError::Engine {
+                op: "read log file".to_owned(),
+                source: Box::new(source),
+            })
+        })
+        .boxed()
 }
 
 async fn read(

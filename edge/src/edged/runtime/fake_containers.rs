@@ -1,0 +1,266 @@
+//! [`ContainerRuntime`] for [`FakeRuntime`]: containers, images and events in memory.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use tokio_stream::wrappers::BroadcastStream;
+
+use super::super::types::{
+    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
+    ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,
+};
+use super::super::{ContainerRuntime, Result, RuntimeError, labels};
+use super::{FakeContainer, FakeFailure, FakeRuntime};
+
+impl ContainerRuntime for FakeRuntime {
+    async fn version(&self) -> Result<String> {
+        Ok("docker://fake".to_owned())
+    }
+
+    async fn list(&self, filter: &ListFilter) -> Result<Vec<ContainerSummary>> {
+        let state = self.lock();
+        let mut out: Vec<(i64, ContainerSummary)> = Vec::new();
+        for c in state.containers.values() {
+            let l = &c.info.labels;
+            let node_ok =
+                filter.scope == Scope::Engine || l.get(labels::MANAGED) == Some(&self.node);
+            let pod_ok = match &filter.pod_uid {
+                Some(uid) => l.get(labels::POD_UID) == Some(uid),
+                None => !filter.pods_only || l.contains_key(labels::POD_UID),
+            };
+            let dead_ok = !filter.dead_only || c.info.state != RunState::Running;
+            if node_ok && pod_ok && dead_ok {
+                let word = match c.info.state {
+                    RunState::Created => "created",
+                    RunState::Running => "running",
+                    RunState::Exited => "exited",
+                };
+                out.push((
+                    c.created,
+                    ContainerSummary {
+                        id: c.info.id.clone(),
+                        labels: l.clone(),
+                        state: word.to_owned(),
+                        created: c.created,
+                        image_id: Some(c.info.image_id.clone()),
+                    },
+                ));
+            }
+        }
+        out.sort_by_key(|(created, _)| *created);
+        Ok(out.into_iter().map(|(_, s)| s).collect())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<Option<ContainerInfo>> {
+        Ok(self.lock().containers.get(id).map(|c| c.info.clone()))
+    }
+
+    async fn create(&self, name: &str, mut spec: ContainerSpec) -> Result<String> {
+        spec.labels
+            .insert(labels::MANAGED.to_owned(), self.node.clone());
+        let mut state = self.lock();
+        state.calls.push(format!("create {name}"));
+        if state.containers.values().any(|c| c.name == name) {
+            return Err(RuntimeError::Conflict {
+                op: format!("create {name}"),
+                source: Box::new(FakeFailure("name in use".to_owned())),
+            });
+        }
+        if !state.images.contains(&spec.image) {
+            return Err(Self::failure(format!("create {name}"), "No such image"));
+        }
+        state.next_id += 1;
+        let id = format!("c{:04}", state.next_id);
+        let created = i64::try_from(state.next_id).unwrap_or(i64::MAX);
+        let info = ContainerInfo {
+            id: id.clone(),
+            labels: spec.labels.clone(),
+            state: RunState::Created,
+            exit_code: 0,
+            oom_killed: false,
+            error: None,
+            started_at: None,
+            finished_at: None,
+            image: spec.image.clone(),
+            image_id: format!("sha256:{}", spec.image),
+            ip: None,
+        };
+        state.containers.insert(
+            id.clone(),
+            FakeContainer {
+                name: name.to_owned(),
+                spec,
+                info,
+                created,
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start(&self, id: &str) -> Result<()> {
+        let name = self
+            .lock()
+            .containers
+            .get(id)
+            .and_then(|c| c.info.labels.get(labels::CONTAINER_NAME).cloned());
+        let gate = name.and_then(|n| self.lock().gates.remove(&n));
+        if let Some(gate) = gate {
+            gate.reached.notify_one();
+            gate.release.notified().await;
+        }
+        let now = self.now();
+        let exited = {
+            let mut state = self.lock();
+            state.calls.push(format!("start {id}"));
+            let Some(c) = state.containers.get(id) else {
+                return Err(Self::not_found(format!("start {id}")));
+            };
+            let name = c
+                .info
+                .labels
+                .get(labels::CONTAINER_NAME)
+                .cloned()
+                .unwrap_or_default();
+            let sandbox = name == labels::SANDBOX_NAME;
+            if let Some(message) = state.fail_start.get(&name).cloned() {
+                return Err(Self::failure(format!("start {id}"), &message));
+            }
+            let exit = state.exit_on_start.get(&name).copied();
+            let Some(c) = state.containers.get_mut(id) else {
+                return Err(Self::not_found(format!("start {id}")));
+            };
+            c.info.state = RunState::Running;
+            c.info.started_at = Some(now.clone());
+            c.info.finished_at = None;
+            if sandbox {
+                c.info.ip = Some("10.88.0.2".to_owned());
+            }
+            if let Some(code) = exit {
+                c.info.state = RunState::Exited;
+                c.info.exit_code = code;
+                c.info.finished_at = Some(now);
+            }
+            exit.is_some()
+        };
+        let _ = self.events.send(RuntimeEvent::Start(id.to_owned()));
+        if exited {
+            let _ = self.events.send(RuntimeEvent::Die(id.to_owned()));
+        }
+        Ok(())
+    }
+
+    async fn stop(&self, id: &str, grace: Duration) -> Result<()> {
+        let running = {
+            let mut state = self.lock();
+            state.calls.push(format!("stop {id} {}s", grace.as_secs()));
+            state
+                .containers
+                .get(id)
+                .is_some_and(|c| c.info.state == RunState::Running)
+        };
+        if running {
+            self.exit(id, 137);
+        }
+        Ok(())
+    }
+
+    async fn remove(&self, id: &str, force: bool) -> Result<()> {
+        let mut state = self.lock();
+        state.calls.push(format!("remove {id}"));
+        let key = state
+            .containers
+            .iter()
+            .find(|(cid, c)| cid.as_str() == id || c.name == id)
+            .map(|(cid, c)| (cid.clone(), c.info.state));
+        match key {
+            None => Err(Self::not_found(format!("remove {id}"))),
+            Some((_, RunState::Running)) if !force => Err(RuntimeError::Conflict {
+                op: format!("remove {id}"),
+                source: Box::new(FakeFailure("container is running".to_owned())),
+            }),
+            Some((cid, _)) => {
+                state.containers.remove(&cid);
+                drop(state);
+                let _ = self.events.send(RuntimeEvent::Destroy(cid));
+                Ok(())
+            }
+        }
+    }
+
+    fn events(&self) -> BoxStream<'static, Result<RuntimeEvent>> {
+        BroadcastStream::new(self.events.subscribe())
+            .filter_map(|e| async move { e.ok().map(Ok) })
+            .boxed()
+    }
+
+    async fn exec(&self, id: &str, cmd: &[String], _max_output: usize) -> Result<ExecOutput> {
+        let mut state = self.lock();
+        let command = cmd.join(" ");
+        state.calls.push(format!("exec {id} {command}"));
+        let code = state.exec_exit.get(&command).copied().unwrap_or(0);
+        match state.containers.get(id) {
+            Some(c) if c.info.state == RunState::Running => Ok(ExecOutput {
+                exit_code: Some(code),
+                output: Vec::new(),
+            }),
+            _ => Err(Self::not_found("create exec".to_owned())),
+        }
+    }
+
+    async fn log_tail(&self, id: &str, lines: usize) -> Result<Vec<u8>> {
+        let state = self.lock();
+        if !state.containers.contains_key(id) {
+            return Err(Self::not_found(format!("logs {id}")));
+        }
+        let text =
+            String::from_utf8_lossy(state.logs.get(id).map_or(&[][..], Vec::as_slice)).into_owned();
+        let all: Vec<&str> = text.split_inclusive('\n').collect();
+        Ok(all[all.len().saturating_sub(lines)..].concat().into_bytes())
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<ImageInfo>> {
+        let present = self
+            .lock()
+            .images
+            .contains(image.trim_start_matches("sha256:"));
+        Ok(present.then(|| ImageInfo {
+            id: format!("sha256:{}", image.trim_start_matches("sha256:")),
+            repo_digests: Vec::new(),
+            user: String::new(),
+        }))
+    }
+
+    async fn pull_image(&self, image: &str, _auth: Option<RegistryAuth>) -> Result<()> {
+        let mut state = self.lock();
+        state.calls.push(format!("pull {image}"));
+        if let Some(message) = state.fail_pull.get(image).cloned() {
+            return Err(Self::failure(format!("pull {image}"), &message));
+        }
+        state.images.insert(image.to_owned());
+        Ok(())
+    }
+
+    async fn list_images(&self) -> Result<Vec<ImageSummary>> {
+        Ok(self
+            .lock()
+            .images
+            .iter()
+            .map(|i| ImageSummary {
+                id: format!("sha256:{i}"),
+                repo_tags: vec![i.clone()],
+                size: 0,
+            })
+            .collect())
+    }
+
+    async fn remove_image(&self, reference: &str) -> Result<()> {
+        self.lock().images.remove(reference);
+        Ok(())
+    }
+
+    async fn image_fs_root(&self) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
+}
