@@ -38,6 +38,9 @@
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
 
+// Unit tests may start untracked tasks: they end with the test's runtime.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod apps;
 pub mod certificates;
 pub mod config;

@@ -3,6 +3,10 @@
 //! the acked version of it; unacked reports are resent after a reconnect and after an
 //! edgecore restart; refused reports are retried, then dropped after `max_attempts`.
 
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::sync::Arc;

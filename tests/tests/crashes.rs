@@ -2,6 +2,10 @@
 //! cloudhub `kill -9`, an offline reboot of the edge, and a kube-apiserver restart. Each test
 //! has its own edge node (and, for the API server restart, its own control plane).
 
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, stream};

@@ -122,7 +122,7 @@ where
 pub fn report_leadership(health: &Health, leadership: &Leadership) {
     let health = health.clone();
     let mut changes = leadership.subscribe();
-    tokio::spawn(async move {
+    verge_runtime::tasks::spawn("leadership status", async move {
         loop {
             let leading = changes.borrow_and_update().leading;
             health.set_service(LEADER_SERVICE, leading).await;

@@ -14,6 +14,8 @@
 //!   result to an exit code.
 //! * [`signal`] — SIGINT/SIGTERM as a [`Signal`].
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
+//! * [`tasks`] — the one way production code starts a task ([`tasks::spawn`]): tracked
+//!   process-wide, and waited for by [`serve`] ([`tasks::drain`]) within the grace period.
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
 //! * [`limits`] — the open-file limit a server raises for itself.
 //! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
@@ -36,6 +38,7 @@ pub mod limits;
 pub mod metrics;
 mod modules;
 mod serve;
+pub mod tasks;
 #[cfg(feature = "unix-grpc")]
 pub mod unix_grpc;
 

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -81,6 +82,12 @@ impl Outcome {
 /// process receives SIGINT/SIGTERM; then cancels the token and waits at most `grace` for
 /// it to drain. Errors are printed once, as an [`ErrorChain`], both as a `tracing` event
 /// and on stderr prefixed with `service`.
+///
+/// Then the tasks of the process ([`crate::tasks::spawn`]) get what is left of the grace
+/// period to end ([`crate::tasks::drain`]; the whole `grace` when the component ended on its
+/// own, after its token was cancelled): a stop by a signal with tasks still running after it
+/// is [`Outcome::GraceExceeded`]; a completion or failure keeps its outcome (the leftover
+/// tasks are logged).
 pub async fn serve<F, E>(
     service: &'static str,
     grace: Duration,
@@ -90,15 +97,17 @@ where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: Error + Send + Sync + 'static,
 {
-    run(service, grace, component, async {}).await
+    let (outcome, deadline) = run(service, grace, component, async {}).await;
+    drain_tasks(service, outcome, deadline).await
 }
 
 /// [`serve`] with a health endpoint ([`crate::health`]): the endpoint serves from before the
 /// component starts until it stopped; `component` gets the [`Health`] handle and says when it
 /// is ready ([`Health::set_ready`]). On SIGINT/SIGTERM readiness drops first, then the
 /// component is cancelled, so Kubernetes stops routing to the pod while it drains; liveness
-/// stays SERVING until the process ends. A failure of the endpoint is logged (the liveness
-/// probe then fails and the kubelet restarts the container).
+/// stays SERVING until the component stopped; then the endpoint stops and the tasks of the
+/// process get the rest of the grace period, as with [`serve`]. A failure of the endpoint is
+/// logged (the liveness probe then fails and the kubelet restarts the container).
 #[cfg(feature = "health")]
 pub async fn serve_with_health<F, E>(
     service: &'static str,
@@ -112,9 +121,9 @@ where
 {
     let health = endpoint.health();
     let stop = CancellationToken::new();
-    let server = tokio::spawn(endpoint.serve(stop.clone()));
+    let server = crate::tasks::spawn("health endpoint", endpoint.serve(stop.clone()));
     let draining = health.clone();
-    let outcome = run(
+    let (outcome, deadline) = run(
         service,
         grace,
         |shutdown| component(shutdown, health),
@@ -134,30 +143,38 @@ where
         stop.cancel();
         server.abort();
     }
-    outcome
+    drain_tasks(service, outcome, deadline).await
 }
 
-/// [`serve`], awaiting `on_signal` between the signal and the cancellation of the component.
+/// [`serve`] up to the end of the component, awaiting `on_signal` between the signal and the
+/// cancellation of the component. Returns the outcome and the deadline of the tracked tasks:
+/// the end of the grace period after a signal, `grace` from the end of a component that
+/// ended on its own (its token is cancelled then, so that its tasks stop).
 async fn run<F, E>(
     service: &'static str,
     grace: Duration,
     component: impl FnOnce(CancellationToken) -> F,
     on_signal: impl Future<Output = ()>,
-) -> Outcome
+) -> (Outcome, Instant)
 where
     F: Future<Output = Result<(), E>> + Send + 'static,
     E: Error + Send + Sync + 'static,
 {
     let shutdown = CancellationToken::new();
-    let mut task = tokio::spawn(component(shutdown.clone()));
+    let mut task = crate::tasks::spawn(service, component(shutdown.clone()));
     let signal = tokio::select! {
-        joined = &mut task => return finished(service, joined, Outcome::Completed),
+        joined = &mut task => {
+            shutdown.cancel();
+            let deadline = Instant::now() + grace;
+            return (finished(service, joined, Outcome::Completed), deadline);
+        }
         signal = signal() => signal,
     };
+    let deadline = Instant::now() + grace;
     info!(service, %signal, ?grace, "shutting down; draining");
     on_signal.await;
     shutdown.cancel();
-    match tokio::time::timeout(grace, task).await {
+    let outcome = match tokio::time::timeout_at(deadline, task).await {
         Ok(joined) => finished(service, joined, Outcome::Drained(signal)),
         Err(_) => {
             warn!(
@@ -168,6 +185,23 @@ where
             eprintln!("{service}: did not stop within the grace period of {grace:?}");
             Outcome::GraceExceeded(signal)
         }
+    };
+    (outcome, deadline)
+}
+
+/// Waits until `deadline` for the tracked tasks of the process ([`crate::tasks::drain`]); a
+/// drained component whose tasks are still running then becomes [`Outcome::GraceExceeded`].
+async fn drain_tasks(service: &'static str, outcome: Outcome, deadline: Instant) -> Outcome {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if crate::tasks::drain(left).await {
+        return outcome;
+    }
+    match outcome {
+        Outcome::Drained(signal) => {
+            eprintln!("{service}: tasks were still running when the grace period ended");
+            Outcome::GraceExceeded(signal)
+        }
+        other => other,
     }
 }
 
@@ -223,5 +257,24 @@ mod tests {
         .await;
         assert_eq!(failed, Outcome::Failed);
         assert_eq!(failed.exit_code(), ExitCode::FAILURE);
+    }
+
+    /// A component that ends on its own has its token cancelled, and `serve` returns once
+    /// the tasks it started stopped on it.
+    #[tokio::test]
+    async fn the_tasks_of_a_completed_component_stop_on_its_token() {
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ended.clone();
+        let outcome = serve("t", Duration::from_secs(10), |shutdown| async move {
+            crate::tasks::spawn("helper", async move {
+                shutdown.cancelled().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            });
+            Ok::<(), BindFailed>(())
+        })
+        .await;
+        assert_eq!(outcome, Outcome::Completed);
+        assert!(ended.load(std::sync::atomic::Ordering::SeqCst));
     }
 }

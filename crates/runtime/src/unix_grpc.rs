@@ -78,7 +78,7 @@ impl Stream for Incoming {
 /// Starts relaying `client` and returns the server's end of the pipe.
 fn relay(client: UnixStream) -> DuplexStream {
     let (server_end, relay_end) = tokio::io::duplex(PIPE_BUFFER);
-    tokio::spawn(async move {
+    crate::tasks::spawn("unix gRPC relay", async move {
         let (mut client_rx, mut client_tx) = client.into_split();
         let (mut pipe_rx, mut pipe_tx) = tokio::io::split(relay_end);
         let upstream = async {

@@ -1,6 +1,10 @@
 //! Component tests of the health endpoint: a tonic-health client and plain HTTP/1.1 against
 //! the real server on a loopback port, and the whole `serve_with_health` story with a real
 //! SIGTERM to this test process.
+
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
 #![allow(clippy::unwrap_used)]
 
 use std::net::SocketAddr;

@@ -1,6 +1,10 @@
 //! `/metrics` on the health endpoint: the registry's OpenMetrics text with its content type,
 //! over HTTP/1.0 as simple scrapers (and the e2e test's) speak it.
 
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;

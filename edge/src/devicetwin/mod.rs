@@ -164,9 +164,10 @@ impl DeviceTwin {
         // The writer outlives the server and the reconciler (they call it), and stops when
         // every handle is gone or on `shutdown`.
         let stop_writer = CancellationToken::new();
-        let writer = tokio::spawn(writer.run(stop_writer.clone()));
+        let writer = verge_runtime::tasks::spawn("twin writer", writer.run(stop_writer.clone()));
         let local = shutdown.child_token();
-        let reconciler = tokio::spawn(reconciler.run(local.clone()));
+        let reconciler =
+            verge_runtime::tasks::spawn("twin reconciler", reconciler.run(local.clone()));
         let served = dmi::serve(&config.dmi_socket, mode, server, local.clone()).await;
         local.cancel();
         let _ = reconciler.await;

@@ -59,7 +59,7 @@ impl<R: ContainerRuntime> Pleg<R> {
         let (kick_tx, mut kick) = mpsc::channel::<()>(1);
         let events = self.runtime.clone();
         let stop = shutdown.clone();
-        tokio::spawn(async move {
+        verge_runtime::tasks::spawn("docker events", async move {
             while !stop.is_cancelled() {
                 let mut stream = events.events();
                 loop {

@@ -267,10 +267,12 @@ impl EdgeHub {
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
         let endpoints = session::endpoints(&self.config)?;
         let mut attempt = 0usize;
-        let writer = self
-            .queued
-            .take()
-            .map(|queued| tokio::spawn(self.outbox.clone().write_queued(queued, shutdown.clone())));
+        let writer = self.queued.take().map(|queued| {
+            verge_runtime::tasks::spawn(
+                "outbox writer",
+                self.outbox.clone().write_queued(queued, shutdown.clone()),
+            )
+        });
         let mut backoff = Backoff::new(
             self.config.edge_hub.reconnect_initial_backoff,
             self.config.edge_hub.reconnect_max_backoff,

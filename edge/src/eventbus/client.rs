@@ -119,7 +119,10 @@ impl EventBus {
         } = self;
         let _stopped = stopped.drop_guard();
         let (tx, rx) = mpsc::channel(config.receive_queue);
-        let serving = tokio::spawn(serve(dispatcher, rx, shutdown.clone()));
+        let serving = verge_runtime::tasks::spawn(
+            "eventbus dispatch",
+            serve(dispatcher, rx, shutdown.clone()),
+        );
         let qos = qos(config.qos);
         let mut backoff = Backoff::new(
             config.reconnect_initial_backoff,

@@ -153,7 +153,8 @@ where
     F: FnOnce(TokioIo<hyper::upgrade::Upgraded>) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    tokio::spawn(
+    verge_runtime::tasks::spawn(
+        "upgraded stream",
         async move {
             match on_upgrade.await {
                 Ok(upgraded) => serve(TokioIo::new(upgraded)).await,

@@ -141,7 +141,7 @@ async fn add_stream(
     let pair = pairs.entry(id.clone()).or_insert_with(|| {
         let expired = expired.clone();
         let id = id.clone();
-        tokio::spawn(async move {
+        verge_runtime::tasks::spawn("port-forward pair timeout", async move {
             tokio::time::sleep(STREAM_CREATION_TIMEOUT).await;
             let _ = expired.send(id);
         });
@@ -176,7 +176,10 @@ async fn add_stream(
     {
         let target = target.clone();
         let span = tracing::debug_span!("portforward.pair", request_id = %id, port);
-        tokio::spawn(forward(data, error, port, target).instrument(span));
+        verge_runtime::tasks::spawn(
+            "port-forward",
+            forward(data, error, port, target).instrument(span),
+        );
     }
 }
 

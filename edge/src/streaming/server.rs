@@ -94,7 +94,8 @@ impl<R: StreamingRuntime> StreamingServer<R> {
             };
             let span = verge_telemetry::span!("edgecore.tunnel", verge.tunnel.id = %request.id);
             let (serving, router) = (self.serving.clone(), router.clone());
-            tokio::spawn(
+            verge_runtime::tasks::spawn(
+                "tunnel",
                 async move {
                     if let Err(error) = tunnel(request, serving, router).await {
                         warn!(%error, "tunnel failed");
@@ -178,7 +179,7 @@ async fn tunnel(
         .await?
         .into_inner();
     let (near, far) = tokio::io::duplex(PIPE_BYTES);
-    tokio::spawn(async move {
+    verge_runtime::tasks::spawn("tunnel splice", async move {
         match verge_proto::tunnel::splice(near, inbound, frames).await {
             Ok(spliced) => debug!(?spliced, "tunnel closed"),
             Err(error) => debug!(%error, "tunnel ended"),

@@ -142,7 +142,8 @@ impl Mapper {
         let wake = Arc::new(Notify::new());
         let stop = self.inner.stop.child_token();
         let span = info_span!("device", namespace = key.0, device = key.1);
-        let task = tokio::spawn(
+        let task = verge_runtime::tasks::spawn(
+            "device worker",
             worker::run(
                 shared.clone(),
                 wake.clone(),

@@ -1,6 +1,10 @@
 //! Component test of the downstream side and the pod/event/query/token handlers: edgecontroller
 //! against a real API server (verge-testkit) and an in-test ControllerHub playing cloudhub.
 
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::VecDeque;

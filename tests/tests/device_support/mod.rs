@@ -1,6 +1,11 @@
 //! The set-up of the device scenarios: cloud services with devicecontroller, one edge node,
 //! mappers on the edge's DMI socket, the example manifests and views of the DeviceStatus.
 //! Shared by several test binaries (`devices`, `device_tracing`), each using a part of it.
+
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 #![allow(dead_code)]
 
 use std::io::Write as _;

@@ -90,7 +90,7 @@ impl Elector {
             return Ok(());
         }
         let stop = shutdown.child_token();
-        let mut work = tokio::spawn(lead(stop.clone()));
+        let mut work = verge_runtime::tasks::spawn("leader work", lead(stop.clone()));
         match self.renew_while(&mut work).await {
             Term::Ended(joined) => {
                 self.lock.release().await;

@@ -130,7 +130,7 @@ impl Reconciler {
             logged: BTreeMap::new(),
         };
         poke.notify_one();
-        let task = tokio::spawn(worker.run(stop.clone()));
+        let task = verge_runtime::tasks::spawn("mapper worker", worker.run(stop.clone()));
         info!(protocol = %mapper.protocol, address = %mapper.address, mapper = %mapper.name, "serving devices through mapper");
         workers.insert(
             mapper.protocol,

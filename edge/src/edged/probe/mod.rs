@@ -222,7 +222,7 @@ impl<H: ProbeHandler> ProbeManager<H> {
                 kind,
                 cancel: cancel.clone(),
             };
-            tokio::spawn(worker.run());
+            verge_runtime::tasks::spawn("probe", worker.run());
         }
     }
 

@@ -70,7 +70,7 @@ pub(super) async fn open(docker: &Docker, id: &str) -> Option<LogFile> {
 /// wrote last) or when the stream is dropped; a read error (`read log file`) ends it.
 pub(super) fn stream(log: LogFile, selection: Selection, docker: Docker, id: String) -> LogStream {
     let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(async move {
+    verge_runtime::tasks::spawn("container log", async move {
         if let Err(error) = read(log, selection, &docker, &id, &tx).await {
             let _ = tx.send(Err(error)).await;
         }

@@ -51,7 +51,7 @@ pub async fn serve<T, R>(
             }
         };
     // Streams opened later are answered (and reset), as the kubelet's handler does.
-    let late = tokio::spawn(async move {
+    let late = verge_runtime::tasks::spawn("late streams", async move {
         while let Some(stream) = session.next_stream().await {
             drop(stream.accept());
         }

@@ -186,7 +186,7 @@ pub async fn serve<R: StreamingRuntime>(
     };
     let (mut sink, mut incoming) = socket.split();
     let (queue, mut outgoing) = mpsc::channel::<Message>(QUEUE_MESSAGES);
-    let send = tokio::spawn(async move {
+    let send = verge_runtime::tasks::spawn("websocket send", async move {
         while let Some(message) = outgoing.recv().await {
             if let Err(error) = sink.send(message).await {
                 debug!(%error, "client stopped reading");
@@ -221,7 +221,7 @@ pub async fn serve<R: StreamingRuntime>(
     drop(queue);
 
     let (gone_tx, gone) = oneshot::channel::<()>();
-    let receive = tokio::spawn(async move {
+    let receive = verge_runtime::tasks::spawn("websocket receive", async move {
         let (mut stdin_pipe, mut resize_pipe) = (stdin_pipe, resize_pipe);
         while let Some(Ok(message)) = incoming.next().await {
             if matches!(message, Message::Close(_)) {

@@ -114,16 +114,22 @@ impl Session {
         };
         let activity = Activity::new();
         if let Some(timeout) = config.idle_timeout {
-            tokio::spawn(watchdog(Arc::clone(&activity), timeout, stop.clone()));
+            verge_runtime::tasks::spawn(
+                "spdy watchdog",
+                watchdog(Arc::clone(&activity), timeout, stop.clone()),
+            );
         }
         let writer = FramedWrite::new(write, SpdyCodec::new(config.max_frame_payload));
-        tokio::spawn(write_loop(
-            writer,
-            control_rx,
-            data_rx,
-            Arc::clone(&activity),
-            stop.clone(),
-        ));
+        verge_runtime::tasks::spawn(
+            "spdy writer",
+            write_loop(
+                writer,
+                control_rx,
+                data_rx,
+                Arc::clone(&activity),
+                stop.clone(),
+            ),
+        );
         let reader = Reader {
             frames: FramedRead::new(read, SpdyCodec::new(config.max_frame_payload)),
             streams: HashMap::new(),
@@ -135,7 +141,7 @@ impl Session {
         };
         let peer_closed = handle.peer_closed.clone();
         let reader_stop = stop.clone();
-        tokio::spawn(async move {
+        verge_runtime::tasks::spawn("spdy reader", async move {
             tokio::select! {
                 () = reader.run() => {}
                 () = reader_stop.cancelled() => {}

@@ -87,7 +87,8 @@ pub(crate) async fn handle(
                     ));
                 }
             };
-            tokio::spawn(
+            verge_runtime::tasks::spawn(
+                "CONNECT tunnel",
                 async move {
                     let Ok(upgraded) = on_upgrade.await else {
                         return;
@@ -108,7 +109,8 @@ pub(crate) async fn handle(
             Ok(established())
         }
         Target::Stream(stream) => {
-            tokio::spawn(
+            verge_runtime::tasks::spawn(
+                "CONNECT via peer",
                 async move {
                     if let Ok(upgraded) = on_upgrade.await {
                         let mut upgraded = TokioIo::new(upgraded);
@@ -141,7 +143,8 @@ pub(crate) async fn handle(
                     ));
                 }
             };
-            tokio::spawn(
+            verge_runtime::tasks::spawn(
+                "CONNECT dial",
                 async move {
                     if let Ok(upgraded) = on_upgrade.await {
                         let mut upgraded = TokioIo::new(upgraded);

@@ -222,7 +222,7 @@ pub(crate) async fn serve(
         }
         let peer_client = name == PEER_NAME;
         let (shared, state) = (shared.clone(), state.clone());
-        tokio::spawn(async move {
+        verge_runtime::tasks::spawn("CONNECT connection", async move {
             let service = service_fn(move |request| {
                 connect::handle(request, shared.clone(), state.clone(), peer_client)
             });

@@ -199,7 +199,7 @@ pub fn incoming(
     let acceptor = TlsAcceptor::from(config);
     let permits = Arc::new(Semaphore::new(trust.max_handshakes));
     let timeout = trust.handshake_timeout;
-    tokio::spawn(async move {
+    verge_runtime::tasks::spawn("tls accept", async move {
         loop {
             let (tcp, peer) = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -214,7 +214,7 @@ pub fn incoming(
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx, permits) = (acceptor.clone(), tx.clone(), permits.clone());
-            tokio::spawn(async move {
+            verge_runtime::tasks::spawn("tls handshake", async move {
                 let Ok(Ok(permit)) = tokio::time::timeout(timeout, permits.acquire_owned()).await
                 else {
                     debug!(server = name, %peer, "no TLS handshake slot within the timeout");

@@ -1,5 +1,10 @@
 //! Helpers for cloudhub component tests: a real cloudhub on loopback port 0, real tonic
 //! clients for edges and controllers, every wait bounded.
+
+// Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
+// production code only.
+#![allow(clippy::disallowed_methods)]
+
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod cluster;
