@@ -85,9 +85,8 @@ impl Outcome {
 ///
 /// Then the tasks of the process ([`crate::tasks::spawn`]) get what is left of the grace
 /// period to end ([`crate::tasks::drain`]; the whole `grace` when the component ended on its
-/// own, after its token was cancelled): a stop by a signal with tasks still running after it
-/// is [`Outcome::GraceExceeded`]; a completion or failure keeps its outcome (the leftover
-/// tasks are logged).
+/// own, after its token was cancelled); tasks still running after it are logged and do not
+/// change the outcome.
 pub async fn serve<F, E>(
     service: &'static str,
     grace: Duration,
@@ -189,20 +188,16 @@ where
     (outcome, deadline)
 }
 
-/// Waits until `deadline` for the tracked tasks of the process ([`crate::tasks::drain`]); a
-/// drained component whose tasks are still running then becomes [`Outcome::GraceExceeded`].
+/// Waits until `deadline` for the tracked tasks of the process ([`crate::tasks::drain`]).
+/// Tasks still running then (e.g. a `kubectl logs -f` tunnel that ends only when its client
+/// closes it) are logged by the drain and end with the runtime; the outcome stays the
+/// component's, so a stop whose component drained in time still exits 0.
 async fn drain_tasks(service: &'static str, outcome: Outcome, deadline: Instant) -> Outcome {
     let left = deadline.saturating_duration_since(Instant::now());
-    if crate::tasks::drain(left).await {
-        return outcome;
+    if !crate::tasks::drain(left).await {
+        warn!(service, "tasks were still running when the grace period ended; exiting");
     }
-    match outcome {
-        Outcome::Drained(signal) => {
-            eprintln!("{service}: tasks were still running when the grace period ended");
-            Outcome::GraceExceeded(signal)
-        }
-        other => other,
-    }
+    outcome
 }
 
 fn finished<E: Error + 'static>(

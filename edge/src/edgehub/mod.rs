@@ -88,9 +88,9 @@ impl EdgeHubHandle {
     /// its receiver like [`send`](Self::send).
     ///
     /// # Errors
-    /// [`NotAReport`](crate::metamanager::error::Error::NotAReport) when `msg` has no outbox key; [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) for a new
+    /// [`NotAReport`](verge_edge_store::Error::NotAReport) when `msg` has no outbox key; [`OutboxFull`](verge_edge_store::Error::OutboxFull) for a new
     /// event key while `outbox.max_entries` entries wait (the event is dropped; log it);
-    /// [`Store`](crate::metamanager::error::Error::Store) if the commit fails; [`HubStopped`](crate::edgehub::error::Error::HubStopped) for a detached handle
+    /// [`Store`](verge_edge_store::Error::Store) if the commit fails; [`HubStopped`](crate::edgehub::error::Error::HubStopped) for a detached handle
     /// whose receiver is gone.
     pub async fn report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
@@ -135,7 +135,7 @@ impl EdgeHubHandle {
     ///
     /// # Errors
     /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the writer's queue is full (the report is not queued);
-    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped. An [`OutboxFull`](crate::metamanager::error::Error::OutboxFull) refusal of
+    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped. An [`OutboxFull`](verge_edge_store::Error::OutboxFull) refusal of
     /// the commit is only logged.
     pub fn try_report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {

@@ -25,7 +25,7 @@ pub(crate) type Queued = Envelope;
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
 pub struct OutboxConfig {
     /// Most entries kept. When it is reached, reports with a new *event* key are refused
-    /// ([`OutboxFull`](crate::metamanager::error::Error::OutboxFull), logged); statuses and deletions are always kept (they
+    /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull), logged); statuses and deletions are always kept (they
     /// are bounded by the number of pods). Default 10000.
     pub max_entries: usize,
     /// Most reports sent and not yet answered, per session. Default 64.
