@@ -48,7 +48,9 @@ pub mod devicetwin;
 pub mod edged;
 pub mod edgehub;
 pub mod error;
-pub mod eventbus;
+/// The eventbus, the crate `verge-eventbus` (KubeEdge's MQTT device topics), under the name
+/// edgecore's other modules use for it.
+pub use verge_eventbus as eventbus;
 pub mod metamanager;
 pub mod metrics;
 pub mod node;
@@ -188,9 +190,11 @@ impl EdgeCore {
             // The eventbus serves KubeEdge's MQTT device topics from devicetwin and publishes
             // every twin change (architecture.md §8).
             let service = Arc::new(devicetwin::bus::TwinBus::new(twins.clone()));
-            let (bus, bus_handle) = eventbus::EventBus::new(&self.config, service)?;
+            let (bus, bus_handle) =
+                eventbus::EventBus::new(&self.config.node_name, &self.config.event_bus, service)?;
             if let Some(bus) = bus {
-                modules.spawn("eventbus", bus.run(stop.clone()));
+                let bus_stop = stop.clone();
+                modules.spawn("eventbus", async move { Ok(bus.run(bus_stop).await?) });
                 let stop = stop.clone();
                 modules.spawn("eventbus-twins", async move {
                     devicetwin::bus::publish_changes(twins, bus_handle, stop).await;

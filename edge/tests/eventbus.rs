@@ -33,12 +33,12 @@ fn thermo() -> DeviceRef {
 struct Bus {
     handle: EventBusHandle,
     stop: CancellationToken,
-    task: tokio::task::JoinHandle<verge_edgecore::Result<()>>,
+    task: tokio::task::JoinHandle<verge_edgecore::eventbus::error::Result<()>>,
 }
 
 impl Bus {
     async fn start(config: &verge_edgecore::Config, service: Arc<dyn TwinService>) -> Result<Self> {
-        let (bus, handle) = EventBus::new(config, service)?;
+        let (bus, handle) = EventBus::new(&config.node_name, &config.event_bus, service)?;
         let bus = bus.context("eventbus enabled")?;
         let stop = CancellationToken::new();
         let task = tokio::spawn(bus.run(stop.clone()));

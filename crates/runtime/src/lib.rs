@@ -16,6 +16,9 @@
 //! * [`Modules`] — a `JoinSet` of named modules; the first failure cancels the rest.
 //! * [`tasks`] — the one way production code starts a task ([`tasks::spawn`]): tracked
 //!   process-wide, and waited for by [`serve`] ([`tasks::drain`]) within the grace period.
+//! * [`backoff`] — jittered exponential reconnect delays ([`backoff::Backoff`]), for every
+//!   client that reconnects (edgehub to cloudhub, the eventbus and the apps bridge to the
+//!   MQTT broker).
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
 //! * [`limits`] — the open-file limit a server raises for itself.
 //! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
@@ -28,6 +31,7 @@
 //! * `unix_grpc` (feature `unix-grpc`) — gRPC servers on unix sockets that accept the
 //!   socket-path `:authority` of Go gRPC clients (KubeEdge mappers).
 
+pub mod backoff;
 mod chain;
 #[cfg(feature = "health")]
 pub mod health;

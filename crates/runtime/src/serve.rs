@@ -195,7 +195,10 @@ where
 async fn drain_tasks(service: &'static str, outcome: Outcome, deadline: Instant) -> Outcome {
     let left = deadline.saturating_duration_since(Instant::now());
     if !crate::tasks::drain(left).await {
-        warn!(service, "tasks were still running when the grace period ended; exiting");
+        warn!(
+            service,
+            "tasks were still running when the grace period ended; exiting"
+        );
     }
     outcome
 }

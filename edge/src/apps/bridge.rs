@@ -28,11 +28,11 @@ use verge_runtime::ErrorChain;
 
 use super::{AppsHandle, REPLY_SUBSCRIPTION, upstream};
 use crate::config::Config;
-use crate::edgehub::Backoff;
 use crate::eventbus::BrokerAddress;
 use crate::{EdgeHubHandle, Result};
 use verge_edge_store::KEEP_PUBLISHED;
 use verge_edge_store::MetaStore;
+use verge_runtime::backoff::Backoff;
 
 /// Requests waiting in the client's queue (publishes, acks, the subscription).
 const CLIENT_QUEUE: usize = 256;

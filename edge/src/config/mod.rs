@@ -33,7 +33,8 @@
 mod devicetwin;
 mod edged;
 mod edgehub;
-mod eventbus;
+#[cfg(test)]
+mod eventbus_tests;
 mod streaming;
 
 use std::net::SocketAddr;
@@ -45,8 +46,8 @@ use serde::{Deserialize, Serialize};
 pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use edgehub::EdgeHubConfig;
-pub use eventbus::{EventBusConfig, MqttQos};
 pub use streaming::StreamingConfig;
+pub use verge_eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::{LogFormat, TracingConfig};
 
 use crate::{Error, Result};

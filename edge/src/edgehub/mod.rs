@@ -29,7 +29,6 @@
 //! the typed [`Envelope`]; the session (`session.rs`) is the only place that reads or writes
 //! the wire `Message`.
 
-mod backoff;
 mod drain;
 pub mod error;
 pub mod outbox;
@@ -44,11 +43,11 @@ use tracing::{Instrument, info, info_span, warn};
 use verge_core::Envelope;
 use verge_runtime::ErrorChain;
 
-pub use backoff::Backoff;
 use error::Error as HubError;
 pub use outbox::OutboxConfig;
 #[cfg(test)]
 pub(crate) use session::refusal;
+use verge_runtime::backoff::Backoff;
 
 use crate::Result;
 use crate::config::Config;

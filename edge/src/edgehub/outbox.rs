@@ -99,7 +99,7 @@ impl OutboxConfig {
 
     /// The delay before resending a report refused `attempts` times (at least once).
     pub(crate) fn retry_delay(&self, attempts: u32) -> Duration {
-        super::backoff::doubled(
+        verge_runtime::backoff::doubled(
             self.retry_backoff,
             self.retry_max_backoff,
             attempts.saturating_sub(1),

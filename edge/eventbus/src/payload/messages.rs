@@ -110,7 +110,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::eventbus::payload::{
+    use crate::payload::{
         DeviceStateInfo, StateUpdateResult, TwinValue, TypeMetadata, ValueMetadata,
     };
 

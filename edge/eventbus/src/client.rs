@@ -19,8 +19,8 @@ use super::dispatch::Dispatcher;
 use super::error::{Error, Result};
 use super::handle::{EventBusHandle, Publisher};
 use super::{BrokerAddress, TwinService, topic};
-use crate::config::{Config, EventBusConfig, MqttQos};
-use crate::edgehub::Backoff;
+use crate::config::{EventBusConfig, MqttQos};
+use verge_runtime::backoff::Backoff;
 
 /// How long a stopping eventbus waits to say `DISCONNECT` to the broker.
 const DISCONNECT_GRACE: Duration = Duration::from_millis(500);
@@ -45,7 +45,8 @@ impl std::fmt::Debug for EventBus {
 }
 
 impl EventBus {
-    /// Prepares the client from `config.eventBus` (reads `passwordFile`) serving requests
+    /// Prepares the client of node `node_name` from `bus` (YAML `eventBus:`; reads
+    /// `passwordFile`) serving requests
     /// with `service`, and the handle devicetwin publishes through. Returns `None` and a
     /// [disabled](EventBusHandle::disabled) handle when `eventBus.enable` is false. Nothing
     /// connects before [`EventBus::run`].
@@ -54,16 +55,16 @@ impl EventBus {
     /// [`Error::Address`] for an unusable `mqttServer`, [`Error::PasswordFile`] when the
     /// password file cannot be read.
     pub fn new(
-        config: &Config,
+        node_name: &str,
+        bus: &EventBusConfig,
         service: Arc<dyn TwinService>,
     ) -> Result<(Option<Self>, EventBusHandle)> {
-        let bus = &config.event_bus;
         if !bus.enable {
             return Ok((None, EventBusHandle::disabled()));
         }
         let address = BrokerAddress::parse(&bus.mqtt_server)?;
         let mut options = MqttOptions::new(
-            bus.client_id_for(&config.node_name),
+            bus.client_id_for(node_name),
             address.host.clone(),
             address.port,
         );
@@ -82,12 +83,7 @@ impl EventBus {
         eventloop.network_options.set_tcp_nodelay(true);
         let stopped = CancellationToken::new();
         let (connected, _) = watch::channel(false);
-        let publisher = Publisher::new(
-            client.clone(),
-            qos(bus.qos),
-            &config.node_name,
-            stopped.clone(),
-        );
+        let publisher = Publisher::new(client.clone(), qos(bus.qos), node_name, stopped.clone());
         let handle = EventBusHandle::new(publisher.clone(), connected.subscribe());
         let bus = Self {
             config: bus.clone(),
@@ -107,7 +103,7 @@ impl EventBus {
     ///
     /// # Errors
     /// None so far; the `Result` is the module contract of edgecore.
-    pub async fn run(self, shutdown: CancellationToken) -> crate::Result<()> {
+    pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let Self {
             config,
             address,
@@ -254,7 +250,7 @@ fn qos(qos: MqttQos) -> QoS {
 }
 
 /// The password in `passwordFile` (trailing line break removed); empty without the file.
-pub(crate) fn read_password(config: &EventBusConfig) -> Result<String> {
+pub fn read_password(config: &EventBusConfig) -> Result<String> {
     let Some(path) = &config.password_file else {
         return Ok(String::new());
     };

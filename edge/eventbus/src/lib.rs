@@ -25,7 +25,7 @@
 //! desired values from the cloud) through an [`EventBusHandle`].
 //!
 //! # Layout
-//! - `mod.rs`: [`TwinService`] and the types it speaks ([`DeviceRef`], [`TwinUpdate`],
+//! - `lib.rs`: [`TwinService`] and the types it speaks ([`DeviceRef`], [`TwinUpdate`],
 //!   [`TwinUpdateOutcome`], [`TwinError`], ...).
 //! - [`topic`]: parsing request topics, building answer topics.
 //! - [`payload`]: the JSON payloads, field for field as KubeEdge's.
@@ -35,10 +35,16 @@
 //! - `handle`: [`EventBusHandle`], publishing without blocking.
 //! - `client`: [`EventBus`]: the connection, subscriptions and reconnects.
 //! - `address`: [`BrokerAddress`], the parsed `mqttServer`.
-//! - [`error`]: the module's [`Error`].
+//! - [`config`]: [`EventBusConfig`], the `eventBus:` section of edgecore's configuration
+//!   file (edgecore owns the file; this crate owns its section).
+//! - [`error`]: the crate's [`Error`].
+//!
+//! The crate sits above `verge-core` and `verge-runtime` only: devicetwin (through
+//! [`TwinService`]) and the apps bridge (the broker address and credentials) build on it.
 
 mod address;
 mod client;
+pub mod config;
 mod dispatch;
 pub mod error;
 mod handle;
@@ -54,7 +60,8 @@ use futures::future::BoxFuture;
 
 pub use address::{AddressError, BrokerAddress};
 pub use client::EventBus;
-pub(crate) use client::read_password;
+pub use client::read_password;
+pub use config::{EventBusConfig, MqttQos};
 pub use error::Error;
 pub use handle::EventBusHandle;
 pub use payload::{

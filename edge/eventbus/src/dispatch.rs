@@ -106,7 +106,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::eventbus::{
+    use crate::{
         DeviceRef, DeviceState, MemberDevice, StateUpdated, TwinError, TwinUpdate,
         TwinUpdateOutcome, Twins,
     };

@@ -46,8 +46,9 @@ impl Backoff {
     }
 }
 
-/// `initial * 2^n`, at most `max` (saturating: never overflows).
-pub(crate) fn doubled(initial: Duration, max: Duration, n: u32) -> Duration {
+/// `initial * 2^n`, at most `max` (saturating: never overflows); the delay without jitter
+/// of attempt `n`.
+pub fn doubled(initial: Duration, max: Duration, n: u32) -> Duration {
     let factor = 1u32.checked_shl(n.min(31)).unwrap_or(u32::MAX);
     initial.checked_mul(factor).map_or(max, |d| d.min(max))
 }

@@ -196,7 +196,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::eventbus::{MsgTwin, TwinError, TwinValue};
+    use crate::{MsgTwin, TwinError, TwinValue};
 
     fn body(o: &Outgoing) -> Value {
         serde_json::from_slice(&o.payload).expect("json")

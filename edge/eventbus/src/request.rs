@@ -192,7 +192,7 @@ pub fn state_update(payload: &[u8]) -> Result<(String, DeviceState), RequestErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eventbus::{MsgTwin, TwinValue};
+    use crate::{MsgTwin, TwinValue};
 
     #[test]
     fn good_update_decodes() {
