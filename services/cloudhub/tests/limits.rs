@@ -3,7 +3,6 @@
 // Test code: its tasks end with the test's runtime; clippy.toml forbids bare spawns in
 // production code only.
 #![allow(clippy::disallowed_methods)]
-
 #![allow(clippy::unwrap_used)]
 
 mod common;
