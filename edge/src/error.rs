@@ -94,10 +94,11 @@ impl Error {
     /// Whether this is the outbox refusing a droppable report because it is full
     /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
     pub fn is_outbox_full(&self) -> bool {
-        matches!(
-            self,
-            Self::Store(verge_edge_store::Error::OutboxFull { .. })
-        )
+        match self {
+            Self::Store(error) => matches!(error, verge_edge_store::Error::OutboxFull { .. }),
+            Self::EdgeHub(error) => error.is_outbox_full(),
+            _ => false,
+        }
     }
 }
 

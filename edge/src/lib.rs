@@ -3,10 +3,13 @@
 //! while the link to the cloud is down.
 //!
 //! # Layout
-//! - [`edgehub`]: the client end of cloudhub's `EdgeHub.Connect` stream: hello with
-//!   inventory, keepalives, reconnect with jittered exponential backoff, draining the
-//!   upstream outbox; [`EdgeHubHandle`] reports durably ([`EdgeHubHandle::report`]) or sends
-//!   transient frames.
+//! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
+//! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
+//! `verge-eventbus` (MQTT); edgecore re-exports them under their module names.
+//! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
+//!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
+//!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
+//!   ([`EdgeHubHandle::report`]) or sends transient frames.
 //! - [`metamanager`]: the component that commits downstream objects to the store before
 //!   acking them, and cloud queries. The store itself ([`MetaStore`]: objects, the upstream
 //!   outbox keyed by [`OutboxKey`], every other table) is the crate `verge-edge-store`, the
@@ -17,9 +20,9 @@
 //!   manager and lease controller).
 //! - [`devicetwin`]: device twins in redb, the DMI server mappers register and report on,
 //!   and the calls that hand Devices to mappers ([`DeviceTwin`], [`DeviceTwinHandle`]).
-//! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
-//!   load for every connection, renew at 80 % of the lifetime.
-//! - [`eventbus`]: MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
+//! - [`certificates`] (in `verge-edgehub`): the node's key and client certificate: join with
+//!   a bootstrap token, load for every connection, renew at 80 % of the lifetime.
+//! - [`eventbus`] (crate `verge-eventbus`): MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
 //!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
 //!   [`eventbus::EventBusHandle`]).
 //! - [`apps`]: edge apps of third-party groups over the same broker (`verge/apps/...`): an
@@ -30,10 +33,8 @@
 //!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
 //! - [`config`]: the YAML configuration ([`Config`]).
 //! - [`error`]: the crate's [`Error`].
-//! - `private_dir`: the data, pods and pod directories, mode 0700.
 //!
-//! Later modules (the eventbus) plug in the same way: a struct with
-//! `async fn run(self, shutdown)`, fed by typed channels.
+//! Each module is a struct with `async fn run(self, shutdown)`, fed by typed channels.
 //!
 //! [`EdgeCore`] wires the modules together: build it from a [`Config`] and
 //! [`run`](EdgeCore::run) it until a [`CancellationToken`] is cancelled.
@@ -42,11 +43,13 @@
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod apps;
-pub mod certificates;
 pub mod config;
 pub mod devicetwin;
 pub mod edged;
-pub mod edgehub;
+/// edgehub and the node's certificates, the crate `verge-edgehub`, under the names
+/// edgecore's other modules use for them.
+pub use verge_edgehub as edgehub;
+pub use verge_edgehub::certificates;
 pub mod error;
 /// The eventbus, the crate `verge-eventbus` (KubeEdge's MQTT device topics), under the name
 /// edgecore's other modules use for it.
@@ -54,7 +57,6 @@ pub use verge_eventbus as eventbus;
 pub mod metamanager;
 pub mod metrics;
 pub mod node;
-mod private_dir;
 pub mod streaming;
 
 use std::sync::Arc;
@@ -99,7 +101,8 @@ impl EdgeCore {
     pub fn new(config: Config) -> Result<Self> {
         config.validate()?;
         for dir in [config.data_dir.clone(), config.pods_dir()] {
-            private_dir::ensure(&dir).map_err(|source| Error::DataDir { path: dir, source })?;
+            verge_edge_store::private_dir::ensure(&dir)
+                .map_err(|source| Error::DataDir { path: dir, source })?;
         }
         let store = MetaStore::open(&config.store_path())?;
         Ok(Self {
@@ -143,7 +146,11 @@ impl EdgeCore {
     /// The first module error (e.g. [`CloudhubAddress`](crate::edgehub::error::Error::CloudhubAddress)).
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
         let (down_tx, down_rx) = mpsc::channel(self.config.edge_hub.downstream_queue);
-        let (hub, handle) = EdgeHub::new(Arc::clone(&self.config), self.store.clone(), down_tx);
+        let (hub, handle) = EdgeHub::new(
+            Arc::new(self.config.hub_settings()),
+            self.store.clone(),
+            down_tx,
+        );
         let apps = apps::AppsBridge::new(&self.config, self.store.clone(), handle.clone())?;
         let mut meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
         if let Some((_, apps)) = &apps {
@@ -178,7 +185,8 @@ impl EdgeCore {
             }
             None => hub,
         };
-        modules.spawn("edgehub", hub.run(stop.clone()));
+        let hub_stop = stop.clone();
+        modules.spawn("edgehub", async move { Ok(hub.run(hub_stop).await?) });
         if let Some((bridge, _)) = apps {
             modules.spawn("apps", bridge.run(stop.clone()));
         }
@@ -202,7 +210,7 @@ impl EdgeCore {
                 });
             }
         }
-        let config = (*self.config).clone();
+        let config = self.config.hub_settings();
         modules.spawn("certificates", async move {
             certificates::renew(config, stop).await;
             Ok(())

@@ -128,7 +128,7 @@ async fn join(config: &Config, args: JoinArgs) -> ExitCode {
         node_name: config.node_name.clone(),
         tls_server_name: args.tls_server_name,
     };
-    let credentials = Credentials::of(config);
+    let credentials = Credentials::of(&config.hub_settings());
     match certificates::join(&params, &credentials).await {
         Ok(joined) => {
             println!(
@@ -185,7 +185,7 @@ async fn run() -> ExitCode {
     if let Some(Command::Join(join_args)) = command {
         return join(&config, join_args).await;
     }
-    if let Err(error) = certificates::ensure(&config).await {
+    if let Err(error) = certificates::ensure(&config.hub_settings()).await {
         return verge_runtime::fail("edgecore", &error);
     }
     let grace = config.shutdown_grace;

@@ -1,6 +1,7 @@
 //! edgecore's Prometheus series (docs/observability.md "Metrics"), served as `/metrics` on
 //! `metricsAddr` (loopback by default). One process-wide instance ([`global`]) is counted
-//! into from the modules; the outbox gauges are read from the store at scrape time
+//! into from edged and devicetwin, another by edgehub ([`crate::edgehub::metrics`], the
+//! message and session series); the outbox gauges are read from the store at scrape time
 //! ([`OutboxCollector`]). Tests make their own [`Metrics`].
 //!
 //! | series | type | labels |
@@ -26,12 +27,10 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tracing::warn;
-use verge_core::Envelope;
-use verge_runtime::metrics::MessageLabels;
 
 use verge_edge_store::MetaStore;
 
@@ -76,9 +75,6 @@ pub struct ResultLabels {
 /// edgecore's series (cheap to clone: shared).
 #[derive(Debug, Clone)]
 pub struct Metrics {
-    messages: Family<MessageLabels, Counter>,
-    connected: Gauge,
-    reconnects: Counter,
     pod_start: Family<StageLabels, Histogram>,
     twin_reports: Family<ResultLabels, Counter>,
 }
@@ -86,9 +82,6 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self {
-            messages: Family::default(),
-            connected: Gauge::default(),
-            reconnects: Counter::default(),
             pod_start: Family::new_with_constructor(|| {
                 Histogram::new(verge_runtime::metrics::latency_buckets())
             }),
@@ -108,21 +101,6 @@ impl Metrics {
     /// Registers these series into `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "verge_edgecore_messages",
-            "Messages on the cloudhub stream by direction (upstream: written; downstream: read), group and operation.",
-            self.messages.clone(),
-        );
-        registry.register(
-            "verge_edgecore_connected",
-            "1 while a cloudhub session is established, else 0.",
-            self.connected.clone(),
-        );
-        registry.register(
-            "verge_edgecore_reconnects",
-            "Cloudhub sessions established after the first one of this process.",
-            self.reconnects.clone(),
-        );
-        registry.register(
             "verge_edgecore_pod_start_duration_seconds",
             "Pod start latency by stage: image, sandbox, container (each attempt), total (worker start until Running).",
             self.pod_start.clone(),
@@ -132,30 +110,6 @@ impl Metrics {
             "Device twin reports from mappers and edge apps, by result.",
             self.twin_reports.clone(),
         );
-    }
-
-    /// Counts `envelope` written upstream (`upstream: true`) or read downstream.
-    pub fn message(&self, upstream: bool, envelope: &Envelope) {
-        self.messages
-            .get_or_create(&MessageLabels {
-                direction: if upstream { "upstream" } else { "downstream" },
-                group: envelope.group.metric_label(),
-                operation: envelope.operation().as_str(),
-            })
-            .inc();
-    }
-
-    /// Session `generation` (1 for the first) was established.
-    pub fn session_established(&self, generation: u64) {
-        self.connected.set(1);
-        if generation > 1 {
-            self.reconnects.inc();
-        }
-    }
-
-    /// The session ended.
-    pub fn session_ended(&self) {
-        self.connected.set(0);
     }
 
     /// Records that `stage` of a pod start took `elapsed`.
@@ -233,16 +187,17 @@ impl Collector for OutboxCollector {
     }
 }
 
-/// Registers edgecore's series ([`global`]) and the outbox gauges of `store` into
-/// `registry`.
+/// Registers edgecore's series: edgehub's ([`crate::edgehub::metrics`]), edged's and
+/// devicetwin's ([`global`]) and the outbox gauges of `store`, into `registry`.
 pub fn register(registry: &mut Registry, store: &MetaStore) {
+    crate::edgehub::metrics::global().register(registry);
     global().register(registry);
     registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
 }
 
 #[cfg(test)]
 mod tests {
-    use verge_core::{Group, Module, Operation};
+    use verge_core::{Envelope, Group, Module, Operation};
 
     use super::*;
 
@@ -252,15 +207,17 @@ mod tests {
 
     #[test]
     fn series_encode_with_conventional_names() {
+        let hub = crate::edgehub::metrics::HubMetrics::default();
+        hub.message(true, &Envelope::keepalive(Module::EdgeHub, None));
+        hub.session_established(1);
+        hub.session_ended();
+        hub.session_established(2);
         let metrics = Metrics::default();
-        metrics.message(true, &Envelope::keepalive(Module::EdgeHub, None));
-        metrics.session_established(1);
-        metrics.session_ended();
-        metrics.session_established(2);
         metrics.pod_start(Stage::Image, Duration::from_millis(30));
         metrics.pod_start(Stage::Total, Duration::from_secs(2));
         metrics.twin_report(true);
         let mut registry = Registry::default();
+        hub.register(&mut registry);
         metrics.register(&mut registry);
         let text = text(&registry);
         for line in [

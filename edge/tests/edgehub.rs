@@ -209,9 +209,9 @@ async fn certificate_renewal_and_expiry() -> Result<()> {
     let (url, mut events) = start_fake(true).await?;
     let dir = tempfile::tempdir()?;
     let config = config(url, dir.path());
-    let credentials = Credentials::of(&config);
+    let credentials = Credentials::of(&config.hub_settings());
     let before = credentials.load()?;
-    certificates::renew_once(&config, &credentials).await?;
+    certificates::renew_once(&config.hub_settings(), &credentials).await?;
     let after = credentials.load()?;
     assert_ne!(before.cert_pem, after.cert_pem, "a new certificate");
     assert_ne!(before.key.expose(), after.key.expose(), "a new key");

@@ -77,7 +77,7 @@ fn hub(
     tweak(&mut config);
     let store = MetaStore::open(&config.store_path())?;
     let (down_tx, down_rx) = mpsc::channel(16);
-    let (hub, handle) = EdgeHub::new(Arc::new(config), store.clone(), down_tx);
+    let (hub, handle) = EdgeHub::new(Arc::new(config.hub_settings()), store.clone(), down_tx);
     Ok((hub, handle, store, down_rx))
 }
 

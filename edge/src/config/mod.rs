@@ -32,7 +32,6 @@
 
 mod devicetwin;
 mod edged;
-mod edgehub;
 #[cfg(test)]
 mod eventbus_tests;
 mod streaming;
@@ -45,8 +44,8 @@ use serde::{Deserialize, Serialize};
 
 pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
-pub use edgehub::EdgeHubConfig;
 pub use streaming::StreamingConfig;
+pub use verge_edgehub::EdgeHubConfig;
 pub use verge_eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::{LogFormat, TracingConfig};
 
@@ -192,6 +191,16 @@ impl Config {
     /// Where pod directories (volumes) live: `<dataDir>/pods`, one `<pod uid>/` each.
     pub fn pods_dir(&self) -> PathBuf {
         self.data_dir.join("pods")
+    }
+
+    /// What edgehub and the node's certificates read of this configuration: `nodeName`,
+    /// `dataDir` and the `edgeHub:` section.
+    pub fn hub_settings(&self) -> verge_edgehub::HubSettings {
+        verge_edgehub::HubSettings {
+            node_name: self.node_name.clone(),
+            data_dir: self.data_dir.clone(),
+            edge_hub: self.edge_hub.clone(),
+        }
     }
 }
 

@@ -51,7 +51,11 @@ pub(super) async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
     let (down, _) = mpsc::channel(1);
-    let (_hub, hub) = EdgeHub::new(Arc::new(Config::default()), store.clone(), down);
+    let (_hub, hub) = EdgeHub::new(
+        Arc::new(Config::default().hub_settings()),
+        store.clone(),
+        down,
+    );
     let devices = DeviceCache::default();
     devices.insert_device(thermo("u1", properties()));
     let model = StoredObject {
@@ -238,7 +242,11 @@ async fn state_and_records_survive_a_restart_and_follow_the_device() {
 
     // A new writer over the same store: the twin is still there.
     let (down, _) = mpsc::channel(1);
-    let (_hub, hub) = EdgeHub::new(Arc::new(Config::default()), f.store.clone(), down);
+    let (_hub, hub) = EdgeHub::new(
+        Arc::new(Config::default().hub_settings()),
+        f.store.clone(),
+        down,
+    );
     let (ops_tx, ops) = mpsc::channel(8);
     let changes = broadcast::channel(4).0;
     let twins = DeviceTwinHandle::new(ops_tx, changes.clone());

@@ -347,7 +347,11 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
         let (down_tx, down_rx) = mpsc::channel(4);
-        let (_hub, handle) = EdgeHub::new(Arc::new(Config::default()), store.clone(), down_tx);
+        let (_hub, handle) = EdgeHub::new(
+            Arc::new(Config::default().hub_settings()),
+            store.clone(),
+            down_tx,
+        );
         (dir, MetaManager::new(store, down_rx, handle))
     }
 

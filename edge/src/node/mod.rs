@@ -102,7 +102,7 @@ impl NodeAgent {
             let msg = message(Write::Insert, &key, &node, "node")?;
             match self.hub.report(msg).await {
                 Ok(()) => info!("node registration reported"),
-                Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => break,
+                Err(crate::edgehub::Error::HubStopped) => break,
                 Err(e) => error!(error = %ErrorChain(&e), "node registration not stored"),
             }
             if !self.send_lease().await? {
@@ -192,7 +192,7 @@ impl NodeAgent {
         let msg = message(Write::Update, &key, &lease, "node lease")?;
         match self.hub.report(msg).await {
             Ok(()) => {}
-            Err(Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) => return Ok(false),
+            Err(crate::edgehub::Error::HubStopped) => return Ok(false),
             Err(e) => error!(error = %ErrorChain(&e), "node lease not stored"),
         }
         Ok(true)

@@ -13,11 +13,9 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::Channel;
 use tower::ServiceExt as _;
 use tracing::{Instrument as _, debug, warn};
 use verge_pki::{CertInfo, ReloadableServerCert};
-use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{KubeletClients, TunnelFrame, TunnelOpen, tunnel_frame};
 
 use super::commands;
@@ -31,19 +29,7 @@ const PIPE_BYTES: usize = 256 * 1024;
 /// Tunnel requests waiting for the server.
 const REQUESTS: usize = 64;
 
-/// Cloudhub's request to open tunnel `id` (from `CloudFrame.open_tunnel`), with what the
-/// session knows: its client and who may use the endpoint.
-pub struct TunnelRequest {
-    /// `OpenTunnel.tunnel_id`.
-    pub id: String,
-    /// The session's client (the same connection).
-    pub client: EdgeHubClient<Channel>,
-    /// The session's `Welcome.kubelet_clients`.
-    pub clients: Option<KubeletClients>,
-}
-
-/// Where edgehub hands tunnel requests.
-pub type TunnelRequests = mpsc::Sender<TunnelRequest>;
+pub use crate::edgehub::tunnel::{TunnelRequest, TunnelRequests};
 
 /// The streaming server; see the module docs. `R` is the container runtime (Docker's in
 /// production, [`DockerRuntime`](crate::edged::runtime::DockerRuntime)).

@@ -73,10 +73,12 @@ impl ServingCert {
             .serving_certificate(ServingCertificateRequest { csr })
             .await?
             .into_inner();
-        crate::private_dir::ensure(&self.dir).map_err(|source| verge_pki::Error::Io {
-            action: "create",
-            path: self.dir.clone(),
-            source,
+        verge_edge_store::private_dir::ensure(&self.dir).map_err(|source| {
+            verge_pki::Error::Io {
+                action: "create",
+                path: self.dir.clone(),
+                source,
+            }
         })?;
         let pem = key.to_pem();
         write_private_key_file(&self.dir.join("kubelet-serving.key"), &pem)?;

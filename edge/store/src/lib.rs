@@ -20,6 +20,8 @@
 //! - `twins`: devicetwin's records (twins, mappers, what each mapper was given), kept as
 //!   the bytes devicetwin encodes.
 //! - [`clock`]: the current time as a Kubernetes timestamp.
+//! - [`private_dir`]: edgecore's private directories (the data directory this file lives
+//!   in, the pods' directories, the node's key), mode 0700.
 //! - [`error`]: the crate's [`Error`].
 
 mod answers;
@@ -29,6 +31,7 @@ mod db;
 pub mod error;
 mod objects;
 pub mod outbox;
+pub mod private_dir;
 mod twins;
 
 pub use apps_inbox::{InboxPut, KEEP_PUBLISHED, Pending};

@@ -211,7 +211,11 @@ pub fn write_credentials(config: &Config) -> Result<()> {
         Some("system:nodes"),
         Duration::from_secs(3600),
     )?;
-    Credentials::of(config).store(&issued.key_pem, &issued.cert_pem, test_ca().cert_pem())?;
+    Credentials::of(&config.hub_settings()).store(
+        &issued.key_pem,
+        &issued.cert_pem,
+        test_ca().cert_pem(),
+    )?;
     Ok(())
 }
 

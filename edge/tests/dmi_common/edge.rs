@@ -38,7 +38,7 @@ impl Edge {
         let config = Arc::new(config);
         let store = MetaStore::open(&config.store_path())?;
         let (down_tx, down_rx) = mpsc::channel(64);
-        let (hub, handle) = EdgeHub::new(Arc::clone(&config), store.clone(), down_tx);
+        let (hub, handle) = EdgeHub::new(Arc::new(config.hub_settings()), store.clone(), down_tx);
         let meta = MetaManager::new(store.clone(), down_rx, handle.clone());
         let (twin, twins) = DeviceTwin::new(
             config.device_twin.clone(),
@@ -48,7 +48,10 @@ impl Edge {
         );
         let stop = CancellationToken::new();
         let tasks = vec![
-            tokio::spawn(hub.run(stop.clone())),
+            tokio::spawn({
+                let stop = stop.clone();
+                async move { Ok(hub.run(stop).await?) }
+            }),
             tokio::spawn(meta.run(stop.clone())),
             tokio::spawn(twin.run(stop.clone())),
         ];

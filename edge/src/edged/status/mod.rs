@@ -156,7 +156,7 @@ impl StatusManager {
                 // A store failure: forget the status so the pod's next one is reported.
                 error!(report = %what, error = %ErrorChain(&e), "pod report not stored");
                 self.last.remove(&uid);
-                if matches!(e, Error::EdgeHub(crate::edgehub::error::Error::HubStopped)) {
+                if matches!(e, crate::edgehub::Error::HubStopped) {
                     break;
                 }
             }

@@ -167,7 +167,7 @@ impl<O: PodObjects> VolumeManager<O> {
             let dirs = [self.pods_dir.clone(), pod_dir.clone()];
             tokio::task::spawn_blocking(move || {
                 dirs.iter().try_for_each(|d| {
-                    crate::private_dir::ensure(d).map_err(|source| VolumeError::Io {
+                    verge_edge_store::private_dir::ensure(d).map_err(|source| VolumeError::Io {
                         path: d.clone(),
                         source,
                     })

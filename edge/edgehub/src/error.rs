@@ -46,9 +46,23 @@ pub enum Error {
         #[source]
         source: verge_proto::Error,
     },
+    /// The edge store failed or refused a report (e.g. a full outbox).
+    #[error(transparent)]
+    Store(#[from] verge_edge_store::Error),
     /// edgehub has stopped; nothing more can be sent.
     #[error("edgehub stopped")]
     HubStopped,
+}
+
+impl Error {
+    /// Whether this is the outbox refusing a droppable report because it is full
+    /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
+    pub fn is_outbox_full(&self) -> bool {
+        matches!(
+            self,
+            Self::Store(verge_edge_store::Error::OutboxFull { .. })
+        )
+    }
 }
 
 /// edgehub's result type.

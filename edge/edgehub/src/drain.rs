@@ -18,7 +18,7 @@ use verge_proto::hub::EdgeFrame;
 
 use super::outbox::OutboxConfig;
 use super::session::send;
-use crate::Result;
+use crate::error::Result;
 use verge_edge_store::{MetaStore, OutboxEntry};
 
 /// A report sent and not yet answered.
@@ -66,7 +66,7 @@ impl Drain {
     /// Sends entries until `max_inflight` are unanswered or nothing is left to send.
     ///
     /// # Errors
-    /// [`StreamClosed`](crate::edgehub::error::Error::StreamClosed) if the stream is gone; store failures.
+    /// [`StreamClosed`](crate::error::Error::StreamClosed) if the stream is gone; store failures.
     pub(super) async fn fill(&mut self, frames: &mpsc::Sender<EdgeFrame>) -> Result<()> {
         while self.inflight.len() < self.config.max_inflight {
             let batch = if let Some(key) = self.ready.pop_front() {

@@ -5,7 +5,7 @@
 //! Received messages become [`Envelope`]s (a malformed one is answered `error`, naming the
 //! bad field, when it has an id to answer); envelopes sent are written by [`send`].
 
-use crate::edgehub::error::Error as HubError;
+use crate::error::Error as HubError;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,7 +23,7 @@ use verge_proto::{Inventory, InventoryEntry, Message};
 
 use super::drain::Drain;
 use super::{DEFAULT_KEEPALIVE, EdgeHub, SessionInfo};
-use crate::config::Config;
+use crate::HubSettings;
 use crate::{Error, Result};
 
 /// Frames buffered between the pump and the gRPC request stream.
@@ -40,7 +40,7 @@ pub(super) enum Ended {
 }
 
 /// The gRPC endpoints of `[cloudhub] + cloudhub_alternates`, in order, with their addresses.
-pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
+pub(super) fn endpoints(config: &HubSettings) -> Result<Vec<(String, Endpoint)>> {
     std::iter::once(&config.edge_hub.server)
         .chain(&config.edge_hub.server_alternates)
         .map(|address| {
@@ -51,12 +51,9 @@ pub(super) fn endpoints(config: &Config) -> Result<Vec<(String, Endpoint)>> {
                         .tcp_nodelay(true);
                     (address.clone(), e)
                 })
-                .map_err(|source| {
-                    HubError::CloudhubAddress {
-                        address: address.clone(),
-                        source,
-                    }
-                    .into()
+                .map_err(|source| HubError::CloudhubAddress {
+                    address: address.clone(),
+                    source,
                 })
         })
         .collect()
@@ -153,7 +150,7 @@ impl EdgeHub {
                 frame: Some(edge_frame::Frame::Hello(hello)),
             })
             .await
-            .map_err(|_| crate::Error::from(HubError::StreamClosed))?;
+            .map_err(|_| HubError::StreamClosed)?;
         let mut client = EdgeHubClient::new(channel);
         let response = tokio::time::timeout(bound, client.connect(ReceiverStream::new(frame_rx)))
             .await
@@ -173,7 +170,7 @@ impl EdgeHub {
                 welcome,
                 client,
             }),
-            _ => Err(HubError::Protocol("first frame is not a Welcome").into()),
+            _ => Err(HubError::Protocol("first frame is not a Welcome")),
         }
     }
 
@@ -212,7 +209,7 @@ impl EdgeHub {
                     deadline.as_mut().reset(Instant::now() + silence);
                     self.dispatch(frame, &mut drain, &frames, &tunnels).await?;
                 }
-                () = &mut deadline => return Err(HubError::Timeout(silence).into()),
+                () = &mut deadline => return Err(HubError::Timeout(silence)),
                 _ = ticker.tick() => {
                     send(&frames, Envelope::keepalive(Module::EdgeHub, None)).await?;
                 }
@@ -269,7 +266,7 @@ impl EdgeHub {
         self.downstream
             .send(msg)
             .await
-            .map_err(|_| crate::Error::from(HubError::HubStopped))
+            .map_err(|_| HubError::HubStopped)
     }
 }
 
@@ -287,7 +284,7 @@ impl EdgeHub {
             debug!(%id, "tunnel requested, but streaming is off");
             return;
         };
-        let request = crate::streaming::TunnelRequest {
+        let request = crate::tunnel::TunnelRequest {
             id,
             client: tunnels.client.clone(),
             clients: tunnels.clients.clone(),
@@ -307,12 +304,12 @@ pub(super) async fn send(frames: &mpsc::Sender<EdgeFrame>, msg: Envelope) -> Res
             frame: Some(edge_frame::Frame::Message(Message::from(msg))),
         })
         .await
-        .map_err(|_| crate::Error::from(HubError::StreamClosed))
+        .map_err(|_| HubError::StreamClosed)
 }
 
 /// The `error` answer to a downstream message that is not a valid envelope (its reason
 /// names the bad field), so cloudhub stops resending it; `None` when it has no id to answer.
-pub(crate) fn refusal(error: &verge_proto::Error) -> Option<Envelope> {
+pub fn refusal(error: &verge_proto::Error) -> Option<Envelope> {
     let to = MessageId::parse(error.message_id()).ok()?;
     let kind = Kind::Answer {
         to,

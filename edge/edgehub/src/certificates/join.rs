@@ -19,7 +19,7 @@ use verge_proto::hub::join_client::JoinClient;
 use verge_proto::hub::{GetCaRequest, JoinRequest};
 
 use super::{Credentials, Error, Result};
-use crate::Config;
+use crate::HubSettings;
 
 /// Bound on connecting to the Join service and on each call.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(20);
@@ -69,7 +69,7 @@ pub struct Joined {
 ///
 /// # Errors
 /// [`Error::Address`] when `edgeHub.server` is not a URI.
-pub fn join_address(config: &Config) -> Result<String> {
+pub fn join_address(config: &HubSettings) -> Result<String> {
     if let Some(address) = &config.edge_hub.join_server {
         return Ok(address.clone());
     }

@@ -13,13 +13,13 @@ use verge_proto::hub::RenewRequest;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 
 use super::{Credentials, Error, Result};
-use crate::Config;
+use crate::HubSettings;
 
 /// Delay after a failed renewal.
 const RETRY: Duration = Duration::from_secs(60);
 
 /// Renews the node certificate at 80 % of its lifetime, until `shutdown`.
-pub async fn renew(config: Config, shutdown: CancellationToken) {
+pub async fn renew(config: HubSettings, shutdown: CancellationToken) {
     let credentials = Credentials::of(&config);
     loop {
         let wait = match credentials.load() {
@@ -51,7 +51,7 @@ pub async fn renew(config: Config, shutdown: CancellationToken) {
 ///
 /// # Errors
 /// As [`Credentials::client_config`], [`Error::Connect`], [`Error::Refused`], [`Error::Pki`].
-pub async fn renew_once(config: &Config, credentials: &Credentials) -> Result<()> {
+pub async fn renew_once(config: &HubSettings, credentials: &Credentials) -> Result<()> {
     let address = config.edge_hub.server.clone();
     let loaded = credentials.load()?;
     let tls = loaded.client_config(&config.node_name)?;

@@ -13,7 +13,7 @@
 //! [`EdgeHubHandle::sessions`]. Two kinds of upstream traffic (architecture.md §3.3):
 //! * **Reports** ([`EdgeHubHandle::report`]: pod and node status, node registration,
 //!   completed pod deletions, events) are committed to the redb outbox under an
-//!   [`OutboxKey`](crate::OutboxKey) first (a newer report of a key replaces the older one) and leave it only
+//!   [`OutboxKey`](verge_edge_store::OutboxKey) first (a newer report of a key replaces the older one) and leave it only
 //!   when the cloud `ack`s that very message id, i.e. after the API server accepted the
 //!   write. While a session is up, edgehub sends them in FIFO order, at most
 //!   `outbox.max_inflight` unanswered; an `error` answer is retried after a backoff and
@@ -28,11 +28,32 @@
 //! Downstream messages go to metamanager through a bounded channel. Every channel carries
 //! the typed [`Envelope`]; the session (`session.rs`) is the only place that reads or writes
 //! the wire `Message`.
+//!
+//! # Layout
+//! - `lib.rs`: [`EdgeHub`] (the session loop) and [`EdgeHubHandle`].
+//! - `session`: one session: connect, hello with inventory, pump, keepalives.
+//! - [`outbox`]: durable reports ([`OutboxConfig`], the writer, [`outbox::message`]).
+//! - `drain`: sending the outbox during a session.
+//! - [`certificates`]: the node's key and client certificate: join with a bootstrap token,
+//!   load for every connection, renew at 80 % of the lifetime (KubeEdge: edgehub's
+//!   certificate manager).
+//! - [`tunnel`]: cloudhub's tunnel requests, for the streaming server.
+//! - [`metrics`]: the session and message series.
+//! - [`config`]: the `edgeHub:` section ([`EdgeHubConfig`]) and [`HubSettings`].
+//! - [`error`]: the crate's [`Error`].
+//!
+//! The crate sits on the edge store (`verge-edge-store`, the outbox and the inventory),
+//! `verge-proto` and `verge-pki`; metamanager, edged, devicetwin and the apps bridge report
+//! through it.
 
+pub mod certificates;
+pub mod config;
 mod drain;
 pub mod error;
+pub mod metrics;
 pub mod outbox;
 mod session;
+pub mod tunnel;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,13 +66,13 @@ use verge_runtime::ErrorChain;
 
 use error::Error as HubError;
 pub use outbox::OutboxConfig;
-#[cfg(test)]
-pub(crate) use session::refusal;
+pub use session::refusal;
 use verge_runtime::backoff::Backoff;
 
-use crate::Result;
-use crate::config::Config;
+pub use config::{EdgeHubConfig, HubSettings};
+pub use error::{Error, Result};
 use outbox::Outbox;
+pub use tunnel::{TunnelRequest, TunnelRequests};
 use verge_edge_store::MetaStore;
 
 /// Keepalive interval used when `Welcome.keepalive_interval_ms` is 0.
@@ -81,7 +102,7 @@ pub struct EdgeHubHandle {
 
 impl EdgeHubHandle {
     /// Reports `msg` durably: commits it to the outbox under its key
-    /// ([`OutboxKey::of`](crate::OutboxKey::of)), replacing the report of the same key that
+    /// ([`OutboxKey::of`](verge_edge_store::OutboxKey::of)), replacing the report of the same key that
     /// waits there, before returning. It is sent while a session is up and removed when the
     /// cloud acks it (see the module docs). A detached handle has no outbox: `msg` goes to
     /// its receiver like [`send`](Self::send).
@@ -89,7 +110,7 @@ impl EdgeHubHandle {
     /// # Errors
     /// [`NotAReport`](verge_edge_store::Error::NotAReport) when `msg` has no outbox key; [`OutboxFull`](verge_edge_store::Error::OutboxFull) for a new
     /// event key while `outbox.max_entries` entries wait (the event is dropped; log it);
-    /// [`Store`](verge_edge_store::Error::Store) if the commit fails; [`HubStopped`](crate::edgehub::error::Error::HubStopped) for a detached handle
+    /// [`Store`](verge_edge_store::Error::Store) if the commit fails; [`HubStopped`](crate::error::Error::HubStopped) for a detached handle
     /// whose receiver is gone.
     pub async fn report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
@@ -108,10 +129,11 @@ impl EdgeHubHandle {
     /// # Errors
     /// What `write` returns (nothing is committed then); as [`report`](Self::report)
     /// otherwise.
-    pub async fn report_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
+    pub async fn report_with<T, E, F>(&self, store: &MetaStore, write: F) -> Result<T, E>
     where
         T: Send + 'static,
-        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>)>
+        E: From<verge_edge_store::Error> + From<Error> + Send + 'static,
+        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>), E>
             + Send
             + 'static,
     {
@@ -133,8 +155,8 @@ impl EdgeHubHandle {
     /// queues `msg` like [`try_send`](Self::try_send).
     ///
     /// # Errors
-    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the writer's queue is full (the report is not queued);
-    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped. An [`OutboxFull`](verge_edge_store::Error::OutboxFull) refusal of
+    /// [`QueueFull`](crate::error::Error::QueueFull) when the writer's queue is full (the report is not queued);
+    /// [`HubStopped`](crate::error::Error::HubStopped) once edgehub has stopped. An [`OutboxFull`](verge_edge_store::Error::OutboxFull) refusal of
     /// the commit is only logged.
     pub fn try_report(&self, msg: Envelope) -> Result<()> {
         match &self.outbox {
@@ -146,19 +168,16 @@ impl EdgeHubHandle {
     /// Queues a transient `msg` (an answer, a query, a lease renewal), waiting while the queue is full (back-pressure).
     ///
     /// # Errors
-    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped.
+    /// [`HubStopped`](crate::error::Error::HubStopped) once edgehub has stopped.
     pub async fn send(&self, msg: Envelope) -> Result<()> {
-        self.tx
-            .send(msg)
-            .await
-            .map_err(|_| HubError::HubStopped.into())
+        self.tx.send(msg).await.map_err(|_| HubError::HubStopped)
     }
 
     /// Queues a transient `msg` without waiting.
     ///
     /// # Errors
-    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the queue is full (the message is not queued);
-    /// [`HubStopped`](crate::edgehub::error::Error::HubStopped) once edgehub has stopped.
+    /// [`QueueFull`](crate::error::Error::QueueFull) when the queue is full (the message is not queued);
+    /// [`HubStopped`](crate::error::Error::HubStopped) once edgehub has stopped.
     pub fn try_send(&self, msg: Envelope) -> Result<()> {
         try_send(&self.tx, msg)
     }
@@ -194,7 +213,7 @@ impl EdgeHubHandle {
 /// The edgehub component; see the module docs.
 #[derive(Debug)]
 pub struct EdgeHub {
-    config: Arc<Config>,
+    config: Arc<HubSettings>,
     store: MetaStore,
     upstream: mpsc::Receiver<Envelope>,
     downstream: mpsc::Sender<Envelope>,
@@ -207,7 +226,7 @@ pub struct EdgeHub {
     /// The node's key and certificate, read for every connection.
     credentials: crate::certificates::Credentials,
     /// Where cloudhub's tunnel requests go (`None`: streaming is off).
-    tunnels: Option<crate::streaming::TunnelRequests>,
+    tunnels: Option<crate::tunnel::TunnelRequests>,
 }
 
 impl EdgeHub {
@@ -215,7 +234,7 @@ impl EdgeHub {
     /// (metamanager's queue); the hello's inventory is read from `store`, which also holds
     /// the outbox.
     pub fn new(
-        config: Arc<Config>,
+        config: Arc<HubSettings>,
         store: MetaStore,
         downstream: mpsc::Sender<Envelope>,
     ) -> (Self, EdgeHubHandle) {
@@ -250,9 +269,9 @@ impl EdgeHub {
     }
 
     /// Hands cloudhub's tunnel requests (kubectl logs, exec, ...) to `tunnels`, the
-    /// [`crate::streaming::StreamingServer`].
+    /// edgecore's streaming server.
     #[must_use]
-    pub fn with_tunnels(mut self, tunnels: crate::streaming::TunnelRequests) -> Self {
+    pub fn with_tunnels(mut self, tunnels: crate::tunnel::TunnelRequests) -> Self {
         self.tunnels = Some(tunnels);
         self
     }
@@ -261,7 +280,7 @@ impl EdgeHub {
     /// backoff. Connection failures are logged and retried, never returned.
     ///
     /// # Errors
-    /// [`CloudhubAddress`](crate::edgehub::error::Error::CloudhubAddress) if `cloudhub` or an alternate is not a URI.
+    /// [`CloudhubAddress`](crate::error::Error::CloudhubAddress) if `cloudhub` or an alternate is not a URI.
     #[tracing::instrument(name = "edgehub", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
         let endpoints = session::endpoints(&self.config)?;
@@ -309,16 +328,13 @@ impl EdgeHub {
     }
 }
 
-/// Queues `value` on `tx` without waiting: [`QueueFull`](crate::edgehub::error::Error::QueueFull) when full,
-/// [`HubStopped`](crate::edgehub::error::Error::HubStopped) when the receiver is gone.
+/// Queues `value` on `tx` without waiting: [`QueueFull`](crate::error::Error::QueueFull) when full,
+/// [`HubStopped`](crate::error::Error::HubStopped) when the receiver is gone.
 fn try_send<T>(tx: &mpsc::Sender<T>, value: T) -> Result<()> {
-    tx.try_send(value).map_err(|e| {
-        match e {
-            mpsc::error::TrySendError::Full(_) => HubError::QueueFull {
-                capacity: tx.max_capacity(),
-            },
-            mpsc::error::TrySendError::Closed(_) => HubError::HubStopped,
-        }
-        .into()
+    tx.try_send(value).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => HubError::QueueFull {
+            capacity: tx.max_capacity(),
+        },
+        mpsc::error::TrySendError::Closed(_) => HubError::HubStopped,
     })
 }

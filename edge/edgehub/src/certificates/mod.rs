@@ -30,7 +30,7 @@ pub use error::Error;
 pub use join::{JoinParams, Joined, join, join_address};
 pub use renew::{renew, renew_once};
 
-use crate::Config;
+use crate::HubSettings;
 
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -81,7 +81,7 @@ impl std::fmt::Debug for Loaded {
 
 impl Credentials {
     /// The credentials of `config`: `<dataDir>/pki`.
-    pub fn of(config: &Config) -> Self {
+    pub fn of(config: &HubSettings) -> Self {
         Self::in_dir(config.data_dir.join("pki"))
     }
 
@@ -132,10 +132,12 @@ impl Credentials {
     /// # Errors
     /// [`Error::Pki`] for I/O errors.
     pub fn store(&self, key: &PrivateKeyPem, cert_pem: &str, ca_pem: &str) -> Result<()> {
-        crate::private_dir::ensure(&self.dir).map_err(|source| verge_pki::Error::Io {
-            action: "create",
-            path: self.dir.clone(),
-            source,
+        verge_edge_store::private_dir::ensure(&self.dir).map_err(|source| {
+            verge_pki::Error::Io {
+                action: "create",
+                path: self.dir.clone(),
+                source,
+            }
         })?;
         write_private_key_file(&self.path("node.key"), key)?;
         write_cert_file(&self.path("node.crt"), cert_pem)?;
@@ -220,7 +222,7 @@ impl Loaded {
 ///
 /// # Errors
 /// [`Error::NotJoined`] / [`Error::Expired`] without a token, else the join's errors.
-pub async fn ensure(config: &Config) -> Result<()> {
+pub async fn ensure(config: &HubSettings) -> Result<()> {
     let credentials = Credentials::of(config);
     let usable = match credentials.load() {
         Ok(loaded) => loaded.check(&config.node_name, SystemTime::now()),

@@ -9,7 +9,7 @@ use std::path::Path;
 use tracing::{info, warn};
 
 /// The mode of a private directory.
-pub(crate) const MODE: u32 = 0o700;
+pub const MODE: u32 = 0o700;
 
 /// Creates `dir` (and missing parents) with mode 0700, or fixes an existing one: mode 0700,
 /// and owned by edgecore's effective user and group (root in practice) when it is not.
@@ -18,7 +18,7 @@ pub(crate) const MODE: u32 = 0o700;
 /// # Errors
 /// The directory cannot be created, read or chmodded. A failing chown (edgecore not root,
 /// the directory someone else's) is only logged: the mode still shuts other users out.
-pub(crate) fn ensure(dir: &Path) -> std::io::Result<()> {
+pub fn ensure(dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(MODE)

@@ -1,6 +1,6 @@
 //! The upstream outbox's configuration and its writing end, `Outbox` (architecture.md §3.3). The
 //! entries live in the [`MetaStore`]; edgehub's drain sends them (module docs of
-//! [`crate::edgehub`]).
+//! [`crate`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use verge_core::Envelope;
 use verge_runtime::ErrorChain;
 
 use super::try_send;
-use crate::Result;
+use crate::error::Result;
 use verge_edge_store::{MetaStore, OutboxEntry};
 
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
@@ -139,7 +139,7 @@ impl Outbox {
     /// await); it is committed shortly after, in queue order.
     ///
     /// # Errors
-    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when the queue is full; [`HubStopped`](crate::edgehub::error::Error::HubStopped) once
+    /// [`QueueFull`](crate::error::Error::QueueFull) when the queue is full; [`HubStopped`](crate::error::Error::HubStopped) once
     /// the writer has stopped.
     pub(crate) fn try_put(&self, msg: Envelope) -> Result<()> {
         try_send(&self.queue, msg)
@@ -173,10 +173,11 @@ impl Outbox {
     /// Runs `write` in one transaction of `store` and commits the reports it returns to the
     /// outbox in the same transaction, then wakes the drain
     /// ([`EdgeHubHandle::report_with`](crate::EdgeHubHandle::report_with)).
-    pub(crate) async fn put_with<T, F>(&self, store: &MetaStore, write: F) -> Result<T>
+    pub(crate) async fn put_with<T, E, F>(&self, store: &MetaStore, write: F) -> Result<T, E>
     where
         T: Send + 'static,
-        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>)>
+        E: From<verge_edge_store::Error> + Send + 'static,
+        F: FnOnce(&verge_edge_store::Transaction<'_>) -> Result<(T, Vec<Envelope>), E>
             + Send
             + 'static,
     {
@@ -188,7 +189,7 @@ impl Outbox {
                     for msg in &reports {
                         txn.outbox_put(msg, &verge_proto::envelope::encode(msg), max)?;
                     }
-                    Ok::<_, crate::Error>((out, !reports.is_empty()))
+                    Ok::<_, E>((out, !reports.is_empty()))
                 })
             })
             .await?;
@@ -212,15 +213,12 @@ impl Outbox {
 /// The report an outbox entry holds, decoded from its wire encoding.
 ///
 /// # Errors
-/// [`OutboxRecord`](crate::edgehub::error::Error::OutboxRecord) when the stored bytes do not
+/// [`OutboxRecord`](crate::error::Error::OutboxRecord) when the stored bytes do not
 /// decode (corrupted, or written by an incompatible version).
 pub fn message(entry: &OutboxEntry) -> Result<Envelope> {
-    verge_proto::envelope::decode(&entry.wire).map_err(|source| {
-        super::error::Error::OutboxRecord {
-            key: entry.key.clone(),
-            source,
-        }
-        .into()
+    verge_proto::envelope::decode(&entry.wire).map_err(|source| super::error::Error::OutboxRecord {
+        key: entry.key.clone(),
+        source,
     })
 }
 

@@ -1,11 +1,25 @@
 //! [`EdgeHubConfig`]: the `edgeHub:` section (KubeEdge `modules.edgeHub`): where cloudhub is,
 //! how the node authenticates, reconnects, and how much it queues.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::edgehub::OutboxConfig;
+use crate::OutboxConfig;
+
+/// What edgehub and the node's certificates read of edgecore's configuration: the node's
+/// name, its data directory (the key and certificates live in `<dataDir>/pki`) and the
+/// `edgeHub:` section. edgecore owns the file and builds this from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HubSettings {
+    /// The node's name (`nodeName`): the CommonName of its certificate, `system:node:<name>`.
+    pub node_name: String,
+    /// edgecore's data directory (`dataDir`).
+    pub data_dir: PathBuf,
+    /// The `edgeHub:` section.
+    pub edge_hub: EdgeHubConfig,
+}
 
 /// How edgehub reaches cloudhub (YAML `edgeHub:`); every field optional.
 #[derive(Clone, Deserialize, Serialize, PartialEq)]
