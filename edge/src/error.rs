@@ -8,6 +8,9 @@ pub enum Error {
     /// edgehub failed (connecting, the stream, its queues).
     #[error(transparent)]
     EdgeHub(#[from] crate::edgehub::error::Error),
+    /// The apps bridge could not be set up or refused a message.
+    #[error(transparent)]
+    Apps(#[from] crate::apps::Error),
     /// The eventbus could not be set up (its address or password file).
     #[error(transparent)]
     EventBus(#[from] crate::eventbus::Error),

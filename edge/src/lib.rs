@@ -5,7 +5,7 @@
 //! # Layout
 //! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
 //! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
-//! `verge-eventbus` (MQTT); edgecore re-exports them under their module names.
+//! `verge-eventbus` (MQTT), then `verge-edge-apps`; edgecore re-exports them under their module names.
 //! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
 //!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
 //!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
@@ -25,7 +25,7 @@
 //! - [`eventbus`] (crate `verge-eventbus`): MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
 //!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
 //!   [`eventbus::EventBusHandle`]).
-//! - [`apps`]: edge apps of third-party groups over the same broker (`verge/apps/...`): an
+//! - [`apps`] (crate `verge-edge-apps`): edge apps of third-party groups over the same broker (`verge/apps/...`): an
 //!   inbox committed before the ack, published with QoS 1; replies committed to the outbox
 //!   before the broker is acknowledged ([`apps::AppsBridge`]).
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
@@ -42,7 +42,8 @@
 // Unit tests may start untracked tasks: they end with the test's runtime.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
-pub mod apps;
+/// Edge apps of third-party groups, the crate `verge-edge-apps`.
+pub use verge_edge_apps as apps;
 pub mod config;
 pub mod devicetwin;
 pub mod edged;
@@ -151,7 +152,12 @@ impl EdgeCore {
             self.store.clone(),
             down_tx,
         );
-        let apps = apps::AppsBridge::new(&self.config, self.store.clone(), handle.clone())?;
+        let apps = apps::AppsBridge::new(
+            &self.config.node_name,
+            &self.config.event_bus,
+            self.store.clone(),
+            handle.clone(),
+        )?;
         let mut meta = MetaManager::new(self.store.clone(), down_rx, handle.clone());
         if let Some((_, apps)) = &apps {
             meta = meta.with_apps(apps.clone());
@@ -188,7 +194,8 @@ impl EdgeCore {
         let hub_stop = stop.clone();
         modules.spawn("edgehub", async move { Ok(hub.run(hub_stop).await?) });
         if let Some((bridge, _)) = apps {
-            modules.spawn("apps", bridge.run(stop.clone()));
+            let apps_stop = stop.clone();
+            modules.spawn("apps", async move { Ok(bridge.run(apps_stop).await?) });
         }
         modules.spawn("metamanager", meta.run(stop.clone()));
         modules.spawn("edged", edged.run(stop.clone()));

@@ -19,15 +19,6 @@ pub enum Error {
         /// The queried edge path.
         resource: String,
     },
-    /// A downstream message of a third-party group names no resource, so no edge app's
-    /// topic can carry it (an answer from the controller must name the answered resource).
-    #[error(
-        "{message} names no resource; edge apps receive messages on the topic of their resource"
-    )]
-    NotForApps {
-        /// The message, as `<operation> <path> (<id>)`.
-        message: String,
-    },
     /// The cloud answered a `query` with `error` (its UTF-8 reason, e.g. the object is not
     /// referenced by a pod of this node).
     #[error("cloud refused query of {resource}: {reason}")]

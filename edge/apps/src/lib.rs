@@ -5,7 +5,7 @@
 //!
 //! * Down: metamanager hands every downstream message of a third-party group
 //!   ([`verge_core::AppGroup`]) to [`AppsHandle::deliver`], which commits it to the apps inbox
-//!   (redb, `inbox`) before the message is acknowledged, recognising a resend by its id; the
+//!   (the edge store's `apps_inbox` table) before the message is acknowledged, recognising a resend by its id; the
 //!   [`AppsBridge`] publishes it on `verge/apps/<group>/<ns>/<type>/<name>` (QoS 1) and forgets
 //!   it once the broker acknowledged it.
 //! * Up: an app publishes an [`AppMessage`] on `verge/apps/<group>/<ns>/<type>/<name>/reply`;
@@ -14,12 +14,18 @@
 //!   across link losses and restarts.
 //!
 //! # Layout
+//! - `lib.rs`: [`AppsHandle`], metamanager's way in, and the topics.
 //! - `payload`: [`AppMessage`], the JSON payload.
 //! - `bridge`: [`AppsBridge`], the MQTT connection.
+//! - [`error`]: the crate's [`Error`].
+//!
+//! The crate sits on the edge store, edgehub (reports up) and the eventbus (the broker's
+//! address and credentials of `eventBus:`); metamanager delivers to it.
 //!
 //! The inbox itself is a table of the edge store ([`verge_edge_store::InboxPut`]).
 
 mod bridge;
+pub mod error;
 mod payload;
 
 use std::sync::Arc;
@@ -30,6 +36,7 @@ use verge_core::{
 };
 
 pub use bridge::AppsBridge;
+pub use error::{Error, Result};
 pub use payload::AppMessage;
 
 use verge_edge_store::{InboxPut, MetaStore};
@@ -62,11 +69,9 @@ impl AppsHandle {
     /// # Errors
     /// The message names no resource (an answer without one cannot be routed to an app);
     /// the store fails.
-    pub async fn deliver(&self, store: &MetaStore, msg: &Envelope) -> crate::Result<InboxPut> {
-        let (topic, payload) = downstream(msg).ok_or_else(|| {
-            crate::Error::from(crate::metamanager::error::Error::NotForApps {
-                message: msg.to_string(),
-            })
+    pub async fn deliver(&self, store: &MetaStore, msg: &Envelope) -> Result<InboxPut> {
+        let (topic, payload) = downstream(msg).ok_or_else(|| Error::NotForApps {
+            message: msg.to_string(),
         })?;
         let id = msg.id.to_string();
         let put = store
@@ -234,7 +239,7 @@ mod tests {
         assert_eq!(reply.parent().map(|p| p.to_string()), Some("c-1".into()));
         assert_eq!(reply.body, b"{}");
         assert_eq!(
-            crate::OutboxKey::of(&reply).map(|k| k.to_string()),
+            verge_edge_store::OutboxKey::of(&reply).map(|k| k.to_string()),
             Some("app/robots.example.com/r-1".into())
         );
         let own = upstream(topic, br#"{"content":"e30="}"#).expect("own message");

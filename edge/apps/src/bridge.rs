@@ -10,7 +10,7 @@
 //! to the packet ids in order; a rewrite after a reconnect reuses its number.
 //!
 //! Up: a publish on `verge/apps/<group>/<ns>/<type>/<name>/reply` is committed to the outbox
-//! (an [`OutboxKey::App`](crate::OutboxKey::App) report) before edgecore acknowledges it to
+//! (an [`OutboxKey::App`](verge_edge_store::OutboxKey::App) report) before edgecore acknowledges it to
 //! the broker (manual acks), so a crash before the commit has the broker deliver it again.
 
 use std::collections::{HashMap, VecDeque};
@@ -27,11 +27,11 @@ use tracing::{debug, error, info, warn};
 use verge_runtime::ErrorChain;
 
 use super::{AppsHandle, REPLY_SUBSCRIPTION, upstream};
-use crate::config::Config;
-use crate::eventbus::BrokerAddress;
-use crate::{EdgeHubHandle, Result};
+use crate::Result;
 use verge_edge_store::KEEP_PUBLISHED;
 use verge_edge_store::MetaStore;
+use verge_edgehub::EdgeHubHandle;
+use verge_eventbus::{BrokerAddress, EventBusConfig};
 use verge_runtime::backoff::Backoff;
 
 /// Requests waiting in the client's queue (publishes, acks, the subscription).
@@ -58,25 +58,26 @@ impl std::fmt::Debug for AppsBridge {
 }
 
 impl AppsBridge {
-    /// The bridge for `config.eventBus` (its broker, credentials, keep-alive, packet size
-    /// and reconnect backoff) over `store`, reporting through `hub`, and the handle
-    /// metamanager gives downstream messages to. `None` when `eventBus.enable` is false.
+    /// The bridge of node `node_name` for `bus` (YAML `eventBus:`: its broker, credentials,
+    /// keep-alive, packet size and reconnect backoff) over `store`, reporting through `hub`,
+    /// and the handle metamanager gives downstream messages to. `None` when
+    /// `eventBus.enable` is false.
     ///
     /// # Errors
-    /// An unusable `mqttServer` or password file (as [`crate::eventbus::EventBus::new`]).
+    /// An unusable `mqttServer` or password file (as [`verge_eventbus::EventBus::new`]).
     pub fn new(
-        config: &Config,
+        node_name: &str,
+        bus: &EventBusConfig,
         store: MetaStore,
         hub: EdgeHubHandle,
     ) -> Result<Option<(Self, AppsHandle)>> {
-        let bus = &config.event_bus;
         if !bus.enable {
             return Ok(None);
         }
         let address =
-            BrokerAddress::parse(&bus.mqtt_server).map_err(crate::eventbus::Error::from)?;
+            BrokerAddress::parse(&bus.mqtt_server).map_err(verge_eventbus::Error::from)?;
         let mut options = MqttOptions::new(
-            format!("{}-apps", bus.client_id_for(&config.node_name)),
+            format!("{}-apps", bus.client_id_for(node_name)),
             address.host.clone(),
             address.port,
         );
@@ -86,7 +87,7 @@ impl AppsBridge {
             .set_manual_acks(true)
             .set_max_packet_size(bus.max_packet_size, bus.max_packet_size);
         if !bus.username.is_empty() {
-            options.set_credentials(bus.username.clone(), crate::eventbus::read_password(bus)?);
+            options.set_credentials(bus.username.clone(), verge_eventbus::read_password(bus)?);
         }
         let (client, mut eventloop) = AsyncClient::new(options, CLIENT_QUEUE);
         eventloop
