@@ -19,7 +19,7 @@ pub enum Error {
     Store(#[from] verge_edge_store::Error),
     /// metamanager refused a message or a cloud query failed.
     #[error(transparent)]
-    MetaManager(#[from] crate::metamanager::error::Error),
+    MetaManager(#[from] crate::metamanager::Error),
     /// devicetwin failed or refused a request (an unknown device or property, a mapper
     /// call, the DMI socket).
     #[error(transparent)]

@@ -5,12 +5,12 @@
 //! # Layout
 //! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
 //! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
-//! `verge-eventbus` (MQTT), then `verge-edge-apps`; edgecore re-exports them under their module names.
+//! `verge-eventbus` (MQTT), then `verge-edge-apps` and `verge-metamanager`; edgecore re-exports them under their module names.
 //! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
 //!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
 //!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
 //!   ([`EdgeHubHandle::report`]) or sends transient frames.
-//! - [`metamanager`]: the component that commits downstream objects to the store before
+//! - [`metamanager`] (crate `verge-metamanager`): the component that commits downstream objects to the store before
 //!   acking them, and cloud queries. The store itself ([`MetaStore`]: objects, the upstream
 //!   outbox keyed by [`OutboxKey`], every other table) is the crate `verge-edge-store`, the
 //!   bottom of the edge crates.
@@ -55,7 +55,8 @@ pub mod error;
 /// The eventbus, the crate `verge-eventbus` (KubeEdge's MQTT device topics), under the name
 /// edgecore's other modules use for it.
 pub use verge_eventbus as eventbus;
-pub mod metamanager;
+/// metamanager, the crate `verge-metamanager`.
+pub use verge_metamanager as metamanager;
 pub mod metrics;
 pub mod node;
 pub mod streaming;
@@ -197,7 +198,8 @@ impl EdgeCore {
             let apps_stop = stop.clone();
             modules.spawn("apps", async move { Ok(bridge.run(apps_stop).await?) });
         }
-        modules.spawn("metamanager", meta.run(stop.clone()));
+        let meta_stop = stop.clone();
+        modules.spawn("metamanager", async move { Ok(meta.run(meta_stop).await?) });
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop.clone()));
         if let Some((device_twin, twins)) = device_twin {

@@ -106,14 +106,13 @@ impl StoreObjects {
             .await;
         let content = match answer {
             Ok(content) => content,
-            Err(Error::MetaManager(crate::metamanager::error::Error::QueryRefused {
-                reason,
-                ..
-            })) if is_not_found(&reason) => {
+            Err(crate::metamanager::Error::QueryRefused { reason, .. })
+                if is_not_found(&reason) =>
+            {
                 debug!(%key, %reason, "cloud: not found");
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         let object = decode(&key, &content)?;
         let meta: Metadata = decode(&key, &content)?;

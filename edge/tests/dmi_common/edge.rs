@@ -52,7 +52,10 @@ impl Edge {
                 let stop = stop.clone();
                 async move { Ok(hub.run(stop).await?) }
             }),
-            tokio::spawn(meta.run(stop.clone())),
+            tokio::spawn({
+                let stop = stop.clone();
+                async move { Ok(meta.run(stop).await?) }
+            }),
             tokio::spawn(twin.run(stop.clone())),
         ];
         let socket = config.device_twin.dmi_socket.clone();

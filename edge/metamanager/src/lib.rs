@@ -19,9 +19,22 @@
 //!
 //! Replies carry `parent_id` = the answered message's id, group `resource` (or the message's
 //! group), source `metamanager` and the same resource path.
+//!
+//! # Layout
+//! - `lib.rs`: [`MetaManager`], [`StoreEvent`] and [`Applied`].
+//! - `query`: [`QueryRegistry`], the cloud queries edged waits on.
+//! - [`error`](mod@error): the crate's [`Error`].
+//!
+//! The crate sits on the edge store, edgehub (answers go up through it) and the apps bridge
+//! (third-party groups' messages); edged and devicetwin follow its [`StoreEvent`]s.
+
+// Unit tests may start untracked tasks: they end with the test's runtime.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod error;
 mod query;
+
+pub use error::{Error, Result};
 
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -34,11 +47,10 @@ use verge_core::{
 pub use query::{MAX_PENDING_QUERIES, QueryRegistry};
 use verge_edge_store::MetaStore;
 
-use crate::Result;
-use crate::metamanager::error::Error as MetaError;
+use crate::error::Error as MetaError;
 use verge_runtime::ErrorChain;
 
-use crate::edgehub::EdgeHubHandle;
+use verge_edgehub::EdgeHubHandle;
 
 /// What a downstream object message did to the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +91,7 @@ pub struct MetaManager {
     events: broadcast::Sender<StoreEvent>,
     queries: QueryRegistry,
     /// Where third-party groups' messages go; `None`: refused (no broker configured).
-    apps: Option<crate::apps::AppsHandle>,
+    apps: Option<verge_edge_apps::AppsHandle>,
 }
 
 impl MetaManager {
@@ -98,7 +110,7 @@ impl MetaManager {
     /// Hands downstream messages of third-party groups to the apps module (without it they
     /// are answered `error`).
     #[must_use]
-    pub fn with_apps(mut self, apps: crate::apps::AppsHandle) -> Self {
+    pub fn with_apps(mut self, apps: verge_edge_apps::AppsHandle) -> Self {
         self.apps = Some(apps);
         self
     }
@@ -236,7 +248,7 @@ impl MetaManager {
             }
             Ok(verge_edge_store::InboxPut::Full) => refuse(format!(
                 "edge apps inbox full: {} messages wait for the MQTT broker",
-                crate::apps::MAX_PENDING
+                verge_edge_apps::MAX_PENDING
             )),
             Err(error) => refuse(ErrorChain(&error).to_string()),
         }
@@ -270,7 +282,7 @@ impl MetaManager {
             Kind::Delete { key, version } => (key.clone(), version.clone(), true),
             _ => {
                 let operation = msg.operation();
-                return Err(MetaError::NotAnObject { operation }.into());
+                return Err(MetaError::NotAnObject { operation });
             }
         };
         if !delete {
@@ -340,15 +352,18 @@ mod tests {
     use verge_proto::{Message, MessageExt};
 
     use super::*;
-    use crate::config::Config;
-    use crate::edgehub::EdgeHub;
+    use verge_edgehub::EdgeHub;
 
     fn manager() -> (tempfile::TempDir, MetaManager) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
         let (down_tx, down_rx) = mpsc::channel(4);
         let (_hub, handle) = EdgeHub::new(
-            Arc::new(Config::default().hub_settings()),
+            Arc::new(verge_edgehub::HubSettings {
+                node_name: "edge-1".to_owned(),
+                data_dir: dir.path().to_owned(),
+                edge_hub: verge_edgehub::EdgeHubConfig::default(),
+            }),
             store.clone(),
             down_tx,
         );
@@ -383,7 +398,7 @@ mod tests {
     ) -> Option<Envelope> {
         match Envelope::try_from(wire(id, op, resource, rv, content)) {
             Ok(msg) => m.handle(msg).await,
-            Err(error) => crate::edgehub::refusal(&error),
+            Err(error) => verge_edgehub::refusal(&error),
         }
     }
 

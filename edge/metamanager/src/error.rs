@@ -36,6 +36,12 @@ pub enum Error {
         /// How long edged waited.
         timeout: std::time::Duration,
     },
+    /// The edge store failed.
+    #[error(transparent)]
+    Store(#[from] verge_edge_store::Error),
+    /// edgehub refused a message (its queue is full) or has stopped.
+    #[error(transparent)]
+    EdgeHub(#[from] verge_edgehub::Error),
 }
 
 /// metamanager's result type.

@@ -3,20 +3,20 @@
 //!
 //! [`QueryRegistry::query`] registers the message id, sends the `query` (header `sync`)
 //! through the [`EdgeHubHandle`] and waits for the cloud's `response` (-> its content) or
-//! `error` (-> [`QueryRefused`](crate::metamanager::error::Error::QueryRefused)) with `parent_id` = that id. metamanager offers every
+//! `error` (-> [`QueryRefused`](crate::error::Error::QueryRefused)) with `parent_id` = that id. metamanager offers every
 //! downstream `response`/`error` to [`QueryRegistry::complete`] first.
 
-use crate::edgehub::error::Error as HubError;
-use crate::metamanager::error::Error as MetaError;
+use crate::error::Error as MetaError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+use verge_edgehub::Error as HubError;
 
 use tokio::sync::oneshot;
 use verge_core::{Envelope, Group, Kind, MessageId, Module, Outcome, ResourceKey};
 
-use crate::Result;
-use crate::edgehub::EdgeHubHandle;
+use crate::error::Result;
+use verge_edgehub::EdgeHubHandle;
 
 /// How many queries may wait for an answer at once (architecture.md §3.5: bounded everything).
 pub const MAX_PENDING_QUERIES: usize = 1024;
@@ -76,11 +76,11 @@ impl QueryRegistry {
     /// through `hub` and returns the content of the cloud's `response`.
     ///
     /// # Errors
-    /// [`CloudUnreachable`](crate::metamanager::error::Error::CloudUnreachable) at once when no cloudhub session is up (offline: callers
-    /// fall back to what they hold instead of waiting); [`QueryRefused`](crate::metamanager::error::Error::QueryRefused) when the
-    /// cloud answers `error`; [`QueryTimeout`](crate::metamanager::error::Error::QueryTimeout) when no
+    /// [`CloudUnreachable`](crate::error::Error::CloudUnreachable) at once when no cloudhub session is up (offline: callers
+    /// fall back to what they hold instead of waiting); [`QueryRefused`](crate::error::Error::QueryRefused) when the
+    /// cloud answers `error`; [`QueryTimeout`](crate::error::Error::QueryTimeout) when no
     /// answer arrives within `timeout` (the message may still be queued or sent);
-    /// [`QueueFull`](crate::edgehub::error::Error::QueueFull) when [`MAX_PENDING_QUERIES`] already wait; [`HubStopped`](crate::edgehub::error::Error::HubStopped)
+    /// [`QueueFull`](verge_edgehub::Error::QueueFull) when [`MAX_PENDING_QUERIES`] already wait; [`HubStopped`](verge_edgehub::Error::HubStopped)
     /// when edgehub is gone.
     pub async fn query(
         &self,
@@ -92,7 +92,7 @@ impl QueryRegistry {
     ) -> Result<Vec<u8>> {
         let resource = key.to_string();
         if !hub.connected() {
-            return Err(MetaError::CloudUnreachable { resource }.into());
+            return Err(MetaError::CloudUnreachable { resource });
         }
         let kind = Kind::Query { key: key.clone() };
         let msg = Envelope::new(source, Group::Resource, kind, content);
@@ -115,7 +115,7 @@ impl QueryRegistry {
         let answer = tokio::time::timeout(timeout, async {
             hub.send(msg).await?;
             rx.await
-                .map_err(|_| crate::Error::from(HubError::HubStopped))
+                .map_err(|_| crate::error::Error::from(HubError::HubStopped))
         })
         .await
         .map_err(|_| MetaError::QueryTimeout {
@@ -130,12 +130,11 @@ impl QueryRegistry {
             Kind::Answer {
                 outcome: Outcome::Error(reason),
                 ..
-            } => Err(MetaError::QueryRefused { resource, reason }.into()),
+            } => Err(MetaError::QueryRefused { resource, reason }),
             _ => Err(MetaError::QueryRefused {
                 resource,
                 reason: String::from_utf8_lossy(&answer.body).into_owned(),
-            }
-            .into()),
+            }),
         }
     }
 }
@@ -190,16 +189,13 @@ mod tests {
             .query(&hub, Module::Edged, &key("bad"), Vec::new(), t)
             .await;
         assert!(
-            matches!(err, Err(crate::Error::MetaManager(MetaError::QueryRefused { ref reason, .. })) if reason == "not referenced")
+            matches!(err, Err(MetaError::QueryRefused { ref reason, .. }) if reason == "not referenced")
         );
         let short = Duration::from_millis(50);
         let err = registry
             .query(&hub, Module::Edged, &key("silent"), Vec::new(), short)
             .await;
-        assert!(matches!(
-            err,
-            Err(crate::Error::MetaManager(MetaError::QueryTimeout { .. }))
-        ));
+        assert!(matches!(err, Err(MetaError::QueryTimeout { .. })));
         assert_eq!(registry.pending(), 0, "timed-out queries are forgotten");
         let late = answer("unknown", Operation::Response, b"");
         assert!(registry.complete(late).is_some(), "nobody waits");
@@ -208,7 +204,7 @@ mod tests {
     #[tokio::test]
     async fn metamanager_hands_answers_to_waiting_queries() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::MetaStore::open(&dir.path().join("s.redb")).expect("open");
+        let store = verge_edge_store::MetaStore::open(&dir.path().join("s.redb")).expect("open");
         let (hub, mut upstream) = EdgeHubHandle::detached(4);
         let (_down_tx, down_rx) = tokio::sync::mpsc::channel(1);
         let meta = crate::MetaManager::new(store, down_rx, hub.clone());
