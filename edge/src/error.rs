@@ -23,7 +23,7 @@ pub enum Error {
     /// devicetwin failed or refused a request (an unknown device or property, a mapper
     /// call, the DMI socket).
     #[error(transparent)]
-    DeviceTwin(#[from] crate::devicetwin::error::Error),
+    DeviceTwin(#[from] crate::devicetwin::Error),
     /// The configuration file could not be read.
     #[error("cannot read configuration file {path}")]
     ConfigRead {

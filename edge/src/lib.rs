@@ -5,7 +5,7 @@
 //! # Layout
 //! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
 //! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
-//! `verge-eventbus` (MQTT), then `verge-edge-apps` and `verge-metamanager`; edgecore re-exports them under their module names.
+//! `verge-eventbus` (MQTT), then `verge-edge-apps`, `verge-metamanager` and `verge-devicetwin`; edgecore re-exports them under their module names.
 //! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
 //!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
 //!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
@@ -18,7 +18,7 @@
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
 //!   manager and lease controller).
-//! - [`devicetwin`]: device twins in redb, the DMI server mappers register and report on,
+//! - [`devicetwin`] (crate `verge-devicetwin`): device twins in redb, the DMI server mappers register and report on,
 //!   and the calls that hand Devices to mappers ([`DeviceTwin`], [`DeviceTwinHandle`]).
 //! - [`certificates`] (in `verge-edgehub`): the node's key and client certificate: join with
 //!   a bootstrap token, load for every connection, renew at 80 % of the lifetime.
@@ -45,7 +45,8 @@
 /// Edge apps of third-party groups, the crate `verge-edge-apps`.
 pub use verge_edge_apps as apps;
 pub mod config;
-pub mod devicetwin;
+/// devicetwin, the crate `verge-devicetwin`.
+pub use verge_devicetwin as devicetwin;
 pub mod edged;
 /// edgehub and the node's certificates, the crate `verge-edgehub`, under the names
 /// edgecore's other modules use for them.
@@ -203,7 +204,10 @@ impl EdgeCore {
         modules.spawn("edged", edged.run(stop.clone()));
         modules.spawn("node", node.run(stop.clone()));
         if let Some((device_twin, twins)) = device_twin {
-            modules.spawn("devicetwin", device_twin.run(stop.clone()));
+            let twin_stop = stop.clone();
+            modules.spawn("devicetwin", async move {
+                Ok(device_twin.run(twin_stop).await?)
+            });
             // The eventbus serves KubeEdge's MQTT device topics from devicetwin and publishes
             // every twin change (architecture.md §8).
             let service = Arc::new(devicetwin::bus::TwinBus::new(twins.clone()));

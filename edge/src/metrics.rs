@@ -1,7 +1,7 @@
 //! edgecore's Prometheus series (docs/observability.md "Metrics"), served as `/metrics` on
 //! `metricsAddr` (loopback by default). One process-wide instance ([`global`]) is counted
-//! into from edged and devicetwin, another by edgehub ([`crate::edgehub::metrics`], the
-//! message and session series); the outbox gauges are read from the store at scrape time
+//! into from edged, others by edgehub ([`crate::edgehub::metrics`], the message and session
+//! series) and devicetwin ([`crate::devicetwin::metrics`], twin reports); the outbox gauges are read from the store at scrape time
 //! ([`OutboxCollector`]). Tests make their own [`Metrics`].
 //!
 //! | series | type | labels |
@@ -12,7 +12,7 @@
 //! | `verge_edgecore_outbox_entries` | gauge | — |
 //! | `verge_edgecore_outbox_oldest_age_seconds` | gauge | — |
 //! | `verge_edgecore_pod_start_duration_seconds` | histogram | `stage` (`image`, `sandbox`, `container`, `total`) |
-//! | `verge_edgecore_twin_reports_total` | counter | `result` (`ok`, `error`) |
+//! | `verge_edgecore_twin_reports_total` | counter | `result` (`ok`, `error`) (devicetwin's) |
 //!
 //! Pod start stages, like the kubelet's `kubelet_pod_start_duration_seconds` split up:
 //! `image` is making the image present (pull per policy), `sandbox` creating and starting the
@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -65,18 +64,10 @@ pub struct StageLabels {
     pub stage: &'static str,
 }
 
-/// Labels of `verge_edgecore_twin_reports_total`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct ResultLabels {
-    /// `ok` or `error`.
-    pub result: &'static str,
-}
-
 /// edgecore's series (cheap to clone: shared).
 #[derive(Debug, Clone)]
 pub struct Metrics {
     pod_start: Family<StageLabels, Histogram>,
-    twin_reports: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -85,7 +76,6 @@ impl Default for Metrics {
             pod_start: Family::new_with_constructor(|| {
                 Histogram::new(verge_runtime::metrics::latency_buckets())
             }),
-            twin_reports: Family::default(),
         }
     }
 }
@@ -105,11 +95,6 @@ impl Metrics {
             "Pod start latency by stage: image, sandbox, container (each attempt), total (worker start until Running).",
             self.pod_start.clone(),
         );
-        registry.register(
-            "verge_edgecore_twin_reports",
-            "Device twin reports from mappers and edge apps, by result.",
-            self.twin_reports.clone(),
-        );
     }
 
     /// Records that `stage` of a pod start took `elapsed`.
@@ -119,14 +104,6 @@ impl Metrics {
                 stage: stage.as_str(),
             })
             .observe(elapsed.as_secs_f64());
-    }
-
-    /// Counts a twin report that succeeded (`ok`) or not.
-    pub fn twin_report(&self, ok: bool) {
-        let result = if ok { "ok" } else { "error" };
-        self.twin_reports
-            .get_or_create(&ResultLabels { result })
-            .inc();
     }
 }
 
@@ -187,10 +164,12 @@ impl Collector for OutboxCollector {
     }
 }
 
-/// Registers edgecore's series: edgehub's ([`crate::edgehub::metrics`]), edged's and
-/// devicetwin's ([`global`]) and the outbox gauges of `store`, into `registry`.
+/// Registers edgecore's series: edgehub's ([`crate::edgehub::metrics`]), devicetwin's
+/// ([`crate::devicetwin::metrics`]), edged's ([`global`]) and the outbox gauges of `store`,
+/// into `registry`.
 pub fn register(registry: &mut Registry, store: &MetaStore) {
     crate::edgehub::metrics::global().register(registry);
+    crate::devicetwin::metrics::global().register(registry);
     global().register(registry);
     registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
 }
@@ -215,9 +194,11 @@ mod tests {
         let metrics = Metrics::default();
         metrics.pod_start(Stage::Image, Duration::from_millis(30));
         metrics.pod_start(Stage::Total, Duration::from_secs(2));
-        metrics.twin_report(true);
+        let twins = crate::devicetwin::metrics::TwinMetrics::default();
+        twins.twin_report(true);
         let mut registry = Registry::default();
         hub.register(&mut registry);
+        twins.register(&mut registry);
         metrics.register(&mut registry);
         let text = text(&registry);
         for line in [

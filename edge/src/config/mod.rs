@@ -30,7 +30,6 @@
 //!   mqttServer: tcp://127.0.0.1:1883
 //! ```
 
-mod devicetwin;
 mod edged;
 #[cfg(test)]
 mod eventbus_tests;
@@ -42,9 +41,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use devicetwin::DeviceTwinConfig;
 pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
 pub use streaming::StreamingConfig;
+pub use verge_devicetwin::DeviceTwinConfig;
 pub use verge_edgehub::EdgeHubConfig;
 pub use verge_eventbus::{EventBusConfig, MqttQos};
 pub use verge_telemetry::{LogFormat, TracingConfig};

@@ -50,13 +50,16 @@ impl Edge {
         let tasks = vec![
             tokio::spawn({
                 let stop = stop.clone();
-                async move { Ok(hub.run(stop).await?) }
+                async move { Ok::<_, verge_edgecore::Error>(hub.run(stop).await?) }
             }),
             tokio::spawn({
                 let stop = stop.clone();
-                async move { Ok(meta.run(stop).await?) }
+                async move { Ok::<_, verge_edgecore::Error>(meta.run(stop).await?) }
             }),
-            tokio::spawn(twin.run(stop.clone())),
+            tokio::spawn({
+                let stop = stop.clone();
+                async move { Ok::<_, verge_edgecore::Error>(twin.run(stop).await?) }
+            }),
         ];
         let socket = config.device_twin.dmi_socket.clone();
         tokio::time::timeout(super::STEP, async {

@@ -13,8 +13,8 @@ use super::bus::TwinBus;
 use super::devices::DeviceId;
 use super::tests::{fixture, pending, twin};
 use super::trace::{DesiredTraces, desired_span, dmi_span};
-use crate::eventbus::payload::{MsgTwin, TwinValue};
-use crate::eventbus::{DeviceRef, TwinService as _, TwinUpdate};
+use verge_eventbus::payload::{MsgTwin, TwinValue};
+use verge_eventbus::{DeviceRef, TwinService as _, TwinUpdate};
 
 /// Waits up to 5 s for a span `name` to have ended: the writer ends its report spans after
 /// the commit, which may be after the caller's `report` returned.

@@ -17,13 +17,13 @@ use tracing::{Instrument as _, debug, info, warn};
 use verge_runtime::ErrorChain;
 
 use super::desired::{Desired, Sent};
-use crate::devicetwin::devices::{DeviceCache, DeviceId};
-use crate::devicetwin::dmi::client::MapperClient;
-use crate::devicetwin::dmi::convert;
-use crate::devicetwin::error::Error;
-use crate::devicetwin::handle::DeviceTwinHandle;
-use crate::devicetwin::state;
-use crate::devicetwin::trace::{self, DesiredTraces};
+use crate::devices::{DeviceCache, DeviceId};
+use crate::dmi::client::MapperClient;
+use crate::dmi::convert;
+use crate::error::Error;
+use crate::handle::DeviceTwinHandle;
+use crate::state;
+use crate::trace::{self, DesiredTraces};
 use verge_edge_store::MetaStore;
 
 /// The worker of one mapper.

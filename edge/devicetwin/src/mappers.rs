@@ -9,7 +9,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde::{Deserialize, Serialize};
 
 use super::state;
-use crate::Result;
+use crate::error::Result;
 use verge_edge_store::MetaStore;
 
 /// A registered mapper (DMI `MapperInfo`).

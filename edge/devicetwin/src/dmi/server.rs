@@ -24,11 +24,11 @@ use verge_proto::dmi::v1beta1::device_manager_service_server::DeviceManagerServi
 use verge_runtime::ErrorChain;
 
 use crate::config::DeviceTwinConfig;
-use crate::devicetwin::devices::{DeviceCache, DeviceId};
-use crate::devicetwin::error::Error;
-use crate::devicetwin::handle::DeviceTwinHandle;
-use crate::devicetwin::mappers::{MapperRecord, Mappers};
-use crate::devicetwin::reconcile::{Desired, Registration};
+use crate::devices::{DeviceCache, DeviceId};
+use crate::error::Error;
+use crate::handle::DeviceTwinHandle;
+use crate::mappers::{MapperRecord, Mappers};
+use crate::reconcile::{Desired, Registration};
 use verge_edge_store::MetaStore;
 
 /// The namespace of a report that names none (mappers older than the namespace fields).
@@ -97,12 +97,9 @@ impl DmiServer {
 /// `namespace/name` of a report; the default namespace when the mapper sends none.
 fn device_id(namespace: &str, name: &str) -> Result<DeviceId, Status> {
     if name.is_empty() {
-        return Err(status(
-            &Error::EmptyField {
-                field: "deviceName",
-            }
-            .into(),
-        ));
+        return Err(status(&Error::EmptyField {
+            field: "deviceName",
+        }));
     }
     let namespace = if namespace.is_empty() {
         DEFAULT_NAMESPACE
@@ -115,20 +112,16 @@ fn device_id(namespace: &str, name: &str) -> Result<DeviceId, Status> {
 /// The gRPC status of a devicetwin failure: the caller's mistakes are `INVALID_ARGUMENT`,
 /// a stopping edgecore `UNAVAILABLE`, anything else `INTERNAL`; the message is the cause
 /// chain.
-pub fn status(error: &crate::Error) -> Status {
+pub fn status(error: &crate::error::Error) -> Status {
     let message = ErrorChain(error).to_string();
     match error {
-        crate::Error::DeviceTwin(
-            Error::UnknownDevice { .. }
-            | Error::UnknownProperty { .. }
-            | Error::NoTwins { .. }
-            | Error::ValueTooLarge { .. }
-            | Error::InvalidState { .. }
-            | Error::EmptyField { .. },
-        ) => Status::invalid_argument(message),
-        crate::Error::DeviceTwin(Error::Stopped | Error::NotStored(_)) => {
-            Status::unavailable(message)
-        }
+        Error::UnknownDevice { .. }
+        | Error::UnknownProperty { .. }
+        | Error::NoTwins { .. }
+        | Error::ValueTooLarge { .. }
+        | Error::InvalidState { .. }
+        | Error::EmptyField { .. } => Status::invalid_argument(message),
+        Error::Stopped | Error::NotStored(_) => Status::unavailable(message),
         _ => Status::internal(message),
     }
 }
@@ -148,7 +141,7 @@ impl DeviceManagerService for DmiServer {
     ) -> Result<Response<dmi::MapperRegisterResponse>, Status> {
         let request = request.into_inner();
         let mapper = request.mapper.unwrap_or_default();
-        let empty = |field| status(&Error::EmptyField { field }.into());
+        let empty = |field| status(&Error::EmptyField { field });
         if mapper.name.is_empty() {
             return Err(empty("mapper.name"));
         }
@@ -237,7 +230,7 @@ impl DeviceManagerService for DmiServer {
         let id = device_id(&request.device_namespace, &request.device_name)?;
         self.admit(&self.protocol_of(&id), "ReportDeviceStates")?;
         if request.state.is_empty() {
-            return Err(status(&Error::EmptyField { field: "state" }.into()));
+            return Err(status(&Error::EmptyField { field: "state" }));
         }
         self.twins
             .set_state(&id.namespace, &id.name, &request.state)

@@ -20,10 +20,11 @@ use super::error::Error;
 use super::state;
 use super::trace;
 use super::twin::{self, TwinDocument, TwinRecord};
-use crate::{EdgeHubHandle, Result};
+use crate::error::Result;
 use ops::{Answer, status_message};
 pub(crate) use ops::{Op, Reply};
 use verge_edge_store::MetaStore;
+use verge_edgehub::EdgeHubHandle;
 
 mod ops;
 
@@ -330,12 +331,9 @@ impl TwinWriter {
     }
 
     fn device(&self, id: &DeviceId) -> Result<Arc<StoredDevice>> {
-        self.devices.device(id).ok_or_else(|| {
-            Error::UnknownDevice {
-                namespace: id.namespace.clone(),
-                name: id.name.clone(),
-            }
-            .into()
+        self.devices.device(id).ok_or_else(|| Error::UnknownDevice {
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
         })
     }
 

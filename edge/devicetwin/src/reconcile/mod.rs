@@ -25,8 +25,8 @@ use super::mappers::{MapperRecord, Mappers};
 use super::state;
 use super::trace::{self, DesiredTraces};
 use crate::config::DeviceTwinConfig;
-use crate::metamanager::StoreEvent;
 use verge_edge_store::MetaStore;
+use verge_metamanager::StoreEvent;
 use worker::Worker;
 
 /// A mapper registered; `given` is what the registration's answer carried (`withData`).

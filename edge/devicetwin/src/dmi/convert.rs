@@ -20,9 +20,9 @@ use verge_device_api::{ConfigData, Device, TwinProperty, check_device};
 use verge_proto::dmi::v1beta1 as dmi;
 
 use super::push::push_method;
-use crate::devicetwin::devices::{StoredDevice, StoredModel};
-use crate::devicetwin::error::Error;
-use crate::devicetwin::twin::DeviceTwins;
+use crate::devices::{StoredDevice, StoredModel};
+use crate::error::Error;
+use crate::twin::DeviceTwins;
 
 /// `device` with `model`'s defaults merged in (instance values win), checked
 /// ([`check_device`] on the merged Device).

@@ -9,10 +9,10 @@ use verge_core::{
 };
 use verge_device_api::Twin;
 
-use crate::Result;
-use crate::devicetwin::devices::{DeviceId, StoredDevice};
-use crate::devicetwin::error::Error;
-use crate::devicetwin::twin::{DeviceTwins, TwinDocument};
+use crate::devices::{DeviceId, StoredDevice};
+use crate::error::Error;
+use crate::error::Result;
+use crate::twin::{DeviceTwins, TwinDocument};
 
 /// An answer channel.
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
@@ -75,8 +75,8 @@ impl Answer {
 
     /// Answers with the commit failure (a caller's own error, e.g. an unknown property, is
     /// kept: nothing of its would have been stored anyway).
-    pub(super) fn fail(self, error: &Arc<crate::Error>) {
-        let failed = || crate::Error::from(Error::NotStored(Arc::clone(error)));
+    pub(super) fn fail(self, error: &Arc<crate::error::Error>) {
+        let failed = || Error::NotStored(Arc::clone(error));
         match self {
             Self::Document(reply, result) => {
                 let _ = reply.send(result.and_then(|_| Err(failed())));
@@ -96,7 +96,7 @@ pub(super) fn status_message(
     device: &StoredDevice,
     report: &verge_device_api::StatusReport,
 ) -> Result<Envelope> {
-    let body = serde_json::to_vec(report).map_err(|source| crate::Error::Encode {
+    let body = serde_json::to_vec(report).map_err(|source| crate::error::Error::Encode {
         what: "device status",
         source,
     })?;

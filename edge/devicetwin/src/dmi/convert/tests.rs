@@ -2,7 +2,7 @@ use prost::Message as _;
 use serde_json::json;
 
 use super::*;
-use crate::devicetwin::devices::DeviceId;
+use crate::devices::DeviceId;
 use verge_edge_store::StoredObject;
 
 fn stored(value: serde_json::Value) -> StoredObject {
@@ -184,7 +184,7 @@ fn json_scalars_become_kubeedge_wrappers() {
 
 #[test]
 fn current_twins_travel_in_the_status() {
-    use crate::devicetwin::twin::{self, TwinRecord};
+    use crate::twin::{self, TwinRecord};
     let d = stored_device(json!([{"name": "temperature", "reportToCloud": true}]));
     let merged = merged(&d, &stored_model()).expect("valid");
     let mut record = TwinRecord::new("u1");

@@ -11,7 +11,7 @@ use super::devices::DeviceId;
 use super::error::Error;
 use super::twin::{DeviceTwins, TwinDocument};
 use super::writer::{Op, Reply};
-use crate::Result;
+use crate::error::Result;
 
 /// Calls into devicetwin; cheap to clone. Every change is applied in order by one writer
 /// and committed (with the `devicestatus` report for the cloud, when the cloud-visible

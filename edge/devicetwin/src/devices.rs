@@ -15,9 +15,9 @@ use verge_device_api::{Device, DeviceModel};
 use verge_runtime::ErrorChain;
 
 use super::error::Error;
-use crate::Result;
-use crate::metamanager::{Applied, StoreEvent};
+use crate::error::Result;
 use verge_edge_store::{MetaStore, StoredObject};
+use verge_metamanager::{Applied, StoreEvent};
 
 /// A namespaced name of a Device or DeviceModel.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,7 +14,7 @@ use std::path::Path;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::devicetwin::error::Error;
+use crate::error::Error;
 use server::DmiServer;
 
 /// Serves `server` on the unix socket at `path` (mode `mode`) until `shutdown`, then

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::info;
 
-use crate::devicetwin::error::Error;
+use crate::error::Error;
 
 /// Binds the DMI socket at `path` with permission bits `mode`.
 ///

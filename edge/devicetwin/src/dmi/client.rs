@@ -15,7 +15,7 @@ use tonic::transport::{Channel, Endpoint};
 use verge_proto::dmi::v1beta1 as dmi;
 use verge_proto::dmi::v1beta1::device_mapper_service_client::DeviceMapperServiceClient;
 
-use crate::devicetwin::error::Error;
+use crate::error::Error;
 
 /// A client of one mapper; cheap to clone.
 #[derive(Debug, Clone)]

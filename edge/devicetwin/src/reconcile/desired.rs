@@ -10,10 +10,10 @@ use serde::{Deserialize, Serialize};
 use verge_device_api::Device;
 use verge_proto::dmi::v1beta1 as dmi;
 
-use crate::devicetwin::devices::{DeviceId, Devices, StoredDevice, StoredModel};
-use crate::devicetwin::dmi::convert;
-use crate::devicetwin::error::Error;
-use crate::devicetwin::handle::DeviceTwinHandle;
+use crate::devices::{DeviceId, Devices, StoredDevice, StoredModel};
+use crate::dmi::convert;
+use crate::error::Error;
+use crate::handle::DeviceTwinHandle;
 
 /// What a mapper was given: fingerprints by `namespace/name` (stored as JSON).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

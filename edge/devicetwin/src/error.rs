@@ -60,7 +60,7 @@ pub enum Error {
     /// The change was valid but could not be committed (the store failed); nothing of the
     /// batch it was part of is stored.
     #[error("twin change not stored")]
-    NotStored(#[source] std::sync::Arc<crate::Error>),
+    NotStored(#[source] std::sync::Arc<crate::error::Error>),
     /// The twin writer task has stopped (edgecore is shutting down).
     #[error("devicetwin has stopped")]
     Stopped,
@@ -119,4 +119,30 @@ pub enum Error {
     /// The DMI server failed.
     #[error("DMI server failed")]
     Serve(#[source] tonic::transport::Error),
+    /// The edge store failed.
+    #[error(transparent)]
+    Store(#[from] verge_edge_store::Error),
+    /// edgehub refused a report or has stopped.
+    #[error(transparent)]
+    EdgeHub(#[from] verge_edgehub::Error),
+    /// A `deviceTwin:` value parsed but is not usable.
+    #[error("invalid configuration field `{field}`: {reason}")]
+    Config {
+        /// The offending field, e.g. `deviceTwin.dmiSocket`.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// A report could not be encoded as JSON.
+    #[error("cannot encode {what} as JSON")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// The serializer's failure.
+        #[source]
+        source: serde_json::Error,
+    },
 }
+
+/// devicetwin's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

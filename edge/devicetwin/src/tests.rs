@@ -11,9 +11,8 @@ use verge_device_api::{StatusReport, Twin, TwinProperty};
 use super::devices::{DeviceCache, DeviceId, StoredDevice, StoredModel};
 use super::handle::DeviceTwinHandle;
 use super::writer::TwinWriter;
-use crate::config::Config;
-use crate::edgehub::EdgeHub;
 use verge_edge_store::{MetaStore, StoredObject};
+use verge_edgehub::EdgeHub;
 
 pub(super) struct Fixture {
     _dir: tempfile::TempDir,
@@ -51,11 +50,7 @@ pub(super) async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("edgecore.redb")).expect("open");
     let (down, _) = mpsc::channel(1);
-    let (_hub, hub) = EdgeHub::new(
-        Arc::new(Config::default().hub_settings()),
-        store.clone(),
-        down,
-    );
+    let (_hub, hub) = EdgeHub::new(Arc::new(hub_settings()), store.clone(), down);
     let devices = DeviceCache::default();
     devices.insert_device(thermo("u1", properties()));
     let model = StoredObject {
@@ -99,7 +94,7 @@ pub(super) fn twin(name: &str, value: &str) -> Twin {
 /// The `devicestatus` report of ns/thermo waiting in the outbox.
 pub(super) fn pending(store: &MetaStore) -> Option<(Envelope, StatusReport)> {
     let entry = store.outbox_get("devicestatus/ns/thermo").expect("read")?;
-    let message = crate::edgehub::outbox::message(&entry).expect("decode");
+    let message = verge_edgehub::outbox::message(&entry).expect("decode");
     let body = serde_json::from_slice(&message.body).expect("body");
     Some((message, body))
 }
@@ -242,11 +237,7 @@ async fn state_and_records_survive_a_restart_and_follow_the_device() {
 
     // A new writer over the same store: the twin is still there.
     let (down, _) = mpsc::channel(1);
-    let (_hub, hub) = EdgeHub::new(
-        Arc::new(Config::default().hub_settings()),
-        f.store.clone(),
-        down,
-    );
+    let (_hub, hub) = EdgeHub::new(Arc::new(hub_settings()), f.store.clone(), down);
     let (ops_tx, ops) = mpsc::channel(8);
     let changes = broadcast::channel(4).0;
     let twins = DeviceTwinHandle::new(ops_tx, changes.clone());
@@ -272,4 +263,13 @@ async fn state_and_records_survive_a_restart_and_follow_the_device() {
     assert!(got.twins["temperature"].reported.is_none());
     stop.cancel();
     task.await.expect("writer");
+}
+
+/// edgehub's settings for a test node (nothing connects).
+fn hub_settings() -> verge_edgehub::HubSettings {
+    verge_edgehub::HubSettings {
+        node_name: "edge-1".to_owned(),
+        data_dir: std::env::temp_dir(),
+        edge_hub: verge_edgehub::EdgeHubConfig::default(),
+    }
 }

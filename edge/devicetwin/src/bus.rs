@@ -20,8 +20,8 @@ use verge_device_api::{Twin, TwinProperty};
 use super::DeviceTwinHandle;
 use super::error::Error;
 use super::twin::{DeviceTwins, PropertyTwin, TwinDocument};
-use crate::eventbus::payload::{TypeMetadata, ValueMetadata};
-use crate::eventbus::{
+use verge_eventbus::payload::{TypeMetadata, ValueMetadata};
+use verge_eventbus::{
     DeviceRef, DeviceState, EventBusHandle, MemberDevice, MsgTwin, StateUpdated, TwinDelta,
     TwinDocEntry, TwinError, TwinService, TwinUpdate, TwinUpdateOutcome, TwinValue, Twins,
 };
@@ -156,28 +156,22 @@ fn reports(update: &TwinUpdate) -> Result<Vec<Twin>, TwinError> {
 }
 
 /// The eventbus error of a devicetwin error for `device`.
-fn twin_error(device: &DeviceRef, error: crate::Error) -> TwinError {
+fn twin_error(device: &DeviceRef, error: crate::error::Error) -> TwinError {
     match error {
-        crate::Error::DeviceTwin(Error::UnknownDevice { .. }) => {
-            TwinError::DeviceNotFound(device.clone())
-        }
-        crate::Error::DeviceTwin(Error::UnknownProperty { property, .. }) => {
-            TwinError::InvalidProperty {
-                property,
-                reason: format!("not a property of device {device}"),
-            }
-        }
-        crate::Error::DeviceTwin(e @ (Error::NoTwins { .. } | Error::InvalidState { .. })) => {
-            TwinError::InvalidProperty {
-                property: String::new(),
-                reason: e.to_string(),
-            }
-        }
-        crate::Error::DeviceTwin(Error::ValueTooLarge {
+        Error::UnknownDevice { .. } => TwinError::DeviceNotFound(device.clone()),
+        Error::UnknownProperty { property, .. } => TwinError::InvalidProperty {
+            property,
+            reason: format!("not a property of device {device}"),
+        },
+        e @ (Error::NoTwins { .. } | Error::InvalidState { .. }) => TwinError::InvalidProperty {
+            property: String::new(),
+            reason: e.to_string(),
+        },
+        Error::ValueTooLarge {
             property,
             bytes,
             max,
-        }) => TwinError::InvalidProperty {
+        } => TwinError::InvalidProperty {
             property,
             reason: format!("the value is {bytes} bytes (at most {max})"),
         },

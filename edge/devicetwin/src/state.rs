@@ -24,16 +24,13 @@ use super::error::Error;
 use super::mappers::MapperRecord;
 use super::reconcile::Sent;
 use super::twin::TwinRecord;
-use crate::Result;
+use crate::error::Result;
 
 /// `value` as a record's JSON.
 fn encode(key: &str, value: &impl Serialize) -> Result<Vec<u8>> {
-    serde_json::to_vec(value).map_err(|source| {
-        Error::Record {
-            key: key.to_owned(),
-            source,
-        }
-        .into()
+    serde_json::to_vec(value).map_err(|source| Error::Record {
+        key: key.to_owned(),
+        source,
     })
 }
 
@@ -125,7 +122,7 @@ mod tests {
                 .write(|txn| {
                     put_twin(txn, &id, &record)?;
                     txn.put_twin_record(TwinTable::Twins, "ns/bad", b"{oops")?;
-                    Ok::<_, crate::Error>(())
+                    Ok::<_, crate::error::Error>(())
                 })
                 .expect("write");
             let mapper = MapperRecord {

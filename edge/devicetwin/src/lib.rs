@@ -7,7 +7,7 @@
 //!   [`DeviceTwinHandle`]; one writer applies changes in order and commits each batch in one
 //!   transaction with the `update <ns>/devicestatus/<name>` reports of the devices whose
 //!   cloud-visible state changed (only `reportToCloud` properties), under
-//!   [`OutboxKey::DeviceStatus`](crate::OutboxKey::DeviceStatus): while offline, the newest
+//!   [`OutboxKey::DeviceStatus`](verge_edge_store::OutboxKey::DeviceStatus): while offline, the newest
 //!   snapshot per device waits in the outbox and leaves it on reconnect.
 //! * **DMI server** ([`dmi::server`]): `DeviceManagerService` on the unix socket
 //!   `deviceTwin.dmiSocket` (default `/etc/kubeedge/dmi.sock`): `MapperRegister`,
@@ -28,12 +28,17 @@
 //! refused or logged and affects only itself; nothing here stops edgecore except a DMI
 //! socket that cannot be bound at start.
 
+// Unit tests may start untracked tasks: they end with the test's runtime.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 pub mod bus;
+pub mod config;
 pub mod devices;
 pub mod dmi;
 pub mod error;
 pub mod handle;
 pub mod mappers;
+pub mod metrics;
 pub mod reconcile;
 mod state;
 #[cfg(test)]
@@ -50,16 +55,17 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+pub use config::DeviceTwinConfig;
 pub use devices::{DeviceCache, DeviceId};
+pub use error::{Error, Result};
 pub use handle::DeviceTwinHandle;
 pub use mappers::{MapperRecord, Mappers};
 pub use twin::{DeviceTwins, PropertyTwin, TwinDocument};
 
-use crate::config::DeviceTwinConfig;
-use crate::metamanager::StoreEvent;
-use crate::{EdgeHubHandle, Result};
 use reconcile::Reconciler;
 use verge_edge_store::MetaStore;
+use verge_edgehub::EdgeHubHandle;
+use verge_metamanager::StoreEvent;
 use writer::{Op, TwinWriter};
 
 /// Operations queued for the twin writer before callers wait.
@@ -136,12 +142,12 @@ impl DeviceTwin {
             .blocking(move |s| {
                 cache.relist(s)?;
                 let writer = TwinWriter::new(s.clone(), hub_for_writer, cache, ops, changes)?;
-                Ok::<_, crate::Error>((writer, Mappers::load(s)?))
+                Ok::<_, crate::error::Error>((writer, Mappers::load(s)?))
             })
             .await?;
         let mode = config
             .socket_mode()
-            .map_err(|(field, reason)| crate::Error::ConfigValue { field, reason })?;
+            .map_err(|(field, reason)| crate::error::Error::Config { field, reason })?;
         let (registrations_tx, registrations) = mpsc::channel(REGISTRATIONS);
         let server = dmi::server::DmiServer::new(
             &config,
@@ -174,6 +180,6 @@ impl DeviceTwin {
         stop_writer.cancel();
         let _ = writer.await;
         info!("devicetwin stopped");
-        served.map_err(Into::into)
+        served
     }
 }
