@@ -66,7 +66,8 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
+use verge_runtime::ErrorChain;
 
 pub use config::Config;
 pub use devicetwin::{DeviceTwin, DeviceTwinHandle};
@@ -78,11 +79,14 @@ pub use node::NodeAgent;
 pub use verge_edge_store::{MetaStore, OutboxKey};
 
 /// The streaming server on Docker.
-type StreamingServer = streaming::StreamingServer<edged::runtime::DockerRuntime>;
+use streaming::StreamingServer;
 
 /// How long one call of the streaming server's Docker client may last (a followed log, an
 /// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
 const STREAMING_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
+/// How often the streaming server tries its runtime's endpoint again while it cannot be used
+/// (edged's connect retry).
+const STREAMING_CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The whole edge agent: edgehub, metamanager, edged, node and devicetwin, sharing one
 /// store.
@@ -119,27 +123,42 @@ impl EdgeCore {
         &self.store
     }
 
-    /// The streaming server (kubectl logs/exec/...), unless `streaming.enable` is off. Its
-    /// runtime is a Docker client of its own whose calls may last 4 hours (edged's time out
-    /// after 2 minutes): a followed log or an exec lasts as long as the client wants.
-    ///
-    /// # Errors
-    /// [`Error::Runtime`] when the container runtime endpoint is unusable.
-    fn streaming_server(&self) -> Result<Option<(StreamingServer, streaming::TunnelRequests)>> {
-        if !self.config.streaming.enable {
-            return Ok(None);
+    /// The streaming server (kubectl logs/exec/...), unless `streaming.enable` is off.
+    fn streaming_server(&self) -> Option<(StreamingServer, streaming::TunnelRequests)> {
+        self.config.streaming.enable.then(|| {
+            StreamingServer::new(
+                self.store.clone(),
+                &self.config.node_name,
+                &self.config.data_dir,
+            )
+        })
+    }
+
+    /// The streaming server's runtime: a Docker client of its own whose calls may last 4
+    /// hours (edged's time out after 2 minutes), since a followed log or an exec lasts as
+    /// long as the client wants. While the endpoint cannot be used (Docker's socket is not
+    /// there yet, e.g. edgecore started before dockerd), it retries every 5 s, as edged
+    /// does, and tunnel requests wait; `None` when `stop` comes first.
+    async fn streaming_runtime(
+        config: &Config,
+        stop: &CancellationToken,
+    ) -> Option<edged::runtime::DockerRuntime> {
+        loop {
+            match edged::runtime::DockerRuntime::with_timeout(
+                config.edged.container_runtime_endpoint.as_deref(),
+                &config.node_name,
+                STREAMING_CALL_TIMEOUT,
+            ) {
+                Ok(runtime) => return Some(runtime),
+                Err(error) => {
+                    warn!(error = %ErrorChain(&error), "streaming: container runtime not reachable; retrying");
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return None,
+                () = tokio::time::sleep(STREAMING_CONNECT_RETRY) => {}
+            }
         }
-        let runtime = edged::runtime::DockerRuntime::with_timeout(
-            self.config.edged.container_runtime_endpoint.as_deref(),
-            &self.config.node_name,
-            STREAMING_CALL_TIMEOUT,
-        )?;
-        Ok(Some(streaming::StreamingServer::new(
-            runtime,
-            self.store.clone(),
-            &self.config.node_name,
-            &self.config.data_dir,
-        )))
     }
 
     /// Runs every module until `shutdown` is cancelled, then waits for all of them to stop.
@@ -186,9 +205,15 @@ impl EdgeCore {
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());
         let stop = modules.stop_token().clone();
-        let hub = match self.streaming_server()? {
+        let hub = match self.streaming_server() {
             Some((server, tunnels)) => {
-                modules.spawn("streaming", server.run(stop.clone()));
+                let (config, stop) = (Arc::clone(&self.config), stop.clone());
+                modules.spawn("streaming", async move {
+                    match Self::streaming_runtime(&config, &stop).await {
+                        Some(runtime) => server.run(runtime, stop).await,
+                        None => Ok(()),
+                    }
+                });
                 hub.with_tunnels(tunnels)
             }
             None => hub,

@@ -35,9 +35,12 @@ use verge_edgecore::edged::runtime::DockerRuntime;
 const BOUND: Duration = Duration::from_secs(10);
 
 fn prober() -> Result<DockerProber> {
-    // Connects lazily: nothing reaches Docker unless an `exec` probe runs.
-    Ok(DockerProber::new(DockerRuntime::local(
+    // Nothing reaches Docker unless an `exec` probe runs, so the engine's endpoint is one
+    // that serves nothing (a local socket would have to exist: bollard checks for it).
+    Ok(DockerProber::new(DockerRuntime::with_timeout(
+        Some("tcp://127.0.0.1:9"),
         "verge-probes-tls-grpc",
+        std::time::Duration::from_secs(5),
     )?))
 }
 

@@ -31,22 +31,20 @@ const REQUESTS: usize = 64;
 
 pub use crate::edgehub::tunnel::{TunnelRequest, TunnelRequests};
 
-/// The streaming server; see the module docs. `R` is the container runtime (Docker's in
-/// production, [`DockerRuntime`](crate::edged::runtime::DockerRuntime)).
-pub struct StreamingServer<R> {
-    runtime: R,
+/// The streaming server; see the module docs. Its container runtime (Docker's in
+/// production, [`DockerRuntime`](crate::edged::runtime::DockerRuntime)) is given to
+/// [`run`](Self::run), so tunnel requests queue (up to 64) while the runtime is not reachable
+/// yet.
+pub struct StreamingServer {
     store: crate::MetaStore,
     serving: ServingCert,
     requests: mpsc::Receiver<TunnelRequest>,
 }
 
-impl<R: StreamingRuntime> StreamingServer<R> {
-    /// A server for the containers of node `node` on `runtime` (scoped to that node), its
-    /// pods read from `store`, its serving certificate kept under `data_dir`; and the sender
-    /// edgehub hands requests to. The runtime's calls should have no short timeout: a
-    /// followed log or an exec lasts as long as the client wants.
+impl StreamingServer {
+    /// A server for the containers of node `node`, its pods read from `store`, its serving
+    /// certificate kept under `data_dir`; and the sender edgehub hands requests to.
     pub fn new(
-        runtime: R,
         store: crate::MetaStore,
         node: &str,
         data_dir: &std::path::Path,
@@ -54,7 +52,6 @@ impl<R: StreamingRuntime> StreamingServer<R> {
         let (tx, requests) = mpsc::channel(REQUESTS);
         (
             Self {
-                runtime,
                 store,
                 serving: ServingCert::new(data_dir, node),
                 requests,
@@ -63,12 +60,18 @@ impl<R: StreamingRuntime> StreamingServer<R> {
         )
     }
 
-    /// Serves tunnel requests until `shutdown`.
+    /// Serves tunnel requests on `runtime` (scoped to this node) until `shutdown`. The
+    /// runtime's calls should have no short timeout: a followed log or an exec lasts as long
+    /// as the client wants.
     ///
     /// # Errors
     /// Never; failures of single tunnels are logged.
-    pub async fn run(mut self, shutdown: CancellationToken) -> crate::Result<()> {
-        let runtime = self.runtime.prepared().await;
+    pub async fn run<R: StreamingRuntime>(
+        mut self,
+        runtime: R,
+        shutdown: CancellationToken,
+    ) -> crate::Result<()> {
+        let runtime = runtime.prepared().await;
         let router = router(Containers::new(runtime, self.store));
         loop {
             let request = tokio::select! {
