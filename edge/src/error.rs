@@ -98,8 +98,9 @@ impl Error {
     /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
     pub fn is_outbox_full(&self) -> bool {
         match self {
-            Self::Store(error) => matches!(error, verge_edge_store::Error::OutboxFull { .. }),
+            Self::Store(error) => error.is_outbox_full(),
             Self::EdgeHub(error) => error.is_outbox_full(),
+            Self::Apps(error) => error.is_outbox_full(),
             _ => false,
         }
     }

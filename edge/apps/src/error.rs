@@ -27,7 +27,7 @@ impl Error {
     /// Whether this is the outbox refusing a droppable report because it is full.
     pub fn is_outbox_full(&self) -> bool {
         match self {
-            Self::Store(error) => matches!(error, verge_edge_store::Error::OutboxFull { .. }),
+            Self::Store(error) => error.is_outbox_full(),
             Self::EdgeHub(error) => error.is_outbox_full(),
             _ => false,
         }

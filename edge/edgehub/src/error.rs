@@ -58,10 +58,7 @@ impl Error {
     /// Whether this is the outbox refusing a droppable report because it is full
     /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
     pub fn is_outbox_full(&self) -> bool {
-        matches!(
-            self,
-            Self::Store(verge_edge_store::Error::OutboxFull { .. })
-        )
+        matches!(self, Self::Store(error) if error.is_outbox_full())
     }
 }
 

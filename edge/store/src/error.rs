@@ -47,6 +47,14 @@ pub enum Error {
     Blocking(#[source] tokio::task::JoinError),
 }
 
+impl Error {
+    /// Whether this is the outbox refusing a droppable report because it is full
+    /// ([`Error::OutboxFull`]); the report was dropped and should be logged, nothing else.
+    pub fn is_outbox_full(&self) -> bool {
+        matches!(self, Self::OutboxFull { .. })
+    }
+}
+
 /// The store's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
