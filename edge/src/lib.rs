@@ -76,7 +76,7 @@ pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
 pub use metamanager::MetaManager;
 pub use node::NodeAgent;
-pub use verge_edge_store::{MetaStore, OutboxKey};
+pub use verge_edge_store::{MetaStore, OutboxKey, StoredObject};
 
 /// The streaming server on Docker.
 use streaming::StreamingServer;

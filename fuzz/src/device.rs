@@ -9,7 +9,7 @@
 
 use verge_edgecore::devicetwin::dmi::convert;
 use verge_edgecore::devicetwin::{DeviceId, devices::StoredDevice, devices::StoredModel};
-use verge_edgecore::metamanager::StoredObject;
+use verge_edgecore::StoredObject;
 
 /// Parses `data` and checks the properties above.
 pub fn check(data: &[u8]) {
