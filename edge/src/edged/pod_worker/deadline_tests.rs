@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::deadline;
 use super::observe::RunState;
-use super::tests::{IMAGE, harness, pod, settle};
+use super::tests::{IMAGE, harness, pod, settle, started_a_minute_ago};
 
 #[tokio::test(start_paused = true)]
 async fn a_deadline_set_on_a_running_pod_past_it_fails_the_pod() {
@@ -13,14 +13,7 @@ async fn a_deadline_set_on_a_running_pod_past_it_fails_the_pod() {
     h.rt.add_image(IMAGE);
     let mut p = pod(json!({"restartPolicy": "Always",
         "containers": [{"name": "app", "image": IMAGE}]}));
-    // Active on the node for a minute already.
-    let started = verge_edge_store::clock::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
-    p.status = Some(k8s_openapi::api::core::v1::PodStatus {
-        start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            started,
-        )),
-        ..Default::default()
-    });
+    started_a_minute_ago(&mut p);
     let mut w = h.worker(&p);
     settle(&mut w).await;
     assert_eq!(

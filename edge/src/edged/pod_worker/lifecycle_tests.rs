@@ -9,7 +9,7 @@ use serde_json::json;
 use super::WorkerMsg;
 use super::deadline;
 use super::state::{Failure, PodState};
-use super::tests::{IMAGE, app_pod, harness, pod, settle};
+use super::tests::{IMAGE, app_pod, harness, pod, settle, started_a_minute_ago};
 
 #[tokio::test(start_paused = true)]
 async fn a_deletion_message_moves_the_pod_to_terminating_before_the_next_sync() {
@@ -66,13 +66,7 @@ async fn an_evicted_pod_keeps_its_reason_while_it_terminates() {
     let h = harness();
     h.rt.add_image(IMAGE);
     let mut p = app_pod("Always");
-    let started = verge_edge_store::clock::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
-    p.status = Some(k8s_openapi::api::core::v1::PodStatus {
-        start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            started,
-        )),
-        ..Default::default()
-    });
+    started_a_minute_ago(&mut p);
     let mut w = h.worker(&p);
     settle(&mut w).await;
     assert_eq!(w.state, PodState::Running);

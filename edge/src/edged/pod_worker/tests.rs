@@ -119,6 +119,18 @@ pub(super) fn app_pod(policy: &str) -> Pod {
     pod(json!({"restartPolicy": policy, "containers": [{"name": "app", "image": IMAGE}]}))
 }
 
+/// Makes `pod` active on the node for a minute already (`status.startTime` 60 s ago), as
+/// the `activeDeadlineSeconds` tests need.
+pub(super) fn started_a_minute_ago(pod: &mut Pod) {
+    let started = verge_edge_store::clock::now() - k8s_openapi::jiff::SignedDuration::from_secs(60);
+    pod.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        start_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            started,
+        )),
+        ..Default::default()
+    });
+}
+
 /// Syncs until the worker no longer asks to run again at once (sandbox creation asks so).
 pub(super) async fn settle(w: &mut Worker<FakeRuntime>) -> Option<Instant> {
     for _ in 0..10 {
