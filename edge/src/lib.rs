@@ -5,29 +5,32 @@
 //! # Layout
 //! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
 //! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
-//! `verge-eventbus` (MQTT), then `verge-edge-apps`, `verge-metamanager` and `verge-devicetwin`; edgecore re-exports them under their module names.
+//! `verge-eventbus` (MQTT), then `verge-edge-apps`, `verge-metamanager` and
+//! `verge-devicetwin`; edgecore re-exports them under their module names.
 //! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
 //!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
 //!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
 //!   ([`EdgeHubHandle::report`]) or sends transient frames.
-//! - [`metamanager`] (crate `verge-metamanager`): the component that commits downstream objects to the store before
-//!   acking them, and cloud queries. The store itself ([`MetaStore`]: objects, the upstream
-//!   outbox keyed by [`OutboxKey`], every other table) is the crate `verge-edge-store`, the
-//!   bottom of the edge crates.
+//! - [`metamanager`] (crate `verge-metamanager`): the component that commits downstream
+//!   objects to the store before acking them, and cloud queries. The store itself
+//!   ([`MetaStore`]: objects, the upstream outbox keyed by [`OutboxKey`], every other table)
+//!   is the crate `verge-edge-store`, the bottom of the edge crates.
 //! - [`edged`]: pods on Docker ([`Edged`]): sandbox, containers, volumes, probes, restart
 //!   policy, status reports, garbage collection.
 //! - [`node`]: node registration, node status and node lease (the kubelet's node status
 //!   manager and lease controller).
-//! - [`devicetwin`] (crate `verge-devicetwin`): device twins in redb, the DMI server mappers register and report on,
-//!   and the calls that hand Devices to mappers ([`DeviceTwin`], [`DeviceTwinHandle`]).
+//! - [`devicetwin`] (crate `verge-devicetwin`): device twins in redb, the DMI server
+//!   mappers register and report on, and the calls that hand Devices to mappers
+//!   ([`DeviceTwin`], [`DeviceTwinHandle`]).
 //! - [`certificates`] (in `verge-edgehub`): the node's key and client certificate: join with
 //!   a bootstrap token, load for every connection, renew at 80 % of the lifetime.
-//! - [`eventbus`] (crate `verge-eventbus`): MQTT for edge applications: KubeEdge's `$hw/events/device/...` twin
-//!   topics served through the [`eventbus::TwinService`] trait ([`eventbus::EventBus`],
-//!   [`eventbus::EventBusHandle`]).
-//! - [`apps`] (crate `verge-edge-apps`): edge apps of third-party groups over the same broker (`verge/apps/...`): an
-//!   inbox committed before the ack, published with QoS 1; replies committed to the outbox
-//!   before the broker is acknowledged ([`apps::AppsBridge`]).
+//! - [`eventbus`] (crate `verge-eventbus`): MQTT for edge applications: KubeEdge's
+//!   `$hw/events/device/...` twin topics served through the [`eventbus::TwinService`] trait
+//!   ([`eventbus::EventBus`], [`eventbus::EventBusHandle`]).
+//! - [`apps`] (crate `verge-edge-apps`): edge apps of third-party groups over the same
+//!   broker (`verge/apps/...`): an inbox committed before the ack, published with QoS 1;
+//!   replies committed to the outbox before the broker is acknowledged
+//!   ([`apps::AppsBridge`]).
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
 //! - [`streaming`]: the kubelet streaming API (kubectl logs, exec, attach, port-forward)
 //!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
