@@ -24,6 +24,9 @@ pub enum Error {
     /// call, the DMI socket).
     #[error(transparent)]
     DeviceTwin(#[from] crate::devicetwin::Error),
+    /// edged or the node agent failed (a runtime, volume or report failure that stops it).
+    #[error(transparent)]
+    Edged(#[from] verge_edged::Error),
     /// The configuration file could not be read.
     #[error("cannot read configuration file {path}")]
     ConfigRead {
@@ -53,44 +56,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A blocking task (host fact collection) panicked or was cancelled.
-    #[error("blocking task failed")]
-    Blocking(#[source] tokio::task::JoinError),
     /// A module of edgecore panicked (the panic was printed); the others were stopped.
     #[error("module {module} panicked")]
     ModulePanicked {
         /// The module's name (`edgehub`, `metamanager`, `edged`, `node`).
         module: &'static str,
     },
-    /// An object could not be encoded as JSON.
-    #[error("cannot encode {what} as JSON")]
-    Encode {
-        /// What was being encoded.
-        what: &'static str,
-        /// The serializer's failure.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A container runtime call failed, or its endpoint is unusable (edged's runtime, the
-    /// streaming server's; the call and the engine's error are in it).
-    #[error(transparent)]
-    Runtime(#[from] crate::edged::runtime::RuntimeError),
-    /// A stored or received object is not the JSON it should be.
-    #[error("cannot decode {what}")]
-    Decode {
-        /// What was decoded, e.g. `configmap ns/cfg`.
-        what: String,
-        /// The parser's failure.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A container's configuration cannot be built (kubelet `CreateContainerConfigError`);
-    /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
-    #[error("{0}")]
-    ContainerConfig(String),
-    /// A pod volume cannot be set up, mounted or removed (edged's volumes).
-    #[error(transparent)]
-    Volume(#[from] crate::edged::volumes::VolumeError),
 }
 
 impl Error {
@@ -101,6 +72,7 @@ impl Error {
             Self::Store(error) => error.is_outbox_full(),
             Self::EdgeHub(error) => error.is_outbox_full(),
             Self::Apps(error) => error.is_outbox_full(),
+            Self::Edged(error) => error.is_outbox_full(),
             _ => false,
         }
     }

@@ -4,9 +4,11 @@
 //!
 //! # Layout
 //! The edge crates it builds on, from the bottom: `verge-edge-store` (the redb file and
-//! every table), `verge-edgehub` (the session with cloudhub and the node's certificates) and
-//! `verge-eventbus` (MQTT), then `verge-edge-apps`, `verge-metamanager` and
-//! `verge-devicetwin`; edgecore re-exports them under their module names.
+//! every table) and `verge-container-runtime` (the container runtime traits and Docker),
+//! `verge-edgehub` (the session with cloudhub and the node's certificates) and
+//! `verge-eventbus` (MQTT), then `verge-edge-apps`, `verge-metamanager`, and at the top
+//! `verge-edged`, `verge-streaming` and `verge-devicetwin`; edgecore re-exports them under
+//! their module names, wires them, and owns the configuration file.
 //! - [`edgehub`] (crate `verge-edgehub`): the client end of cloudhub's `EdgeHub.Connect`
 //!   stream: hello with inventory, keepalives, reconnect with jittered exponential backoff,
 //!   draining the upstream outbox; [`EdgeHubHandle`] reports durably
@@ -15,10 +17,12 @@
 //!   objects to the store before acking them, and cloud queries. The store itself
 //!   ([`MetaStore`]: objects, the upstream outbox keyed by [`OutboxKey`], every other table)
 //!   is the crate `verge-edge-store`, the bottom of the edge crates.
-//! - [`edged`]: pods on Docker ([`Edged`]): sandbox, containers, volumes, probes, restart
-//!   policy, status reports, garbage collection.
-//! - [`node`]: node registration, node status and node lease (the kubelet's node status
-//!   manager and lease controller).
+//! - [`edged`] (crate `verge-edged`): pods on Docker ([`Edged`]): sandbox, containers,
+//!   volumes, probes, restart policy, status reports, garbage collection; and [`node`]:
+//!   node registration, node status and node lease (the kubelet's node status manager and
+//!   lease controller).
+//! - [`container_runtime`] (crate `verge-container-runtime`): the `ContainerRuntime` and
+//!   `StreamingRuntime` traits and their Docker implementation, the one door to Docker.
 //! - [`devicetwin`] (crate `verge-devicetwin`): device twins in redb, the DMI server
 //!   mappers register and report on, and the calls that hand Devices to mappers
 //!   ([`DeviceTwin`], [`DeviceTwinHandle`]).
@@ -32,9 +36,10 @@
 //!   replies committed to the outbox before the broker is acknowledged
 //!   ([`apps::AppsBridge`]).
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
-//! - [`streaming`]: the kubelet streaming API (kubectl logs, exec, attach, port-forward)
+//! - [`streaming`] (crate `verge-streaming`): the kubelet streaming API (kubectl logs, exec, attach, port-forward)
 //!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
-//! - [`config`]: the YAML configuration ([`Config`]).
+//! - [`config`]: the YAML configuration file ([`Config`]), made of the sections each crate
+//!   owns.
 //! - [`error`]: the crate's [`Error`].
 //!
 //! Each module is a struct with `async fn run(self, shutdown)`, fed by typed channels.
@@ -48,9 +53,12 @@
 /// Edge apps of third-party groups, the crate `verge-edge-apps`.
 pub use verge_edge_apps as apps;
 pub mod config;
+/// The container runtime (the one door to Docker), the crate `verge-container-runtime`.
+pub use verge_container_runtime as container_runtime;
 /// devicetwin, the crate `verge-devicetwin`.
 pub use verge_devicetwin as devicetwin;
-pub mod edged;
+/// edged and the node agent, the crate `verge-edged`.
+pub use verge_edged as edged;
 /// edgehub and the node's certificates, the crate `verge-edgehub`, under the names
 /// edgecore's other modules use for them.
 pub use verge_edgehub as edgehub;
@@ -62,15 +70,16 @@ pub use verge_eventbus as eventbus;
 /// metamanager, the crate `verge-metamanager`.
 pub use verge_metamanager as metamanager;
 pub mod metrics;
-pub mod node;
-pub mod streaming;
+/// The node agent (registration, status, lease), in the crate `verge-edged`.
+pub use verge_edged::node;
+/// The streaming server, the crate `verge-streaming`.
+pub use verge_streaming as streaming;
 
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
-use verge_runtime::ErrorChain;
+use tracing::info;
 
 pub use config::Config;
 pub use devicetwin::{DeviceTwin, DeviceTwinHandle};
@@ -79,17 +88,8 @@ pub use edgehub::{EdgeHub, EdgeHubHandle, SessionInfo};
 pub use error::{Error, Result};
 pub use metamanager::MetaManager;
 pub use node::NodeAgent;
-pub use verge_edge_store::{MetaStore, OutboxKey, StoredObject};
-
-/// The streaming server on Docker.
 use streaming::StreamingServer;
-
-/// How long one call of the streaming server's Docker client may last (a followed log, an
-/// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
-const STREAMING_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
-/// How often the streaming server tries its runtime's endpoint again while it cannot be used
-/// (edged's connect retry).
-const STREAMING_CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+pub use verge_edge_store::{MetaStore, OutboxKey, StoredObject};
 
 /// The whole edge agent: edgehub, metamanager, edged, node and devicetwin, sharing one
 /// store.
@@ -137,33 +137,6 @@ impl EdgeCore {
         })
     }
 
-    /// The streaming server's runtime: a Docker client of its own whose calls may last 4
-    /// hours (edged's time out after 2 minutes), since a followed log or an exec lasts as
-    /// long as the client wants. While the endpoint cannot be used (Docker's socket is not
-    /// there yet, e.g. edgecore started before dockerd), it retries every 5 s, as edged
-    /// does, and tunnel requests wait; `None` when `stop` comes first.
-    async fn streaming_runtime(
-        config: &Config,
-        stop: &CancellationToken,
-    ) -> Option<edged::runtime::DockerRuntime> {
-        loop {
-            match edged::runtime::DockerRuntime::with_timeout(
-                config.edged.container_runtime_endpoint.as_deref(),
-                &config.node_name,
-                STREAMING_CALL_TIMEOUT,
-            ) {
-                Ok(runtime) => return Some(runtime),
-                Err(error) => {
-                    warn!(error = %ErrorChain(&error), "streaming: container runtime not reachable; retrying");
-                }
-            }
-            tokio::select! {
-                () = stop.cancelled() => return None,
-                () = tokio::time::sleep(STREAMING_CONNECT_RETRY) => {}
-            }
-        }
-    }
-
     /// Runs every module until `shutdown` is cancelled, then waits for all of them to stop.
     /// A module that fails stops the others.
     ///
@@ -188,8 +161,9 @@ impl EdgeCore {
         }
         let objects =
             edged::objects::StoreObjects::new(self.store.clone(), handle.clone(), meta.queries());
+        let settings = Arc::new(self.config.edged_settings());
         let edged = Edged::new(
-            Arc::clone(&self.config),
+            Arc::clone(&settings),
             self.store.clone(),
             handle.clone(),
             objects,
@@ -203,8 +177,7 @@ impl EdgeCore {
                 meta.subscribe(),
             )
         });
-        let node = NodeAgent::new(Arc::clone(&self.config), handle)?
-            .with_runtime_version(edged.runtime_version());
+        let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());
         let stop = modules.stop_token().clone();
@@ -212,10 +185,11 @@ impl EdgeCore {
             Some((server, tunnels)) => {
                 let (config, stop) = (Arc::clone(&self.config), stop.clone());
                 modules.spawn("streaming", async move {
-                    match Self::streaming_runtime(&config, &stop).await {
-                        Some(runtime) => server.run(runtime, stop).await,
-                        None => Ok(()),
-                    }
+                    let endpoint = config.edged.container_runtime_endpoint.as_deref();
+                    server
+                        .run_on_docker(endpoint, &config.node_name, stop)
+                        .await;
+                    Ok(())
                 });
                 hub.with_tunnels(tunnels)
             }
@@ -229,8 +203,9 @@ impl EdgeCore {
         }
         let meta_stop = stop.clone();
         modules.spawn("metamanager", async move { Ok(meta.run(meta_stop).await?) });
-        modules.spawn("edged", edged.run(stop.clone()));
-        modules.spawn("node", node.run(stop.clone()));
+        let (edged_stop, node_stop) = (stop.clone(), stop.clone());
+        modules.spawn("edged", async move { Ok(edged.run(edged_stop).await?) });
+        modules.spawn("node", async move { Ok(node.run(node_stop).await?) });
         if let Some((device_twin, twins)) = device_twin {
             let twin_stop = stop.clone();
             modules.spawn("devicetwin", async move {

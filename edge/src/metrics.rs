@@ -1,8 +1,9 @@
 //! edgecore's Prometheus series (docs/observability.md "Metrics"), served as `/metrics` on
-//! `metricsAddr` (loopback by default). One process-wide instance ([`global`]) is counted
-//! into from edged, others by edgehub ([`crate::edgehub::metrics`], the message and session
-//! series) and devicetwin ([`crate::devicetwin::metrics`], twin reports); the outbox gauges are read from the store at scrape time
-//! ([`OutboxCollector`]). Tests make their own [`Metrics`].
+//! `metricsAddr` (loopback by default). Each edge crate counts its own series into a
+//! process-wide instance: edgehub ([`crate::edgehub::metrics`], the message and session
+//! series), edged ([`crate::edged::metrics`], pod start stages) and devicetwin
+//! ([`crate::devicetwin::metrics`], twin reports); the outbox gauges are read from the store
+//! at scrape time ([`OutboxCollector`]). [`register`] puts them all on one registry.
 //!
 //! | series | type | labels |
 //! |---|---|---|
@@ -11,101 +12,18 @@
 //! | `verge_edgecore_reconnects_total` | counter | — (sessions established after the first) |
 //! | `verge_edgecore_outbox_entries` | gauge | — |
 //! | `verge_edgecore_outbox_oldest_age_seconds` | gauge | — |
-//! | `verge_edgecore_pod_start_duration_seconds` | histogram | `stage` (`image`, `sandbox`, `container`, `total`) |
+//! | `verge_edgecore_pod_start_duration_seconds` | histogram | `stage` (`image`, `sandbox`, `container`, `total`) (edged's) |
 //! | `verge_edgecore_twin_reports_total` | counter | `result` (`ok`, `error`) (devicetwin's) |
-//!
-//! Pod start stages, like the kubelet's `kubelet_pod_start_duration_seconds` split up:
-//! `image` is making the image present (pull per policy), `sandbox` creating and starting the
-//! pod sandbox (its image included), `container` creating and starting one container, and
-//! `total` from the pod worker's start (edged saw the new pod) until the pod's status first
-//! says `Running`. A pod edgecore adopts already `Running` (after a restart) is not counted.
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
-use prometheus_client::metrics::family::Family;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tracing::warn;
 
 use verge_edge_store::MetaStore;
-
-/// A stage of a pod start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// Making the image present.
-    Image,
-    /// Creating and starting the sandbox.
-    Sandbox,
-    /// Creating and starting one container.
-    Container,
-    /// From the worker's start until the pod is Running.
-    Total,
-}
-
-impl Stage {
-    const fn as_str(self) -> &'static str {
-        match self {
-            Self::Image => "image",
-            Self::Sandbox => "sandbox",
-            Self::Container => "container",
-            Self::Total => "total",
-        }
-    }
-}
-
-/// Labels of `verge_edgecore_pod_start_duration_seconds`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct StageLabels {
-    /// `image`, `sandbox`, `container` or `total`.
-    pub stage: &'static str,
-}
-
-/// edgecore's series (cheap to clone: shared).
-#[derive(Debug, Clone)]
-pub struct Metrics {
-    pod_start: Family<StageLabels, Histogram>,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        Self {
-            pod_start: Family::new_with_constructor(|| {
-                Histogram::new(verge_runtime::metrics::latency_buckets())
-            }),
-        }
-    }
-}
-
-static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::default);
-
-/// The process's series.
-pub fn global() -> &'static Metrics {
-    &GLOBAL
-}
-
-impl Metrics {
-    /// Registers these series into `registry`.
-    pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "verge_edgecore_pod_start_duration_seconds",
-            "Pod start latency by stage: image, sandbox, container (each attempt), total (worker start until Running).",
-            self.pod_start.clone(),
-        );
-    }
-
-    /// Records that `stage` of a pod start took `elapsed`.
-    pub fn pod_start(&self, stage: Stage, elapsed: Duration) {
-        self.pod_start
-            .get_or_create(&StageLabels {
-                stage: stage.as_str(),
-            })
-            .observe(elapsed.as_secs_f64());
-    }
-}
 
 /// The outbox gauges, read from the store at every scrape: `verge_edgecore_outbox_entries`
 /// (reports waiting for the cloud's ack) and `verge_edgecore_outbox_oldest_age_seconds`
@@ -165,12 +83,12 @@ impl Collector for OutboxCollector {
 }
 
 /// Registers edgecore's series: edgehub's ([`crate::edgehub::metrics`]), devicetwin's
-/// ([`crate::devicetwin::metrics`]), edged's ([`global`]) and the outbox gauges of `store`,
-/// into `registry`.
+/// ([`crate::devicetwin::metrics`]), edged's ([`crate::edged::metrics`]) and the outbox
+/// gauges of `store`, into `registry`.
 pub fn register(registry: &mut Registry, store: &MetaStore) {
     crate::edgehub::metrics::global().register(registry);
     crate::devicetwin::metrics::global().register(registry);
-    global().register(registry);
+    crate::edged::metrics::global().register(registry);
     registry.register_collector(Box::new(OutboxCollector::new(store.clone())));
 }
 
@@ -191,9 +109,12 @@ mod tests {
         hub.session_established(1);
         hub.session_ended();
         hub.session_established(2);
-        let metrics = Metrics::default();
-        metrics.pod_start(Stage::Image, Duration::from_millis(30));
-        metrics.pod_start(Stage::Total, Duration::from_secs(2));
+        let metrics = crate::edged::metrics::Metrics::default();
+        metrics.pod_start(
+            crate::edged::metrics::Stage::Image,
+            Duration::from_millis(30),
+        );
+        metrics.pod_start(crate::edged::metrics::Stage::Total, Duration::from_secs(2));
         let twins = crate::devicetwin::metrics::TwinMetrics::default();
         twins.twin_report(true);
         let mut registry = Registry::default();

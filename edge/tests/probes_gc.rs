@@ -12,11 +12,11 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerPort, ExecAction, HTTPGetAction, HTTPHeader, Probe, TCPSocketAction,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use verge_edgecore::container_runtime::DockerRuntime;
 use verge_edgecore::edged::gc::{GarbageCollector, GcConfig};
 use verge_edgecore::edged::probe::{
     DockerProber, ProbeHandler, ProbeKind, ProbeManager, ProbeTarget,
 };
-use verge_edgecore::edged::runtime::DockerRuntime;
 use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
 
 const BOUND: Duration = Duration::from_secs(90);

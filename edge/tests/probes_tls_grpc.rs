@@ -26,10 +26,10 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
+use verge_edgecore::container_runtime::DockerRuntime;
 use verge_edgecore::edged::probe::{
     DockerProber, ProbeHandler, ProbeKind, ProbeOutcome, ProbeTarget,
 };
-use verge_edgecore::edged::runtime::DockerRuntime;
 
 /// Upper bound of one probe attempt in these tests.
 const BOUND: Duration = Duration::from_secs(10);

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse as _, Response};
 use axum::routing::{MethodRouter, any};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use verge_edgecore::edged::runtime::DockerRuntime;
+use verge_edgecore::container_runtime::DockerRuntime;
 use verge_edgecore::streaming;
 use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
 

@@ -30,10 +30,8 @@
 //!   mqttServer: tcp://127.0.0.1:1883
 //! ```
 
-mod edged;
 #[cfg(test)]
 mod eventbus_tests;
-mod streaming;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,11 +39,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-pub use edged::{CrashLoopBackOffConfig, EdgedConfig, Reserved, ReservedConfig, TaintConfig};
-pub use streaming::StreamingConfig;
 pub use verge_devicetwin::DeviceTwinConfig;
+pub use verge_edged::config::{
+    CrashLoopBackOffConfig, EdgedConfig, EdgedSettings, Reserved, ReservedConfig, TaintConfig,
+};
+pub use verge_edged::gc::GcConfig;
 pub use verge_edgehub::EdgeHubConfig;
 pub use verge_eventbus::{EventBusConfig, MqttQos};
+pub use verge_streaming::StreamingConfig;
 pub use verge_telemetry::{LogFormat, TracingConfig};
 
 use crate::{Error, Result};
@@ -172,16 +173,6 @@ impl Config {
         self.event_bus.validate().map_err(value)
     }
 
-    /// The parsed `edged.systemReserved`.
-    ///
-    /// # Errors
-    /// [`Error::ConfigValue`] naming the field whose quantity does not parse.
-    pub fn reserved(&self) -> Result<Reserved> {
-        self.edged
-            .reserved()
-            .map_err(|(field, reason)| Error::ConfigValue { field, reason })
-    }
-
     /// The redb file: `<dataDir>/edgecore.redb`.
     pub fn store_path(&self) -> PathBuf {
         self.data_dir.join("edgecore.redb")
@@ -190,6 +181,17 @@ impl Config {
     /// Where pod directories (volumes) live: `<dataDir>/pods`, one `<pod uid>/` each.
     pub fn pods_dir(&self) -> PathBuf {
         self.data_dir.join("pods")
+    }
+
+    /// What edged and the node agent read of this configuration: `nodeName`, `dataDir`, the
+    /// `edged:` section and `streaming.port`.
+    pub fn edged_settings(&self) -> EdgedSettings {
+        EdgedSettings {
+            node_name: self.node_name.clone(),
+            data_dir: self.data_dir.clone(),
+            edged: self.edged.clone(),
+            streaming_port: self.streaming.port,
+        }
     }
 
     /// What edgehub and the node's certificates read of this configuration: `nodeName`,
@@ -256,7 +258,7 @@ mod tests {
             c.edged.crash_loop_back_off.max_container_restart_period,
             Duration::from_secs(60)
         );
-        let r = c.reserved().expect("quantities");
+        let r = c.edged_settings().reserved().expect("quantities");
         assert_eq!((r.cpu_millis, r.memory_bytes), (500, 1 << 30));
     }
 

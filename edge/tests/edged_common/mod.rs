@@ -20,9 +20,10 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use verge_core::{Operation, ResourceKey, ResourceType};
+use verge_edgecore::edged::EdgedSettings;
 use verge_edgecore::edged::objects::StoreObjects;
 use verge_edgecore::metamanager::{Applied, QueryRegistry, StoreEvent};
-use verge_edgecore::{Config, EdgeHubHandle, Edged, MetaStore};
+use verge_edgecore::{EdgeHubHandle, Edged, MetaStore};
 use verge_proto::{Message, MessageExt as _};
 use verge_testkit::docker::{TEST_IMAGE, ensure_docker, ensure_test_image};
 
@@ -77,14 +78,14 @@ pub fn docker(args: &[&str]) -> Result<String> {
 /// One edged over a store, with its upstream captured.
 pub struct Harness {
     _dir: tempfile::TempDir,
-    pub config: Arc<Config>,
+    pub config: Arc<EdgedSettings>,
     store: MetaStore,
     events: broadcast::Sender<StoreEvent>,
     up: mpsc::Receiver<verge_core::Envelope>,
     /// Every upstream message received so far, in order.
     pub log: Vec<Message>,
     stop: CancellationToken,
-    task: Option<JoinHandle<verge_edgecore::Result<()>>>,
+    task: Option<JoinHandle<verge_edgecore::edged::Result<()>>>,
 }
 
 /// How long edged's queries wait in the harness, which has no cloud to answer them.
@@ -98,14 +99,11 @@ impl Harness {
         ensure_test_image()?;
         let dir = tempfile::tempdir()?;
         let store = MetaStore::open(&dir.path().join("edgecore.redb"))?;
-        let mut config = Config {
-            node_name: format!(
-                "edge-test-{}",
-                &uuid::Uuid::new_v4().simple().to_string()[..8]
-            ),
-            data_dir: dir.path().to_owned(),
-            ..Config::default()
-        };
+        let node = format!(
+            "edge-test-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut config = EdgedSettings::new(node, dir.path());
         let edged = &mut config.edged;
         edged.pod_sandbox_image = TEST_IMAGE.into();
         edged.pod_sandbox_command = vec!["sleep".into(), "2147483647".into()];

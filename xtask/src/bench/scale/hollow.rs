@@ -279,7 +279,7 @@ async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Resul
 
 /// The node status an idle edgecore sends every `nodeStatusReportFrequency`: only its
 /// conditions, each with only its type, status and new heartbeat time
-/// (`edge/src/node/report.rs`, `heartbeat`), JSON.
+/// (`edge/edged/src/node/report.rs`, `heartbeat`), JSON.
 pub fn status_json() -> Vec<u8> {
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let conditions: Vec<_> = [

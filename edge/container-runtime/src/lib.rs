@@ -1,0 +1,149 @@
+//! The container runtime of the edge node: the [`ContainerRuntime`] trait edged's pod
+//! workers, probes, garbage collector and PLEG use (the role CRI plays for the kubelet), the
+//! [`StreamingRuntime`] trait beside it for the kubelet streaming server (`kubectl logs`,
+//! `exec`, `attach`, `port-forward`, `cp`), and their one production implementation over
+//! Docker ([`DockerRuntime`], what dockershim / cri-dockerd did). Every Docker call of
+//! edgecore goes through these two traits, so another engine is one more implementation of
+//! them. Every container edged creates carries the labels of [`labels`], so pods are found
+//! again by label after a restart of edgecore.
+//!
+//! This crate sits beside the edge store at the bottom of the edge crates: it imports no
+//! other edge crate, and both `verge-edged` and `verge-streaming` build on it.
+//!
+//! # Layout
+//! - [`types`]: the runtime's data types (filters, summaries, specs, images, events).
+//! - [`error`]: what a call fails with, [`RuntimeError`].
+//! - [`streaming`]: [`StreamingRuntime`] and its types (exec and attach streams, log options).
+//! - [`docker`]: [`DockerRuntime`], which speaks to Docker (bollard), with
+//!   `docker_streaming` (its [`StreamingRuntime`] half), `docker_logfile` (reading Docker's
+//!   `json-file` container logs) and `docker_convert` (Docker's API types to and from
+//!   [`types`]); no other crate of Verge uses bollard.
+//! - [`labels`]: the labels and names tying containers to pods.
+//! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
+//! - `fake` (feature `testing`): an in-memory runtime for unit tests of the pod lifecycle and
+//!   of the streaming server (scripted exec, attach and log output).
+
+// Unit tests may start untracked tasks: they end with the test's runtime.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
+pub mod docker;
+mod docker_convert;
+mod docker_logfile;
+mod docker_streaming;
+pub mod error;
+#[cfg(any(test, feature = "testing"))]
+pub mod fake;
+pub mod image;
+pub mod labels;
+pub mod streaming;
+pub mod types;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+
+pub use docker::DockerRuntime;
+pub use error::RuntimeError;
+pub use image::ImageError;
+pub use streaming::{
+    AttachedProcess, ExecSession, InputWriter, LogOptions, LogStream, OutputChunk, OutputStream,
+    Stdio, StreamingRuntime, TerminalSize,
+};
+pub use types::{
+    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
+    ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,
+};
+
+/// `Result` with [`RuntimeError`].
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
+
+/// A container engine as edged uses it, scoped to one node; cheap to clone.
+///
+/// Every container it creates carries the label [`labels::MANAGED`] with the node's name;
+/// [`Scope::Node`] lists and [`events`](Self::events) see only those.
+pub trait ContainerRuntime: Clone + Send + Sync + 'static {
+    /// `docker://<engine version>`, as the kubelet reports
+    /// `nodeInfo.containerRuntimeVersion`.
+    fn version(&self) -> impl Future<Output = Result<String>> + Send;
+
+    /// The containers `filter` selects, running or not.
+    fn list(
+        &self,
+        filter: &ListFilter,
+    ) -> impl Future<Output = Result<Vec<ContainerSummary>>> + Send;
+
+    /// Inspects container `id`; `None` if it does not exist.
+    fn inspect(&self, id: &str) -> impl Future<Output = Result<Option<ContainerInfo>>> + Send;
+
+    /// Creates container `name` from `spec` (adding the label [`labels::MANAGED`]); returns
+    /// its id. [`RuntimeError::Conflict`] if the name is taken.
+    fn create(
+        &self,
+        name: &str,
+        spec: ContainerSpec,
+    ) -> impl Future<Output = Result<String>> + Send;
+
+    /// Starts container `id` (e.g. fails when the command does not exist in the image).
+    fn start(&self, id: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Stops container `id`: SIGTERM (or the image's stop signal), then SIGKILL after `grace`
+    /// (whole seconds, rounded up; kubelet `terminationGracePeriodSeconds`). A container that
+    /// is already stopped or gone is fine.
+    fn stop(&self, id: &str, grace: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Removes container `id` (or name) with its anonymous volumes; `force` kills it first
+    /// if it runs. [`RuntimeError::NotFound`] if it does not exist,
+    /// [`RuntimeError::Conflict`] if its removal is already in progress (or, without `force`,
+    /// it runs).
+    fn remove(&self, id: &str, force: bool) -> impl Future<Output = Result<()>> + Send;
+
+    /// Lifecycle events of this node's containers (`start`, `die`, `oom`, `destroy`). Ends
+    /// (or yields errors) when the engine goes away; the caller subscribes again.
+    fn events(&self) -> BoxStream<'static, Result<RuntimeEvent>>;
+
+    /// Runs `cmd` in running container `id` and waits for it; keeps at most `max_output`
+    /// bytes of its output (exec probes).
+    fn exec(
+        &self,
+        id: &str,
+        cmd: &[String],
+        max_output: usize,
+    ) -> impl Future<Output = Result<ExecOutput>> + Send;
+
+    /// The last `lines` lines of container `id`'s output, stdout and stderr interleaved as
+    /// written (the termination message's log fallback).
+    fn log_tail(&self, id: &str, lines: usize) -> impl Future<Output = Result<Vec<u8>>> + Send;
+
+    /// Inspects local image `image` (a reference or an id); `None` if it is not present.
+    fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
+
+    /// Pulls `image` (`repo[:tag]` — tag `latest` when none — or `repo@digest`) with `auth`.
+    fn pull_image(
+        &self,
+        image: &str,
+        auth: Option<RegistryAuth>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Every local image.
+    fn list_images(&self) -> impl Future<Output = Result<Vec<ImageSummary>>> + Send;
+
+    /// Removes image reference `reference` (a tag, or an id), never forcibly (an image in
+    /// use stays).
+    fn remove_image(&self, reference: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// The directory holding the engine's images (Docker's root directory), if it says.
+    fn image_fs_root(&self) -> impl Future<Output = Result<Option<PathBuf>>> + Send;
+
+    /// Removes container `id` forcibly (the pod worker's removal): a container that is gone
+    /// or already being removed is fine.
+    fn remove_if_present(&self, id: &str) -> impl Future<Output = Result<()>> + Send {
+        async move {
+            match self.remove(id, true).await {
+                Err(e) if e.is_not_found() || e.is_conflict() => Ok(()),
+                other => other,
+            }
+        }
+    }
+}

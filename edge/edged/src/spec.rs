@@ -1,0 +1,278 @@
+//! [`ContainerSpec`]s for a pod's sandbox and containers, following the kubelet's
+//! `kuberuntime_container.go` and dockershim's `helpers.go`.
+//!
+//! * Command: `command` replaces the image's Entrypoint (and then the image's Cmd is not
+//!   used), `args` replaces its Cmd; `$(VAR)` in both expands from the container's env
+//!   (`$$` escapes), unknown references stay as written.
+//! * Resources: `limits.cpu` -> `NanoCpus`, `limits.memory` -> `Memory` (bytes),
+//!   `requests.cpu` -> `CpuShares` (millicores * 1024 / 1000, at least 2).
+//! * securityContext (container over pod): runAsUser/runAsGroup -> `User "uid[:gid]"`,
+//!   privileged, capabilities add/drop, readOnlyRootFilesystem; the pod's fsGroup and
+//!   supplementalGroups -> `GroupAdd`.
+//! * Network: the sandbox owns the network (bridge, or `host` for hostNetwork pods) and
+//!   publishes `hostPort`s; containers join with `container:<sandbox id>` for network and IPC.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use crate::quantity::parse_scaled;
+use verge_container_runtime::labels::ContainerLabels;
+use verge_container_runtime::types::{ContainerSpec, IpcMode, NetworkMode, PortBinding};
+
+/// Expands `$(NAME)` references in `s` from `env` (`KEY=VALUE` entries; later wins);
+/// `$$` becomes `$`; unknown references are kept verbatim (Kubernetes `expansion.Expand`).
+pub fn expand(s: &str, env: &[String]) -> String {
+    crate::env::expand_with(s, |name| {
+        env.iter()
+            .rev()
+            .find_map(|kv| kv.split_once('=').filter(|(k, _)| *k == name))
+            .map_or_else(|| format!("$({name})"), |(_, v)| v.to_owned())
+    })
+}
+
+/// The `User` string of a container: `uid[:gid]` from the container's or the pod's
+/// securityContext; `None` keeps the image's user.
+fn user(pod: &Pod, container: &Container) -> Option<String> {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let csc = container.security_context.as_ref();
+    let uid = csc
+        .and_then(|c| c.run_as_user)
+        .or_else(|| psc.and_then(|p| p.run_as_user));
+    let gid = csc
+        .and_then(|c| c.run_as_group)
+        .or_else(|| psc.and_then(|p| p.run_as_group));
+    match (uid, gid) {
+        (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+        (Some(u), None) => Some(u.to_string()),
+        // Docker needs a user to set a group; root with that group is what runc would do.
+        (None, Some(g)) => Some(format!("0:{g}")),
+        (None, None) => None,
+    }
+}
+
+/// Docker `GroupAdd` of every container: the pod's `fsGroup`, then its
+/// `supplementalGroups` (kubelet `determineEffectiveSecurityContext`), without repeats;
+/// `None` when there are none.
+fn group_add(pod: &Pod) -> Option<Vec<String>> {
+    let psc = pod.spec.as_ref()?.security_context.as_ref()?;
+    let mut groups: Vec<String> = Vec::new();
+    for gid in psc
+        .fs_group
+        .iter()
+        .chain(psc.supplemental_groups.iter().flatten())
+    {
+        let gid = gid.to_string();
+        if !groups.contains(&gid) {
+            groups.push(gid);
+        }
+    }
+    Some(groups).filter(|g| !g.is_empty())
+}
+
+/// Applies `resources.limits`/`requests` to `spec`.
+fn apply_resources(container: &Container, spec: &mut ContainerSpec) {
+    let Some(res) = container.resources.as_ref() else {
+        return;
+    };
+    let limit = |name: &str, scale| {
+        res.limits
+            .as_ref()
+            .and_then(|l| l.get(name))
+            .and_then(|q| parse_scaled(&q.0, scale))
+    };
+    if let Some(millis) = limit("cpu", 3) {
+        spec.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
+    }
+    if let Some(bytes) = limit("memory", 0) {
+        spec.memory = i64::try_from(bytes).ok();
+    }
+    let request = res
+        .requests
+        .as_ref()
+        .and_then(|r| r.get("cpu"))
+        .and_then(|q| parse_scaled(&q.0, 3));
+    if let Some(millis) = request {
+        spec.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
+    }
+}
+
+/// The spec of app or init container `container` of `pod` (its image as given), joining
+/// sandbox `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds,
+/// `grace` the pod's grace period (kept as a label).
+pub fn container_spec(
+    pod: &Pod,
+    container: &Container,
+    labels: &ContainerLabels,
+    sandbox_id: &str,
+    env: Vec<String>,
+    binds: Vec<String>,
+    grace: Duration,
+) -> ContainerSpec {
+    let expand_all = |v: &Option<Vec<String>>| {
+        v.as_ref()
+            .map(|v| v.iter().map(|s| expand(s, &env)).collect::<Vec<_>>())
+    };
+    let (entrypoint, cmd) = (expand_all(&container.command), expand_all(&container.args));
+    let (entrypoint, cmd) = match (entrypoint, cmd) {
+        // `command` without `args`: the image's Cmd must not be appended.
+        (Some(e), None) => (Some(e), Some(Vec::new())),
+        other => other,
+    };
+    let sc = container.security_context.as_ref();
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let mut spec = ContainerSpec {
+        image: container.image.clone().unwrap_or_default(),
+        entrypoint,
+        cmd,
+        working_dir: container.working_dir.clone(),
+        user: user(pod, container),
+        tty: container.tty,
+        open_stdin: container.stdin,
+        stdin_once: container.stdin_once,
+        labels: with_grace(labels, grace),
+        binds,
+        network: NetworkMode::Container(sandbox_id.to_owned()),
+        ipc: IpcMode::Container(sandbox_id.to_owned()),
+        privileged: sc.and_then(|s| s.privileged),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
+        cap_add: caps.and_then(|c| c.add.clone()),
+        cap_drop: caps.and_then(|c| c.drop.clone()),
+        group_add: group_add(pod),
+        // kubelet: `AddNoNewPrivileges`: only an explicit `allowPrivilegeEscalation: false`.
+        security_opt: sc
+            .and_then(|s| s.allow_privilege_escalation)
+            .filter(|allow| !allow)
+            .map(|_| vec!["no-new-privileges".to_owned()]),
+        ..ContainerSpec::default()
+    };
+    apply_resources(container, &mut spec);
+    spec.env = Some(env);
+    spec
+}
+
+/// The labels plus the grace period label ([`labels::GRACE`](verge_container_runtime::labels::GRACE)).
+fn with_grace(labels: &ContainerLabels, grace: Duration) -> HashMap<String, String> {
+    let mut map = labels.to_map();
+    map.insert(
+        verge_container_runtime::labels::GRACE.to_owned(),
+        grace.as_secs().to_string(),
+    );
+    map
+}
+
+/// Whether the pod uses the node's network namespace.
+pub fn host_network(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+}
+
+/// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
+/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, bridge network (or host) with every
+/// container port that has a `hostPort` published.
+pub fn sandbox_spec(
+    pod: &Pod,
+    labels: &ContainerLabels,
+    image: &str,
+    command: &[String],
+    grace: Duration,
+) -> ContainerSpec {
+    let spec = pod.spec.as_ref();
+    let host_net = host_network(pod);
+    let mut bindings: HashMap<String, Vec<PortBinding>> = HashMap::new();
+    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+        for p in c.ports.iter().flatten() {
+            let Some(host_port) = p.host_port.filter(|hp| *hp > 0 && !host_net) else {
+                continue;
+            };
+            let proto = p.protocol.as_deref().unwrap_or("TCP").to_lowercase();
+            bindings
+                .entry(format!("{}/{proto}", p.container_port))
+                .or_default()
+                .push(PortBinding {
+                    host_ip: p.host_ip.clone(),
+                    host_port: host_port.to_string(),
+                });
+        }
+    }
+    // The same hostname as the pod's /etc/hosts names (kubelet: `GeneratePodHostNameAndDomain`).
+    let hostname = (!host_net).then(|| crate::etc_hosts::hostname_and_domain(pod).0);
+    let sysctls = crate::sysctls::for_sandbox(pod);
+    ContainerSpec {
+        image: image.to_owned(),
+        cmd: Some(command.to_vec()).filter(|c| !c.is_empty()),
+        hostname,
+        sysctls: Some(sysctls).filter(|s| !s.is_empty()),
+        labels: with_grace(labels, grace),
+        exposed_ports: bindings.keys().cloned().collect(),
+        port_bindings: bindings,
+        network: if host_net {
+            NetworkMode::Host
+        } else {
+            NetworkMode::Bridge
+        },
+        ipc: IpcMode::Shareable,
+        ..ContainerSpec::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_follows_kubernetes() {
+        let env = vec!["A=1".to_owned(), "B=two".to_owned()];
+        assert_eq!(expand("x$(A)-$(B)", &env), "x1-two");
+        assert_eq!(expand("$$(A) $(C) $", &env), "$(A) $(C) $");
+    }
+
+    #[test]
+    fn command_args_resources_security() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"securityContext": {"runAsUser": 1000, "runAsGroup": 3000, "fsGroup": 2000,
+                "supplementalGroups": [3000, 2000, 4000]}, "containers": [{
+                "name": "c", "image": "img", "command": ["sh", "-c"], "ports": [{"containerPort": 80, "hostPort": 8080}],
+                "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+                "securityContext": {"runAsUser": 7, "capabilities": {"add": ["NET_ADMIN"]}, "readOnlyRootFilesystem": true,
+                    "allowPrivilegeEscalation": false}
+            }]}
+        }))
+        .expect("pod");
+        let c = &pod.spec.as_ref().expect("spec").containers[0];
+        let labels = ContainerLabels::parse(&HashMap::from([
+            ("io.kubernetes.pod.namespace".to_owned(), "ns".to_owned()),
+            ("io.kubernetes.pod.name".to_owned(), "p".to_owned()),
+            ("io.kubernetes.pod.uid".to_owned(), "u".to_owned()),
+            ("io.kubernetes.container.name".to_owned(), "c".to_owned()),
+        ]))
+        .expect("labels");
+        let h = container_spec(
+            &pod,
+            c,
+            &labels,
+            "sb",
+            vec![],
+            vec![],
+            Duration::from_secs(3),
+        );
+        assert_eq!(h.image, "img");
+        assert_eq!(h.entrypoint, Some(vec!["sh".to_owned(), "-c".to_owned()]));
+        assert_eq!(h.cmd, Some(vec![]));
+        assert_eq!(h.user.as_deref(), Some("7:3000"));
+        assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
+        assert_eq!(h.network, NetworkMode::Container("sb".into()));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.security_opt, Some(vec!["no-new-privileges".to_owned()]));
+        let groups = ["2000", "3000", "4000"].map(String::from);
+        assert_eq!(h.group_add.as_deref(), Some(groups.as_slice()));
+        assert_eq!(group_add(&Pod::default()), None);
+        let s = sandbox_spec(&pod, &labels, "pause", &[], Duration::ZERO);
+        assert_eq!(s.port_bindings["80/tcp"][0].host_port, "8080");
+        assert_eq!(s.exposed_ports, ["80/tcp"]);
+    }
+}
