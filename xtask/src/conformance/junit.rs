@@ -30,9 +30,11 @@ pub struct SpecResult {
     pub message: Option<String>,
     /// Run time in seconds (`time`).
     pub seconds: f64,
-    /// The failure's text names [`PRIVILEGED_REFUSED`]: the machine's Docker could not start
-    /// a privileged container.
-    pub privileged_refused: bool,
+    /// Where the failure's text names [`PRIVILEGED_REFUSED`] (the machine's Docker could not
+    /// start a privileged container), that line of it, trimmed: the evidence the spec failed
+    /// for the environment (e.g. a pod dump whose container waits with `RunContainerError`
+    /// and runc's `unable to apply caps: operation not permitted`).
+    pub privileged_refused: Option<String>,
 }
 
 /// runc's error when the engine asks for capabilities outside its own bounding set, which
@@ -76,9 +78,11 @@ pub fn parse(xml: &str) -> anyhow::Result<Vec<SpecResult>> {
                 let attr = n.attribute("message").unwrap_or_default();
                 first_line(attr).or_else(|| first_line(n.text().unwrap_or_default()))
             });
-            let privileged_refused = problem
-                .and_then(|n| n.text())
-                .is_some_and(|t| t.contains(PRIVILEGED_REFUSED));
+            let privileged_refused = problem.and_then(|n| n.text()).and_then(|t| {
+                t.lines()
+                    .find(|l| l.contains(PRIVILEGED_REFUSED))
+                    .map(|l| l.trim().trim_matches(['\'', '"']).to_owned())
+            });
             SpecResult {
                 name: case.attribute("name").unwrap_or_default().to_owned(),
                 state,

@@ -16,8 +16,9 @@ pub struct Summary {
     /// Failed specs: text and first error line.
     pub failed: Vec<(String, String)>,
     /// Specs failed for the environment (a privileged container the machine's Docker cannot
-    /// start, [`super::junit::PRIVILEGED_REFUSED`]): text and first error line.
-    pub environment: Vec<(String, String)>,
+    /// start, [`super::junit::PRIVILEGED_REFUSED`]): text, first error line, and the line
+    /// of the failure naming runc's refusal.
+    pub environment: Vec<(String, String, String)>,
     /// Specs left out by an exclusion: text and the exclusion's tag.
     pub excluded: Vec<(String, &'static str)>,
     /// Specs that skipped themselves at run time (`Skip()`), or were never reached
@@ -42,14 +43,14 @@ impl Summary {
             match (by_text.get(text.as_str()), excluded) {
                 (Some(c), _) if c.state == State::Passed => summary.passed.push(text.clone()),
                 (Some(c), _) if c.state == State::Failed => {
-                    let failure = (
-                        text.clone(),
-                        c.message.clone().unwrap_or_else(|| c.status.clone()),
-                    );
-                    if c.privileged_refused {
-                        summary.environment.push(failure);
-                    } else {
-                        summary.failed.push(failure);
+                    let message = c.message.clone().unwrap_or_else(|| c.status.clone());
+                    match &c.privileged_refused {
+                        Some(evidence) => {
+                            summary
+                                .environment
+                                .push((text.clone(), message, evidence.clone()))
+                        }
+                        None => summary.failed.push((text.clone(), message)),
                     }
                 }
                 (_, Some(e)) => summary.excluded.push((text.clone(), e.tag)),
@@ -145,8 +146,10 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
          Docker cannot start (runc: `{PRIVILEGED_REFUSED}`, as a bare `docker run --privileged` \
          fails where the engine asks for capabilities outside its own bounding set) failed for \
          the environment, not for edged, which passes `privileged` to Docker as the kubelet \
-         passes it to the runtime. Where the environment allows, these specs run and count \
-         like the others.\n"
+         passes it to the runtime. Only a failure whose own text shows runc's refusal (the \
+         pod dump Ginkgo prints on a timeout, with the container waiting in \
+         `RunContainerError`) counts so; each is listed below with that line. Where the \
+         environment allows, these specs run and count like the others.\n"
     );
     let _ = writeln!(
         md,
@@ -173,8 +176,13 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
     }
     if !summary.environment.is_empty() {
         let _ = writeln!(md, "\n## Failed for the environment\n");
-        for (text, message) in &summary.environment {
-            let _ = writeln!(md, "- {text}  \n  `{}`", code(message));
+        for (text, message, evidence) in &summary.environment {
+            let _ = writeln!(
+                md,
+                "- {text}  \n  `{}`; the evidence, from the failure's pod dump: `{}`",
+                code(message),
+                code(evidence)
+            );
         }
     }
     if !summary.skipped.is_empty() {
@@ -224,7 +232,7 @@ mod tests {
             status: String::new(),
             message: message.map(str::to_owned),
             seconds: 1.0,
-            privileged_refused: false,
+            privileged_refused: None,
         }
     }
 
