@@ -25,7 +25,7 @@ pub struct ChildProcess {
 impl ChildProcess {
     /// Spawns `program` with `args` and extra environment `envs` (added to this
     /// process's environment), stdin from `/dev/null`, stdout and stderr appended to a
-    /// fresh log file `<tmp>/verge-test-logs/<program name>-<pid>-<n>.log`.
+    /// fresh log file `<tmp>/verge-test-logs-<uid>/<program name>-<pid>-<n>.log`.
     ///
     /// # Errors
     /// The log file cannot be created or the program cannot be started.
@@ -223,10 +223,16 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A fresh log path `<tmp>/verge-test-logs/<name>-<pid>-<n>.log`.
+/// A fresh log path `<tmp>/verge-test-logs-<uid>/<name>-<pid>-<n>.log`: one directory per
+/// user (the owner of `/proc/self`), so test runs of different users on one machine do not
+/// trip over each other's directory.
 fn default_log_path(name: &str) -> anyhow::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join("verge-test-logs");
+    let uid = std::fs::metadata("/proc/self")
+        .context("reading the owner of /proc/self")?
+        .uid();
+    let dir = std::env::temp_dir().join(format!("verge-test-logs-{uid}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     Ok(dir.join(format!("{name}-{}-{n}.log", std::process::id())))

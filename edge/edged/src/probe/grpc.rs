@@ -12,7 +12,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use super::error::ProbeError;
-use super::handler::USER_AGENT;
+use super::USER_AGENT;
 
 /// Checks `service` ("" for the server as a whole) of the health service at `addr`
 /// (`host:port`) within `timeout`.

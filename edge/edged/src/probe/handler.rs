@@ -19,8 +19,6 @@ use verge_container_runtime::{ContainerRuntime, DockerRuntime};
 
 /// How much exec output is kept for the failure message, in bytes (kubelet: 10 KiB).
 const MAX_OUTPUT: usize = 10 * 1024;
-/// The `User-Agent` of HTTP and gRPC probes (kubelet: `kube-probe/<major>.<minor>`).
-pub(super) const USER_AGENT: &str = "kube-probe/1.37";
 
 /// The result of one probe attempt (kubelet: `probe.Success` / `probe.Failure`; errors of the
 /// prober itself count as failures).

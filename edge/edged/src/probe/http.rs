@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::error::ProbeError;
-use super::handler::USER_AGENT;
+use super::USER_AGENT;
 
 /// The client probes share.
 pub(super) type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;

@@ -50,6 +50,9 @@ pub use handler::{DockerProber, ProbeHandler, ProbeOutcome};
 use results::{Entry, Key, Shared};
 use verge_container_runtime::ContainerRuntime;
 
+/// The `User-Agent` of HTTP and gRPC probes (kubelet: `kube-probe/<major>.<minor>`).
+const USER_AGENT: &str = "kube-probe/1.37";
+
 /// Capacity of the [`ProbeUpdate`] broadcast; a subscriber that lags further loses the oldest
 /// updates (`RecvError::Lagged`) and should re-read [`ProbeManager::ready`]/`started`.
 pub const UPDATE_CAPACITY: usize = 256;
