@@ -44,6 +44,18 @@ const MAX_FRAME: usize = 16_384;
 /// Largest header block accepted from a client, in bytes.
 const MAX_HEADER_BLOCK: usize = 256 * 1024;
 
+/// Largest HPACK dynamic table a client may ask for, in bytes: HTTP/2's default
+/// `SETTINGS_HEADER_TABLE_SIZE`, the size tonic's server (h2) advertises and so the only one
+/// a client may use (RFC 7541 §4.2). A larger table-size update fails the connection.
+const MAX_TABLE_SIZE: usize = 4096;
+
+/// Largest decoded header list of one block, counted as HTTP/2 counts
+/// `SETTINGS_MAX_HEADER_LIST_SIZE` (name, value and 32 bytes per field; RFC 9113 §6.5.2).
+/// HPACK lets a few bytes name a table entry of up to [`MAX_TABLE_SIZE`] bytes, so a
+/// block of 256 KiB could otherwise decode to gigabytes; a DMI request's headers are a few
+/// hundred bytes.
+const MAX_HEADER_LIST: usize = 64 * 1024;
+
 /// Buffer of the in-memory pipe between the relay and the server, in bytes.
 const PIPE_BUFFER: usize = 64 * 1024;
 
@@ -121,7 +133,6 @@ where
 
 /// The client-to-server half of the relay as a byte transformer: [`Rewriter::feed`] takes
 /// what the client sent and returns what to forward.
-#[derive(Default)]
 pub struct Rewriter {
     /// Bytes received and not yet forwarded (an incomplete preface or frame).
     pending: Vec<u8>,
@@ -141,13 +152,29 @@ struct HeaderBlock {
     fragment: Vec<u8>,
 }
 
+impl Default for Rewriter {
+    fn default() -> Self {
+        let mut decoder = Decoder::new();
+        decoder.set_max_allowed_table_size(MAX_TABLE_SIZE);
+        Self {
+            pending: Vec::new(),
+            preface_done: false,
+            block: None,
+            decoder,
+            encoder: Encoder::new(),
+        }
+    }
+}
+
 impl Rewriter {
     /// Consumes `input` and returns the bytes to forward (possibly none, while a frame is
     /// incomplete).
     ///
     /// # Errors
     /// `InvalidData` when the client does not speak HTTP/2 (bad preface, a header block that
-    /// does not decode, a CONTINUATION out of place, a header block over 256 KiB).
+    /// does not decode, a CONTINUATION out of place), or exceeds the relay's bounds: a header
+    /// block over 256 KiB, an HPACK table-size update over 4 KiB, a block decoding to more
+    /// than 64 KiB of headers.
     pub fn feed(&mut self, input: &[u8]) -> io::Result<Vec<u8>> {
         self.pending.extend_from_slice(input);
         let mut out = Vec::with_capacity(self.pending.len());
@@ -228,6 +255,9 @@ impl Rewriter {
             )
             .unwrap_or_default()
             .to_vec();
+        if fragment.len() > MAX_HEADER_BLOCK {
+            return Err(invalid("header block too large"));
+        }
         self.block = Some(HeaderBlock {
             flags,
             priority,
@@ -261,10 +291,21 @@ impl Rewriter {
         let Some(block) = self.block.take() else {
             return Ok(());
         };
-        let mut headers = self
-            .decoder
-            .decode(&block.fragment)
+        let mut headers = Vec::new();
+        let mut list_size = 0usize;
+        self.decoder
+            .decode_with_cb(&block.fragment, |name, value| {
+                // Counted for every field, kept only while within the bound: an indexed
+                // field costs the decoder no allocation, a kept one costs a copy.
+                list_size = list_size.saturating_add(name.len() + value.len() + 32);
+                if list_size <= MAX_HEADER_LIST {
+                    headers.push((name.into_owned(), value.into_owned()));
+                }
+            })
             .map_err(|e| invalid(&format!("header block does not decode: {e:?}")))?;
+        if list_size > MAX_HEADER_LIST {
+            return Err(invalid("header list too large"));
+        }
         for (name, value) in &mut headers {
             if name.as_slice() == b":authority" && !valid_authority(value) {
                 debug!(authority = %String::from_utf8_lossy(value), "rewrote :authority");
@@ -407,6 +448,52 @@ mod tests {
                 .iter()
                 .any(|(n, v)| n == b":authority" && v == b"localhost")
         );
+    }
+
+    /// An HPACK bomb: one literal as large as the table allows, added to the dynamic table,
+    /// then a 16 KiB frame of one-byte references to it would decode to about 48 MiB (and a block
+    /// of 256 KiB to a gigabyte) without the header-list bound.
+    #[test]
+    fn an_hpack_bomb_is_refused_without_decoding_it() {
+        let mut rewriter = Rewriter::default();
+        rewriter.feed(PREFACE).expect("preface");
+        let mut block = vec![0x40, 0x01, b'x']; // literal, incremental indexing, name "x"
+        let value = vec![b'a'; 4000];
+        block.push(0x7f); // value length 4000: 127 + 3873 in 7-bit prefix continuation
+        let mut rest = 4000 - 127;
+        while rest >= 128 {
+            block.push(u8::try_from(rest % 128).expect("small") | 0x80);
+            rest /= 128;
+        }
+        block.push(u8::try_from(rest).expect("small"));
+        block.extend_from_slice(&value);
+        block.extend(std::iter::repeat_n(0x80 | 62, MAX_FRAME - block.len())); // index 62
+        let error = rewriter
+            .feed(&frame(HEADERS, END_HEADERS, 1, &block))
+            .expect_err("refused");
+        assert!(
+            error.to_string().contains("header list too large"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_table_size_update_beyond_the_servers_is_refused() {
+        let mut rewriter = Rewriter::default();
+        rewriter.feed(PREFACE).expect("preface");
+        // Dynamic table size update to 1 MiB (5-bit prefix 31, then 2^20 - 31).
+        let mut block = vec![0x3f];
+        let mut rest = (1usize << 20) - 31;
+        while rest >= 128 {
+            block.push(u8::try_from(rest % 128).expect("small") | 0x80);
+            rest /= 128;
+        }
+        block.push(u8::try_from(rest).expect("small"));
+        block.extend_from_slice(&[0x82]); // :method GET, so the block does not end in an update
+        let error = rewriter
+            .feed(&frame(HEADERS, END_HEADERS, 1, &block))
+            .expect_err("refused");
+        assert!(error.to_string().contains("does not decode"), "{error}");
     }
 
     #[test]
