@@ -7,9 +7,9 @@
 //! DMI without error — the check is what keeps unconvertible `configData` (objects, arrays)
 //! from mappers, as docs/devices.md says — and keeps its name, namespace and properties.
 
+use verge_edgecore::StoredObject;
 use verge_edgecore::devicetwin::dmi::convert;
 use verge_edgecore::devicetwin::{DeviceId, devices::StoredDevice, devices::StoredModel};
-use verge_edgecore::StoredObject;
 
 /// Parses `data` and checks the properties above.
 pub fn check(data: &[u8]) {

@@ -11,6 +11,7 @@
 //! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
 //! - [`device`]: Device and DeviceModel JSON → the device checks → the DMI `Device`.
 //! - [`mqtt`]: MQTT topics and payloads of edge apps → the eventbus's decoders.
+//! - [`relay`]: a mapper's HTTP/2 bytes on the DMI socket → the relay's framing and HPACK.
 //!
 //! - `seeds` and `tests` (test builds): the seed inputs, and checks that each reaches the
 //!   code it was made for.
@@ -24,6 +25,7 @@ pub mod message;
 pub mod mqtt;
 pub mod path;
 pub mod pki;
+pub mod relay;
 
 #[cfg(test)]
 mod seeds;

@@ -285,6 +285,50 @@ fn mqtt_seeds() -> Seeds {
     ]
 }
 
+/// An HTTP/2 frame: 24-bit length, type, flags, stream id, payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(payload.len()).expect("small").to_be_bytes();
+    let mut out = len[1..].to_vec();
+    out.extend_from_slice(&[kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// What a grpc-go mapper sends after the preface: SETTINGS, then a `MapperRegister` call
+/// whose `:authority` is the socket path (percent-encoded), split over HEADERS and
+/// CONTINUATION, then its DATA; and the same call again, its headers now indexed.
+fn relay_seeds() -> Seeds {
+    let mut encoder = loona_hpack::Encoder::new();
+    let mut call = |authority: &[u8]| {
+        encoder.encode([
+            (&b":method"[..], &b"POST"[..]),
+            (b":scheme", b"http"),
+            (b":path", b"/v1beta1.DeviceManagerService/MapperRegister"),
+            (b":authority", authority),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
+        ])
+    };
+    let first = call(b"%2Fetc%2Fkubeedge%2Fdmi.sock");
+    let again = call(b"%2Fetc%2Fkubeedge%2Fdmi.sock");
+    let (head, tail) = first.split_at(first.len() / 2);
+    let data = b"\0\0\0\0\x05\x0a\x03abc";
+    let mut register = vec![0u8]; // cut at 0: the whole connection in one read
+    register.extend(h2_frame(0x4, 0, 0, &[]));
+    register.extend(h2_frame(0x1, 0, 1, head));
+    register.extend(h2_frame(0x9, 0x4, 1, tail));
+    register.extend(h2_frame(0x0, 0x1, 1, data));
+    register.extend(h2_frame(0x1, 0x4, 3, &again));
+    register.extend(h2_frame(0x0, 0x1, 3, data));
+    let mut padded = vec![20u8]; // cut inside the first frame
+    let mut payload = vec![4u8];
+    payload.extend_from_slice(&first);
+    payload.extend_from_slice(&[0; 4]);
+    padded.extend(h2_frame(0x1, 0x8 | 0x4, 1, &payload));
+    vec![("register", register), ("padded", padded)]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -301,5 +345,6 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("csr", pki_seeds()),
         ("device_json", device_seeds()),
         ("mqtt_payload", mqtt_seeds()),
+        ("dmi_relay", relay_seeds()),
     ]
 }

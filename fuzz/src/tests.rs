@@ -150,8 +150,43 @@ fn mqtt_seeds_are_accepted_requests() {
             "{name}: topic"
         );
         if name == "twin-update" {
-            let update = verge_edgecore::eventbus::twin_update(payload.as_bytes()).expect("decodes");
+            let update =
+                verge_edgecore::eventbus::twin_update(payload.as_bytes()).expect("decodes");
             verge_edgecore::eventbus::check_twin_update(&update).expect("valid");
         }
+    }
+}
+
+#[test]
+fn relay_seeds_pass_the_relay_with_localhost_as_authority() {
+    for (name, bytes) in seeds("dmi_relay") {
+        crate::relay::check(&bytes);
+        let mut rewriter = verge_runtime::unix_grpc::Rewriter::default();
+        rewriter.feed(crate::relay::PREFACE).expect("preface");
+        let out = rewriter.feed(&bytes[1..]).expect("forwarded");
+        // The first forwarded HEADERS frame (after any SETTINGS) carries `localhost`.
+        let mut at = 0;
+        let mut decoder = loona_hpack::Decoder::new();
+        let mut authorities = Vec::new();
+        while at + 9 <= out.len() {
+            let len = usize::from(out[at]) << 16
+                | usize::from(out[at + 1]) << 8
+                | usize::from(out[at + 2]);
+            if out[at + 3] == 0x1 {
+                let headers = decoder.decode(&out[at + 9..at + 9 + len]).expect("decodes");
+                authorities.extend(
+                    headers
+                        .into_iter()
+                        .filter(|(n, _)| n == b":authority")
+                        .map(|(_, v)| v),
+                );
+            }
+            at += 9 + len;
+        }
+        assert!(!authorities.is_empty(), "{name}: no header block forwarded");
+        assert!(
+            authorities.iter().all(|a| a == b"localhost"),
+            "{name}: {authorities:?}"
+        );
     }
 }

@@ -11,8 +11,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use super::error::ProbeError;
 use super::USER_AGENT;
+use super::error::ProbeError;
 
 /// Checks `service` ("" for the server as a whole) of the health service at `addr`
 /// (`host:port`) within `timeout`.

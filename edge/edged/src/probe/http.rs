@@ -13,8 +13,8 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use super::error::ProbeError;
 use super::USER_AGENT;
+use super::error::ProbeError;
 
 /// The client probes share.
 pub(super) type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
