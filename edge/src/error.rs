@@ -64,19 +64,5 @@ pub enum Error {
     },
 }
 
-impl Error {
-    /// Whether this is the outbox refusing a droppable report because it is full
-    /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull)).
-    pub fn is_outbox_full(&self) -> bool {
-        match self {
-            Self::Store(error) => error.is_outbox_full(),
-            Self::EdgeHub(error) => error.is_outbox_full(),
-            Self::Apps(error) => error.is_outbox_full(),
-            Self::Edged(error) => error.is_outbox_full(),
-            _ => false,
-        }
-    }
-}
-
 /// `Result` with [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -73,13 +73,7 @@ impl ServingCert {
             .serving_certificate(ServingCertificateRequest { csr })
             .await?
             .into_inner();
-        verge_edge_store::private_dir::ensure(&self.dir).map_err(|source| {
-            verge_pki::Error::Io {
-                action: "create",
-                path: self.dir.clone(),
-                source,
-            }
-        })?;
+        verge_edgehub::certificates::ensure_private_dir(&self.dir)?;
         let pem = key.to_pem();
         write_private_key_file(&self.dir.join("kubelet-serving.key"), &pem)?;
         write_cert_file(&self.dir.join("kubelet-serving.crt"), &issued.certificate)?;

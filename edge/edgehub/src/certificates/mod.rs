@@ -132,13 +132,7 @@ impl Credentials {
     /// # Errors
     /// [`Error::Pki`] for I/O errors.
     pub fn store(&self, key: &PrivateKeyPem, cert_pem: &str, ca_pem: &str) -> Result<()> {
-        verge_edge_store::private_dir::ensure(&self.dir).map_err(|source| {
-            verge_pki::Error::Io {
-                action: "create",
-                path: self.dir.clone(),
-                source,
-            }
-        })?;
+        ensure_private_dir(&self.dir)?;
         write_private_key_file(&self.path("node.key"), key)?;
         write_cert_file(&self.path("node.crt"), cert_pem)?;
         write_cert_file(&self.path("ca.crt"), ca_pem)?;
@@ -245,6 +239,20 @@ pub async fn ensure(config: &HubSettings) -> Result<()> {
         tls_server_name: config.edge_hub.tls_server_name.clone(),
     };
     join(&request, &credentials).await.map(|_| ())
+}
+
+/// Creates `dir` for key and certificate files private to edgecore (mode 0700, owned by
+/// edgecore's user; an existing directory's mode and owner are fixed), as the node's
+/// certificates and the kubelet serving certificate keep theirs.
+///
+/// # Errors
+/// [`verge_pki::Error::Io`] (action `create`) when the directory cannot be created or fixed.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), verge_pki::Error> {
+    verge_edge_store::private_dir::ensure(dir).map_err(|source| verge_pki::Error::Io {
+        action: "create",
+        path: dir.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
