@@ -139,6 +139,24 @@ pub fn node_identity(peer_cert_der: &[u8]) -> Result<String> {
     Ok(name)
 }
 
+/// Whether the certificate `leaf_der` was issued by one of the CA certificates `ca_ders`: its
+/// issuer name is the CA's subject and its signature verifies with the CA's public key.
+/// Validity periods are not checked here (the TLS layer and `check_peer_validity` do).
+///
+/// A TLS server that trusts several CAs (rustls accepts a chain to any of its roots) uses
+/// this to tell which one vouched for a client, so that a name is accepted only from the CA
+/// that is meant to issue it. Unparsable input is issued by nobody.
+pub fn issued_by<'a>(leaf_der: &[u8], ca_ders: impl IntoIterator<Item = &'a [u8]>) -> bool {
+    let Ok((_, leaf)) = X509Certificate::from_der(leaf_der) else {
+        return false;
+    };
+    ca_ders.into_iter().any(|ca_der| {
+        X509Certificate::from_der(ca_der).is_ok_and(|(_, ca)| {
+            leaf.issuer() == ca.subject() && leaf.verify_signature(Some(ca.public_key())).is_ok()
+        })
+    })
+}
+
 /// Common names and organizations of a subject, in order. Values that are not strings are
 /// kept as `"<non-string>"` so that they still count (and fail name checks).
 pub(crate) fn subject_names(name: &X509Name<'_>) -> (Vec<String>, Vec<String>) {
@@ -158,4 +176,34 @@ pub(crate) fn x509_error(e: x509_parser::nom::Err<X509Error>) -> Error {
         x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
         x509_parser::nom::Err::Incomplete(_) => X509Error::InvalidCertificate,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Ca;
+    use crate::pem_io::cert_from_pem;
+
+    #[test]
+    fn issued_by_names_the_signing_ca_only() {
+        let day = Duration::from_secs(86_400);
+        let verge = Ca::generate("verge-ca", day).expect("ca");
+        let other = Ca::generate("verge-ca", day).expect("same name, other key");
+        let cert = verge.issue_client("peer", None, day).expect("issue");
+        let leaf = cert_from_pem(&cert.cert_pem).expect("der");
+        assert!(issued_by(&leaf, [verge.cert_der().as_ref()]));
+        // Same subject name, another key: the signature decides.
+        assert!(!issued_by(&leaf, [other.cert_der().as_ref()]));
+        assert!(issued_by(
+            &leaf,
+            [other.cert_der().as_ref(), verge.cert_der().as_ref()]
+        ));
+        assert!(!issued_by(&leaf, []));
+        assert!(!issued_by(
+            b"not a certificate",
+            [verge.cert_der().as_ref()]
+        ));
+    }
 }

@@ -54,6 +54,9 @@ fn deployed_config_parses() {
         .expect("a ConfigMap with cloudhub.yaml");
     let config = Config::from_yaml(&text, path).unwrap();
     assert_eq!(config.health_addr.port(), 10005);
+    // The shipped CONNECT listener reaches edge nodes only (issue 31): dialling any other
+    // `host:port` for a holder of an egress client certificate is opt-in.
+    assert!(!config.streams.passthrough, "passthrough is off as shipped");
     assert!(
         manifest.contains("grpc: {port: 10005}"),
         "the probes use the health port"

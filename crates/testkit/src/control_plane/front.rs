@@ -89,7 +89,8 @@ pub(super) async fn ensure(cp: &ControlPlane, bin_dir: Option<&Path>) -> anyhow:
              healthAddr: 127.0.0.1:0\nreplicaName: streams-front\n\
              trust: {{serverSans: [localhost, 127.0.0.1]}}\n\
              streams:\n  addr: 127.0.0.1:{port}\n  tlsCertFile: {}\n  tlsKeyFile: {}\n\
-             \x20 clientCaFile: {}\n  kubeletClientCaFile: {}\n  peerNamespace: \"*\"\n",
+             \x20 clientCaFile: {}\n  kubeletClientCaFile: {}\n  peerNamespace: \"*\"\n\
+             \x20 passthrough: true\n",
             pki.streams_front_cert.display(),
             pki.streams_front_key.display(),
             pki.ca_cert.display(),

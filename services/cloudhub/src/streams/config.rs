@@ -25,7 +25,7 @@ pub const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceacco
 /// kubeletClientCaFile: null   # default: the service account's ca.crt when present
 /// kubeletClientNames: [kube-apiserver-kubelet-client]
 /// peerNamespace: ""           # "" = trust.namespace; "*" = every namespace
-/// passthrough: true
+/// passthrough: false        # true: dial CONNECTs to addresses that are no edge node
 /// tunnelTimeout: 3s
 /// dialTimeout: 5s
 /// ```
@@ -67,7 +67,10 @@ pub struct StreamsConfig {
     pub peer_namespace: String,
     /// Whether a CONNECT to an address that is no edge node's is dialled directly (the API
     /// server's `cluster` egress also carries its connections to ordinary kubelets, pods,
-    /// services and webhooks). Default true.
+    /// services and webhooks). Default false: the listener reaches edge nodes only, so a
+    /// client of it cannot use cloudhub to dial any `host:port` its network reaches; a
+    /// cluster whose `cluster` egress goes through cloudhub and that also has ordinary
+    /// kubelets, webhooks or aggregated APIs turns it on.
     pub passthrough: bool,
     /// How long an edge has to open a requested tunnel. Humantime, default `3s`.
     #[serde(with = "humantime_serde")]
@@ -91,7 +94,7 @@ impl Default for StreamsConfig {
             kubelet_client_ca_file: None,
             kubelet_client_names: vec!["kube-apiserver-kubelet-client".to_owned()],
             peer_namespace: String::new(),
-            passthrough: true,
+            passthrough: false,
             tunnel_timeout: Duration::from_secs(3),
             dial_timeout: Duration::from_secs(5),
         }

@@ -5,12 +5,14 @@
 //!
 //! # Layout
 //! - [`config`]: [`StreamsConfig`] (YAML `streams:`).
+//! - `clients`: who may CONNECT (each name only from the CA meant to issue it).
 //! - `connect`: the CONNECT handler and its answers.
 //! - `route`: where a CONNECT goes.
 //! - `tunnel`: tunnels waiting for their node's `EdgeHub.Tunnel` call.
 //! - `peers`: the other replicas' listeners (one Lease per replica).
 //! - `serving`: kubelet serving certificates for nodes (`kubernetes.io/kubelet-serving`).
 
+mod clients;
 pub mod config;
 pub(crate) mod connect;
 pub(crate) mod peers;
@@ -29,7 +31,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use verge_pki::{CertInfo, ClientIdentity, PrivateKeyPem, ReloadableServerCert};
+use verge_pki::{ClientIdentity, PrivateKeyPem, ReloadableServerCert};
 use verge_proto::hub::KubeletClients;
 
 pub use config::StreamsConfig;
@@ -68,8 +70,8 @@ pub(crate) struct StreamsState {
     pub peers: Arc<peers::Peers>,
     /// Sent to every node in `Welcome` (`None`: no kubelet client CA configured).
     pub kubelet_clients: Option<KubeletClients>,
-    /// Client certificate names allowed to CONNECT.
-    client_names: Vec<String>,
+    /// Who may CONNECT: replicas from the Verge CA, `clientNames` from `clientCaFile`.
+    clients: clients::ClientTrust,
 }
 
 /// Reads a PEM file for `field`.
@@ -105,11 +107,15 @@ impl StreamsState {
             }
         };
         let ca = trust.ca();
+        let egress_cas = match &config.client_ca_file {
+            Some(path) => {
+                let pem = read_pem("streams.clientCaFile", path)?;
+                verge_pki::pem_io::certs_from_pem(&pem).map_err(trust_error)?
+            }
+            None => Vec::new(),
+        };
         let mut client_cas = vec![ca.cert_der().clone()];
-        if let Some(path) = &config.client_ca_file {
-            let pem = read_pem("streams.clientCaFile", path)?;
-            client_cas.extend(verge_pki::pem_io::certs_from_pem(&pem).map_err(trust_error)?);
-        }
+        client_cas.extend(egress_cas.iter().cloned());
         let server = match (&config.tls_cert_file, &config.tls_key_file) {
             (Some(cert), Some(key)) => {
                 let chain = read_pem("streams.tlsCertFile", cert)?;
@@ -152,8 +158,11 @@ impl StreamsState {
             Arc::new(peer_tls),
             config.dial_timeout,
         );
-        let mut client_names = config.client_names.clone();
-        client_names.push(PEER_NAME.to_owned());
+        let clients = clients::ClientTrust::new(
+            ca.cert_der().clone(),
+            egress_cas,
+            config.client_names.clone(),
+        );
         Ok((
             Arc::new(Self {
                 config,
@@ -161,7 +170,7 @@ impl StreamsState {
                 tunnels: tunnel::PendingTunnels::default(),
                 peers: Arc::new(peers),
                 kubelet_clients,
-                client_names,
+                clients,
             }),
             server,
         ))
@@ -201,26 +210,20 @@ pub(crate) async fn serve(
     let mut incoming = tls::incoming(listener, server, &shared.config.trust, "streams", stop);
     while let Some(accepted) = incoming.next().await {
         let Ok(stream) = accepted else { continue };
-        let leaf = stream
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|chain| chain.first());
-        let name = leaf
-            .and_then(|leaf| CertInfo::parse_der(leaf).ok())
-            .and_then(|info| info.common_name().map(str::to_owned));
-        let Some(name) = name.filter(|n| state.client_names.contains(n)) else {
-            debug!("CONNECT client refused: not an allowed certificate name");
+        let chain = stream.get_ref().1.peer_certificates().unwrap_or_default();
+        let leaf = chain.first();
+        let Some(client) = state.clients.identify(chain) else {
+            debug!("CONNECT client refused: not a name its certificate's CA may vouch for");
             continue;
         };
         // A resumed TLS session carries the certificate of an earlier handshake, unverified.
         if let Some(leaf) = leaf
-            && let Err(error) = tls::check_peer_validity(leaf, &name, SystemTime::now())
+            && let Err(error) = tls::check_peer_validity(leaf, &client.name, SystemTime::now())
         {
             warn!(%error, "CONNECT client refused");
             continue;
         }
-        let peer_client = name == PEER_NAME;
+        let peer_client = client.peer;
         let (shared, state) = (shared.clone(), state.clone());
         verge_runtime::tasks::spawn("CONNECT connection", async move {
             let service = service_fn(move |request| {
