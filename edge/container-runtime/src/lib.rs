@@ -59,6 +59,37 @@ pub use types::{
 /// `Result` with [`RuntimeError`].
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
 
+/// How long edged and the streaming server wait before trying an unreachable container
+/// runtime again (e.g. edgecore started before dockerd).
+pub const CONNECT_RETRY: Duration = Duration::from_secs(5);
+
+/// Calls `connect` until it gives a runtime, waiting [`CONNECT_RETRY`] after each failure,
+/// which is logged as `<what> not reachable; retrying` with the error. `None` when
+/// `cancelled` completes during a wait (an attempt under way is finished first).
+pub async fn connect_retrying<R, F, Fut>(
+    what: &str,
+    cancelled: impl Future<Output = ()>,
+    mut connect: F,
+) -> Option<R>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R>>,
+{
+    tokio::pin!(cancelled);
+    loop {
+        match connect().await {
+            Ok(runtime) => return Some(runtime),
+            Err(error) => {
+                tracing::warn!(error = %verge_runtime::ErrorChain(&error), "{what} not reachable; retrying");
+            }
+        }
+        tokio::select! {
+            () = &mut cancelled => return None,
+            () = tokio::time::sleep(CONNECT_RETRY) => {}
+        }
+    }
+}
+
 /// A container engine as edged uses it, scoped to one node; cheap to clone.
 ///
 /// Every container it creates carries the label [`labels::MANAGED`] with the node's name;

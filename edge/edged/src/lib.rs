@@ -63,7 +63,6 @@ mod dispatch;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -85,9 +84,6 @@ use volumes::VolumeManager;
 
 /// What [`Edged::runtime_version`] reports until Docker answered.
 pub const UNKNOWN_RUNTIME: &str = "docker://unknown";
-
-/// Delay between attempts to reach Docker at start-up.
-const CONNECT_RETRY: Duration = Duration::from_secs(5);
 
 /// Everything a pod worker needs; shared by all of them. `R` is the container runtime
 /// ([`DockerRuntime`] in production, a fake in unit tests).
@@ -150,20 +146,14 @@ impl Edged {
     /// None so far: Docker and store failures are logged and retried.
     #[tracing::instrument(name = "edged", skip_all, fields(node = %self.config.node_name))]
     pub async fn run(self, shutdown: CancellationToken) -> Result<()> {
-        let runtime = loop {
-            match DockerRuntime::connect(
-                self.config.edged.container_runtime_endpoint.as_deref(),
-                &self.config.node_name,
-            )
-            .await
-            {
-                Ok(rt) => break rt,
-                Err(e) => warn!(error = %ErrorChain(&e), "docker not reachable; retrying"),
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(()),
-                () = tokio::time::sleep(CONNECT_RETRY) => {}
-            }
+        let endpoint = self.config.edged.container_runtime_endpoint.as_deref();
+        let node = &self.config.node_name;
+        let connect = || DockerRuntime::connect(endpoint, node);
+        let Some(runtime) =
+            verge_container_runtime::connect_retrying("docker", shutdown.cancelled(), connect)
+                .await
+        else {
+            return Ok(());
         };
         match runtime.version().await {
             Ok(v) => {

@@ -23,14 +23,10 @@ use super::containers::Containers;
 use super::logs;
 use super::serving::ServingCert;
 use verge_container_runtime::{DockerRuntime, StreamingRuntime};
-use verge_runtime::ErrorChain;
 
 /// How long one call of the streaming server's Docker client may last (a followed log, an
 /// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
 const DOCKER_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
-/// How often [`StreamingServer::run_on_docker`] tries Docker's endpoint again while it cannot
-/// be used (edged's connect retry).
-const DOCKER_CONNECT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Bytes buffered between the tunnel and the TLS server, each way.
 const PIPE_BYTES: usize = 256 * 1024;
@@ -81,17 +77,13 @@ impl StreamingServer {
         node: &str,
         shutdown: CancellationToken,
     ) {
-        let runtime = loop {
-            match DockerRuntime::with_timeout(endpoint, node, DOCKER_CALL_TIMEOUT) {
-                Ok(runtime) => break runtime,
-                Err(error) => {
-                    warn!(error = %ErrorChain(&error), "streaming: container runtime not reachable; retrying");
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(DOCKER_CONNECT_RETRY) => {}
-            }
+        let connect = || async { DockerRuntime::with_timeout(endpoint, node, DOCKER_CALL_TIMEOUT) };
+        let cancelled = shutdown.cancelled();
+        let what = "streaming: container runtime";
+        let Some(runtime) =
+            verge_container_runtime::connect_retrying(what, cancelled, connect).await
+        else {
+            return;
         };
         self.run(runtime, shutdown).await;
     }
