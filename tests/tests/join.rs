@@ -1,8 +1,8 @@
 //! Joining with a Kubernetes bootstrap token, as an operator does it: a token Secret made
 //! with kubectl, `edgecore join`, the CSR visible as Approved,Issued in `kubectl get csr`,
-//! then the node Ready over mutual TLS. Expired, unknown and wrong-usage tokens and a name
-//! owned by a non-edge Node are refused with clear errors, leaving no approved CSR and no
-//! Node behind.
+//! then the node Ready over mutual TLS. Expired, unknown and wrong-usage tokens, a name
+//! owned by a non-edge Node and a second join under a joined edge node's name are refused
+//! with clear errors, leaving no approved CSR and no Node behind.
 
 use std::process::Output;
 use std::time::{Duration, SystemTime};
@@ -241,6 +241,32 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
             }
         })
         .await?;
+
+        // Issue 31, weakness 2: a join under the joined node's name, with a fresh token of
+        // its own, is refused; no CSR is made for it and the node's session stays.
+        let fresh = kubectl_token(
+            &cp,
+            &format!("t{}", &tag[1..]),
+            now + hour,
+            &["authentication", "signing"],
+        )?;
+        let intruder = Edge::with_config(&name, &cloud, |c| c.edge_hub.token.clear())?;
+        let out = join(&intruder, &cloud, &fresh, None)?;
+        ensure!(!out.status.success(), "took over {name}: {}", text(&out));
+        ensure!(
+            text(&out).contains("already joined"),
+            "unclear refusal: {}",
+            text(&out)
+        );
+        ensure!(
+            csrs_for(&client, &name).await?.len() == 1,
+            "a CSR for the refused join"
+        );
+        let node = nodes.get(&name).await?;
+        ensure!(
+            ready_status(&node).as_deref() == Some("True"),
+            "the node is no longer Ready"
+        );
         anyhow::Ok(())
     }
     .await;

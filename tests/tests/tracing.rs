@@ -52,13 +52,19 @@ fn in_order(names: &[&str], expected: &[&str], what: &str) {
 }
 
 /// The trace of pod `ns`/`name`'s start, once Jaeger holds all of it: its edgecore sync and
-/// container start and edgecontroller's status patch to Running.
-async fn pod_trace(jaeger: &Jaeger, ns: &str, name: &str) -> anyhow::Result<Trace> {
+/// container start and edgecontroller's status patch to Running. On time-out the error says
+/// what Jaeger holds of the pod and ends with `logs` (the processes' last lines).
+async fn pod_trace(
+    jaeger: &Jaeger,
+    ns: &str,
+    name: &str,
+    logs: impl Fn() -> String,
+) -> anyhow::Result<Trace> {
     let query = TraceQuery::service("edgecore")
         .operation("edged.sync")
         .tag("k8s.namespace.name", ns)
         .tag("k8s.pod.name", name);
-    wait_for(
+    let found = wait_for(
         &format!("the trace of pod {name}"),
         Duration::from_secs(90),
         || async {
@@ -77,7 +83,47 @@ async fn pod_trace(jaeger: &Jaeger, ns: &str, name: &str) -> anyhow::Result<Trac
             Ok(None)
         },
     )
-    .await
+    .await;
+    match found {
+        Ok(trace) => Ok(trace),
+        Err(error) => Err(error.context(format!(
+            "what Jaeger holds of pod {ns}/{name}:\n{}\n{}",
+            held_of_pod(jaeger, ns, name).await,
+            logs()
+        ))),
+    }
+}
+
+/// For a failure message: every trace of the edgecore and edgecontroller spans tagged with
+/// pod `ns`/`name`, each as its root and its span names.
+async fn held_of_pod(jaeger: &Jaeger, ns: &str, name: &str) -> String {
+    let mut out = String::new();
+    for service in ["edgecore", "edgecontroller"] {
+        let query = TraceQuery::service(service)
+            .tag("k8s.namespace.name", ns)
+            .tag("k8s.pod.name", name);
+        let traces = match jaeger.find_traces(&query).await {
+            Ok(traces) => traces,
+            Err(e) => {
+                out.push_str(&format!("{service}: query failed: {e:#}\n"));
+                continue;
+            }
+        };
+        out.push_str(&format!("{service}: {} traces\n", traces.len()));
+        for trace in traces {
+            let roots: Vec<&str> = trace.roots().map(|s| s.operation_name.as_str()).collect();
+            let names: Vec<String> = trace
+                .spans
+                .iter()
+                .map(|s| format!("{}:{}", s.service_name, s.operation_name))
+                .collect();
+            out.push_str(&format!(
+                "  {} roots {roots:?}: {names:?}\n",
+                trace.trace_id
+            ));
+        }
+    }
+    out
 }
 
 /// Checks the whole shape of a pod start's trace (see the module docs).
@@ -158,7 +204,10 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
     pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
         .await?;
     wait_running(&pods, name, Duration::from_secs(60)).await?;
-    let trace = pod_trace(&jaeger, &ns, name).await?;
+    let trace = pod_trace(&jaeger, &ns, name, || {
+        format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
+    })
+    .await?;
     check_pod_start(&trace);
     let longest = trace
         .spans
@@ -217,7 +266,7 @@ async fn a_change_delivered_after_a_partition_stays_in_its_trace() -> anyhow::Re
     let client: Client = cp.client().await?;
     let otlp = jaeger.otlp_grpc_endpoint();
     let cloud = Cloud::start_traced(&cp, &otlp).await?;
-    let netns = EdgeNetns::create(14)?;
+    let netns = EdgeNetns::create(15)?;
     let to = SocketAddr::from(([127, 0, 0, 1], jaeger.ports().otlp_grpc));
     let relayed = relay(netns.host_addr(), to).await?;
     let node = format!("e2e-trace-part-{}", std::process::id());
@@ -243,7 +292,10 @@ async fn a_change_delivered_after_a_partition_stays_in_its_trace() -> anyhow::Re
     netns.heal()?;
     wait_running(&pods, name, Duration::from_secs(60)).await?;
 
-    let trace = pod_trace(&jaeger, &ns, name).await?;
+    let trace = pod_trace(&jaeger, &ns, name, || {
+        format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
+    })
+    .await?;
     check_pod_start(&trace);
     // The watch event happened before the cut was healed; the delivery that carried it
     // spans the partition and was sent again after the heal, in the same trace.

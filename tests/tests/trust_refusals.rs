@@ -1,5 +1,6 @@
 //! Refusals at a real cloudhub on the real control plane: plaintext, no client certificate,
-//! a certificate from another CA, node A's certificate with a hello naming node B, and an
+//! a certificate from another CA, node A's certificate with a hello naming node B, a
+//! certificate for a name a non-edge Node holds, and an
 //! in-cluster client without controller credentials (its own service-account token, checked
 //! by a real TokenReview) attaching to ControllerHub.
 
@@ -8,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use tokio_stream::wrappers::ReceiverStream;
@@ -133,6 +135,26 @@ async fn refused_at_cloudhub() -> anyhow::Result<()> {
         // A's own hello is accepted (the welcome arrives).
         let code = hello_as(channel(&cloud.edge_url, a_config).await?, &a).await;
         ensure!(code == Code::Ok, "node A's own session: {code:?}");
+
+        // Issue 31, weakness 1: a certificate for a name that a Node without the edge label
+        // now holds (a kubelet took the name after the edge joined): no session.
+        let taken = format!("e2e-kubelet-{pid}");
+        let nodes: Api<Node> = Api::all(client.clone());
+        let kubelet_node = Node {
+            metadata: ObjectMeta {
+                name: Some(taken.clone()),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        nodes.create(&PostParams::default(), &kubelet_node).await?;
+        let taken_config = verge_testkit::trust::node_client_config(&ca, &taken)?;
+        let code = hello_as(channel(&cloud.edge_url, taken_config).await?, &taken).await;
+        nodes.delete(&taken, &Default::default()).await?;
+        ensure!(
+            code == Code::PermissionDenied,
+            "a session for a Node that is not an edge node: {code:?}"
+        );
 
         // ControllerHub: no token, then a real in-cluster token of the default service account
         // (authenticated by the TokenReview, but not an allowed controller), then a token of

@@ -161,7 +161,11 @@ pub async fn start(
         )?,
         &tracing,
     )?;
+    // A fresh join: its credentials are removed, and so is the Node an earlier run
+    // registered (cloudhub refuses a join under an existing Node's name; deleting the Node
+    // is the operator's step before a node joins anew).
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
+    verge_testkit::trust::forget_node(&client, node_name).await?;
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
     // The default metrics and health address, unless another local edgecore (a benchmark's
     // second node) holds it already.

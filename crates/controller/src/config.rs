@@ -84,6 +84,13 @@ pub struct Config {
     /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default. See
     /// [`verge_telemetry::TracingConfig`].
     pub tracing: verge_telemetry::TracingConfig,
+    /// edgecontroller only: Node label keys (`example.com/trusted`) and namespaces (entries
+    /// ending in `/`, e.g. `example.com/`, with their subdomains) that an edge may not set on
+    /// its Node, in addition to what Kubernetes' NodeRestriction admission refuses a kubelet
+    /// (`node-role.kubernetes.io/…`, `node-restriction.kubernetes.io/…`). Labels operators
+    /// select pods by for isolation belong here. Default none. devicecontroller, which
+    /// registers no Nodes, ignores it.
+    pub reserved_node_labels: Vec<String>,
 }
 
 /// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
@@ -145,6 +152,7 @@ impl Default for Config {
             leader_election: LeaderElectionConfig::default(),
             health_addr: None,
             tracing: verge_telemetry::TracingConfig::default(),
+            reserved_node_labels: Vec::new(),
         }
     }
 }

@@ -114,6 +114,33 @@ pub async fn create_bootstrap_token(
     Ok(token.expose().to_string())
 }
 
+/// Deletes Node `name` if it exists and waits (up to 30 s) until it is gone: the operator's
+/// step before a node joins anew under a name that already joined (cloudhub refuses a join
+/// under an existing Node's name). Pods bound to it are left to the pod garbage collector.
+///
+/// # Errors
+/// The API server refuses, or the Node is still there after 30 s.
+pub async fn forget_node(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    if nodes.get_opt(name).await?.is_none() {
+        return Ok(());
+    }
+    match nodes.delete(name, &Default::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(error) => return Err(error.into()),
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while nodes.get_opt(name).await?.is_some() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "Node {name} still exists 30 s after its deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
 /// The Verge CA that cloudhub keeps in `verge-system/verge-ca` (read with admin
 /// credentials), for tests and benches that issue node certificates directly.
 ///

@@ -109,6 +109,7 @@ impl EdgeHub for EdgeHubService {
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let trust = &self.shared.trust;
         let node = peer_node(&request).map_err(|error| trust.refuse("tunnel", error))?;
+        trust.check_edge_node(&node, "tunnel").await?;
         let Some(streams) = self.shared.streams.as_ref() else {
             return Err(Status::unavailable("streams are off on this cloudhub"));
         };
@@ -135,6 +136,7 @@ impl EdgeHub for EdgeHubService {
     ) -> Result<Response<ServingCertificateResponse>, Status> {
         let trust = &self.shared.trust;
         let node = peer_node(&request).map_err(|error| trust.refuse("serving", error))?;
+        trust.check_edge_node(&node, "serving certificate").await?;
         let Some(streams) = self.shared.streams.as_ref() else {
             return Err(Status::unavailable("streams are off on this cloudhub"));
         };
@@ -155,6 +157,7 @@ impl EdgeHub for EdgeHubService {
     ) -> Result<Response<RenewResponse>, Status> {
         let trust = &self.shared.trust;
         let node = peer_node(&request).map_err(|error| trust.refuse("renewal", error))?;
+        trust.check_edge_node(&node, "renewal").await?;
         let issued = trust.renew(&node, &request.get_ref().csr).await?;
         Ok(Response::new(RenewResponse {
             certificate: issued.certificate_pem,
@@ -179,6 +182,10 @@ impl EdgeHub for EdgeHubService {
                 metrics::global().refused(error);
                 warn!(%error, ?peer, "edge handshake refused");
             })?;
+        self.shared
+            .trust
+            .check_edge_node(&identity, "session")
+            .await?;
         let config = &self.shared.config;
         let session_id = routing::new_id();
         let (tx, rx) = mpsc::channel(session_queue::WIRE_BUFFER);

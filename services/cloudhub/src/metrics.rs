@@ -247,7 +247,7 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
     Some(match error {
         TrustError::Token(_) => "auth_token",
         TrustError::Csr(_) | TrustError::OtherSubject { .. } => "auth_csr",
-        TrustError::ForeignNode { .. } => "foreign_node",
+        TrustError::ForeignNode { .. } | TrustError::NodeTaken { .. } => "foreign_node",
         TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => "wrong_node",
         TrustError::CertificateNotCurrent { .. } => "expired_certificate",
         TrustError::ControllerUnauthenticated

@@ -56,7 +56,7 @@ use verge_core::{Group, Module};
 
 use crate::cache::Caches;
 use crate::renewer::Renewer;
-use crate::upstream::Context;
+use crate::upstream::{Context, NodeLabelPolicy};
 
 /// edgecontroller on the ControllerHub: name `edgecontroller` (also its default service
 /// account `verge-system/edgecontroller`), module `edgecontroller`, group `resource`.
@@ -123,6 +123,7 @@ async fn lead_until(
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<()> {
+    let node_labels = NodeLabelPolicy::new(config.reserved_node_labels.clone());
     let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
     let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
     let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
@@ -147,6 +148,7 @@ async fn lead_until(
         client,
         caches,
         renewer,
+        node_labels,
     };
     attached.serve(context, down_tx).await;
     Ok(())

@@ -429,3 +429,87 @@ async fn renewals(h: &mut Attach, node: &str, leases: &Api<Lease>) -> anyhow::Re
     h.send(session(false)).await?;
     Ok(())
 }
+
+/// Issue 31, weakness 3: an edge advertises labels that pods select nodes by. NodeRestriction's
+/// rules and the operator's `reservedNodeLabels` keep them off its Node, at creation and on
+/// a later registration; the labels a kubelet may set still land.
+#[tokio::test]
+async fn an_edge_cannot_give_its_node_reserved_labels() -> anyhow::Result<()> {
+    let common::Attached {
+        client,
+        controller,
+        hub: mut h,
+        election,
+        ..
+    } = common::attached_with("labels", |c| {
+        c.reserved_node_labels = vec!["example.com/trusted".into(), "corp.example/".into()];
+    })
+    .await?;
+    let node = format!(
+        "ec-labels-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let result = reserved_labels(&mut h, &node, &nodes).await;
+
+    let _ = nodes.delete(&node, &DeleteParams::default()).await;
+    controller.stop().await?;
+    common::delete_lease(&client, &election).await;
+    result
+}
+
+async fn reserved_labels(h: &mut Attach, node: &str, nodes: &Api<Node>) -> anyhow::Result<()> {
+    h.send(hub_frame::Frame::Session(NodeSession {
+        node: node.to_owned(),
+        connected: true,
+        inventory: None,
+        cloudhub: "fake".into(),
+    }))
+    .await?;
+    let refused = [
+        "node-role.kubernetes.io/control-plane",
+        "node-restriction.kubernetes.io/secure",
+        "example.com/trusted",
+        "corp.example/tier",
+    ];
+    let allowed = [
+        "node-role.kubernetes.io/edge",
+        "kubernetes.io/hostname",
+        "topology.kubernetes.io/zone",
+        "example.com/line",
+    ];
+    for attempt in ["create", "merge"] {
+        let labels: serde_json::Map<String, serde_json::Value> = refused
+            .iter()
+            .chain(&allowed)
+            .map(|k| ((*k).to_owned(), json!(attempt)))
+            .collect();
+        let object = json!({ "metadata": { "name": node, "labels": labels } });
+        let answer = h
+            .ask(
+                node,
+                msg(
+                    Operation::Insert,
+                    format!("node/{node}/_/node/{node}"),
+                    object,
+                ),
+            )
+            .await?;
+        assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+        let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
+        for key in refused {
+            assert!(!labels.contains_key(key), "{attempt}: {key} in {labels:?}");
+        }
+        for key in allowed {
+            assert!(
+                labels.contains_key(key),
+                "{attempt}: {key} not in {labels:?}"
+            );
+        }
+        assert_eq!(
+            labels.get("example.com/line").map(String::as_str),
+            Some(attempt)
+        );
+    }
+    Ok(())
+}

@@ -135,8 +135,10 @@ fn edge_log() -> PathBuf {
 /// `edgecore join` with a new bootstrap token, then the unit's command line started detached
 /// (recorded in the run directory's `pids` and `node` files, which `cargo xtask down` reads).
 async fn install_edge(env: &Deployment, bin: &Path, name: &str, hub: IpAddr) -> anyhow::Result<()> {
-    // Credentials of an earlier run are from an earlier CA.
+    // Credentials of an earlier run are from an earlier CA; its Node goes too, as an operator
+    // deletes it before a node joins anew (cloudhub refuses a join under an existing Node).
     let _ = std::fs::remove_dir_all(edge_dir());
+    verge_testkit::trust::forget_node(&env.client, name).await?;
     let edge = EdgeInstall::configure(&edge_dir(), name, hub, None)?;
     let token =
         create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600)).await?;

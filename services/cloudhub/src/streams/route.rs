@@ -7,11 +7,22 @@ use kube::Api;
 use kube::ResourceExt as _;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-use tracing::debug;
+use tracing::{debug, warn};
 use verge_core::well_known::EDGE_NODE_LABEL;
 
 use super::StreamsState;
 use crate::Shared;
+
+/// What a CONNECT's host names in the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NodeKind {
+    /// No Node of that name (or the host is no node name).
+    Absent,
+    /// A Verge edge node.
+    Edge,
+    /// A Node without the edge label.
+    Foreign,
+}
 
 /// The outcome of resolving a CONNECT target.
 pub(crate) enum Target {
@@ -32,7 +43,13 @@ pub(crate) enum Target {
 }
 
 /// Resolves `host:port` (see the module docs). `forwarded`: asked by a peer replica, so
-/// only this replica's sessions count.
+/// only this replica's sessions count (the asking replica checked the Node).
+///
+/// A host that names a Node without the edge label (a kubelet's) never reaches an edge
+/// session, even when an edge with that name is connected: the edge joined before the
+/// kubelet took the name, and the API server's exec, attach and port-forward streams for
+/// the kubelet's node must not reach it (issue 31, weakness 1). This costs one Node GET per
+/// CONNECT that names a node.
 pub(crate) async fn resolve(
     shared: &Arc<Shared>,
     state: &Arc<StreamsState>,
@@ -40,20 +57,18 @@ pub(crate) async fn resolve(
     port: u16,
     forwarded: bool,
 ) -> Target {
-    if shared.registry.tunnel_control(host).is_some() {
-        return Target::Local;
-    }
+    let local = shared.registry.tunnel_control(host).is_some();
     if forwarded {
-        return Target::NotHere;
+        return if local {
+            Target::Local
+        } else {
+            Target::NotHere
+        };
     }
     let target = format!("{host}:{port}");
-    if crate::validate_node_name(host).is_ok()
-        && let Some(stream) = state.peers.find(&target).await
-    {
-        return Target::Stream(Box::new(stream));
-    }
+    let is_node_name = crate::validate_node_name(host).is_ok();
     let nodes: Api<Node> = Api::all(state.client.clone());
-    let node = if crate::validate_node_name(host).is_ok() {
+    let node = if is_node_name {
         match nodes.get_opt(host).await {
             Ok(node) => node,
             Err(error) => return Target::Failed(format!("cannot look up node {host}: {error}")),
@@ -61,11 +76,26 @@ pub(crate) async fn resolve(
     } else {
         None
     };
-    if node
-        .as_ref()
-        .is_some_and(|n| n.labels().contains_key(EDGE_NODE_LABEL))
-    {
-        return Target::Offline;
+    let owner = match &node {
+        None => NodeKind::Absent,
+        Some(n) if n.labels().contains_key(EDGE_NODE_LABEL) => NodeKind::Edge,
+        Some(_) => NodeKind::Foreign,
+    };
+    if owner != NodeKind::Foreign {
+        if local {
+            return Target::Local;
+        }
+        if is_node_name && let Some(stream) = state.peers.find(&target).await {
+            return Target::Stream(Box::new(stream));
+        }
+        if owner == NodeKind::Edge {
+            return Target::Offline;
+        }
+    } else if local {
+        warn!(
+            node = host,
+            "CONNECT for a Node that is not a Verge edge node: its edge session is not used"
+        );
     }
     if !state.config.passthrough {
         return Target::Refused(format!(

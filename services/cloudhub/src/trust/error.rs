@@ -31,6 +31,15 @@ pub enum TrustError {
         /// The node name.
         node: String,
     },
+    /// A join under the name of a Node that already is a Verge edge node: only that node's own
+    /// certificate (a renewal) or an operator deleting the Node lets the name be used again.
+    #[error(
+        "node {node} already joined as a Verge edge node; a join cannot take it over: the node renews with its own certificate, or an operator deletes the Node (kubectl delete node {node}) so it can join anew"
+    )]
+    NodeTaken {
+        /// The node name.
+        node: String,
+    },
     /// A hello names another node than the client certificate.
     #[error("the client certificate is for node {certificate}, the hello names {hello}")]
     IdentityMismatch {
@@ -115,6 +124,7 @@ impl From<TrustError> for Status {
                 Status::invalid_argument(message)
             }
             TrustError::ForeignNode { .. }
+            | TrustError::NodeTaken { .. }
             | TrustError::IdentityMismatch { .. }
             | TrustError::ControllerForbidden { .. } => Status::permission_denied(message),
             TrustError::GroupTaken { .. } => Status::already_exists(message),

@@ -114,7 +114,9 @@ impl Trust {
         let counter = match &error {
             TrustError::Token(_) => &self.refusals.bad_token,
             TrustError::Csr(_) | TrustError::OtherSubject { .. } => &self.refusals.bad_csr,
-            TrustError::ForeignNode { .. } => &self.refusals.foreign_node,
+            TrustError::ForeignNode { .. } | TrustError::NodeTaken { .. } => {
+                &self.refusals.foreign_node
+            }
             TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => {
                 &self.refusals.identity_mismatch
             }
@@ -190,12 +192,15 @@ impl Trust {
     }
 
     /// Signs a first node certificate for the CSR `csr_pem` if bootstrap token `token` is
-    /// valid for joining and the name it asks for is free or already a Verge edge node.
+    /// valid for joining and no Node has the name it asks for: a join never takes over an
+    /// existing Node, a kubelet's ([`TrustError::ForeignNode`]) or another edge node's
+    /// ([`TrustError::NodeTaken`]; that node renews with its own certificate, or an operator
+    /// deletes the Node first).
     /// Checks run before anything is written: a refused join creates no CSR and no Node.
     ///
     /// # Errors
     /// [`TrustError::Token`], [`TrustError::Csr`], [`TrustError::ForeignNode`],
-    /// [`TrustError::Cluster`], [`TrustError::Pki`].
+    /// [`TrustError::NodeTaken`], [`TrustError::Cluster`], [`TrustError::Pki`].
     pub async fn join(&self, token: &str, csr_pem: &str) -> Result<Issued, TrustError> {
         let token = BootstrapToken::parse(token).map_err(|e| self.refuse("join", e.into()))?;
         let who = format!("join with token {}", token.id());
@@ -205,8 +210,14 @@ impl Trust {
             .map_err(|e| self.refuse(&who, e))?;
         let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(&who, e.into()))?;
         let node = csr.node_name().to_owned();
-        if self.api.node_owner(&node).await? == NodeOwner::Foreign {
-            return Err(self.refuse(&node, TrustError::ForeignNode { node: node.clone() }));
+        match self.api.node_owner(&node).await? {
+            NodeOwner::Absent => {}
+            NodeOwner::Edge => {
+                return Err(self.refuse(&node, TrustError::NodeTaken { node: node.clone() }));
+            }
+            NodeOwner::Foreign => {
+                return Err(self.refuse(&node, TrustError::ForeignNode { node: node.clone() }));
+            }
         }
         let annotations = BTreeMap::from([(TOKEN_ID_ANNOTATION.to_owned(), token.id().to_owned())]);
         let issued = self
@@ -221,6 +232,27 @@ impl Trust {
             .await?;
         info!(node, csr = %issued.csr_name, token_id = token.id(), "node joined");
         Ok(issued)
+    }
+
+    /// Checks, each time a node's certificate is used (session start, tunnel, serving
+    /// certificate, renewal, CONNECT routing), that its name still belongs to it: refused when
+    /// a Node of that name exists without the edge label (say a kubelet's node took the name
+    /// after the edge joined), so a kubelet node's exec, logs and port-forward streams and
+    /// serving certificates never go to an edge. An absent Node passes: the edge registers it
+    /// after it connects.
+    ///
+    /// # Errors
+    /// [`TrustError::ForeignNode`] (counted and logged with `what`), [`TrustError::Cluster`].
+    pub async fn check_edge_node(&self, node: &str, what: &str) -> Result<(), TrustError> {
+        match self.api.node_owner(node).await? {
+            NodeOwner::Foreign => Err(self.refuse(
+                &format!("{what} of node {node}"),
+                TrustError::ForeignNode {
+                    node: node.to_owned(),
+                },
+            )),
+            NodeOwner::Absent | NodeOwner::Edge => Ok(()),
+        }
     }
 
     /// Signs a new certificate for `node` (authenticated by its current certificate) from

@@ -24,6 +24,7 @@
 pub mod event;
 pub mod lease;
 pub mod node;
+pub mod node_labels;
 pub mod pod;
 pub mod query;
 pub mod services;
@@ -42,6 +43,7 @@ use verge_core::{
 use crate::cache::Caches;
 use crate::renewer::Renewer;
 use crate::{Error, Result};
+pub use node_labels::NodeLabelPolicy;
 pub use pod::PodRef;
 
 /// The `source` of every message edgecontroller sends.
@@ -96,6 +98,8 @@ pub struct Context {
     pub caches: Caches,
     /// Renews the Lease of every connected node after its edge sent it.
     pub renewer: Renewer,
+    /// The labels an edge may give its Node (`reservedNodeLabels` and NodeRestriction's rules).
+    pub node_labels: NodeLabelPolicy,
 }
 
 impl verge_controller::dispatch::Handler for Context {
@@ -351,7 +355,9 @@ pub static AUTHORIZATION_REFUSALS: AtomicU64 = AtomicU64::new(0);
 async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply> {
     let client = &context.client;
     match request {
-        Request::RegisterNode(object) => node::register(client, node, *object).await?,
+        Request::RegisterNode(object) => {
+            node::register(client, node, *object, &context.node_labels).await?
+        }
         Request::NodeStatus(status) => node::report_status(client, node, *status).await?,
         Request::RenewLease(object) => {
             let renewal = lease::Renewal::from_lease(node, *object);

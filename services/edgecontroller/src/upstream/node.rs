@@ -11,6 +11,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
+use super::node_labels::NodeLabelPolicy;
 use crate::{Error, Result};
 
 /// How often a registration is retried after a write conflict (409) before giving up.
@@ -18,7 +19,8 @@ const CONFLICT_RETRIES: usize = 5;
 
 /// Registers node `name` from the edge's `object` (only its labels and `spec.taints` are used).
 ///
-/// Creates the Node if absent. A Node that exists without the edge label
+/// Labels `policy` refuses (Kubernetes' NodeRestriction rules and the operator's reserved
+/// keys) are dropped and logged; the others are applied. Creates the Node if absent. A Node that exists without the edge label
 /// (`node-role.kubernetes.io/edge`, e.g. a kubelet's worker) is never taken over: the
 /// registration is refused ([`Error::Forbidden`], logged) and the Node is left untouched.
 /// If it exists as an edge node, merges the labels (the edge's values win, other
@@ -31,9 +33,22 @@ const CONFLICT_RETRIES: usize = 5;
 /// # Errors
 /// [`Error::Kube`] when the API server refuses a read or write (after
 /// `CONFLICT_RETRIES` conflicts, the last conflict).
-pub async fn register(client: &kube::Client, name: &str, object: Node) -> Result<()> {
+pub async fn register(
+    client: &kube::Client,
+    name: &str,
+    object: Node,
+    policy: &NodeLabelPolicy,
+) -> Result<()> {
     let api: Api<Node> = Api::all(client.clone());
-    let labels = object.metadata.labels.unwrap_or_default();
+    let (labels, refused) = policy.admit(object.metadata.labels.unwrap_or_default());
+    if !refused.is_empty() {
+        super::AUTHORIZATION_REFUSALS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        warn!(
+            node = name,
+            ?refused,
+            "labels refused: an edge may not set them on its Node (NodeRestriction rules, reservedNodeLabels)"
+        );
+    }
     let taints = object.spec.and_then(|s| s.taints).unwrap_or_default();
     let mut attempt = 0;
     loop {
@@ -72,8 +87,12 @@ pub async fn register(client: &kube::Client, name: &str, object: Node) -> Result
     }
 }
 
-/// A new Node named `name` with `labels` and `taints`.
-pub fn new_node(name: &str, labels: BTreeMap<String, String>, taints: Vec<Taint>) -> Node {
+/// A new Node named `name` with `labels`, the edge label ([`verge_core::EDGE_NODE_LABEL`])
+/// whether or not `labels` holds it, and `taints`.
+pub fn new_node(name: &str, mut labels: BTreeMap<String, String>, taints: Vec<Taint>) -> Node {
+    labels
+        .entry(verge_core::EDGE_NODE_LABEL.to_owned())
+        .or_default();
     Node {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),

@@ -294,16 +294,25 @@ pub struct Attached {
 /// # Errors
 /// The control plane, the fake hub, the Lease set-up or the attach failing.
 pub async fn attached(test: &str) -> anyhow::Result<Attached> {
+    attached_with(test, |_| {}).await
+}
+
+/// [`attached`] with the controller's configuration changed by `configure` first.
+pub async fn attached_with(
+    test: &str,
+    configure: impl FnOnce(&mut Config),
+) -> anyhow::Result<Attached> {
     verge_telemetry::init_for_tests();
     let client = verge_testkit::shared().await?.client().await?;
     let (addr, mut attaches) = start().await?;
     let election = leader_election(&client, test).await?;
-    let config = Config {
+    let mut config = Config {
         cloudhub: vec![format!("https://{addr}")],
         cloudhub_auth: hub_auth(),
         leader_election: election.clone(),
         ..Config::default()
     };
+    configure(&mut config);
     let controller = Controller::spawn(config, client.clone());
     let (hub, hello) = next_hello(&mut attaches).await?;
     Ok(Attached {
