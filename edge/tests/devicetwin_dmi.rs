@@ -218,3 +218,92 @@ async fn a_plain_tonic_server_would_refuse_the_go_authority() -> Result<()> {
     stop.cancel();
     Ok(())
 }
+
+/// The environment variable that makes [`second_process_registers`] act: the DMI socket to
+/// register on.
+const SECOND_MAPPER_DMI: &str = "VERGE_TEST_SECOND_MAPPER_DMI";
+
+/// Issue 31, weakness 7: mappers have an identity. While the process that registered a
+/// protocol runs, a second process registering that protocol is refused and cannot report
+/// for its devices; a mapper socket outside the DMI socket's directory is refused; the
+/// first registration stays.
+#[tokio::test]
+async fn a_second_process_cannot_take_over_a_protocol() -> Result<()> {
+    let (url, mut events) = start_fake(true).await?;
+    let dir = tempfile::tempdir()?;
+    let edge = Edge::start(url, dir.path(), |_| {}).await?;
+    let (_, session) = next_hello(&mut events).await?;
+    send_thermometer(&session, &mut events).await?;
+    let mapper_socket = dir.path().join("virtual.sock");
+    let mut client = dmi_client(&edge.socket, go_authority(&edge.socket));
+    client
+        .mapper_register(register_request("virtual", &mapper_socket, false))
+        .await
+        .context("the first registration")?;
+
+    // This test binary, run again as a second process, registers "virtual" too (waited for
+    // without blocking the runtime that serves the DMI socket).
+    let out = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["--exact", "second_process_registers", "--nocapture"])
+        .env(SECOND_MAPPER_DMI, &edge.socket)
+        .output()
+        .await?;
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    ensure!(
+        said.contains("registration: PermissionDenied")
+            && said.contains("report: PermissionDenied"),
+        "the second process was not refused: {said}"
+    );
+
+    // A socket outside the DMI socket's directory is refused, even for the owner.
+    let elsewhere = tempfile::tempdir()?;
+    let refused = client
+        .mapper_register(register_request(
+            "virtual",
+            &elsewhere.path().join("virtual.sock"),
+            false,
+        ))
+        .await
+        .expect_err("a socket in another directory");
+    ensure!(
+        refused.code() == tonic::Code::InvalidArgument,
+        "{refused:?}"
+    );
+    // The owner still reports.
+    client
+        .report_device_status(report("thermo", "temperature", "23"))
+        .await
+        .context("the owner's report")?;
+    edge.stop().await
+}
+
+/// The second process of [`a_second_process_cannot_take_over_a_protocol`]; does nothing
+/// unless [`SECOND_MAPPER_DMI`] is set. Prints the codes of its registration and report.
+#[tokio::test]
+async fn second_process_registers() -> Result<()> {
+    let Some(dmi_socket) = std::env::var_os(SECOND_MAPPER_DMI) else {
+        return Ok(());
+    };
+    let dmi_socket = std::path::PathBuf::from(dmi_socket);
+    let mapper_socket = dmi_socket.with_file_name("virtual.sock");
+    let mut client = dmi_client(&dmi_socket, go_authority(&dmi_socket));
+    let code = |r: std::result::Result<_, tonic::Status>| match r {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+    let registered = code(
+        client
+            .mapper_register(register_request("virtual", &mapper_socket, true))
+            .await
+            .map(|_| ()),
+    );
+    println!("registration: {registered:?}");
+    let reported = code(
+        client
+            .report_device_status(report("thermo", "temperature", "99"))
+            .await
+            .map(|_| ()),
+    );
+    println!("report: {reported:?}");
+    Ok(())
+}

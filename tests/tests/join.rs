@@ -267,6 +267,28 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
             ready_status(&node).as_deref() == Some("True"),
             "the node is no longer Ready"
         );
+
+        // Deleting the Node revokes the node's certificate (it is bound to the Node's uid):
+        // its session ends, every reconnect is refused, and registration does not bring the
+        // Node back.
+        let uid = node.metadata.uid.clone().context("node uid")?;
+        let bound = std::fs::read_to_string(edge.data_dir().join("pki").join("node.crt"))?;
+        let der = verge_pki::pem_io::cert_from_pem(&bound)?;
+        ensure!(
+            verge_pki::node_uid(&der)?.as_deref() == Some(uid.as_str()),
+            "the certificate is not bound to the Node's uid {uid}"
+        );
+        verge_testkit::trust::forget_node(&client, &name).await?;
+        wait_for("the deleted node refused", Duration::from_secs(60), || {
+            let logs = cloud.logs(400);
+            async move { Ok(logs.contains("revoked").then_some(())) }
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        ensure!(
+            nodes.get_opt(&name).await?.is_none(),
+            "the deleted Node came back"
+        );
         anyhow::Ok(())
     }
     .await;

@@ -88,6 +88,9 @@ const SLICES: &str = "endpointslices.discovery.k8s.io";
 const NEEDED: &[Can] = &[
     // cloudhub: joins and renewals through the CSR API, TokenReviews, the CA.
     yes(CH, "get", "nodes", "cluster"),
+    yes(CH, "create", "nodes", "cluster"),
+    yes(CH, "list", "nodes", "cluster"),
+    yes(CH, "watch", "nodes", "cluster"),
     yes(CH, "create", CSR, "cluster"),
     yes(
         CH,
@@ -210,7 +213,7 @@ const FORBIDDEN: &[Can] = &[
     no(CH, "get", "secrets/app-secret", "default"),
     no(CH, "get", "secrets/other", VS),
     no(CH, "patch", "configmaps/other", VS),
-    no(CH, "list", "nodes", "cluster"),
+    no(CH, "update", "nodes", "cluster"),
     no(CH, "patch", "nodes", "cluster"),
     no(CH, "delete", "nodes", "cluster"),
     no(

@@ -219,6 +219,40 @@ impl Ca {
         self.sign(params, csr.public_key(), validity)
     }
 
+    /// Signs a checked node CSR as [`Ca::sign_client_csr`] does, and binds the certificate to
+    /// one Node object: `node_uid` (the Node's `metadata.uid`) is in a URI subject alternative
+    /// name `urn:verge:node-uid:<uid>` ([`crate::NODE_UID_URI_PREFIX`], read back with
+    /// [`crate::node_uid`]). A Node deleted and created again under the same name has another
+    /// uid, so the certificates of the first stop matching: deleting the Node revokes them.
+    ///
+    /// # Errors
+    /// [`Error::InvalidNodeUid`] unless `node_uid` is 1 to 64 ASCII letters, digits and `-`;
+    /// otherwise as [`Ca::sign_client_csr`].
+    pub fn sign_node_csr(
+        &self,
+        csr: &CsrRequest,
+        node_uid: &str,
+        validity: Duration,
+    ) -> Result<String> {
+        let valid = !node_uid.is_empty()
+            && node_uid.len() <= 64
+            && node_uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !valid {
+            return Err(Error::InvalidNodeUid(node_uid.to_owned()));
+        }
+        let mut params = CertificateParams::default();
+        params.distinguished_name = node_subject(csr.node_name());
+        set_leaf_usages(&mut params, ExtendedKeyUsagePurpose::ClientAuth);
+        let uri = format!("{}{node_uid}", crate::NODE_UID_URI_PREFIX);
+        params.subject_alt_names = vec![SanType::URI(
+            uri.try_into()
+                .map_err(|_| Error::InvalidNodeUid(node_uid.to_owned()))?,
+        )];
+        self.sign(params, csr.public_key(), validity)
+    }
+
     fn issue_with_new_key(
         &self,
         params: CertificateParams,

@@ -139,6 +139,32 @@ pub fn node_identity(peer_cert_der: &[u8]) -> Result<String> {
     Ok(name)
 }
 
+/// The prefix of the URI subject alternative name that binds a node certificate to its Node
+/// object's uid ([`crate::Ca::sign_node_csr`]).
+pub const NODE_UID_URI_PREFIX: &str = "urn:verge:node-uid:";
+
+/// The Node uid a node certificate is bound to (its `urn:verge:node-uid:<uid>` subject
+/// alternative name, see [`crate::Ca::sign_node_csr`]), or `None` for a certificate without
+/// one (issued before certificates were bound, or for a test).
+///
+/// # Errors
+/// [`Error::Certificate`] for bad X.509 (including a malformed SAN extension).
+pub fn node_uid(peer_cert_der: &[u8]) -> Result<Option<String>> {
+    let (_, cert) = X509Certificate::from_der(peer_cert_der).map_err(x509_error)?;
+    let Some(san) = cert
+        .subject_alternative_name()
+        .map_err(Error::Certificate)?
+    else {
+        return Ok(None);
+    };
+    Ok(san.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::URI(uri) => {
+            uri.strip_prefix(NODE_UID_URI_PREFIX).map(str::to_owned)
+        }
+        _ => None,
+    }))
+}
+
 /// Whether the certificate `leaf_der` was issued by one of the CA certificates `ca_ders`: its
 /// issuer name is the CA's subject and its signature verifies with the CA's public key.
 /// Validity periods are not checked here (the TLS layer and `check_peer_validity` do).

@@ -105,6 +105,10 @@ pub enum Error {
         #[source]
         source: rustls::pki_types::InvalidDnsNameError,
     },
+    /// A Node uid to bind a certificate to is not a Kubernetes uid (1 to 64 ASCII letters,
+    /// digits and `-`).
+    #[error("invalid Node uid {0:?}")]
+    InvalidNodeUid(String),
     /// A node name is not a DNS-1123 subdomain (checked before making a CSR).
     #[error("invalid node name")]
     NodeName(#[source] SubjectError),

@@ -43,7 +43,9 @@ pub mod token;
 pub mod validity;
 
 pub use ca::{Ca, IssuedCert};
-pub use cert_info::{CertInfo, RENEW_FRACTION, issued_by, node_identity};
+pub use cert_info::{
+    CertInfo, NODE_UID_URI_PREFIX, RENEW_FRACTION, issued_by, node_identity, node_uid,
+};
 pub use csr::{CsrError, CsrRequest};
 pub use error::{Error, Result};
 pub use hash::{ca_cert_hash, verify_ca_hash};

@@ -15,6 +15,10 @@
 //! block is encoded again (with the relay's own HPACK state, which the server's decoder
 //! mirrors). Every other frame, and the whole server-to-client direction, passes through
 //! unchanged. A connection that is not valid HTTP/2 is closed.
+//!
+//! The client's kernel-reported credentials ([`PeerCredentials`]: `SO_PEERCRED`'s pid, uid
+//! and gid) travel with the relayed connection: tonic puts them into every request's
+//! extensions, so a service can bind what a client does to the process that does it.
 
 use std::io;
 use std::pin::Pin;
@@ -22,7 +26,7 @@ use std::task::{Context, Poll};
 
 use futures_core::Stream;
 use loona_hpack::{Decoder, Encoder};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tracing::debug;
 
@@ -64,7 +68,8 @@ const LOCALHOST: &[u8] = b"localhost";
 
 /// The connections accepted on `listener`, each relayed as described in the module
 /// documentation; hand it to `tonic::transport::Server::serve_with_incoming(_shutdown)`.
-/// Accept errors are yielded (tonic logs them and goes on).
+/// Accept errors, and a client whose credentials the kernel does not report, are yielded
+/// as errors (tonic logs them and goes on).
 pub fn incoming(listener: UnixListener) -> Incoming {
     Incoming { listener }
 }
@@ -76,14 +81,90 @@ pub struct Incoming {
 }
 
 impl Stream for Incoming {
-    type Item = io::Result<DuplexStream>;
+    type Item = io::Result<Relayed>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.listener.poll_accept(cx) {
-            Poll::Ready(Ok((stream, _))) => Poll::Ready(Some(Ok(relay(stream)))),
+            Poll::Ready(Ok((stream, _))) => {
+                Poll::Ready(Some(PeerCredentials::of(&stream).map(|peer| Relayed {
+                    pipe: relay(stream),
+                    peer,
+                })))
+            }
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+/// The credentials of a unix-socket client as the kernel reports them when it connects
+/// (`SO_PEERCRED`): they cannot be forged by the client. tonic adds them to the extensions
+/// of every request on the connection (`request.extensions().get::<PeerCredentials>()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCredentials {
+    /// The client's process id (in this process's pid namespace), if the kernel knows it.
+    pub pid: Option<i32>,
+    /// The client's effective user id.
+    pub uid: u32,
+    /// The client's effective group id.
+    pub gid: u32,
+}
+
+impl PeerCredentials {
+    /// The credentials of `stream`'s peer.
+    ///
+    /// # Errors
+    /// The kernel does not report them.
+    pub fn of(stream: &UnixStream) -> io::Result<Self> {
+        let cred = stream.peer_cred()?;
+        Ok(Self {
+            pid: cred.pid(),
+            uid: cred.uid(),
+            gid: cred.gid(),
+        })
+    }
+}
+
+/// One relayed connection: the server's end of the pipe, with the client's credentials.
+#[derive(Debug)]
+pub struct Relayed {
+    pipe: DuplexStream,
+    peer: PeerCredentials,
+}
+
+impl AsyncRead for Relayed {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.pipe).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Relayed {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.pipe).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.pipe).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.pipe).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for Relayed {
+    type ConnectInfo = PeerCredentials;
+
+    fn connect_info(&self) -> PeerCredentials {
+        self.peer
     }
 }
 

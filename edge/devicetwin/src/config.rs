@@ -33,10 +33,22 @@ pub struct DeviceTwinConfig {
     pub mapper_retry_max_backoff: Duration,
     /// DMI reports (`ReportDeviceStatus`, `ReportDeviceStates`) accepted per second from one
     /// mapper (per protocol); beyond that a report is answered `RESOURCE_EXHAUSTED`
-    /// (registrations are not limited: a mapper exits on an error). Default 1000.
+    /// (registrations are bounded by `maxMappers`). Default 1000.
     pub mapper_request_rate: u32,
     /// Reports a mapper may send in a burst above `mapperRequestRate`. Default 2000.
     pub mapper_request_burst: u32,
+    /// The directory every mapper's own socket (`MapperRegister`'s `address`) must be in: a
+    /// registration naming a socket elsewhere is refused, so a mapper cannot point edgecore
+    /// at another service's socket. Default: the DMI socket's directory (`/etc/kubeedge`,
+    /// where KubeEdge's mappers put theirs).
+    pub mapper_socket_dir: Option<PathBuf>,
+    /// Most protocols registered at once (one mapper each); registering a further protocol
+    /// is `RESOURCE_EXHAUSTED`. Default 64.
+    pub max_mappers: usize,
+    /// Protocols whose registration any process may take over, newest first (KubeEdge's
+    /// behaviour). For every other protocol the process that registered it owns it while it
+    /// runs: another process's registration or report is `PERMISSION_DENIED`. Default none.
+    pub shared_protocols: Vec<String>,
 }
 
 impl Default for DeviceTwinConfig {
@@ -50,6 +62,9 @@ impl Default for DeviceTwinConfig {
             mapper_retry_max_backoff: Duration::from_secs(60),
             mapper_request_rate: 1000,
             mapper_request_burst: 2000,
+            mapper_socket_dir: None,
+            max_mappers: 64,
+            shared_protocols: Vec::new(),
         }
     }
 }
@@ -67,6 +82,16 @@ impl DeviceTwinConfig {
                 format!("{:?} is not \"0600\" or \"0660\"", self.dmi_socket_mode),
             )),
         }
+    }
+
+    /// The directory mapper sockets must be in (`mapperSocketDir`, else the DMI socket's).
+    pub fn mapper_socket_dir(&self) -> PathBuf {
+        self.mapper_socket_dir.clone().unwrap_or_else(|| {
+            self.dmi_socket
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default()
+        })
     }
 
     /// Checks values that parse but cannot work.
@@ -95,6 +120,15 @@ impl DeviceTwinConfig {
                 "deviceTwin.mapperRetryMaxBackoff",
                 "must be at least mapperRetryBackoff".to_owned(),
             ));
+        }
+        if !self.mapper_socket_dir().is_absolute() {
+            return Err((
+                "deviceTwin.mapperSocketDir",
+                "must be an absolute path".to_owned(),
+            ));
+        }
+        if self.max_mappers == 0 {
+            return Err(("deviceTwin.maxMappers", "must be at least 1".to_owned()));
         }
         if self.mapper_request_rate == 0 || self.mapper_request_burst == 0 {
             return Err((

@@ -74,15 +74,19 @@ impl EdgeHubService {
 }
 
 /// The node named by the request's verified TLS client certificate
-/// (`CN=system:node:<name>, O=system:nodes`), which must be valid now: on a TLS session
-/// resumed from a ticket it is the certificate of the handshake that made the ticket, which
-/// rustls does not verify again (see [`check_peer_validity`]).
+/// (`CN=system:node:<name>, O=system:nodes`) and the Node uid the certificate is bound to
+/// (`None` for an unbound one, see [`crate::trust::Trust::check_edge_node`]); the certificate
+/// must be valid now: on a TLS session resumed from a ticket it is the certificate of the
+/// handshake that made the ticket, which rustls does not verify again (see
+/// [`check_peer_validity`]).
 ///
 /// # Errors
 /// [`TrustError::NoClientCertificate`] without one (a connection that bypassed the mutual
 /// TLS listener, e.g. in-process) or when its subject is not a node's,
 /// [`TrustError::CertificateNotCurrent`] when it expired or is not yet valid.
-pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, TrustError> {
+pub(crate) fn peer_node<T>(
+    request: &Request<T>,
+) -> std::result::Result<(String, Option<String>), TrustError> {
     let certs = request.peer_certs().ok_or_else(|| {
         TrustError::NoClientCertificate("the connection has no TLS client certificate".into())
     })?;
@@ -91,8 +95,10 @@ pub(crate) fn peer_node<T>(request: &Request<T>) -> std::result::Result<String, 
         .ok_or_else(|| TrustError::NoClientCertificate("empty certificate chain".into()))?;
     let node = verge_pki::node_identity(leaf)
         .map_err(|e| TrustError::NoClientCertificate(e.to_string()))?;
+    let uid =
+        verge_pki::node_uid(leaf).map_err(|e| TrustError::NoClientCertificate(e.to_string()))?;
     check_peer_validity(leaf, &format!("node {node}"), SystemTime::now())?;
-    Ok(node)
+    Ok((node, uid))
 }
 
 #[tonic::async_trait]
@@ -108,8 +114,10 @@ impl EdgeHub for EdgeHubService {
         request: Request<Streaming<TunnelFrame>>,
     ) -> Result<Response<Self::TunnelStream>, Status> {
         let trust = &self.shared.trust;
-        let node = peer_node(&request).map_err(|error| trust.refuse("tunnel", error))?;
-        trust.check_edge_node(&node, "tunnel").await?;
+        let (node, uid) = peer_node(&request).map_err(|error| trust.refuse("tunnel", error))?;
+        trust
+            .check_edge_node(&node, uid.as_deref(), "tunnel")
+            .await?;
         let Some(streams) = self.shared.streams.as_ref() else {
             return Err(Status::unavailable("streams are off on this cloudhub"));
         };
@@ -135,8 +143,10 @@ impl EdgeHub for EdgeHubService {
         request: Request<ServingCertificateRequest>,
     ) -> Result<Response<ServingCertificateResponse>, Status> {
         let trust = &self.shared.trust;
-        let node = peer_node(&request).map_err(|error| trust.refuse("serving", error))?;
-        trust.check_edge_node(&node, "serving certificate").await?;
+        let (node, uid) = peer_node(&request).map_err(|error| trust.refuse("serving", error))?;
+        trust
+            .check_edge_node(&node, uid.as_deref(), "serving certificate")
+            .await?;
         let Some(streams) = self.shared.streams.as_ref() else {
             return Err(Status::unavailable("streams are off on this cloudhub"));
         };
@@ -156,9 +166,10 @@ impl EdgeHub for EdgeHubService {
         request: Request<RenewRequest>,
     ) -> Result<Response<RenewResponse>, Status> {
         let trust = &self.shared.trust;
-        let node = peer_node(&request).map_err(|error| trust.refuse("renewal", error))?;
-        trust.check_edge_node(&node, "renewal").await?;
-        let issued = trust.renew(&node, &request.get_ref().csr).await?;
+        let (node, uid) = peer_node(&request).map_err(|error| trust.refuse("renewal", error))?;
+        let issued = trust
+            .renew(&node, uid.as_deref(), &request.get_ref().csr)
+            .await?;
         Ok(Response::new(RenewResponse {
             certificate: issued.certificate_pem,
             csr_name: issued.csr_name,
@@ -172,7 +183,7 @@ impl EdgeHub for EdgeHubService {
         request: Request<Streaming<EdgeFrame>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
         let peer = request.remote_addr();
-        let identity = peer_node(&request)
+        let (identity, uid) = peer_node(&request)
             .map_err(|error| self.shared.trust.refuse(&format!("{peer:?}"), error))?;
         let mut inbound = request.into_inner();
         let hello = self
@@ -184,7 +195,7 @@ impl EdgeHub for EdgeHubService {
             })?;
         self.shared
             .trust
-            .check_edge_node(&identity, "session")
+            .check_edge_node(&identity, uid.as_deref(), "session")
             .await?;
         let config = &self.shared.config;
         let session_id = routing::new_id();

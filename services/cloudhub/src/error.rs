@@ -128,6 +128,12 @@ pub enum Error {
     #[error("replaced by a newer session")]
     Replaced,
 
+    /// The session's Node was deleted or lost the edge label: the session ends (gRPC
+    /// `PERMISSION_DENIED`), and a certificate bound to the deleted Node is refused from then
+    /// on.
+    #[error("the Node was deleted or is no longer a Verge edge node")]
+    NodeRemoved,
+
     /// A newer `ControllerHub.Attach` with the same controller name by the same user took
     /// over (the same replica re-attached, or another replica became the leader); this
     /// stream is ended (gRPC `ABORTED`).
@@ -224,6 +230,7 @@ impl From<Error> for Status {
             | Error::UndecodableFrame(_) => Status::invalid_argument(message),
             Error::Timeout(_) => Status::deadline_exceeded(message),
             Error::Replaced | Error::ControllerReplaced => Status::aborted(message),
+            Error::NodeRemoved => Status::permission_denied(message),
             Error::ControllerQueueFull(_)
             | Error::FrameTooLarge(_)
             | Error::TooManySessions(_)

@@ -241,6 +241,9 @@ impl CloudHub {
         shared
             .tracker
             .spawn(tls.clone().rotate(self.trust.clone(), stop.clone()));
+        shared
+            .tracker
+            .spawn(end_sessions_of_removed_nodes(shared.clone(), stop.clone()));
         let incoming = |listener, config, name| {
             tls::incoming(listener, config, &trust_config, name, stop.clone())
         };
@@ -359,4 +362,20 @@ pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(LISTEN_BACKLOG)
+}
+
+/// Ends the session of every edge Node deleted (or stripped of the edge label) while cloudhub
+/// runs, within the watch's delay: a deleted Node's certificate stops working at once for
+/// an open session as for a new one ([`trust::Trust::check_edge_node`]).
+async fn end_sessions_of_removed_nodes(shared: Arc<Shared>, stop: CancellationToken) {
+    use futures::StreamExt as _;
+    let mut removed = shared.trust.removed_edge_nodes();
+    loop {
+        let node = tokio::select! {
+            () = stop.cancelled() => return,
+            node = removed.next() => node,
+        };
+        let Some(node) = node else { return };
+        shared.registry.end_node(&node, Error::NodeRemoved);
+    }
 }

@@ -98,7 +98,7 @@ pub const DELIVERY_FAILURE_REASONS: [&str; 5] = [
 
 /// Every `reason` of `verge_cloudhub_refusals_total` ([`refusal_reason`],
 /// [`trust_refusal_reason`] and the rate limit).
-pub const REFUSAL_REASONS: [&str; 11] = [
+pub const REFUSAL_REASONS: [&str; 12] = [
     "malformed",
     "oversize",
     "wrong_node",
@@ -110,6 +110,7 @@ pub const REFUSAL_REASONS: [&str; 11] = [
     "auth_controller",
     "foreign_node",
     "expired_certificate",
+    "revoked_certificate",
 ];
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::default);
@@ -250,6 +251,7 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
         TrustError::ForeignNode { .. } | TrustError::NodeTaken { .. } => "foreign_node",
         TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => "wrong_node",
         TrustError::CertificateNotCurrent { .. } => "expired_certificate",
+        TrustError::NodeGone { .. } => "revoked_certificate",
         TrustError::ControllerUnauthenticated
         | TrustError::ControllerForbidden { .. }
         | TrustError::GroupTaken { .. } => "auth_controller",
@@ -265,7 +267,7 @@ pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
 /// its limit), `wrong_node` (a message for another node than its path names), `too_many_sessions`,
 /// `slow_controller` (a controller's control queue overflowed); further reasons counted
 /// elsewhere: `rate_limit`, `auth_token`, `auth_csr`, `auth_controller`, `foreign_node`,
-/// `expired_certificate`.
+/// `expired_certificate`, `revoked_certificate`.
 pub fn refusal_reason(error: &Error) -> Option<&'static str> {
     Some(match error {
         Error::InvalidNodeName { .. }

@@ -202,6 +202,18 @@ impl Registry {
         Ok(())
     }
 
+    /// Ends `node`'s session on this replica, if it has one, with `reason` (its stream then
+    /// detaches as on any end). Returns whether there was one.
+    pub(crate) fn end_node(&self, node: &str, reason: Error) -> bool {
+        let inner = self.lock();
+        let Some(entry) = inner.nodes.get(node) else {
+            return false;
+        };
+        info!(node, session = %entry.session_id, %reason, "session ended");
+        entry.end.finish(Some(reason));
+        true
+    }
+
     /// The control queue of `node`'s session on this replica, if it has one.
     pub(crate) fn tunnel_control(&self, node: &str) -> Option<mpsc::Sender<Box<CloudFrame>>> {
         self.lock()

@@ -203,6 +203,59 @@ async fn join_with_bootstrap_tokens() {
         .unwrap()
         .into_inner();
     assert!(!renewed.certificate.is_empty());
+    // Both certificates are bound to the Node the join created.
+    let uid = match cluster.nodes.lock().unwrap().get("edge-9") {
+        Some(NodeOwner::Edge { uid }) => uid.clone(),
+        other => panic!("the join made no edge Node: {other:?}"),
+    };
+    for pem in [&joined.certificate, &renewed.certificate] {
+        let der = verge_pki::pem_io::cert_from_pem(pem).unwrap();
+        assert_eq!(
+            verge_pki::node_uid(&der).unwrap().as_deref(),
+            Some(uid.as_str())
+        );
+    }
+
+    // A second join under the name is refused (issue 31, weakness 2).
+    let status = join
+        .join_node(request("abcdef.0123456789abcdef", "edge-9"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("already joined"), "{status:?}");
+
+    // Deleting the Node revokes the certificate, and so does a Node created again under
+    // the name: it has another uid.
+    let renew = |identity: (String, verge_pki::PrivateKeyPem)| {
+        let hub = &hub;
+        async move {
+            let channel = tls_channel(hub, hub.edge_addr, Some(identity))
+                .await
+                .unwrap();
+            EdgeHubClient::new(channel)
+                .renew_certificate(RenewRequest {
+                    csr: NodeKey::generate().unwrap().csr_pem("edge-9").unwrap(),
+                })
+                .await
+        }
+    };
+    cluster.nodes.lock().unwrap().remove("edge-9");
+    let status = renew((joined.certificate.clone(), key.to_pem()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("revoked"), "{status:?}");
+    cluster.nodes.lock().unwrap().insert(
+        "edge-9".into(),
+        NodeOwner::Edge {
+            uid: "another-uid".into(),
+        },
+    );
+    let status = renew((joined.certificate.clone(), key.to_pem()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let _ = Arc::strong_count(&hub.trust);
     hub.stop().await;
 }

@@ -132,9 +132,10 @@ impl DeviceEnv {
         self.edge.data_dir().join("dmi.sock")
     }
 
-    /// The DeviceMapperService socket of the mapper serving `protocol`.
+    /// The DeviceMapperService socket of the mapper serving `protocol`: beside the DMI
+    /// socket, where edgecore accepts mapper sockets (`deviceTwin.mapperSocketDir`).
     pub fn mapper_socket(&self, protocol: &str) -> PathBuf {
-        self.dir.path().join(format!("{protocol}.sock"))
+        self.edge.data_dir().join(format!("{protocol}.sock"))
     }
 
     /// Starts Verge's Rust virtual mapper for `protocol` on this edge.

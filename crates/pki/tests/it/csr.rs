@@ -74,6 +74,33 @@ fn node_csr_is_parsed_and_signed_with_the_node_key() -> Result<()> {
 }
 
 #[test]
+fn a_node_certificate_is_bound_to_its_node_uid() -> Result<()> {
+    let ca = new_ca("verge-ca")?;
+    let key = NodeKey::generate()?;
+    let request = CsrRequest::parse(&key.csr_pem("edge-1")?)?;
+    let uid = "6f1c2a9e-0b7d-4c55-9e8a-3d2f1b0c4e77";
+    let bound = ca.sign_node_csr(&request, uid, 30 * DAY)?;
+    let der = verge_pki::pem_io::cert_from_pem(&bound)?;
+    assert_eq!(verge_pki::node_uid(&der)?.as_deref(), Some(uid));
+    assert_eq!(verge_pki::node_identity(&der)?, "edge-1");
+    // Unbound certificates have none.
+    let unbound = ca.sign_client_csr(&request, 30 * DAY)?;
+    let der = verge_pki::pem_io::cert_from_pem(&unbound)?;
+    assert_eq!(verge_pki::node_uid(&der)?, None);
+    // A uid that is not a Kubernetes uid is refused.
+    for bad in ["", "a b", "x/../y", &"a".repeat(65)] {
+        assert!(
+            matches!(
+                ca.sign_node_csr(&request, bad, DAY),
+                Err(Error::InvalidNodeUid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
 fn a_valid_subject_from_a_foreign_tool_is_accepted() -> Result<()> {
     let pem = csr(
         &[org("system:nodes"), cn("system:node:edge.site-2")],

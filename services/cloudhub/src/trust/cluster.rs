@@ -31,12 +31,15 @@ pub const TOKEN_ID_ANNOTATION: &str = "verge.io/bootstrap-token-id";
 pub type TokenSecret = (String, BTreeMap<String, Vec<u8>>);
 
 /// What a node name refers to in the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeOwner {
     /// No Node of that name exists.
     Absent,
     /// A Verge edge node (it has the edge label).
-    Edge,
+    Edge {
+        /// The Node's `metadata.uid`, which node certificates are bound to.
+        uid: String,
+    },
     /// A Node that is not a Verge edge node (e.g. a kubelet's): never taken over.
     Foreign,
 }
@@ -70,6 +73,16 @@ pub trait ClusterApi: Send + Sync + 'static {
 
     /// Whether Node `name` exists and is a Verge edge node.
     fn node_owner<'a>(&'a self, name: &'a str) -> BoxFuture<'a, kube::Result<NodeOwner>>;
+
+    /// Creates Node `name` with the edge label and nothing else; its uid, or `None` when a Node
+    /// of that name exists already (409).
+    fn create_edge_node<'a>(&'a self, name: &'a str)
+    -> BoxFuture<'a, kube::Result<Option<String>>>;
+
+    /// The names of edge Nodes that are deleted or lose the edge label from now on, as long
+    /// as the stream is polled (a watch of the Nodes' metadata, re-established with backoff;
+    /// names that vanished while it was re-listing come after the re-list).
+    fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String>;
 
     /// Creates the CSR with signer [`NODE_SIGNER`] and approves it; returns its name.
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>>;
@@ -114,7 +127,8 @@ pub const MESSAGE_GROUP_RESOURCE: &str = "messagegroups";
 /// The RBAC verb that lets a controller serve a message group (`attach`).
 pub const MESSAGE_GROUP_VERB: &str = "attach";
 
-/// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`, get Nodes,
+/// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`; get, create,
+/// list and watch Nodes,
 /// create/approve/update-status CSRs and `approve`/`sign` on signer `verge.io/edge-node`,
 /// create TokenReviews and SubjectAccessReviews; see `deploy/cloud/access/rbac.yaml`).
 #[derive(Clone)]
@@ -169,10 +183,41 @@ impl ClusterApi for KubeCluster {
             let api: Api<Node> = Api::all(self.client.clone());
             Ok(match absent_is_none(api.get(name).await)? {
                 None => NodeOwner::Absent,
-                Some(node) if node.labels().contains_key(EDGE_NODE_LABEL) => NodeOwner::Edge,
+                Some(node) if node.labels().contains_key(EDGE_NODE_LABEL) => NodeOwner::Edge {
+                    uid: node.uid().unwrap_or_default(),
+                },
                 Some(_) => NodeOwner::Foreign,
             })
         })
+    }
+
+    fn create_edge_node<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<String>>> {
+        Box::pin(async move {
+            let api: Api<Node> = Api::all(self.client.clone());
+            let node = Node {
+                metadata: ObjectMeta {
+                    name: Some(name.to_owned()),
+                    labels: Some(BTreeMap::from([(
+                        EDGE_NODE_LABEL.to_owned(),
+                        String::new(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                ..Node::default()
+            };
+            match api.create(&PostParams::default(), &node).await {
+                Ok(created) => Ok(Some(created.uid().unwrap_or_default())),
+                Err(kube::Error::Api(status)) if status.code == 409 => Ok(None),
+                Err(error) => Err(error),
+            }
+        })
+    }
+
+    fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
+        removed_edge_nodes(self.client.clone())
     }
 
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>> {
@@ -281,6 +326,54 @@ impl ClusterApi for KubeCluster {
 }
 
 use kube::ResourceExt as _;
+
+/// [`KubeCluster::removed_edge_nodes`]: a metadata watch of the Nodes with the edge label. A
+/// Node that stops matching (deleted, or its label removed) comes as a delete event; after a
+/// re-list, the names known before and missing from the list.
+fn removed_edge_nodes(client: kube::Client) -> futures::stream::BoxStream<'static, String> {
+    use futures::StreamExt as _;
+    use kube::runtime::WatchStreamExt as _;
+    use kube::runtime::watcher::{self, Event};
+    let api: Api<kube::core::PartialObjectMeta<Node>> = Api::all(client);
+    let config = watcher::Config::default().labels(EDGE_NODE_LABEL);
+    let mut known = std::collections::HashSet::<String>::new();
+    let mut listing = std::collections::HashSet::<String>::new();
+    watcher::watcher(api, config)
+        .default_backoff()
+        .filter_map(move |event| {
+            let removed: Vec<String> = match event {
+                Ok(Event::Apply(meta)) => {
+                    known.insert(meta.name_any());
+                    Vec::new()
+                }
+                Ok(Event::Delete(meta)) => {
+                    let name = meta.name_any();
+                    known.remove(&name);
+                    vec![name]
+                }
+                Ok(Event::Init) => {
+                    listing.clear();
+                    Vec::new()
+                }
+                Ok(Event::InitApply(meta)) => {
+                    listing.insert(meta.name_any());
+                    Vec::new()
+                }
+                Ok(Event::InitDone) => {
+                    let gone = known.difference(&listing).cloned().collect();
+                    known = std::mem::take(&mut listing);
+                    gone
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "watching edge Nodes (retried with backoff)");
+                    Vec::new()
+                }
+            };
+            futures::future::ready((!removed.is_empty()).then_some(removed))
+        })
+        .flat_map(futures::stream::iter)
+        .boxed()
+}
 
 /// Adds the `Approved` condition with `reason` and `message` to CSR `name` (the
 /// `/approval` subresource).

@@ -40,6 +40,15 @@ pub enum TrustError {
         /// The node name.
         node: String,
     },
+    /// The certificate is bound to a Node object (its uid) that no longer exists: the Node
+    /// was deleted, perhaps created again since. Deleting the Node revoked the certificate.
+    #[error(
+        "the certificate of node {node} was issued for a Node that was deleted; it is revoked: join anew with a bootstrap token"
+    )]
+    NodeGone {
+        /// The node name.
+        node: String,
+    },
     /// A hello names another node than the client certificate.
     #[error("the client certificate is for node {certificate}, the hello names {hello}")]
     IdentityMismatch {
@@ -117,9 +126,9 @@ impl From<TrustError> for Status {
             TrustError::Token(_) | TrustError::ControllerUnauthenticated => {
                 Status::unauthenticated(message)
             }
-            TrustError::NoClientCertificate(_) | TrustError::CertificateNotCurrent { .. } => {
-                Status::unauthenticated(message)
-            }
+            TrustError::NoClientCertificate(_)
+            | TrustError::CertificateNotCurrent { .. }
+            | TrustError::NodeGone { .. } => Status::unauthenticated(message),
             TrustError::Csr(_) | TrustError::OtherSubject { .. } => {
                 Status::invalid_argument(message)
             }

@@ -3,9 +3,13 @@
 //! - [`Trust::join`]: a bootstrap token (a standard `bootstrap.kubernetes.io/token` Secret)
 //!   and a node's CSR become a signed client certificate through a `certificates.k8s.io/v1`
 //!   CertificateSigningRequest with signer `verge.io/edge-node`, so `kubectl get csr` shows
-//!   every join. A name that belongs to a Node that is not a Verge edge node is refused.
+//!   every join. A join creates the edge's Node and binds the certificate to its uid; a name
+//!   that any Node already has is refused.
+//! - [`Trust::check_edge_node`]: each use of a node certificate checks that its Node still
+//!   exists as a Verge edge node with the uid the certificate is bound to (deleting the Node
+//!   revokes its certificates).
 //! - [`Trust::renew`]: a node authenticated by its certificate gets a new one for its own
-//!   name only.
+//!   name only, bound to the same Node.
 //! - [`Trust::review_controller`]: a controller's service-account token, checked with a
 //!   TokenReview for the ControllerHub audience against the allowed users.
 //!
@@ -62,6 +66,8 @@ pub struct Refusals {
     /// Edge calls on a TLS session whose client certificate expired (or is not yet valid)
     /// since the session was made, e.g. resumed from a session ticket.
     pub expired_certificate: AtomicU64,
+    /// Edge calls with a certificate bound to a Node that was deleted.
+    pub revoked_certificate: AtomicU64,
     /// Controllers without an allowed, valid token.
     pub controller: AtomicU64,
 }
@@ -121,6 +127,7 @@ impl Trust {
                 &self.refusals.identity_mismatch
             }
             TrustError::CertificateNotCurrent { .. } => &self.refusals.expired_certificate,
+            TrustError::NodeGone { .. } => &self.refusals.revoked_certificate,
             TrustError::ControllerUnauthenticated
             | TrustError::ControllerForbidden { .. }
             | TrustError::GroupTaken { .. } => &self.refusals.controller,
@@ -195,8 +202,11 @@ impl Trust {
     /// valid for joining and no Node has the name it asks for: a join never takes over an
     /// existing Node, a kubelet's ([`TrustError::ForeignNode`]) or another edge node's
     /// ([`TrustError::NodeTaken`]; that node renews with its own certificate, or an operator
-    /// deletes the Node first).
-    /// Checks run before anything is written: a refused join creates no CSR and no Node.
+    /// deletes the Node first). It records the approved CSR, creates the Node (edge label
+    /// only; the edge registers the rest when it connects) and binds the certificate to the
+    /// Node's uid ([`verge_pki::Ca::sign_node_csr`]). Checks run before anything is written:
+    /// a refused join creates no CSR and no Node. (A join whose last write, the certificate
+    /// into the CSR, fails leaves its Node: the operator deletes it before joining again.)
     ///
     /// # Errors
     /// [`TrustError::Token`], [`TrustError::Csr`], [`TrustError::ForeignNode`],
@@ -212,7 +222,7 @@ impl Trust {
         let node = csr.node_name().to_owned();
         match self.api.node_owner(&node).await? {
             NodeOwner::Absent => {}
-            NodeOwner::Edge => {
+            NodeOwner::Edge { .. } => {
                 return Err(self.refuse(&node, TrustError::NodeTaken { node: node.clone() }));
             }
             NodeOwner::Foreign => {
@@ -220,8 +230,8 @@ impl Trust {
             }
         }
         let annotations = BTreeMap::from([(TOKEN_ID_ANNOTATION.to_owned(), token.id().to_owned())]);
-        let issued = self
-            .sign(
+        let csr_name = self
+            .record(
                 &csr,
                 csr_pem,
                 annotations,
@@ -230,38 +240,80 @@ impl Trust {
                 "join",
             )
             .await?;
+        // The Node is made last, so the certificate can be bound to its uid: a deleted Node's
+        // certificates are refused from then on, and registration cannot bring it back.
+        let Some(uid) = self.api.create_edge_node(&node).await? else {
+            return Err(self.refuse(&node, TrustError::NodeTaken { node: node.clone() }));
+        };
+        let issued = self.issue(&csr, Some(&uid), csr_name).await?;
         info!(node, csr = %issued.csr_name, token_id = token.id(), "node joined");
         Ok(issued)
     }
 
     /// Checks, each time a node's certificate is used (session start, tunnel, serving
-    /// certificate, renewal, CONNECT routing), that its name still belongs to it: refused when
-    /// a Node of that name exists without the edge label (say a kubelet's node took the name
-    /// after the edge joined), so a kubelet node's exec, logs and port-forward streams and
-    /// serving certificates never go to an edge. An absent Node passes: the edge registers it
-    /// after it connects.
+    /// certificate, renewal; CONNECT routing checks the Node's label), that its name still
+    /// belongs to it; returns the uid of its Node (`None` while none exists).
+    ///
+    /// - A Node of that name without the edge label (a kubelet's node took the name after the
+    ///   edge joined): refused, so the kubelet node's exec, logs and port-forward streams
+    ///   and serving certificates never go to an edge.
+    /// - A certificate bound to a Node uid (`cert_uid`, every certificate cloudhub issues):
+    ///   the Node must exist with that uid; a deleted Node, or one deleted and created again,
+    ///   revoked it.
+    /// - A certificate without a uid (issued before certificates were bound, or by a test
+    ///   with the CA) passes while no Node of that name exists: the edge registers it after
+    ///   it connects. Its next renewal binds it.
     ///
     /// # Errors
-    /// [`TrustError::ForeignNode`] (counted and logged with `what`), [`TrustError::Cluster`].
-    pub async fn check_edge_node(&self, node: &str, what: &str) -> Result<(), TrustError> {
-        match self.api.node_owner(node).await? {
-            NodeOwner::Foreign => Err(self.refuse(
-                &format!("{what} of node {node}"),
+    /// [`TrustError::ForeignNode`], [`TrustError::NodeGone`] (counted and logged with
+    /// `what`), [`TrustError::Cluster`].
+    pub async fn check_edge_node(
+        &self,
+        node: &str,
+        cert_uid: Option<&str>,
+        what: &str,
+    ) -> Result<Option<String>, TrustError> {
+        let who = || format!("{what} of node {node}");
+        let gone = || TrustError::NodeGone {
+            node: node.to_owned(),
+        };
+        match (self.api.node_owner(node).await?, cert_uid) {
+            (NodeOwner::Foreign, _) => Err(self.refuse(
+                &who(),
                 TrustError::ForeignNode {
                     node: node.to_owned(),
                 },
             )),
-            NodeOwner::Absent | NodeOwner::Edge => Ok(()),
+            (NodeOwner::Absent, Some(_)) => Err(self.refuse(&who(), gone())),
+            (NodeOwner::Absent, None) => Ok(None),
+            (NodeOwner::Edge { uid }, Some(bound)) if bound != uid => {
+                Err(self.refuse(&who(), gone()))
+            }
+            (NodeOwner::Edge { uid }, _) => Ok(Some(uid)),
         }
     }
 
-    /// Signs a new certificate for `node` (authenticated by its current certificate) from
-    /// `csr_pem`, which must ask for the same node.
+    /// The names of edge Nodes deleted (or stripped of the edge label) from now on, for
+    /// ending their sessions ([`ClusterApi::removed_edge_nodes`]).
+    pub fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
+        self.api.removed_edge_nodes()
+    }
+
+    /// Signs a new certificate for `node` (authenticated by its current certificate, bound to
+    /// `cert_uid`) from `csr_pem`, which must ask for the same node. The Node is checked as
+    /// by [`Trust::check_edge_node`]; the new certificate is bound to the Node's uid (an
+    /// unbound certificate gets bound once its Node exists).
     ///
     /// # Errors
-    /// [`TrustError::Csr`], [`TrustError::OtherSubject`], [`TrustError::Cluster`],
-    /// [`TrustError::Pki`].
-    pub async fn renew(&self, node: &str, csr_pem: &str) -> Result<Issued, TrustError> {
+    /// [`TrustError::Csr`], [`TrustError::OtherSubject`], [`TrustError::ForeignNode`],
+    /// [`TrustError::NodeGone`], [`TrustError::Cluster`], [`TrustError::Pki`].
+    pub async fn renew(
+        &self,
+        node: &str,
+        cert_uid: Option<&str>,
+        csr_pem: &str,
+    ) -> Result<Issued, TrustError> {
+        let uid = self.check_edge_node(node, cert_uid, "renewal").await?;
         let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(node, e.into()))?;
         if csr.node_name() != node {
             return Err(self.refuse(
@@ -272,8 +324,8 @@ impl Trust {
                 },
             ));
         }
-        let issued = self
-            .sign(
+        let csr_name = self
+            .record(
                 &csr,
                 csr_pem,
                 BTreeMap::new(),
@@ -282,12 +334,13 @@ impl Trust {
                 "renew",
             )
             .await?;
+        let issued = self.issue(&csr, uid.as_deref(), csr_name).await?;
         info!(node, csr = %issued.csr_name, "node certificate renewed");
         Ok(issued)
     }
 
-    /// Records an approved CSR, signs it and writes the certificate into it.
-    async fn sign(
+    /// Records an approved CSR; returns its name.
+    async fn record(
         &self,
         csr: &CsrRequest,
         csr_pem: &str,
@@ -295,8 +348,8 @@ impl Trust {
         reason: &str,
         message: String,
         kind: &str,
-    ) -> Result<Issued, TrustError> {
-        let node = csr.node_name().to_owned();
+    ) -> Result<String, TrustError> {
+        let node = csr.node_name();
         let validity = self.config.node_cert_validity;
         let record = CsrRecord {
             generate_name: format!("verge-{kind}-{node}-"),
@@ -306,13 +359,27 @@ impl Trust {
             approval_reason: reason.to_owned(),
             approval_message: message,
         };
-        let csr_name = self.api.create_approved_csr(record).await?;
-        let certificate_pem = self.ca.sign_client_csr(csr, validity)?;
+        Ok(self.api.create_approved_csr(record).await?)
+    }
+
+    /// Signs `csr` (bound to Node `uid` when given) and writes the certificate into the
+    /// recorded CSR `csr_name`.
+    async fn issue(
+        &self,
+        csr: &CsrRequest,
+        uid: Option<&str>,
+        csr_name: String,
+    ) -> Result<Issued, TrustError> {
+        let validity = self.config.node_cert_validity;
+        let certificate_pem = match uid {
+            Some(uid) => self.ca.sign_node_csr(csr, uid, validity)?,
+            None => self.ca.sign_client_csr(csr, validity)?,
+        };
         self.api.issue_csr(&csr_name, &certificate_pem).await?;
         Ok(Issued {
             certificate_pem,
             csr_name,
-            node,
+            node: csr.node_name().to_owned(),
         })
     }
 
@@ -386,6 +453,15 @@ impl ClusterApi for EmptyCluster {
         _name: &'a str,
     ) -> futures::future::BoxFuture<'a, kube::Result<NodeOwner>> {
         Box::pin(async { Ok(NodeOwner::Absent) })
+    }
+    fn create_edge_node<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> futures::future::BoxFuture<'a, kube::Result<Option<String>>> {
+        Box::pin(async { Ok(Some("uid".to_owned())) })
+    }
+    fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
+        Box::pin(futures::stream::pending())
     }
     fn create_approved_csr(
         &self,

@@ -72,9 +72,26 @@ impl ClusterApi for FakeCluster {
             .lock()
             .unwrap()
             .get(name)
-            .copied()
+            .cloned()
             .unwrap_or(NodeOwner::Absent);
         Box::pin(async move { Ok(owner) })
+    }
+
+    fn create_edge_node<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, kube::Result<Option<String>>> {
+        let mut nodes = self.nodes.lock().unwrap();
+        let created = (!nodes.contains_key(name)).then(|| {
+            let uid = format!("uid-{name}-{}", nodes.len());
+            nodes.insert(name.to_owned(), NodeOwner::Edge { uid: uid.clone() });
+            uid
+        });
+        Box::pin(async move { Ok(created) })
+    }
+
+    fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
+        Box::pin(futures::stream::pending())
     }
 
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>> {
