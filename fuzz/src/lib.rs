@@ -12,6 +12,9 @@
 //! - [`device`]: Device and DeviceModel JSON → the device checks → the DMI `Device`.
 //! - [`mqtt`]: MQTT topics and payloads of edge apps → the eventbus's decoders.
 //! - [`relay`]: a mapper's HTTP/2 bytes on the DMI socket → the relay's framing and HPACK.
+//! - [`spdy`]: a streaming client's SPDY/3.1 bytes → edgecore's frame codec and zlib headers.
+//! - [`websocket`]: a streaming client's WebSocket bytes → the framing with edgecore's limits
+//!   → the channel decoding.
 //!
 //! - `seeds` and `tests` (test builds): the seed inputs, and checks that each reaches the
 //!   code it was made for.
@@ -26,6 +29,8 @@ pub mod mqtt;
 pub mod path;
 pub mod pki;
 pub mod relay;
+pub mod spdy;
+pub mod websocket;
 
 #[cfg(test)]
 mod seeds;

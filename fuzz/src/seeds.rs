@@ -329,6 +329,74 @@ fn relay_seeds() -> Seeds {
     vec![("register", register), ("padded", padded)]
 }
 
+/// What kubectl exec sends on an upgraded SPDY connection: the SYN_STREAMs of its error and
+/// stdin streams (zlib header blocks with SPDY's dictionary, the second reusing the first's
+/// compression state), a DATA frame on stdin, a PING; once cut inside a frame.
+fn spdy_seeds() -> Seeds {
+    use tokio_util::codec::Encoder as _;
+    use verge_edgecore::streaming::spdy::{Frame, Headers, SpdyCodec};
+    let mut codec = SpdyCodec::default();
+    let mut out = bytes::BytesMut::new();
+    for (id, kind) in [(1, "error"), (3, "stdin")] {
+        let headers = Headers(vec![
+            ("streamtype".to_owned(), kind.to_owned()),
+            ("requestid".to_owned(), "0".to_owned()),
+        ]);
+        let frame = Frame::SynStream {
+            stream_id: id,
+            associated_id: 0,
+            priority: 0,
+            flags: 0,
+            headers,
+        };
+        codec.encode(frame, &mut out).expect("encodes");
+    }
+    let data = Frame::Data {
+        stream_id: 3,
+        fin: true,
+        data: bytes::Bytes::from_static(b"ls\n"),
+    };
+    codec.encode(data, &mut out).expect("encodes");
+    let mut exec = vec![0u8]; // cut at 0: the whole connection in one read
+    exec.extend_from_slice(&out);
+    exec.extend_from_slice(&[0x80, 0x03, 0x00, 0x06, 0x00, 0x00, 0x00, 0x04, 0, 0, 0, 1]);
+    let mut cut = vec![12u8]; // cut inside the first SYN_STREAM
+    cut.extend_from_slice(&exec[1..]);
+    vec![("exec", exec), ("cut", cut)]
+}
+
+/// A client's masked WebSocket frame: FIN, `opcode`, the mask key, the masked payload.
+fn ws_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let key = [0x37, 0xfa, 0x21, 0x3d];
+    let mut out = vec![0x80 | opcode];
+    let len = payload.len();
+    if len < 126 {
+        out.push(0x80 | u8::try_from(len).expect("small"));
+    } else {
+        out.push(0x80 | 126);
+        out.extend_from_slice(&u16::try_from(len).expect("small").to_be_bytes());
+    }
+    out.extend_from_slice(&key);
+    out.extend(payload.iter().zip(key.iter().cycle()).map(|(b, k)| b ^ k));
+    out
+}
+
+/// What kubectl exec sends over WebSocket: stdin on channel 0, then a resize on channel 4;
+/// binary (`v5.channel.k8s.io`) and base64 (`base64.channel.k8s.io`).
+fn websocket_seeds() -> Seeds {
+    let resize = br#"{"Width":80,"Height":24}"#;
+    let mut binary = vec![0u8];
+    binary.extend(ws_frame(0x2, b"\0ls\n"));
+    let mut channel4 = vec![4u8];
+    channel4.extend_from_slice(resize);
+    binary.extend(ws_frame(0x2, &channel4));
+    binary.extend(ws_frame(0x8, &[0x03, 0xe8]));
+    let mut base64 = vec![1u8];
+    base64.extend(ws_frame(0x1, b"0bHMK"));
+    base64.extend(ws_frame(0x1, b"4eyJXaWR0aCI6ODAsIkhlaWdodCI6MjR9"));
+    vec![("binary", binary), ("base64", base64)]
+}
+
 /// Named seed inputs of one target.
 pub type Seeds = Vec<(&'static str, Vec<u8>)>;
 
@@ -346,5 +414,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("device_json", device_seeds()),
         ("mqtt_payload", mqtt_seeds()),
         ("dmi_relay", relay_seeds()),
+        ("spdy_frames", spdy_seeds()),
+        ("websocket_frames", websocket_seeds()),
     ]
 }

@@ -190,3 +190,65 @@ fn relay_seeds_pass_the_relay_with_localhost_as_authority() {
         );
     }
 }
+
+#[test]
+fn spdy_seeds_decode_to_kubectl_exec_streams() {
+    use tokio_util::codec::Decoder as _;
+    use verge_edgecore::streaming::spdy::{Frame, SpdyCodec};
+    for (name, bytes) in seeds("spdy_frames") {
+        crate::spdy::check(&bytes);
+        let mut codec = SpdyCodec::default();
+        let mut buf = bytes::BytesMut::from(&bytes[1..]);
+        let mut types = Vec::new();
+        while let Some(frame) = codec.decode(&mut buf).expect("decodes") {
+            if let Frame::SynStream { headers, .. } = &frame {
+                types.push(headers.get("streamtype").expect("stream type").to_owned());
+            }
+        }
+        assert_eq!(types, ["error", "stdin"], "{name}");
+    }
+}
+
+#[test]
+fn websocket_seeds_decode_to_channel_messages() {
+    use tungstenite::protocol::{Message, Role, WebSocket};
+    struct Wire(std::io::Cursor<Vec<u8>>);
+    impl std::io::Read for Wire {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+    impl std::io::Write for Wire {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    for (name, bytes) in seeds("websocket_frames") {
+        crate::websocket::check(&bytes);
+        let protocol = if bytes[0] & 1 == 0 {
+            "v5.channel.k8s.io"
+        } else {
+            "base64.channel.k8s.io"
+        };
+        let wire = Wire(std::io::Cursor::new(bytes[1..].to_vec()));
+        let mut socket = WebSocket::from_raw_socket(wire, Role::Server, None);
+        let mut channels = Vec::new();
+        while let Ok(message) = socket.read() {
+            let raw = match message {
+                Message::Binary(data) => data,
+                Message::Text(text) => bytes::Bytes::copy_from_slice(text.as_str().as_bytes()),
+                _ => continue,
+            };
+            let decoded =
+                verge_edgecore::streaming::remotecommand::websocket::decode_client_message(
+                    Some(protocol),
+                    raw,
+                );
+            channels.push(decoded.expect("decodes").0);
+        }
+        assert_eq!(channels, [0, 4], "{name}");
+    }
+}

@@ -163,7 +163,8 @@ mod tests {
         let objects = Arc::new(FakeObjects::default());
         let start = 1_000_000;
         *objects.now_s.lock().expect("lock") = start;
-        let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects));
+        let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects))
+            .with_memory_mount(crate::volumes::mount_for_tests);
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "ns", "uid": "u-1"},
             "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "kube-api-access-x",

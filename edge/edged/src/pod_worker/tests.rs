@@ -43,6 +43,11 @@ pub(super) struct Harness {
 }
 
 pub(super) fn harness() -> Harness {
+    harness_with_memory_mount(crate::volumes::mount_for_tests)
+}
+
+/// [`harness`] whose secret and projected volumes get their tmpfs from `mount`.
+pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("store.redb")).expect("store");
     let (hub, upstream) = EdgeHubHandle::detached(100_000);
@@ -60,7 +65,8 @@ pub(super) fn harness() -> Harness {
     // Statuses are read from the worker (`last_status`); the manager is not run.
     let (status, _manager) = StatusManager::new(hub.clone());
     let ctx = Arc::new(Context {
-        volumes: VolumeManager::new(config.pods_dir(), Arc::clone(&objects)),
+        volumes: VolumeManager::new(config.pods_dir(), Arc::clone(&objects))
+            .with_memory_mount(mount),
         runtime: rt.clone(),
         objects,
         probes: ProbeManager::new(rt.clone()),
@@ -162,6 +168,38 @@ fn has(events: &[(String, String)], reason: &str, message: &str) -> bool {
     events
         .iter()
         .any(|(r, m)| r == reason && m.starts_with(message))
+}
+
+/// Issue 31: secrets are never on disk. When the tmpfs of a secret volume cannot be
+/// mounted, the pod does not start: the kubelet's `FailedMount` event, the containers
+/// waiting in `ContainerCreating`, nothing written into the volume's directory.
+#[tokio::test(start_paused = true)]
+async fn a_secret_volume_without_its_tmpfs_keeps_the_pod_from_starting() {
+    let mut h = harness_with_memory_mount(|_, _| Err(std::io::Error::from_raw_os_error(1)));
+    let p = pod(json!({
+        "restartPolicy": "Always",
+        "volumes": [{"name": "creds", "secret": {"secretName": "creds"}}],
+        "containers": [{"name": "app", "image": IMAGE,
+            "volumeMounts": [{"name": "creds", "mountPath": "/creds"}]}],
+    }));
+    let mut w = h.worker(&p);
+    let _ = settle(&mut w).await;
+    assert_eq!(phase(&w), "Pending");
+    assert_eq!(
+        waiting_reason(&w, "app").as_deref(),
+        Some("ContainerCreating")
+    );
+    assert!(h.rt.instances("app").is_empty(), "no container started");
+    let events = h.events();
+    assert!(
+        events
+            .iter()
+            .any(|(r, m)| r == "FailedMount" && m.contains("creds") && m.contains("tmpfs")),
+        "{events:?}"
+    );
+    let dir = h.ctx.config.pods_dir().join("u-1/volumes/creds");
+    let written = std::fs::read_dir(&dir).map_or(0, Iterator::count);
+    assert_eq!(written, 0, "nothing written to disk in {}", dir.display());
 }
 
 #[tokio::test(start_paused = true)]

@@ -56,7 +56,24 @@ pub struct VolumeManager<O: PodObjects> {
     pods_dir: PathBuf,
     objects: Arc<O>,
     tokens: TokenCache,
+    mount_memory: MountMemory,
 }
+
+/// The tmpfs mount of tests: `mount(2)` when they run as root; without that privilege the
+/// files stay on disk (only tests ever do this).
+#[cfg(test)]
+pub(crate) fn mount_for_tests(dir: &std::path::Path, option: Option<&str>) -> std::io::Result<()> {
+    if rustix::process::geteuid().is_root() {
+        mounts::mount_tmpfs(dir, option)
+    } else {
+        Ok(())
+    }
+}
+
+/// How the tmpfs of a secret or projected volume is mounted on its directory: `mount(2)`
+/// (`mounts::mount_tmpfs`) in production; tests swap in a failing one, or one that leaves
+/// the files on disk when they run without the privilege to mount.
+pub type MountMemory = fn(&std::path::Path, Option<&str>) -> std::io::Result<()>;
 
 /// Where each volume of one pod is on the host; answers containers' mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +130,16 @@ impl<O: PodObjects> VolumeManager<O> {
             tokens: TokenCache::new(pods_dir.clone()),
             pods_dir,
             objects,
+            mount_memory: mounts::mount_tmpfs,
         }
+    }
+
+    /// Mounts the tmpfs of secret and projected volumes with `mount` instead of `mount(2)`
+    /// (tests).
+    #[must_use]
+    pub fn with_memory_mount(mut self, mount: MountMemory) -> Self {
+        self.mount_memory = mount;
+        self
     }
 
     /// `<pods_dir>/<uid>`.
@@ -194,7 +220,7 @@ impl<O: PodObjects> VolumeManager<O> {
                 }
                 Kind::Files { memory } => {
                     if setup && memory {
-                        mounts::memory_volume(&volume.name, &dir).await?;
+                        mounts::memory_volume(&volume.name, &dir, self.mount_memory).await?;
                     }
                     let mut files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
                         .await

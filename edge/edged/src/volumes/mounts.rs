@@ -15,8 +15,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use rustix::io::Errno;
 use rustix::mount::{MountFlags, UnmountFlags};
 
-use tracing::warn;
-
 use super::VolumeError;
 use crate::quantity::parse_scaled;
 
@@ -115,7 +113,7 @@ fn is_tmpfs(dir: &Path) -> bool {
 ///
 /// # Errors
 /// The failure of `mount(2)` (`EPERM` when not root), or of resolving `dir`.
-pub(super) fn mount_tmpfs(dir: &Path, option: Option<&str>) -> std::io::Result<()> {
+pub(crate) fn mount_tmpfs(dir: &Path, option: Option<&str>) -> std::io::Result<()> {
     let dir = std::fs::canonicalize(dir)?;
     if is_tmpfs(&dir) {
         return Ok(());
@@ -132,17 +130,21 @@ pub(super) fn mount_tmpfs(dir: &Path, option: Option<&str>) -> std::io::Result<(
 const MEMORY_VOLUME_OPTION: &str = "mode=0755";
 
 /// Puts the secret or projected volume `volume` at `dir` on a tmpfs, so its secrets and
-/// tokens never reach the disk: creates `dir` (0755) and mounts a tmpfs on it unless it is
-/// one already (after an edgecore restart). A directory that already holds files (written
-/// on disk by an earlier edgecore, or after a failed mount) is left on disk: its running
-/// containers bind it, and a tmpfs over it would hide later updates from them. When the
-/// mount fails (edgecore not root) the volume stays on disk with a warning (the kubelet
-/// would fail the pod; edgecore runs as root in practice).
+/// tokens never reach the disk: creates `dir` (0755) and mounts a tmpfs on it with `mount`
+/// unless it is one already (after an edgecore restart). A directory that already holds
+/// files (written on disk by an edgecore before secrets had to be on tmpfs) is left as it
+/// is: its running containers bind it, and a tmpfs over it would hide later updates from
+/// them. When the mount fails, the volume fails ([`VolumeError::SetUp`], the kubelet's
+/// `FailedMount` event) and the pod does not start, as with the kubelet: nothing is written.
 ///
 /// # Errors
-/// [`VolumeError::Io`] when `dir` cannot be created or read; [`VolumeError::Blocking`] if
-/// the work panicked.
-pub(super) async fn memory_volume(volume: &str, dir: &Path) -> Result<(), VolumeError> {
+/// [`VolumeError::SetUp`] when the tmpfs cannot be mounted; [`VolumeError::Io`] when `dir`
+/// cannot be created or read; [`VolumeError::Blocking`] if the work panicked.
+pub(super) async fn memory_volume(
+    volume: &str,
+    dir: &Path,
+    mount: super::MountMemory,
+) -> Result<(), VolumeError> {
     let (volume, dir) = (volume.to_owned(), dir.to_owned());
     tokio::task::spawn_blocking(move || {
         let io = |source| VolumeError::Io {
@@ -161,11 +163,13 @@ pub(super) async fn memory_volume(volume: &str, dir: &Path) -> Result<(), Volume
         if is_tmpfs(&canonical) || std::fs::read_dir(&dir).map_err(io)?.next().is_some() {
             return Ok(());
         }
-        if let Err(error) = mount_tmpfs(&dir, Some(MEMORY_VOLUME_OPTION)) {
-            warn!(%volume, path = %dir.display(), %error,
-                "cannot mount a tmpfs for a secret or projected volume; its files stay on disk");
-        }
-        Ok(())
+        mount(&dir, Some(MEMORY_VOLUME_OPTION)).map_err(|error| VolumeError::SetUp {
+            volume: volume.clone(),
+            reason: format!(
+                "mount failed: cannot mount a tmpfs at {} for its secrets ({error}); they are never written to disk",
+                dir.display()
+            ),
+        })
     })
     .await
     .map_err(VolumeError::Blocking)?

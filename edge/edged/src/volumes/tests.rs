@@ -40,7 +40,8 @@ impl Drop for TestDir {
 fn manager() -> (TestDir, Arc<FakeObjects>, VolumeManager<FakeObjects>) {
     let dir = TestDir(tempfile::tempdir().expect("tempdir"));
     let objects = Arc::new(FakeObjects::default());
-    let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects));
+    let m = VolumeManager::new(dir.path().join("pods"), Arc::clone(&objects))
+        .with_memory_mount(super::mount_for_tests);
     (dir, objects, m)
 }
 

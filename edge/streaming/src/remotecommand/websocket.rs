@@ -151,6 +151,11 @@ impl Codec {
             Message::Text(text) => Bytes::copy_from_slice(text.as_str().as_bytes()),
             _ => return None,
         };
+        self.decode_raw(raw)
+    }
+
+    /// [`Codec::decode`] of a data message's bytes.
+    fn decode_raw(self, raw: Bytes) -> Option<(u8, Bytes)> {
         let (&first, rest) = raw.split_first()?;
         match self {
             Self::Binary => Some((first, raw.slice(1..))),
@@ -166,6 +171,14 @@ impl Codec {
             }
         }
     }
+}
+
+/// The channel and payload of a client's data message `raw` (binary, or the bytes of a text
+/// message) under the negotiated subprotocol `protocol`: the channel byte first, or with a
+/// `base64.` protocol a channel digit and base64. `None` for an empty message or
+/// undecodable base64, which the kubelet drops. The payload is never longer than `raw`.
+pub fn decode_client_message(protocol: Option<&str>, raw: Bytes) -> Option<(u8, Bytes)> {
+    Codec::of(protocol).decode_raw(raw)
 }
 
 /// Serves one exec or attach in container `container` of `runtime` on an upgraded WebSocket
