@@ -50,7 +50,16 @@ impl TryFrom<Message> for Envelope {
             trace_context,
         } = message;
         let header = header.unwrap_or_default();
-        let raw_id = header.id;
+        // A refused id is named in errors (and logs) by its start only.
+        let raw_id = if header.id.len() > verge_core::envelope::MAX_MESSAGE_ID_BYTES {
+            let mut end = 64;
+            while !header.id.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}…", &header.id[..end])
+        } else {
+            header.id.clone()
+        };
         let missing = |field| Error::Missing {
             id: raw_id.clone(),
             field,
@@ -59,7 +68,11 @@ impl TryFrom<Message> for Envelope {
             let id = raw_id.clone();
             move |source| Error::Invalid { id, field, source }
         };
-        let id = MessageId::parse(raw_id.clone()).map_err(|_| missing("header.id"))?;
+        let id = match MessageId::parse(header.id) {
+            Ok(id) => id,
+            Err(verge_core::Error::EmptyMessageId) => return Err(missing("header.id")),
+            Err(other) => return Err(invalid("header.id")(other)),
+        };
         let route = route.ok_or_else(|| missing("route"))?;
         let source: Module = route.source.parse().map_err(invalid("route.source"))?;
         let group: Group = route.group.parse().map_err(invalid("route.group"))?;

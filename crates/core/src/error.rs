@@ -31,6 +31,14 @@ pub enum Error {
     /// A message id is empty.
     #[error("empty message id")]
     EmptyMessageId,
+    /// A message id is longer than the bound.
+    #[error("message id of {len} bytes, longer than {max}")]
+    MessageIdTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The bound ([`crate::envelope::MAX_MESSAGE_ID_BYTES`]).
+        max: usize,
+    },
     /// A message names no source module.
     #[error("empty source module")]
     EmptySource,

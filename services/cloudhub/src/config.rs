@@ -98,6 +98,16 @@ pub struct Config {
     /// and control frames (session events, delivery errors; a controller that lets this one
     /// overflow is detached and must reattach). Default 4096.
     pub controller_queue_len: usize,
+    /// Bytes of upstream messages one controller's message queue holds at most (each counted
+    /// by its size); past it, sessions wait as for a full queue (`upstreamWait`). With
+    /// `controllerQueueLen` alone, 4,096 reports of 4 MiB could wait in one queue. Default
+    /// 64 MiB (67108864); at least `nodeUpstreamBytes`.
+    pub controller_queue_bytes: usize,
+    /// Bytes of one node's upstream messages waiting in controller queues at once; past it,
+    /// its session reads nothing more from the edge until they are taken (back-pressure on
+    /// that node only), so one node holds at most this share of a controller's queue.
+    /// Default 8 MiB (8388608); at least `maxFrameBytes`, so any message fits.
+    pub node_upstream_bytes: usize,
     /// How long an edge session waits for room in a full controller message queue before it
     /// answers the edge's message with `error` (the edge keeps it and sends it again). The
     /// session reads nothing more from its edge meanwhile (back-pressure). Humantime format,
@@ -117,6 +127,14 @@ pub struct Config {
     pub node_message_rate: u32,
     /// Messages a node may send at once above `nodeMessageRate`. Default 1000.
     pub node_message_burst: u32,
+    /// Sustained rate of the edge's answers (`ack`, `error`, `response` to cloudhub's and the
+    /// controllers' messages) per node session, per second; beyond it (and the burst) an
+    /// answer still clears what it answers from the session's in-flight set but is not
+    /// forwarded to controllers (the controller sends again if it needed it). Default 1000.
+    pub node_answer_rate: u32,
+    /// Answers a node may send at once above `nodeAnswerRate` (a resync acknowledges many
+    /// objects at once). Default 10000.
+    pub node_answer_burst: u32,
     /// How long the binary waits for streams to end after SIGINT/SIGTERM. Humantime format,
     /// default `10s`.
     #[serde(with = "humantime_serde")]
@@ -149,11 +167,15 @@ impl Default for Config {
             ack_timeout: Duration::from_secs(10),
             max_retries: 5,
             controller_queue_len: 4096,
+            controller_queue_bytes: 64 * 1024 * 1024,
+            node_upstream_bytes: 8 * 1024 * 1024,
             upstream_wait: Duration::from_secs(10),
             max_sessions: 10_000,
             max_inventory_entries: 100_000,
             node_message_rate: 200,
             node_message_burst: 1000,
+            node_answer_rate: 1000,
+            node_answer_burst: 10_000,
             shutdown_grace: Duration::from_secs(10),
             trust: TrustConfig::default(),
             streams: StreamsConfig::default(),
@@ -210,6 +232,17 @@ impl Config {
         if self.controller_queue_len == 0 {
             return bad("controllerQueueLen", "must be at least 1");
         }
+        if self.node_upstream_bytes < self.max_frame_bytes {
+            return bad("nodeUpstreamBytes", "must be at least maxFrameBytes");
+        }
+        if self.controller_queue_bytes < self.node_upstream_bytes {
+            return bad("controllerQueueBytes", "must be at least nodeUpstreamBytes");
+        }
+        if self.node_upstream_bytes > u32::MAX as usize
+            || self.controller_queue_bytes > u32::MAX as usize
+        {
+            return bad("controllerQueueBytes", "byte budgets must be at most 4 GiB");
+        }
         if self.upstream_wait.is_zero() {
             return bad("upstreamWait", "must be greater than zero");
         }
@@ -218,6 +251,9 @@ impl Config {
         }
         if self.node_message_rate == 0 || self.node_message_burst == 0 {
             return bad("nodeMessageRate", "rate and burst must be at least 1");
+        }
+        if self.node_answer_rate == 0 || self.node_answer_burst == 0 {
+            return bad("nodeAnswerRate", "rate and burst must be at least 1");
         }
         if let Err((field, reason)) = self.trust.validate() {
             return bad(field, reason);

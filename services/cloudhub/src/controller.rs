@@ -118,6 +118,7 @@ impl ControllerHub for ControllerHubService {
             user: user.clone(),
             groups: groups.clone(),
             tx: tx.clone(),
+            budget: crate::budget::ByteBudget::new(self.shared.config.controller_queue_bytes),
             control,
             end: end.clone(),
         };
@@ -151,7 +152,9 @@ impl ControllerHub for ControllerHubService {
 fn hub_frame(item: ToController) -> HubFrame {
     let frame = match item {
         ToController::Session(session) => hub_frame::Frame::Session(session),
-        ToController::Message { node, envelope } => hub_frame::Frame::Message(Routed {
+        // `held` is dropped here: the message's bytes go back to its node's and its
+        // controller's budgets as it is written.
+        ToController::Message { node, envelope, .. } => hub_frame::Frame::Message(Routed {
             node,
             message: Some(Message::from(*envelope)),
         }),

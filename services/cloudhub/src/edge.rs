@@ -13,7 +13,6 @@ use futures::StreamExt as _;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{Instrument, debug, info, info_span, instrument, warn};
 use verge_core::{Envelope, Group};
@@ -227,7 +226,9 @@ impl EdgeHub for EdgeHubService {
             session_id: session_id.clone(),
             queue: queue.clone(),
             end: end.clone(),
-            rate: rate_limiter(config),
+            rate: rate_limiter(config.node_message_rate, config.node_message_burst),
+            answer_rate: rate_limiter(config.node_answer_rate, config.node_answer_burst),
+            budget: crate::budget::ByteBudget::new(config.node_upstream_bytes),
         };
         let inventory = hello.inventory.unwrap_or_default();
         self.shared
@@ -274,37 +275,71 @@ fn cloud_frame(envelope: Box<Envelope>) -> CloudFrame {
 
 impl Session {
     /// Hands an upstream message to a controller serving `group`: the first of them (in
-    /// round-robin order) with room in its message queue; when all are full, waits for room
-    /// in the first for at most `upstream_wait` — back-pressure: this session reads nothing
-    /// more from its edge meanwhile, and HTTP/2 flow control slows the edge down.
+    /// round-robin order) with room in its message queue, in messages and in bytes
+    /// ([`crate::budget`]); when all are full, waits for room in the first for at most
+    /// `upstream_wait`. The message first takes its bytes from this node's budget, waiting as
+    /// long when the node's earlier messages still hold it. Back-pressure: this session reads
+    /// nothing more from its edge meanwhile, and HTTP/2 flow control slows the edge down.
     ///
     /// # Errors
-    /// A reason for the edge's `error` answer: no controller serves the group, they stayed
-    /// busy for `upstream_wait`, or they detached.
+    /// A reason for the edge's `error` answer: no controller serves the group, the node's or
+    /// the controllers' queues stayed full for `upstream_wait`, or they detached.
     async fn forward(&self, group: Group, envelope: Envelope) -> std::result::Result<(), String> {
         let targets = self.shared.registry.upstream_targets(group)?;
-        let mut frame = ToController::Message {
+        let size = crate::budget::message_size(&envelope);
+        let wait = self.shared.config.upstream_wait;
+        let node_bytes = match self.budget.try_take(size) {
+            Some(bytes) => bytes,
+            None => {
+                debug!(size, "the node's upstream bytes are all queued; waiting");
+                tokio::select! {
+                    taken = tokio::time::timeout(wait, self.budget.take(size)) => match taken {
+                        Ok(bytes) => bytes,
+                        Err(_elapsed) => return Err(format!(
+                            "node {} has {} bytes of messages waiting for controllers (nodeUpstreamBytes) since {wait:?}; retry later",
+                            self.node,
+                            self.budget.used()
+                        )),
+                    },
+                    () = self.end.ended() => return Err("session ended".to_owned()),
+                }
+            }
+        };
+        let message = |held| ToController::Message {
             node: self.node.clone(),
             envelope: Box::new(envelope),
+            _held: Arc::new(held),
         };
         for target in &targets {
-            match target.tx.try_send(frame) {
-                Ok(()) => {
-                    debug!(controller = %target.name, "forwarded upstream");
-                    return Ok(());
-                }
-                Err(TrySendError::Full(f) | TrySendError::Closed(f)) => frame = f,
-            }
+            let Ok(slot) = target.tx.try_reserve() else {
+                continue;
+            };
+            let Some(controller_bytes) = target.budget.try_take(size) else {
+                continue;
+            };
+            slot.send(message(crate::budget::Held::new(
+                node_bytes,
+                controller_bytes,
+            )));
+            debug!(controller = %target.name, "forwarded upstream");
+            return Ok(());
         }
-        let wait = self.shared.config.upstream_wait;
         let Some(first) = targets.first() else {
             return Err(format!("no controller attached for group \"{group}\""));
         };
         debug!(controller = %first.name, "controller queues full; waiting for room");
+        let room = async {
+            let slot = first.tx.reserve().await.ok()?;
+            let bytes = first.budget.take(size).await;
+            Some((slot, bytes))
+        };
         tokio::select! {
-            sent = tokio::time::timeout(wait, first.tx.send(frame)) => match sent {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_closed)) => Err(format!("the controller for group \"{group}\" detached; retry later")),
+            room = tokio::time::timeout(wait, room) => match room {
+                Ok(Some((slot, controller_bytes))) => {
+                    slot.send(message(crate::budget::Held::new(node_bytes, controller_bytes)));
+                    Ok(())
+                }
+                Ok(None) => Err(format!("the controller for group \"{group}\" detached; retry later")),
                 Err(_elapsed) => Err(format!(
                     "every controller for group \"{group}\" stayed busy for {wait:?}; retry later"
                 )),
@@ -323,12 +358,16 @@ struct Session {
     end: Arc<StreamEnd>,
     /// `nodeMessageRate` with `nodeMessageBurst` for new upstream messages.
     rate: DefaultDirectRateLimiter,
+    /// `nodeAnswerRate` with `nodeAnswerBurst` for the edge's answers.
+    answer_rate: DefaultDirectRateLimiter,
+    /// `nodeUpstreamBytes`: this node's upstream bytes waiting in controller queues.
+    budget: crate::budget::ByteBudget,
 }
 
-/// The per-session limiter of new upstream messages.
-fn rate_limiter(config: &crate::Config) -> DefaultDirectRateLimiter {
-    let rate = NonZeroU32::new(config.node_message_rate).unwrap_or(NonZeroU32::MIN);
-    let burst = NonZeroU32::new(config.node_message_burst).unwrap_or(NonZeroU32::MIN);
+/// A per-session limiter of `rate` messages per second with `burst`.
+fn rate_limiter(rate: u32, burst: u32) -> DefaultDirectRateLimiter {
+    let rate = NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
     RateLimiter::direct(Quota::per_second(rate).allow_burst(burst))
 }
 
@@ -417,6 +456,11 @@ impl Session {
                     && self.queue.answered(answered.as_str())
                 {
                     debug!(parent_id = %answered, "downstream message answered");
+                }
+                if answer && self.answer_rate.check().is_err() {
+                    metrics::global().refusal("rate_limit");
+                    debug!("answer over nodeAnswerRate not forwarded");
+                    return Ok(());
                 }
                 let forwarded = if !answer && self.rate.check().is_err() {
                     metrics::global().refusal("rate_limit");

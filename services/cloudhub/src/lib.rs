@@ -40,6 +40,7 @@
 // Unit tests may start untracked tasks: they end with the test's runtime.
 #![cfg_attr(test, allow(clippy::disallowed_methods))]
 
+mod budget;
 pub mod config;
 pub mod controller;
 mod delivery;

@@ -54,6 +54,9 @@ pub(crate) enum ToController {
         node: String,
         /// The message (boxed: it is large, the other variants small).
         envelope: Box<Envelope>,
+        /// Its bytes of the node's and the controller's budgets, given back once it is
+        /// written to the controller's stream (held, never read).
+        _held: Arc<crate::budget::Held>,
     },
     /// A downstream message of this controller's could not be delivered.
     DeliveryError(DeliveryError),
@@ -69,6 +72,8 @@ pub(crate) struct ControllerEntry {
     pub groups: Vec<Group>,
     /// Its bounded queue of upstream messages (back-pressure, see the module docs).
     pub tx: mpsc::Sender<ToController>,
+    /// The bytes its message queue may hold (`controllerQueueBytes`).
+    pub budget: crate::budget::ByteBudget,
     /// Its bounded queue of session events and delivery errors, sent before messages.
     pub control: mpsc::Sender<ToController>,
     /// Ends its stream.
@@ -312,6 +317,7 @@ impl Registry {
             .map(|c| UpstreamTarget {
                 name: c.name.clone(),
                 tx: c.tx.clone(),
+                budget: c.budget.clone(),
             })
             .collect();
         if serving.is_empty() {
@@ -350,6 +356,8 @@ pub(crate) struct UpstreamTarget {
     pub name: String,
     /// Its message queue.
     pub tx: mpsc::Sender<ToController>,
+    /// The bytes its message queue may hold.
+    pub budget: crate::budget::ByteBudget,
 }
 
 /// Offers the control `frame` to controller `c`; returns whether it stays attached (a full

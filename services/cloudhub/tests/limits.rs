@@ -230,3 +230,90 @@ async fn sessions_inventories_and_rates_are_bounded() {
     assert_eq!(one.next().await.unwrap().parent_id(), "k");
     hub.stop().await;
 }
+
+/// Issue 31, weakness 5: queues are bounded in bytes, not only in messages. A node sends
+/// forty 1 MiB reports while its controller takes nothing: cloudhub queues only what the
+/// node's byte budget holds (`nodeUpstreamBytes`), answers the rest `error` after
+/// `upstreamWait` (the edge keeps them in its outbox), and another node's downstream
+/// messages still reach it meanwhile. Before, all forty waited in the controller's queue
+/// (4,096 frames of up to 4 MiB each).
+#[tokio::test]
+async fn large_reports_are_bounded_by_bytes() {
+    const MIB: usize = 1024 * 1024;
+    let hub = start(Config {
+        max_frame_bytes: MIB + 64 * 1024,
+        node_upstream_bytes: 3 * MIB,
+        controller_queue_bytes: 4 * MIB,
+        upstream_wait: Duration::from_millis(200),
+        node_message_rate: 10_000,
+        node_message_burst: 10_000,
+        ..common::config()
+    })
+    .await;
+    let mut ctrl = attach(&hub, "edgecontroller", &["resource"]).await;
+    let flood = connect(&hub, "flood").await;
+    let mut other = connect(&hub, "other").await;
+    ctrl.session().await;
+    ctrl.session().await;
+
+    let common::Edge { tx, mut rx, .. } = flood;
+    let sender = tokio::spawn(async move {
+        for i in 0..40 {
+            let mut report = update(&format!("r{i}"), "default/podstatus/a");
+            report.content = vec![b'x'; MIB];
+            if tx.send(edge_msg(report)).await.is_err() {
+                break;
+            }
+        }
+        tx
+    });
+    // The flooding node gets `error` answers for what did not fit.
+    let answers = tokio::spawn(async move {
+        let mut refused = 0;
+        while let Ok(Ok(Some(frame))) =
+            tokio::time::timeout(Duration::from_secs(3), rx.message()).await
+        {
+            if let Some(verge_proto::hub::cloud_frame::Frame::Message(m)) = frame.frame
+                && m.operation() == Ok(Operation::Error)
+            {
+                refused += 1;
+            }
+        }
+        refused
+    });
+    // Another node's messages still go both ways meanwhile.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    other
+        .send(update("from-other", "default/podstatus/web"))
+        .await;
+    let pod = Message::build(
+        "to-other",
+        "edgecontroller",
+        Group::Resource,
+        Operation::Update,
+        "node/other/default/pod/web",
+        vec![],
+    );
+    ctrl.send("other", pod).await;
+    assert_eq!(other.next().await.unwrap().id(), "to-other");
+    let _tx = sender.await.unwrap();
+    let refused = answers.await.unwrap();
+
+    // The controller finally reads: only what the byte budgets held was queued.
+    let mut queued = 0;
+    while let Ok(Ok(Some(frame))) =
+        tokio::time::timeout(Duration::from_secs(2), ctrl.rx.message()).await
+    {
+        if let Some(verge_proto::hub::hub_frame::Frame::Message(routed)) = frame.frame
+            && routed.node == "flood"
+        {
+            queued += 1;
+        }
+    }
+    assert!(
+        queued <= 10,
+        "{queued} reports of 1 MiB were queued for the controller ({refused} refused)"
+    );
+    assert_eq!(queued + refused, 40, "each report queued or refused");
+    hub.stop().await;
+}

@@ -6,6 +6,11 @@ use std::str::FromStr;
 
 use crate::{Error, Result};
 
+/// The longest message id accepted from a peer, in bytes: ids are kept per message in
+/// flight and echoed in answers, so a peer's megabyte ids would multiply memory. A UUID has
+/// 36; KubeEdge's are UUIDs too.
+pub const MAX_MESSAGE_ID_BYTES: usize = 128;
+
 /// The id of one message (`header.id` on the wire; `header.parent_id` of its answers).
 ///
 /// Ids made here ([`MessageId::new`]) are random UUID v4 strings, as KubeEdge's beehive
@@ -29,14 +34,20 @@ impl MessageId {
         Self(format!("{:08x}", uuid::Uuid::new_v4().as_u128() as u32))
     }
 
-    /// An id received from a peer.
+    /// An id received from a peer: any non-empty string of at most [`MAX_MESSAGE_ID_BYTES`].
     ///
     /// # Errors
-    /// [`Error::EmptyMessageId`] for `""`.
+    /// [`Error::EmptyMessageId`] for `""`, [`Error::MessageIdTooLong`] beyond the bound.
     pub fn parse(id: impl Into<String>) -> Result<Self> {
         let id = id.into();
         if id.is_empty() {
             return Err(Error::EmptyMessageId);
+        }
+        if id.len() > MAX_MESSAGE_ID_BYTES {
+            return Err(Error::MessageIdTooLong {
+                len: id.len(),
+                max: MAX_MESSAGE_ID_BYTES,
+            });
         }
         Ok(Self(id))
     }

@@ -19,7 +19,7 @@ mod trace;
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use id::MessageId;
+pub use id::{MAX_MESSAGE_ID_BYTES, MessageId};
 pub use kind::{Kind, ObjectVersion, Outcome, Write};
 pub use module::Module;
 pub use trace::TraceContext;

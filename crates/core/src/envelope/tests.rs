@@ -34,6 +34,15 @@ fn ids_are_unique_uuids() {
         MessageId::parse("m1").map(String::from),
         Ok("m1".to_owned())
     );
+    // A peer's ids are bounded (issue 31: ids are kept per message in flight).
+    assert!(MessageId::parse("x".repeat(super::MAX_MESSAGE_ID_BYTES)).is_ok());
+    assert_eq!(
+        MessageId::parse("x".repeat(super::MAX_MESSAGE_ID_BYTES + 1)),
+        Err(crate::Error::MessageIdTooLong {
+            len: super::MAX_MESSAGE_ID_BYTES + 1,
+            max: super::MAX_MESSAGE_ID_BYTES,
+        })
+    );
 }
 
 #[test]
