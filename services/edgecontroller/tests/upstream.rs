@@ -320,17 +320,7 @@ async fn renewals(h: &mut Attach, node: &str, leases: &Api<Lease>) -> anyhow::Re
     h.send(session(true)).await?;
     let object = json!({ "metadata": { "name": node,
         "labels": { "node-role.kubernetes.io/edge": "" } } });
-    let answer = h
-        .ask(
-            node,
-            msg(
-                Operation::Insert,
-                format!("node/{node}/_/node/{node}"),
-                object,
-            ),
-        )
-        .await?;
-    assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+    common::register(h, node, object).await?;
     // A 4 s Lease: renewed every second.
     let lease_message = || {
         msg(
@@ -485,17 +475,7 @@ async fn reserved_labels(h: &mut Attach, node: &str, nodes: &Api<Node>) -> anyho
             .map(|k| ((*k).to_owned(), json!(attempt)))
             .collect();
         let object = json!({ "metadata": { "name": node, "labels": labels } });
-        let answer = h
-            .ask(
-                node,
-                msg(
-                    Operation::Insert,
-                    format!("node/{node}/_/node/{node}"),
-                    object,
-                ),
-            )
-            .await?;
-        assert_eq!(answer.operation()?, Operation::Ack, "{}", reason(&answer));
+        common::register(h, node, object).await?;
         let labels = nodes.get(node).await?.metadata.labels.unwrap_or_default();
         for key in refused {
             assert!(!labels.contains_key(key), "{attempt}: {key} in {labels:?}");

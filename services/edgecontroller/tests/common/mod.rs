@@ -257,6 +257,21 @@ pub fn reason(m: &Message) -> String {
     String::from_utf8_lossy(&m.content).into_owned()
 }
 
+/// Sends node `node`'s registration of `object` (its `v1.Node`) and checks it is acked.
+///
+/// # Errors
+/// No answer, or an answer other than `ack` (its reason in the error).
+pub async fn register(h: &mut Attach, node: &str, object: serde_json::Value) -> anyhow::Result<()> {
+    let path = format!("node/{node}/_/node/{node}");
+    let answer = h.ask(node, msg(Operation::Insert, path, object)).await?;
+    anyhow::ensure!(
+        answer.operation()? == Operation::Ack,
+        "registration of {node} not acked: {}",
+        reason(&answer)
+    );
+    Ok(())
+}
+
 /// Leader election on a Lease of this test's own (`<controller>-<test>-<random>` in
 /// `verge-system`, created if absent): tests share one control plane and must not wait for
 /// each other's leases.
