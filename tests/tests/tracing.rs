@@ -26,6 +26,17 @@ use verge_testkit::netns::EdgeNetns;
 
 const PARTITION: Duration = Duration::from_secs(30);
 
+/// Pods a test starts at most for one whole trace. Span export is best-effort: the
+/// OpenTelemetry SDK drops a batch whose export fails, which happened in CI on a machine
+/// saturated by builds (the edge's container-start spans never reached Jaeger, though the
+/// pod ran). A second pod's trace must then be whole; the first one's is printed.
+const ATTEMPTS: u32 = 2;
+
+/// Reports a first pod whose trace came incomplete (see [`ATTEMPTS`]).
+fn lost_export(attempt: u32, error: &anyhow::Error) {
+    eprintln!("attempt {attempt}: {error:#}\nthe trace was incomplete; trying with another pod");
+}
+
 /// The names of `span_id`'s ancestors in `trace`, nearest first, ending at the root.
 fn ancestors<'a>(trace: &'a Trace, span_id: &str) -> Vec<&'a str> {
     let mut names = Vec::new();
@@ -200,14 +211,23 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
     let ns = format!("e2e-trace-{}", std::process::id());
     create_namespace(&client, &ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let name = "traced";
-    pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
-        .await?;
-    wait_running(&pods, name, Duration::from_secs(60)).await?;
-    let trace = pod_trace(&jaeger, &ns, name, || {
-        format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
-    })
-    .await?;
+    let mut attempt = 0;
+    let trace = loop {
+        attempt += 1;
+        let name = format!("traced-{attempt}");
+        pods.create(&PostParams::default(), &sleeper_pod(&ns, &name, &node)?)
+            .await?;
+        wait_running(&pods, &name, Duration::from_secs(60)).await?;
+        let found = pod_trace(&jaeger, &ns, &name, || {
+            format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
+        })
+        .await;
+        match found {
+            Ok(trace) => break trace,
+            Err(error) if attempt < ATTEMPTS => lost_export(attempt, &error),
+            Err(error) => return Err(error),
+        }
+    };
     check_pod_start(&trace);
     let longest = trace
         .spans
@@ -284,18 +304,26 @@ async fn a_change_delivered_after_a_partition_stays_in_its_trace() -> anyhow::Re
         .await?;
     wait_running(&pods, "before", Duration::from_secs(60)).await?;
 
-    netns.cut()?;
-    let name = "during";
-    pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
-        .await?;
-    tokio::time::sleep(PARTITION).await;
-    netns.heal()?;
-    wait_running(&pods, name, Duration::from_secs(60)).await?;
-
-    let trace = pod_trace(&jaeger, &ns, name, || {
-        format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
-    })
-    .await?;
+    let mut attempt = 0;
+    let trace = loop {
+        attempt += 1;
+        netns.cut()?;
+        let name = format!("during-{attempt}");
+        pods.create(&PostParams::default(), &sleeper_pod(&ns, &name, &node)?)
+            .await?;
+        tokio::time::sleep(PARTITION).await;
+        netns.heal()?;
+        wait_running(&pods, &name, Duration::from_secs(60)).await?;
+        let found = pod_trace(&jaeger, &ns, &name, || {
+            format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
+        })
+        .await;
+        match found {
+            Ok(trace) => break trace,
+            Err(error) if attempt < ATTEMPTS => lost_export(attempt, &error),
+            Err(error) => return Err(error),
+        }
+    };
     check_pod_start(&trace);
     // The watch event happened before the cut was healed; the delivery that carried it
     // spans the partition and was sent again after the heal, in the same trace.
