@@ -74,8 +74,9 @@ struct JoinArgs {
     /// Secret in `kube-system`, e.g. from `kubeadm token create`).
     #[arg(long, env = "EDGECORE_JOIN_TOKEN", hide_env_values = true)]
     token: String,
-    /// Pin of the Verge CA, `sha256:<hex>` (kubeadm's `--discovery-token-ca-cert-hash`);
-    /// without it the CA is authenticated by the token.
+    /// Pin of the Verge CA, `sha256:<hex>` (kubeadm's `--discovery-token-ca-cert-hash`;
+    /// docs/install.md). Without it the CA is authenticated by the token, which cloudhub
+    /// offers only with `trust.tokenCaDiscovery`.
     #[arg(long)]
     ca_cert_hash: Option<String>,
     /// Verify cloudhub's certificate against this name instead of the address's host.
@@ -127,6 +128,7 @@ async fn join(config: &Config, args: JoinArgs) -> ExitCode {
         ca_cert_hash: args.ca_cert_hash,
         node_name: config.node_name.clone(),
         tls_server_name: args.tls_server_name,
+        register_with_taints: config.register_with_taints(),
     };
     let credentials = Credentials::of(&config.hub_settings());
     match certificates::join(&params, &credentials).await {
@@ -185,7 +187,9 @@ async fn run() -> ExitCode {
     if let Some(Command::Join(join_args)) = command {
         return join(&config, join_args).await;
     }
-    if let Err(error) = certificates::ensure(&config.hub_settings()).await {
+    if let Err(error) =
+        certificates::ensure(&config.hub_settings(), config.register_with_taints()).await
+    {
         return verge_runtime::fail("edgecore", &error);
     }
     let grace = config.shutdown_grace;

@@ -7,7 +7,10 @@ use anyhow::Context as _;
 use verge_testkit::ControlPlane;
 use verge_testkit::ports::free_port;
 use verge_testkit::process::{ChildProcess, workspace_bin};
-use verge_testkit::trust::{TokenKind, create_bootstrap_token, ensure_controller_accounts};
+use verge_testkit::trust::{
+    TokenKind, VERGE_NAMESPACE, create_bootstrap_token, ensure_controller_accounts,
+    service_account_credentials,
+};
 use verge_testkit::wait::wait_for_port;
 
 /// The cloud side: one cloudhub (or several replicas) and one edgecontroller attached to
@@ -31,6 +34,10 @@ pub struct Cloud {
     pub join_port: u16,
     /// A valid bootstrap token (an hour) that every test edge joins with.
     pub bootstrap_token: String,
+    /// The Verge CA's pin, `sha256:<hex>`, that every test edge joins with
+    /// (`edgeHub.caCertHash`): read from the published `verge-system/verge-ca` once cloudhub
+    /// is up.
+    pub ca_cert_hash: String,
     /// `hub-0`'s ControllerHub: `https://127.0.0.1:<port>`.
     pub controller_url: String,
     /// Further cloudhub replicas (`hub-1`, ...); empty for [`Cloud::start`].
@@ -91,7 +98,18 @@ impl Cloud {
     /// # Errors
     /// A binary is missing or does not come up within 20 s.
     pub async fn start_replicas(cp: &ControlPlane, count: usize) -> anyhow::Result<Self> {
-        Self::start_with(cp, count, None).await
+        Self::start_with(cp, count, None, false).await
+    }
+
+    /// Like [`Cloud::start`], with cloudhub's token CA discovery on
+    /// (`trust.tokenCaDiscovery: true`: edges without a CA pin may join). cloudhub reads
+    /// bootstrap-token Secrets then, which its shipped RBAC does not allow: the caller applies
+    /// `deploy/cloud/optional/token-ca-discovery.yaml`.
+    ///
+    /// # Errors
+    /// As [`Cloud::start`].
+    pub async fn start_with_token_ca_discovery(cp: &ControlPlane) -> anyhow::Result<Self> {
+        Self::start_with(cp, 1, None, true).await
     }
 
     /// Like [`Cloud::start`], with every cloud process exporting its spans to the
@@ -100,29 +118,37 @@ impl Cloud {
     /// # Errors
     /// As [`Cloud::start`].
     pub async fn start_traced(cp: &ControlPlane, otlp: &str) -> anyhow::Result<Self> {
-        Self::start_with(cp, 1, Some(otlp)).await
+        Self::start_with(cp, 1, Some(otlp), false).await
     }
 
     async fn start_with(
         cp: &ControlPlane,
         count: usize,
         otlp: Option<&str>,
+        token_ca_discovery: bool,
     ) -> anyhow::Result<Self> {
         let client = cp.client().await?;
         ensure_controller_accounts(&client).await?;
+        // Every service runs as its own service account with the shipped RBAC and admission
+        // policy (deploy/cloud/access), as deployed; only the Lease names differ per test.
+        verge_testkit::install_cloud_rbac(cp).await?;
+        allow_test_leases(&client).await?;
         let bootstrap_token =
             create_bootstrap_token(&client, TokenKind::Valid, Duration::from_secs(3600)).await?;
         let dir = tempfile::tempdir()?;
+        let (cloudhub_kubeconfig, _) =
+            service_account_credentials(cp, "cloudhub", dir.path()).await?;
         let config = dir.path().join("cloudhub.yaml");
         std::fs::write(
             &config,
             format!(
-                "keepaliveInterval: 2s\nackTimeout: 2s\ntrust: {{serverSans: [localhost, 127.0.0.1]}}\n\
+                "keepaliveInterval: 2s\nackTimeout: 2s\n\
+                 trust: {{serverSans: [localhost, 127.0.0.1], tokenCaDiscovery: {token_ca_discovery}}}\n\
                  streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}}}\n",
                 cp.ca_cert_path().display()
             ),
         )?;
-        let kubeconfig = cp.kubeconfig().display().to_string();
+        let kubeconfig = cloudhub_kubeconfig.display().to_string();
         let mut hubs = Vec::new();
         let mut controller_args = Vec::new();
         for i in 0..count.max(1) {
@@ -157,21 +183,25 @@ impl Cloud {
         }
         controller_args.push("--health-addr".to_owned());
         controller_args.push("127.0.0.1:0".to_owned());
-        controller_args.push("--kubeconfig".to_owned());
-        controller_args.push(cp.kubeconfig().display().to_string());
         // Each cloud elects its controllers' leaders on Leases of its own: tests share one
         // control plane. The hub's port (bound meanwhile) and our pid make the name unique.
         let run = format!("{}-{}", std::process::id(), hubs[0].4);
         for controller in ["edgecontroller", "devicecontroller"] {
+            let (_, hub_token) = service_account_credentials(cp, controller, dir.path()).await?;
             std::fs::write(
                 dir.path().join(format!("{controller}.yaml")),
                 format!(
                     "leaderElection:\n  leaseName: {controller}-{run}\n  \
-                     identity: {controller}-{run}-0\n"
+                     leaseNamespace: {TEST_LEASE_NAMESPACE}\n  \
+                     identity: {controller}-{run}-0\n\
+                     cloudhubAuth:\n  tokenFile: {}\n",
+                    hub_token.display()
                 ),
             )?;
         }
         let edgecontroller = spawn_controller("edgecontroller", dir.path(), &controller_args)?;
+        // cloudhub published the CA before it listened.
+        let ca_cert_hash = verge_testkit::trust::verge_ca_hash(&client).await?;
         let mut hubs = hubs.into_iter();
         let (cloudhub_args, cloudhub, edge_port, join_port, ctrl_port) =
             hubs.next().context("at least one cloudhub")?;
@@ -194,6 +224,7 @@ impl Cloud {
             join_url: format!("https://127.0.0.1:{join_port}"),
             join_port,
             bootstrap_token,
+            ca_cert_hash,
             controller_url: format!("https://127.0.0.1:{ctrl_port}"),
             replicas,
             cloudhub_args,
@@ -264,9 +295,17 @@ impl Cloud {
 
 /// Starts `controller` with `args` and its configuration `<dir>/<controller>.yaml` (its
 /// leader election).
+/// Starts `controller` with its config file and its own service account's kubeconfig (both
+/// in `dir`, written by [`Cloud::start`]) and `args`.
 fn spawn_controller(controller: &str, dir: &Path, args: &[String]) -> anyhow::Result<ChildProcess> {
     let config = dir.join(format!("{controller}.yaml"));
-    let mut argv = vec!["--config".to_owned(), config.display().to_string()];
+    let kubeconfig = dir.join(format!("{controller}.kubeconfig"));
+    let mut argv = vec![
+        "--config".to_owned(),
+        config.display().to_string(),
+        "--kubeconfig".to_owned(),
+        kubeconfig.display().to_string(),
+    ];
     argv.extend_from_slice(args);
     ChildProcess::spawn(workspace_bin(controller)?, &argv, [("RUST_LOG", "info")])
 }
@@ -275,4 +314,68 @@ async fn spawn_cloudhub(args: &[String], edge_port: u16) -> anyhow::Result<Child
     let p = ChildProcess::spawn(workspace_bin("cloudhub")?, args, [("RUST_LOG", "info")])?;
     wait_for_port(edge_port, Duration::from_secs(20)).await?;
     Ok(p)
+}
+
+/// The namespace of the e2e clouds' leader-election Leases (test-only).
+pub const TEST_LEASE_NAMESPACE: &str = "verge-e2e-leases";
+
+/// Test-only: each test's cloud elects its controllers' leaders on Leases of its own
+/// (`<controller>-<run>`; tests share one control plane), in the namespace
+/// [`TEST_LEASE_NAMESPACE`] whose Role lets both controllers' service accounts get, create and
+/// update Leases there. verge-system keeps exactly the shipped RBAC (`tests/tests/manifests.rs`
+/// checks it). Idempotent.
+async fn allow_test_leases(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use kube::api::{Patch, PatchParams};
+    const NAME: &str = "verge-test-controller-leases";
+    let params = PatchParams::apply("verge-e2e").force();
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": { "name": TEST_LEASE_NAMESPACE },
+    }))?;
+    kube::Api::<Namespace>::all(client.clone())
+        .patch(TEST_LEASE_NAMESPACE, &params, &Patch::Apply(&namespace))
+        .await?;
+    let role = Role {
+        metadata: kube::api::ObjectMeta {
+            name: Some(NAME.to_owned()),
+            ..Default::default()
+        },
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["coordination.k8s.io".to_owned()]),
+            resources: Some(vec!["leases".to_owned()]),
+            verbs: vec!["get".to_owned(), "create".to_owned(), "update".to_owned()],
+            ..Default::default()
+        }]),
+    };
+    let binding = RoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(NAME.to_owned()),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "Role".to_owned(),
+            name: NAME.to_owned(),
+        },
+        subjects: Some(
+            ["edgecontroller", "devicecontroller"]
+                .into_iter()
+                .map(|sa| Subject {
+                    kind: "ServiceAccount".to_owned(),
+                    name: sa.to_owned(),
+                    namespace: Some(VERGE_NAMESPACE.to_owned()),
+                    ..Default::default()
+                })
+                .collect(),
+        ),
+    };
+    kube::Api::<Role>::namespaced(client.clone(), TEST_LEASE_NAMESPACE)
+        .patch(NAME, &params, &Patch::Apply(&role))
+        .await?;
+    kube::Api::<RoleBinding>::namespaced(client.clone(), TEST_LEASE_NAMESPACE)
+        .patch(NAME, &params, &Patch::Apply(&binding))
+        .await?;
+    Ok(())
 }

@@ -29,11 +29,11 @@ pub use verge_testkit::ports::free_port;
 pub use verge_testkit::wait::{create_namespace, ready_status, wait_for};
 
 /// The edgecore configuration of every e2e edge: node `name` of `cloud` (joining on start
-/// with its bootstrap token) with its data in `data_dir`; node status computed every 2 s, a
-/// Lease of 8 s (edgecontroller renews it every 2 s, well inside the kit's 10 s
-/// node-monitor-grace-period), reconnects after 200 ms to 2 s, the local test image as the
-/// pod sandbox (no registry can be reached), and its DMI socket in `data_dir` (edges run side
-/// by side).
+/// with its bootstrap token, the Verge CA pinned) with its data in `data_dir`; node status
+/// computed every 2 s, a Lease of 8 s (edgecontroller renews it every 2 s, well inside the
+/// kit's 10 s node-monitor-grace-period), reconnects after 200 ms to 2 s, the local test
+/// image as the pod sandbox (no registry can be reached), and its DMI socket in `data_dir`
+/// (edges run side by side).
 pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
     let mut config = Config {
         node_name: name.to_owned(),
@@ -43,6 +43,7 @@ pub fn edge_config(name: &str, cloud: &Cloud, data_dir: &Path) -> Config {
     config.edge_hub.server.clone_from(&cloud.edge_url);
     config.edge_hub.join_server = Some(cloud.join_url.clone());
     config.edge_hub.token.clone_from(&cloud.bootstrap_token);
+    config.edge_hub.ca_cert_hash = Some(cloud.ca_cert_hash.clone());
     config.edge_hub.reconnect_initial_backoff = Duration::from_millis(200);
     config.edge_hub.reconnect_max_backoff = Duration::from_secs(2);
     config.edged.node_status_update_frequency = Duration::from_secs(2);

@@ -1,8 +1,13 @@
 //! Joining with a Kubernetes bootstrap token, as an operator does it: a token Secret made
-//! with kubectl, `edgecore join`, the CSR visible as Approved,Issued in `kubectl get csr`,
-//! then the node Ready over mutual TLS. Expired, unknown and wrong-usage tokens, a name
-//! owned by a non-edge Node and a second join under a joined edge node's name are refused
-//! with clear errors, leaving no approved CSR and no Node behind.
+//! with kubectl, `edgecore join` with the Verge CA pinned, the CSR visible as Approved,Issued
+//! in `kubectl get csr`, then the node Ready over mutual TLS, its Node created with the edge's
+//! `edged.registerWithTaints`. A join without a pin (cloudhub's token CA discovery is off by
+//! default, issue 31), expired, unknown and wrong-usage tokens (refused by the API server's
+//! TokenReview), a name owned by a non-edge Node and a second join under a joined edge node's
+//! name are refused with clear errors, leaving no approved CSR and no Node behind. With
+//! `trust.tokenCaDiscovery` and the optional Role of
+//! `deploy/cloud/optional/token-ca-discovery.yaml`, an unpinned join discovers the CA with
+//! the token (`GetCa`'s MAC, its check of the token's Secret).
 
 use std::process::Output;
 use std::time::{Duration, SystemTime};
@@ -14,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use verge_e2e::{Cloud, Edge, ready_status, wait_for};
+use verge_edgecore::edged::config::TaintConfig;
 use verge_testkit::ControlPlane;
 use verge_testkit::process::workspace_bin;
 
@@ -111,9 +117,32 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
     let now = SystemTime::now();
     let hour = Duration::from_secs(3600);
     let r = async {
-        // Refusals first: expired, unknown, wrong usage. No CSR, no Node.
+        // Refusals first. No CSR, no Node.
         let refused_name = format!("e2e-join-refused-{pid}");
         let refused = Edge::with_config(&refused_name, &cloud, |c| c.edge_hub.token.clear())?;
+        let valid = kubectl_token(
+            &cp,
+            &format!("v{}", &tag[1..]),
+            now + hour,
+            &["authentication", "signing"],
+        )?;
+        // Without a pin, even a valid token is refused: cloudhub's token CA discovery is off
+        // by default (it would read the token's Secret in kube-system), and edgecore says to
+        // pin the CA.
+        let out = join(&refused, &cloud, &valid, None)?;
+        let said = text(&out);
+        ensure!(!out.status.success(), "unpinned join succeeded: {said}");
+        ensure!(
+            said.contains("CA discovery by bootstrap token is off")
+                && said.contains("--ca-cert-hash"),
+            "unclear error: {said}"
+        );
+        ensure!(
+            !said.contains(valid.split('.').nth(1).unwrap_or("-")),
+            "secret printed: {said}"
+        );
+        // With the CA pinned there is no GetCa: JoinNode has the API server authenticate the
+        // token (a TokenReview), which refuses expired, wrong-usage and unknown tokens alike.
         let expired = kubectl_token(
             &cp,
             &format!("x{}", &tag[1..]),
@@ -122,24 +151,18 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
         )?;
         let wrong = kubectl_token(&cp, &format!("w{}", &tag[1..]), now + hour, &["signing"])?;
         let unknown = format!("u{}.0123456789abcdef", &tag[1..]);
-        for (token, expect) in [(&expired, "expired"), (&wrong, "usage"), (&unknown, "")] {
-            let out = join(&refused, &cloud, token, None)?;
+        let hash = ca_hash(&cp).await?;
+        ensure!(
+            hash == cloud.ca_cert_hash,
+            "the operator's pin differs from the kit's"
+        );
+        for token in [&expired, &wrong, &unknown] {
+            let out = join(&refused, &cloud, token, Some(&hash))?;
             let said = text(&out);
+            ensure!(!out.status.success(), "pinned join succeeded: {said}");
             ensure!(
-                !out.status.success(),
-                "join with {expect:?} token succeeded: {said}"
-            );
-            ensure!(
-                said.contains("refused") || said.contains("token"),
+                said.contains("does not authenticate"),
                 "unclear error: {said}"
-            );
-            ensure!(
-                said.contains(expect),
-                "error does not say {expect:?}: {said}"
-            );
-            ensure!(
-                !said.contains(token.split('.').nth(1).unwrap_or("-")),
-                "secret printed: {said}"
             );
         }
         ensure!(
@@ -173,14 +196,8 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
             ..Node::default()
         };
         let before = nodes.create(&PostParams::default(), &node).await?;
-        let valid = kubectl_token(
-            &cp,
-            &format!("v{}", &tag[1..]),
-            now + hour,
-            &["authentication", "signing"],
-        )?;
         let takeover = Edge::with_config(&worker, &cloud, |c| c.edge_hub.token.clear())?;
-        let out = join(&takeover, &cloud, &valid, None)?;
+        let out = join(&takeover, &cloud, &valid, Some(&hash))?;
         ensure!(!out.status.success(), "took over {worker}: {}", text(&out));
         ensure!(
             text(&out).contains("not a Verge edge node"),
@@ -201,12 +218,32 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
         );
         nodes.delete(&worker, &Default::default()).await?;
 
-        // The join: pinned CA hash, CSR Approved,Issued, node Ready over mTLS.
+        // The join: pinned CA hash, CSR Approved,Issued, node Ready over mTLS. The Node is
+        // created with the edge's registerWithTaints (a node may not change its taints later
+        // under NodeRestriction).
         let name = format!("e2e-join-{pid}");
-        let mut edge = Edge::with_config(&name, &cloud, |c| c.edge_hub.token.clear())?;
-        let hash = ca_hash(&cp).await?;
+        let mut edge = Edge::with_config(&name, &cloud, |c| {
+            c.edge_hub.token.clear();
+            c.edged.register_with_taints = vec![TaintConfig {
+                key: "example.com/e2e-join".to_owned(),
+                value: "registered".to_owned(),
+                effect: "NoSchedule".to_owned(),
+            }];
+        })?;
         let out = join(&edge, &cloud, &valid, Some(&hash))?;
         ensure!(out.status.success(), "join failed: {}", text(&out));
+        let taints = nodes
+            .get(&name)
+            .await?
+            .spec
+            .and_then(|s| s.taints)
+            .unwrap_or_default();
+        ensure!(
+            taints.iter().any(|t| t.key == "example.com/e2e-join"
+                && t.value.as_deref() == Some("registered")
+                && t.effect == "NoSchedule"),
+            "the joined Node lacks its registerWithTaints: {taints:?}"
+        );
         let csrs = csrs_for(&client, &name).await?;
         ensure!(csrs.len() == 1, "one CSR for the join, got {}", csrs.len());
         let csr_name = csrs[0].metadata.name.clone().context("csr name")?;
@@ -251,7 +288,7 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
             &["authentication", "signing"],
         )?;
         let intruder = Edge::with_config(&name, &cloud, |c| c.edge_hub.token.clear())?;
-        let out = join(&intruder, &cloud, &fresh, None)?;
+        let out = join(&intruder, &cloud, &fresh, Some(&hash))?;
         ensure!(!out.status.success(), "took over {name}: {}", text(&out));
         ensure!(
             text(&out).contains("already joined"),
@@ -295,6 +332,150 @@ async fn bootstrap_token_join_and_refusals() -> anyhow::Result<()> {
     if let Err(e) = r {
         bail!("{e:#}\n{}", cloud.logs(40));
     }
+    Ok(())
+}
+
+/// The optional manifest that lets cloudhub read bootstrap-token Secrets for token CA
+/// discovery.
+fn token_ca_discovery_manifest() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/cloud/optional/token-ca-discovery.yaml")
+}
+
+/// `kubectl <verb> -f deploy/cloud/optional/token-ca-discovery.yaml` (`delete` ignores what
+/// is gone already).
+fn kubectl_optional_rbac(cp: &ControlPlane, verb: &str) -> anyhow::Result<()> {
+    let mut cmd = cp.kubectl_command();
+    cmd.arg(verb).arg("-f").arg(token_ca_discovery_manifest());
+    if verb == "delete" {
+        cmd.arg("--ignore-not-found");
+    }
+    let out = cmd.output()?;
+    ensure!(out.status.success(), "kubectl {verb}: {}", text(&out));
+    Ok(())
+}
+
+/// Whether cloudhub's service account may get Secrets in kube-system (`kubectl auth can-i`).
+fn cloudhub_reads_kube_system_secrets(cp: &ControlPlane) -> anyhow::Result<bool> {
+    let out = cp
+        .kubectl_command()
+        .args([
+            "auth",
+            "can-i",
+            "get",
+            "secrets",
+            "-n",
+            "kube-system",
+            "--as=system:serviceaccount:verge-system:cloudhub",
+        ])
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+}
+
+/// Token CA discovery, opted into: cloudhub with `trust.tokenCaDiscovery: true` and the
+/// optional Role applied. An edge without a CA pin joins as before issue 31: `GetCa` answers
+/// the CA with the token's MAC, checked against the token's Secret (expired, wrong-usage and
+/// unknown tokens refused, saying which), and the join goes through. The Role is deleted
+/// afterwards, so the shared control plane keeps the shipped least privilege.
+#[tokio::test]
+async fn unpinned_join_with_token_ca_discovery_opted_in() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    kubectl_optional_rbac(&cp, "apply")?;
+    let r = async {
+        wait_for(
+            "cloudhub may read kube-system Secrets",
+            Duration::from_secs(30),
+            || {
+                let allowed = cloudhub_reads_kube_system_secrets(&cp);
+                async move { Ok(allowed?.then_some(())) }
+            },
+        )
+        .await?;
+        let cloud = Cloud::start_with_token_ca_discovery(&cp).await?;
+        let r = discovery_joins(&cp, &client, &cloud).await;
+        if let Err(e) = r {
+            bail!("{e:#}\n{}", cloud.logs(40));
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    let cleaned = kubectl_optional_rbac(&cp, "delete");
+    r?;
+    cleaned
+}
+
+/// The unpinned joins of [`unpinned_join_with_token_ca_discovery_opted_in`].
+async fn discovery_joins(
+    cp: &ControlPlane,
+    client: &kube::Client,
+    cloud: &Cloud,
+) -> anyhow::Result<()> {
+    let pid = std::process::id();
+    let tag = format!("{:06x}", pid % 0xff_ffff);
+    let now = SystemTime::now();
+    let hour = Duration::from_secs(3600);
+    let name = format!("e2e-join-discovery-{pid}");
+    let edge = Edge::with_config(&name, cloud, |c| {
+        c.edge_hub.token.clear();
+        c.edge_hub.ca_cert_hash = None;
+    })?;
+    // GetCa checks the token's Secret and says what is wrong with it.
+    let expired = kubectl_token(
+        cp,
+        &format!("y{}", &tag[1..]),
+        now - hour,
+        &["authentication", "signing"],
+    )?;
+    let wrong = kubectl_token(cp, &format!("z{}", &tag[1..]), now + hour, &["signing"])?;
+    let unknown = format!("q{}.0123456789abcdef", &tag[1..]);
+    for (token, expect) in [
+        (&expired, "expired"),
+        (&wrong, "usage"),
+        (&unknown, "unknown"),
+    ] {
+        let out = join(&edge, cloud, token, None)?;
+        let said = text(&out);
+        ensure!(
+            !out.status.success(),
+            "join with {expect:?} token succeeded: {said}"
+        );
+        ensure!(
+            said.contains(expect),
+            "error does not say {expect:?}: {said}"
+        );
+        ensure!(
+            !said.contains(token.split('.').nth(1).unwrap_or("-")),
+            "secret printed: {said}"
+        );
+    }
+    ensure!(
+        csrs_for(client, &name).await?.is_empty(),
+        "a CSR for a refused join"
+    );
+    // A valid token: the CA is discovered (its MAC checks out) and the join goes through.
+    let valid = kubectl_token(
+        cp,
+        &format!("d{}", &tag[1..]),
+        now + hour,
+        &["authentication", "signing"],
+    )?;
+    let out = join(&edge, cloud, &valid, None)?;
+    ensure!(out.status.success(), "unpinned join failed: {}", text(&out));
+    let csrs = csrs_for(client, &name).await?;
+    ensure!(csrs.len() == 1, "one CSR for the join, got {}", csrs.len());
+    let nodes: Api<Node> = Api::all(client.clone());
+    ensure!(
+        nodes.get_opt(&name).await?.is_some(),
+        "the join created no Node"
+    );
+    let ca = std::fs::read_to_string(edge.data_dir().join("pki").join("ca.crt"))?;
+    ensure!(
+        verge_pki::ca_cert_hash(&ca)? == cloud.ca_cert_hash,
+        "the discovered CA is not the Verge CA"
+    );
+    verge_testkit::trust::forget_node(client, &name).await?;
     Ok(())
 }
 

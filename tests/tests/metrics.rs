@@ -418,8 +418,8 @@ async fn scenario(
     refused_join_is_counted(cloud, hub, name).await
 }
 
-/// A join with a bootstrap token the cluster does not know is refused, and cloudhub counts it
-/// in `verge_cloudhub_refusals_total{reason="auth_token"}`.
+/// A join (the CA pinned) with a bootstrap token the cluster does not know is refused, and
+/// cloudhub counts it in `verge_cloudhub_refusals_total{reason="auth_token"}`.
 async fn refused_join_is_counted(cloud: &Cloud, hub: SocketAddr, name: &str) -> anyhow::Result<()> {
     const AUTH_TOKEN: &[&str] = &["reason=\"auth_token\""];
     let refusals = |text: &str| sample(text, "verge_cloudhub_refusals_total", AUTH_TOKEN);
@@ -432,6 +432,7 @@ async fn refused_join_is_counted(cloud: &Cloud, hub: SocketAddr, name: &str) -> 
         .arg(stranger.config_path())
         .args(["join", "--cloudhub", &cloud.join_url])
         .args(["--token", "u00000.0123456789abcdef"])
+        .args(["--ca-cert-hash", &cloud.ca_cert_hash])
         .output()?;
     anyhow::ensure!(
         !out.status.success(),

@@ -122,8 +122,9 @@ const DEFAULT_EDGE_METRICS_PORT: u16 = 10008;
 /// given (see [`crate::jaeger::tracing_yaml`]), stopping
 /// whatever an earlier start left in `dir`. TLS and authentication are on as in production:
 /// cloudhub keeps the Verge CA in the cluster, edgecontroller attaches with a token of its
-/// service account, and edgecore joins with a new bootstrap token (its earlier credentials
-/// are dropped, since the control plane and so the CA may be new); edgecore serves metrics
+/// service account, and edgecore joins with a new bootstrap token and the Verge CA's pin
+/// (its earlier credentials are dropped, since the control plane and so the CA may be
+/// new); edgecore serves metrics
 /// on its default `127.0.0.1:10008`, or on a free port when another local edgecore holds
 /// it. The edge never garbage-collects images: it shares this machine's Docker with the
 /// user's own images.
@@ -178,28 +179,27 @@ pub async fn start(
     // (`ControlPlaneConfig::node_monitor_grace_period`, short for tests); edgecontroller
     // renews the node Lease every quarter of its duration, so an 8 s Lease (renewed every
     // 2 s) keeps the node Ready, where the default 40 s one (renewed every 10 s) would not.
-    let edgecore_cfg = crate::jaeger::append_section(
-        write(
-            dir,
-            "edgecore.yaml",
-            &format!(
-                "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
+    // The edge pins the Verge CA (cloudhub offers no token CA discovery), so its
+    // configuration is written once cloudhub has published the CA, before edgecore starts.
+    let edgecore_cfg = dir.join("edgecore.yaml").display().to_string();
+    let edgecore_yaml = |ca_hash: &str| {
+        format!(
+            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
              \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
+             \x20 caCertHash: {ca_hash}\n\
              edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
              \x20 gc: {{imageGCHighThresholdPercent: 100}}\n  nodeLeaseDurationSeconds: 8\n\
              deviceTwin:\n  dmiSocket: {}\n\
              eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n\
              {metrics}",
-                dir.join("edge").display(),
-                verge_testkit::docker::TEST_IMAGE,
-                verge_testkit::docker::TEST_SANDBOX_COMMAND,
-                dmi_socket(dir).display(),
-                verge_testkit::mosquitto::MOSQUITTO_USER,
-                dir.join("mqtt").join("client-password").display(),
-            ),
-        )?,
-        &tracing,
-    )?;
+            dir.join("edge").display(),
+            verge_testkit::docker::TEST_IMAGE,
+            verge_testkit::docker::TEST_SANDBOX_COMMAND,
+            dmi_socket(dir).display(),
+            verge_testkit::mosquitto::MOSQUITTO_USER,
+            dir.join("mqtt").join("client-password").display(),
+        )
+    };
     let kubeconfig = cp.kubeconfig().display().to_string();
     let mut pids = vec![format!("mosquitto {mqtt_pid}")];
     let mut edgecore_pid = 0;
@@ -239,6 +239,11 @@ pub async fn start(
         ),
         ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),
     ] {
+        if name == "edgecore" {
+            let ca_hash = verge_testkit::trust::verge_ca_hash(&client).await?;
+            let written = write(dir, "edgecore.yaml", &edgecore_yaml(&ca_hash))?;
+            crate::jaeger::append_section(written, &tracing)?;
+        }
         let log = dir.join("logs").join(format!("{name}.log"));
         let pid = daemon::spawn_detached(&binary(bin_dir, name), &argv, &[], &log)?;
         eprintln!("  {name} pid {pid}, log {}", log.display());

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `verge_controller_messages_total` | counter | `direction` (`sent`, `received`), `group`, `operation` |
 //! | `verge_controller_watch_events_total` | counter | `resource`, `event` (`apply`, `delete`, `relisted`, `error`) |
+//! | `verge_controller_object_watches` | gauge | `resource`: single-object watches open now (edgecontroller's referenced ConfigMaps and Secrets, each as a node using it) |
 //! | `verge_controller_resync_duration_seconds` | histogram | — |
 //! | `verge_controller_resync_objects_total` | counter | `operation` (`update`, `delete`) |
 //! | `verge_kube_api_request_duration_seconds`, `verge_kube_api_requests_total` | | see `verge_runtime::metrics::kube_api` |
@@ -20,6 +21,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use verge_core::Envelope;
@@ -34,6 +36,13 @@ pub struct WatchLabels {
     pub event: &'static str,
 }
 
+/// Labels of `verge_controller_object_watches`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// The watched resource (plural).
+    pub resource: &'static str,
+}
+
 /// Labels of `verge_controller_resync_objects_total`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct OperationLabels {
@@ -46,6 +55,7 @@ pub struct OperationLabels {
 pub struct Metrics {
     messages: Family<MessageLabels, Counter>,
     watch_events: Family<WatchLabels, Counter>,
+    object_watches: Family<ResourceLabels, Gauge>,
     resync_duration: Histogram,
     resync_objects: Family<OperationLabels, Counter>,
 }
@@ -55,6 +65,7 @@ impl Default for Metrics {
         Self {
             messages: Family::default(),
             watch_events: Family::default(),
+            object_watches: Family::default(),
             resync_duration: Histogram::new(verge_runtime::metrics::latency_buckets()),
             resync_objects: Family::default(),
         }
@@ -89,6 +100,11 @@ impl Metrics {
             self.watch_events.clone(),
         );
         registry.register(
+            "verge_controller_object_watches",
+            "Single-object watches open now, by resource (edgecontroller: each referenced ConfigMap and Secret, watched as a node using it).",
+            self.object_watches.clone(),
+        );
+        registry.register(
             "verge_controller_resync_duration_seconds",
             "Time from a node's session event until the edge answered the resync marker.",
             self.resync_duration.clone(),
@@ -119,6 +135,13 @@ impl Metrics {
                 event,
             })
             .inc();
+    }
+
+    /// Sets the number of single-object watches of `resource` open now.
+    pub fn object_watches(&self, resource: &'static str, open: usize) {
+        self.object_watches
+            .get_or_create(&ResourceLabels { resource })
+            .set(i64::try_from(open).unwrap_or(i64::MAX));
     }
 
     /// Records a resync that took `elapsed`.

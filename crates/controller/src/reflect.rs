@@ -41,14 +41,14 @@ pub fn spawn(
 
 /// A store of `K` (of `dyntype`) and the future that fills it and reports its changes to
 /// `events`: `to_event` of every added, changed or deleted object, `relisted` after every
-/// completed (re)list; `changed` (if any) is woken by each of them. A failed watch is
+/// completed (re)list; each of `changed` is woken by each of them. A failed watch is
 /// logged and retried with backoff; the future ends when the receiver of `events` closed.
 pub fn cache<K, V, F>(
     api: Api<K>,
     dyntype: K::DynamicType,
     config: watch::Config,
     events: &mpsc::Sender<V>,
-    changed: Option<&Arc<Notify>>,
+    changed: &[Arc<Notify>],
     relisted: V,
     to_event: F,
 ) -> (Store<K>, impl Future<Output = ()> + Send + 'static)
@@ -69,7 +69,7 @@ where
         resource,
         reflector::reflector(writer, stream),
         events.clone(),
-        changed.cloned(),
+        changed.to_vec(),
         relisted,
         to_event,
     );
@@ -82,7 +82,7 @@ async fn forward<K, V, F>(
     resource: String,
     stream: impl Stream<Item = watcher::Result<Event<K>>> + Send,
     events: mpsc::Sender<V>,
-    changed: Option<Arc<Notify>>,
+    changed: Vec<Arc<Notify>>,
     relisted: V,
     to_event: F,
 ) where
@@ -91,10 +91,10 @@ async fn forward<K, V, F>(
 {
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
-        if let (Some(changed), Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone)) =
-            (&changed, &item)
-        {
-            changed.notify_one();
+        if let Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) = &item {
+            for changed in &changed {
+                changed.notify_one();
+            }
         }
         let metric = match &item {
             Ok(Event::Apply(_)) => Some("apply"),

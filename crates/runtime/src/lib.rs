@@ -48,7 +48,7 @@ pub mod unix_grpc;
 
 pub use chain::ErrorChain;
 #[cfg(feature = "kube")]
-pub use kube_client::kube_client;
+pub use kube_client::{as_node, kube_client, node_user};
 pub use modules::{ModuleError, Modules};
 #[cfg(feature = "health")]
 pub use serve::serve_with_health;

@@ -138,12 +138,19 @@ impl EdgeInstall {
     }
 
     /// `<bin> --config <config> join --cloudhub <cloudhub>:10002 --tls-server-name
-    /// cloudhub.verge-system.svc --token <token>` (docs/install.md, step 3); returns its
-    /// output (stdout, then stderr).
+    /// cloudhub.verge-system.svc --token <token> --ca-cert-hash <ca_cert_hash>`
+    /// (docs/install.md, step 3: the Verge CA pinned, e.g. with
+    /// [`crate::trust::verge_ca_hash`]); returns its output (stdout, then stderr).
     ///
     /// # Errors
     /// The join fails (the error holds edgecore's output).
-    pub fn join(&self, bin: &Path, cloudhub: IpAddr, token: &str) -> anyhow::Result<String> {
+    pub fn join(
+        &self,
+        bin: &Path,
+        cloudhub: IpAddr,
+        token: &str,
+        ca_cert_hash: &str,
+    ) -> anyhow::Result<String> {
         let out = Command::new(bin)
             .arg("--config")
             .arg(&self.config)
@@ -155,6 +162,8 @@ impl EdgeInstall {
                 CLOUDHUB_TLS_NAME,
                 "--token",
                 token,
+                "--ca-cert-hash",
+                ca_cert_hash,
             ])
             .output()
             .with_context(|| format!("running {} join", bin.display()))?;

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
@@ -157,6 +158,26 @@ pub async fn verge_ca(client: &kube::Client) -> anyhow::Result<verge_pki::Ca> {
     Ok(verge_pki::Ca::from_pem(&text("tls.crt")?, &key)?)
 }
 
+/// The pin of the Verge CA, `sha256:<hex>` (`verge_pki::ca_cert_hash`, kubeadm's
+/// `--discovery-token-ca-cert-hash`), as an operator computes it from the ConfigMap
+/// `verge-system/verge-ca` (key `ca.crt`) that cloudhub publishes before it serves: what an
+/// edge joins with (`edgecore join --ca-cert-hash`, `edgeHub.caCertHash`), since cloudhub
+/// offers token CA discovery only with `trust.tokenCaDiscovery`.
+///
+/// # Errors
+/// The ConfigMap is missing (no cloudhub ran yet) or holds no certificate.
+pub async fn verge_ca_hash(client: &kube::Client) -> anyhow::Result<String> {
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), VERGE_NAMESPACE);
+    let pem = maps
+        .get("verge-ca")
+        .await?
+        .data
+        .and_then(|mut data| data.remove("ca.crt"))
+        .ok_or_else(|| anyhow::anyhow!("ConfigMap {VERGE_NAMESPACE}/verge-ca has no ca.crt"))?;
+    Ok(verge_pki::ca_cert_hash(&pem)?)
+}
+
 /// A mutual-TLS client configuration for node `node` with a certificate issued directly
 /// from `ca` (what a join gives a node, without a CSR object).
 ///
@@ -239,4 +260,79 @@ pub async fn third_party_controller(
     status
         .and_then(|s| s.token)
         .ok_or_else(|| anyhow::anyhow!("TokenRequest for {namespace}/{name} returned no token"))
+}
+
+/// How long the tokens [`service_account_credentials`] mints stay valid: longer than any
+/// test run.
+pub const SERVICE_ACCOUNT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Credentials of service account `verge-system/<name>` written into `dir`, so that a test
+/// runs a cloud service exactly as deployed (with its shipped RBAC, not the admin's): a
+/// kubeconfig `<dir>/<name>.kubeconfig` with the control plane's server and CA and a token of
+/// the account, and, for a controller, `<dir>/<name>.hub-token` holding a token for the
+/// ControllerHub audience (`verge-controllerhub`, as the projected volume of the deployed
+/// pods; the controllers' `cloudhubAuth.tokenFile`). Tokens are minted by TokenRequest with the
+/// admin client and live [`SERVICE_ACCOUNT_TOKEN_TTL`]. Returns the two paths.
+///
+/// # Errors
+/// The account does not exist, a TokenRequest fails or a file cannot be written.
+pub async fn service_account_credentials(
+    cp: &crate::ControlPlane,
+    name: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    let api: Api<ServiceAccount> = Api::namespaced(cp.client().await?, VERGE_NAMESPACE);
+    let mint = |audiences: Option<Vec<String>>| {
+        let api = api.clone();
+        async move {
+            let request = TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    audiences,
+                    expiration_seconds: Some(SERVICE_ACCOUNT_TOKEN_TTL.as_secs() as i64),
+                    ..TokenRequestSpec::default()
+                }),
+                ..TokenRequest::default()
+            };
+            let answer = api
+                .create_token_request(name, &PostParams::default(), &request)
+                .await
+                .with_context(|| format!("TokenRequest for {VERGE_NAMESPACE}/{name}"))?;
+            answer
+                .status
+                .and_then(|s| s.token)
+                .filter(|t| !t.is_empty())
+                .with_context(|| format!("no token for {VERGE_NAMESPACE}/{name}"))
+        }
+    };
+    let token = mint(None).await?;
+    let hub_token = mint(Some(vec!["verge-controllerhub".to_owned()])).await?;
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: verge-test\n  cluster:\n    \
+         server: {server}\n    certificate-authority: {ca}\nusers:\n- name: {name}\n  user:\n    \
+         token: {token}\ncontexts:\n- name: {name}\n  context:\n    cluster: verge-test\n    \
+         user: {name}\n    namespace: {VERGE_NAMESPACE}\ncurrent-context: {name}\n",
+        server = cp.server_url(),
+        ca = cp.ca_cert_path().display(),
+    );
+    let kubeconfig_path = dir.join(format!("{name}.kubeconfig"));
+    let hub_token_path = dir.join(format!("{name}.hub-token"));
+    write_private(&kubeconfig_path, &kubeconfig)?;
+    write_private(&hub_token_path, &hub_token)?;
+    Ok((kubeconfig_path, hub_token_path))
+}
+
+/// Writes `contents` to a new file `path` readable by its owner only (tokens).
+fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
 }

@@ -71,7 +71,9 @@ pub struct EdgedConfig {
     /// Extra node labels, merged over the built-in ones (kubelet `--node-labels`).
     /// Default none.
     pub node_labels: BTreeMap<String, String>,
-    /// Taints the node registers with (kubelet `registerWithTaints`). Default none.
+    /// Taints the node registers with (kubelet `registerWithTaints`): sent with the join, and
+    /// cloudhub creates the Node with them (like the kubelet's, they apply when the Node is
+    /// created). Default none.
     pub register_with_taints: Vec<TaintConfig>,
     /// `pods` capacity (kubelet `maxPods`). Default 110.
     pub max_pods: u32,

@@ -42,8 +42,9 @@ pub struct EdgeHubConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub join_server: Option<String>,
     /// Pin of the Verge CA for joins, `sha256:<hex>` of its public key (kubeadm's
-    /// `--discovery-token-ca-cert-hash`). Default none: the CA is authenticated by the
-    /// token's MAC instead.
+    /// `--discovery-token-ca-cert-hash`; docs/install.md shows how to compute it). Default
+    /// none: the CA is then fetched with the token's MAC over it, which cloudhub offers only
+    /// with `trust.tokenCaDiscovery` (off by default), so set it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_cert_hash: Option<String>,
     /// The name cloudhub's serving certificate is verified against, instead of the host of

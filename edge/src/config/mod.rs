@@ -194,6 +194,20 @@ impl Config {
         }
     }
 
+    /// `edged.registerWithTaints` as a join sends them: cloudhub creates the Node with these
+    /// taints (the kubelet's `--register-with-taints`, which applies at creation only).
+    pub fn register_with_taints(&self) -> Vec<verge_edgehub::certificates::Taint> {
+        self.edged
+            .register_with_taints
+            .iter()
+            .map(|t| verge_edgehub::certificates::Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+            })
+            .collect()
+    }
+
     /// What edgehub and the node's certificates read of this configuration: `nodeName`,
     /// `dataDir` and the `edgeHub:` section.
     pub fn hub_settings(&self) -> verge_edgehub::HubSettings {
@@ -254,6 +268,16 @@ mod tests {
             Duration::from_secs(60)
         );
         assert_eq!(c.edged.register_with_taints[0].value, "");
+        let sent = c.register_with_taints();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(
+            (
+                sent[0].key.as_str(),
+                sent[0].value.as_str(),
+                sent[0].effect.as_str()
+            ),
+            ("k", "", "NoSchedule")
+        );
         assert_eq!(
             c.edged.crash_loop_back_off.max_container_restart_period,
             Duration::from_secs(60)

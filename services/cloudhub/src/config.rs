@@ -298,10 +298,15 @@ mod tests {
     fn fields_parse() {
         let c = Config::from_yaml(
             "keepaliveInterval: 200ms\nlogFormat: json\nackTimeout: 300ms\n\
-             trust: {serverSans: [hub.example]}\nhealthAddr: 127.0.0.1:0\n",
+             trust: {serverSans: [hub.example], tokenCaDiscovery: true}\nhealthAddr: 127.0.0.1:0\n",
             "c.yaml",
         )
         .expect("ok");
+        assert!(c.trust.token_ca_discovery);
+        assert!(
+            !Config::default().trust.token_ca_discovery,
+            "off by default"
+        );
         assert_eq!(c.keepalive_interval, Duration::from_millis(200));
         assert_eq!(c.trust.server_sans, ["hub.example"]);
         assert_eq!(c.log_format, LogFormat::Json);

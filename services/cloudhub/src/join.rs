@@ -25,7 +25,8 @@ impl JoinService {
 
 #[tonic::async_trait]
 impl Join for JoinService {
-    /// The CA certificate with the token's MAC over it.
+    /// The CA certificate with the token's MAC over it, with `trust.tokenCaDiscovery` only
+    /// (FAILED_PRECONDITION otherwise: the edge pins the CA).
     async fn get_ca(
         &self,
         request: Request<GetCaRequest>,
@@ -38,13 +39,18 @@ impl Join for JoinService {
         }))
     }
 
-    /// A first node certificate for a valid bootstrap token and CSR.
+    /// A first node certificate for a valid bootstrap token and CSR, and the node's Node with
+    /// the taints it registers with.
     async fn join_node(
         &self,
         request: Request<JoinRequest>,
     ) -> Result<Response<JoinResponse>, Status> {
-        let JoinRequest { token, csr } = request.into_inner();
-        let issued = self.trust.join(&token, &csr).await?;
+        let JoinRequest {
+            token,
+            csr,
+            register_with_taints,
+        } = request.into_inner();
+        let issued = self.trust.join(&token, &csr, &register_with_taints).await?;
         Ok(Response::new(JoinResponse {
             certificate: issued.certificate_pem,
             ca_certificate: self.trust.ca().cert_pem().to_owned(),

@@ -246,7 +246,7 @@ impl Metrics {
 /// (the API server, the CA).
 pub fn trust_refusal_reason(error: &TrustError) -> Option<&'static str> {
     Some(match error {
-        TrustError::Token(_) => "auth_token",
+        TrustError::Token(_) | TrustError::TokenNotAuthenticated { .. } => "auth_token",
         TrustError::Csr(_) | TrustError::OtherSubject { .. } => "auth_csr",
         TrustError::ForeignNode { .. } | TrustError::NodeTaken { .. } => "foreign_node",
         TrustError::IdentityMismatch { .. } | TrustError::NoClientCertificate(_) => "wrong_node",

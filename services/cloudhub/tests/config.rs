@@ -57,6 +57,12 @@ fn deployed_config_parses() {
     // The shipped CONNECT listener reaches edge nodes only (issue 31): dialling any other
     // `host:port` for a holder of an egress client certificate is opt-in.
     assert!(!config.streams.passthrough, "passthrough is off as shipped");
+    // Nor does it read bootstrap-token Secrets in kube-system (issue 31): edges pin the CA,
+    // token CA discovery is opt-in (deploy/cloud/optional/token-ca-discovery.yaml).
+    assert!(
+        !config.trust.token_ca_discovery,
+        "token CA discovery is off as shipped"
+    );
     assert!(
         manifest.contains("grpc: {port: 10005}"),
         "the probes use the health port"

@@ -20,7 +20,7 @@ use verge_pki::{Ca, NodeKey};
 use verge_proto::MessageExt;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::join_client::JoinClient;
-use verge_proto::hub::{GetCaRequest, JoinRequest, RenewRequest};
+use verge_proto::hub::{GetCaRequest, JoinRequest, RenewRequest, Taint};
 
 /// A certificate for node A with a hello naming node B is refused; A itself is accepted.
 #[tokio::test]
@@ -110,6 +110,63 @@ async fn controllers_need_an_allowed_service_account_token() {
     hub.stop().await;
 }
 
+/// With `trust.tokenCaDiscovery`, GetCa answers the CA with the token's MAC over it, read
+/// from the token's Secret and checked as for a join (unknown, expired and wrong-usage
+/// tokens refused, counted); without it (the default, [`join_with_bootstrap_tokens`]) it
+/// reads nothing.
+#[tokio::test]
+async fn token_ca_discovery_when_enabled() {
+    let mut config = common::config();
+    config.trust.token_ca_discovery = true;
+    let hub = start(config).await;
+    let cluster = hub.cluster.clone();
+    cluster.add_token(
+        "abcdef",
+        "0123456789abcdef",
+        &["authentication", "signing"],
+        None,
+    );
+    cluster.add_token(
+        "expird",
+        "0123456789abcdef",
+        &["authentication"],
+        Some("2000-01-01T00:00:00Z"),
+    );
+    cluster.add_token("nouse0", "0123456789abcdef", &["signing"], None);
+    let channel = tls_channel(&hub, hub.join_addr, None).await.unwrap();
+    let mut join = JoinClient::new(channel);
+    let get_ca = |token_id: &str| GetCaRequest {
+        token_id: token_id.into(),
+    };
+
+    let token = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
+    let ca = join.get_ca(get_ca("abcdef")).await.unwrap().into_inner();
+    let der = verge_pki::pem_io::cert_from_pem(&ca.ca_certificate).unwrap();
+    assert!(verify_ca_mac(&token, &der, &ca.token_mac));
+    assert_eq!(ca.ca_certificate, hub.trust.ca().cert_pem());
+    let other = BootstrapToken::parse("abcdef.ffffffffffffffff").unwrap();
+    assert!(
+        !verify_ca_mac(&other, &der, &ca.token_mac),
+        "MAC keyed by the secret"
+    );
+
+    for (id, says) in [
+        ("zzzzzz", "zzzzzz"),
+        ("expird", "expired"),
+        ("nouse0", "usage"),
+    ] {
+        let status = join.get_ca(get_ca(id)).await.unwrap_err();
+        assert_eq!(status.code(), Code::Unauthenticated, "{id}: {status:?}");
+        assert!(status.message().contains(says), "{id}: {status:?}");
+    }
+    assert_eq!(hub.trust.refusals().bad_token.load(Ordering::Relaxed), 3);
+    assert_eq!(
+        *cluster.secret_reads.lock().unwrap(),
+        ["abcdef", "zzzzzz", "expird", "nouse0"]
+    );
+    hub.stop().await;
+}
+
 /// A join with a valid token gets a certificate that EdgeHub accepts, through an approved CSR;
 /// bad tokens and foreign nodes are refused before any CSR is recorded.
 #[tokio::test]
@@ -137,33 +194,85 @@ async fn join_with_bootstrap_tokens() {
     let channel = tls_channel(&hub, hub.join_addr, None).await.unwrap();
     let mut join = JoinClient::new(channel);
 
-    // The CA comes with the token's MAC.
-    let token = BootstrapToken::parse("abcdef.0123456789abcdef").unwrap();
-    let ca = join
+    // Token CA discovery is off by default (issue 31): GetCa reads no bootstrap-token Secret
+    // and tells the edge to pin the CA; joins' tokens go to TokenReviews only.
+    let status = join
         .get_ca(GetCaRequest {
             token_id: "abcdef".into(),
         })
         .await
-        .unwrap()
-        .into_inner();
-    let der = verge_pki::pem_io::cert_from_pem(&ca.ca_certificate).unwrap();
-    assert!(verify_ca_mac(&token, &der, &ca.token_mac));
+        .unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("CA discovery by bootstrap token is off")
+            && status.message().contains("edgeHub.caCertHash"),
+        "{status:?}"
+    );
 
     let key = NodeKey::generate().unwrap();
     let request = |token: &str, node: &str| JoinRequest {
         token: token.into(),
         csr: key.csr_pem(node).unwrap(),
+        register_with_taints: Vec::new(),
     };
-    for (bad, code) in [
-        ("zzzzzz.0123456789abcdef", Code::Unauthenticated),
-        ("abcdef.ffffffffffffffff", Code::Unauthenticated),
-        ("expird.0123456789abcdef", Code::Unauthenticated),
-        ("nouse0.0123456789abcdef", Code::Unauthenticated),
-        ("not-a-token", Code::Unauthenticated),
+    // Unknown, wrong secret, expired, without usage-bootstrap-authentication: the API
+    // server's TokenReview does not authenticate them, and the refusal says so without
+    // telling them apart. A static token shaped like a bootstrap token is no bootstrap token.
+    for bad in [
+        "zzzzzz.0123456789abcdef",
+        "abcdef.ffffffffffffffff",
+        "expird.0123456789abcdef",
+        "nouse0.0123456789abcdef",
+        cluster::LOOKALIKE_TOKEN,
     ] {
         let status = join.join_node(request(bad, "edge-9")).await.err().unwrap();
-        assert_eq!(status.code(), code, "{bad}: {status:?}");
+        assert_eq!(status.code(), Code::Unauthenticated, "{bad}: {status:?}");
+        let (id, secret) = bad.split_once('.').unwrap();
+        assert!(
+            status
+                .message()
+                .contains(&format!("bootstrap token {id:?} refused")),
+            "{bad}: {status:?}"
+        );
+        assert!(
+            !status.message().contains(secret),
+            "secret printed: {status:?}"
+        );
     }
+    // Malformed tokens are refused before any TokenReview.
+    for malformed in [
+        "not-a-token",
+        "abcdef.0123456789ABCDEF",
+        "abcdefg.0123456789abcdef",
+    ] {
+        let status = join
+            .join_node(request(malformed, "edge-9"))
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(
+            status.code(),
+            Code::Unauthenticated,
+            "{malformed}: {status:?}"
+        );
+        assert!(status.message().contains("malformed"), "{status:?}");
+    }
+    {
+        let reviewed = cluster.bootstrap_reviews.lock().unwrap();
+        assert_eq!(
+            reviewed.len(),
+            5,
+            "one review per well-formed bootstrap token: {reviewed:?}"
+        );
+        assert!(reviewed.iter().all(|t| BootstrapToken::parse(t).is_ok()));
+    }
+    assert_eq!(hub.trust.refusals().bad_token.load(Ordering::Relaxed), 8);
+    assert!(
+        cluster.secret_reads.lock().unwrap().is_empty(),
+        "a bootstrap-token Secret was read"
+    );
     let status = join
         .join_node(request("abcdef.0123456789abcdef", "worker-1"))
         .await
@@ -257,5 +366,111 @@ async fn join_with_bootstrap_tokens() {
         .unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
     let _ = Arc::strong_count(&hub.trust);
+    hub.stop().await;
+}
+
+/// A join's registerWithTaints are the taints its Node is created with; an invalid one
+/// refuses the join with INVALID_ARGUMENT naming it, and nothing is written. A bad token is
+/// refused as such whatever its taints.
+#[tokio::test]
+async fn join_creates_the_node_with_its_taints() {
+    let hub = start(common::config()).await;
+    let cluster = hub.cluster.clone();
+    cluster.add_token("tnt000", "0123456789abcdef", &["authentication"], None);
+    let channel = tls_channel(&hub, hub.join_addr, None).await.unwrap();
+    let mut join = JoinClient::new(channel);
+    let taint = |key: &str, value: &str, effect: &str| Taint {
+        key: key.into(),
+        value: value.into(),
+        effect: effect.into(),
+    };
+    let request = |token: &str, node: &str, taints: Vec<Taint>| JoinRequest {
+        token: token.into(),
+        csr: NodeKey::generate().unwrap().csr_pem(node).unwrap(),
+        register_with_taints: taints,
+    };
+
+    for (bad, says) in [
+        (
+            taint("bad key", "", "NoSchedule"),
+            "key must be a qualified name",
+        ),
+        (taint("k", "not ok", "NoSchedule"), "value \"not ok\""),
+        (taint("k", "", "Never"), "effect \"Never\""),
+        (
+            taint("dedicated", "other", "NoSchedule"),
+            "unique by key and effect",
+        ),
+    ] {
+        let taints = vec![taint("dedicated", "edge", "NoSchedule"), bad];
+        let status = join
+            .join_node(request("tnt000.0123456789abcdef", "edge-t", taints))
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(status.message().contains("taint 1"), "{status:?}");
+        assert!(status.message().contains(says), "{says}: {status:?}");
+        assert!(
+            status.message().contains("edged.registerWithTaints"),
+            "{status:?}"
+        );
+    }
+    let too_many = (0..33)
+        .map(|i| taint(&format!("k{i}"), "", "NoExecute"))
+        .collect();
+    let status = join
+        .join_node(request("tnt000.0123456789abcdef", "edge-t", too_many))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("at most 32"), "{status:?}");
+    // The token is checked first.
+    let status = join
+        .join_node(request(
+            "zzzzzz.0123456789abcdef",
+            "edge-t",
+            vec![taint("bad key", "", "NoSchedule")],
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    assert!(
+        cluster.csrs.lock().unwrap().is_empty(),
+        "no CSR for refused joins"
+    );
+    assert!(
+        cluster.nodes.lock().unwrap().is_empty(),
+        "no Node for refused joins"
+    );
+    // Refused taints are the edge's configuration, not a credential: not counted.
+    assert_eq!(hub.trust.refusals().bad_token.load(Ordering::Relaxed), 1);
+    assert_eq!(hub.trust.refusals().bad_csr.load(Ordering::Relaxed), 0);
+
+    let taints = vec![
+        taint("dedicated", "edge", "NoSchedule"),
+        taint("example.com/flaky-link", "", "PreferNoSchedule"),
+        taint("example.com/flaky-link", "", "NoExecute"),
+    ];
+    join.join_node(request("tnt000.0123456789abcdef", "edge-t", taints))
+        .await
+        .unwrap();
+    let created = cluster.node_taints.lock().unwrap()["edge-t"].clone();
+    let created: Vec<_> = created
+        .iter()
+        .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+        .collect();
+    assert_eq!(
+        created,
+        [
+            ("dedicated", Some("edge"), "NoSchedule"),
+            ("example.com/flaky-link", None, "PreferNoSchedule"),
+            ("example.com/flaky-link", None, "NoExecute"),
+        ]
+    );
+    // Without taints (an edge older than the field), the Node has none.
+    join.join_node(request("tnt000.0123456789abcdef", "edge-u", Vec::new()))
+        .await
+        .unwrap();
+    assert!(cluster.node_taints.lock().unwrap()["edge-u"].is_empty());
     hub.stop().await;
 }

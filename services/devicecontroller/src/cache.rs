@@ -91,7 +91,7 @@ impl Caches {
             ar,
             watch::Config::default(),
             events,
-            None,
+            &[],
             CacheEvent::Relisted,
             |d| {
                 Some(CacheEvent::Device {
@@ -108,7 +108,7 @@ impl Caches {
             ar,
             watch::Config::default(),
             events,
-            None,
+            &[],
             CacheEvent::Relisted,
             |m| Some(CacheEvent::Model(desired::model_key_of(m))),
         );
@@ -119,7 +119,7 @@ impl Caches {
             (),
             config,
             events,
-            None,
+            &[],
             CacheEvent::Relisted,
             |n: &Node| Some(CacheEvent::Node(n.name_any())),
         );

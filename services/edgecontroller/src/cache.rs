@@ -1,5 +1,6 @@
-//! Watch caches of the API server (kube-runtime reflectors): edge Nodes, Pods bound to a node,
-//! ConfigMaps, Secrets and Services of all namespaces. Services are never sent down: their
+//! Watch caches of the API server (kube-runtime reflectors): edge Nodes, Pods bound to a node
+//! and Services of all namespaces, and the ConfigMaps and Secrets edge pods reference (each
+//! watched as a node using it, [`crate::referenced`]). Services are never sent down: their
 //! cache only answers the nodes' service list queries (the kubelet's service informer, for
 //! the service environment variables; `upstream::services`).
 //!
@@ -104,9 +105,9 @@ pub struct Caches {
     pub nodes: Store<Node>,
     /// Pods with `spec.nodeName` set (field selector `spec.nodeName!=`).
     pub pods: Store<Pod>,
-    /// ConfigMaps of all namespaces.
+    /// The ConfigMaps pods on edge nodes reference ([`crate::referenced`]).
     pub configmaps: Store<ConfigMap>,
-    /// Secrets of all namespaces.
+    /// The Secrets pods on edge nodes reference ([`crate::referenced`]).
     pub secrets: Store<Secret>,
     /// Services of all namespaces (only for queries; not part of [`Caches::wait_ready`]).
     pub services: Store<Service>,
@@ -117,14 +118,19 @@ pub struct Caches {
 
 impl Caches {
     /// Starts the watch tasks on `tracker`; they report changes to `events` and end at
-    /// `shutdown`. Needs list/watch on nodes, pods, configmaps, secrets and services.
+    /// `shutdown`. `client` (edgecontroller's own identity) needs list/watch on edge nodes,
+    /// pods and services; ConfigMaps and Secrets are watched one by one as a node that uses
+    /// them (`clients`, [`crate::referenced`]).
     pub fn start(
         client: &kube::Client,
+        clients: &crate::node_clients::NodeClients,
         events: &mpsc::Sender<CacheEvent>,
         tracker: &TaskTracker,
         shutdown: &CancellationToken,
     ) -> Self {
         let changed = Arc::new(Notify::new());
+        let referenced_wake = Arc::new(Notify::new());
+        let both = [changed.clone(), referenced_wake.clone()];
         let nodes_config = watch::Config::default().labels(EDGE_NODE_LABEL);
         let api = Api::all(client.clone());
         let (nodes, task) = reflect::cache(
@@ -132,7 +138,7 @@ impl Caches {
             (),
             nodes_config,
             events,
-            Some(&changed),
+            &both,
             CacheEvent::Relisted,
             |n: &Node| Some(CacheEvent::Node(n.name_any())),
         );
@@ -144,7 +150,7 @@ impl Caches {
             (),
             pods_config,
             events,
-            Some(&changed),
+            &both,
             CacheEvent::Relisted,
             |p: &Pod| {
                 Some(CacheEvent::Pod {
@@ -154,32 +160,21 @@ impl Caches {
             },
         );
         reflect::spawn(tracker, shutdown, "pod", task);
-        let (configmaps, task) = reflect::cache(
-            Api::all(client.clone()),
-            (),
-            watch::Config::default(),
-            events,
-            None,
-            CacheEvent::Relisted,
-            |c: &ConfigMap| Some(CacheEvent::Object(key_of(c, ResourceType::ConfigMap))),
+        let (configmaps, secrets) = crate::referenced::start(
+            clients.clone(),
+            pods.clone(),
+            nodes.clone(),
+            referenced_wake,
+            events.clone(),
+            tracker,
+            shutdown,
         );
-        reflect::spawn(tracker, shutdown, "configmap", task);
-        let (secrets, task) = reflect::cache(
-            Api::all(client.clone()),
-            (),
-            watch::Config::default(),
-            events,
-            None,
-            CacheEvent::Relisted,
-            |s: &Secret| Some(CacheEvent::Object(key_of(s, ResourceType::Secret))),
-        );
-        reflect::spawn(tracker, shutdown, "secret", task);
         let (services, task) = reflect::cache(
             Api::all(client.clone()),
             (),
             watch::Config::default(),
             events,
-            None,
+            &[],
             CacheEvent::ServicesRelisted,
             |_: &Service| None,
         );
@@ -204,8 +199,8 @@ impl Caches {
     /// # Errors
     /// When a watch task ended before its first list (shutdown).
     pub async fn wait_ready(&self) -> Result<(), reflector::store::WriterDropped> {
-        self.nodes.wait_until_ready().await?;
-        self.pods.wait_until_ready().await?;
+        // The referenced-object stores are made ready only after the node and pod caches
+        // ([`crate::referenced`]), which they wait for themselves.
         self.configmaps.wait_until_ready().await?;
         self.secrets.wait_until_ready().await
     }

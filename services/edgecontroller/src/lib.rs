@@ -29,13 +29,18 @@
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
 //!   [`upstream::lease`], [`upstream::pod`], [`upstream::event`], [`upstream::query`],
 //!   [`upstream::services`], [`upstream::token`]).
+//! - [`referenced`]: the ConfigMaps and Secrets edge pods use, each watched as a node using it.
+//! - [`node_clients`]: the clients acting as each node (impersonation), so the API server
+//!   bounds what edgecontroller does for a node.
 //! - [`error`]: the crate's [`Error`].
 
 pub mod cache;
 pub mod desired;
 pub mod downstream;
 pub mod error;
+pub mod node_clients;
 pub mod offline;
+pub mod referenced;
 pub mod renewer;
 pub mod upstream;
 
@@ -55,6 +60,7 @@ use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
 use crate::cache::Caches;
+use crate::node_clients::NodeClients;
 use crate::renewer::Renewer;
 use crate::upstream::{Context, NodeLabelPolicy};
 
@@ -127,7 +133,8 @@ async fn lead_until(
     let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
     let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
     let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
-    let caches = Caches::start(&client, &events_tx, tracker, stop);
+    let node_clients = NodeClients::new(client.clone());
+    let caches = Caches::start(&client, &node_clients, &events_tx, tracker, stop);
     drop(events_tx);
     let (down_tx, down_rx) = mpsc::unbounded_channel();
     tracker.spawn(
@@ -141,11 +148,11 @@ async fn lead_until(
     // Per leadership term: a new leader adopts the connected nodes' Leases (renewer).
     let renewer = Renewer::new();
     tracker.spawn(
-        renewer::run(renewer.clone(), client.clone(), stop.clone())
+        renewer::run(renewer.clone(), node_clients.clone(), stop.clone())
             .instrument(info_span!("lease_renewer")),
     );
     let context = Context {
-        client,
+        nodes: node_clients,
         caches,
         renewer,
         node_labels,

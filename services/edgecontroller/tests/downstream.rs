@@ -78,6 +78,7 @@ async fn scenario(
     // A registered edge node, a pod bound to it mounting `cfg`, a second pod, an unused map.
     let registration = json!({ "metadata": { "name": node,
         "labels": { "node-role.kubernetes.io/edge": "" } } });
+    common::create_joined_node(&Api::all(client.clone()), node, &[]).await?;
     let a = ask(
         h,
         node,
@@ -174,7 +175,11 @@ async fn objects_and_queries(
             &pp,
             &pod(
                 "p",
-                json!([{ "name": "v", "configMap": { "name": "cfg" } }]),
+                // A projected token (API server audience): the Node authorizer lets the node
+                // request exactly the tokens its pods' volumes declare.
+                json!([{ "name": "v", "configMap": { "name": "cfg" } },
+                    { "name": "t", "projected": { "sources": [
+                        { "serviceAccountToken": { "path": "token" } }] } }]),
             )?,
         )
         .await?;

@@ -56,11 +56,28 @@ async fn scenario(
     leases: &Api<Lease>,
 ) -> anyhow::Result<()> {
     let node_path = format!("node/{node}/_/node/{node}");
-    // Registration creates the node.
+    // Registration never creates a Node: cloudhub does at join (with the edge's taints), so
+    // a deleted Node's old certificate cannot bring it back.
     let object = json!({
         "metadata": { "name": node, "labels": { "node-role.kubernetes.io/edge": "", "a": "1" } },
         "spec": { "taints": [{ "key": "edge", "value": "x", "effect": "NoSchedule" }] }
     });
+    let answer = h
+        .ask(
+            node,
+            msg(Operation::Insert, node_path.clone(), object.clone()),
+        )
+        .await?;
+    assert_eq!(
+        answer.operation()?,
+        Operation::Error,
+        "absent Node registered"
+    );
+    assert!(
+        nodes.get_opt(node).await?.is_none(),
+        "registration created the Node"
+    );
+    common::create_joined_node(nodes, node, &[("edge", "x")]).await?;
     let answer = h
         .ask(node, msg(Operation::Insert, node_path.clone(), object))
         .await?;
@@ -68,13 +85,12 @@ async fn scenario(
     let created = nodes.get(node).await?;
     let labels = created.metadata.labels.clone().unwrap_or_default();
     assert_eq!(
-        labels
-            .get("node-role.kubernetes.io/edge")
-            .map(String::as_str),
-        Some("")
+        (labels.get("node-role.kubernetes.io/edge"), labels.get("a")),
+        (Some(&String::new()), Some(&"1".to_owned()))
     );
 
-    // Someone else taints the node; a second registration merges and keeps that taint.
+    // Someone else taints the node; a second registration merges labels, keeps that taint
+    // and adds no taint of its own (NodeRestriction: a node never changes its taints).
     let keep = json!({ "key": "example.com/keep", "effect": "NoSchedule" });
     let mut taints = created.spec.and_then(|s| s.taints).unwrap_or_default();
     taints.push(serde_json::from_value(keep)?);
@@ -85,7 +101,8 @@ async fn scenario(
             &Patch::Merge(json!({ "spec": { "taints": taints } })),
         )
         .await?;
-    let object = json!({ "metadata": { "name": node, "labels": { "b": "2" } } });
+    let object = json!({ "metadata": { "name": node, "labels": { "b": "2" } },
+        "spec": { "taints": [{ "key": "late", "effect": "NoSchedule" }] } });
     let answer = h
         .ask(node, msg(Operation::Insert, node_path, object))
         .await?;
@@ -104,7 +121,9 @@ async fn scenario(
         .map(|t| t.key)
         .collect();
     assert!(
-        keys.contains(&"edge".into()) && keys.contains(&"example.com/keep".into()),
+        keys.contains(&"edge".into())
+            && keys.contains(&"example.com/keep".into())
+            && !keys.contains(&"late".into()),
         "{keys:?}"
     );
 

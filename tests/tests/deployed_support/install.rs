@@ -40,13 +40,19 @@ impl InstalledEdge {
         })
     }
 
-    /// `edgecore join` through `cloudhub` with `token` ([`EdgeInstall::join`]).
+    /// `edgecore join` through `cloudhub` with `token`, the Verge CA pinned to
+    /// `ca_cert_hash` ([`EdgeInstall::join`]).
     ///
     /// # Errors
     /// The join fails (the error holds edgecore's output).
-    pub fn join(&self, cloudhub: IpAddr, token: &str) -> anyhow::Result<String> {
+    pub fn join(
+        &self,
+        cloudhub: IpAddr,
+        token: &str,
+        ca_cert_hash: &str,
+    ) -> anyhow::Result<String> {
         self.install
-            .join(&workspace_bin("edgecore")?, cloudhub, token)
+            .join(&workspace_bin("edgecore")?, cloudhub, token, ca_cert_hash)
     }
 
     /// Starts the agent with the unit's `ExecStart=` command line.

@@ -24,13 +24,15 @@ pub struct Edges {
 }
 
 impl Edges {
-    /// Installs, joins and starts `count` edges named `<prefix>-<i>` through the cloudhub
-    /// Service of `env`, and waits until every Node is Ready.
+    /// Installs, joins (the Verge CA pinned) and starts `count` edges named `<prefix>-<i>`
+    /// through the cloudhub Service of `env`, and waits until every Node is Ready.
     ///
     /// # Errors
     /// A join fails or a node is not Ready within a minute (the error holds its log).
     pub async fn join(env: &Deployment, prefix: &str, count: usize) -> anyhow::Result<Self> {
         let hub = env.cloudhub_ip().await?;
+        // Edges pin the Verge CA, as docs/install.md tells an operator.
+        let ca_hash = verge_testkit::trust::verge_ca_hash(&env.client).await?;
         let mut edges = Vec::with_capacity(count);
         for i in 0..count {
             let name = format!("{prefix}-{i}");
@@ -39,7 +41,7 @@ impl Edges {
                     .await?;
             let mut edge = InstalledEdge::configure(&name, hub)?;
             let out = edge
-                .join(hub, &token)
+                .join(hub, &token, &ca_hash)
                 .with_context(|| format!("joining through {hub}\n{}", env.cloud_diagnostics()))?;
             let joined = out.lines().find(|l| l.contains("joined")).unwrap_or(&out);
             eprintln!("deployed: {joined}");

@@ -128,7 +128,8 @@ async fn measure(
     let install = EdgeInstall::configure(&dir.join("edge"), EDGE, hub, None)?;
     let token =
         create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600)).await?;
-    install.join(edgecore, hub, &token)?;
+    let ca_hash = verge_testkit::trust::verge_ca_hash(&env.client).await?;
+    install.join(edgecore, hub, &token, &ca_hash)?;
     let argv = install.command_line(edgecore)?;
     let (program, rest) = argv.split_first().context("empty ExecStart")?;
     *edge_process = Some(ChildProcess::spawn(program, rest, [("RUST_LOG", "info")])?);

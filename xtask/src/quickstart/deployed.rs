@@ -132,7 +132,7 @@ fn edge_log() -> PathBuf {
 }
 
 /// docs/install.md's edge steps: the configuration from `deploy/edge` for `name` and `hub`,
-/// `edgecore join` with a new bootstrap token, then the unit's command line started detached
+/// `edgecore join` with a new bootstrap token and the Verge CA's pin, then the unit's command line started detached
 /// (recorded in the run directory's `pids` and `node` files, which `cargo xtask down` reads).
 async fn install_edge(env: &Deployment, bin: &Path, name: &str, hub: IpAddr) -> anyhow::Result<()> {
     // Credentials of an earlier run are from an earlier CA; its Node goes too, as an operator
@@ -142,7 +142,9 @@ async fn install_edge(env: &Deployment, bin: &Path, name: &str, hub: IpAddr) -> 
     let edge = EdgeInstall::configure(&edge_dir(), name, hub, None)?;
     let token =
         create_bootstrap_token(&env.client, TokenKind::Valid, Duration::from_secs(3600)).await?;
-    let joined = edge.join(bin, hub, &token)?;
+    // The Verge CA pinned (docs/install.md, step 3): cloudhub offers no token CA discovery.
+    let ca_hash = verge_testkit::trust::verge_ca_hash(&env.client).await?;
+    let joined = edge.join(bin, hub, &token, &ca_hash)?;
     if let Some(line) = joined.lines().find(|l| l.contains("joined")) {
         eprintln!("  {}", line.trim());
     }

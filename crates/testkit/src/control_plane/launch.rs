@@ -105,7 +105,15 @@ impl ControlPlaneConfig {
             format!("--tls-private-key-file={}", path(&pki.apiserver_key)),
             format!("--client-ca-file={}", path(&pki.ca_cert)),
             format!("--token-auth-file={}", path(&dir.join("tokens.csv"))),
+            // Bootstrap tokens authenticate (as kubeadm's API servers): cloudhub checks a
+            // join's token with a TokenReview instead of reading its kube-system Secret.
+            "--enable-bootstrap-token-auth=true".to_owned(),
             "--authorization-mode=Node,RBAC".to_owned(),
+            // NodeRestriction bounds what a node identity may write (its own Node, Lease and
+            // pods' status; no taints, only allowed labels): edgecontroller acts as each edge
+            // node (constrained impersonation), so this admission bounds it too. The other
+            // plugins are the API server's defaults.
+            "--enable-admission-plugins=NodeRestriction".to_owned(),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
             format!("--service-account-key-file={}", path(&pki.sa_pub)),

@@ -55,6 +55,13 @@ pub enum Error {
     /// PERMISSION_DENIED for a name owned by a non-edge Node).
     #[error("cloudhub refused: {}", .0.message())]
     Refused(#[source] tonic::Status),
+    /// A join without a CA pin, to a cloudhub that does not offer CA discovery by bootstrap
+    /// token (`GetCa` answered FAILED_PRECONDITION; cloudhub's `trust.tokenCaDiscovery`).
+    #[error(
+        "cloudhub offers no CA discovery by bootstrap token: pin the Verge CA with \
+         --ca-cert-hash sha256:<hex> or edgeHub.caCertHash (docs/install.md)"
+    )]
+    PinRequired(#[source] tonic::Status),
     /// The CA certificate cloudhub sent is not authenticated by the bootstrap token.
     #[error(
         "the CA certificate from cloudhub does not carry this bootstrap token's proof; wrong token or not a Verge cloudhub"

@@ -4,11 +4,14 @@
 //!
 //! 1. The CA: with `--ca-cert-hash`, the join connection only accepts a server whose chain
 //!    holds the CA with that hash. Without it, `GetCa` returns the CA certificate with an
-//!    HMAC keyed by the token's secret; the CA is trusted only if the MAC checks out.
+//!    HMAC keyed by the token's secret; the CA is trusted only if the MAC checks out. A
+//!    cloudhub answers `GetCa` only with `trust.tokenCaDiscovery` (off by default), else
+//!    the join fails with [`Error::PinRequired`].
 //! 2. A new private key is made on the node; only its CSR (`CN=system:node:<name>`,
-//!    `O=system:nodes`) is sent, with the token, over TLS verified against that CA.
-//! 3. cloudhub approves and signs a CertificateSigningRequest; the certificate, key and CA
-//!    are stored (key 0600).
+//!    `O=system:nodes`) is sent, with the token and the taints the Node is to be created
+//!    with (`edged.registerWithTaints`), over TLS verified against that CA.
+//! 3. cloudhub approves and signs a CertificateSigningRequest and creates the Node with those
+//!    taints; the certificate, key and CA are stored (key 0600).
 
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +19,7 @@ use tracing::info;
 use verge_pki::token::{BootstrapToken, verify_ca_mac};
 use verge_pki::{CertInfo, NodeKey};
 use verge_proto::hub::join_client::JoinClient;
-use verge_proto::hub::{GetCaRequest, JoinRequest};
+use verge_proto::hub::{GetCaRequest, JoinRequest, Taint};
 
 use super::{Credentials, Error, Result};
 use crate::HubSettings;
@@ -40,6 +43,10 @@ pub struct JoinParams {
     pub node_name: String,
     /// Server name to verify instead of the address's host.
     pub tls_server_name: Option<String>,
+    /// The taints cloudhub creates the Node with (`edged.registerWithTaints`; the kubelet's
+    /// `--register-with-taints`, which applies when the Node is created only). cloudhub
+    /// checks them as the API server checks a Node's taints and refuses the join otherwise.
+    pub register_with_taints: Vec<Taint>,
 }
 
 impl std::fmt::Debug for JoinParams {
@@ -49,6 +56,7 @@ impl std::fmt::Debug for JoinParams {
             .field("token", &"<redacted>")
             .field("ca_cert_hash", &self.ca_cert_hash)
             .field("node_name", &self.node_name)
+            .field("register_with_taints", &self.register_with_taints)
             .finish_non_exhaustive()
     }
 }
@@ -140,13 +148,24 @@ fn unreachable(error: &Error) -> bool {
     false
 }
 
+/// The error of a refused `GetCa`: FAILED_PRECONDITION is a cloudhub without token CA
+/// discovery ([`Error::PinRequired`]), anything else a refusal.
+fn get_ca_error(status: tonic::Status) -> Error {
+    if status.code() == tonic::Code::FailedPrecondition {
+        Error::PinRequired(status)
+    } else {
+        Error::Refused(status)
+    }
+}
+
 /// Runs the join described by `params` and stores the credentials in `credentials`.
 ///
 /// # Errors
 /// [`Error::Token`] for a malformed token, [`Error::Connect`] when cloudhub cannot be reached
-/// or its certificate is not from the pinned CA, [`Error::UnverifiedCa`] when the CA lacks the
+/// or its certificate is not from the pinned CA, [`Error::PinRequired`] without a pin when
+/// cloudhub offers no token CA discovery, [`Error::UnverifiedCa`] when the CA lacks the
 /// token's proof, [`Error::Refused`] with cloudhub's reason (unknown or expired token, a name
-/// owned by a non-edge Node), [`Error::Pki`].
+/// owned by a non-edge Node, an invalid taint), [`Error::Pki`].
 pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Joined> {
     let token = BootstrapToken::parse(&params.token)?;
     let endpoint = verge_proto::transport::endpoint(&params.address)
@@ -183,7 +202,7 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
                 let request = GetCaRequest {
                     token_id: token.id().to_owned(),
                 };
-                let answer = discovery.get_ca(request).await.map_err(Error::Refused)?;
+                let answer = discovery.get_ca(request).await.map_err(get_ca_error)?;
                 Ok(answer.into_inner())
             })
             .await?;
@@ -200,6 +219,7 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
         .join_node(JoinRequest {
             token: token.expose().to_string(),
             csr,
+            register_with_taints: params.register_with_taints.clone(),
         })
         .await
         .map_err(Error::Refused)?
@@ -220,6 +240,15 @@ pub async fn join(params: &JoinParams, credentials: &Credentials) -> Result<Join
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cloudhub_without_token_ca_discovery_asks_for_a_pin() {
+        let off = get_ca_error(tonic::Status::failed_precondition("discovery is off"));
+        assert!(matches!(off, Error::PinRequired(_)), "{off:?}");
+        assert!(off.to_string().contains("--ca-cert-hash"), "{off}");
+        let refused = get_ca_error(tonic::Status::unauthenticated("unknown token"));
+        assert!(matches!(refused, Error::Refused(_)), "{refused:?}");
+    }
 
     #[tokio::test]
     async fn a_refused_connection_is_retried_and_a_bad_address_is_not() {

@@ -29,6 +29,8 @@ use verge_pki::{CertInfo, ClientIdentity, PrivateKeyPem};
 pub use error::Error;
 pub use join::{JoinParams, Joined, join, join_address};
 pub use renew::{renew, renew_once};
+/// A taint of `JoinParams::register_with_taints` (the wire type).
+pub use verge_proto::hub::Taint;
 
 use crate::HubSettings;
 
@@ -212,11 +214,12 @@ impl Loaded {
 
 /// Makes sure the node has a valid certificate before edgecore starts: joins with
 /// `edgeHub.token` when there is none or it expired (the data directory survives, so pods
-/// and their state are kept).
+/// and their state are kept), asking for the Node to be created with `register_with_taints`
+/// (`edged.registerWithTaints`).
 ///
 /// # Errors
 /// [`Error::NotJoined`] / [`Error::Expired`] without a token, else the join's errors.
-pub async fn ensure(config: &HubSettings) -> Result<()> {
+pub async fn ensure(config: &HubSettings, register_with_taints: Vec<Taint>) -> Result<()> {
     let credentials = Credentials::of(config);
     let usable = match credentials.load() {
         Ok(loaded) => loaded.check(&config.node_name, SystemTime::now()),
@@ -237,6 +240,7 @@ pub async fn ensure(config: &HubSettings) -> Result<()> {
         ca_cert_hash: config.edge_hub.ca_cert_hash.clone(),
         node_name: config.node_name.clone(),
         tls_server_name: config.edge_hub.tls_server_name.clone(),
+        register_with_taints,
     };
     join(&request, &credentials).await.map(|_| ())
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
     CertificateSigningRequestStatus,
 };
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeSpec, Secret, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -65,7 +65,10 @@ pub struct CsrRecord {
 /// error as is; callers decide what it means.
 pub trait ClusterApi: Send + Sync + 'static {
     /// The bootstrap-token Secret `kube-system/bootstrap-token-<token_id>`: its `type` and
-    /// `data`, or `None` when it does not exist.
+    /// `data`, or `None` when it does not exist. Only `Join.GetCa` reads it, and only with
+    /// `trust.tokenCaDiscovery`: its proof over the CA is keyed with the token's secret, which
+    /// no TokenReview reveals. A join's token is checked with [`ClusterApi::review_token`]
+    /// instead.
     fn bootstrap_token_secret<'a>(
         &'a self,
         token_id: &'a str,
@@ -74,10 +77,14 @@ pub trait ClusterApi: Send + Sync + 'static {
     /// Whether Node `name` exists and is a Verge edge node.
     fn node_owner<'a>(&'a self, name: &'a str) -> BoxFuture<'a, kube::Result<NodeOwner>>;
 
-    /// Creates Node `name` with the edge label and nothing else; its uid, or `None` when a Node
-    /// of that name exists already (409).
-    fn create_edge_node<'a>(&'a self, name: &'a str)
-    -> BoxFuture<'a, kube::Result<Option<String>>>;
+    /// Creates Node `name` with the edge label and `taints` (`spec.taints`, already valid:
+    /// the kubelet's `--register-with-taints`, which applies at creation only) and nothing
+    /// else; its uid, or `None` when a Node of that name exists already (409).
+    fn create_edge_node<'a>(
+        &'a self,
+        name: &'a str,
+        taints: &'a [Taint],
+    ) -> BoxFuture<'a, kube::Result<Option<String>>>;
 
     /// The names of edge Nodes that are deleted or lose the edge label from now on, as long
     /// as the stream is polled (a watch of the Nodes' metadata, re-established with backoff;
@@ -94,11 +101,17 @@ pub trait ClusterApi: Send + Sync + 'static {
         certificate_pem: &'a str,
     ) -> BoxFuture<'a, kube::Result<()>>;
 
-    /// A TokenReview of `token` for `audience`: the authenticated user, or `None`.
+    /// A TokenReview of `token`: the authenticated user, or `None`.
+    ///
+    /// With `Some(audience)` the review asks for that audience and a user is returned only
+    /// when the API server says the token is valid for it (service-account tokens of
+    /// controllers). With `None` the review names no audience, so the API server checks the
+    /// token for its own audiences: bootstrap tokens have no audience, and a review that asks
+    /// for one never authenticates them.
     fn review_token<'a>(
         &'a self,
         token: &'a str,
-        audience: &'a str,
+        audience: Option<&'a str>,
     ) -> BoxFuture<'a, kube::Result<Option<ReviewedUser>>>;
 
     /// A SubjectAccessReview: may `user` do verb `attach` on resource `messagegroups` of API
@@ -127,10 +140,11 @@ pub const MESSAGE_GROUP_RESOURCE: &str = "messagegroups";
 /// The RBAC verb that lets a controller serve a message group (`attach`).
 pub const MESSAGE_GROUP_VERB: &str = "attach";
 
-/// [`ClusterApi`] on a kube-rs client (needs: get Secrets in `kube-system`; get, create,
-/// list and watch Nodes,
+/// [`ClusterApi`] on a kube-rs client (needs: get, create, list and watch Nodes,
 /// create/approve/update-status CSRs and `approve`/`sign` on signer `verge.io/edge-node`,
-/// create TokenReviews and SubjectAccessReviews; see `deploy/cloud/access/rbac.yaml`).
+/// create TokenReviews (controllers' tokens and joins' bootstrap tokens) and
+/// SubjectAccessReviews; see `deploy/cloud/access/rbac.yaml`; with `trust.tokenCaDiscovery`
+/// also get Secrets in `kube-system`, for `GetCa`: `deploy/cloud/optional/token-ca-discovery.yaml`).
 #[derive(Clone)]
 pub struct KubeCluster {
     client: kube::Client,
@@ -194,6 +208,7 @@ impl ClusterApi for KubeCluster {
     fn create_edge_node<'a>(
         &'a self,
         name: &'a str,
+        taints: &'a [Taint],
     ) -> BoxFuture<'a, kube::Result<Option<String>>> {
         Box::pin(async move {
             let api: Api<Node> = Api::all(self.client.clone());
@@ -206,7 +221,11 @@ impl ClusterApi for KubeCluster {
                     )])),
                     ..ObjectMeta::default()
                 },
-                ..Node::default()
+                spec: (!taints.is_empty()).then(|| NodeSpec {
+                    taints: Some(taints.to_vec()),
+                    ..NodeSpec::default()
+                }),
+                status: None,
             };
             match api.create(&PostParams::default(), &node).await {
                 Ok(created) => Ok(Some(created.uid().unwrap_or_default())),
@@ -267,14 +286,14 @@ impl ClusterApi for KubeCluster {
     fn review_token<'a>(
         &'a self,
         token: &'a str,
-        audience: &'a str,
+        audience: Option<&'a str>,
     ) -> BoxFuture<'a, kube::Result<Option<ReviewedUser>>> {
         Box::pin(async move {
             let api: Api<TokenReview> = Api::all(self.client.clone());
             let review = TokenReview {
                 spec: TokenReviewSpec {
                     token: token.to_owned(),
-                    audiences: Some(vec![audience.to_owned()]),
+                    audiences: audience.map(|audience| vec![audience.to_owned()]),
                 },
                 ..TokenReview::default()
             };
@@ -283,10 +302,14 @@ impl ClusterApi for KubeCluster {
                 .await?
                 .status
                 .unwrap_or_default();
-            let audience_ok = status
-                .audiences
-                .as_ref()
-                .is_some_and(|a| a.iter().any(|a| a == audience));
+            // Without an audience asked for, the API server's own audiences apply, which the
+            // caller does not know: nothing to compare.
+            let audience_ok = audience.is_none_or(|audience| {
+                status
+                    .audiences
+                    .as_ref()
+                    .is_some_and(|a| a.iter().any(|a| a == audience))
+            });
             Ok(match (status.authenticated, audience_ok, status.user) {
                 (Some(true), true, Some(user)) => user.username.map(|name| ReviewedUser {
                     name,

@@ -47,6 +47,15 @@ pub struct TrustConfig {
     /// A TLS handshake not finished within this time is dropped. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
+    /// Token CA discovery: `Join.GetCa` hands the Verge CA certificate, with an HMAC keyed by
+    /// the bootstrap token's secret, to an edge that joins without a CA pin (kubeadm's
+    /// token discovery without `--discovery-token-ca-cert-hash`). Keying the HMAC needs the
+    /// token's secret, so cloudhub then reads `kube-system/bootstrap-token-<id>`, which
+    /// needs the optional Role of `deploy/cloud/optional/token-ca-discovery.yaml` (get Secrets
+    /// in `kube-system`). Default `false`: `GetCa` reads nothing and answers
+    /// `FAILED_PRECONDITION`; edges pin the CA (`edgeHub.caCertHash` or `edgecore join
+    /// --ca-cert-hash`, as kubeadm recommends), and the JoinNode token check is a TokenReview.
+    pub token_ca_discovery: bool,
 }
 
 impl Default for TrustConfig {
@@ -72,6 +81,7 @@ impl Default for TrustConfig {
                 .to_vec(),
             max_handshakes: 256,
             handshake_timeout: Duration::from_secs(10),
+            token_ca_discovery: false,
         }
     }
 }

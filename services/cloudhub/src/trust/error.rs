@@ -11,6 +11,33 @@ pub enum TrustError {
     /// `usage-bootstrap-authentication`.
     #[error("bootstrap token refused: {0}")]
     Token(#[from] TokenError),
+    /// A well-formed bootstrap token that the API server did not authenticate as a bootstrap
+    /// token (a TokenReview, for a join): its Secret is missing or being deleted, the secret
+    /// does not match, it expired, it lacks `usage-bootstrap-authentication`, its
+    /// `auth-extra-groups` are invalid, or the API server runs without
+    /// `--enable-bootstrap-token-auth`. A TokenReview does not say which.
+    #[error(
+        "bootstrap token {token_id:?} refused: the API server does not authenticate it (no such token, a wrong secret, expired, without usage-bootstrap-authentication, or an API server without --enable-bootstrap-token-auth); create a new one (e.g. kubeadm token create)"
+    )]
+    TokenNotAuthenticated {
+        /// The token id.
+        token_id: String,
+    },
+    /// `Join.GetCa` on a cloudhub without `trust.tokenCaDiscovery`: the edge must pin the CA
+    /// (its hash) instead of discovering it with the bootstrap token.
+    #[error(
+        "CA discovery by bootstrap token is off on this cloudhub: set edgeHub.caCertHash to the Verge CA's pin (docs/install.md)"
+    )]
+    TokenCaDiscoveryOff,
+    /// A taint the join asked its Node to be created with is not valid as Kubernetes
+    /// validates a Node's `spec.taints`, or there are more than 32.
+    #[error(
+        "registerWithTaints refused: {reason}; fix edged.registerWithTaints in the edge's configuration"
+    )]
+    BadTaint {
+        /// Which taint and what is wrong.
+        reason: String,
+    },
     /// The certificate signing request is malformed or asks for a subject other than
     /// `CN=system:node:<name>, O=system:nodes`.
     #[error("certificate signing request refused: {0}")]
@@ -123,13 +150,13 @@ impl From<TrustError> for Status {
     fn from(error: TrustError) -> Self {
         let message = error.to_string();
         match error {
-            TrustError::Token(_) | TrustError::ControllerUnauthenticated => {
-                Status::unauthenticated(message)
-            }
+            TrustError::Token(_)
+            | TrustError::TokenNotAuthenticated { .. }
+            | TrustError::ControllerUnauthenticated => Status::unauthenticated(message),
             TrustError::NoClientCertificate(_)
             | TrustError::CertificateNotCurrent { .. }
             | TrustError::NodeGone { .. } => Status::unauthenticated(message),
-            TrustError::Csr(_) | TrustError::OtherSubject { .. } => {
+            TrustError::Csr(_) | TrustError::OtherSubject { .. } | TrustError::BadTaint { .. } => {
                 Status::invalid_argument(message)
             }
             TrustError::ForeignNode { .. }
@@ -137,6 +164,7 @@ impl From<TrustError> for Status {
             | TrustError::IdentityMismatch { .. }
             | TrustError::ControllerForbidden { .. } => Status::permission_denied(message),
             TrustError::GroupTaken { .. } => Status::already_exists(message),
+            TrustError::TokenCaDiscoveryOff => Status::failed_precondition(message),
             TrustError::Cluster(_) => Status::unavailable(message),
             TrustError::Pki(_) | TrustError::BadCaSecret { .. } => Status::internal(message),
         }

@@ -1,10 +1,14 @@
 //! Trust: who may be a node and who may be a controller (issue "Trust", architecture.md §7).
 //!
-//! - [`Trust::join`]: a bootstrap token (a standard `bootstrap.kubernetes.io/token` Secret)
-//!   and a node's CSR become a signed client certificate through a `certificates.k8s.io/v1`
-//!   CertificateSigningRequest with signer `verge.io/edge-node`, so `kubectl get csr` shows
-//!   every join. A join creates the edge's Node and binds the certificate to its uid; a name
-//!   that any Node already has is refused.
+//! - [`Trust::join`]: a bootstrap token (a standard `bootstrap.kubernetes.io/token` Secret,
+//!   authenticated by the API server through a TokenReview) and a node's CSR become a signed
+//!   client certificate through a `certificates.k8s.io/v1` CertificateSigningRequest with
+//!   signer `verge.io/edge-node`, so `kubectl get csr` shows every join. A join creates the
+//!   edge's Node, with the taints it registers with, and binds the certificate to its uid; a
+//!   name that any Node already has is refused.
+//! - [`Trust::ca_for_token`]: the CA with the token's proof over it (`Join.GetCa`), only with
+//!   `trust.tokenCaDiscovery` (off by default: edges pin the CA), the one decision that
+//!   reads a bootstrap-token Secret: the proof is keyed with the token's secret.
 //! - [`Trust::check_edge_node`]: each use of a node certificate checks that its Node still
 //!   exists as a Verge edge node with the uid the certificate is bound to (deleting the Node
 //!   revokes its certificates).
@@ -21,6 +25,7 @@ mod ca_store;
 pub(crate) mod cluster;
 mod config;
 mod error;
+pub mod taints;
 pub mod tls;
 
 use std::collections::BTreeMap;
@@ -30,8 +35,9 @@ use std::time::SystemTime;
 
 use tracing::{info, warn};
 use verge_core::Group;
-use verge_pki::token::{BootstrapToken, Usage, validate_token_secret};
+use verge_pki::token::{BOOTSTRAPPERS_GROUP, BootstrapToken, Usage, validate_token_secret};
 use verge_pki::{Ca, CsrRequest};
+use verge_proto::hub::Taint as RequestedTaint;
 
 pub use ca_store::{CA_CERT_KEY, load_or_create};
 pub use cluster::{
@@ -118,7 +124,9 @@ impl Trust {
     /// Counts and logs a refusal of `who` for `error`, and returns the error.
     pub fn refuse(&self, who: &str, error: TrustError) -> TrustError {
         let counter = match &error {
-            TrustError::Token(_) => &self.refusals.bad_token,
+            TrustError::Token(_) | TrustError::TokenNotAuthenticated { .. } => {
+                &self.refusals.bad_token
+            }
             TrustError::Csr(_) | TrustError::OtherSubject { .. } => &self.refusals.bad_csr,
             TrustError::ForeignNode { .. } | TrustError::NodeTaken { .. } => {
                 &self.refusals.foreign_node
@@ -144,7 +152,7 @@ impl Trust {
         error
     }
 
-    /// The Secret of bootstrap token `token_id`.
+    /// The Secret of bootstrap token `token_id` (for [`Trust::ca_for_token`] only).
     ///
     /// # Errors
     /// [`TrustError::Token`] (`Unknown`) when it does not exist, [`TrustError::Cluster`].
@@ -159,7 +167,8 @@ impl Trust {
             })
     }
 
-    /// Checks `token` against its Secret `(secret_type, data)` for joining.
+    /// Checks `token` against its Secret `(secret_type, data)` for joining (the policy a join's
+    /// TokenReview applies, [`Trust::authenticate_join`]).
     fn check_token(
         token: &BootstrapToken,
         (secret_type, data): &TokenSecret,
@@ -177,11 +186,23 @@ impl Trust {
     /// The CA certificate (PEM) and HMAC-SHA256 of its DER keyed with the secret of bootstrap
     /// token `token_id`, which must be valid for joining (kubeadm's token-signed discovery:
     /// the edge trusts the CA because only someone knowing its token can make the MAC).
+    /// Only with `trust.tokenCaDiscovery`: otherwise nothing is read (the Secret lives in
+    /// `kube-system`, which the shipped RBAC does not let cloudhub read) and the edge is told
+    /// to pin the CA.
     ///
     /// # Errors
+    /// [`TrustError::TokenCaDiscoveryOff`] without `trust.tokenCaDiscovery`,
     /// [`TrustError::Token`] for an unknown, expired or wrong-usage token,
     /// [`TrustError::Cluster`] when the API server cannot be asked.
     pub async fn ca_for_token(&self, token_id: &str) -> Result<(String, Vec<u8>), TrustError> {
+        if !self.config.token_ca_discovery {
+            // The edge's configuration, not its credentials: logged, not counted.
+            warn!(
+                token_id,
+                "GetCa refused: trust.tokenCaDiscovery is off; the edge must pin the CA"
+            );
+            return Err(TrustError::TokenCaDiscoveryOff);
+        }
         let result = async {
             let stored = self.token_secret(token_id).await?;
             let secret = stored
@@ -199,25 +220,37 @@ impl Trust {
     }
 
     /// Signs a first node certificate for the CSR `csr_pem` if bootstrap token `token` is
-    /// valid for joining and no Node has the name it asks for: a join never takes over an
-    /// existing Node, a kubelet's ([`TrustError::ForeignNode`]) or another edge node's
-    /// ([`TrustError::NodeTaken`]; that node renews with its own certificate, or an operator
-    /// deletes the Node first). It records the approved CSR, creates the Node (edge label
-    /// only; the edge registers the rest when it connects) and binds the certificate to the
-    /// Node's uid ([`verge_pki::Ca::sign_node_csr`]). Checks run before anything is written:
-    /// a refused join creates no CSR and no Node. (A join whose last write, the certificate
-    /// into the CSR, fails leaves its Node: the operator deletes it before joining again.)
+    /// valid for joining (a TokenReview, `Trust::authenticate_join`), `taints` are valid
+    /// ([`taints::node_taints`]) and no Node has the name it asks for: a join never takes
+    /// over an existing Node, a kubelet's ([`TrustError::ForeignNode`]) or another edge
+    /// node's ([`TrustError::NodeTaken`]; that node renews with its own certificate, or an
+    /// operator deletes the Node first). It records the approved CSR, creates the Node (the
+    /// edge label and `taints`, which a node cannot change later under NodeRestriction; the
+    /// edge registers the rest when it connects) and binds the certificate to the Node's uid
+    /// ([`verge_pki::Ca::sign_node_csr`]). Checks run before anything is written: a refused
+    /// join creates no CSR and no Node. (A join whose last write, the certificate into the
+    /// CSR, fails leaves its Node: the operator deletes it before joining again.)
     ///
     /// # Errors
-    /// [`TrustError::Token`], [`TrustError::Csr`], [`TrustError::ForeignNode`],
+    /// [`TrustError::Token`] (malformed), [`TrustError::TokenNotAuthenticated`],
+    /// [`TrustError::BadTaint`], [`TrustError::Csr`], [`TrustError::ForeignNode`],
     /// [`TrustError::NodeTaken`], [`TrustError::Cluster`], [`TrustError::Pki`].
-    pub async fn join(&self, token: &str, csr_pem: &str) -> Result<Issued, TrustError> {
+    pub async fn join(
+        &self,
+        token: &str,
+        csr_pem: &str,
+        taints: &[RequestedTaint],
+    ) -> Result<Issued, TrustError> {
+        // The shape first: a malformed token never reaches the API server.
         let token = BootstrapToken::parse(token).map_err(|e| self.refuse("join", e.into()))?;
         let who = format!("join with token {}", token.id());
-        let stored = self.token_secret(token.id()).await;
-        stored
-            .and_then(|stored| Self::check_token(&token, &stored))
+        self.authenticate_join(&token)
+            .await
             .map_err(|e| self.refuse(&who, e))?;
+        // The edge's configuration is wrong, not its credentials: logged, not counted.
+        let taints = taints::node_taints(taints).inspect_err(|error| {
+            warn!(who, reason = %error, "join refused");
+        })?;
         let csr = CsrRequest::parse(csr_pem).map_err(|e| self.refuse(&who, e.into()))?;
         let node = csr.node_name().to_owned();
         match self.api.node_owner(&node).await? {
@@ -242,12 +275,42 @@ impl Trust {
             .await?;
         // The Node is made last, so the certificate can be bound to its uid: a deleted Node's
         // certificates are refused from then on, and registration cannot bring it back.
-        let Some(uid) = self.api.create_edge_node(&node).await? else {
+        let Some(uid) = self.api.create_edge_node(&node, &taints).await? else {
             return Err(self.refuse(&node, TrustError::NodeTaken { node: node.clone() }));
         };
         let issued = self.issue(&csr, Some(&uid), csr_name).await?;
         info!(node, csr = %issued.csr_name, token_id = token.id(), "node joined");
         Ok(issued)
+    }
+
+    /// Authenticates bootstrap `token` for a join: a TokenReview without audiences (bootstrap
+    /// tokens have none) must authenticate it as `system:bootstrap:<token-id>` in group
+    /// `system:bootstrappers`. The API server's bootstrap-token authenticator
+    /// (`--enable-bootstrap-token-auth`, on in kubeadm clusters) applies the policy
+    /// [`Trust::check_token`] applies to a Secret: the Secret
+    /// `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token` exists and
+    /// is not being deleted, its id and secret match, `expiration` has not passed,
+    /// `usage-bootstrap-authentication` is `"true"` and every `auth-extra-groups` entry is a
+    /// `system:bootstrappers:` group. As before, `usage-bootstrap-signing` and extra groups
+    /// are not required. What changes: cloudhub no longer reads the Secret for a join, and a
+    /// refusal no longer says which check failed ([`TrustError::TokenNotAuthenticated`] for
+    /// an unknown, mismatched, expired or wrong-usage token alike; only a malformed token is
+    /// told apart, before the review). A token of another authenticator that looks like a
+    /// bootstrap token (a static token `abcdef.0123456789abcdef`) is refused: its user is not
+    /// the bootstrap user of its id.
+    ///
+    /// # Errors
+    /// [`TrustError::TokenNotAuthenticated`], [`TrustError::Cluster`].
+    async fn authenticate_join(&self, token: &BootstrapToken) -> Result<(), TrustError> {
+        let exposed = token.expose();
+        let user = self.api.review_token(exposed.as_str(), None).await?;
+        if user.is_some_and(|user| is_bootstrap_user(token, &user)) {
+            Ok(())
+        } else {
+            Err(TrustError::TokenNotAuthenticated {
+                token_id: token.id().to_owned(),
+            })
+        }
     }
 
     /// Checks, each time a node's certificate is used (session start, tunnel, serving
@@ -391,7 +454,7 @@ impl Trust {
     /// [`TrustError::ControllerUnauthenticated`], [`TrustError::Cluster`].
     pub async fn review_controller(&self, token: &str) -> Result<ReviewedUser, TrustError> {
         let audience = &self.config.controller_audience;
-        let Some(user) = self.api.review_token(token, audience).await? else {
+        let Some(user) = self.api.review_token(token, Some(audience)).await? else {
             return Err(self.refuse("controller", TrustError::ControllerUnauthenticated));
         };
         Ok(user)
@@ -435,6 +498,12 @@ impl Trust {
     }
 }
 
+/// Whether `user`, as a TokenReview authenticated `token`, is the token's bootstrap user:
+/// `system:bootstrap:<token-id>` in group `system:bootstrappers`.
+fn is_bootstrap_user(token: &BootstrapToken, user: &ReviewedUser) -> bool {
+    user.name == token.user_name() && user.groups.iter().any(|g| g == BOOTSTRAPPERS_GROUP)
+}
+
 /// A [`ClusterApi`] with nothing in it, for unit tests that need a [`Trust`] but no
 /// decisions.
 #[cfg(test)]
@@ -457,6 +526,7 @@ impl ClusterApi for EmptyCluster {
     fn create_edge_node<'a>(
         &'a self,
         _name: &'a str,
+        _taints: &'a [k8s_openapi::api::core::v1::Taint],
     ) -> futures::future::BoxFuture<'a, kube::Result<Option<String>>> {
         Box::pin(async { Ok(Some("uid".to_owned())) })
     }
@@ -479,7 +549,7 @@ impl ClusterApi for EmptyCluster {
     fn review_token<'a>(
         &'a self,
         _t: &'a str,
-        _a: &'a str,
+        _a: Option<&'a str>,
     ) -> futures::future::BoxFuture<'a, kube::Result<Option<ReviewedUser>>> {
         Box::pin(async { Ok(None) })
     }

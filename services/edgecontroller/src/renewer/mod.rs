@@ -34,6 +34,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 use verge_core::NODE_LEASE_NAMESPACE;
 use verge_runtime::ErrorChain;
 
+use crate::node_clients::NodeClients;
 use crate::upstream::lease::{self, Renewal};
 use schedule::{Action, Job, Outcome, Params, Schedule};
 
@@ -122,9 +123,9 @@ impl Renewer {
     }
 }
 
-/// Renews the Leases of `renewer`'s nodes through `client` until `stop`; see the module docs.
-pub async fn run(renewer: Renewer, client: kube::Client, stop: CancellationToken) {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
+/// Renews the Leases of `renewer`'s nodes, each as the node itself (`clients`), until `stop`;
+/// see the module docs.
+pub async fn run(renewer: Renewer, clients: NodeClients, stop: CancellationToken) {
     let mut running: JoinSet<(Job, Outcome)> = JoinSet::new();
     loop {
         let next = if running.len() < MAX_IN_FLIGHT {
@@ -151,7 +152,9 @@ pub async fn run(renewer: Renewer, client: kube::Client, stop: CancellationToken
                 let jobs = renewer.lock().take_due(Instant::now(), room);
                 for job in jobs {
                     let span = info_span!("lease_renewal", node = %job.node);
-                    let (client, leases) = (client.clone(), leases.clone());
+                    // As the node itself: the Node authorizer lets it write only its Lease.
+                    let client = clients.of(&job.node);
+                    let leases: Api<Lease> = Api::namespaced(client.clone(), NODE_LEASE_NAMESPACE);
                     running.spawn(
                         async move {
                             let outcome = execute(&client, &leases, &job).await;

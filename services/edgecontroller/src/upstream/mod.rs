@@ -92,8 +92,9 @@ pub enum Reply {
 /// What upstream handlers need: the API client, the watch caches and the Lease renewer.
 #[derive(Clone)]
 pub struct Context {
-    /// The Kubernetes client.
-    pub client: kube::Client,
+    /// The clients acting as each node: every API call made for a node goes through its own
+    /// (the Node authorizer and NodeRestriction bound it).
+    pub nodes: crate::node_clients::NodeClients,
     /// The watch caches (pods bound to nodes, for authorization).
     pub caches: Caches,
     /// Renews the Lease of every connected node after its edge sent it.
@@ -117,6 +118,7 @@ impl verge_controller::dispatch::Handler for Context {
             self.renewer.connected(node);
         } else {
             self.renewer.disconnected(node);
+            self.nodes.forget(node);
         }
     }
 }
@@ -353,7 +355,7 @@ pub async fn handle(context: &Context, node: &str, message: &Envelope) -> Option
 pub static AUTHORIZATION_REFUSALS: AtomicU64 = AtomicU64::new(0);
 
 async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply> {
-    let client = &context.client;
+    let client = &context.nodes.of(node);
     match request {
         Request::RegisterNode(object) => {
             node::register(client, node, *object, &context.node_labels).await?

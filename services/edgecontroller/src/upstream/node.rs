@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
 use kube::Api;
 use kube::ResourceExt as _;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -17,22 +16,24 @@ use crate::{Error, Result};
 /// How often a registration is retried after a write conflict (409) before giving up.
 const CONFLICT_RETRIES: usize = 5;
 
-/// Registers node `name` from the edge's `object` (only its labels and `spec.taints` are used).
+/// Registers node `name` from the edge's `object` (only its labels and `spec.taints` are used),
+/// through `client` acting as the node itself (the Node authorizer and NodeRestriction
+/// admission bound the write).
 ///
-/// Labels `policy` refuses (Kubernetes' NodeRestriction rules and the operator's reserved
-/// keys) are dropped and logged; the others are applied. Creates the Node if absent. A Node that exists without the edge label
-/// (`node-role.kubernetes.io/edge`, e.g. a kubelet's worker) is never taken over: the
-/// registration is refused ([`Error::Forbidden`], logged) and the Node is left untouched.
-/// If it exists as an edge node, merges the labels (the edge's values win, other
-/// labels stay) and adds the taints it lacks (matched by key and effect; taints other
-/// controllers manage, such as the node lifecycle controller's `unreachable` taints, are never
-/// removed), guarded by the read resourceVersion and retried on conflict. Nothing is written
-/// when nothing changes (kubelet `reconcileExtendedResource`/`updateDefaultLabels` behaviour,
-/// without removing anything).
+/// The Node must exist: cloudhub creates it when the node joins, with the edge label and the
+/// edge's registration taints (kubelet `--register-with-taints` applies at creation only), so a
+/// deleted Node is not re-created by its old certificate. Labels `policy` refuses
+/// (NodeRestriction's rules and the operator's reserved keys) are dropped and logged; the
+/// others are merged (the edge's values win, other labels stay). Taints are never written here
+/// (NodeRestriction forbids a node to change its own): those the Node lacks are logged. A Node
+/// without the edge label (`node-role.kubernetes.io/edge`, e.g. a kubelet's worker) is never
+/// taken over ([`Error::Forbidden`], logged, the Node untouched). The patch is guarded by the
+/// read resourceVersion and retried on conflict; nothing is written when nothing changes
+/// (kubelet `updateDefaultLabels` behaviour, without removing anything).
 ///
 /// # Errors
-/// [`Error::Kube`] when the API server refuses a read or write (after
-/// `CONFLICT_RETRIES` conflicts, the last conflict).
+/// [`Error::NodeNotFound`] when the Node does not exist; [`Error::Kube`] when the API server
+/// refuses a read or write (after `CONFLICT_RETRIES` conflicts, the last conflict).
 pub async fn register(
     client: &kube::Client,
     name: &str,
@@ -55,10 +56,11 @@ pub async fn register(
         attempt += 1;
         let written = match api.get_opt(name).await.map_err(Error::kube("get node"))? {
             None => {
-                let node = new_node(name, labels.clone(), taints.clone());
-                api.create(&PostParams::default(), &node)
-                    .await
-                    .map(|_| info!("node created"))
+                warn!(
+                    node = name,
+                    "refused: no such Node (edge Nodes are created when they join)"
+                );
+                return Err(Error::NodeNotFound(name.to_owned()));
             }
             Some(existing) if !existing.labels().contains_key(verge_core::EDGE_NODE_LABEL) => {
                 warn!(
@@ -70,13 +72,24 @@ pub async fn register(
                     what: "a Node that is not a Verge edge node (no node-role.kubernetes.io/edge label)".to_owned(),
                 });
             }
-            Some(existing) => match registration_patch(&existing, &labels, &taints) {
-                None => return Ok(()),
-                Some(patch) => api
-                    .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .map(|_| info!("node labels/taints merged")),
-            },
+            Some(existing) => {
+                let current = existing.spec.as_ref().and_then(|s| s.taints.as_deref());
+                if let Some(merged) = merge_taints(current.unwrap_or_default(), &taints) {
+                    let missing = &merged[current.map_or(0, <[Taint]>::len)..];
+                    warn!(
+                        node = name,
+                        ?missing,
+                        "registration taints the Node lacks are not added: taints are set when a node joins (NodeRestriction forbids a node to change them)"
+                    );
+                }
+                match registration_patch(&existing, &labels) {
+                    None => return Ok(()),
+                    Some(patch) => api
+                        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| info!("node labels merged")),
+                }
+            }
         };
         match written {
             Ok(()) => return Ok(()),
@@ -84,26 +97,6 @@ pub async fn register(
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < CONFLICT_RETRIES => {}
             Err(error) => return Err(Error::kube("write node")(error)),
         }
-    }
-}
-
-/// A new Node named `name` with `labels`, the edge label ([`verge_core::EDGE_NODE_LABEL`])
-/// whether or not `labels` holds it, and `taints`.
-pub fn new_node(name: &str, mut labels: BTreeMap<String, String>, taints: Vec<Taint>) -> Node {
-    labels
-        .entry(verge_core::EDGE_NODE_LABEL.to_owned())
-        .or_default();
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: Some(NodeSpec {
-            taints: (!taints.is_empty()).then_some(taints),
-            ..NodeSpec::default()
-        }),
-        status: None,
     }
 }
 
@@ -134,34 +127,19 @@ pub fn merge_taints(current: &[Taint], wanted: &[Taint]) -> Option<Vec<Taint>> {
     (merged.len() != current.len()).then_some(merged)
 }
 
-/// The JSON merge patch (RFC 7386) that brings `existing` up to the edge's labels and taints,
-/// with `metadata.resourceVersion` as precondition; `None` when nothing changes.
-pub fn registration_patch(
-    existing: &Node,
-    labels: &BTreeMap<String, String>,
-    taints: &[Taint],
-) -> Option<Value> {
+/// The JSON merge patch (RFC 7386) that brings `existing` up to the edge's labels, with
+/// `metadata.resourceVersion` as precondition; `None` when nothing changes.
+pub fn registration_patch(existing: &Node, labels: &BTreeMap<String, String>) -> Option<Value> {
     let empty = BTreeMap::new();
     let current_labels = existing.metadata.labels.as_ref().unwrap_or(&empty);
-    let current_taints = existing
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
     let new_labels = missing_labels(current_labels, labels);
-    let new_taints = merge_taints(current_taints, taints);
-    if new_labels.is_empty() && new_taints.is_none() {
+    if new_labels.is_empty() {
         return None;
     }
-    let mut patch =
-        json!({ "metadata": { "resourceVersion": existing.metadata.resource_version } });
-    if !new_labels.is_empty() {
-        patch["metadata"]["labels"] = json!(new_labels);
-    }
-    if let Some(taints) = new_taints {
-        patch["spec"] = json!({ "taints": taints });
-    }
-    Some(patch)
+    Some(json!({ "metadata": {
+        "resourceVersion": existing.metadata.resource_version,
+        "labels": new_labels,
+    } }))
 }
 
 /// Writes the edge's `status` to node `name`'s status subresource with a strategic merge
@@ -187,6 +165,8 @@ pub async fn report_status(client: &kube::Client, name: &str, status: NodeStatus
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn taint(key: &str, value: &str, effect: &str) -> Taint {
         Taint {
@@ -232,6 +212,26 @@ mod tests {
         assert!(merge_taints(&merged, &[taint("edge", "x", "NoExecute")]).is_some());
     }
 
+    /// A new Node named `name` with `labels`, the edge label ([`verge_core::EDGE_NODE_LABEL`])
+    /// whether or not `labels` holds it, and `taints`.
+    pub fn new_node(name: &str, mut labels: BTreeMap<String, String>, taints: Vec<Taint>) -> Node {
+        labels
+            .entry(verge_core::EDGE_NODE_LABEL.to_owned())
+            .or_default();
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(labels),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                taints: (!taints.is_empty()).then_some(taints),
+                ..NodeSpec::default()
+            }),
+            status: None,
+        }
+    }
+
     #[test]
     fn patch_only_when_something_changes() {
         let mut existing = new_node(
@@ -240,18 +240,13 @@ mod tests {
             vec![taint("t", "", "NoSchedule")],
         );
         existing.metadata.resource_version = Some("7".into());
-        assert_eq!(
-            registration_patch(&existing, &labels(&[("a", "1")]), &[]),
-            None
-        );
-        let patch = registration_patch(&existing, &labels(&[("b", "2")]), &[]).expect("patch");
+        assert_eq!(registration_patch(&existing, &labels(&[("a", "1")])), None);
+        let patch = registration_patch(&existing, &labels(&[("b", "2")])).expect("patch");
         assert_eq!(
             patch,
             json!({ "metadata": { "resourceVersion": "7", "labels": { "b": "2" } } })
         );
-        let patch = registration_patch(&existing, &BTreeMap::new(), &[taint("u", "", "NoExecute")])
-            .expect("patch");
-        assert_eq!(patch["spec"]["taints"].as_array().map(Vec::len), Some(2));
-        assert!(patch["metadata"].get("labels").is_none());
+        // Taints are never patched (set at join; NodeRestriction forbids a node to change them).
+        assert_eq!(registration_patch(&existing, &BTreeMap::new()), None);
     }
 }

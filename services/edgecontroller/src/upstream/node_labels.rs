@@ -8,7 +8,9 @@
 //! `node-restriction.kubernetes.io/` namespace, which Kubernetes sets aside for operators to
 //! label nodes for workload isolation. So a compromised node cannot advertise
 //! `node-role.kubernetes.io/control-plane` or an isolation label and attract the pods (and
-//! their secrets) that select it.
+//! their secrets) that select it. edgecontroller writes the Node as the node itself, so the API
+//! server's NodeRestriction enforces the same rules again; this policy drops refused labels
+//! (logged) instead of failing the whole registration, and adds the operator's keys.
 
 use std::collections::BTreeMap;
 
@@ -52,11 +54,9 @@ impl NodeLabelPolicy {
     }
 
     /// Whether an edge may set label `key` on its Node. Verge's own edge label
-    /// ([`EDGE_NODE_LABEL`]) is always allowed: edgecontroller serves only Nodes that carry it.
+    /// ([`EDGE_NODE_LABEL`]) is not: cloudhub sets it when the node joins, and NodeRestriction
+    /// refuses a node's change to any `node-role.kubernetes.io/` label.
     pub fn allows(&self, key: &str) -> bool {
-        if key == EDGE_NODE_LABEL {
-            return true;
-        }
         let namespace = key.rsplit_once('/').map_or("", |(ns, _)| ns);
         if self.reserved.iter().any(|r| match r.strip_suffix('/') {
             Some(reserved_ns) => in_namespace(namespace, reserved_ns),
@@ -76,7 +76,9 @@ impl NodeLabelPolicy {
         true
     }
 
-    /// Splits `labels` into those the edge may set and the keys it may not.
+    /// Splits `labels` into those the edge may set and the keys it may not. The edge label
+    /// ([`EDGE_NODE_LABEL`], which every edge sends and the Node carries since its join) is
+    /// left out of both.
     pub fn admit(
         &self,
         labels: BTreeMap<String, String>,
@@ -84,6 +86,7 @@ impl NodeLabelPolicy {
         let mut refused = Vec::new();
         let allowed = labels
             .into_iter()
+            .filter(|(key, _)| key != EDGE_NODE_LABEL)
             .filter(|(key, _)| {
                 let ok = self.allows(key);
                 if !ok {
@@ -118,7 +121,6 @@ mod tests {
             "node.kubernetes.io/anything",
             "kubelet.kubernetes.io/x",
             "sub.kubelet.kubernetes.io/x",
-            EDGE_NODE_LABEL,
             "site",
             "example.com/line",
         ] {
@@ -132,6 +134,7 @@ mod tests {
         for key in [
             "node-role.kubernetes.io/control-plane",
             "node-role.kubernetes.io/master",
+            EDGE_NODE_LABEL,
             "kubernetes.io/role",
             "example.k8s.io/x",
             "k8s.io/x",

@@ -257,11 +257,17 @@ pub fn reason(m: &Message) -> String {
     String::from_utf8_lossy(&m.content).into_owned()
 }
 
-/// Sends node `node`'s registration of `object` (its `v1.Node`) and checks it is acked.
+/// Sends node `node`'s registration of `object` (its `v1.Node`) and checks it is acked; first
+/// creates the Node as a join does ([`create_joined_node`]) unless it exists.
 ///
 /// # Errors
 /// No answer, or an answer other than `ack` (its reason in the error).
 pub async fn register(h: &mut Attach, node: &str, object: serde_json::Value) -> anyhow::Result<()> {
+    let client = verge_testkit::shared().await?.client().await?;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client);
+    if nodes.get_opt(node).await?.is_none() {
+        create_joined_node(&nodes, node, &[]).await?;
+    }
     let path = format!("node/{node}/_/node/{node}");
     let answer = h.ask(node, msg(Operation::Insert, path, object)).await?;
     anyhow::ensure!(
@@ -354,4 +360,25 @@ pub fn no_leader_election() -> LeaderElectionConfig {
         leader_elect: false,
         ..LeaderElectionConfig::default()
     }
+}
+
+/// Creates Node `node` as cloudhub does when a node joins: the edge label and `taints`
+/// (`(key, value)`, effect `NoSchedule`); registration then only merges labels.
+pub async fn create_joined_node(
+    nodes: &kube::Api<k8s_openapi::api::core::v1::Node>,
+    node: &str,
+    taints: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    let taints: Vec<serde_json::Value> = taints
+        .iter()
+        .map(|(k, v)| serde_json::json!({ "key": k, "value": v, "effect": "NoSchedule" }))
+        .collect();
+    let object = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": node, "labels": { verge_core::EDGE_NODE_LABEL: "" } },
+        "spec": { "taints": taints },
+    }))?;
+    nodes
+        .create(&kube::api::PostParams::default(), &object)
+        .await?;
+    Ok(())
 }

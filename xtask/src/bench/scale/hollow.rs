@@ -43,7 +43,7 @@ pub enum Phase {
 pub enum Event {
     /// Node `index` received the `resync` marker of its session.
     Resynced(usize, Instant),
-    /// A pod named `probe-*` arrived (name, when).
+    /// A pod or Secret named `probe-*` arrived (name, when).
     Probe(String, Instant),
 }
 
@@ -246,7 +246,9 @@ impl Hollow {
                 if self.held.get(key) == Some(&held) {
                     shared.redundant[self.index].fetch_add(1, Ordering::Relaxed);
                 }
-                if key.kind == ResourceType::Pod && key.name.starts_with("probe-") {
+                if matches!(key.kind, ResourceType::Pod | ResourceType::Secret)
+                    && key.name.starts_with("probe-")
+                {
                     let _ = shared
                         .events
                         .send(Event::Probe(key.name.clone(), Instant::now()));

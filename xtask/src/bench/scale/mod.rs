@@ -7,7 +7,10 @@
 //!    sessions over `--idle` seconds, and the bytes each node moves per minute in each
 //!    direction (keepalives, acks, its status report every `--status-period`);
 //! 3. downstream under that load: `--probes` pods created one at a time, each bound to another
-//!    node, from the create call until the hollow edge holds it (p50/p99);
+//!    node, from the create call until the hollow edge holds it (p50/p99); then
+//!    `--secret-probes` pods each mounting a Secret of its own, until the edge holds the Secret
+//!    (edgecontroller watches each referenced Secret as a node using it: the cost of its
+//!    node-scoped access), and edgecontroller's RSS with those watches open;
 //! 4. reconnect storm: every stream dropped, then all N reconnect at once with their
 //!    inventories; time until all are resynced and the object messages each received (goal 0).
 //!
@@ -32,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -57,6 +60,10 @@ pub struct Args {
     /// Pods created one at a time under load for the downstream latency.
     #[arg(long, default_value_t = 100)]
     pub probes: usize,
+    /// Pods created one at a time, each mounting a Secret of its own, for the cost of
+    /// edgecontroller's node-scoped Secret watches.
+    #[arg(long, default_value_t = 100)]
+    pub secret_probes: usize,
     /// Seconds between a hollow node's status reports (edgecore's
     /// `nodeStatusReportFrequency`).
     #[arg(long, default_value_t = 300)]
@@ -192,6 +199,14 @@ async fn measure(
         args.probes
     );
     let probes = probe(&client, &mut events, n, args.probes).await?;
+    eprintln!(
+        "phase 3b: {} pods with a Secret of their own, one at a time",
+        args.secret_probes
+    );
+    let before_secrets = Snapshot::take(&services);
+    let secret_probes = secret_probe(&client, &mut events, n, args.secret_probes).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let secret_watches = (before_secrets, Snapshot::take(&services));
 
     eprintln!("phase 4: every stream dropped, then all {n} reconnect at once");
     shared.reset();
@@ -223,6 +238,8 @@ async fn measure(
         status_reports,
         connect,
         probes,
+        secret_probes,
+        secret_watches,
         dropped,
         reconnect,
         after,
@@ -353,6 +370,55 @@ async fn probe(
                 Ok(Some(_)) => {}
                 Ok(None) => bail!("every hollow edge stopped"),
                 Err(_) => bail!("pod {name} did not reach node {node} within 30 s"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(out)
+}
+
+/// Creates `count` Secrets and pods one at a time, pod `i` bound to a node spread over the `n`
+/// and mounting Secret `probe-secret-<i>`; returns per pod (pod create call → the hollow edge
+/// holds the Secret, the two create calls alone).
+async fn secret_probe(
+    client: &kube::Client,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    n: usize,
+    count: usize,
+) -> anyhow::Result<Vec<(Duration, Duration)>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let (name, secret) = (format!("probe-s-{i:04}"), format!("probe-secret-{i:04}"));
+        let node = node_name((i * 7927 + 29) % n);
+        let object: Secret = serde_json::from_value(
+            json!({"metadata": {"name": secret}, "stringData": {"key": format!("value {i}")}}),
+        )?;
+        let mut pod = probe_pod(&name, &node);
+        pod["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": secret}}]);
+        let pod: Pod = serde_json::from_value(pod)?;
+        let t0 = Instant::now();
+        secrets
+            .create(&PostParams::default(), &object)
+            .await
+            .with_context(|| format!("creating Secret {secret}"))?;
+        let t1 = Instant::now();
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        let calls = t0.elapsed();
+        let deadline = t1 + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, events.recv()).await {
+                Ok(Some(Event::Probe(got, at))) if got == secret => {
+                    out.push((at.saturating_duration_since(t1), calls));
+                    break;
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => bail!("every hollow edge stopped"),
+                Err(_) => bail!("Secret {secret} did not reach node {node} within 30 s"),
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

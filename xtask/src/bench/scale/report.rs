@@ -84,6 +84,10 @@ pub struct Report {
     pub connect: StormFigures,
     /// (create call → held by the edge, create call alone) per probe pod.
     pub probes: Vec<(Duration, Duration)>,
+    /// (pod create call → its own Secret held by the edge, create calls alone) per Secret
+    /// probe, and the services before and after them.
+    pub secret_probes: Vec<(Duration, Duration)>,
+    pub secret_watches: (Snapshot, Snapshot),
     pub dropped: Snapshot,
     pub reconnect: StormFigures,
     pub after: Snapshot,
@@ -145,6 +149,7 @@ impl Report {
         self.steady_table(&mut out);
         let idle = self.idle_table(&mut out);
         let probe = self.probe_table(&mut out);
+        self.secret_table(&mut out, &probe);
         if let Some(e) = &self.first_error {
             let _ = writeln!(out, "First session failure seen: `{e}`.\n");
         }
@@ -325,6 +330,48 @@ impl Report {
             ms(a.max)
         );
         t
+    }
+
+    /// The cost of edgecontroller's node-scoped Secret access: each referenced Secret is one
+    /// watch, run as a node using it (`services/edgecontroller/src/referenced.rs`).
+    fn secret_table(&self, out: &mut String, pods: &Summary) {
+        let mut total: Vec<Duration> = self.secret_probes.iter().map(|p| p.0).collect();
+        total.sort();
+        let t = Summary::of(&total);
+        let p99 = |s: &Summary| s.p99.map_or_else(|| "–".to_owned(), ms);
+        let (before, after) = &self.secret_watches;
+        let _ = writeln!(
+            out,
+            "Node-scoped Secrets: {} pods created one at a time, each bound to another node and              mounting a Secret of its own (created just before it). edgecontroller reads no              Secret in its own name: for each Secret an edge pod uses it opens one watch of that              object, as the node (Node authorizer), so the Secret reaches the edge only after the              pod is seen, the watch opened and its first list answered.\n\n\
+             | from the pod's create call | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|",
+            t.n
+        );
+        let _ = writeln!(
+            out,
+            "| until the hollow edge holds the pod's Secret | {} | {} | {} | {} | {} |",
+            t.n,
+            ms(t.p50),
+            ms(t.p90),
+            p99(&t),
+            ms(t.max)
+        );
+        let _ = writeln!(
+            out,
+            "| until it holds a pod (the pod probes above, same run) | {} | {} | {} | {} | {} |\n",
+            pods.n,
+            ms(pods.p50),
+            ms(pods.p90),
+            p99(pods),
+            ms(pods.max)
+        );
+        let _ = writeln!(
+            out,
+            "edgecontroller RSS with those {} object watches open: {:.1} MiB (before them: {:.1} MiB,              {:.1} KiB per watch).\n",
+            t.n,
+            mib(after.rss_kib.1),
+            mib(before.rss_kib.1),
+            (after.rss_kib.1 as f64 - before.rss_kib.1 as f64) / t.n.max(1) as f64,
+        );
     }
 
     fn targets(&self, idle_kbit: f64, probe: Summary) -> Vec<Target> {
