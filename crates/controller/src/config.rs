@@ -67,6 +67,14 @@ pub struct Config {
     /// further messages of that node are answered `error` at once. `0` counts as `1`.
     /// Default `64`.
     pub node_queue: usize,
+    /// Bytes of upstream messages one node's queues may hold (each message counted with its
+    /// body, path and id); beyond it the node's messages are answered `error` at once (the
+    /// edge retries from its outbox), so one node's large reports cannot fill the process.
+    /// `0` counts as `1`. Default 16 MiB (`16777216`).
+    pub node_queue_bytes: usize,
+    /// Bytes of upstream messages all nodes' queues together may hold; beyond it messages are
+    /// answered `error` at once. `0` counts as `1`. Default 256 MiB (`268435456`).
+    pub queue_bytes: usize,
     /// How long the binary waits for in-flight work after SIGINT/SIGTERM. Default `10s`.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -147,6 +155,8 @@ impl Default for Config {
             reconnect_max_backoff: Duration::from_secs(30),
             outbound_queue: 1024,
             node_queue: 64,
+            node_queue_bytes: 16 << 20,
+            queue_bytes: 256 << 20,
             shutdown_grace: Duration::from_secs(10),
             cloudhub_auth: HubAuthConfig::default(),
             leader_election: LeaderElectionConfig::default(),

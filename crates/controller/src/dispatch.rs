@@ -9,7 +9,8 @@
 //! node now; downstream messages go to the link holding the node's session (the downstream
 //! task gets it with [`Input::Connected`]).
 //!
-//! Each node has [`Handler::LANES`] bounded queues (`node_queue` each), each drained by its
+//! Each node has [`Handler::LANES`] bounded queues (`node_queue` messages each, and together at
+//! most `nodeQueueBytes`; all nodes' at most `queueBytes`), each drained by its
 //! own task; a message goes to the lane of its resource (a hash of `<ns>/<type>/<name>`), so
 //! messages about one object are applied in order, objects of one node may be applied side
 //! by side when the controller allows more than one lane, and a slow API call for one node
@@ -20,13 +21,14 @@
 use std::collections::HashMap;
 use std::future::Future;
 
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info, info_span, warn};
 use verge_core::{Envelope, Kind, Operation, Outcome};
 use verge_proto::Inventory;
 use verge_proto::hub::NodeSession;
+use verge_runtime::budget::ByteBudget;
 
 use crate::hub::{HubEvent, Link};
 use crate::sessions::{Change, Sessions};
@@ -94,8 +96,41 @@ pub trait Handler: Clone + Send + Sync + 'static {
     }
 }
 
-/// An upstream message and the link to answer it on.
-type Job = (Link, Envelope);
+/// An upstream message, the link to answer it on, and the bytes it holds of its node's and
+/// the controller's budgets (given back when the job is dropped, once applied).
+type Job = (Link, Envelope, Held);
+
+/// Bytes a queued message holds of the node's and the controller's [`ByteBudget`]s.
+type Held = (OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// The bounds of the upstream queues (the controller's `nodeQueue`, `nodeQueueBytes` and
+/// `queueBytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    /// Messages per node and lane (`0` counts as `1`).
+    pub messages: usize,
+    /// Bytes one node's queues hold.
+    pub node_bytes: usize,
+    /// Bytes all nodes' queues hold together.
+    pub total_bytes: usize,
+}
+
+impl QueueLimits {
+    /// The limits of `config`.
+    pub fn of(config: &crate::Config) -> Self {
+        Self {
+            messages: config.node_queue,
+            node_bytes: config.node_queue_bytes,
+            total_bytes: config.queue_bytes,
+        }
+    }
+}
+
+/// One node's lanes and byte budget.
+struct NodeWorkers {
+    lanes: Vec<mpsc::Sender<Job>>,
+    bytes: ByteBudget,
+}
 
 /// Owns the per-node workers, the attached links and the session map; driven by the
 /// [`HubEvent`]s of every attach task.
@@ -105,7 +140,9 @@ pub struct Dispatcher<H> {
     downstream: mpsc::UnboundedSender<Input>,
     links: HashMap<u64, Link>,
     node_queue: usize,
-    workers: HashMap<String, Vec<mpsc::Sender<Job>>>,
+    node_bytes: usize,
+    total_bytes: ByteBudget,
+    workers: HashMap<String, NodeWorkers>,
     sessions: Sessions,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -114,12 +151,13 @@ pub struct Dispatcher<H> {
 impl<H: Handler> Dispatcher<H> {
     /// A dispatcher whose workers apply messages with `handler`, run on `tracker` and stop at
     /// `shutdown`; session changes, the edge's answers and delivery errors go to
-    /// `downstream`. Refusals it answers itself (a full node queue) come from `identity`.
+    /// `downstream`. Refusals it answers itself (a full node queue, a used-up byte budget) come
+    /// from `identity`.
     pub fn new(
         handler: H,
         identity: Identity,
         downstream: mpsc::UnboundedSender<Input>,
-        node_queue: usize,
+        limits: QueueLimits,
         tracker: TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
@@ -128,7 +166,9 @@ impl<H: Handler> Dispatcher<H> {
             identity,
             downstream,
             links: HashMap::new(),
-            node_queue: node_queue.max(1),
+            node_queue: limits.messages.max(1),
+            node_bytes: limits.node_bytes,
+            total_bytes: ByteBudget::new(limits.total_bytes),
             workers: HashMap::new(),
             sessions: Sessions::default(),
             tracker,
@@ -229,8 +269,13 @@ impl<H: Handler> Dispatcher<H> {
             return;
         }
         let lane = lane_of(&message, H::LANES);
-        let job = (link.clone(), message);
-        let (_, message) = match self.worker(&node, lane).try_send(job) {
+        let size = message.budget_size();
+        let held = match self.take_bytes(&node, size) {
+            Ok(held) => held,
+            Err(error) => return self.refuse(link, &node, &message, &error),
+        };
+        let job = (link.clone(), message, held);
+        let (_, message, _) = match self.worker(&node, lane).try_send(job) {
             Ok(()) => return,
             Err(mpsc::error::TrySendError::Full(job)) => job,
             Err(mpsc::error::TrySendError::Closed(job)) => {
@@ -246,17 +291,49 @@ impl<H: Handler> Dispatcher<H> {
             node: node.clone(),
             capacity: self.node_queue,
         };
+        self.refuse(link, &node, &message, &error);
+    }
+
+    /// `size` bytes of `node`'s budget and of the controller's, or the refusal.
+    fn take_bytes(&mut self, node: &str, size: usize) -> Result<Held, Error> {
+        let node_budget = &self.workers_of(node).bytes;
+        let Some(own) = node_budget.try_take(size) else {
+            return Err(Error::QueueBytesFull {
+                node: node.to_owned(),
+                which: "its",
+                capacity: node_budget.capacity(),
+            });
+        };
+        let Some(all) = self.total_bytes.try_take(size) else {
+            return Err(Error::QueueBytesFull {
+                node: node.to_owned(),
+                which: "the controller's",
+                capacity: self.total_bytes.capacity(),
+            });
+        };
+        Ok((own, all))
+    }
+
+    /// Answers `message` with `error` at once (back-pressure: the edge keeps it in its
+    /// outbox and retries).
+    fn refuse(&self, link: &Link, node: &str, message: &Envelope, error: &Error) {
         warn!(error = %error, id = %message.id, "upstream message refused");
         let reply = self
             .identity
-            .answer(&message, Outcome::Error(error.reason()), Vec::new());
-        if link.try_send(&node, reply).is_err() {
+            .answer(message, Outcome::Error(error.reason()), Vec::new());
+        if link.try_send(node, reply).is_err() {
             warn!(node = %node, id = %message.id, "link queue full or ended, error answer dropped");
         }
     }
 
     /// The queue of `node`'s worker for `lane`, starting the node's workers if needed.
     fn worker(&mut self, node: &str, lane: usize) -> &mpsc::Sender<Job> {
+        let lanes = &self.workers_of(node).lanes;
+        &lanes[lane % lanes.len()]
+    }
+
+    /// `node`'s workers, started if needed.
+    fn workers_of(&mut self, node: &str) -> &NodeWorkers {
         if !self.workers.contains_key(node) {
             let lanes = (0..H::LANES.max(1))
                 .map(|lane| {
@@ -272,10 +349,11 @@ impl<H: Handler> Dispatcher<H> {
                     tx
                 })
                 .collect();
-            self.workers.insert(node.to_owned(), lanes);
+            let bytes = ByteBudget::new(self.node_bytes);
+            self.workers
+                .insert(node.to_owned(), NodeWorkers { lanes, bytes });
         }
-        let lanes = &self.workers[node];
-        &lanes[lane % lanes.len()]
+        &self.workers[node]
     }
 }
 
@@ -301,17 +379,20 @@ async fn run_worker<H: Handler>(
     shutdown: CancellationToken,
 ) {
     loop {
-        let (link, message) = tokio::select! {
+        let (link, message, held) = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             m = queue.recv() => match m { Some(m) => m, None => break },
         };
-        let Some(reply) = handler.handle(&node, &message).await else {
+        let reply = handler.handle(&node, &message).await;
+        // Applied: its bytes are free again (the answer is small).
+        drop((message.body, held));
+        let Some(reply) = reply else {
             continue;
         };
         tokio::select! {
             sent = link.send(&node, reply) => if sent.is_err() {
-                debug!(link = link.id, id = %message.id, "link ended, answer dropped");
+                debug!(link = link.id, "link ended, answer dropped");
             },
             () = shutdown.cancelled() => break,
         }
@@ -324,6 +405,7 @@ mod tests {
     use verge_core::{Group, Module, ObjectVersion, ResourceKey, ResourceType, Write};
 
     use super::*;
+    use crate::hub::Outbound;
 
     fn report(name: &str) -> Envelope {
         let kind = Kind::Upsert {
@@ -332,6 +414,87 @@ mod tests {
             version: ObjectVersion::uid("u"),
         };
         Envelope::new(Module::DeviceTwin, Group::Device, kind, Vec::new())
+    }
+
+    /// Applies nothing until the test ends: every queued message keeps its bytes.
+    #[derive(Clone)]
+    struct Stuck;
+
+    impl Handler for Stuck {
+        async fn handle(&self, _: &str, _: &Envelope) -> Option<Envelope> {
+            std::future::pending().await
+        }
+    }
+
+    fn big(name: &str) -> Envelope {
+        let mut message = report(name);
+        message.body = vec![b'x'; 1_000];
+        message.node = Some("n".to_owned());
+        message
+    }
+
+    /// The reason of the next `error` answer on the link, if one came within a second.
+    async fn refusal(rx: &mut mpsc::Receiver<Outbound>) -> Option<String> {
+        let (_, answer) = tokio::time::timeout(std::time::Duration::from_secs(1), rx.recv())
+            .await
+            .ok()??;
+        match answer.kind {
+            Kind::Answer {
+                outcome: Outcome::Error(reason),
+                ..
+            } => Some(reason),
+            other => panic!("not an error answer: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn large_messages_are_bounded_by_bytes_per_node_and_in_all() {
+        let (tx, mut rx) = mpsc::channel(64);
+        let link = Link::new("test", tx);
+        let identity = Identity {
+            name: "test",
+            module: Module::EdgeController,
+            group: Group::Device,
+        };
+        let size = big("d0").budget_size();
+        let limits = QueueLimits {
+            messages: 1_000,
+            node_bytes: 2 * size + 10,
+            total_bytes: 5 * size + 10,
+        };
+        let (down, _down_rx) = mpsc::unbounded_channel();
+        let shutdown = CancellationToken::new();
+        let mut dispatcher = Dispatcher::new(
+            Stuck,
+            identity,
+            down,
+            limits,
+            TaskTracker::new(),
+            shutdown.clone(),
+        );
+        dispatcher.on_event(HubEvent::Attached(link.clone()));
+        let mut send = |node: &str, i: usize| {
+            dispatcher.on_event(HubEvent::Message {
+                link: link.id,
+                node: node.to_owned(),
+                envelope: Box::new(big(&format!("d{i}"))),
+            });
+        };
+        // Two of node a's fit its budget, the third is refused with "its budget".
+        for i in 0..3 {
+            send("a", i);
+        }
+        let reason = refusal(&mut rx).await.expect("third message of a refused");
+        assert!(reason.contains("its budget"), "{reason}");
+        // b and c hold two each; then the controller's budget (five) is used up.
+        for (node, i) in [("b", 3), ("b", 4), ("c", 5)] {
+            send(node, i);
+        }
+        assert_eq!(refusal(&mut rx).await, None, "b's two and c's first fit");
+        send("c", 6);
+        let reason = refusal(&mut rx).await.expect("sixth message refused");
+        assert!(reason.contains("the controller's budget"), "{reason}");
+        shutdown.cancel();
     }
 
     #[test]

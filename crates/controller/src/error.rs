@@ -69,6 +69,17 @@ pub enum Error {
         /// The configured queue capacity (`node_queue`).
         capacity: usize,
     },
+    /// A byte budget of the upstream queues is used up: the node's (`nodeQueueBytes`) or all
+    /// nodes' (`queueBytes`); back-pressure, the edge retries from its outbox.
+    #[error("queue of node {node:?} is full ({which} budget of {capacity} bytes used up)")]
+    QueueBytesFull {
+        /// The node.
+        node: String,
+        /// `"its"` (the node's budget) or `"the controller's"` (all nodes').
+        which: &'static str,
+        /// The budget's size in bytes.
+        capacity: usize,
+    },
 }
 
 impl Error {

@@ -90,7 +90,7 @@ impl Attached {
             handler,
             identity,
             downstream,
-            config.node_queue,
+            crate::dispatch::QueueLimits::of(&config),
             tracker.clone(),
             workers_stop.clone(),
         );

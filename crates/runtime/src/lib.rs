@@ -21,7 +21,9 @@
 //!   MQTT broker).
 //! * [`ErrorChain`] — `outer: cause: root cause` for logs and the terminal.
 //! * [`limits`] — the open-file limit a server raises for itself.
-//! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client.
+//! * [`budget`] — byte budgets bounding what a queue a peer feeds may hold.
+//! * `kube_client` (feature `kube`) — the cloud services' Kubernetes client, and
+//!   [`as_node`]: one that acts as a node (constrained impersonation).
 //! * `health` (feature `health`) — the plaintext health endpoint of the cloud services
 //!   (gRPC `grpc.health.v1` and HTTP `/healthz`, `/readyz`) for Kubernetes probes, and
 //!   `serve_with_health`.
@@ -32,6 +34,7 @@
 //!   socket-path `:authority` of Go gRPC clients (KubeEdge mappers).
 
 pub mod backoff;
+pub mod budget;
 mod chain;
 #[cfg(feature = "health")]
 pub mod health;

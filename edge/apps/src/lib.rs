@@ -48,6 +48,10 @@ pub const REPLY_SUBSCRIPTION: &str = "verge/apps/+/+/+/+/reply";
 /// Most downstream messages waiting in the inbox for the broker; a new one beyond it is
 /// answered `error` (the controller sends it again later).
 pub const MAX_PENDING: u64 = 10_000;
+/// Most bytes (topics and payloads) of the downstream messages waiting in the inbox; a new one
+/// beyond it is answered `error` as well (64 MiB: the store's disk stays bounded while the
+/// broker is away, whatever the messages' sizes).
+pub const MAX_PENDING_BYTES: u64 = 64 << 20;
 /// Largest `content` an app may send up, in bytes (1 MiB).
 pub const MAX_CONTENT: usize = 1024 * 1024;
 
@@ -75,7 +79,9 @@ impl AppsHandle {
         })?;
         let id = msg.id.to_string();
         let put = store
-            .blocking(move |s| s.app_inbox_put(&id, &topic, &payload, MAX_PENDING))
+            .blocking(move |s| {
+                s.app_inbox_put(&id, &topic, &payload, MAX_PENDING, MAX_PENDING_BYTES)
+            })
             .await?;
         if matches!(put, InboxPut::Added(_)) {
             self.wake.notify_one();

@@ -10,7 +10,7 @@ use rumqttc::{
     AsyncClient, ConnectionError, Event, EventLoop, MqttOptions, Outgoing, Packet, Publish, QoS,
     Request, Subscribe, SubscribeFilter, SubscribeReasonCode,
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use verge_runtime::ErrorChain;
@@ -21,6 +21,7 @@ use super::handle::{EventBusHandle, Publisher};
 use super::{BrokerAddress, TwinService, topic};
 use crate::config::{EventBusConfig, MqttQos};
 use verge_runtime::backoff::Backoff;
+use verge_runtime::budget::ByteBudget;
 
 /// How long a stopping eventbus waits to say `DISCONNECT` to the broker.
 const DISCONNECT_GRACE: Duration = Duration::from_millis(500);
@@ -115,6 +116,7 @@ impl EventBus {
         } = self;
         let _stopped = stopped.drop_guard();
         let (tx, rx) = mpsc::channel(config.receive_queue);
+        let bytes = ByteBudget::new(config.receive_queue_bytes);
         let serving = verge_runtime::tasks::spawn(
             "eventbus dispatch",
             serve(dispatcher, rx, shutdown.clone()),
@@ -156,8 +158,14 @@ impl EventBus {
                     }
                 }
                 Ok(Event::Incoming(Packet::Publish(publish))) => {
-                    if let Err(full) = tx.try_send(publish) {
-                        let topic = &full.into_inner().topic;
+                    let size = publish.topic.len() + publish.payload.len();
+                    let Some(held) = bytes.try_take(size) else {
+                        let topic = &publish.topic;
+                        warn!(%topic, size, budget = config.receive_queue_bytes, "eventbus receive queue's bytes used up; request dropped");
+                        continue;
+                    };
+                    if let Err(full) = tx.try_send((publish, held)) {
+                        let topic = &full.into_inner().0.topic;
                         warn!(%topic, capacity = config.receive_queue, "eventbus receive queue full; request dropped");
                     }
                 }
@@ -185,14 +193,15 @@ impl EventBus {
 /// Serves received messages in order until `shutdown` or the receiver closes.
 async fn serve(
     dispatcher: Dispatcher,
-    mut rx: mpsc::Receiver<Publish>,
+    mut rx: mpsc::Receiver<(Publish, OwnedSemaphorePermit)>,
     shutdown: CancellationToken,
 ) {
     loop {
-        let message = tokio::select! {
+        // The permit (the message's bytes) is held until the message is served.
+        let (message, _held) = tokio::select! {
             () = shutdown.cancelled() => return,
             next = rx.recv() => match next {
-                Some(message) => message,
+                Some(received) => received,
                 None => return,
             },
         };

@@ -88,6 +88,11 @@ pub struct EventBusConfig {
     /// Received messages waiting for the twin logic; one arriving when it is full is dropped
     /// with a warning. Default 1024.
     pub receive_queue: usize,
+    /// Bytes (topics and payloads) the received messages waiting for the twin logic may hold;
+    /// one arriving beyond it is dropped with a warning, so apps publishing large messages
+    /// fill at most this much of edgecore (issue 31). At least `maxPacketSize`. Default
+    /// 16 MiB (`16777216`).
+    pub receive_queue_bytes: usize,
 }
 
 impl Default for EventBusConfig {
@@ -106,6 +111,7 @@ impl Default for EventBusConfig {
             max_packet_size: 1 << 20,
             publish_queue: 1024,
             receive_queue: 1024,
+            receive_queue_bytes: 16 << 20,
         }
     }
 }
@@ -146,6 +152,12 @@ impl EventBusConfig {
         }
         if self.receive_queue == 0 {
             return bad("eventBus.receiveQueue", "must hold at least one message");
+        }
+        if self.receive_queue_bytes < self.max_packet_size {
+            return bad(
+                "eventBus.receiveQueueBytes",
+                "must hold at least one message of maxPacketSize",
+            );
         }
         if self.username.is_empty() && self.password_file.is_some() {
             return bad("eventBus.passwordFile", "needs a username");

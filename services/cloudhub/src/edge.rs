@@ -286,7 +286,7 @@ impl Session {
     /// the controllers' queues stayed full for `upstream_wait`, or they detached.
     async fn forward(&self, group: Group, envelope: Envelope) -> std::result::Result<(), String> {
         let targets = self.shared.registry.upstream_targets(group)?;
-        let size = crate::budget::message_size(&envelope);
+        let size = envelope.budget_size();
         let wait = self.shared.config.upstream_wait;
         let node_bytes = match self.budget.try_take(size) {
             Some(bytes) => bytes,

@@ -185,6 +185,12 @@ impl Envelope {
             (Some(node), Some(key)) => format!("node/{node}/{key}"),
         }
     }
+
+    /// The bytes this message is counted with in byte budgets (issue 31): its body, path and
+    /// id, plus 128 for the rest of its framing.
+    pub fn budget_size(&self) -> usize {
+        self.body.len() + self.path().len() + self.id.as_str().len() + 128
+    }
 }
 
 /// `<operation> <path> (<id>)`, for logs.
