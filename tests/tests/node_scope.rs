@@ -57,13 +57,8 @@ async fn edgecontroller_acts_for_a_node_only_within_that_node() -> anyhow::Resul
         }))?;
         nodes.create(&PostParams::default(), &object).await?;
     }
+    verge_e2e::create_namespace(&admin, &ns).await?;
     let namespaces: Api<Namespace> = Api::all(admin.clone());
-    namespaces
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": ns } }))?,
-        )
-        .await?;
     let result = attacks(&cp, &admin, &ns, &node, &other).await;
     let _ = namespaces.delete(&ns, &DeleteParams::default()).await;
     for name in [&node, &other] {

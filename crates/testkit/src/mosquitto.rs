@@ -227,8 +227,8 @@ fn config_text(dir: &Path, port: u16) -> String {
     text
 }
 
-/// Writes `text` to a new file at `path` with mode 0600.
-fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+/// Writes `text` to a new file at `path` with mode 0600 (credentials).
+pub(crate) fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()

@@ -317,22 +317,7 @@ pub async fn service_account_credentials(
     );
     let kubeconfig_path = dir.join(format!("{name}.kubeconfig"));
     let hub_token_path = dir.join(format!("{name}.hub-token"));
-    write_private(&kubeconfig_path, &kubeconfig)?;
-    write_private(&hub_token_path, &hub_token)?;
+    crate::mosquitto::write_private(&kubeconfig_path, &kubeconfig)?;
+    crate::mosquitto::write_private(&hub_token_path, &hub_token)?;
     Ok((kubeconfig_path, hub_token_path))
-}
-
-/// Writes `contents` to a new file `path` readable by its owner only (tokens).
-fn write_private(path: &std::path::Path, contents: &str) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
-    file.write_all(contents.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
 }

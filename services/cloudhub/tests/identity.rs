@@ -120,19 +120,7 @@ async fn token_ca_discovery_when_enabled() {
     config.trust.token_ca_discovery = true;
     let hub = start(config).await;
     let cluster = hub.cluster.clone();
-    cluster.add_token(
-        "abcdef",
-        "0123456789abcdef",
-        &["authentication", "signing"],
-        None,
-    );
-    cluster.add_token(
-        "expird",
-        "0123456789abcdef",
-        &["authentication"],
-        Some("2000-01-01T00:00:00Z"),
-    );
-    cluster.add_token("nouse0", "0123456789abcdef", &["signing"], None);
+    add_test_tokens(&cluster);
     let channel = tls_channel(&hub, hub.join_addr, None).await.unwrap();
     let mut join = JoinClient::new(channel);
     let get_ca = |token_id: &str| GetCaRequest {
@@ -173,19 +161,7 @@ async fn token_ca_discovery_when_enabled() {
 async fn join_with_bootstrap_tokens() {
     let hub = start(common::config()).await;
     let cluster = hub.cluster.clone();
-    cluster.add_token(
-        "abcdef",
-        "0123456789abcdef",
-        &["authentication", "signing"],
-        None,
-    );
-    cluster.add_token(
-        "expird",
-        "0123456789abcdef",
-        &["authentication"],
-        Some("2000-01-01T00:00:00Z"),
-    );
-    cluster.add_token("nouse0", "0123456789abcdef", &["signing"], None);
+    add_test_tokens(&cluster);
     cluster
         .nodes
         .lock()
@@ -473,4 +449,23 @@ async fn join_creates_the_node_with_its_taints() {
         .unwrap();
     assert!(cluster.node_taints.lock().unwrap()["edge-u"].is_empty());
     hub.stop().await;
+}
+
+/// Bootstrap tokens of the join tests: `abcdef` valid (authentication and signing), `expird`
+/// expired, `nouse0` without `usage-bootstrap-authentication`; all with secret
+/// `0123456789abcdef`.
+fn add_test_tokens(cluster: &common::cluster::FakeCluster) {
+    cluster.add_token(
+        "abcdef",
+        "0123456789abcdef",
+        &["authentication", "signing"],
+        None,
+    );
+    cluster.add_token(
+        "expird",
+        "0123456789abcdef",
+        &["authentication"],
+        Some("2000-01-01T00:00:00Z"),
+    );
+    cluster.add_token("nouse0", "0123456789abcdef", &["signing"], None);
 }

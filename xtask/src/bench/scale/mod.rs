@@ -198,13 +198,13 @@ async fn measure(
         "phase 3: {} pods created one at a time under load",
         args.probes
     );
-    let probes = probe(&client, &mut events, n, args.probes).await?;
+    let probes = probe(&client, &mut events, n, args.probes, false).await?;
     eprintln!(
         "phase 3b: {} pods with a Secret of their own, one at a time",
         args.secret_probes
     );
     let before_secrets = Snapshot::take(&services);
-    let secret_probes = secret_probe(&client, &mut events, n, args.secret_probes).await?;
+    let secret_probes = probe(&client, &mut events, n, args.secret_probes, true).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let secret_watches = (before_secrets, Snapshot::take(&services));
 
@@ -341,89 +341,67 @@ async fn storm(
 }
 
 /// Creates `count` pods one at a time, pod `i` bound to a node spread over the `n`; returns
-/// per pod (create call → the hollow edge holds it, create call's own duration).
+/// per pod (create call → the hollow edge holds it, create call's own duration). With
+/// `own_secret`, each pod mounts a Secret of its own, created just before it, and the time is
+/// until the hollow edge holds that Secret (the create calls of both are the second figure).
 async fn probe(
     client: &kube::Client,
     events: &mut mpsc::UnboundedReceiver<Event>,
     n: usize,
     count: usize,
-) -> anyhow::Result<Vec<(Duration, Duration)>> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let mut out = Vec::with_capacity(count);
-    for i in 0..count {
-        let name = format!("probe-{i:04}");
-        let node = node_name((i * 7919 + 13) % n);
-        let pod: Pod = serde_json::from_value(probe_pod(&name, &node))?;
-        let t0 = Instant::now();
-        pods.create(&PostParams::default(), &pod)
-            .await
-            .with_context(|| format!("creating pod {name}"))?;
-        let created = t0.elapsed();
-        let deadline = t0 + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, events.recv()).await {
-                Ok(Some(Event::Probe(got, at))) if got == name => {
-                    out.push((at.saturating_duration_since(t0), created));
-                    break;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => bail!("every hollow edge stopped"),
-                Err(_) => bail!("pod {name} did not reach node {node} within 30 s"),
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(out)
-}
-
-/// Creates `count` Secrets and pods one at a time, pod `i` bound to a node spread over the `n`
-/// and mounting Secret `probe-secret-<i>`; returns per pod (pod create call → the hollow edge
-/// holds the Secret, the two create calls alone).
-async fn secret_probe(
-    client: &kube::Client,
-    events: &mut mpsc::UnboundedReceiver<Event>,
-    n: usize,
-    count: usize,
+    own_secret: bool,
 ) -> anyhow::Result<Vec<(Duration, Duration)>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
-        let (name, secret) = (format!("probe-s-{i:04}"), format!("probe-secret-{i:04}"));
-        let node = node_name((i * 7927 + 29) % n);
-        let object: Secret = serde_json::from_value(
-            json!({"metadata": {"name": secret}, "stringData": {"key": format!("value {i}")}}),
-        )?;
+        let name = format!("probe-{}{i:04}", if own_secret { "s-" } else { "" });
+        let secret = format!("probe-secret-{i:04}");
+        let node = node_name((i * 7919 + if own_secret { 29 } else { 13 }) % n);
         let mut pod = probe_pod(&name, &node);
-        pod["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": secret}}]);
-        let pod: Pod = serde_json::from_value(pod)?;
         let t0 = Instant::now();
-        secrets
-            .create(&PostParams::default(), &object)
-            .await
-            .with_context(|| format!("creating Secret {secret}"))?;
+        if own_secret {
+            pod["spec"]["volumes"] = json!([{"name": "s", "secret": {"secretName": secret}}]);
+            let object: Secret = serde_json::from_value(
+                json!({"metadata": {"name": secret}, "stringData": {"key": format!("value {i}")}}),
+            )?;
+            secrets
+                .create(&PostParams::default(), &object)
+                .await
+                .with_context(|| format!("creating Secret {secret}"))?;
+        }
+        let pod: Pod = serde_json::from_value(pod)?;
         let t1 = Instant::now();
         pods.create(&PostParams::default(), &pod)
             .await
             .with_context(|| format!("creating pod {name}"))?;
         let calls = t0.elapsed();
-        let deadline = t1 + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, events.recv()).await {
-                Ok(Some(Event::Probe(got, at))) if got == secret => {
-                    out.push((at.saturating_duration_since(t1), calls));
-                    break;
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => bail!("every hollow edge stopped"),
-                Err(_) => bail!("Secret {secret} did not reach node {node} within 30 s"),
-            }
-        }
+        let awaited = if own_secret { &secret } else { &name };
+        let at = arrival(events, awaited, t1, &node).await?;
+        out.push((at.saturating_duration_since(t1), calls));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     Ok(out)
+}
+
+/// When a hollow edge got the pod or Secret `name` (within 30 s of `since`), skipping other
+/// events.
+async fn arrival(
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    name: &str,
+    since: Instant,
+    node: &str,
+) -> anyhow::Result<Instant> {
+    let deadline = since + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, events.recv()).await {
+            Ok(Some(Event::Probe(got, at))) if got == name => return Ok(at),
+            Ok(Some(_)) => {}
+            Ok(None) => bail!("every hollow edge stopped"),
+            Err(_) => bail!("{name} did not reach node {node} within 30 s"),
+        }
+    }
 }
 
 fn node(i: usize) -> serde_json::Value {

@@ -302,7 +302,6 @@ impl Report {
         total.sort();
         api.sort();
         let (t, a) = (Summary::of(&total), Summary::of(&api));
-        let p99 = |s: &Summary| s.p99.map_or_else(|| "–".to_owned(), ms);
         let _ = writeln!(
             out,
             "Downstream under load: {} pods created one at a time, each bound to another of the \
@@ -310,25 +309,13 @@ impl Report {
              |---|---|---|---|---|---|",
             t.n, self.n
         );
-        let _ = writeln!(
+        summary_row(out, "until the hollow edge holds it", &t);
+        summary_row(
             out,
-            "| until the hollow edge holds it | {} | {} | {} | {} | {} |",
-            t.n,
-            ms(t.p50),
-            ms(t.p90),
-            p99(&t),
-            ms(t.max)
+            "until the API server answered the create (part of the above)",
+            &a,
         );
-        let _ = writeln!(
-            out,
-            "| until the API server answered the create (part of the above) | {} | {} | {} | {} \
-             | {} |\n",
-            a.n,
-            ms(a.p50),
-            ms(a.p90),
-            p99(&a),
-            ms(a.max)
-        );
+        out.push('\n');
         t
     }
 
@@ -338,7 +325,6 @@ impl Report {
         let mut total: Vec<Duration> = self.secret_probes.iter().map(|p| p.0).collect();
         total.sort();
         let t = Summary::of(&total);
-        let p99 = |s: &Summary| s.p99.map_or_else(|| "–".to_owned(), ms);
         let (before, after) = &self.secret_watches;
         let _ = writeln!(
             out,
@@ -346,24 +332,13 @@ impl Report {
              | from the pod's create call | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|",
             t.n
         );
-        let _ = writeln!(
+        summary_row(out, "until the hollow edge holds the pod's Secret", &t);
+        summary_row(
             out,
-            "| until the hollow edge holds the pod's Secret | {} | {} | {} | {} | {} |",
-            t.n,
-            ms(t.p50),
-            ms(t.p90),
-            p99(&t),
-            ms(t.max)
+            "until it holds a pod (the pod probes above, same run)",
+            pods,
         );
-        let _ = writeln!(
-            out,
-            "| until it holds a pod (the pod probes above, same run) | {} | {} | {} | {} | {} |\n",
-            pods.n,
-            ms(pods.p50),
-            ms(pods.p90),
-            p99(pods),
-            ms(pods.max)
-        );
+        out.push('\n');
         let _ = writeln!(
             out,
             "edgecontroller RSS with those {} object watches open: {:.1} MiB (before them: {:.1} MiB,              {:.1} KiB per watch).\n",
@@ -423,4 +398,17 @@ impl Report {
             },
         ]
     }
+}
+
+/// One `| what | n | p50 | p90 | p99 | max |` row of `s`.
+fn summary_row(out: &mut String, what: &str, s: &Summary) {
+    let p99 = s.p99.map_or_else(|| "–".to_owned(), ms);
+    let _ = writeln!(
+        out,
+        "| {what} | {} | {} | {} | {p99} | {} |",
+        s.n,
+        ms(s.p50),
+        ms(s.p90),
+        ms(s.max)
+    );
 }
