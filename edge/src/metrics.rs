@@ -161,7 +161,11 @@ mod tests {
         let mut report = Envelope::try_from(message).expect("valid");
         report.timestamp_ms -= 5_000;
         store
-            .outbox_put(&report, &verge_proto::envelope::encode(&report), 10)
+            .outbox_put(
+                &report,
+                &verge_proto::envelope::encode(&report),
+                verge_edge_store::OutboxLimits::entries(10),
+            )
             .expect("put");
         let after = text(&registry);
         assert!(

@@ -192,9 +192,11 @@ async fn unacked_report_is_resent_after_an_edgecore_restart() -> Result<()> {
     let (key, msg) = status("p1", "web");
 
     let edgecore = EdgeCore::new(config(url.clone(), dir.path()))?;
-    edgecore
-        .store()
-        .outbox_put(&msg, &verge_proto::envelope::encode(&msg), 10)?;
+    edgecore.store().outbox_put(
+        &msg,
+        &verge_proto::envelope::encode(&msg),
+        verge_edge_store::OutboxLimits::entries(10),
+    )?;
     let key = key.to_string();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn(edgecore.run(shutdown.clone()));

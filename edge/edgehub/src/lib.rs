@@ -242,7 +242,10 @@ impl EdgeHub {
         let (sessions, sessions_rx) = watch::channel(None);
         let (outbox, queued) = Outbox::new(
             store.clone(),
-            config.edge_hub.outbox.max_entries,
+            verge_edge_store::OutboxLimits {
+                max_entries: config.edge_hub.outbox.max_entries,
+                max_source_bytes: config.edge_hub.outbox.max_source_bytes,
+            },
             config.edge_hub.upstream_queue,
         );
         let handle = EdgeHubHandle {

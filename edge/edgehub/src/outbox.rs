@@ -15,7 +15,7 @@ use verge_runtime::ErrorChain;
 
 use super::try_send;
 use crate::error::Result;
-use verge_edge_store::{MetaStore, OutboxEntry};
+use verge_edge_store::{MetaStore, OutboxEntry, OutboxLimits};
 
 /// A report handed to [`Outbox::try_put`], waiting for the writer task.
 pub(crate) type Queued = Envelope;
@@ -28,6 +28,12 @@ pub struct OutboxConfig {
     /// ([`OutboxFull`](verge_edge_store::Error::OutboxFull), logged); statuses and deletions are always kept (they
     /// are bounded by the number of pods). Default 10000.
     pub max_entries: usize,
+    /// Most bytes the waiting reports of one droppable source hold: edged's events, and each
+    /// third-party group's apps (`app/<group>`). Beyond it that source's new reports are
+    /// refused ([`OutboxSourceFull`](verge_edge_store::Error::OutboxSourceFull), logged), so
+    /// one app group's flood while the link is down cannot crowd out events or other groups.
+    /// Default 64 MiB (`67108864`).
+    pub max_source_bytes: u64,
     /// Most reports sent and not yet answered, per session. Default 64.
     pub max_inflight: usize,
     /// A report refused this many times by a controller (`error` answers, e.g. a 4xx
@@ -52,6 +58,7 @@ impl Default for OutboxConfig {
     fn default() -> Self {
         Self {
             max_entries: 10_000,
+            max_source_bytes: 64 << 20,
             max_inflight: 64,
             max_attempts: 10,
             retry_backoff: Duration::from_secs(1),
@@ -69,6 +76,12 @@ impl OutboxConfig {
     pub fn validate(&self) -> std::result::Result<(), (&'static str, &'static str)> {
         if self.max_entries == 0 {
             return Err(("edgeHub.outbox.maxEntries", "must hold at least one entry"));
+        }
+        if self.max_source_bytes == 0 {
+            return Err((
+                "edgeHub.outbox.maxSourceBytes",
+                "must hold at least one report",
+            ));
         }
         if self.max_inflight == 0 {
             return Err((
@@ -112,24 +125,24 @@ impl OutboxConfig {
 pub(crate) struct Outbox {
     store: MetaStore,
     wake: Arc<Notify>,
-    max_entries: usize,
+    limits: OutboxLimits,
     queue: mpsc::Sender<Queued>,
 }
 
 impl Outbox {
-    /// An outbox over `store` holding at most `max_entries` droppable entries, and the
+    /// An outbox over `store` bounded by `limits` (droppable entries, bytes per source), and the
     /// receiving end of [`Outbox::try_put`]'s queue (`queue` reports), for
     /// [`Outbox::write_queued`].
     pub(crate) fn new(
         store: MetaStore,
-        max_entries: usize,
+        limits: OutboxLimits,
         queue: usize,
     ) -> (Self, mpsc::Receiver<Queued>) {
         let (tx, rx) = mpsc::channel(queue.max(1));
         let outbox = Self {
             store,
             wake: Arc::new(Notify::new()),
-            max_entries,
+            limits,
             queue: tx,
         };
         (outbox, rx)
@@ -181,7 +194,7 @@ impl Outbox {
             + Send
             + 'static,
     {
-        let max = self.max_entries;
+        let max = self.limits;
         let (out, reported) = store
             .blocking(move |s| {
                 s.write(|txn| {
@@ -201,7 +214,7 @@ impl Outbox {
 
     /// Commits `msg` under its key (replacing that key's entry), then wakes the drain.
     pub(crate) async fn put(&self, msg: Envelope) -> Result<()> {
-        let max = self.max_entries;
+        let max = self.limits;
         self.store
             .blocking(move |s| s.outbox_put(&msg, &verge_proto::envelope::encode(&msg), max))
             .await?;

@@ -110,8 +110,13 @@ impl Transaction<'_> {
     ///
     /// # Errors
     /// As [`MetaStore::outbox_put`].
-    pub fn outbox_put(&self, message: &Envelope, wire: &[u8], max_entries: usize) -> Result<()> {
-        crate::outbox::put_in(self.txn, message, wire, max_entries)
+    pub fn outbox_put(
+        &self,
+        message: &Envelope,
+        wire: &[u8],
+        limits: crate::OutboxLimits,
+    ) -> Result<()> {
+        crate::outbox::put_in(self.txn, message, wire, limits)
     }
 
     /// Writes `value` under `key` in devicetwin's `table`, replacing what was there.

@@ -42,6 +42,19 @@ pub enum Error {
         /// How many entries wait.
         entries: u64,
     },
+    /// The report's source (`event`, `app/<group>`) holds `max_source_bytes` of waiting
+    /// reports already: this one was refused, nothing changed.
+    #[error(
+        "upstream outbox: source {source_name} holds {bytes} bytes of reports: report {key} refused"
+    )]
+    OutboxSourceFull {
+        /// The refused report's key.
+        key: String,
+        /// The source (`event`, `app/<group>`).
+        source_name: String,
+        /// The bytes its waiting reports hold.
+        bytes: u64,
+    },
     /// A blocking task (store access) panicked or was cancelled.
     #[error("blocking task failed")]
     Blocking(#[source] tokio::task::JoinError),
@@ -49,9 +62,13 @@ pub enum Error {
 
 impl Error {
     /// Whether this is the outbox refusing a droppable report because it is full
-    /// ([`Error::OutboxFull`]); the report was dropped and should be logged, nothing else.
+    /// ([`Error::OutboxFull`]) or its source's bytes are used up ([`Error::OutboxSourceFull`]);
+    /// the report was dropped and should be logged, nothing else.
     pub fn is_outbox_full(&self) -> bool {
-        matches!(self, Self::OutboxFull { .. })
+        matches!(
+            self,
+            Self::OutboxFull { .. } | Self::OutboxSourceFull { .. }
+        )
     }
 }
 

@@ -38,5 +38,5 @@ pub use apps_inbox::{InboxPut, KEEP_PUBLISHED, Pending};
 pub use db::{MetaStore, Transaction};
 pub use error::{Error, Result};
 pub use objects::{ObjectIdentity, StoredObject};
-pub use outbox::{OutboxEntry, OutboxKey};
+pub use outbox::{OutboxEntry, OutboxKey, OutboxLimits};
 pub use twins::TwinTable;

@@ -117,6 +117,17 @@ impl OutboxKey {
         }
     }
 
+    /// [`OutboxKey::source`] of a key in its text form (as stored): `event/…` is `event`,
+    /// `app/<group>/…` is `app/<group>`.
+    pub fn source_of(stored: &str) -> Option<String> {
+        if stored.starts_with("event/") {
+            return Some("event".to_owned());
+        }
+        let rest = stored.strip_prefix("app/")?;
+        let (group, _) = rest.split_once('/')?;
+        Some(format!("app/{group}"))
+    }
+
     /// The status key of the pod at `pod` (`<ns>/pod/<name>`).
     pub fn pod_status(pod: &ResourceKey) -> Self {
         Self::PodStatus {
@@ -155,6 +166,17 @@ impl OutboxKey {
     /// devices).
     pub const fn is_droppable(&self) -> bool {
         matches!(self, Self::Event { .. } | Self::App { .. })
+    }
+
+    /// The source whose byte budget a droppable report takes from: `event` (edged's events)
+    /// or `app/<group>` (each third-party group's apps); `None` for the other reports, which
+    /// are bounded by the number of pods and devices.
+    pub fn source(&self) -> Option<String> {
+        match self {
+            Self::Event { .. } => Some("event".to_owned()),
+            Self::App { group, .. } => Some(format!("app/{group}")),
+            _ => None,
+        }
     }
 }
 

@@ -8,7 +8,10 @@
 //!   since the store held wire `Message`s, so existing databases stay readable);
 //! * `outbox_order`: `seq` -> key, to read entries in FIFO order;
 //! * `outbox_meta`: `"next_seq"` -> the next sequence number (never reused, so a reader's
-//!   cursor only ever moves forward).
+//!   cursor only ever moves forward); `"bytes/<source>"` -> the bytes the waiting reports of a
+//!   droppable source hold (`event`, `app/<group>`; [`OutboxKey::source`]), each source bounded
+//!   by [`OutboxLimits::max_source_bytes`] so one app group's flood cannot crowd out events or
+//!   other groups.
 //!
 //! Writing a key replaces its entry (new seq, attempts 0): only the newest report per key
 //! waits. Entries leave only through [`MetaStore::outbox_remove_if`] (the cloud acked that
@@ -36,6 +39,25 @@ const ORDER: TableDefinition<u64, &str> = TableDefinition::new("outbox_order");
 /// `outbox_meta`: counters.
 const META: TableDefinition<&str, u64> = TableDefinition::new("outbox_meta");
 const NEXT_SEQ: &str = "next_seq";
+
+/// The bounds of [`MetaStore::outbox_put`] (edgecore's `edgeHub.outbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxLimits {
+    /// Most entries; a droppable report with a new key is refused beyond it.
+    pub max_entries: usize,
+    /// Most bytes (key, id and wire encoding) the waiting reports of one droppable source hold.
+    pub max_source_bytes: u64,
+}
+
+impl OutboxLimits {
+    /// `max_entries` entries and no byte bound per source (tests, tools).
+    pub fn entries(max_entries: usize) -> Self {
+        Self {
+            max_entries,
+            max_source_bytes: u64::MAX,
+        }
+    }
+}
 
 /// One report waiting for the cloud's ack.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,11 +90,12 @@ impl MetaStore {
     /// # Errors
     /// [`Error::NotAReport`] when `message` has no outbox key; [`Error::OutboxFull`] when the
     /// key is droppable ([`OutboxKey::is_droppable`]), not yet in the outbox, and
-    /// `max_entries` entries already wait; nothing changes then. [`Error::Store`] if the
-    /// transaction fails.
-    pub fn outbox_put(&self, message: &Envelope, wire: &[u8], max_entries: usize) -> Result<()> {
+    /// `limits.max_entries` entries already wait; [`Error::OutboxSourceFull`] when its source's
+    /// waiting reports would pass `limits.max_source_bytes`; nothing changes then.
+    /// [`Error::Store`] if the transaction fails.
+    pub fn outbox_put(&self, message: &Envelope, wire: &[u8], limits: OutboxLimits) -> Result<()> {
         let txn = self.db.begin_write()?;
-        put_in(&txn, message, wire, max_entries)?;
+        put_in(&txn, message, wire, limits)?;
         txn.commit()?;
         Ok(())
     }
@@ -132,8 +155,11 @@ impl MetaStore {
                 _ => None,
             };
             if let Some(seq) = seq {
-                outbox.remove(key)?;
+                let size = outbox
+                    .remove(key)?
+                    .map_or(0, |v| entry_size(key, v.value()));
                 txn.open_table(ORDER)?.remove(seq)?;
+                add_source_bytes(&txn, key, -i128::from(size))?;
             }
             seq.is_some()
         };
@@ -179,25 +205,42 @@ pub(crate) fn put_in(
     txn: &WriteTransaction,
     message: &Envelope,
     wire: &[u8],
-    max_entries: usize,
+    limits: OutboxLimits,
 ) -> Result<()> {
     let key = OutboxKey::of(message).ok_or_else(|| Error::NotAReport {
         message: message.to_string(),
     })?;
     let droppable = key.is_droppable();
+    let source = key.source();
     let key = key.to_string();
     let id = message.id.as_str();
     let mut outbox = txn.open_table(OUTBOX)?;
     let mut order = txn.open_table(ORDER)?;
     let mut meta = txn.open_table(META)?;
-    let old = outbox.get(key.as_str())?.map(|g| g.value().0);
+    let old = outbox
+        .get(key.as_str())?
+        .map(|g| (g.value().0, entry_size(&key, g.value())));
+    let new_size = entry_size(&key, (0, 0, id, wire));
+    if let Some(source) = &source {
+        let held = meta
+            .get(format!("bytes/{source}").as_str())?
+            .map_or(0, |g| g.value());
+        let after = held.saturating_sub(old.map_or(0, |(_, size)| size)) + new_size;
+        if after > limits.max_source_bytes {
+            return Err(Error::OutboxSourceFull {
+                key,
+                source_name: source.clone(),
+                bytes: held,
+            });
+        }
+    }
     match old {
-        Some(old_seq) => {
+        Some((old_seq, _)) => {
             order.remove(old_seq)?;
         }
         None if droppable => {
             let entries = outbox.len()?;
-            if entries >= u64::try_from(max_entries).unwrap_or(u64::MAX) {
+            if entries >= u64::try_from(limits.max_entries).unwrap_or(u64::MAX) {
                 return Err(Error::OutboxFull { key, entries });
             }
         }
@@ -205,8 +248,29 @@ pub(crate) fn put_in(
     }
     let seq = meta.get(NEXT_SEQ)?.map_or(0, |g| g.value());
     meta.insert(NEXT_SEQ, seq + 1)?;
+    drop(meta);
     outbox.insert(key.as_str(), (seq, 0, id, wire))?;
     order.insert(seq, key.as_str())?;
+    let change = i128::from(new_size) - i128::from(old.map_or(0, |(_, size)| size));
+    add_source_bytes(txn, &key, change)
+}
+
+/// The bytes entry `key` counts with in its source's budget: key, id and wire encoding.
+fn entry_size(key: &str, (_, _, id, wire): (u64, u32, &str, &[u8])) -> u64 {
+    (key.len() + id.len() + wire.len()) as u64
+}
+
+/// Adds `change` to the bytes of the source of the stored `key` (nothing for a key of no
+/// droppable source).
+fn add_source_bytes(txn: &WriteTransaction, key: &str, change: i128) -> Result<()> {
+    let Some(source) = OutboxKey::source_of(key) else {
+        return Ok(());
+    };
+    let mut meta = txn.open_table(META)?;
+    let name = format!("bytes/{source}");
+    let held = meta.get(name.as_str())?.map_or(0, |g| g.value());
+    let after = (i128::from(held) + change).clamp(0, i128::from(u64::MAX));
+    meta.insert(name.as_str(), u64::try_from(after).unwrap_or(0))?;
     Ok(())
 }
 

@@ -38,7 +38,7 @@ fn put(s: &MetaStore, message: &Envelope, max: usize) -> crate::Result<()> {
     s.outbox_put(
         message,
         format!("wire {}", message.id.as_str()).as_bytes(),
-        max,
+        crate::OutboxLimits::entries(max),
     )
 }
 
@@ -143,6 +143,37 @@ fn a_full_outbox_refuses_new_events_only() {
     put(&s, &report("d", "ns/pod/web"), 2).expect("deletion");
     put(&s, &report("b1", "ns/podstatus/b"), 2).expect("status");
     assert_eq!(s.outbox_len().expect("len"), 4);
+}
+
+#[test]
+fn a_source_holds_at_most_its_bytes_and_gets_them_back_when_acked() {
+    let (_dir, s) = store();
+    // "event/ns/eN" (11) + "eN" (2) + "wire eN" (7): 20 bytes per event; 50 hold two.
+    let limits = crate::OutboxLimits {
+        max_entries: 100,
+        max_source_bytes: 50,
+    };
+    let put = |id: &str, path: &str| {
+        let message = report(id, path);
+        s.outbox_put(&message, format!("wire {id}").as_bytes(), limits)
+    };
+    put("e1", "ns/event/e1").expect("e1");
+    put("e2", "ns/event/e2").expect("e2");
+    let err = put("e3", "ns/event/e3").expect_err("event bytes used up");
+    assert!(
+        matches!(&err, Error::OutboxSourceFull { source_name, bytes: 40, .. } if source_name == "event"),
+        "{err}"
+    );
+    assert!(
+        err.is_outbox_full(),
+        "logged and dropped like a full outbox"
+    );
+    // Replacing a key's report counts its new size only; other sources are not bounded by it.
+    put("e1", "ns/event/e1").expect("e1 replaced");
+    put("s1", "ns/podstatus/a").expect("status");
+    // The cloud acks e1: its bytes come back.
+    assert!(s.outbox_remove_if("event/ns/e1", "e1").expect("remove"));
+    put("e3", "ns/event/e3").expect("e3 fits now");
 }
 
 #[test]
