@@ -60,6 +60,11 @@ enum Command {
     /// send a CSR to cloudhub's Join service and store the signed certificate under
     /// `<dataDir>/pki`. `kubectl get csr` shows the request, approved and issued.
     Join(JoinArgs),
+    /// Print the MQTT broker's ACL file (mosquitto `acl_file`) made from `eventBus`:
+    /// edgecore's user may use every device, node and app topic, each of `eventBus.clients`
+    /// only its devices' and groups' topics, nobody else anything. Install it as the broker's
+    /// `acl_file` (docs/devices.md).
+    MqttAcl,
 }
 
 /// Arguments of `edgecore join` (the node name, data directory and config come from the
@@ -180,6 +185,22 @@ async fn run() -> ExitCode {
         Ok(config) => config,
         Err(error) => return verge_runtime::fail("edgecore", &*error),
     };
+    // Before telemetry: the ACL alone goes to stdout.
+    if matches!(command, Some(Command::MqttAcl)) {
+        return match verge_edgecore::eventbus::acl::mosquitto_acl(
+            &config.event_bus,
+            &config.node_name,
+        ) {
+            Ok(acl) => {
+                print!("{acl}");
+                ExitCode::SUCCESS
+            }
+            Err(reason) => {
+                eprintln!("edgecore: error: {reason}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let telemetry = match verge_telemetry::init("edgecore", config.log_format, &config.tracing) {
         Ok(telemetry) => telemetry,
         Err(error) => return verge_runtime::fail("edgecore", &error),
@@ -187,6 +208,7 @@ async fn run() -> ExitCode {
     if let Some(Command::Join(join_args)) = command {
         return join(&config, join_args).await;
     }
+
     if let Err(error) =
         certificates::ensure(&config.hub_settings(), config.register_with_taints()).await
     {

@@ -60,12 +60,28 @@ impl Mosquitto {
     /// fails, or the broker does not run within [`MOSQUITTO_START_TIMEOUT`] (the error holds
     /// its log tail).
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_with_acl(&[], None).await
+    }
+
+    /// Like [`Mosquitto::start`], with more users (`users`, each with the same password as
+    /// [`MOSQUITTO_USER`]) and, when `acl` is given, that text as the broker's `acl_file`
+    /// (e.g. what `edgecore mqtt-acl` prints): each user then reaches only the topics it
+    /// grants.
+    ///
+    /// # Errors
+    /// As [`Mosquitto::start`].
+    pub async fn start_with_acl(users: &[&str], acl: Option<&str>) -> anyhow::Result<Self> {
         tokio::task::spawn_blocking(ensure_mosquitto).await??;
         let dir = tempfile::Builder::new()
             .prefix("verge-mosquitto-")
             .tempdir()
             .context("creating the broker's directory")?;
-        let password = write_credentials(dir.path())?;
+        let mut all = vec![MOSQUITTO_USER];
+        all.extend_from_slice(users);
+        let password = write_credentials_for(dir.path(), &all)?;
+        if let Some(acl) = acl {
+            write_private(&dir.path().join("acl"), acl)?;
+        }
         let mut last_error = None;
         // A free port can still be taken between the pick and the broker's bind: retry.
         for _ in 0..3 {
@@ -160,10 +176,16 @@ impl Mosquitto {
 /// # Errors
 /// A file cannot be written or `mosquitto_passwd` fails.
 pub fn write_credentials(dir: &Path) -> anyhow::Result<String> {
+    write_credentials_for(dir, &[MOSQUITTO_USER])
+}
+
+/// [`write_credentials`] for each of `users`, all with the same password.
+fn write_credentials_for(dir: &Path, users: &[&str]) -> anyhow::Result<String> {
     let password = Alphanumeric.sample_string(&mut rand::rng(), 24);
     write_private(&dir.join("client-password"), &format!("{password}\n"))?;
     let passwd = dir.join("passwd");
-    write_private(&passwd, &format!("{MOSQUITTO_USER}:{password}\n"))?;
+    let lines: String = users.iter().map(|u| format!("{u}:{password}\n")).collect();
+    write_private(&passwd, &lines)?;
     let status = Command::new("mosquitto_passwd")
         .arg("-U")
         .arg(&passwd)
@@ -205,7 +227,7 @@ async fn spawn_broker(dir: &Path, port: u16) -> anyhow::Result<ChildProcess> {
 }
 
 /// mosquitto.conf: one loopback listener, no anonymous access, the password file
-/// `<dir>/passwd`, no persistence, `TCP_NODELAY` on its sockets (no Nagle delay on small
+/// `<dir>/passwd` (and the ACL file `<dir>/acl` when there is one), no persistence, `TCP_NODELAY` on its sockets (no Nagle delay on small
 /// replies), log to stderr. As root, `user root` keeps the broker from
 /// switching to the `mosquitto` user, which could not read the private directory.
 fn config_text(dir: &Path, port: u16) -> String {
@@ -223,6 +245,10 @@ fn config_text(dir: &Path, port: u16) -> String {
     );
     if packages::is_root() {
         text.push_str("user root\n");
+    }
+    let acl = dir.join("acl");
+    if acl.is_file() {
+        text.push_str(&format!("acl_file {}\n", acl.display()));
     }
     text
 }

@@ -93,6 +93,23 @@ pub struct EventBusConfig {
     /// fill at most this much of edgecore (issue 31). At least `maxPacketSize`. Default
     /// 16 MiB (`16777216`).
     pub receive_queue_bytes: usize,
+    /// The broker's other clients (mappers, edge apps) and the topics each may use, for
+    /// `edgecore mqtt-acl`, which turns them into the broker's ACL file ([`crate::acl`]): a
+    /// client reaches only its devices' twin topics and its app groups' topics. Default none.
+    pub clients: Vec<MqttClient>,
+}
+
+/// A broker client other than edgecore (YAML `eventBus.clients[]`) and what it may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct MqttClient {
+    /// The user name it logs in to the broker with.
+    pub username: String,
+    /// Its devices, `<namespace>/<name>`: their `$hw/events/device/<ns>/<name>/...` topics
+    /// (twin, state, results) and the node's membership topics.
+    pub devices: Vec<String>,
+    /// Its third-party message groups: their `verge/apps/<group>/...` topics.
+    pub groups: Vec<String>,
 }
 
 impl Default for EventBusConfig {
@@ -112,6 +129,7 @@ impl Default for EventBusConfig {
             publish_queue: 1024,
             receive_queue: 1024,
             receive_queue_bytes: 16 << 20,
+            clients: Vec::new(),
         }
     }
 }
@@ -161,6 +179,11 @@ impl EventBusConfig {
         }
         if self.username.is_empty() && self.password_file.is_some() {
             return bad("eventBus.passwordFile", "needs a username");
+        }
+        for client in &self.clients {
+            if let Err(reason) = crate::acl::check_client(client) {
+                return Err(("eventBus.clients", reason));
+            }
         }
         Ok(())
     }

@@ -42,6 +42,7 @@
 //! The crate sits above `verge-core` and `verge-runtime` only: devicetwin (through
 //! [`TwinService`]) and the apps bridge (the broker address and credentials) build on it.
 
+pub mod acl;
 mod address;
 mod client;
 pub mod config;
@@ -61,7 +62,7 @@ use futures::future::BoxFuture;
 pub use address::{AddressError, BrokerAddress};
 pub use client::EventBus;
 pub use client::read_password;
-pub use config::{EventBusConfig, MqttQos};
+pub use config::{EventBusConfig, MqttClient, MqttQos};
 pub use error::Error;
 pub use handle::EventBusHandle;
 pub use payload::{
