@@ -2,7 +2,8 @@
 //! decisions (in [`super::Trust`]) are unit-tested with a fake, and [`KubeCluster`], the
 //! implementation on kube-rs used in production.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use futures::future::BoxFuture;
 use k8s_openapi::ByteString;
@@ -145,15 +146,27 @@ pub const MESSAGE_GROUP_VERB: &str = "attach";
 /// create TokenReviews (controllers' tokens and joins' bootstrap tokens) and
 /// SubjectAccessReviews; see `deploy/cloud/access/rbac.yaml`; with `trust.tokenCaDiscovery`
 /// also get Secrets in `kube-system`, for `GetCa`: `deploy/cloud/optional/token-ca-discovery.yaml`).
+///
+/// Edge Nodes seen by the watch of [`ClusterApi::removed_edge_nodes`] (name → uid) answer
+/// [`ClusterApi::node_owner`] without a request: a session, a renewal and every stream
+/// through a node then cost no GET. Whatever the watch has not seen (a Node just created by
+/// a join, a kubelet's, an absent one) is read from the API server.
 #[derive(Clone)]
 pub struct KubeCluster {
     client: kube::Client,
+    edge_nodes: EdgeNodes,
 }
+
+/// Edge Node name → uid, as the edge-Node watch last saw them.
+type EdgeNodes = Arc<RwLock<HashMap<String, String>>>;
 
 impl KubeCluster {
     /// Calls through `client`.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            edge_nodes: EdgeNodes::default(),
+        }
     }
 }
 
@@ -194,6 +207,15 @@ impl ClusterApi for KubeCluster {
 
     fn node_owner<'a>(&'a self, name: &'a str) -> BoxFuture<'a, kube::Result<NodeOwner>> {
         Box::pin(async move {
+            let watched = self
+                .edge_nodes
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(name)
+                .cloned();
+            if let Some(uid) = watched {
+                return Ok(NodeOwner::Edge { uid });
+            }
             let api: Api<Node> = Api::all(self.client.clone());
             Ok(match absent_is_none(api.get(name).await)? {
                 None => NodeOwner::Absent,
@@ -236,7 +258,7 @@ impl ClusterApi for KubeCluster {
     }
 
     fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
-        removed_edge_nodes(self.client.clone())
+        removed_edge_nodes(self.client.clone(), self.edge_nodes.clone())
     }
 
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>> {
@@ -353,25 +375,29 @@ use kube::ResourceExt as _;
 /// [`KubeCluster::removed_edge_nodes`]: a metadata watch of the Nodes with the edge label. A
 /// Node that stops matching (deleted, or its label removed) comes as a delete event; after a
 /// re-list, the names known before and missing from the list.
-fn removed_edge_nodes(client: kube::Client) -> futures::stream::BoxStream<'static, String> {
+/// The names of edge Nodes removed from now on (see [`ClusterApi::removed_edge_nodes`]);
+/// while it is polled, `known` holds every edge Node's uid as the watch sees it.
+fn removed_edge_nodes(
+    client: kube::Client,
+    known: EdgeNodes,
+) -> futures::stream::BoxStream<'static, String> {
     use futures::StreamExt as _;
     use kube::runtime::WatchStreamExt as _;
     use kube::runtime::watcher::{self, Event};
     let api: Api<kube::core::PartialObjectMeta<Node>> = Api::all(client);
     let config = watcher::Config::default().labels(EDGE_NODE_LABEL);
-    let mut known = std::collections::HashSet::<String>::new();
-    let mut listing = std::collections::HashSet::<String>::new();
+    let mut listing = HashMap::<String, String>::new();
     watcher::watcher(api, config)
         .default_backoff()
         .filter_map(move |event| {
             let removed: Vec<String> = match event {
                 Ok(Event::Apply(meta)) => {
-                    known.insert(meta.name_any());
+                    write(&known).insert(meta.name_any(), meta.uid().unwrap_or_default());
                     Vec::new()
                 }
                 Ok(Event::Delete(meta)) => {
                     let name = meta.name_any();
-                    known.remove(&name);
+                    write(&known).remove(&name);
                     vec![name]
                 }
                 Ok(Event::Init) => {
@@ -379,12 +405,17 @@ fn removed_edge_nodes(client: kube::Client) -> futures::stream::BoxStream<'stati
                     Vec::new()
                 }
                 Ok(Event::InitApply(meta)) => {
-                    listing.insert(meta.name_any());
+                    listing.insert(meta.name_any(), meta.uid().unwrap_or_default());
                     Vec::new()
                 }
                 Ok(Event::InitDone) => {
-                    let gone = known.difference(&listing).cloned().collect();
-                    known = std::mem::take(&mut listing);
+                    let mut known = write(&known);
+                    let gone = known
+                        .keys()
+                        .filter(|name| !listing.contains_key(*name))
+                        .cloned()
+                        .collect();
+                    *known = std::mem::take(&mut listing);
                     gone
                 }
                 Err(error) => {
@@ -396,6 +427,11 @@ fn removed_edge_nodes(client: kube::Client) -> futures::stream::BoxStream<'stati
         })
         .flat_map(futures::stream::iter)
         .boxed()
+}
+
+/// The edge-Node map for writing.
+fn write(known: &EdgeNodes) -> std::sync::RwLockWriteGuard<'_, HashMap<String, String>> {
+    known.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Adds the `Approved` condition with `reason` and `message` to CSR `name` (the
