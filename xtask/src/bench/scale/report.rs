@@ -328,7 +328,11 @@ impl Report {
         let (before, after) = &self.secret_watches;
         let _ = writeln!(
             out,
-            "Node-scoped Secrets: {} pods created one at a time, each bound to another node and              mounting a Secret of its own (created just before it). edgecontroller reads no              Secret in its own name: for each Secret an edge pod uses it opens one watch of that              object, as the node (Node authorizer), so the Secret reaches the edge only after the              pod is seen, the watch opened and its first list answered.\n\n\
+            "Node-scoped Secrets: {} pods created one at a time, each bound to another node and \
+             mounting a Secret of its own (created just before it). edgecontroller reads no \
+             Secret in its own name: for each Secret an edge pod uses it opens one watch of that \
+             object, as the node (Node authorizer), so the Secret reaches the edge only after the \
+             pod is seen, the watch opened and its first list answered.\n\n\
              | from the pod's create call | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|",
             t.n
         );
@@ -341,7 +345,8 @@ impl Report {
         out.push('\n');
         let _ = writeln!(
             out,
-            "edgecontroller RSS with those {} object watches open: {:.1} MiB (before them: {:.1} MiB,              {:.1} KiB per watch).\n",
+            "edgecontroller RSS with those {} object watches open: {:.1} MiB (before them: \
+             {:.1} MiB, {:.1} KiB per watch).\n",
             t.n,
             mib(after.rss_kib.1),
             mib(before.rss_kib.1),
