@@ -32,13 +32,9 @@ const REPORT_BYTES: usize = 4 * 1024 * 1024 - 4096;
 /// The memory limit of cloudhub's Deployment (deploy/cloud/cloudhub.yaml).
 const CLOUDHUB_LIMIT_KIB: u64 = 512 * 1024;
 
-/// A `/proc/<pid>/status` field in KiB (`VmHWM`: peak resident set).
+/// `field` of cloudhub's `/proc/<pid>/status` in KiB.
 fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+    verge_testkit::process::status_kib(pid, field)
         .with_context(|| format!("no {field} for pid {pid}"))
 }
 

@@ -37,6 +37,31 @@ fn lost_export(attempt: u32, error: &anyhow::Error) {
     eprintln!("attempt {attempt}: {error:#}\nthe trace was incomplete; trying with another pod");
 }
 
+/// The trace of a pod `<prefix>-<attempt>` started by `start` (which creates it), once it runs:
+/// a second pod when the first one's trace came incomplete (see [`ATTEMPTS`]); `logs` for the
+/// diagnosis of a failure.
+async fn whole_pod_trace(
+    jaeger: &Jaeger,
+    pods: &Api<Pod>,
+    ns: &str,
+    prefix: &str,
+    logs: impl Fn() -> String,
+    mut start: impl AsyncFnMut(&str) -> anyhow::Result<()>,
+) -> anyhow::Result<Trace> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let name = format!("{prefix}-{attempt}");
+        start(&name).await?;
+        wait_running(pods, &name, Duration::from_secs(60)).await?;
+        match pod_trace(jaeger, ns, &name, &logs).await {
+            Ok(trace) => return Ok(trace),
+            Err(error) if attempt < ATTEMPTS => lost_export(attempt, &error),
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// The names of `span_id`'s ancestors in `trace`, nearest first, ending at the root.
 fn ancestors<'a>(trace: &'a Trace, span_id: &str) -> Vec<&'a str> {
     let mut names = Vec::new();
@@ -211,23 +236,13 @@ async fn a_pod_creation_is_one_trace_from_the_watch_to_the_status_patch() -> any
     let ns = format!("e2e-trace-{}", std::process::id());
     create_namespace(&client, &ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let mut attempt = 0;
-    let trace = loop {
-        attempt += 1;
-        let name = format!("traced-{attempt}");
-        pods.create(&PostParams::default(), &sleeper_pod(&ns, &name, &node)?)
+    let logs = || format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120));
+    let trace = whole_pod_trace(&jaeger, &pods, &ns, "traced", logs, async |name: &str| {
+        pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
             .await?;
-        wait_running(&pods, &name, Duration::from_secs(60)).await?;
-        let found = pod_trace(&jaeger, &ns, &name, || {
-            format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
-        })
-        .await;
-        match found {
-            Ok(trace) => break trace,
-            Err(error) if attempt < ATTEMPTS => lost_export(attempt, &error),
-            Err(error) => return Err(error),
-        }
-    };
+        Ok(())
+    })
+    .await?;
     check_pod_start(&trace);
     let longest = trace
         .spans
@@ -304,26 +319,15 @@ async fn a_change_delivered_after_a_partition_stays_in_its_trace() -> anyhow::Re
         .await?;
     wait_running(&pods, "before", Duration::from_secs(60)).await?;
 
-    let mut attempt = 0;
-    let trace = loop {
-        attempt += 1;
+    let logs = || format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120));
+    let trace = whole_pod_trace(&jaeger, &pods, &ns, "during", logs, async |name: &str| {
         netns.cut()?;
-        let name = format!("during-{attempt}");
-        pods.create(&PostParams::default(), &sleeper_pod(&ns, &name, &node)?)
+        pods.create(&PostParams::default(), &sleeper_pod(&ns, name, &node)?)
             .await?;
         tokio::time::sleep(PARTITION).await;
-        netns.heal()?;
-        wait_running(&pods, &name, Duration::from_secs(60)).await?;
-        let found = pod_trace(&jaeger, &ns, &name, || {
-            format!("{}\n--- edgecore ---\n{}", cloud.logs(60), edge.logs(120))
-        })
-        .await;
-        match found {
-            Ok(trace) => break trace,
-            Err(error) if attempt < ATTEMPTS => lost_export(attempt, &error),
-            Err(error) => return Err(error),
-        }
-    };
+        netns.heal()
+    })
+    .await?;
     check_pod_start(&trace);
     // The watch event happened before the cut was healed; the delivery that carried it
     // spans the partition and was sent again after the heal, in the same trace.

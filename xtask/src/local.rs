@@ -391,17 +391,7 @@ pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
 pub use verge_testkit::ports::free_port;
 pub use verge_testkit::wait::{create_namespace, wait_for_port};
 
-/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
-pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
+pub use verge_testkit::process::status_kib;
 
 /// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then
 /// SIGKILL after 10 s). Returns how many were listed.

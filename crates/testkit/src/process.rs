@@ -271,3 +271,16 @@ pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
     }
     Ok(path)
 }
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`: peak resident set); `None` when
+/// the process or the field is missing.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
