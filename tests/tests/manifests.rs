@@ -144,12 +144,13 @@ const NEEDED: &[Can] = &[
     yes(CH, "list", LEASES, VS),
     yes(CH, "delete", LEASES, VS),
     // edgecontroller, as itself: the edge Nodes and bound pods (one watch each), Services,
-    // the offline tolerations (policy.yaml bounds the patch), its own Lease and hubs.
+    // its own Lease and hubs; no pod patch (offline tolerations come from admission).
     yes(EC, "list", "nodes", "cluster"),
     yes(EC, "watch", "nodes", "cluster"),
     yes(EC, "list", "pods", "*"),
     yes(EC, "watch", "pods", "*"),
-    yes(EC, "patch", "pods", "default"),
+    no(EC, "patch", "pods", "default"),
+    no(EC, "update", "pods", "default"),
     yes(EC, "list", "services", "*"),
     yes(EC, "watch", "services", "*"),
     // edgecontroller, as a node (constrained impersonation): what a kubelet asks, which the
@@ -552,6 +553,31 @@ async fn the_whole_kustomization_passes_a_server_side_dry_run() -> anyhow::Resul
         "service/cloudhub-controllers",
         "service/cloudhub-streams",
         "configmap/devicecontroller-config",
+    ] {
+        ensure!(
+            out.contains(kind),
+            "the dry run did not list {kind}:\n{out}"
+        );
+    }
+    // The optional manifests (applied by operators who turn their feature on) are valid too.
+    let optional = cloud_dir().join("optional").display().to_string();
+    let out = kubectl(
+        &cp,
+        [
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            &optional,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )
+    .await?;
+    for kind in [
+        "clusterrole.rbac.authorization.k8s.io/verge-edgecontroller-offline-toleration-patch",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/verge-edgecontroller-tolerations-only",
+        "role.rbac.authorization.k8s.io/verge-cloudhub-bootstrap-tokens",
     ] {
         ensure!(
             out.contains(kind),

@@ -1,6 +1,6 @@
 //! Issue 31, weakness 4: the API server, not only edgecontroller's own checks, bounds what
 //! edgecontroller can do. Run with edgecontroller's real service-account token and the shipped
-//! RBAC and admission policy (deploy/cloud/access) on the real control plane (Node authorizer,
+//! RBAC (deploy/cloud/access) on the real control plane (Node authorizer,
 //! NodeRestriction), against a Node with the edge label and a pod bound to it (no kubelet
 //! needed: the API server's node graph only needs the binding).
 //!
@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, bail, ensure};
+use anyhow::{Context as _, ensure};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Secret, ServiceAccount};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -179,31 +179,35 @@ async fn attacks(
         );
     }
 
-    // Pods: the image and labels cannot change (admission policy), tolerations can (offline/).
+    // Pods: edgecontroller may not patch a pod at all (RBAC), neither its image, nor its
+    // labels, nor its tolerations (the offline tolerations come from admission at creation,
+    // deploy/cloud/access/offline-tolerations.yaml).
     let own_pods: Api<Pod> = Api::namespaced(ec.clone(), ns);
-    let image = json!({ "spec": { "containers": [{ "name": "c", "image": "evil.test/x:1" }] } });
-    let answer = own_pods
-        .patch("app", &PatchParams::default(), &Patch::Strategic(image))
-        .await;
-    match &answer {
-        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {}
-        other => bail!("edgecontroller changed a pod's image: {other:?}"),
+    let patches = [
+        (
+            "an image",
+            Patch::Strategic(
+                json!({ "spec": { "containers": [{ "name": "c", "image": "evil.test/x:1" }] } }),
+            ),
+        ),
+        (
+            "labels",
+            Patch::Merge(json!({ "metadata": { "labels": { "app": "stolen-traffic" } } })),
+        ),
+        (
+            "tolerations",
+            Patch::Merge(json!({ "spec": { "tolerations": [{
+            "key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+        }] } })),
+        ),
+    ];
+    for (what, patch) in patches {
+        let answer = own_pods.patch("app", &PatchParams::default(), &patch).await;
+        ensure!(
+            refused(&answer, 403),
+            "edgecontroller patched a pod's {what}: {answer:?}"
+        );
     }
-    let labels = json!({ "metadata": { "labels": { "app": "stolen-traffic" } } });
-    ensure!(
-        own_pods
-            .patch("app", &PatchParams::default(), &Patch::Merge(labels))
-            .await
-            .is_err(),
-        "edgecontroller relabelled a pod"
-    );
-    let tolerations = json!({ "spec": { "tolerations": [{
-        "key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
-    }] } });
-    own_pods
-        .patch("app", &PatchParams::default(), &Patch::Merge(tolerations))
-        .await
-        .context("edgecontroller adds a toleration (offline/)")?;
 
     // Nodes: as one node, another's status is refused; its own control-plane label and taints
     // are refused by NodeRestriction; in its own name, nothing.

@@ -28,7 +28,8 @@ fn pod(
 ) -> anyhow::Result<Pod> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 2,
+        "spec": {"nodeName": node, "nodeSelector": {verge_core::EDGE_NODE_LABEL: ""},
+                 "terminationGracePeriodSeconds": 2,
                  "containers": [container], "volumes": volumes}
     }))?)
 }
@@ -134,9 +135,9 @@ async fn partition_two_minutes_then_converge() -> anyhow::Result<()> {
         partition_with_changes(&netns, &nodes, &pods, &cms, &name, &keep_container)
             .await
             .map_err(|e| anyhow::anyhow!("{e:#}\n{}", logs(&cloud, &edge)))?;
-    // Edge pods tolerate the unreachable taint forever once their node is not Ready (no
-    // eviction on a lost link): the edgecontroller patched them during the partition, on its
-    // own, apart from the status path.
+    // Edge pods tolerate the unreachable taint forever (no eviction on a lost link): they ask
+    // for edge nodes, so the API server's admission policy gave them the toleration at
+    // creation (deploy/cloud/access/offline-tolerations.yaml).
     let r = wait_for(
         "keep tolerates unreachable without seconds",
         Duration::from_secs(30),

@@ -143,6 +143,9 @@ pub async fn start(
     let client = cp.client().await?;
     verge_testkit::trust::ensure_controller_accounts(&client).await?;
     verge_testkit::install_device_crds(cp).await?;
+    // The shipped RBAC and admission policies (deploy/cloud/access), among them the one that
+    // keeps pods asking for edge nodes through a lost link (docs/offline.md).
+    verge_testkit::install_cloud_rbac(cp).await?;
     let token = verge_testkit::trust::create_bootstrap_token(
         &client,
         verge_testkit::trust::TokenKind::Valid,

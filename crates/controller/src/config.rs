@@ -99,6 +99,14 @@ pub struct Config {
     /// select pods by for isolation belong here. Default none. devicecontroller, which
     /// registers no Nodes, ignores it.
     pub reserved_node_labels: Vec<String>,
+    /// edgecontroller only: also patch the pods that the scheduler put on an edge node
+    /// without their asking for edge nodes, when that node turns not Ready, so that they too
+    /// tolerate its `unreachable`/`not-ready` taints without time limit (docs/offline.md).
+    /// Pods that ask for edge nodes get these tolerations at creation from the
+    /// MutatingAdmissionPolicy `verge-edge-offline-tolerations` and need no patch. Needs
+    /// `deploy/cloud/optional/offline-toleration-patch.yaml` (`patch` on pods, bounded to
+    /// tolerations by a ValidatingAdmissionPolicy). Default `false`.
+    pub patch_offline_tolerations: bool,
 }
 
 /// TLS and authentication towards cloudhub's ControllerHub (YAML `cloudhubAuth:`): the
@@ -163,6 +171,7 @@ impl Default for Config {
             health_addr: None,
             tracing: verge_telemetry::TracingConfig::default(),
             reserved_node_labels: Vec::new(),
+            patch_offline_tolerations: false,
         }
     }
 }

@@ -7,8 +7,8 @@
 //! a delivery error, a partition or a reconnect (resync by inventory) still belongs to the
 //! trace of the change that caused it, and the wait is the delivery span's duration. A newer
 //! change of the same object while its delivery is open joins that delivery (event "newer
-//! change joined"): edgecontroller's own toleration patch right after a pod's creation, say,
-//! stays in the pod creation's trace.
+//! change joined"): an update right after a pod's creation (edgecontroller's optional
+//! toleration patch, say) stays in the pod creation's trace.
 
 use std::collections::HashMap;
 

@@ -7,9 +7,10 @@
 //! inventory when it connects), and applies what edges report to the API server: node
 //! registration, status and lease, pod status, completed pod deletions, events, and queries
 //! of configmaps, secrets, service lists and service account tokens (docs/protocol.md). It
-//! renews the Lease of every connected node while its session lives ([`renewer`]). It also
-//! keeps pods on edge nodes from being evicted when their node loses its link
-//! (docs/offline.md).
+//! renews the Lease of every connected node while its session lives ([`renewer`]). Pods that
+//! ask for edge nodes are kept from eviction on a lost link by the API server itself (the
+//! MutatingAdmissionPolicy `verge-edge-offline-tolerations`); with `patchOfflineTolerations`
+//! it also patches the other pods on edge nodes ([`offline`], docs/offline.md).
 //!
 //! It attaches with the ControllerHub client shared with devicecontroller
 //! (`verge-controller`: configuration, TLS and token, replicas, sessions, per-node workers),
@@ -23,7 +24,8 @@
 //! - [`desired`]: what a node should hold (pod references) and the resync diff; pure.
 //! - [`downstream`]: the task that sends `update`/`delete`/`resync` messages to connected
 //!   nodes.
-//! - [`offline`]: the task that makes pods on edge nodes tolerate an unreachable node.
+//! - [`offline`]: the optional task that makes pods on edge nodes tolerate an unreachable
+//!   node (`patchOfflineTolerations`).
 //! - [`renewer`]: the task that renews the Lease of every connected node while its session
 //!   lives (the edge sends its Lease once per session).
 //! - [`upstream`]: parsing and applying edge reports ([`upstream::node`],
@@ -85,13 +87,13 @@ const CACHE_EVENTS: usize = 256;
 pub struct EdgeController(Elected);
 
 impl EdgeController {
-    /// A controller that reads and writes the API server with `client`. It needs list/watch
-    /// on nodes, pods, configmaps and secrets; get/create/patch on `nodes`, `nodes/status`
-    /// and `coordination.k8s.io` `leases` in `kube-node-lease`; get/patch/delete on pods
-    /// (patch: tolerations, [`offline`]), patch on `pods/status`; create on events; get on
-    /// configmaps and secrets; create on `serviceaccounts/token`; with leader election
-    /// get/create/update on its `leases` in `leaderElection.leaseNamespace`; with
-    /// `cloudhubService` list/watch on `endpointslices` in the Service's namespace.
+    /// A controller that reads and writes the API server with `client`. In its own name it
+    /// needs list/watch on nodes, pods and services; with `patchOfflineTolerations` patch on
+    /// pods ([`offline`]); with leader election get/create/update on its `leases` in
+    /// `leaderElection.leaseNamespace`; with `cloudhubService` list/watch on
+    /// `endpointslices` in the Service's namespace. Everything it does for a node it does
+    /// as that node ([`node_clients`]), which needs the constrained impersonation verbs of
+    /// `deploy/cloud/access/rbac.yaml`.
     pub fn new(config: Config, client: kube::Client) -> Self {
         Self(Elected::new(config, client))
     }
@@ -105,9 +107,8 @@ impl EdgeController {
     /// Runs until `shutdown` is cancelled. With leader election (the default) it first
     /// waits as a standby, doing nothing, until it holds the Lease
     /// (`leaderElection`, [`leader`]); the leader then starts the watch caches, the
-    /// downstream task, the toleration task ([`offline`]) and the Lease renewer
-    /// ([`renewer`]), attaches to every cloudhub
-    /// replica ([`replicas`]; each stream re-attached with backoff whenever it ends), sends
+    /// downstream task, the toleration task ([`offline`], with `patchOfflineTolerations`)
+    /// and the Lease renewer ([`renewer`]), attaches to every cloudhub replica ([`replicas`]; each stream re-attached with backoff whenever it ends), sends
     /// objects down and applies upstream messages. On shutdown it stops taking messages,
     /// lets every worker finish the API call it is in, returns once all tasks ended (callers
     /// bound this with a grace period), and releases the Lease so a standby takes over at
@@ -130,6 +131,7 @@ async fn lead_until(
     shutdown: CancellationToken,
 ) -> Result<()> {
     let node_labels = NodeLabelPolicy::new(config.reserved_node_labels.clone());
+    let patch_tolerations = config.patch_offline_tolerations;
     let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
     let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
     let (events_tx, events_rx) = mpsc::channel(CACHE_EVENTS);
@@ -141,10 +143,12 @@ async fn lead_until(
         downstream::run(caches.clone(), down_rx, events_rx, stop.clone())
             .instrument(info_span!("downstream")),
     );
-    tracker.spawn(
-        offline::run(client.clone(), caches.clone(), stop.clone())
-            .instrument(info_span!("tolerations")),
-    );
+    if patch_tolerations {
+        tracker.spawn(
+            offline::run(client.clone(), caches.clone(), stop.clone())
+                .instrument(info_span!("tolerations")),
+        );
+    }
     // Per leadership term: a new leader adopts the connected nodes' Leases (renewer).
     let renewer = Renewer::new();
     tracker.spawn(

@@ -36,7 +36,7 @@ async fn sends_objects_down_and_serves_pods_queries_tokens() -> anyhow::Result<(
         hub: mut h,
         election,
         ..
-    } = common::attached("down").await?;
+    } = common::attached_with("down", |c| c.patch_offline_tolerations = true).await?;
 
     let id = &uuid::Uuid::new_v4().simple().to_string()[..8];
     let (node, ns) = (format!("ec-down-{id}"), format!("ec-down-{id}"));

@@ -22,7 +22,7 @@ impl SyncTrace {
     /// Continues the trace of `change` from the next sync on, unless a change is being
     /// applied already: a pod keeps the trace of the change that started it (its creation)
     /// until it has started, whatever updates arrive meanwhile (e.g. edgecontroller's
-    /// toleration patch). An empty context changes nothing.
+    /// optional toleration patch). An empty context changes nothing.
     pub(super) fn follow(&mut self, change: TraceContext) {
         if !change.is_empty() && self.parent.is_empty() {
             self.parent = change;

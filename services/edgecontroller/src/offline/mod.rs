@@ -9,7 +9,12 @@
 //! `tolerationSeconds: 300`. For an edge node a lost link is normal operation: edgecore
 //! keeps the pods running, so deleting their objects in the cloud would only make the edge
 //! delete them when the link returns. KubeEdge adds the tolerations through an admission
-//! webhook; we patch the pods instead (no webhook, no TLS):
+//! webhook. Verge's default is the API server's own MutatingAdmissionPolicy
+//! `verge-edge-offline-tolerations` at a pod's creation, for pods that ask for edge nodes
+//! (deploy/cloud/access/offline-tolerations.yaml, same rule as [`rule::kept_tolerations`]).
+//! This task is the optional complement for the pods the scheduler put on an edge node
+//! without their asking (`patchOfflineTolerations`, with
+//! deploy/cloud/optional/offline-toleration-patch.yaml granting `patch` on pods):
 //!
 //! As soon as the watch cache shows an edge node (one labelled
 //! `node-role.kubernetes.io/edge`) that is not Ready or carries either taint
@@ -58,7 +63,7 @@ struct Attempt {
 }
 
 /// Patches the tolerations of pods bound to edge nodes until `shutdown` (see the module
-/// docs). Needs `patch` on `pods`.
+/// docs). Needs `patch` on `pods` (not granted by the default install).
 pub async fn run(client: kube::Client, caches: Caches, shutdown: CancellationToken) {
     // Not `Caches::wait_ready`: a store wakes only one waiter (the downstream task). A scan
     // of a partly listed cache is harmless; the end of each list notifies again.
