@@ -101,16 +101,31 @@ pub fn image_exists(reference: &str) -> bool {
 pub const MANAGED_LABEL: &str = "io.verge.managed";
 
 /// Force-removes every container, running or not, that edged created for a node whose name
-/// `node` accepts (label [`MANAGED_LABEL`]). Returns how many were removed. Used when a test,
-/// the quickstart or a benchmark is torn down: stopping edgecore alone leaves its pods
-/// running, on purpose (offline autonomy).
+/// `node` accepts (label [`MANAGED_LABEL`]), then those nodes' pod networks (Docker networks
+/// with the same label). Returns how many containers were removed. Used when a test, the
+/// quickstart or a benchmark is torn down: stopping edgecore alone leaves its pods running,
+/// on purpose (offline autonomy), and a pod network left behind would keep its pod CIDR from
+/// the next node given it.
 ///
 /// # Errors
 /// `docker ps` or `docker rm` cannot be run or fail.
 pub fn remove_managed_containers(node: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
+    let removed = remove_labelled(&["ps", "-a"], &["rm", "-f"], &node)?;
+    // Best effort: a network still used by a container another process just made stays.
+    let _ = remove_labelled(&["network", "ls"], &["network", "rm"], &node);
+    Ok(removed)
+}
+
+/// `docker <list> --filter label=MANAGED_LABEL` and `docker <remove>` of the objects whose
+/// label value `node` accepts; how many were removed.
+fn remove_labelled(
+    list: &[&str],
+    remove: &[&str],
+    node: &impl Fn(&str) -> bool,
+) -> anyhow::Result<usize> {
     let filter = format!("label={MANAGED_LABEL}");
     let format = format!("{{{{.ID}}}} {{{{.Label \"{MANAGED_LABEL}\"}}}}");
-    let listed = docker(&["ps", "-a", "--filter", &filter, "--format", &format])?;
+    let listed = docker(&[list, &["--filter", &filter, "--format", &format]].concat())?;
     let ids: Vec<&str> = listed
         .lines()
         .filter_map(|l| l.split_once(' '))
@@ -120,7 +135,7 @@ pub fn remove_managed_containers(node: impl Fn(&str) -> bool) -> anyhow::Result<
     if ids.is_empty() {
         return Ok(0);
     }
-    docker(&[&["rm", "-f"], ids.as_slice()].concat())?;
+    docker(&[remove, ids.as_slice()].concat())?;
     Ok(ids.len())
 }
 

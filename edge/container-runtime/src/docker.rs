@@ -19,10 +19,10 @@ use bollard::query_parameters::{
 use futures::stream::BoxStream;
 use futures::{StreamExt as _, TryStreamExt as _};
 
-use super::docker_convert::{body, event, info, pull_options};
+use super::docker_convert::{body, event, info, network_matches, network_request, pull_options};
 use super::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, RegistryAuth, RuntimeEvent, Scope,
+    ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RuntimeEvent, Scope,
 };
 use super::{ContainerRuntime, Result, RuntimeError, labels};
 
@@ -185,6 +185,34 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(err(format!("create {name}")))?;
         Ok(created.id)
+    }
+
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<NetworkEnsured> {
+        let name = &spec.name;
+        let existed = match self.docker.inspect_network(name, None).await {
+            Ok(n) if network_matches(&n, spec) => return Ok(NetworkEnsured::Existing),
+            Ok(_) => {
+                self.docker
+                    .remove_network(name)
+                    .await
+                    .map_err(err(format!("remove network {name}")))?;
+                true
+            }
+            Err(e) => match err(format!("inspect network {name}"))(e) {
+                e if e.is_not_found() => false,
+                e => return Err(e),
+            },
+        };
+        let labels = HashMap::from([(labels::MANAGED.to_owned(), self.node.clone())]);
+        self.docker
+            .create_network(network_request(spec, labels))
+            .await
+            .map_err(err(format!("create network {name}")))?;
+        Ok(if existed {
+            NetworkEnsured::Replaced
+        } else {
+            NetworkEnsured::Created
+        })
     }
 
     async fn start(&self, id: &str) -> Result<()> {

@@ -11,7 +11,9 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::types::{ContainerInfo, ContainerSpec, IpcMode, NetworkMode, RunState, RuntimeEvent};
+use super::types::{
+    ContainerInfo, ContainerSpec, IpcMode, NetworkMode, NetworkSpec, RunState, RuntimeEvent,
+};
 
 /// Docker's "zero time" (`0001-01-01T00:00:00Z`) and garbage are `None`.
 fn parse_time(s: Option<&str>) -> Option<Time> {
@@ -33,11 +35,15 @@ pub(super) fn info(c: ContainerInspectResponse) -> ContainerInfo {
         _ if st.running == Some(true) => RunState::Running,
         _ => RunState::Exited,
     };
-    let ip = c
-        .network_settings
-        .and_then(|n| n.networks)
-        .and_then(|n| n.get("bridge").and_then(|b| b.ip_address.clone()))
-        .filter(|ip| !ip.is_empty());
+    // A sandbox is on one network (the default bridge or the pod network); the first by
+    // name with an address, should there be more.
+    let ip = c.network_settings.and_then(|n| n.networks).and_then(|n| {
+        let mut networks: Vec<_> = n.into_iter().collect();
+        networks.sort_by(|a, b| a.0.cmp(&b.0));
+        networks
+            .into_iter()
+            .find_map(|(_, e)| e.ip_address.filter(|ip| !ip.is_empty()))
+    });
     ContainerInfo {
         id: c.id.unwrap_or_default(),
         labels: config.labels.unwrap_or_default(),
@@ -63,6 +69,7 @@ pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
         NetworkMode::Bridge => mode("bridge".to_owned()),
         NetworkMode::Host => mode("host".to_owned()),
         NetworkMode::Container(id) => mode(format!("container:{id}")),
+        NetworkMode::Network(name) => mode(name),
     };
     let ipc_mode = match spec.ipc {
         IpcMode::Default => None,
@@ -139,4 +146,56 @@ pub(super) fn pull_options(image: &str) -> bollard::query_parameters::CreateImag
         (repo, super::image::Reference::None) => builder.from_image(repo).tag("latest"),
     }
     .build()
+}
+
+/// Docker's bridge driver options for `spec`: the bridge device and masquerading.
+fn bridge_options(spec: &NetworkSpec) -> HashMap<String, String> {
+    HashMap::from([
+        (
+            "com.docker.network.bridge.name".to_owned(),
+            spec.bridge.clone(),
+        ),
+        (
+            "com.docker.network.bridge.enable_ip_masquerade".to_owned(),
+            spec.masquerade.to_string(),
+        ),
+    ])
+}
+
+/// The create request of network `spec`, labelled `labels`.
+pub(super) fn network_request(
+    spec: &NetworkSpec,
+    labels: HashMap<String, String>,
+) -> bollard::models::NetworkCreateRequest {
+    bollard::models::NetworkCreateRequest {
+        name: spec.name.clone(),
+        driver: Some("bridge".to_owned()),
+        ipam: Some(bollard::models::Ipam {
+            driver: Some("default".to_owned()),
+            config: Some(vec![bollard::models::IpamConfig {
+                subnet: Some(spec.subnet.clone()),
+                gateway: Some(spec.gateway.clone()),
+                ..bollard::models::IpamConfig::default()
+            }]),
+            options: None,
+        }),
+        options: Some(bridge_options(spec)),
+        labels: Some(labels),
+        ..bollard::models::NetworkCreateRequest::default()
+    }
+}
+
+/// Whether the inspected network `n` is `spec` (subnet, gateway, bridge, masquerading).
+pub(super) fn network_matches(n: &bollard::models::NetworkInspect, spec: &NetworkSpec) -> bool {
+    let ipam = n
+        .ipam
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.first());
+    let options = n.options.clone().unwrap_or_default();
+    let wanted = bridge_options(spec);
+    n.driver.as_deref() == Some("bridge")
+        && ipam.and_then(|c| c.subnet.as_deref()) == Some(spec.subnet.as_str())
+        && ipam.and_then(|c| c.gateway.as_deref()) == Some(spec.gateway.as_str())
+        && wanted.iter().all(|(k, v)| options.get(k) == Some(v))
 }

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{Notify, broadcast};
 use tokio::time::Instant;
 
-use super::types::{ContainerInfo, ContainerSpec, RunState, RuntimeEvent};
+use super::types::{ContainerInfo, ContainerSpec, NetworkSpec, RunState, RuntimeEvent};
 use super::{RuntimeError, labels};
 
 #[path = "fake_containers.rs"]
@@ -74,6 +74,8 @@ struct State {
     execs: HashMap<String, Option<i64>>,
     /// Output of attaches, by container id.
     attach_output: HashMap<String, Vec<u8>>,
+    /// Networks made by `ensure_network`, by name.
+    networks: HashMap<String, NetworkSpec>,
     calls: Vec<String>,
 }
 
@@ -119,6 +121,11 @@ impl FakeRuntime {
         let secs = WALL_ORIGIN_S + i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX);
         let nanos = i32::try_from(elapsed.subsec_nanos()).unwrap_or(0);
         Time(Timestamp::new(secs, nanos).unwrap_or(Timestamp::UNIX_EPOCH))
+    }
+
+    /// The networks made by `ensure_network`, by name.
+    pub fn networks(&self) -> HashMap<String, NetworkSpec> {
+        self.lock().networks.clone()
     }
 
     /// Makes image `image` present.

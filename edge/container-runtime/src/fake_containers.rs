@@ -9,12 +9,53 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use super::super::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,
+    ListFilter, NetworkEnsured, NetworkMode, NetworkSpec, RegistryAuth, RunState, RuntimeEvent,
+    Scope,
 };
 use super::super::{ContainerRuntime, Result, RuntimeError, labels};
 use super::{FakeContainer, FakeFailure, FakeRuntime};
 
+/// The address a sandbox started on a pod network gets: the gateway's with its last octet
+/// raised by a number (wrapping), `None` on other networks.
+fn fake_ip(
+    networks: &std::collections::HashMap<String, NetworkSpec>,
+    mode: &NetworkMode,
+    n: u64,
+) -> Option<String> {
+    let NetworkMode::Network(name) = mode else {
+        return None;
+    };
+    let gateway: std::net::Ipv4Addr = networks.get(name)?.gateway.parse().ok()?;
+    let [a, b, c, d] = gateway.octets();
+    let last = u8::try_from((u64::from(d) + n) % 254 + 1).unwrap_or(2);
+    Some(std::net::Ipv4Addr::new(a, b, c, last).to_string())
+}
+
 impl ContainerRuntime for FakeRuntime {
+    async fn ensure_network(&self, spec: &NetworkSpec) -> Result<NetworkEnsured> {
+        let mut state = self.lock();
+        state.calls.push(format!("ensure network {}", spec.name));
+        let attached = |state: &super::State| {
+            state
+                .containers
+                .values()
+                .any(|c| c.spec.network == NetworkMode::Network(spec.name.clone()))
+        };
+        let ensured = match state.networks.get(&spec.name) {
+            Some(existing) if existing == spec => return Ok(NetworkEnsured::Existing),
+            Some(_) if attached(&state) => {
+                return Err(RuntimeError::Conflict {
+                    op: format!("remove network {}", spec.name),
+                    source: Box::new(FakeFailure("network has active endpoints".to_owned())),
+                });
+            }
+            Some(_) => NetworkEnsured::Replaced,
+            None => NetworkEnsured::Created,
+        };
+        state.networks.insert(spec.name.clone(), spec.clone());
+        Ok(ensured)
+    }
+
     async fn version(&self) -> Result<String> {
         Ok("docker://fake".to_owned())
     }
@@ -128,6 +169,7 @@ impl ContainerRuntime for FakeRuntime {
                 return Err(Self::failure(format!("start {id}"), &message));
             }
             let exit = state.exit_on_start.get(&name).copied();
+            let (networks, next_id) = (state.networks.clone(), state.next_id);
             let Some(c) = state.containers.get_mut(id) else {
                 return Err(Self::not_found(format!("start {id}")));
             };
@@ -135,7 +177,9 @@ impl ContainerRuntime for FakeRuntime {
             c.info.started_at = Some(now.clone());
             c.info.finished_at = None;
             if sandbox {
-                c.info.ip = Some("10.88.0.2".to_owned());
+                // Addresses come with the start, as Docker's.
+                let on_network = fake_ip(&networks, &c.spec.network, next_id);
+                c.info.ip = on_network.or_else(|| Some("10.88.0.2".to_owned()));
             }
             if let Some(code) = exit {
                 c.info.state = RunState::Exited;

@@ -53,7 +53,7 @@ pub use streaming::{
 };
 pub use types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, RegistryAuth, RunState, RuntimeEvent, Scope,
+    ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RunState, RuntimeEvent, Scope,
 };
 
 /// `Result` with [`RuntimeError`].
@@ -166,6 +166,19 @@ pub trait ContainerRuntime: Clone + Send + Sync + 'static {
 
     /// The directory holding the engine's images (Docker's root directory), if it says.
     fn image_fs_root(&self) -> impl Future<Output = Result<Option<PathBuf>>> + Send;
+
+    /// Makes sure the network `spec.name` exists with `spec`'s subnet, gateway, bridge and
+    /// masquerading, labelled with this node ([`labels::MANAGED`]). A network of that name
+    /// with other settings is removed and created again ([`NetworkEnsured::Replaced`]).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Conflict`] when such a network must be replaced but containers are
+    /// still attached to it; [`RuntimeError::Engine`] when the engine refuses the network
+    /// (e.g. its subnet overlaps another network's).
+    fn ensure_network(
+        &self,
+        spec: &NetworkSpec,
+    ) -> impl Future<Output = Result<NetworkEnsured>> + Send;
 
     /// Removes container `id` forcibly (the pod worker's removal): a container that is gone
     /// or already being removed is fine.

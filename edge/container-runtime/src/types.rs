@@ -104,7 +104,7 @@ pub struct ContainerInfo<L = HashMap<String, String>> {
     pub image: String,
     /// The local image id (`sha256:...`).
     pub image_id: String,
-    /// Its IP on the default bridge network, if any.
+    /// Its IP on its network (the default bridge or the pod network), if any.
     pub ip: Option<String>,
 }
 
@@ -146,6 +146,37 @@ pub enum NetworkMode {
     Host,
     /// The namespace of container `id` (the pod's sandbox).
     Container(String),
+    /// Its own namespace on the user-defined network of that name (the node's pod network,
+    /// [`NetworkSpec`]).
+    Network(String),
+}
+
+/// A user-defined bridge network: the node's pod network on its Node's `spec.podCIDR`
+/// (made by [`ContainerRuntime::ensure_network`](crate::ContainerRuntime::ensure_network)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkSpec {
+    /// The network's name.
+    pub name: String,
+    /// The Linux bridge device of the network (at most 15 bytes).
+    pub bridge: String,
+    /// The subnet in CIDR form, e.g. `10.244.3.0/24`.
+    pub subnet: String,
+    /// The gateway address on the bridge, e.g. `10.244.3.1`.
+    pub gateway: String,
+    /// Whether traffic from the subnet that leaves the node through another interface is
+    /// masqueraded to the node's address.
+    pub masquerade: bool,
+}
+
+/// What [`ContainerRuntime::ensure_network`](crate::ContainerRuntime::ensure_network) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkEnsured {
+    /// The network existed as specified.
+    Existing,
+    /// The network did not exist and was created.
+    Created,
+    /// A network of that name with other settings was removed and created again.
+    Replaced,
 }
 
 /// The IPC namespace of a new container.

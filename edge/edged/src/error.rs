@@ -50,6 +50,10 @@ pub enum Error {
     /// the message is the kubelet's, e.g. `configmap "cfg" not found`.
     #[error("{0}")]
     ContainerConfig(String),
+    /// The pod network is not ready for a new sandbox (kubelet: `NetworkNotReady`); the
+    /// reason ([`crate::network::NetworkState`]).
+    #[error("network is not ready: {0}")]
+    NetworkNotReady(String),
     /// A pod volume cannot be set up, mounted or removed.
     #[error(transparent)]
     Volume(#[from] crate::volumes::VolumeError),

@@ -46,6 +46,7 @@ pub mod etc_hosts;
 pub mod events;
 pub mod gc;
 pub mod metrics;
+pub mod network;
 pub mod node;
 pub mod objects;
 pub mod pleg;
@@ -98,6 +99,8 @@ pub(crate) struct Context<R: ContainerRuntime = DockerRuntime> {
     pub store: MetaStore,
     /// The node's IP (hostIP; podIP of hostNetwork pods).
     pub node_ip: Option<IpAddr>,
+    /// Where new pod sandboxes go ([`network`]).
+    pub network: watch::Receiver<network::NetworkState>,
 }
 
 /// The edged component; see the module docs.
@@ -167,6 +170,17 @@ impl Edged {
             .edged
             .node_ip
             .or_else(|| crate::node::host::first_ipv4().map(IpAddr::V4));
+        let tracker = tokio_util::task::TaskTracker::new();
+        let stop = shutdown.child_token();
+        let (network_tx, network_rx) = watch::channel(network::NetworkState::Unknown);
+        tracker.spawn(network::run(
+            runtime.clone(),
+            self.store.clone(),
+            self.config.node_name.clone(),
+            self.events.resubscribe(),
+            network_tx,
+            stop.clone(),
+        ));
         let (status, status_task) = status::StatusManager::new(self.hub.clone());
         let probes = ProbeManager::new(runtime.clone());
         let ctx = Arc::new(Context {
@@ -179,9 +193,8 @@ impl Edged {
             events: events::Recorder::new(self.hub.clone(), &self.config.node_name),
             store: self.store.clone(),
             node_ip,
+            network: network_rx,
         });
-        let tracker = tokio_util::task::TaskTracker::new();
-        let stop = shutdown.child_token();
         tracker.spawn(status_task.run(stop.clone()));
         let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(pleg::CHANNEL_CAPACITY);
         let pleg = pleg::Pleg::new(

@@ -171,11 +171,13 @@ pub fn host_network(pod: &Pod) -> bool {
 }
 
 /// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
-/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, bridge network (or host) with every
-/// container port that has a `hostPort` published.
+/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, on `network` (the
+/// node's pod network, [`crate::network`]) or the host's with every container port that has a
+/// `hostPort` published.
 pub fn sandbox_spec(
     pod: &Pod,
     labels: &ContainerLabels,
+    network: NetworkMode,
     image: &str,
     command: &[String],
     grace: Duration,
@@ -209,11 +211,7 @@ pub fn sandbox_spec(
         labels: with_grace(labels, grace),
         exposed_ports: bindings.keys().cloned().collect(),
         port_bindings: bindings,
-        network: if host_net {
-            NetworkMode::Host
-        } else {
-            NetworkMode::Bridge
-        },
+        network: if host_net { NetworkMode::Host } else { network },
         ipc: IpcMode::Shareable,
         ..ContainerSpec::default()
     }
@@ -271,7 +269,9 @@ mod tests {
         let groups = ["2000", "3000", "4000"].map(String::from);
         assert_eq!(h.group_add.as_deref(), Some(groups.as_slice()));
         assert_eq!(group_add(&Pod::default()), None);
-        let s = sandbox_spec(&pod, &labels, "pause", &[], Duration::ZERO);
+        let net = NetworkMode::Network("verge-pods-n".into());
+        let s = sandbox_spec(&pod, &labels, net.clone(), "pause", &[], Duration::ZERO);
+        assert_eq!(s.network, net);
         assert_eq!(s.port_bindings["80/tcp"][0].host_port, "8080");
         assert_eq!(s.exposed_ports, ["80/tcp"]);
     }

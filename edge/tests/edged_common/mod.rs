@@ -110,6 +110,12 @@ impl Harness {
         edged.pleg_relist_period = Duration::from_secs(1);
         edged.crash_loop_back_off.initial_delay = Duration::from_secs(2);
         edged.crash_loop_back_off.max_container_restart_period = Duration::from_secs(8);
+        // The Node object, as edgecontroller sends it; without a pod CIDR the sandboxes go to
+        // Docker's default bridge (edged::network), so harnesses running side by side need
+        // no networks of their own.
+        let node_key = ResourceKey::cluster(ResourceType::Node, &config.node_name);
+        let node_object = serde_json::json!({ "metadata": { "name": config.node_name } });
+        store.upsert_if_newer(&node_key, "", "1", &serde_json::to_vec(&node_object)?)?;
         let (events, _) = broadcast::channel(64);
         let (_, up) = mpsc::channel(1);
         let mut h = Self {

@@ -393,20 +393,34 @@ async fn objects_and_queries(
         reason(&a)
     );
 
-    // Pod status: patched with the uid precondition.
+    // Pod status: patched with the uid precondition. A second report with another pod IP (the
+    // sandbox made again) replaces the first IP instead of being refused beside it (issue 32).
     let p_uid = p.metadata.uid.clone().unwrap_or_default();
-    let status =
-        json!({ "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] });
-    let m = msg(
-        Operation::Update,
-        format!("node/{node}/{ns}/podstatus/p"),
-        status,
-    )
-    .with_object(&p_uid, "");
-    let a = ask(h, node, m).await?;
-    ensure!(a.operation()? == Operation::Ack, "{}", reason(&a));
-    let phase = pods.get_status("p").await?.status.and_then(|s| s.phase);
-    ensure!(phase.as_deref() == Some("Running"), "{phase:?}");
+    for ip in ["10.244.250.7", "10.244.250.9"] {
+        let status = json!({ "phase": "Running", "podIP": ip, "podIPs": [{ "ip": ip }],
+            "conditions": [{ "type": "Ready", "status": "True" }] });
+        let m = msg(
+            Operation::Update,
+            format!("node/{node}/{ns}/podstatus/p"),
+            status,
+        )
+        .with_object(&p_uid, "");
+        let a = ask(h, node, m).await?;
+        ensure!(a.operation()? == Operation::Ack, "{ip}: {}", reason(&a));
+    }
+    let status = pods.get_status("p").await?.status.unwrap_or_default();
+    ensure!(status.phase.as_deref() == Some("Running"), "{status:?}");
+    let ips: Vec<_> = status
+        .pod_ips
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| i.ip)
+        .collect();
+    ensure!(
+        status.pod_ip.as_deref() == Some("10.244.250.9") && ips == ["10.244.250.9"],
+        "pod IPs after a new sandbox: {:?} {ips:?}",
+        status.pod_ip
+    );
     // The status change is not echoed down.
     if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
         bail!("status report echoed: {} {}", m.operation()?, m.resource());

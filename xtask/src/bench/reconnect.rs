@@ -67,6 +67,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let config = ControlPlaneConfig {
         state_dir: run_dir.join("control-plane"),
         node_monitor_grace_period: Duration::from_secs(40),
+        // A thousand simulated nodes would exhaust the /16 of /24 pod CIDRs.
+        disabled_controllers: vec!["node-ipam-controller".to_owned()],
         ..ControlPlaneConfig::from_env()
     };
     super::env::on_fresh_control_plane(

@@ -8,7 +8,7 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::ServiceAccount;
 
 use super::state::{self, Component, Ports, State, write_env_file, write_kubeconfig};
-use super::{ControlPlane, ControlPlaneConfig, SERVICE_CIDR, certs};
+use super::{CLUSTER_CIDR, ControlPlane, ControlPlaneConfig, SERVICE_CIDR, certs};
 use crate::daemon;
 
 impl ControlPlaneConfig {
@@ -166,6 +166,12 @@ impl ControlPlaneConfig {
                 ms(self.node_monitor_grace_period)
             ),
             format!("--node-monitor-period={}", ms(self.node_monitor_period)),
+            // Every Node gets a /24 of the cluster CIDR as its spec.podCIDR (the kubelet
+            // node's CNI range); the service range is excluded from the allocations.
+            "--allocate-node-cidrs=true".to_owned(),
+            format!("--cluster-cidr={CLUSTER_CIDR}"),
+            "--node-cidr-mask-size=24".to_owned(),
+            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
         ];
         self.spawn(state, "kube-controller-manager", &controller_manager)?;
 

@@ -24,6 +24,9 @@
 //! the kit's kubelet node use the `kubernetes` Service (`10.96.0.1:443`), whose endpoint is
 //! `<advertise address>:<port>`.
 //!
+//! kube-controller-manager allocates every Node a `/24` of [`CLUSTER_CIDR`] as its
+//! `spec.podCIDR` (the range allocator, which never hands out [`SERVICE_CIDR`]).
+//!
 //! # State directory
 //!
 //! ```text
@@ -76,6 +79,11 @@ pub const K8S_VERSION: &str = "1.37.1";
 /// first address, `10.96.0.1`.
 pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 
+/// The pod CIDRs of all nodes (kube-controller-manager `--cluster-cidr`): its range
+/// allocator (`node-ipam-controller`) gives every Node a `/24` of it as `spec.podCIDR`,
+/// which the kit's kubelet node hands its pods out of ([`crate::kubelet_node`]).
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+
 /// The components, in start order (also their binary, log and pid file names).
 const COMPONENTS: &[&str] = &[
     "etcd",
@@ -126,7 +134,9 @@ pub struct ControlPlaneConfig {
     /// finds it.
     pub front_bin_dir: Option<PathBuf>,
     /// kube-controller-manager controllers to leave off (its `--controllers=*,-<name>`
-    /// names, e.g. `node-lifecycle-controller`). Default none: every default controller runs.
+    /// names, e.g. `node-lifecycle-controller`; `node-ipam-controller` leaves Nodes without
+    /// a `spec.podCIDR`, which the kit's kubelet node needs). Default none: every default
+    /// controller runs.
     pub disabled_controllers: Vec<String>,
 }
 

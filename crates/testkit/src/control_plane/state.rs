@@ -13,9 +13,10 @@ pub(super) use crate::run_state::Component;
 /// `state.json` records another one (an older kit's) is restarted by
 /// [`super::ControlPlaneConfig::up`]. Bump it whenever a flag or a certificate changes.
 ///
-/// 2: kube-apiserver binds `0.0.0.0`, advertises `10.199.0.1`, has a kubelet client
+/// 4: kube-controller-manager allocates node pod CIDRs (`--allocate-node-cidrs`). 2:
+/// kube-apiserver binds `0.0.0.0`, advertises `10.199.0.1`, has a kubelet client
 /// certificate and prefers InternalIP (the kubelet node). 1 (absent): the first layout.
-pub(super) const LAYOUT: u32 = 3;
+pub(super) const LAYOUT: u32 = 4;
 
 /// `<state>/state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]

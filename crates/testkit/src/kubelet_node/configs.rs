@@ -1,4 +1,4 @@
-//! The configurations of containerd, kubelet, kube-proxy and the CNI network.
+//! The configurations of containerd, kubelet and kube-proxy, and the CNI config template.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -7,7 +7,18 @@ use anyhow::{Context as _, bail};
 use serde_json::json;
 
 use super::files::{NodePorts, shim_socket_dir};
-use super::{CLUSTER_CIDR, CNI_BIN_DIR, CNI_BRIDGE, CNI_NETWORK, KubeletNodeConfig, POD_CIDR};
+use super::{CLUSTER_CIDR, CNI_BIN_DIR, CNI_BRIDGE, CNI_NETWORK, KubeletNodeConfig};
+
+/// What containerd replaces with the pod CIDR kubelet passes on (the Node's
+/// `spec.podCIDR`) when it renders its CNI config template (a Go `text/template`; containerd
+/// 2.x `internal/cri/server/update_runtime_config.go`, `cniConfigTemplate.PodCIDR`).
+const POD_CIDR_PLACEHOLDER: &str = "{{.PodCIDR}}";
+
+/// `<run>/cni/conflist.template`: the CNI config template (outside `conf_dir`, where
+/// containerd writes the rendered `10-containerd-net.conflist`).
+pub(super) fn cni_conf_template_path(run_dir: &Path) -> PathBuf {
+    run_dir.join("cni").join("conflist.template")
+}
 
 /// A TOML literal string (single-quoted) of `path`.
 fn toml_path(path: &Path) -> anyhow::Result<String> {
@@ -22,7 +33,9 @@ fn toml_path(path: &Path) -> anyhow::Result<String> {
 
 /// containerd's configuration (version 4, containerd 2.x): its own root, state, runc
 /// state and sockets under the run directory, CRI with the pinned local pause image, runc
-/// from Debian with cgroupfs, the CNI network of the run directory, NRI off. OOM score
+/// from Debian with cgroupfs, NRI off, and the CNI network rendered from the run
+/// directory's template ([`cni_conf_template`]; CRI runtime `cni.conf_template`: once kubelet
+/// passes the Node's pod CIDR on, containerd writes the network into `conf_dir`). OOM score
 /// adjustments are clamped to containerd's own (`restrict_oom_score_adj`): a host whose
 /// capability bounding set lacks `CAP_SYS_RESOURCE` (this VM's) cannot lower them, and
 /// runc fails to create the pod sandbox (kubelet asks for -998) otherwise.
@@ -71,7 +84,8 @@ pub(super) fn containerd_toml(config: &KubeletNodeConfig) -> anyhow::Result<Stri
          \x20         Root = {runc_root}\n\
          \x20   [plugins.'io.containerd.cri.v1.runtime'.cni]\n\
          \x20     bin_dirs = ['{CNI_BIN_DIR}']\n\
-         \x20     conf_dir = {cni}\n",
+         \x20     conf_dir = {cni}\n\
+         \x20     conf_template = {cni_template}\n",
         root = toml_path(&run.join("containerd/root"))?,
         state = toml_path(&run.join("containerd/state"))?,
         sock = toml_path(&sock)?,
@@ -80,6 +94,7 @@ pub(super) fn containerd_toml(config: &KubeletNodeConfig) -> anyhow::Result<Stri
         shims = toml_path(&shim_socket_dir(run))?,
         pause = super::PAUSE_IMAGE,
         cni = toml_path(&run.join("cni/net.d"))?,
+        cni_template = toml_path(&cni_conf_template_path(run))?,
         runc_root = toml_path(&run.join("runc"))?,
     ))
 }
@@ -169,10 +184,14 @@ pub(super) fn proxy_config(
     })
 }
 
-/// The CNI network: a bridge with host-local IPAM in [`POD_CIDR`] (allocations in
+/// containerd's CNI config template (`conf_template`, rendered by containerd with the
+/// Node's `spec.podCIDR` in place of [`POD_CIDR_PLACEHOLDER`]): a bridge with host-local
+/// IPAM in the node's pod CIDR (gateway: its first address on [`CNI_BRIDGE`]; allocations in
 /// `ipam_dir`), hairpin on (a pod reaching itself through a Service), no masquerading, and
 /// portmap for `hostPort`s. containerd adds the loopback interface itself.
-pub(super) fn cni_conflist(ipam_dir: &Path) -> serde_json::Value {
+///
+/// As JSON it holds no `{{` but the placeholder's, so it is a valid Go template.
+pub(super) fn cni_conf_template(ipam_dir: &Path) -> serde_json::Value {
     json!({
         "cniVersion": "1.0.0",
         "name": CNI_NETWORK,
@@ -185,7 +204,7 @@ pub(super) fn cni_conflist(ipam_dir: &Path) -> serde_json::Value {
                 "hairpinMode": true,
                 "ipam": {
                     "type": "host-local",
-                    "ranges": [[{"subnet": POD_CIDR}]],
+                    "ranges": [[{"subnet": POD_CIDR_PLACEHOLDER}]],
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "dataDir": ipam_dir,
                 },
@@ -213,6 +232,35 @@ mod tests {
         assert!(toml.contains("SystemdCgroup = false"));
         assert!(toml.contains("Root = '/r/runc'"));
         assert!(toml.contains("sandbox = 'docker.io/verge-test/pause:3.10'"));
+        assert!(toml.contains("conf_dir = '/r/cni/net.d'"));
+        assert!(toml.contains("conf_template = '/r/cni/conflist.template'"));
         assert!(!toml.contains("/run/containerd"));
+    }
+
+    #[test]
+    fn cni_template_renders_the_pod_cidr() {
+        let template = serde_json::to_string_pretty(&cni_conf_template(Path::new("/r/cni/ipam")))
+            .expect("json");
+        // The only template action is the pod CIDR (containerd's text/template would
+        // choke on any other `{{`).
+        assert_eq!(template.matches("{{").count(), 1);
+        assert_eq!(template.matches("}}").count(), 1);
+        // As containerd renders it for a Node with podCIDR 10.244.3.0/24.
+        let rendered: serde_json::Value =
+            serde_json::from_str(&template.replace(POD_CIDR_PLACEHOLDER, "10.244.3.0/24"))
+                .expect("rendered template is JSON");
+        assert_eq!(rendered["name"], CNI_NETWORK);
+        let bridge = &rendered["plugins"][0];
+        assert_eq!(bridge["type"], "bridge");
+        assert_eq!(bridge["bridge"], CNI_BRIDGE);
+        assert_eq!(bridge["isGateway"], true);
+        assert_eq!(bridge["ipMasq"], false);
+        assert_eq!(bridge["hairpinMode"], true);
+        let ipam = &bridge["ipam"];
+        assert_eq!(ipam["type"], "host-local");
+        assert_eq!(ipam["ranges"][0][0]["subnet"], "10.244.3.0/24");
+        assert_eq!(ipam["routes"][0]["dst"], "0.0.0.0/0");
+        assert_eq!(ipam["dataDir"], "/r/cni/ipam");
+        assert_eq!(rendered["plugins"][1]["type"], "portmap");
     }
 }

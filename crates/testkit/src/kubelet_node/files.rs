@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use serde_json::json;
 
 use super::KubeletNodeConfig;
-use super::configs::{cni_conflist, containerd_toml, kubelet_config, proxy_config};
+use super::configs::{
+    cni_conf_template, cni_conf_template_path, containerd_toml, kubelet_config, proxy_config,
+};
 use crate::ControlPlane;
 use crate::control_plane::{Identity, issue, write_file};
 
@@ -140,9 +142,10 @@ pub(super) fn write_all(
         &serde_json::to_string_pretty(&proxy)?,
         false,
     )?;
-    let cni = cni_conflist(&run.join("cni/ipam"));
+    // containerd renders it into cni/net.d once kubelet passes the Node's podCIDR on.
+    let cni = cni_conf_template(&run.join("cni/ipam"));
     write_file(
-        &run.join("cni/net.d/10-verge.conflist"),
+        &cni_conf_template_path(run),
         &serde_json::to_string_pretty(&cni)?,
         false,
     )?;

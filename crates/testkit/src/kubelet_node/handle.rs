@@ -22,6 +22,7 @@ pub struct KubeletNode {
     cp: ControlPlane,
     node_ip: Ipv4Addr,
     kubelet_port: u16,
+    pod_cidr: String,
     pids: Vec<(String, u32)>,
 }
 
@@ -32,6 +33,7 @@ impl KubeletNode {
             cp,
             node_ip: state.node_ip,
             kubelet_port: state.kubelet_port,
+            pod_cidr: state.pod_cidr.clone(),
             pids: state
                 .components
                 .iter()
@@ -65,9 +67,12 @@ impl KubeletNode {
         self.kubelet_port
     }
 
-    /// The pod CIDR, [`super::POD_CIDR`].
-    pub fn pod_cidr(&self) -> &'static str {
-        super::POD_CIDR
+    /// The node's pod CIDR, which its pods get their addresses in: its Node's
+    /// `spec.podCIDR`, a `/24` of [`super::CLUSTER_CIDR`] that kube-controller-manager
+    /// allocated when the Node registered (read once the Node was `Ready`), e.g.
+    /// `10.244.0.0/24`.
+    pub fn pod_cidr(&self) -> &str {
+        &self.pod_cidr
     }
 
     /// `(component, pid)` of `containerd`, `kubelet` and `kube-proxy`, in start order

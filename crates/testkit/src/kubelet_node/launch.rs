@@ -27,8 +27,10 @@ impl KubeletNodeConfig {
     /// [`KubeletNodeConfig::down`]; also the Node object and its pods in `cp`), writes
     /// certificates and configurations, starts containerd, imports the pause image, starts
     /// kubelet and kube-proxy detached, and waits (at most
-    /// [`KubeletNodeConfig::ready_timeout`]) until the Node is `Ready` and kube-proxy has
-    /// programmed the `kubernetes` Service. Takes about 2 to 5 s once built. Needs root.
+    /// [`KubeletNodeConfig::ready_timeout`]) until the Node is `Ready` (which needs the
+    /// `spec.podCIDR` kube-controller-manager allocates, [`KubeletNode::pod_cidr`]) and
+    /// kube-proxy has programmed the `kubernetes` Service. Takes about 2 to 5 s once built.
+    /// Needs root.
     ///
     /// containerd starts empty: import the images pods use after every start
     /// ([`KubeletNode::import_image`]).
@@ -83,6 +85,7 @@ impl KubeletNodeConfig {
             kube_bin_dir: cp.bin_dir().to_owned(),
             kubelet_port: 0,
             components: Vec::new(),
+            pod_cidr: String::new(),
         };
         match self.start(cp, &mut state).await {
             Ok(()) => {
@@ -91,7 +94,7 @@ impl KubeletNodeConfig {
                     self.name,
                     started.elapsed(),
                     state.node_ip,
-                    super::POD_CIDR
+                    state.pod_cidr
                 ));
                 Ok(KubeletNode::from_state(self.clone(), cp.clone(), &state))
             }
@@ -139,7 +142,8 @@ impl KubeletNodeConfig {
         let args = vec![format!("--config={}", files.proxy_config.display())];
         self.spawn(state, "kube-proxy", &proxy, &args)?;
 
-        self.wait_ready(cp, state).await
+        state.pod_cidr = self.wait_ready(cp, state).await?;
+        state.save(&self.run_dir)
     }
 
     /// Spawns one component detached (PATH starting with containerd's bin dir, so its shim
@@ -206,8 +210,11 @@ impl KubeletNodeConfig {
         }
     }
 
-    /// Waits until the Node is `Ready` and kube-proxy programmed the `kubernetes` Service.
-    async fn wait_ready(&self, cp: &ControlPlane, state: &State) -> anyhow::Result<()> {
+    /// Waits until the Node is `Ready` with a `spec.podCIDR` (kubelet passes it to
+    /// containerd, which renders the CNI network from its template; the network, and so the
+    /// Node, is not ready before) and kube-proxy programmed the `kubernetes` Service.
+    /// Returns the pod CIDR.
+    async fn wait_ready(&self, cp: &ControlPlane, state: &State) -> anyhow::Result<String> {
         let client = cp.client().await?;
         let nodes: kube::Api<Node> = kube::Api::all(client);
         let deadline = Instant::now() + self.ready_timeout;
@@ -217,13 +224,25 @@ impl KubeletNodeConfig {
             let node =
                 tokio::time::timeout(Duration::from_secs(5), nodes.get_opt(&self.name)).await;
             match node {
-                Ok(Ok(Some(node))) => match crate::wait::ready_status(&node).as_deref() {
-                    Some("True") if kubernetes_service_programmed() => return Ok(()),
-                    Some("True") => {
-                        last = "kube-proxy has not programmed the kubernetes Service yet".into()
+                Ok(Ok(Some(node))) => {
+                    let pod_cidr = node
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.pod_cidr.clone())
+                        .filter(|c| !c.is_empty());
+                    match (pod_cidr, crate::wait::ready_status(&node).as_deref()) {
+                        (None, _) => last = NO_POD_CIDR.to_owned(),
+                        (Some(cidr), Some("True")) if kubernetes_service_programmed() => {
+                            return Ok(cidr);
+                        }
+                        (Some(_), Some("True")) => {
+                            last = "kube-proxy has not programmed the kubernetes Service yet".into()
+                        }
+                        (Some(_), _) => {
+                            last = format!("Node not Ready: {}", not_ready_message(&node))
+                        }
                     }
-                    _ => last = format!("Node not Ready: {}", not_ready_message(&node)),
-                },
+                }
                 Ok(Ok(None)) => {}
                 Ok(Err(e)) => last = format!("{e:#}"),
                 Err(_) => last = "GET node timed out".into(),
@@ -241,6 +260,11 @@ impl KubeletNodeConfig {
         }
     }
 }
+
+/// Why a registered Node is not usable yet when it has no `spec.podCIDR`.
+const NO_POD_CIDR: &str = "Node has no spec.podCIDR yet (kube-controller-manager's \
+     node-ipam-controller allocates it, with --allocate-node-cidrs: a control plane started by \
+     an older test kit lacks it and must be restarted, e.g. cargo xtask control-plane down)";
 
 /// kubelet's command line.
 fn kubelet_args(config: &KubeletNodeConfig, files: &NodeFiles, state: &State) -> Vec<String> {

@@ -24,14 +24,20 @@
 //! # Network
 //!
 //! ```text
-//!  pods 10.244.0.0/24 ── bridge verge-cni0 (10.244.0.1, CNI bridge + host-local + portmap)
+//!  pods: the Node's spec.podCIDR, a /24 of 10.244.0.0/16 (CLUSTER_CIDR) allocated by
+//!        kube-controller-manager ── bridge verge-cni0 (its .1; CNI bridge + host-local + portmap)
 //!  Services 10.96.0.0/16 ── kube-proxy iptables DNAT, from pods and from the host
 //!  kubernetes Service 10.96.0.1:443 ─► <ADVERTISE_ADDRESS>:<apiserver port> (verge-cp0)
 //!  Node InternalIP = ADVERTISE_ADDRESS (kubelet serves there; NodePorts only there)
 //! ```
 //!
+//! The CNI network is containerd's CNI config template (`conf_template`): once the Node
+//! has its `spec.podCIDR`, kubelet passes it to containerd (CRI `UpdateRuntimeConfig`),
+//! which renders the template with it into `cni/net.d/`; only then is the node's network
+//! ready and the Node `Ready` ([`KubeletNode::pod_cidr`] is that CIDR).
+//!
 //! Docker sets the `FORWARD` policy to `DROP`; the chain `VERGE-NODE-FORWARD` (jumped to
-//! first from `FORWARD`) accepts traffic from and to the pod CIDR. Pods do not get
+//! first from `FORWARD`) accepts traffic from and to [`CLUSTER_CIDR`]. Pods do not get
 //! masqueraded to the outside (no registry or outside service is reachable anyway).
 //!
 //! # This host
@@ -48,7 +54,8 @@
 //!   and kube-proxy: [`crate::ControlPlaneConfig::ensure_node_built`]);
 //! * `claim` — one node per host: the host lock and the owner file;
 //! * `files` — certificates and kubeconfigs, writing the run directory;
-//! * `configs` — the containerd, kubelet, kube-proxy and CNI configurations;
+//! * `configs` — the containerd, kubelet and kube-proxy configurations, the CNI config
+//!   template;
 //! * `launch` — starting the processes and waiting until the node is ready;
 //! * `handle` — [`KubeletNode`];
 //! * `images` — the pause image, importing Docker images into containerd;
@@ -65,7 +72,8 @@
 //! <run>/pki/              ca.crt kubelet-client.* kubelet-server.* kube-proxy.*
 //! <run>/*.kubeconfig      kubelet, kube-proxy
 //! <run>/containerd.toml kubelet.yaml kube-proxy.yaml
-//! <run>/cni/net.d/        the CNI network  (cni/ipam: host-local's allocations)
+//! <run>/cni/              conflist.template (containerd's CNI config template), net.d/ (the
+//!                         network containerd renders from it), ipam/ (host-local's allocations)
 //! <run>/containerd/       root/, state/, containerd.sock
 //! <run>/kubelet/          kubelet --root-dir;  pod-logs/: podLogsDir
 //! ```
@@ -96,11 +104,10 @@ pub const CONTAINERD_VERSION: &str = "2.4.2";
 /// The default node name.
 pub const NODE_NAME: &str = "verge-cloud-0";
 
-/// The node's pod CIDR (CNI host-local range); the gateway `10.244.0.1` is on [`CNI_BRIDGE`].
-pub const POD_CIDR: &str = "10.244.0.0/24";
-
-/// kube-proxy's `clusterCIDR`: traffic from here counts as cluster-internal.
-pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+// kube-proxy's `clusterCIDR` (traffic from there counts as cluster-internal) and the range
+// the FORWARD chain accepts; the node's own pod CIDR is the `/24` of it in its Node's
+// `spec.podCIDR` ([`KubeletNode::pod_cidr`]).
+pub use crate::control_plane::CLUSTER_CIDR;
 
 /// The CNI bridge link.
 pub const CNI_BRIDGE: &str = "verge-cni0";

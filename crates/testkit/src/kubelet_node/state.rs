@@ -22,6 +22,10 @@ pub(super) struct State {
     pub(super) kubelet_port: u16,
     /// Started processes, in start order.
     pub(super) components: Vec<Component>,
+    /// The Node's `spec.podCIDR` once it is `Ready` (empty before, and in the state of an
+    /// older kit).
+    #[serde(default)]
+    pub(super) pod_cidr: String,
 }
 
 impl State {

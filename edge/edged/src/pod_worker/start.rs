@@ -340,9 +340,19 @@ impl<R: ContainerRuntime> Worker<R> {
             restart_count: attempt,
             sandbox: true,
         };
+        let network = if spec::host_network(&self.pod) {
+            verge_container_runtime::types::NetworkMode::Host
+        } else {
+            self.ctx
+                .network
+                .borrow()
+                .sandbox_network()
+                .map_err(Error::NetworkNotReady)?
+        };
         let spec = spec::sandbox_spec(
             &self.pod,
             &labels,
+            network,
             &cfg.edged.pod_sandbox_image,
             &cfg.edged.pod_sandbox_command,
             self.grace(),

@@ -15,11 +15,14 @@ use tracing::{Instrument as _, info, warn};
 use super::observe::{Instance, Observation, RunState, observe};
 use super::state::{ExitDecision, PodEvent, PodState, RestartPolicy, WaitingReason, is_sidecar};
 use super::{Worker, spec_of};
-use crate::Result;
 use crate::events::EventType;
 use crate::probe::ProbeTarget;
+use crate::{Error, Result};
 use verge_container_runtime::ContainerRuntime;
 use verge_runtime::ErrorChain;
+
+/// How soon a pod whose sandbox waits for the pod network looks again.
+const NETWORK_RETRY: Duration = Duration::from_secs(2);
 
 /// The earliest moment the worker must sync again.
 #[derive(Debug, Default)]
@@ -161,6 +164,12 @@ impl<R: ContainerRuntime> Worker<R> {
                 self.prepared = prepared;
             }
             if let Err(e) = created {
+                if let Error::NetworkNotReady(_) = &e {
+                    // Nothing was created: look again soon (the kubelet's sync period).
+                    self.pod_event(EventType::Warning, "NetworkNotReady", e.to_string());
+                    wake.at(Instant::now() + NETWORK_RETRY);
+                    return Ok(false);
+                }
                 let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
                 return Err(e);

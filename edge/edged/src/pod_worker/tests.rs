@@ -38,6 +38,8 @@ const SEC: Duration = Duration::from_secs(1);
 pub(super) struct Harness {
     pub(super) rt: FakeRuntime,
     pub(super) ctx: Arc<Context<FakeRuntime>>,
+    /// Where new sandboxes go (the edged network task's output).
+    pub(super) network: tokio::sync::watch::Sender<crate::network::NetworkState>,
     upstream: mpsc::Receiver<Envelope>,
     _dir: tempfile::TempDir,
 }
@@ -62,6 +64,9 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
     let config = Arc::new(config);
     let rt = FakeRuntime::new(NODE);
     rt.add_image(PAUSE);
+    // Sandboxes go to Docker's default bridge unless a test sets the pod network.
+    let (network, network_rx) =
+        tokio::sync::watch::channel(crate::network::NetworkState::DefaultBridge);
     // Statuses are read from the worker (`last_status`); the manager is not run.
     let (status, _manager) = StatusManager::new(hub.clone());
     let ctx = Arc::new(Context {
@@ -74,11 +79,13 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
         events: Recorder::new(hub, NODE),
         store,
         node_ip: None,
+        network: network_rx,
         config,
     });
     Harness {
         rt,
         ctx,
+        network,
         upstream,
         _dir: dir,
     }
@@ -781,4 +788,35 @@ async fn a_pod_with_an_unsafe_sysctl_is_rejected_without_running_anything() {
     let message = "forbidden sysctl: \"kernel.msgmax\" not allowlisted";
     assert_eq!(s.message.as_deref(), Some(message));
     assert!(has(&h.events(), "SysctlForbidden", message));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sandbox_waits_for_the_pod_network_and_then_gets_an_address_of_it() {
+    let mut h = harness();
+    h.rt.add_image(IMAGE);
+    h.network
+        .send_replace(crate::network::NetworkState::Unknown);
+    let p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    assert!(h.rt.instances(labels::SANDBOX_NAME).is_empty());
+    let events = h.events();
+    let waiting = "network is not ready: the Node object has not arrived";
+    assert!(has(&events, "NetworkNotReady", waiting), "{events:?}");
+    // The Node arrives with its pod CIDR: the next look makes the sandbox on the network.
+    let net = verge_edge_net::PodNetwork::new(NODE, "10.244.9.0/24").expect("cidr");
+    net.ensure(&h.rt).await.expect("network");
+    h.network
+        .send_replace(crate::network::NetworkState::Ready(net.clone()));
+    tokio::time::advance(3 * SEC).await;
+    settle(&mut w).await;
+    let sandbox = h.rt.instances(labels::SANDBOX_NAME).pop().expect("sandbox");
+    assert_eq!(
+        sandbox.spec.network,
+        verge_container_runtime::types::NetworkMode::Network(net.name().to_owned())
+    );
+    let ip: std::net::Ipv4Addr = sandbox.info.ip.expect("ip").parse().expect("ipv4");
+    assert!(net.contains(ip), "{ip}");
+    let status = w.last_status.clone().expect("status");
+    assert_eq!(status.pod_ip, Some(ip.to_string()));
 }

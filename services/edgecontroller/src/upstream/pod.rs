@@ -50,8 +50,20 @@ pub fn check_bound(node: &str, pod: &Pod, what: &str) -> Result<()> {
 /// from the stored one (a Ready condition turned `True` keeping its old `reason:
 /// ContainersNotReady`). Each reported condition therefore sets `reason` and `message` to
 /// `null` when it has none, which deletes them, as the kubelet's two-way merge patch does.
+///
+/// `status.podIPs` and `status.hostIPs` merge by `ip` too, so a new address (a sandbox made
+/// again after a reboot or a re-install, with another IP) would be added beside the old one,
+/// which the API server refuses (`may specify no more than one IP for each IP family`). A
+/// reported list therefore replaces the stored one (the `$patch: replace` directive).
 pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     let mut status = json!(status);
+    for list in ["podIPs", "hostIPs"] {
+        if let Some(ips) = status.get_mut(list).and_then(Value::as_array_mut)
+            && !ips.is_empty()
+        {
+            ips.push(json!({ "$patch": "replace" }));
+        }
+    }
     if let Some(conditions) = status.get_mut("conditions").and_then(Value::as_array_mut) {
         for condition in conditions.iter_mut().filter_map(Value::as_object_mut) {
             for field in ["reason", "message"] {
@@ -199,5 +211,26 @@ mod tests {
         assert!(ready["message"].is_null() && ready.get("message").is_some());
         let initialized = &patch["status"]["conditions"][1];
         assert_eq!(initialized["reason"], "ContainersNotInitialized");
+    }
+
+    #[test]
+    fn reported_addresses_replace_the_stored_ones() {
+        let status: PodStatus = serde_json::from_value(json!({
+            "podIP": "10.244.1.7", "podIPs": [{ "ip": "10.244.1.7" }],
+            "hostIPs": [{ "ip": "192.0.2.1" }],
+        }))
+        .expect("status");
+        let patch = status_patch("u-1", &status);
+        assert_eq!(
+            patch["status"]["podIPs"],
+            json!([{ "ip": "10.244.1.7" }, { "$patch": "replace" }])
+        );
+        assert_eq!(
+            patch["status"]["hostIPs"],
+            json!([{ "ip": "192.0.2.1" }, { "$patch": "replace" }])
+        );
+        // No addresses reported: the stored ones stay.
+        let patch = status_patch("u-1", &PodStatus::default());
+        assert!(patch["status"].get("podIPs").is_none());
     }
 }

@@ -18,7 +18,8 @@
 //! runs without its node lifecycle and TTL controllers: nothing renews the hollow nodes' Leases
 //! (10,000 renewals every 10 s are 1,000 API writes/s, more than this machine's API server
 //! takes beside the benchmark), so those controllers would taint and annotate every Node and
-//! each such edit would be a real change sent down.
+//! each such edit would be a real change sent down. Nor does it run its node IPAM controller
+//! (thousands of Nodes would exhaust the pod CIDRs it allocates).
 //!
 //! Layout: [`hollow`] (the simulated nodes), [`wire`] (their counted TLS connections),
 //! [`proc`] (CPU, file descriptors), [`report`] (the tables and targets).
@@ -115,6 +116,9 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         disabled_controllers: vec![
             "node-lifecycle-controller".to_owned(),
             "ttl-controller".to_owned(),
+            // Node pod-CIDR allocation: thousands of hollow Nodes would exhaust the
+            // cluster CIDR's 256 /24s.
+            "node-ipam-controller".to_owned(),
         ],
         ..ControlPlaneConfig::from_env()
     };
