@@ -153,6 +153,8 @@ const NEEDED: &[Can] = &[
     no(EC, "update", "pods", "default"),
     yes(EC, "list", "services", "*"),
     yes(EC, "watch", "services", "*"),
+    yes(EC, "list", SLICES, "*"),
+    yes(EC, "watch", SLICES, "*"),
     // edgecontroller, as a node (constrained impersonation): what a kubelet asks, which the
     // Node authorizer and NodeRestriction then bound.
     yes(
@@ -333,7 +335,7 @@ const FORBIDDEN: &[Can] = &[
         "leases.coordination.k8s.io/devicecontroller",
         VS,
     ),
-    no(EC, "list", SLICES, "*"),
+    no(EC, "create", SLICES, "*"),
     no(DC, "delete", "nodes", "cluster"),
     no(DC, "patch", "nodes", "cluster"),
     no(DC, "create", "pods", "default"),

@@ -53,6 +53,11 @@ pub enum ResourceType {
     /// A Device's reported twins, state and last online time (edge -> cloud), written into
     /// the `devices.kubeedge.io/v1beta1/DeviceStatus` of the same name.
     DeviceStatus,
+    /// `v1/Service` (cloud -> edge: every node holds every Service, for its Service proxy and
+    /// cluster DNS, as kube-proxy and CoreDNS watch them all).
+    Service,
+    /// `discovery.k8s.io/v1/EndpointSlice` (cloud -> edge, like [`ResourceType::Service`]).
+    EndpointSlice,
     /// A type of a third-party group's resources, known only to its controller and edge
     /// apps; valid only in messages of an [`crate::AppGroup`].
     App(AppType),
@@ -86,6 +91,8 @@ impl ResourceType {
             Self::DeviceModel => "devicemodel",
             Self::Twin => "twin",
             Self::DeviceStatus => "devicestatus",
+            Self::Service => "service",
+            Self::EndpointSlice => "endpointslice",
         }
     }
 
@@ -119,6 +126,8 @@ impl FromStr for ResourceType {
             "devicemodel" => Self::DeviceModel,
             "twin" => Self::Twin,
             "devicestatus" => Self::DeviceStatus,
+            "service" => Self::Service,
+            "endpointslice" => Self::EndpointSlice,
             other => match AppType::parse(other) {
                 Some(app) => Self::App(app),
                 None => return Err(Error::UnknownResourceType(other.to_owned())),

@@ -1,8 +1,10 @@
-//! Watch caches of the API server (kube-runtime reflectors): edge Nodes, Pods bound to a node
-//! and Services of all namespaces, and the ConfigMaps and Secrets edge pods reference (each
-//! watched as a node using it, [`crate::referenced`]). Services are never sent down: their
-//! cache only answers the nodes' service list queries (the kubelet's service informer, for
-//! the service environment variables; `upstream::services`).
+//! Watch caches of the API server (kube-runtime reflectors): edge Nodes, Pods bound to a node,
+//! Services and EndpointSlices of all namespaces, and the ConfigMaps and Secrets edge pods
+//! reference (each watched as a node using it, [`crate::referenced`]). Every edge node holds
+//! every Service and EndpointSlice (its Service proxy and cluster DNS, as kube-proxy and
+//! CoreDNS watch them all); the Service cache also answers the nodes' service list queries
+//! (the kubelet's service informer, for the service environment variables;
+//! `upstream::services`).
 //!
 //! Each cache is one task running `reflector(watcher(..).default_backoff())`: a broken watch
 //! is re-listed with exponential backoff, so the caches survive API server restarts. After
@@ -14,7 +16,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Service};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher as watch;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::{Notify, mpsc};
@@ -40,15 +43,14 @@ pub enum CacheEvent {
     },
     /// A configmap or secret was added, changed or deleted.
     Object(ResourceKey),
+    /// A Service or EndpointSlice was added, changed or deleted: every node holds it.
+    Shared(ResourceKey),
     /// An edge Node object was added, changed (status included) or deleted (or lost the edge
     /// label); the node's name.
     Node(String),
     /// A cache finished a (re)list: deletions during a watch outage are only visible now,
     /// so every node is compared again.
     Relisted,
-    /// The Service cache finished a (re)list. Services are not sent down, so no node is
-    /// concerned (their changes are not reported at all).
-    ServicesRelisted,
 }
 
 /// An object from the caches, ready to be sent down.
@@ -62,6 +64,10 @@ pub enum Cached {
     Secret(Arc<Secret>),
     /// A node's own Node object.
     Node(Arc<Node>),
+    /// A Service.
+    Service(Arc<Service>),
+    /// An EndpointSlice.
+    EndpointSlice(Arc<EndpointSlice>),
 }
 
 impl Cached {
@@ -72,6 +78,8 @@ impl Cached {
             Self::ConfigMap(o) => Version::of(&o.metadata),
             Self::Secret(o) => Version::of(&o.metadata),
             Self::Node(o) => Version::of(&o.metadata),
+            Self::Service(o) => Version::of(&o.metadata),
+            Self::EndpointSlice(o) => Version::of(&o.metadata),
         }
     }
 
@@ -82,6 +90,8 @@ impl Cached {
             Self::ConfigMap(o) => Fingerprint::of(o.as_ref()),
             Self::Secret(o) => Fingerprint::of(o.as_ref()),
             Self::Node(o) => Fingerprint::of(o.as_ref()),
+            Self::Service(o) => Fingerprint::of(o.as_ref()),
+            Self::EndpointSlice(o) => Fingerprint::of(o.as_ref()),
         }
     }
 
@@ -92,9 +102,22 @@ impl Cached {
             Self::ConfigMap(o) => serde_json::to_vec(o.as_ref()),
             Self::Secret(o) => serde_json::to_vec(o.as_ref()),
             Self::Node(o) => serde_json::to_vec(o.as_ref()),
+            Self::Service(o) => serde_json::to_vec(o.as_ref()),
+            Self::EndpointSlice(o) => serde_json::to_vec(o.as_ref()),
         };
         // Serializing k8s-openapi types to a Vec cannot fail.
         json.unwrap_or_default()
+    }
+}
+
+/// A cache stopped before its first list (the controller is shutting down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the watch caches stopped before their first list")]
+pub struct CachesStopped;
+
+impl From<kube::runtime::reflector::store::WriterDropped> for CachesStopped {
+    fn from(_: kube::runtime::reflector::store::WriterDropped) -> Self {
+        Self
     }
 }
 
@@ -109,8 +132,14 @@ pub struct Caches {
     pub configmaps: Store<ConfigMap>,
     /// The Secrets pods on edge nodes reference ([`crate::referenced`]).
     pub secrets: Store<Secret>,
-    /// Services of all namespaces (only for queries; not part of [`Caches::wait_ready`]).
+    /// Services of all namespaces.
     pub services: Store<Service>,
+    /// EndpointSlices of all namespaces.
+    pub endpointslices: Store<EndpointSlice>,
+    /// `true` once the Service and EndpointSlice caches completed their first list. Their
+    /// stores are waited for by one task only (a store's readiness wakes one waiter); every
+    /// other waiter watches this.
+    pub shared_ready: tokio::sync::watch::Receiver<bool>,
     /// Notified (coalescing, one waiter) after any change of the pod or node cache,
     /// including the end of a (re)list.
     pub pods_or_nodes_changed: Arc<Notify>,
@@ -175,34 +204,74 @@ impl Caches {
             watch::Config::default(),
             events,
             &[],
-            CacheEvent::ServicesRelisted,
-            |_: &Service| None,
+            CacheEvent::Relisted,
+            |s: &Service| Some(CacheEvent::Shared(key_of(s, ResourceType::Service))),
         );
         reflect::spawn(tracker, shutdown, "service", task);
+        let (endpointslices, task) = reflect::cache(
+            Api::all(client.clone()),
+            (),
+            watch::Config::default(),
+            events,
+            &[],
+            CacheEvent::Relisted,
+            |s: &EndpointSlice| Some(CacheEvent::Shared(key_of(s, ResourceType::EndpointSlice))),
+        );
+        reflect::spawn(tracker, shutdown, "endpointslice", task);
+        let (ready_tx, shared_ready) = tokio::sync::watch::channel(false);
+        let (s, e) = (services.clone(), endpointslices.clone());
+        let ready = async move {
+            if s.wait_until_ready().await.is_ok() && e.wait_until_ready().await.is_ok() {
+                ready_tx.send_replace(true);
+            }
+        };
+        reflect::spawn(tracker, shutdown, "shared-ready", ready);
         Self {
             nodes,
             pods,
             configmaps,
             secrets,
             services,
+            endpointslices,
+            shared_ready,
             pods_or_nodes_changed: changed,
         }
     }
 
-    /// Resolves once every cache of objects sent down (all but services) completed its first
-    /// list.
+    /// Resolves once every cache of objects sent down completed its first list.
     ///
     /// Until then only one task at a time can wait: kube-runtime's store readiness keeps a
     /// single waker, so of two concurrent waiters one may never be woken. Other tasks should
     /// watch [`Caches::pods_or_nodes_changed`] instead.
     ///
     /// # Errors
-    /// When a watch task ended before its first list (shutdown).
-    pub async fn wait_ready(&self) -> Result<(), reflector::store::WriterDropped> {
+    /// [`CachesStopped`] when a watch task ended before its first list (shutdown).
+    pub async fn wait_ready(&self) -> Result<(), CachesStopped> {
         // The referenced-object stores are made ready only after the node and pod caches
         // ([`crate::referenced`]), which they wait for themselves.
-        self.configmaps.wait_until_ready().await?;
-        self.secrets.wait_until_ready().await
+        self.configmaps
+            .wait_until_ready()
+            .await
+            .map_err(|_| CachesStopped)?;
+        self.secrets
+            .wait_until_ready()
+            .await
+            .map_err(|_| CachesStopped)?;
+        self.wait_shared_ready().await
+    }
+
+    /// Resolves once the Service and EndpointSlice caches completed their first list
+    /// ([`Caches::shared_ready`]); any number of tasks may wait.
+    ///
+    /// # Errors
+    /// [`CachesStopped`] when the caches stopped before their first list (shutdown).
+    pub async fn wait_shared_ready(&self) -> Result<(), CachesStopped> {
+        let mut ready = self.shared_ready.clone();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| CachesStopped)
     }
 
     /// The pods bound to `node`.
@@ -230,6 +299,14 @@ impl Caches {
             ResourceType::Node if key.k8s_namespace().is_none() => {
                 self.nodes.get(&ObjectRef::new(&key.name)).map(Cached::Node)
             }
+            ResourceType::Service => self
+                .services
+                .get(&ObjectRef::new(&key.name).within(ns))
+                .map(Cached::Service),
+            ResourceType::EndpointSlice => self
+                .endpointslices
+                .get(&ObjectRef::new(&key.name).within(ns))
+                .map(Cached::EndpointSlice),
             _ => None,
         }
     }

@@ -1,9 +1,10 @@
 //! What a node should hold, and what to send to get it there. Pure functions, no I/O.
 //!
 //! A node holds its own Node object (KubeEdge sends it so the edge knows its labels, taints and
-//! spec as the cloud sees them), the pods bound to it (`spec.nodeName`) and the configmaps and
+//! spec as the cloud sees them), the pods bound to it (`spec.nodeName`), the configmaps and
 //! secrets those pods reference (KubeEdge edgecontroller / kubelet `configmap`/`secret`
-//! managers). The
+//! managers), and every Service and EndpointSlice (its Service proxy and cluster DNS, as
+//! kube-proxy and CoreDNS watch them). The
 //! downstream side compares this *desired* set with what the node *holds* (its inventory on
 //! connect, then what was sent since) and sends only the difference (docs/protocol.md,
 //! "Resync by inventory").
@@ -24,7 +25,12 @@ pub use verge_controller::diff::{Diff, Version, Versions};
 pub const fn is_managed(kind: ResourceType) -> bool {
     matches!(
         kind,
-        ResourceType::Pod | ResourceType::ConfigMap | ResourceType::Secret | ResourceType::Node
+        ResourceType::Pod
+            | ResourceType::ConfigMap
+            | ResourceType::Secret
+            | ResourceType::Node
+            | ResourceType::Service
+            | ResourceType::EndpointSlice
     )
 }
 

@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -23,7 +22,7 @@ use verge_proto::hub::{DeliveryError, hub_frame};
 use verge_proto::{Inventory, InventoryEntry, Message, MessageExt};
 
 use common::probe::{
-    Probe, WAIT, ack, ask, connect, disconnect, entry, next_downstream, wait_for_delete,
+    Probe, WAIT, ack, ask, connect, disconnect, entry, next_own, wait_for_delete,
     wait_for_service_account,
 };
 use common::{Attach, msg, reason};
@@ -69,10 +68,7 @@ async fn scenario(
     node: &str,
     ns: &str,
 ) -> anyhow::Result<()> {
-    let h = &mut Probe {
-        h: attach,
-        pending: VecDeque::new(),
-    };
+    let h = &mut Probe::new(attach);
     wait_for_service_account(client, ns).await?;
 
     // A registered edge node, a pod bound to it mounting `cfg`, a second pod, an unused map.
@@ -201,7 +197,7 @@ async fn objects_and_queries(
     // may come after it.
     let (mut updates, mut marker) = (0, None);
     while !want.is_empty() || marker.is_none() {
-        let m = next_downstream(h, WAIT)
+        let m = next_own(h, WAIT)
             .await?
             .with_context(|| format!("initial objects {want:?} or marker missing"))?;
         if m.operation()? == Operation::Resync {
@@ -228,8 +224,15 @@ async fn objects_and_queries(
         updates += u32::from(marker.is_none());
     }
     let marker = marker.context("no marker")?;
+    // Every Service and EndpointSlice of the cluster came too (before the marker: the caches
+    // had listed them).
     ensure!(
-        marker == json!({ "updates": updates, "deletes": 0 }),
+        !h.shared.is_empty(),
+        "no Service came down (the `kubernetes` one at least)"
+    );
+    let shared = u32::try_from(h.shared_updates)?;
+    ensure!(
+        marker == json!({ "updates": updates + shared, "deletes": 0 }),
         "{marker}"
     );
 
@@ -243,7 +246,7 @@ async fn objects_and_queries(
     ready.store(true, Ordering::SeqCst);
     // The patched pods come down again; wait until the caches settled (remembering the
     // newest version of the Node object received, as the edge would).
-    while let Some(m) = next_downstream(h, Duration::from_secs(3)).await? {
+    while let Some(m) = next_own(h, Duration::from_secs(3)).await? {
         if m.resource() == node_path && m.operation()? == Operation::Update {
             ack(h, node, &m).await?;
             own = m.header;
@@ -273,9 +276,10 @@ async fn objects_and_queries(
         "cfg",
         &configmaps.get("cfg").await?.metadata,
     ));
+    inventory.entries.extend(h.shared.values().cloned());
     connect(h, node, inventory).await?;
     expect_marker(h, node, json!({ "updates": 0, "deletes": 0 })).await?;
-    if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
+    if let Some(m) = next_own(h, Duration::from_secs(2)).await? {
         bail!("current inventory got {} {}", m.operation()?, m.resource());
     }
 
@@ -296,13 +300,13 @@ async fn objects_and_queries(
     ensure!(a.operation()? == Operation::Ack, "{}", reason(&a));
     let after = nodes.get(node).await?.metadata.resource_version;
     ensure!(before != after, "status report changed nothing");
-    if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
+    if let Some(m) = next_own(h, Duration::from_secs(2)).await? {
         bail!("node status echoed: {} {}", m.operation()?, m.resource());
     }
     // A label change is.
     let patch = Patch::Merge(json!({ "metadata": { "labels": { "verge.io/zone": "z1" } } }));
     let relabelled = nodes.patch(node, &PatchParams::default(), &patch).await?;
-    let m = next_downstream(h, WAIT).await?.context("no node update")?;
+    let m = next_own(h, WAIT).await?.context("no node update")?;
     ensure!(
         m.operation()? == Operation::Update && m.resource() == node_path,
         "{} {}",
@@ -327,9 +331,7 @@ async fn objects_and_queries(
     let changed = configmaps
         .patch("cfg", &PatchParams::default(), &patch)
         .await?;
-    let m = next_downstream(h, WAIT)
-        .await?
-        .context("no configmap update")?;
+    let m = next_own(h, WAIT).await?.context("no configmap update")?;
     ensure!(
         m.resource() == format!("node/{node}/{ns}/configmap/cfg"),
         "{}",
@@ -347,7 +349,7 @@ async fn objects_and_queries(
         failure: verge_proto::hub::DeliveryFailure::QueueFull.into(),
     }))
     .await?;
-    let again = next_downstream(h, Duration::from_secs(5))
+    let again = next_own(h, Duration::from_secs(5))
         .await?
         .context("no re-send after a delivery error")?;
     ensure!(
@@ -422,7 +424,7 @@ async fn objects_and_queries(
         status.pod_ip
     );
     // The status change is not echoed down.
-    if let Some(m) = next_downstream(h, Duration::from_secs(2)).await? {
+    if let Some(m) = next_own(h, Duration::from_secs(2)).await? {
         bail!("status report echoed: {} {}", m.operation()?, m.resource());
     }
     // Another node may not report it.
@@ -492,9 +494,13 @@ async fn expect_marker(
     node: &str,
     summary: serde_json::Value,
 ) -> anyhow::Result<()> {
-    let m = next_downstream(h, WAIT)
-        .await?
-        .context("no resync marker")?;
+    // Services and EndpointSlices other tests changed meanwhile come (and count) too.
+    let shared_before = h.shared_updates;
+    let m = next_own(h, WAIT).await?.context("no resync marker")?;
+    let mut summary = summary;
+    if let Some(updates) = summary["updates"].as_u64() {
+        summary["updates"] = json!(updates + u64::try_from(h.shared_updates - shared_before)?);
+    }
     ensure!(
         m.operation()? == Operation::Resync,
         "{} {}",

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -138,10 +137,7 @@ async fn pod_reaches_the_edge(
     Api::<Node>::all(client.clone())
         .create(&pp, &serde_json::from_value(edge_node)?)
         .await?;
-    let h = &mut Probe {
-        h: attach,
-        pending: VecDeque::new(),
-    };
+    let h = &mut Probe::new(attach);
     connect(h, node, Inventory::default()).await?;
     // The node's own object, then the resync marker (each acked as the edge does).
     loop {

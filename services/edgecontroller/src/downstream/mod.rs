@@ -1,5 +1,5 @@
-//! Downstream: each connected edge node's own Node object, and the pods, configmaps and
-//! secrets it needs, sent to it.
+//! Downstream: each connected edge node's own Node object, the pods, configmaps and secrets
+//! it needs, and every Service and EndpointSlice, sent to it.
 //!
 //! The task ([`run`]) is the shared one ([`verge_controller::downstream`]: sessions,
 //! answers, delivery errors and their re-diffs after a backoff ([`retry`]), resync by
@@ -69,8 +69,7 @@ impl Downstream for EdgeDownstream {
         _ready: bool,
     ) -> BTreeSet<String> {
         match event {
-            CacheEvent::Relisted => nodes.names(),
-            CacheEvent::ServicesRelisted => BTreeSet::new(),
+            CacheEvent::Relisted | CacheEvent::Shared(_) => nodes.names(),
             CacheEvent::Node(node) => {
                 // Most Node changes are the edge's own status reports: only a node whose
                 // Node object changed in content (or appeared or vanished) is compared again.

@@ -7,7 +7,7 @@
 //! of that key is unanswered at a time (a Node update or delete, or the marker, waits until
 //! the previous one was answered or failed; [`NodeState::answered`] tells the caller to plan
 //! again); [`desired_objects`] are the node's Node object, its pods and the configmaps and
-//! secrets they use.
+//! secrets they use, and every Service and EndpointSlice.
 
 use std::collections::BTreeMap;
 
@@ -74,7 +74,8 @@ impl NodeObjects for EdgeObjects {
 }
 
 /// The objects `node` should hold, from the caches: its own Node object (when it is a known
-/// edge node), its pods and the configmaps and secrets they reference that exist.
+/// edge node), its pods and the configmaps and secrets they reference that exist, and every
+/// Service and EndpointSlice.
 pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cached> {
     let mut out = BTreeMap::new();
     let own = desired::node_key(node);
@@ -89,7 +90,25 @@ pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cac
         }
         out.insert(desired::pod_key(&pod), Cached::Pod(pod));
     }
+    for service in caches.services.state() {
+        let key = key_of(service.as_ref(), ResourceType::Service);
+        out.insert(key, Cached::Service(service));
+    }
+    for slice in caches.endpointslices.state() {
+        let key = key_of(slice.as_ref(), ResourceType::EndpointSlice);
+        out.insert(key, Cached::EndpointSlice(slice));
+    }
     out
+}
+
+/// The key of a namespaced object of type `kind`.
+fn key_of<K: kube::Resource>(object: &K, kind: ResourceType) -> ResourceKey {
+    let meta = object.meta();
+    ResourceKey::new(
+        meta.namespace.as_deref().unwrap_or("default"),
+        kind,
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ pub fn trim(service: &Service) -> Service {
 pub async fn answer(caches: &Caches, node: &str, namespace: &str) -> Result<Vec<u8>> {
     let ready = async {
         caches.pods.wait_until_ready().await?;
-        caches.services.wait_until_ready().await
+        caches.wait_shared_ready().await
     };
     tokio::time::timeout(SYNC_WAIT, ready)
         .await

@@ -53,6 +53,65 @@ pub struct Probe<'a> {
     pub h: &'a mut Attach,
     /// Downstream messages received while waiting for an answer.
     pub pending: VecDeque<Message>,
+    /// The Services and EndpointSlices [`next_own`] acked and skipped, by resource path:
+    /// the inventory entries of what the node holds of them.
+    pub shared: std::collections::BTreeMap<String, InventoryEntry>,
+    /// How many such updates [`next_own`] skipped so far.
+    pub shared_updates: usize,
+}
+
+impl<'a> Probe<'a> {
+    /// A probe of `h` with nothing received yet.
+    pub fn new(h: &'a mut Attach) -> Self {
+        Self {
+            h,
+            pending: VecDeque::new(),
+            shared: std::collections::BTreeMap::new(),
+            shared_updates: 0,
+        }
+    }
+}
+
+/// Whether `m` carries a Service or an EndpointSlice, which every node gets (the shared
+/// control plane's Services come and go with other tests).
+pub fn is_shared(m: &Message) -> bool {
+    let resource = m.resource();
+    resource.contains("/service/") || resource.contains("/endpointslice/")
+}
+
+/// [`next_downstream`], except that Services and EndpointSlices are acked as the edge does,
+/// remembered in [`Probe::shared`] and counted in [`Probe::shared_updates`], not returned.
+pub async fn next_own(h: &mut Probe<'_>, wait: Duration) -> anyhow::Result<Option<Message>> {
+    loop {
+        let Some(m) = next_downstream(h, wait).await? else {
+            return Ok(None);
+        };
+        if !is_shared(&m) {
+            return Ok(Some(m));
+        }
+        let path = m.resource().to_owned();
+        let node = path.split('/').nth(1).unwrap_or_default().to_owned();
+        if m.operation()? == Operation::Delete {
+            h.shared.remove(&path);
+        } else {
+            h.shared_updates += 1;
+            let header = m.header.clone().unwrap_or_default();
+            let parts: Vec<&str> = path.splitn(5, '/').collect();
+            if let [_, _, ns, kind, name] = parts.as_slice() {
+                h.shared.insert(
+                    path.clone(),
+                    InventoryEntry {
+                        r#type: (*kind).into(),
+                        namespace: (*ns).into(),
+                        name: (*name).into(),
+                        uid: header.uid,
+                        resource_version: header.resource_version,
+                    },
+                );
+            }
+        }
+        ack(h, &node, &m).await?;
+    }
 }
 
 /// The next downstream (non-answer) message within `wait`, or `None`.

@@ -266,6 +266,8 @@ fn desired_objects_hold_only_the_own_node() {
         configmaps: store().0,
         secrets: store().0,
         services: store().0,
+        endpointslices: store().0,
+        shared_ready: tokio::sync::watch::channel(true).1,
         pods_or_nodes_changed: std::sync::Arc::default(),
     };
     let own = desired_objects("edge-1", &caches);
@@ -318,4 +320,49 @@ fn marker_waits_for_the_own_node_update() {
         (Operation::Update, "node/edge-1/_/node/edge-1".to_owned())
     );
     assert_eq!(marker, None);
+}
+
+#[test]
+fn every_node_holds_every_service_and_endpointslice() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher::Event;
+
+    let (services, mut service_writer) = store::<Service>();
+    service_writer.apply_watcher_event(&Event::Apply(
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "web", "namespace": "shop", "uid": "s", "resourceVersion": "4" }
+        }))
+        .expect("service"),
+    ));
+    let (endpointslices, mut slice_writer) = store::<EndpointSlice>();
+    slice_writer.apply_watcher_event(&Event::Apply(
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "web-abc", "namespace": "shop", "uid": "e",
+                "resourceVersion": "5" },
+            "addressType": "IPv4", "endpoints": []
+        }))
+        .expect("slice"),
+    ));
+    let caches = Caches {
+        nodes: store().0,
+        pods: store().0,
+        configmaps: store().0,
+        secrets: store().0,
+        services,
+        endpointslices,
+        shared_ready: tokio::sync::watch::channel(true).1,
+        pods_or_nodes_changed: std::sync::Arc::default(),
+    };
+    for node in ["edge-1", "edge-2"] {
+        let keys: Vec<_> = desired_objects(node, &caches).into_keys().collect();
+        assert_eq!(
+            keys,
+            [
+                ResourceKey::new("shop", ResourceType::Service, "web"),
+                ResourceKey::new("shop", ResourceType::EndpointSlice, "web-abc"),
+            ]
+        );
+    }
 }
