@@ -57,6 +57,7 @@ pub mod config;
 pub use verge_container_runtime as container_runtime;
 /// devicetwin, the crate `verge-devicetwin`.
 pub use verge_devicetwin as devicetwin;
+pub use verge_edge_net as net;
 /// edged and the node agent, the crate `verge-edged`.
 pub use verge_edged as edged;
 /// edgehub and the node's certificates, the crate `verge-edgehub`, under the names
@@ -178,6 +179,20 @@ impl EdgeCore {
             )
         });
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
+        let service_proxy = self.config.network.service_proxy.then(|| {
+            let node_ip = match self.config.edged.node_ip {
+                Some(std::net::IpAddr::V4(ip)) => Some(ip),
+                Some(std::net::IpAddr::V6(_)) => None,
+                None => edged::node::host::first_ipv4(),
+            };
+            verge_edge_net::ServiceProxy::new(
+                self.store.clone(),
+                &self.config.node_name,
+                node_ip,
+                self.config.network.nft.clone(),
+                meta.subscribe(),
+            )
+        });
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());
         let stop = modules.stop_token().clone();
@@ -206,6 +221,13 @@ impl EdgeCore {
         let (edged_stop, node_stop) = (stop.clone(), stop.clone());
         modules.spawn("edged", async move { Ok(edged.run(edged_stop).await?) });
         modules.spawn("node", async move { Ok(node.run(node_stop).await?) });
+        if let Some(proxy) = service_proxy {
+            let proxy_stop = stop.clone();
+            modules.spawn("serviceproxy", async move {
+                proxy.run(proxy_stop).await;
+                Ok(())
+            });
+        }
         if let Some((device_twin, twins)) = device_twin {
             let twin_stop = stop.clone();
             modules.spawn("devicetwin", async move {

@@ -13,14 +13,15 @@ use crate::lock::FileLock;
 use crate::paths;
 
 /// The packages [`ensure_packages`] installs: the Docker engine, the static busybox of
-/// the test image, `ip`/`iptables` for network-partition tests, and the MQTT broker of the
-/// eventbus tests ([`crate::mosquitto`]). (The build itself needs none: `protoc` comes from
+/// the test image, `ip`/`iptables` for network-partition tests, `nft` for edgecore's Service
+/// proxy, and the MQTT broker of the eventbus tests ([`crate::mosquitto`]). (The build itself needs none: `protoc` comes from
 /// the `protoc-bin-vendored` crate.)
 pub const REQUIRED_PACKAGES: &[&str] = &[
     "docker.io",
     "busybox-static",
     "iproute2",
     "iptables",
+    "nftables",
     "mosquitto",
 ];
 

@@ -13,6 +13,12 @@ pub enum Error {
         /// Why it cannot be used.
         reason: String,
     },
+    /// `nft` could not be run or refused the Service proxy's rules.
+    #[error("nftables: {reason}")]
+    Nft {
+        /// What went wrong (with `nft`'s message).
+        reason: String,
+    },
     /// The container engine refused the pod network.
     #[error("pod network {network}")]
     Runtime {
@@ -22,6 +28,13 @@ pub enum Error {
         #[source]
         source: verge_container_runtime::RuntimeError,
     },
+}
+
+impl Error {
+    /// Whether this is an nftables failure.
+    pub fn is_nft(&self) -> bool {
+        matches!(self, Self::Nft { .. })
+    }
 }
 
 /// `Result` with [`Error`].

@@ -2,17 +2,27 @@
 //! application, not only a pod. Built into edgecore, where KubeEdge needs the separate EdgeMesh
 //! project.
 //!
-//! So far: the node's **pod network** ([`podnet`]), a bridge network of the container engine
+//! The node's **pod network** ([`podnet`]), a bridge network of the container engine
 //! on the Node's `spec.podCIDR` (kube-controller-manager's range allocator gives every Node
 //! its own), so pod IPs are unique in the cluster and a pod keeps its IP for the life of its
 //! sandbox.
 //!
+//! And the node's **Service proxy** ([`services`]): ClusterIP and NodePort Services
+//! programmed with nftables from the Services and EndpointSlices edgecontroller sends (kept
+//! in redb, so they work offline).
+//!
 //! # Layout
 //! - [`podnet`]: [`PodNetwork`], the pod network of a node, and making it in the engine.
+//! - [`services`]: [`ServiceProxy`] and its plan and rules.
+//! - [`config`]: the `network:` section of edgecore's configuration.
 //! - [`error`](mod@error): [`Error`].
 
+pub mod config;
 pub mod error;
 pub mod podnet;
+pub mod services;
 
+pub use config::NetworkConfig;
 pub use error::{Error, Result};
 pub use podnet::PodNetwork;
+pub use services::ServiceProxy;

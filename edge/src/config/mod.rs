@@ -40,6 +40,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use verge_devicetwin::DeviceTwinConfig;
+pub use verge_edge_net::NetworkConfig;
 pub use verge_edged::config::{
     CrashLoopBackOffConfig, EdgedConfig, EdgedSettings, Reserved, ReservedConfig, TaintConfig,
 };
@@ -90,6 +91,9 @@ pub struct Config {
     /// streaming: kubectl logs/exec/attach/port-forward through cloudhub (the kubelet's
     /// streaming API).
     pub streaming: StreamingConfig,
+    /// network: the node's Service proxy (the pod network itself follows the Node's
+    /// `spec.podCIDR`; [`NetworkConfig`]).
+    pub network: NetworkConfig,
     /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default (flag
     /// `--otlp-endpoint`). See [`TracingConfig`].
     pub tracing: TracingConfig,
@@ -108,6 +112,7 @@ impl Default for Config {
             device_twin: DeviceTwinConfig::default(),
             event_bus: EventBusConfig::default(),
             streaming: StreamingConfig::default(),
+            network: NetworkConfig::default(),
             tracing: TracingConfig::default(),
         }
     }

@@ -103,16 +103,19 @@ fn os_image() -> String {
 }
 
 /// The first non-loopback, non-link-local IPv4 address, preferring interfaces that are not
-/// container bridges; interfaces are taken in name order so the choice is stable.
-pub(crate) fn first_ipv4() -> Option<Ipv4Addr> {
+/// container bridges (Docker's, CNI's, Verge's pod networks `vg…`); interfaces are taken in
+/// name order so the choice is stable. The node's address unless `edged.nodeIP` says.
+pub fn first_ipv4() -> Option<Ipv4Addr> {
     let networks = Networks::new_with_refreshed_list().ok()?;
     let mut candidates: Vec<(bool, String, Ipv4Addr)> = networks
         .iter()
         .flat_map(|(name, data)| {
             let name = name.to_string_lossy().into_owned();
-            let virtual_if = ["docker", "veth", "br-", "cni", "flannel", "virbr"]
-                .iter()
-                .any(|p| name.starts_with(p));
+            let virtual_if = [
+                "docker", "veth", "br-", "cni", "flannel", "virbr", "vg", "verge-",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p));
             data.ip_networks()
                 .iter()
                 .filter_map(move |net| match net.addr {

@@ -1,0 +1,25 @@
+//! The `network:` section of edgecore's configuration.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Edge networking (YAML `network:`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct NetworkConfig {
+    /// Program the node's Service proxy (ClusterIP and NodePort Services with nftables).
+    /// Default `true`. Needs the `nft` binary (Debian package `nftables`) and root.
+    pub service_proxy: bool,
+    /// The `nft` binary. Default `nft` (found on `PATH`).
+    pub nft: PathBuf,
+}
+
+impl Default for NetworkConfig {
+    fn default() -> Self {
+        Self {
+            service_proxy: true,
+            nft: PathBuf::from("nft"),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+use super::*;
+use serde_json::json;
+
+fn service(spec: serde_json::Value) -> Service {
+    serde_json::from_value(json!({
+        "metadata": { "name": "web", "namespace": "shop" }, "spec": spec
+    }))
+    .expect("service")
+}
+
+fn slice(endpoints: serde_json::Value) -> EndpointSlice {
+    serde_json::from_value(json!({
+        "metadata": { "name": "web-1", "namespace": "shop",
+            "labels": { SERVICE_NAME_LABEL: "web" } },
+        "addressType": "IPv4",
+        "ports": [{ "name": "http", "port": 8080, "protocol": "TCP" }],
+        "endpoints": endpoints,
+    }))
+    .expect("slice")
+}
+
+fn ctx() -> NodeContext {
+    NodeContext {
+        node: "edge-a".into(),
+        node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
+        zone: Some("site-1".into()),
+        direct: vec![
+            "10.244.1.0/24".parse().expect("cidr"),
+            "10.244.2.0/24".parse().expect("cidr"),
+        ],
+    }
+}
+
+fn endpoint(ip: &str, node: &str, ready: bool) -> serde_json::Value {
+    json!({ "addresses": [ip], "nodeName": node, "zone": "site-1",
+        "conditions": { "ready": ready, "serving": ready, "terminating": false } })
+}
+
+fn ips(port: &ServicePort) -> Vec<String> {
+    port.backends
+        .iter()
+        .map(|b| format!("{}:{}", b.ip, b.port))
+        .collect()
+}
+
+#[test]
+fn a_cluster_ip_service_goes_to_its_ready_reachable_endpoints() {
+    let svc = service(
+        json!({ "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
+        "ports": [{ "name": "http", "port": 80, "targetPort": "web" }] }),
+    );
+    let eps = slice(json!([
+        endpoint("10.244.1.5", "edge-a", true),
+        endpoint("10.244.2.7", "edge-b", true),
+        endpoint("10.244.1.6", "edge-a", false),
+        endpoint("10.244.9.9", "cloud-0", true),
+    ]));
+    let plan = plan(&[svc], &[eps], &ctx());
+    assert_eq!(plan.len(), 1);
+    let port = &plan[0];
+    assert_eq!(port.name, "shop/web:http/tcp");
+    assert_eq!(port.cluster_ips, [Ipv4Addr::new(10, 96, 0, 20)]);
+    assert_eq!(
+        (port.port, port.protocol, port.node_port),
+        (80, Protocol::Tcp, None)
+    );
+    // Not ready: left out; 10.244.9.9 is not reached directly (through cloudhub, later).
+    assert_eq!(ips(port), ["10.244.1.5:8080", "10.244.2.7:8080"]);
+}
+
+#[test]
+fn terminating_serving_endpoints_are_used_only_when_none_is_ready() {
+    let svc = service(json!({ "clusterIP": "10.96.0.20",
+        "ports": [{ "name": "http", "port": 80 }] }));
+    let going = json!({ "addresses": ["10.244.1.9"], "nodeName": "edge-a",
+        "conditions": { "ready": false, "serving": true, "terminating": true } });
+    let plan1 = plan(
+        std::slice::from_ref(&svc),
+        &[slice(json!([going.clone()]))],
+        &ctx(),
+    );
+    assert_eq!(ips(&plan1[0]), ["10.244.1.9:8080"]);
+    let both = slice(json!([going, endpoint("10.244.1.5", "edge-a", true)]));
+    assert_eq!(ips(&plan(&[svc], &[both], &ctx())[0]), ["10.244.1.5:8080"]);
+}
+
+#[test]
+fn policies_affinity_and_node_ports() {
+    let svc = service(json!({ "type": "NodePort", "clusterIP": "10.96.0.20",
+        "internalTrafficPolicy": "Local", "sessionAffinity": "ClientIP",
+        "ports": [{ "name": "http", "port": 80, "nodePort": 30080 }] }));
+    let eps = slice(json!([
+        endpoint("10.244.1.5", "edge-a", true),
+        endpoint("10.244.2.7", "edge-b", true),
+    ]));
+    let plan = plan(&[svc], &[eps], &ctx());
+    let port = &plan[0];
+    assert_eq!(
+        ips(port),
+        ["10.244.1.5:8080"],
+        "internalTrafficPolicy Local"
+    );
+    assert_eq!(port.node_port, Some(30080));
+    assert_eq!(port.affinity_seconds, Some(DEFAULT_AFFINITY_SECONDS));
+}
+
+#[test]
+fn prefer_same_node_keeps_local_endpoints_when_there_are_any() {
+    let svc = service(
+        json!({ "clusterIP": "10.96.0.20", "trafficDistribution": "PreferSameNode",
+        "ports": [{ "name": "http", "port": 80 }] }),
+    );
+    let eps = slice(json!([
+        endpoint("10.244.1.5", "edge-a", true),
+        endpoint("10.244.2.7", "edge-b", true),
+    ]));
+    assert_eq!(
+        ips(&plan(std::slice::from_ref(&svc), &[eps], &ctx())[0]),
+        ["10.244.1.5:8080"]
+    );
+    let remote = slice(json!([endpoint("10.244.2.7", "edge-b", true)]));
+    assert_eq!(
+        ips(&plan(&[svc], &[remote], &ctx())[0]),
+        ["10.244.2.7:8080"]
+    );
+}
+
+#[test]
+fn headless_and_external_name_services_are_dns_only_and_no_endpoints_means_none() {
+    let headless = service(json!({ "clusterIP": "None", "ports": [{ "port": 80 }] }));
+    let external = service(json!({ "type": "ExternalName", "externalName": "example.com" }));
+    assert!(plan(&[headless, external], &[], &ctx()).is_empty());
+    let lonely =
+        service(json!({ "clusterIP": "10.96.0.21", "ports": [{ "port": 53, "protocol": "UDP" }] }));
+    let plan = plan(&[lonely], &[], &ctx());
+    assert_eq!(plan[0].name, "shop/web:53/udp");
+    assert!(plan[0].backends.is_empty());
+}

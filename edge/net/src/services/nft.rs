@@ -1,0 +1,227 @@
+//! The Service proxy's rules in the kernel: one nftables table per node, rendered from the
+//! plan ([`super::model`]) as a script for Debian's `nft -f -` (kube-proxy's nftables mode
+//! does the same through knftables), replacing the whole table in one transaction. Every
+//! value in the script is typed (addresses, ports, numbers, names made here); nothing of an
+//! object's text (names, annotations) reaches it.
+//!
+//! The table `ip <table>` holds:
+//! - `nat-prerouting` (hook prerouting, priority dstnat): traffic from this node's pods (the
+//!   pod network's bridge) goes through `services`, traffic to the node's address through
+//!   `nodeports`; `nat-output` does the same for the node's own processes;
+//! - `services`: a verdict map from cluster IP, protocol and port to the port's chain, and
+//!   `nodeports` one from protocol and node port;
+//! - a chain per Service port: with `sessionAffinity: ClientIP`, a client that used a backend
+//!   within the timeout goes back to it (a set per backend with that timeout); the others are
+//!   spread at random (`numgen random`) over the backend chains;
+//! - a chain per backend: it marks a connection from the backend to itself (hairpin) or from
+//!   outside to a node port for masquerading, remembers the client for affinity, and DNATs
+//!   to the backend;
+//! - `filter-forward`, `filter-input`, `filter-output` (priority filter - 10, before Docker's
+//!   rules): a Service port without backends refuses new connections at once (TCP reset, ICMP
+//!   port unreachable) instead of sending them on to nowhere;
+//! - `nat-postrouting`: masquerades marked connections.
+
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+use super::model::{Protocol, ServicePort};
+
+/// The packet mark asking for masquerading (kube-proxy's `0x4000`).
+pub const MASQUERADE_MARK: u32 = 0x4000;
+
+/// Where the rules apply: the table's name, the bridge of this node's pod network and the
+/// node's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The nftables table (`ip` family).
+    pub table: String,
+    /// The pod network's bridge device (traffic from this node's pods).
+    pub bridge: Option<String>,
+    /// The node's address (node ports).
+    pub node_ip: Option<Ipv4Addr>,
+}
+
+/// The script that replaces the table of `scope` with the rules for `ports`.
+pub fn render(scope: &Scope, ports: &[ServicePort]) -> String {
+    let mut s = String::new();
+    let table = &scope.table;
+    // Create it if missing, so that the delete succeeds; then make it anew. One transaction.
+    let _ = writeln!(
+        s,
+        "table ip {table} {{}}\ndelete table ip {table}\ntable ip {table} {{"
+    );
+    render_maps(&mut s, ports);
+    render_affinity_sets(&mut s, ports);
+    render_hooks(&mut s, scope);
+    for (i, port) in ports.iter().enumerate() {
+        render_port(&mut s, i, port, scope);
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// A `key : verdict` element list, or nothing when `elements` is empty.
+fn elements(s: &mut String, elements: &[String]) {
+    if !elements.is_empty() {
+        let _ = writeln!(s, "    elements = {{ {} }}", elements.join(", "));
+    }
+}
+
+fn render_maps(s: &mut String, ports: &[ServicePort]) {
+    let (mut services, mut nodeports, mut closed, mut closed_nodeports) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, port) in ports.iter().enumerate() {
+        let proto = port.protocol.nft();
+        for ip in &port.cluster_ips {
+            let key = format!("{ip} . {proto} . {}", port.port);
+            if port.backends.is_empty() {
+                closed.push(key);
+            } else {
+                services.push(format!("{key} : goto svc-{i}"));
+            }
+        }
+        if let Some(node_port) = port.node_port {
+            let key = format!("{proto} . {node_port}");
+            if port.backends.is_empty() {
+                closed_nodeports.push(key);
+            } else {
+                nodeports.push(format!("{key} : goto svc-{i}"));
+            }
+        }
+    }
+    s.push_str("  map service-ips {\n    type ipv4_addr . inet_proto . inet_service : verdict\n");
+    elements(s, &services);
+    s.push_str("  }\n  map service-nodeports {\n    type inet_proto . inet_service : verdict\n");
+    elements(s, &nodeports);
+    s.push_str("  }\n  set no-endpoints {\n    type ipv4_addr . inet_proto . inet_service\n");
+    elements(s, &closed);
+    s.push_str("  }\n  set no-endpoint-nodeports {\n    type inet_proto . inet_service\n");
+    elements(s, &closed_nodeports);
+    s.push_str("  }\n");
+}
+
+/// A set per backend of each port with `sessionAffinity: ClientIP`: the clients that used it
+/// within the timeout.
+fn render_affinity_sets(s: &mut String, ports: &[ServicePort]) {
+    for (i, port) in ports.iter().enumerate() {
+        let Some(timeout) = port.affinity_seconds else {
+            continue;
+        };
+        for j in 0..port.backends.len() {
+            let _ = writeln!(
+                s,
+                "  set affinity-{i}-{j} {{\n    type ipv4_addr\n    flags dynamic,timeout\n    timeout {timeout}s\n  }}"
+            );
+        }
+    }
+}
+
+fn render_hooks(s: &mut String, scope: &Scope) {
+    let from_pods = scope
+        .bridge
+        .as_ref()
+        .map(|b| format!("    iifname \"{b}\" jump services\n"))
+        .unwrap_or_default();
+    let to_node = scope
+        .node_ip
+        .map(|ip| format!("    ip daddr {ip} jump nodeports\n"))
+        .unwrap_or_default();
+    let _ = write!(
+        s,
+        "  chain services {{\n    ip daddr . meta l4proto . th dport vmap @service-ips\n  }}\n\
+         \x20 chain nodeports {{\n    meta l4proto . th dport vmap @service-nodeports\n  }}\n\
+         \x20 chain nat-prerouting {{\n    type nat hook prerouting priority dstnat; policy accept;\n\
+         {from_pods}{to_node}  }}\n\
+         \x20 chain nat-output {{\n    type nat hook output priority -100; policy accept;\n\
+         \x20   jump services\n{to_node}  }}\n\
+         \x20 chain nat-postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n\
+         \x20   meta mark & {MASQUERADE_MARK:#x} == {MASQUERADE_MARK:#x} masquerade\n  }}\n\
+         \x20 chain reject-closed {{\n    meta l4proto tcp reject with tcp reset\n    reject\n  }}\n\
+         \x20 chain closed {{\n    ip daddr . meta l4proto . th dport @no-endpoints goto reject-closed\n  }}\n"
+    );
+    let nodeports_closed = scope
+        .node_ip
+        .map(|ip| {
+            format!(
+                "    ip daddr {ip} meta l4proto . th dport @no-endpoint-nodeports goto reject-closed\n"
+            )
+        })
+        .unwrap_or_default();
+    for (chain, hook) in [
+        ("filter-forward", "forward"),
+        ("filter-output", "output"),
+        ("filter-input", "input"),
+    ] {
+        let _ = write!(
+            s,
+            "  chain {chain} {{\n    type filter hook {hook} priority filter - 10; policy accept;\n\
+             \x20   ct state new jump closed\n"
+        );
+        if hook == "input" {
+            let _ = write!(
+                s,
+                "    ct state new{}",
+                nodeports_closed.trim_start_matches("   ")
+            );
+        }
+        s.push_str("  }\n");
+    }
+}
+
+fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
+    if port.backends.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "  chain svc-{i} {{");
+    if port.node_port.is_some()
+        && let Some(node_ip) = scope.node_ip
+    {
+        // From outside to a node port: masquerade, so replies come back through this node.
+        let _ = writeln!(
+            s,
+            "    ip daddr {node_ip} meta mark set meta mark | {MASQUERADE_MARK:#x}"
+        );
+    }
+    if port.affinity_seconds.is_some() {
+        for j in 0..port.backends.len() {
+            let _ = writeln!(s, "    ip saddr @affinity-{i}-{j} goto ep-{i}-{j}");
+        }
+    }
+    let n = port.backends.len();
+    if n == 1 {
+        let _ = writeln!(s, "    goto ep-{i}-0");
+    } else {
+        let targets: Vec<String> = (0..n).map(|j| format!("{j} : goto ep-{i}-{j}")).collect();
+        let _ = writeln!(
+            s,
+            "    numgen random mod {n} vmap {{ {} }}",
+            targets.join(", ")
+        );
+    }
+    s.push_str("  }\n");
+    for (j, backend) in port.backends.iter().enumerate() {
+        let _ = writeln!(s, "  chain ep-{i}-{j} {{");
+        let _ = writeln!(
+            s,
+            "    ip saddr {} meta mark set meta mark | {MASQUERADE_MARK:#x}",
+            backend.ip
+        );
+        if port.affinity_seconds.is_some() {
+            let _ = writeln!(s, "    update @affinity-{i}-{j} {{ ip saddr }}");
+        }
+        let proto = match port.protocol {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        };
+        let _ = writeln!(
+            s,
+            "    meta l4proto {proto} dnat to {}:{}\n  }}",
+            backend.ip, backend.port
+        );
+    }
+}
+
+#[cfg(test)]
+#[path = "nft_tests.rs"]
+mod tests;

@@ -1,0 +1,64 @@
+use std::net::Ipv4Addr;
+
+use super::*;
+use crate::services::model::{Backend, Protocol, ServicePort};
+
+fn scope() -> Scope {
+    Scope {
+        table: "verge-vg00000001".into(),
+        bridge: Some("vg00000001".into()),
+        node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
+    }
+}
+
+fn port(name: &str, backends: &[(u8, u16)]) -> ServicePort {
+    ServicePort {
+        name: name.into(),
+        protocol: Protocol::Tcp,
+        cluster_ips: vec![Ipv4Addr::new(10, 96, 0, 20)],
+        port: 80,
+        node_port: Some(30080),
+        backends: backends
+            .iter()
+            .map(|(last, port)| Backend {
+                ip: Ipv4Addr::new(10, 244, 1, *last),
+                port: *port,
+            })
+            .collect(),
+        affinity_seconds: None,
+    }
+}
+
+#[test]
+fn the_script_replaces_the_table_and_spreads_over_backends() {
+    let script = render(&scope(), &[port("a/b:http/tcp", &[(5, 8080), (6, 8080)])]);
+    assert!(script.starts_with(
+        "table ip verge-vg00000001 {}\ndelete table ip verge-vg00000001\ntable ip verge-vg00000001 {"
+    ));
+    assert!(
+        script.contains("10.96.0.20 . tcp . 80 : goto svc-0"),
+        "{script}"
+    );
+    assert!(script.contains("tcp . 30080 : goto svc-0"), "{script}");
+    assert!(script.contains("numgen random mod 2 vmap { 0 : goto ep-0-0, 1 : goto ep-0-1 }"));
+    assert!(script.contains("meta l4proto tcp dnat to 10.244.1.6:8080"));
+    assert!(script.contains("iifname \"vg00000001\" jump services"));
+    assert!(script.contains("ip daddr 192.0.2.10 jump nodeports"));
+}
+
+#[test]
+fn a_port_without_backends_is_refused_and_affinity_has_sets() {
+    let mut sticky = port("a/s:80/tcp", &[(5, 80)]);
+    sticky.affinity_seconds = Some(600);
+    let script = render(&scope(), &[port("a/b:http/tcp", &[]), sticky]);
+    assert!(script.contains("set no-endpoints {"), "{script}");
+    assert!(
+        script.contains("elements = { 10.96.0.20 . tcp . 80 }"),
+        "{script}"
+    );
+    assert!(!script.contains("chain svc-0 "), "{script}");
+    assert!(script.contains("set affinity-1-0 {"));
+    assert!(script.contains("timeout 600s"));
+    assert!(script.contains("ip saddr @affinity-1-0 goto ep-1-0"));
+    assert!(script.contains("update @affinity-1-0 { ip saddr }"));
+}

@@ -1,0 +1,204 @@
+//! Issue 32, Services on the edge node: a ClusterIP Service whose pods run on the edge node is
+//! reached from another pod there by its cluster IP (named target port), every endpoint gets
+//! requests, a NodePort answers on the node's address, and with no endpoint left a new
+//! connection is refused at once. edgecore programs them with nftables from the Services and
+//! EndpointSlices edgecontroller sends (verge_edge_net::services).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde_json::json;
+use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, sleeper_pod, wait_for};
+
+const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
+
+/// A web server pod on `node` answering its own name on port 8080 (named `http`), Ready once
+/// it listens.
+fn web_pod(ns: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": ns, "labels": { "app": "web" } },
+        "spec": { "nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["sh", "-c",
+                    "echo $(hostname) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
+                "ports": [{ "name": "http", "containerPort": 8080 }],
+                "readinessProbe": { "tcpSocket": { "port": 8080 }, "periodSeconds": 1 } }] }
+    }))?)
+}
+
+/// The node's Service rules, for failure messages.
+fn rules(node: &str) -> String {
+    let table = format!("verge-{}", verge_edgecore::net::podnet::bridge_name(node));
+    std::process::Command::new("nft")
+        .args(["list", "table", "ip", &table])
+        .output()
+        .map(|o| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        })
+        .unwrap_or_else(|e| e.to_string())
+}
+
+/// An HTTP/1.0 GET of `/` from the client pod's container `id` to `addr` (`ip:port`), with
+/// busybox's `nc` (the test image's static `wget` cannot resolve, even an address); the body,
+/// or the error text.
+fn fetch(id: &str, addr: &str) -> Result<String, String> {
+    let (ip, port) = addr.split_once(':').unwrap_or((addr, "80"));
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} {port}");
+    match docker(&["exec", id, "sh", "-c", &script]) {
+        Ok(out) => out
+            .split("\r\n\r\n")
+            .nth(1)
+            .map(|body| body.trim().to_owned())
+            .filter(|body| !body.is_empty())
+            .ok_or_else(|| format!("no body in {out:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// An HTTP/1.0 GET of `/` from this host to `addr`; the body.
+fn fetch_from_host(addr: &str) -> anyhow::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect_timeout(&addr.parse()?, Duration::from_secs(3))?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    stream.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out)?;
+    Ok(out
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .trim()
+        .to_owned())
+}
+
+#[tokio::test]
+async fn cluster_ip_and_node_port_services_work_on_the_edge_node() -> anyhow::Result<()> {
+    verge_telemetry::init_for_tests();
+    let cp = verge_testkit::shared().await?;
+    let client = cp.client().await?;
+    let cloud = Cloud::start(&cp).await?;
+    let name = format!("e2e-svc-{}", std::process::id());
+    let mut edge = Edge::new(&name, &cloud)?;
+    edge.start()?;
+    verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
+    create_namespace(&client, &name).await?;
+    let result = scenario(&client, &name).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
+    let _ = pods
+        .delete_collection(&DeleteParams::default(), &Default::default())
+        .await;
+    result.map_err(|e| anyhow::anyhow!("{e:#}\n{}\n{}", cloud.logs(30), edge.logs(80)))
+}
+
+async fn scenario(client: &kube::Client, node: &str) -> anyhow::Result<()> {
+    let ns = node;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    for p in ["web-a", "web-b"] {
+        pods.create(&pp, &web_pod(ns, p, node)?).await?;
+    }
+    pods.create(&pp, &sleeper_pod(ns, "client", node)?).await?;
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "type": "NodePort", "selector": { "app": "web" },
+            "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] }
+    }))?;
+    let service = services.create(&pp, &service).await?;
+    let spec = service.spec.context("spec")?;
+    let cluster_ip = spec.cluster_ip.context("cluster IP")?;
+    let node_port = spec
+        .ports
+        .and_then(|p| p.first().and_then(|p| p.node_port))
+        .context("node port")?;
+    let client_pod = verge_e2e::wait_running(&pods, "client", Duration::from_secs(60)).await?;
+    let uid = client_pod.metadata.uid.unwrap_or_default();
+    let id = containers_with(
+        &[
+            ("io.kubernetes.pod.uid", uid.as_str()),
+            ("io.kubernetes.container.name", "main"),
+        ],
+        false,
+    )?
+    .pop()
+    .context("client container")?;
+
+    // Both endpoints answer through the cluster IP (once the edge got the EndpointSlice).
+    let url = format!("{cluster_ip}:80");
+    let last = std::sync::Mutex::new(String::new());
+    let seen = wait_for("both endpoints answer", Duration::from_secs(90), || async {
+        let mut seen = BTreeSet::new();
+        for _ in 0..20 {
+            match fetch(&id, &url) {
+                Ok(body) => {
+                    seen.insert(body);
+                }
+                Err(e) => {
+                    *last
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = e
+                }
+            }
+        }
+        Ok((seen.len() == 2).then_some(seen))
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}; last error: {}\n{}",
+            last.lock().map(|l| l.clone()).unwrap_or_default(),
+            rules(node)
+        )
+    })?;
+    ensure!(
+        seen == BTreeSet::from(["web-a".to_owned(), "web-b".to_owned()]),
+        "{seen:?}"
+    );
+
+    // The node port, on the node's address, from the node itself.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let address = nodes
+        .get(node)
+        .await?
+        .status
+        .and_then(|s| s.addresses)
+        .and_then(|a| a.into_iter().find(|a| a.type_ == "InternalIP"))
+        .context("InternalIP")?
+        .address;
+    let node_url = format!("{address}:{node_port}");
+    let body = wait_for("the node port answers", Duration::from_secs(30), || async {
+        Ok(fetch_from_host(&node_url).ok().filter(|b| !b.is_empty()))
+    })
+    .await?;
+    ensure!(body.starts_with("web-"), "{body}");
+
+    // No endpoint left: refused at once, not a timeout.
+    for p in ["web-a", "web-b"] {
+        pods.delete(p, &DeleteParams::default().grace_period(0))
+            .await?;
+    }
+    let refused = wait_for(
+        "refused without endpoints",
+        Duration::from_secs(60),
+        || async {
+            let started = Instant::now();
+            match fetch(&id, &url) {
+                Err(e) if e.contains("refused") => Ok(Some(started.elapsed())),
+                _ => Ok(None),
+            }
+        },
+    )
+    .await?;
+    if refused > Duration::from_secs(2) {
+        bail!("the refusal took {refused:?}");
+    }
+    Ok(())
+}
