@@ -1,6 +1,7 @@
 //! Issue 32, Services on the edge node: a ClusterIP Service whose pods run on the edge node is
 //! reached from another pod there by its cluster IP (named target port), every endpoint gets
-//! requests, a NodePort answers on the node's address, and with no endpoint left a new
+//! requests, it works again from redb when edgecore restarts with the cloud gone and its
+//! rules wiped, a NodePort answers on the node's address, and with no endpoint left a new
 //! connection is refused at once. edgecore programs them with nftables from the Services and
 //! EndpointSlices edgecontroller sends (verge_edge_net::services).
 
@@ -84,13 +85,13 @@ async fn cluster_ip_and_node_port_services_work_on_the_edge_node() -> anyhow::Re
     verge_telemetry::init_for_tests();
     let cp = verge_testkit::shared().await?;
     let client = cp.client().await?;
-    let cloud = Cloud::start(&cp).await?;
+    let mut cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-svc-{}", std::process::id());
     let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
     verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
     create_namespace(&client, &name).await?;
-    let result = scenario(&client, &name).await;
+    let result = scenario(&client, &name, &mut cloud, &mut edge).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
     let _ = pods
         .delete_collection(&DeleteParams::default(), &Default::default())
@@ -98,7 +99,12 @@ async fn cluster_ip_and_node_port_services_work_on_the_edge_node() -> anyhow::Re
     result.map_err(|e| anyhow::anyhow!("{e:#}\n{}\n{}", cloud.logs(30), edge.logs(80)))
 }
 
-async fn scenario(client: &kube::Client, node: &str) -> anyhow::Result<()> {
+async fn scenario(
+    client: &kube::Client,
+    node: &str,
+    cloud: &mut Cloud,
+    edge: &mut Edge,
+) -> anyhow::Result<()> {
     let ns = node;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
@@ -162,6 +168,31 @@ async fn scenario(client: &kube::Client, node: &str) -> anyhow::Result<()> {
         seen == BTreeSet::from(["web-a".to_owned(), "web-b".to_owned()]),
         "{seen:?}"
     );
+
+    // Offline, after a "reboot" of the node's rules: cloudhub is gone, edgecore is killed and
+    // its table deleted (as a host reboot empties nftables); edgecore, started again with no
+    // cloud to talk to, programs the Service again from redb.
+    cloud.cloudhub.kill9()?;
+    edge.kill9()?;
+    let table = format!("verge-{}", verge_edgecore::net::podnet::bridge_name(node));
+    let deleted = std::process::Command::new("nft")
+        .args(["delete", "table", "ip", &table])
+        .status()?;
+    ensure!(deleted.success(), "nft delete table {table}");
+    ensure!(
+        fetch(&id, &url).is_err(),
+        "the Service answered without rules"
+    );
+    edge.start()?;
+    let body = wait_for(
+        "the Service answers offline",
+        Duration::from_secs(30),
+        || async { Ok(fetch(&id, &url).ok()) },
+    )
+    .await?;
+    ensure!(body.starts_with("web-"), "{body}");
+    cloud.restart_cloudhub_hard().await?;
+    verge_testkit::wait::wait_node_ready(client, node, Duration::from_secs(60)).await?;
 
     // The node port, on the node's address, from the node itself.
     let nodes: Api<Node> = Api::all(client.clone());
