@@ -10,7 +10,8 @@ use anyhow::Context as _;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -127,8 +128,9 @@ pub async fn settle_nodes(
     Ok((started.elapsed(), false))
 }
 
-/// Gives every node the inventory it would hold after a full sync: its Node, the ConfigMaps
-/// and its pod, at their current uid and resourceVersion (for `--warm-only`).
+/// Gives every node the inventory it would hold after a full sync: its Node, the ConfigMaps,
+/// its pod and every Service and EndpointSlice, at their current uid and resourceVersion (for
+/// `--warm-only`).
 ///
 /// # Errors
 /// API errors, or a pod or node missing.
@@ -158,6 +160,30 @@ pub async fn fill_inventories(client: &kube::Client, edges: &mut [SimEdge]) -> a
                 (key, version(&c.metadata))
             })
             .collect();
+    // Every node holds every Service and EndpointSlice of the cluster too.
+    let mut shared: Vec<(ResourceKey, (String, String))> = Vec::new();
+    for service in Api::<Service>::all(client.clone()).list(&lp).await?.items {
+        let meta = &service.metadata;
+        let ns = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        shared.push((
+            ResourceKey::new(ns, ResourceType::Service, name),
+            version(meta),
+        ));
+    }
+    for slice in Api::<EndpointSlice>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
+        let meta = &slice.metadata;
+        let ns = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        shared.push((
+            ResourceKey::new(ns, ResourceType::EndpointSlice, name),
+            version(meta),
+        ));
+    }
     let pods: HashMap<String, (String, String)> = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
         .list(&lp)
         .await?
@@ -190,7 +216,7 @@ pub async fn fill_inventories(client: &kube::Client, edges: &mut [SimEdge]) -> a
         let node = nodes
             .get(&edge.name)
             .with_context(|| format!("node {} missing", edge.name))?;
-        edge.held = configmaps.iter().cloned().collect();
+        edge.held = configmaps.iter().chain(shared.iter()).cloned().collect();
         edge.held.insert(
             ResourceKey::new(NAMESPACE, ResourceType::Pod, pod),
             held.clone(),
