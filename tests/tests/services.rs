@@ -169,6 +169,26 @@ async fn scenario(
         "{seen:?}"
     );
 
+    // Hairpin: a backend reaching its own Service gets answers, its own among them.
+    let web_a = pods.get("web-a").await?.metadata.uid.unwrap_or_default();
+    let web_a = containers_with(
+        &[
+            ("io.kubernetes.pod.uid", web_a.as_str()),
+            ("io.kubernetes.container.name", "main"),
+        ],
+        false,
+    )?
+    .pop()
+    .context("web-a container")?;
+    let mut answers = BTreeSet::new();
+    for _ in 0..20 {
+        answers.insert(fetch(&web_a, &url).map_err(|e| anyhow::anyhow!("hairpin: {e}"))?);
+    }
+    ensure!(
+        answers.contains("web-a"),
+        "web-a never reached itself: {answers:?}"
+    );
+
     // Offline, after a "reboot" of the node's rules: cloudhub is gone, edgecore is killed and
     // its table deleted (as a host reboot empties nftables); edgecore, started again with no
     // cloud to talk to, programs the Service again from redb.

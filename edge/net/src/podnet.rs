@@ -87,6 +87,30 @@ impl PodNetwork {
         self.cidr.contains(&ip)
     }
 
+    /// Turns on hairpin mode on every port of the network's bridge
+    /// (`/sys/class/net/<bridge>/brif/*/hairpin_mode`), so a pod reaching itself through its
+    /// Service gets its own packets back: with `br_netfilter` a DNATed packet whose backend
+    /// sits behind the port it came in on is bridged back out of that port (the kubelet's
+    /// `hairpinMode: hairpin-veth`). Docker sets it only without its userland proxy, so edged
+    /// calls this after each sandbox start. Returns how many ports were changed.
+    ///
+    /// # Errors
+    /// The bridge's port directory cannot be read or a port's file written (not root).
+    pub fn enable_hairpin(&self) -> std::io::Result<usize> {
+        let dir = std::path::Path::new("/sys/class/net")
+            .join(&self.spec.bridge)
+            .join("brif");
+        let mut changed = 0;
+        for port in std::fs::read_dir(dir)? {
+            let file = port?.path().join("hairpin_mode");
+            if std::fs::read_to_string(&file)?.trim() != "1" {
+                std::fs::write(&file, "1")?;
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
     /// Makes the network in `runtime` (or finds it made), replacing a network of the same
     /// name on another CIDR (the Node was made anew) when no container uses it any more.
     ///

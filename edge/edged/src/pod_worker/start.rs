@@ -340,14 +340,16 @@ impl<R: ContainerRuntime> Worker<R> {
             restart_count: attempt,
             sandbox: true,
         };
-        let network = if spec::host_network(&self.pod) {
-            verge_container_runtime::types::NetworkMode::Host
+        let (network, on_pod_network) = if spec::host_network(&self.pod) {
+            (verge_container_runtime::types::NetworkMode::Host, None)
         } else {
-            self.ctx
-                .network
-                .borrow()
-                .sandbox_network()
-                .map_err(Error::NetworkNotReady)?
+            let state = self.ctx.network.borrow().clone();
+            let mode = state.sandbox_network().map_err(Error::NetworkNotReady)?;
+            let net = match state {
+                crate::network::NetworkState::Ready(net) => Some(net),
+                _ => None,
+            };
+            (mode, net)
         };
         let spec = spec::sandbox_spec(
             &self.pod,
@@ -362,6 +364,12 @@ impl<R: ContainerRuntime> Worker<R> {
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
             return Err(e.into());
+        }
+        if let Some(net) = on_pod_network {
+            // The new port of the bridge: a pod may reach itself through its Service.
+            if let Err(e) = net.enable_hairpin() {
+                warn!(error = %e, bridge = %net.spec().bridge, "hairpin mode not set");
+            }
         }
         // Its IP is read by the sync's next observation.
         Ok(id)

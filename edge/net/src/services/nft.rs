@@ -10,21 +10,22 @@
 //!   `nodeports`; `nat-output` does the same for the node's own processes;
 //! - `services`: a verdict map from cluster IP, protocol and port to the port's chain, and
 //!   `nodeports` one from protocol and node port;
-//! - a chain per Service port: with `sessionAffinity: ClientIP`, a client that used a backend
-//!   within the timeout goes back to it (a set per backend with that timeout); the others are
-//!   spread at random (`numgen random`) over the backend chains;
-//! - a chain per backend: it marks a connection from the backend to itself (hairpin) or from
-//!   outside to a node port for masquerading, remembers the client for affinity, and DNATs
-//!   to the backend;
+//! - a chain per Service port: it marks a connection from outside to a node port for
+//!   masquerading, then DNATs new connections at random (`numgen random`) to one of its
+//!   backends through an address-and-port map, one rule per port (a chain per backend would
+//!   make a thousand Services four times slower to load); with `sessionAffinity: ClientIP`, a
+//!   client that used a backend within the timeout goes back to it (a set per backend with that
+//!   timeout, and a chain per backend that remembers the client and DNATs);
 //! - `filter-forward`, `filter-input`, `filter-output` (priority filter - 10, before Docker's
 //!   rules): a Service port without backends refuses new connections at once (TCP reset, ICMP
 //!   port unreachable) instead of sending them on to nowhere;
-//! - `nat-postrouting`: masquerades marked connections.
+//! - `nat-postrouting`: masquerades marked connections and hairpin ones (a backend reaching
+//!   itself through its Service: the `hairpin` set of backend . backend pairs).
 
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
-use super::model::{Protocol, ServicePort};
+use super::model::ServicePort;
 
 /// The packet mark asking for masquerading (kube-proxy's `0x4000`).
 pub const MASQUERADE_MARK: u32 = 0x4000;
@@ -97,6 +98,13 @@ fn render_maps(s: &mut String, ports: &[ServicePort]) {
     elements(s, &closed);
     s.push_str("  }\n  set no-endpoint-nodeports {\n    type inet_proto . inet_service\n");
     elements(s, &closed_nodeports);
+    let hairpin: std::collections::BTreeSet<_> = ports
+        .iter()
+        .flat_map(|p| p.backends.iter().map(|b| b.ip))
+        .collect();
+    let hairpin: Vec<String> = hairpin.iter().map(|ip| format!("{ip} . {ip}")).collect();
+    s.push_str("  }\n  set hairpin {\n    type ipv4_addr . ipv4_addr\n");
+    elements(s, &hairpin);
     s.push_str("  }\n");
 }
 
@@ -135,7 +143,8 @@ fn render_hooks(s: &mut String, scope: &Scope) {
          \x20 chain nat-output {{\n    type nat hook output priority -100; policy accept;\n\
          \x20   jump services\n{to_node}  }}\n\
          \x20 chain nat-postrouting {{\n    type nat hook postrouting priority srcnat; policy accept;\n\
-         \x20   meta mark & {MASQUERADE_MARK:#x} == {MASQUERADE_MARK:#x} masquerade\n  }}\n\
+         \x20   meta mark & {MASQUERADE_MARK:#x} == {MASQUERADE_MARK:#x} masquerade\n\
+         \x20   ct status dnat ip saddr . ip daddr @hairpin masquerade\n  }}\n\
          \x20 chain reject-closed {{\n    meta l4proto tcp reject with tcp reset\n    reject\n  }}\n\
          \x20 chain closed {{\n    ip daddr . meta l4proto . th dport @no-endpoints goto reject-closed\n  }}\n"
     );
@@ -187,7 +196,27 @@ fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
             let _ = writeln!(s, "    ip saddr @affinity-{i}-{j} goto ep-{i}-{j}");
         }
     }
+    let proto = port.protocol.nft();
     let n = port.backends.len();
+    if port.affinity_seconds.is_none() {
+        let target = if n == 1 {
+            let b = port.backends[0];
+            format!("dnat ip to {}:{}", b.ip, b.port)
+        } else {
+            let targets: Vec<String> = port
+                .backends
+                .iter()
+                .enumerate()
+                .map(|(j, b)| format!("{j} : {} . {}", b.ip, b.port))
+                .collect();
+            format!(
+                "dnat ip addr . port to numgen random mod {n} map {{ {} }}",
+                targets.join(", ")
+            )
+        };
+        let _ = writeln!(s, "    meta l4proto {proto} {target}\n  }}");
+        return;
+    }
     if n == 1 {
         let _ = writeln!(s, "    goto ep-{i}-0");
     } else {
@@ -200,23 +229,10 @@ fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
     }
     s.push_str("  }\n");
     for (j, backend) in port.backends.iter().enumerate() {
-        let _ = writeln!(s, "  chain ep-{i}-{j} {{");
         let _ = writeln!(
             s,
-            "    ip saddr {} meta mark set meta mark | {MASQUERADE_MARK:#x}",
-            backend.ip
-        );
-        if port.affinity_seconds.is_some() {
-            let _ = writeln!(s, "    update @affinity-{i}-{j} {{ ip saddr }}");
-        }
-        let proto = match port.protocol {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        };
-        let _ = writeln!(
-            s,
-            "    meta l4proto {proto} dnat to {}:{}\n  }}",
+            "  chain ep-{i}-{j} {{\n    update @affinity-{i}-{j} {{ ip saddr }}\n    \
+             meta l4proto {proto} dnat ip to {}:{}\n  }}",
             backend.ip, backend.port
         );
     }

@@ -40,8 +40,11 @@ fn the_script_replaces_the_table_and_spreads_over_backends() {
         "{script}"
     );
     assert!(script.contains("tcp . 30080 : goto svc-0"), "{script}");
-    assert!(script.contains("numgen random mod 2 vmap { 0 : goto ep-0-0, 1 : goto ep-0-1 }"));
-    assert!(script.contains("meta l4proto tcp dnat to 10.244.1.6:8080"));
+    assert!(script.contains(
+        "meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.244.1.5 . 8080, 1 : 10.244.1.6 . 8080 }"
+    ), "{script}");
+    assert!(script.contains("elements = { 10.244.1.5 . 10.244.1.5, 10.244.1.6 . 10.244.1.6 }"));
+    assert!(script.contains("ct status dnat ip saddr . ip daddr @hairpin masquerade"));
     assert!(script.contains("iifname \"vg00000001\" jump services"));
     assert!(script.contains("ip daddr 192.0.2.10 jump nodeports"));
 }
@@ -61,4 +64,8 @@ fn a_port_without_backends_is_refused_and_affinity_has_sets() {
     assert!(script.contains("timeout 600s"));
     assert!(script.contains("ip saddr @affinity-1-0 goto ep-1-0"));
     assert!(script.contains("update @affinity-1-0 { ip saddr }"));
+    assert!(
+        script.contains("meta l4proto tcp dnat ip to 10.244.1.5:80"),
+        "{script}"
+    );
 }
