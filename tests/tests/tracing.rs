@@ -88,7 +88,8 @@ fn in_order(names: &[&str], expected: &[&str], what: &str) {
 }
 
 /// The trace of pod `ns`/`name`'s start, once Jaeger holds all of it: its edgecore sync and
-/// container start and edgecontroller's status patch to Running. On time-out the error says
+/// container start, edgecontroller's status patch to Running, and the parent of every span
+/// (one root). On time-out the error says
 /// what Jaeger holds of the pod and ends with `logs` (the processes' last lines).
 async fn pod_trace(
     jaeger: &Jaeger,
@@ -112,7 +113,11 @@ async fn pod_trace(
                 let patched = found
                     .spans_named("kube.patch_pod_status")
                     .any(|s| s.tag_str("k8s.pod.phase") == Some("Running"));
-                if started && patched {
+                // Spans of one trace reach Jaeger in no set order (each process exports
+                // its own batches; an edge's after its link healed): a span whose parent has
+                // not arrived yet looks like a second root. Wait until every parent is there.
+                let whole = found.roots().count() == 1;
+                if started && patched && whole {
                     return Ok(Some(found));
                 }
             }
