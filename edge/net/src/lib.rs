@@ -18,6 +18,7 @@
 //! - [`error`](mod@error): [`Error`].
 
 pub mod config;
+pub mod dns;
 pub mod error;
 pub mod podnet;
 pub mod services;

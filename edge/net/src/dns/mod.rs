@@ -1,0 +1,7 @@
+//! Cluster DNS on the edge node (work in progress): the names of the zone as CoreDNS's
+//! `kubernetes` plugin answers them ([`names`]), from the Services and EndpointSlices in the
+//! store, so they resolve offline.
+//!
+//! - [`names`]: [`names::ClusterNames`]; pure.
+
+pub mod names;
