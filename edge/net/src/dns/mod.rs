@@ -3,5 +3,7 @@
 //! store, so they resolve offline.
 //!
 //! - [`names`]: [`names::ClusterNames`]; pure.
+//! - [`server`]: the UDP server answering the zone and relaying the rest.
 
 pub mod names;
+pub mod server;
