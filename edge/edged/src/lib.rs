@@ -53,6 +53,7 @@ pub mod pleg;
 mod pod_worker;
 pub mod probe;
 pub mod quantity;
+pub mod resolv_conf;
 pub mod run_as_non_root;
 pub mod spec;
 pub mod status;
