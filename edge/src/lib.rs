@@ -179,6 +179,14 @@ impl EdgeCore {
             )
         });
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
+        let cluster_dns = self.config.network.cluster_dns.then(|| {
+            verge_edge_net::dns::ClusterDns::new(
+                self.store.clone(),
+                &self.config.node_name,
+                &self.config.network.cluster_domain,
+                meta.subscribe(),
+            )
+        });
         let service_proxy = self.config.network.service_proxy.then(|| {
             let node_ip = match self.config.edged.node_ip {
                 Some(std::net::IpAddr::V4(ip)) => Some(ip),
@@ -221,6 +229,13 @@ impl EdgeCore {
         let (edged_stop, node_stop) = (stop.clone(), stop.clone());
         modules.spawn("edged", async move { Ok(edged.run(edged_stop).await?) });
         modules.spawn("node", async move { Ok(node.run(node_stop).await?) });
+        if let Some(dns) = cluster_dns {
+            let dns_stop = stop.clone();
+            modules.spawn("clusterdns", async move {
+                dns.run(dns_stop).await;
+                Ok(())
+            });
+        }
         if let Some(proxy) = service_proxy {
             let proxy_stop = stop.clone();
             modules.spawn("serviceproxy", async move {

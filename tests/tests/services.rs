@@ -169,6 +169,23 @@ async fn scenario(
         "{seen:?}"
     );
 
+    // Cluster DNS: the Service's name resolves to its cluster IP, from the node's resolver.
+    let fqdn = format!("web.{ns}.svc.cluster.local");
+    let resolved = docker(&["exec", &id, "nslookup", &fqdn]).map_err(|e| {
+        anyhow::anyhow!(
+            "nslookup {fqdn}: {e}\n{}",
+            docker(&["exec", &id, "cat", "/etc/resolv.conf"]).unwrap_or_default()
+        )
+    })?;
+    ensure!(resolved.contains(&cluster_ip), "{fqdn}: {resolved}");
+    let conf = docker(&["exec", &id, "cat", "/etc/resolv.conf"])?;
+    ensure!(
+        conf.contains(&format!(
+            "search {ns}.svc.cluster.local svc.cluster.local cluster.local"
+        )) && conf.contains("options ndots:5"),
+        "{conf}"
+    );
+
     // Hairpin: a backend reaching its own Service gets answers, its own among them.
     let web_a = pods.get("web-a").await?.metadata.uid.unwrap_or_default();
     let web_a = containers_with(

@@ -13,6 +13,11 @@ pub struct NetworkConfig {
     pub service_proxy: bool,
     /// The `nft` binary. Default `nft` (found on `PATH`).
     pub nft: PathBuf,
+    /// Serve cluster DNS on the pod network's gateway, port 53 (the nameserver of pods with
+    /// `dnsPolicy: ClusterFirst`). Default `true`.
+    pub cluster_dns: bool,
+    /// The cluster domain (the kubelet's `clusterDomain`). Default `cluster.local`.
+    pub cluster_domain: String,
 }
 
 impl Default for NetworkConfig {
@@ -20,6 +25,8 @@ impl Default for NetworkConfig {
         Self {
             service_proxy: true,
             nft: PathBuf::from("nft"),
+            cluster_dns: true,
+            cluster_domain: "cluster.local".to_owned(),
         }
     }
 }

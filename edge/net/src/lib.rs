@@ -22,6 +22,7 @@ pub mod dns;
 pub mod error;
 pub mod podnet;
 pub mod services;
+pub mod stored;
 
 pub use config::NetworkConfig;
 pub use error::{Error, Result};

@@ -250,6 +250,13 @@ impl<R: ContainerRuntime> Worker<R> {
             })?;
             binds.push(format!("{}:{}", written.display(), etc_hosts::ETC_HOSTS));
         }
+        if let Some(bind) = self.resolv_conf_bind(c).await.map_err(|e| {
+            StartError::Config(Error::ContainerConfig(format!(
+                "writing /etc/resolv.conf: {e}"
+            )))
+        })? {
+            binds.push(bind);
+        }
         if let Some(path) = termination_message::container_path(c) {
             let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
             let host = termination_message::host_path(&pod_dir, &c.name, restart_count);
@@ -377,6 +384,51 @@ impl<R: ContainerRuntime> Worker<R> {
 }
 
 impl<R: ContainerRuntime> Worker<R> {
+    /// The bind of the pod's resolv.conf (`resolv_conf`) into container `c`, written to
+    /// `<pod dir>/resolv.conf`: when the node has its cluster resolver (the pod network's
+    /// gateway) or the pod sets `dnsPolicy: None`; otherwise Docker's own file stays. `None`
+    /// as well when the container mounts a volume at `/etc/resolv.conf` itself.
+    async fn resolv_conf_bind(&self, c: &Container) -> std::io::Result<Option<String>> {
+        use crate::resolv_conf::{self, RESOLV_CONF, ResolvConf};
+        if c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.mount_path == RESOLV_CONF)
+        {
+            return Ok(None);
+        }
+        let cluster = match &*self.ctx.network.borrow() {
+            crate::network::NetworkState::Ready(net) => net.spec().gateway.parse().ok(),
+            _ => None,
+        };
+        let policy = self.pod.spec.as_ref().and_then(|s| s.dns_policy.as_deref());
+        if cluster.is_none() && policy != Some("None") {
+            return Ok(None);
+        }
+        let pod = std::sync::Arc::clone(&self.pod);
+        let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
+        let path = tokio::task::spawn_blocking(move || -> std::io::Result<std::path::PathBuf> {
+            // A host on systemd-resolved lists 127.0.0.53 in /etc/resolv.conf, which pods
+            // cannot reach; its real upstreams are in resolved's own file (as Docker reads).
+            let node = std::fs::read_to_string("/run/systemd/resolve/resolv.conf")
+                .or_else(|_| std::fs::read_to_string(RESOLV_CONF))
+                .unwrap_or_default();
+            let conf = resolv_conf::for_pod(
+                &pod,
+                &ResolvConf::parse(&node),
+                cluster,
+                crate::etc_hosts::CLUSTER_DOMAIN,
+            );
+            std::fs::create_dir_all(&pod_dir)?;
+            let path = pod_dir.join("resolv.conf");
+            std::fs::write(&path, conf.render())?;
+            Ok(path)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        Ok(Some(format!("{}:{RESOLV_CONF}", path.display())))
+    }
+
     /// Creates container `name`; a leftover of that name (an attempt interrupted between
     /// create and start, or by a crash) is removed and the create tried once more. Names are
     /// unique per pod uid, container and attempt, so a leftover is never another pod's; not

@@ -4,6 +4,10 @@
 //!
 //! - [`names`]: [`names::ClusterNames`]; pure.
 //! - [`server`]: the UDP server answering the zone and relaying the rest.
+//! - [`task`]: [`ClusterDns`], the task that keeps the zone and serves it on the gateway.
 
 pub mod names;
 pub mod server;
+pub mod task;
+
+pub use task::ClusterDns;

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use serde::de::DeserializeOwned;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -115,7 +114,7 @@ impl ServiceProxy {
 
     /// The script for what the store holds now.
     fn script(&self) -> String {
-        let node: Option<Node> = self.get(&ResourceKey::cluster(ResourceType::Node, &self.node));
+        let node: Option<Node> = crate::stored::node(&self.store, &self.node);
         let network = node
             .as_ref()
             .and_then(|n| n.spec.as_ref())
@@ -131,8 +130,9 @@ impl ServiceProxy {
             zone,
             direct: network.iter().map(PodNetwork::cidr).collect(),
         };
-        let services: Vec<Service> = self.list(ResourceType::Service);
-        let slices: Vec<EndpointSlice> = self.list(ResourceType::EndpointSlice);
+        let services: Vec<Service> = crate::stored::list(&self.store, ResourceType::Service);
+        let slices: Vec<EndpointSlice> =
+            crate::stored::list(&self.store, ResourceType::EndpointSlice);
         let ports = model::plan(&services, &slices, &ctx);
         let scope = Scope {
             table: self.table(),
@@ -140,30 +140,6 @@ impl ServiceProxy {
             node_ip: self.node_ip,
         };
         nft::render(&scope, &ports)
-    }
-
-    fn get<T: DeserializeOwned>(&self, key: &ResourceKey) -> Option<T> {
-        let stored = self.store.get(key).ok().flatten()?;
-        serde_json::from_slice(&stored.content).ok()
-    }
-
-    fn list<T: DeserializeOwned>(&self, kind: ResourceType) -> Vec<T> {
-        match self.store.list(kind) {
-            Ok(rows) => rows
-                .into_iter()
-                .filter_map(|(key, o)| match serde_json::from_slice(&o.content) {
-                    Ok(object) => Some(object),
-                    Err(e) => {
-                        warn!(object = %key, error = %e, "stored object does not parse");
-                        None
-                    }
-                })
-                .collect(),
-            Err(e) => {
-                warn!(error = %verge_runtime::ErrorChain(&e), "listing the store failed");
-                Vec::new()
-            }
-        }
     }
 }
 

@@ -1,0 +1,129 @@
+//! The cluster resolver task: keeps the zone ([`super::names`]) at what the store holds and
+//! serves it ([`super::server`]) on the node's pod network gateway, port 53, the address
+//! edged writes into pods' resolv.conf (`edged::resolv_conf`). Questions outside the zone go
+//! to the first nameserver of the node's own `/etc/resolv.conf`.
+//!
+//! The zone is built again at every store change of a Service or an EndpointSlice (changes of
+//! [`DEBOUNCE`] gathered); the socket is bound once the Node's pod network is known, and again
+//! when it changes. Built from redb, the zone answers offline and right after a restart.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use tokio::net::UdpSocket;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use verge_core::{ResourceKey, ResourceType};
+use verge_edge_store::MetaStore;
+use verge_metamanager::StoreEvent;
+
+use super::names::ClusterNames;
+use crate::stored;
+
+/// How long store changes are gathered before the zone is built again.
+pub const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// How soon a failed bind is tried again.
+pub const RETRY: Duration = Duration::from_secs(10);
+
+/// The cluster resolver of one node; see the module docs.
+#[derive(Debug)]
+pub struct ClusterDns {
+    store: MetaStore,
+    node: String,
+    zone: String,
+    events: broadcast::Receiver<StoreEvent>,
+}
+
+impl ClusterDns {
+    /// The resolver of node `node` for the cluster domain `zone`, over `store`, following
+    /// `events` (from metamanager).
+    pub fn new(
+        store: MetaStore,
+        node: &str,
+        zone: &str,
+        events: broadcast::Receiver<StoreEvent>,
+    ) -> Self {
+        Self {
+            store,
+            node: node.to_owned(),
+            zone: zone.to_owned(),
+            events,
+        }
+    }
+
+    fn names(&self) -> ClusterNames {
+        let services: Vec<Service> = stored::list(&self.store, ResourceType::Service);
+        let slices: Vec<EndpointSlice> = stored::list(&self.store, ResourceType::EndpointSlice);
+        ClusterNames::build(&self.zone, &services, &slices)
+    }
+
+    /// Serves until `shutdown` (see the module docs).
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let own = ResourceKey::cluster(ResourceType::Node, &self.node);
+        let (names_tx, names_rx) = watch::channel(Arc::new(self.names()));
+        let upstream = node_upstream();
+        let mut bound: Option<(Ipv4Addr, CancellationToken)> = None;
+        loop {
+            let gateway = stored::pod_network(&self.store, &self.node)
+                .and_then(|net| net.spec().gateway.parse::<Ipv4Addr>().ok());
+            if bound.as_ref().map(|(ip, _)| *ip) != gateway {
+                if let Some((_, stop)) = bound.take() {
+                    stop.cancel();
+                }
+                if let Some(ip) = gateway {
+                    match UdpSocket::bind(SocketAddr::from((ip, 53))).await {
+                        Ok(socket) => {
+                            info!(address = %ip, ?upstream, "cluster resolver serving");
+                            let stop = shutdown.child_token();
+                            verge_runtime::tasks::spawn(
+                                "cluster-dns",
+                                super::server::serve_udp(
+                                    socket,
+                                    names_rx.clone(),
+                                    upstream,
+                                    stop.clone(),
+                                ),
+                            );
+                            bound = Some((ip, stop));
+                        }
+                        Err(e) => warn!(address = %ip, error = %e, "cluster resolver not bound"),
+                    }
+                }
+            }
+            let retry = gateway.is_some() && bound.is_none();
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(RETRY), if retry => break,
+                    ev = self.events.recv() => match ev {
+                        Ok(ev) if !(matches!(ev.key.kind, ResourceType::Service | ResourceType::EndpointSlice) || ev.key == own) => continue,
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                            tokio::time::sleep(DEBOUNCE).await;
+                            names_tx.send_replace(Arc::new(self.names()));
+                            break;
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    },
+                }
+            }
+        }
+    }
+}
+
+/// The first nameserver of the node's `/etc/resolv.conf`, port 53.
+fn node_upstream() -> Option<SocketAddr> {
+    let text = std::fs::read_to_string("/etc/resolv.conf").ok()?;
+    text.lines().find_map(|line| {
+        let mut words = line.split_whitespace();
+        (words.next() == Some("nameserver"))
+            .then(|| words.next())
+            .flatten()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
+            .map(|ip| SocketAddr::new(ip, 53))
+    })
+}
