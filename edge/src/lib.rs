@@ -178,6 +178,7 @@ impl EdgeCore {
                 meta.subscribe(),
             )
         });
+        let sessions = handle.sessions();
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
         let cluster_dns = self.config.network.cluster_dns.then(|| {
             verge_edge_net::dns::ClusterDns::new(
@@ -193,13 +194,17 @@ impl EdgeCore {
                 Some(std::net::IpAddr::V6(_)) => None,
                 None => edged::node::host::first_ipv4(),
             };
-            verge_edge_net::ServiceProxy::new(
+            let proxy = verge_edge_net::ServiceProxy::new(
                 self.store.clone(),
                 &self.config.node_name,
                 node_ip,
                 self.config.network.nft.clone(),
                 meta.subscribe(),
-            )
+            );
+            match self.config.network.service_tunnel {
+                true => proxy.with_tunnel(self.config.network.service_tunnel_port, sessions),
+                false => proxy,
+            }
         });
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());

@@ -43,6 +43,8 @@ impl Drop for Netns {
 fn port(name: &str, backends: &[u8], affinity: Option<u32>, node_port: Option<u16>) -> ServicePort {
     ServicePort {
         name: name.into(),
+        namespace: "a".into(),
+        service: name.into(),
         protocol: Protocol::Tcp,
         cluster_ips: vec![Ipv4Addr::new(10, 96, 0, 20)],
         port: 80,
@@ -54,6 +56,7 @@ fn port(name: &str, backends: &[u8], affinity: Option<u32>, node_port: Option<u1
                 port: 8080,
             })
             .collect(),
+        remote: Vec::new(),
         affinity_seconds: affinity,
     }
 }
@@ -68,16 +71,27 @@ fn the_script_loads_and_replaces_the_table() -> anyhow::Result<()> {
         table: "verge-vgtest".into(),
         bridge: Some("vgtest".into()),
         node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
+        // Remote endpoints go to the Service tunnel (online).
+        tunnel: Some("10.244.1.1:15001".parse()?),
+    };
+    let remote = |last: u8| Backend {
+        ip: Ipv4Addr::new(10, 244, 9, last),
+        port: 8080,
     };
     let mut udp = port("a/dns:53/udp", &[3], None, None);
     udp.protocol = Protocol::Udp;
     udp.port = 53;
     udp.cluster_ips = vec![Ipv4Addr::new(10, 96, 0, 10)];
     let ports = [
-        port("a/web:http/tcp", &[5, 6, 7], None, Some(30080)),
+        {
+            let mut p = port("a/web:http/tcp", &[5, 6, 7], None, Some(30080));
+            p.remote = vec![remote(1), remote(2)];
+            p
+        },
         {
             let mut p = port("a/sticky:80/tcp", &[8, 9], Some(600), None);
             p.cluster_ips = vec![Ipv4Addr::new(10, 96, 0, 21)];
+            p.remote = vec![remote(3)];
             p
         },
         {
@@ -97,5 +111,9 @@ fn the_script_loads_and_replaces_the_table() -> anyhow::Result<()> {
     ensure!(!listed.contains("10.244.1.5"), "old rules left:\n{listed}");
     ensure!(listed.contains("10.244.1.8:8080"), "{listed}");
     ensure!(listed.contains("30081"), "{listed}");
+    ensure!(
+        listed.contains("10.244.1.1:15001"),
+        "no tunnel entry:\n{listed}"
+    );
     Ok(())
 }

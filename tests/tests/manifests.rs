@@ -143,6 +143,11 @@ const NEEDED: &[Can] = &[
     yes(CH, "patch", LEASES, VS),
     yes(CH, "list", LEASES, VS),
     yes(CH, "delete", LEASES, VS),
+    // cloudhub Service dials: which addresses are ready endpoints (read only).
+    yes(CH, "list", SLICES, "*"),
+    yes(CH, "watch", SLICES, "*"),
+    no(CH, "create", SLICES, "*"),
+    no(CH, "get", "services", "*"),
     // edgecontroller, as itself: the edge Nodes and bound pods (one watch each), Services,
     // its own Lease and hubs; no pod patch (offline tolerations come from admission).
     yes(EC, "list", "nodes", "cluster"),

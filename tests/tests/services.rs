@@ -2,7 +2,8 @@
 //! reached from another pod there by its cluster IP (named target port), every endpoint gets
 //! requests, it works again from redb when edgecore restarts with the cloud gone and its
 //! rules wiped, a NodePort answers on the node's address, and with no endpoint left a new
-//! connection is refused at once. edgecore programs them with nftables from the Services and
+//! connection is refused at once; a Service whose endpoint the node does not reach directly
+//! is reached through cloudhub (only ready endpoints are dialled). edgecore programs them with nftables from the Services and
 //! EndpointSlices edgecontroller sends (verge_edge_net::services).
 
 use std::collections::BTreeSet;
@@ -10,10 +11,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
 use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, sleeper_pod, wait_for};
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::{ServiceDial, TunnelFrame, tunnel_frame};
 
 const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
 
@@ -186,6 +192,11 @@ async fn scenario(
         "{conf}"
     );
 
+    // Across the link: a Service whose only endpoint the node does not reach directly (here
+    // a server of this test on the host, an endpoint of no node) is reached through
+    // cloudhub; cloudhub refuses to dial what is not a ready endpoint of the Service named.
+    let remote_url = across_the_link(client, ns, cloud, &id).await?;
+
     // Hairpin: a backend reaching its own Service gets answers, its own among them.
     let web_a = pods.get("web-a").await?.metadata.uid.unwrap_or_default();
     let web_a = containers_with(
@@ -228,6 +239,14 @@ async fn scenario(
     )
     .await?;
     ensure!(body.starts_with("web-"), "{body}");
+    // Offline, the Service whose endpoint is only reached through cloudhub refuses at once.
+    match fetch(&id, &remote_url) {
+        Err(e) if e.contains("refused") => {}
+        other => bail!(
+            "offline, the remote-only Service gave {other:?}\n{}",
+            rules(node)
+        ),
+    }
     cloud.restart_cloudhub_hard().await?;
     verge_testkit::wait::wait_node_ready(client, node, Duration::from_secs(60)).await?;
 
@@ -269,4 +288,105 @@ async fn scenario(
         bail!("the refusal took {refused:?}");
     }
     Ok(())
+}
+
+/// A Service `remote` without selector whose EndpointSlice names one ready endpoint of no
+/// node: a TCP server of this test on the node's address. The client pod's container `id`
+/// reaches it by cluster IP through cloudhub; a node asking cloudhub for another address, or
+/// for this address under another Service, is refused. The Service's `ip:port`.
+async fn across_the_link(
+    client: &kube::Client,
+    ns: &str,
+    cloud: &Cloud,
+    id: &str,
+) -> anyhow::Result<String> {
+    let host = verge_edgecore::edged::node::host::first_ipv4().context("the host's address")?;
+    // A thread of its own: the test's runtime blocks in `docker exec`.
+    let listener = std::net::TcpListener::bind((host, 0))?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        use std::io::Write as _;
+        for mut conn in listener.incoming().flatten() {
+            let _ = conn.write_all(b"HTTP/1.0 200 OK\r\n\r\ncloud-endpoint\n");
+        }
+    });
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let pp = PostParams::default();
+    let service: Service = serde_json::from_value(json!({
+        "metadata": { "name": "remote" },
+        "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": port }] }
+    }))?;
+    let cluster_ip = services
+        .create(&pp, &service)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("cluster IP")?;
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": { "name": "remote-1",
+            "labels": { "kubernetes.io/service-name": "remote" } },
+        "addressType": "IPv4",
+        "ports": [{ "name": "http", "port": port, "protocol": "TCP" }],
+        "endpoints": [{ "addresses": [host.to_string()], "conditions": { "ready": true } }]
+    }))?;
+    Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .create(&pp, &slice)
+        .await?;
+    let url = format!("{cluster_ip}:80");
+    let last = std::sync::Mutex::new(String::new());
+    wait_for(
+        "the remote endpoint answers through cloudhub",
+        Duration::from_secs(60),
+        || async {
+            match fetch(id, &url) {
+                Ok(body) if body == "cloud-endpoint" => Ok(Some(())),
+                other => {
+                    *last
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = format!("{other:?}");
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}; last: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        )
+    })?;
+
+    // The node's own certificate, asking for what is not a ready endpoint: refused.
+    let ca = verge_testkit::trust::verge_ca(client).await?;
+    let config = verge_testkit::trust::node_client_config(&ca, ns)?;
+    let endpoint = verge_proto::transport::endpoint(&cloud.edge_url)?;
+    let channel = verge_proto::transport::connect_tls(endpoint, config, None).await?;
+    let mut hub = EdgeHubClient::new(channel);
+    let host = host.to_string();
+    for (service, address, port) in [
+        ("remote", "10.96.0.1", u32::from(port)),
+        ("remote", host.as_str(), 22),
+        ("web", host.as_str(), u32::from(port)),
+    ] {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let dial = TunnelFrame {
+            frame: Some(tunnel_frame::Frame::Dial(ServiceDial {
+                namespace: ns.to_owned(),
+                service: service.to_owned(),
+                address: address.to_owned(),
+                port,
+            })),
+        };
+        tx.send(dial).await?;
+        let code = match hub.dial(ReceiverStream::new(rx)).await {
+            Ok(_) => Code::Ok,
+            Err(status) => status.code(),
+        };
+        ensure!(
+            code == Code::PermissionDenied,
+            "dial {address}:{port} of {service}: {code:?}"
+        );
+    }
+    Ok(url)
 }

@@ -60,8 +60,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 use tracing::{Instrument, info, info_span, warn};
 use verge_core::Envelope;
+use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_runtime::ErrorChain;
 
 use error::Error as HubError;
@@ -78,8 +80,9 @@ use verge_edge_store::MetaStore;
 /// Keepalive interval used when `Welcome.keepalive_interval_ms` is 0.
 pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(10);
 
-/// An established session, as published to other modules.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An established session, as published to other modules. Two are equal when their
+/// session id and generation are.
+#[derive(Debug, Clone)]
 pub struct SessionInfo {
     /// cloudhub's `Welcome.session_id`.
     pub session_id: String,
@@ -87,7 +90,18 @@ pub struct SessionInfo {
     pub generation: u64,
     /// The keepalive interval cloudhub asked for.
     pub keepalive: Duration,
+    /// The session's client, on the session's own connection: `EdgeHub.Dial` (Service
+    /// connections across the link) goes through it.
+    pub client: EdgeHubClient<Channel>,
 }
+
+impl PartialEq for SessionInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.session_id == other.session_id && self.generation == other.generation
+    }
+}
+
+impl Eq for SessionInfo {}
 
 /// Sends messages upstream; cheap to clone. Messages queue (reports: in the outbox) while no
 /// session is open.

@@ -99,6 +99,7 @@ impl EdgeHub {
             session_id: open.welcome.session_id.clone(),
             generation: self.generation,
             keepalive,
+            client: open.client.clone(),
         }));
         let pumped = self.pump(open, keepalive, shutdown).await;
         crate::metrics::global().session_ended();

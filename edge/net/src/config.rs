@@ -18,6 +18,12 @@ pub struct NetworkConfig {
     pub cluster_dns: bool,
     /// The cluster domain (the kubelet's `clusterDomain`). Default `cluster.local`.
     pub cluster_domain: String,
+    /// Reach Service endpoints this node does not reach directly (cloud pods, other sites,
+    /// the API server) through cloudhub while online (`EdgeHub.Dial`, TCP). Default `true`;
+    /// `false`: such endpoints are left out and a Service with no others refuses at once.
+    pub service_tunnel: bool,
+    /// The Service tunnel's TCP port on the pod network's gateway. Default 15001.
+    pub service_tunnel_port: u16,
 }
 
 impl Default for NetworkConfig {
@@ -27,6 +33,8 @@ impl Default for NetworkConfig {
             nft: PathBuf::from("nft"),
             cluster_dns: true,
             cluster_domain: "cluster.local".to_owned(),
+            service_tunnel: true,
+            service_tunnel_port: crate::services::tunnel::DEFAULT_PORT,
         }
     }
 }

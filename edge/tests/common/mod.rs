@@ -74,6 +74,15 @@ impl EdgeHub for FakeHub {
         Err(Status::unimplemented("the fake cloudhub opens no tunnels"))
     }
 
+    type DialStream = Pin<Box<dyn Stream<Item = Result<TunnelFrame, Status>> + Send>>;
+
+    async fn dial(
+        &self,
+        _request: Request<Streaming<TunnelFrame>>,
+    ) -> Result<Response<Self::DialStream>, Status> {
+        Err(Status::unimplemented("the fake cloudhub dials nothing"))
+    }
+
     async fn serving_certificate(
         &self,
         _request: Request<ServingCertificateRequest>,

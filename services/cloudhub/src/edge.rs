@@ -104,6 +104,42 @@ pub(crate) fn peer_node<T>(
 impl EdgeHub for EdgeHubService {
     type ConnectStream = FrameStream<CloudFrame>;
     type TunnelStream = FrameStream<TunnelFrame>;
+    type DialStream = FrameStream<TunnelFrame>;
+
+    /// An edge pod's connection to a Service endpoint across the link (see
+    /// [`crate::streams`]'s `dial`): only a ready endpoint of the named Service.
+    async fn dial(
+        &self,
+        request: Request<Streaming<TunnelFrame>>,
+    ) -> Result<Response<Self::DialStream>, Status> {
+        let trust = &self.shared.trust;
+        let (node, uid) = peer_node(&request).map_err(|error| trust.refuse("dial", error))?;
+        trust.check_edge_node(&node, uid.as_deref(), "dial").await?;
+        let Some(streams) = self.shared.streams.as_ref() else {
+            return Err(Status::unavailable(
+                "service dials are off on this cloudhub",
+            ));
+        };
+        let mut inbound = request.into_inner();
+        let first = self.shared.first_frame(inbound.message()).await?;
+        let Some(tunnel_frame::Frame::Dial(dial)) = first.frame else {
+            crate::metrics::global().service_dial("refused");
+            return Err(Status::invalid_argument(
+                "the first frame of a dial must be TunnelFrame.dial",
+            ));
+        };
+        let frames = crate::streams::dial::dial(
+            &streams.endpoints,
+            &streams.client,
+            &node,
+            dial,
+            inbound,
+            streams.config.dial_timeout,
+        )
+        .await?;
+        let frames = tokio_stream::wrappers::ReceiverStream::new(frames).map(Ok);
+        Ok(Response::new(Box::pin(frames)))
+    }
 
     /// The node's end of a tunnel cloudhub asked it to open (see
     /// [`crate::streams`]): the first frame names the tunnel, which must have been

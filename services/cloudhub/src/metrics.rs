@@ -12,6 +12,7 @@
 //! | `verge_cloudhub_delivery_failures_total` | counter | `reason` (`unacknowledged`, `queue_full`, `not_connected`, `session_ended`, `group_not_served`) |
 //! | `verge_cloudhub_refusals_total` | counter | `reason` (see [`refusal_reason`]) |
 //! | `verge_cloudhub_tls_handshakes_total` | counter | `listener` (`edge`, `controller`, `join`, `streams`), `kind` (`full`, `resumed`) |
+//! | `verge_cloudhub_service_dials_total` | counter | `result` ([`SERVICE_DIAL_RESULTS`]) |
 //!
 //! `queue_depth` is per node on purpose (which node is backed up is the question); its
 //! series exists while the node has a session here, so it is bounded by `maxSessions`.
@@ -85,7 +86,20 @@ pub struct Metrics {
     failures: Family<ReasonLabels, Counter>,
     refusals: Family<ReasonLabels, Counter>,
     handshakes: Family<HandshakeLabels, Counter>,
+    service_dials: Family<ResultLabels, Counter>,
 }
+
+/// Labels of a counter by result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// How it ended (a fixed set per series).
+    pub result: &'static str,
+}
+
+/// Every `result` of `verge_cloudhub_service_dials_total`: `connected` (a ready endpoint,
+/// dialled), `refused` (not a ready endpoint of the Service the edge named, or a malformed
+/// dial), `failed` (a ready endpoint that did not accept the connection in time).
+pub const SERVICE_DIAL_RESULTS: [&str; 3] = ["connected", "refused", "failed"];
 
 /// Every `reason` of `verge_cloudhub_delivery_failures_total`.
 pub const DELIVERY_FAILURE_REASONS: [&str; 5] = [
@@ -130,6 +144,9 @@ impl Metrics {
         for reason in REFUSAL_REASONS {
             drop(self.refusals.get_or_create(&ReasonLabels { reason }));
         }
+        for result in SERVICE_DIAL_RESULTS {
+            drop(self.service_dials.get_or_create(&ResultLabels { result }));
+        }
         for listener in TLS_LISTENERS {
             for kind in ["full", "resumed"] {
                 drop(
@@ -173,6 +190,18 @@ impl Metrics {
             "TLS handshakes completed, by listener and kind (full: certificates exchanged and verified; resumed: from a session ticket this process issued).",
             self.handshakes.clone(),
         );
+        registry.register(
+            "verge_cloudhub_service_dials",
+            "Edge pods' connections to Service endpoints the edge does not reach directly (EdgeHub.Dial), by result (connected, refused: not a ready endpoint of the named Service, failed: the endpoint did not accept).",
+            self.service_dials.clone(),
+        );
+    }
+
+    /// Counts one `EdgeHub.Dial` that ended as `result` (one of [`SERVICE_DIAL_RESULTS`]).
+    pub(crate) fn service_dial(&self, result: &'static str) {
+        self.service_dials
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     /// Sets the number of connected sessions.

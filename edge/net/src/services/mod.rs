@@ -6,9 +6,12 @@
 //!   semantics); pure.
 //! - [`nft`]: the node's nftables table as an `nft -f` script; pure.
 //! - [`proxy`]: [`ServiceProxy`], the task that applies it at every change.
+//! - [`tunnel`]: the Service tunnel, carrying connections to endpoints the node does not
+//!   reach directly over its cloudhub session.
 
 pub mod model;
 pub mod nft;
 pub mod proxy;
+pub mod tunnel;
 
 pub use proxy::ServiceProxy;

@@ -12,8 +12,10 @@
 //! - with `internalTrafficPolicy: Local`, only endpoints on this node (none: dropped);
 //! - with `trafficDistribution: PreferSameNode` the endpoints on this node when there are any,
 //!   with `PreferClose` those on this node's site (its zone), else all;
-//! - only endpoints this node reaches directly ([`NodeContext::reaches`]); the others
-//!   (pods in the cloud or at another site) go through cloudhub later and are left out so far.
+//! - the ready endpoints this node does not reach directly ([`NodeContext::reaches`]: pods in
+//!   the cloud or at another site, the API server) are the port's [`ServicePort::remote`]
+//!   endpoints, reached through cloudhub (`EdgeHub.Dial`) while the node is online; the
+//!   proxy counts each of them as one more backend of equal weight.
 //!
 //! `sessionAffinity: ClientIP` keeps a client on one backend for the Service's timeout
 //! (default 10800 s). A `NodePort` (or `LoadBalancer`) Service is also reached on the node's
@@ -46,10 +48,12 @@ pub struct NodeContext {
 }
 
 impl NodeContext {
-    /// Whether this node reaches `ip` directly: an address of a pod CIDR it routes to, or
-    /// its own address (a hostNetwork endpoint here).
-    pub fn reaches(&self, ip: Ipv4Addr) -> bool {
-        self.node_ip == Some(ip) || self.direct.iter().any(|net| net.contains(&ip))
+    /// Whether this node reaches endpoint `ip` of node `node_name` directly: an address of a
+    /// pod CIDR it routes to, or its own address claimed by an endpoint of this node (a
+    /// hostNetwork pod here).
+    pub fn reaches(&self, ip: Ipv4Addr, node_name: Option<&str>) -> bool {
+        (self.node_ip == Some(ip) && node_name == Some(self.node.as_str()))
+            || self.direct.iter().any(|net| net.contains(&ip))
     }
 }
 
@@ -99,6 +103,10 @@ pub struct Backend {
 pub struct ServicePort {
     /// `<namespace>/<service>:<port name or number>/<protocol>`, unique in the plan.
     pub name: String,
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub service: String,
     /// The protocol.
     pub protocol: Protocol,
     /// The Service's IPv4 cluster IPs.
@@ -107,8 +115,12 @@ pub struct ServicePort {
     pub port: u16,
     /// The node port, for `NodePort` and `LoadBalancer` Services.
     pub node_port: Option<u16>,
-    /// The backends new connections go to, sorted; empty: refused at once.
+    /// The backends this node reaches directly, sorted.
     pub backends: Vec<Backend>,
+    /// The ready endpoints this node does not reach directly (through cloudhub), sorted.
+    /// With neither these nor [`backends`](Self::backends), new connections are refused at
+    /// once.
+    pub remote: Vec<Backend>,
     /// `sessionAffinity: ClientIP`: how long (seconds) a client sticks to its backend.
     pub affinity_seconds: Option<u32>,
 }
@@ -165,15 +177,19 @@ pub fn plan(services: &[Service], slices: &[EndpointSlice], ctx: &NodeContext) -
                 continue;
             };
             let label = port.name.clone().unwrap_or_else(|| number.to_string());
+            let (backends, remote) = backends(service, port, protocol, slices, ctx);
             out.push(ServicePort {
                 name: format!("{ns}/{name}:{label}/{}", protocol.nft()),
+                namespace: ns.to_owned(),
+                service: name.to_owned(),
                 protocol,
                 cluster_ips: cluster_ips.clone(),
                 port: number,
                 node_port: node_ports
                     .then(|| port.node_port.and_then(|p| u16::try_from(p).ok()))
                     .flatten(),
-                backends: backends(service, port, protocol, slices, ctx),
+                backends,
+                remote,
                 affinity_seconds: affinity,
             });
         }
@@ -182,14 +198,15 @@ pub fn plan(services: &[Service], slices: &[EndpointSlice], ctx: &NodeContext) -
     out
 }
 
-/// The backends of `port` of `service` from its `slices` (see the module docs).
+/// The backends of `port` of `service` from its `slices`: those reached directly and the
+/// remote ones (see the module docs).
 fn backends(
     service: &Service,
     port: &K8sPort,
     protocol: Protocol,
     slices: &[&EndpointSlice],
     ctx: &NodeContext,
-) -> Vec<Backend> {
+) -> (Vec<Backend>, Vec<Backend>) {
     let spec = service.spec.as_ref();
     let mut all: Vec<(&Endpoint, Backend)> = Vec::new();
     for slice in slices {
@@ -228,7 +245,7 @@ fn backends(
     let local = spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local");
     let mut chosen: Vec<&(&Endpoint, Backend)> = usable
         .into_iter()
-        .filter(|(e, b)| (!local || here(e)) && ctx.reaches(b.ip))
+        .filter(|(e, _)| !local || here(e))
         .collect();
     let same_zone = |e: &Endpoint| ctx.zone.is_some() && e.zone == ctx.zone;
     let prefer: Option<&dyn Fn(&Endpoint) -> bool> =
@@ -242,10 +259,20 @@ fn backends(
     {
         chosen.retain(|(e, _)| prefer(e));
     }
-    let mut out: Vec<Backend> = chosen.into_iter().map(|(_, b)| *b).collect();
-    out.sort();
-    out.dedup();
-    out
+    let (mut direct, mut remote) = (Vec::new(), Vec::new());
+    for (e, b) in chosen {
+        if ctx.reaches(b.ip, e.node_name.as_deref()) {
+            direct.push(*b);
+        } else if conditions(e).ready != Some(false) {
+            // cloudhub dials only ready endpoints.
+            remote.push(*b);
+        }
+    }
+    for list in [&mut direct, &mut remote] {
+        list.sort();
+        list.dedup();
+    }
+    (direct, remote)
 }
 
 #[cfg(test)]

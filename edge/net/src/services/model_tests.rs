@@ -64,8 +64,40 @@ fn a_cluster_ip_service_goes_to_its_ready_reachable_endpoints() {
         (port.port, port.protocol, port.node_port),
         (80, Protocol::Tcp, None)
     );
-    // Not ready: left out; 10.244.9.9 is not reached directly (through cloudhub, later).
+    // Not ready: left out; 10.244.9.9 is not reached directly: through cloudhub.
     assert_eq!(ips(port), ["10.244.1.5:8080", "10.244.2.7:8080"]);
+    assert_eq!(
+        port.remote,
+        [Backend {
+            ip: Ipv4Addr::new(10, 244, 9, 9),
+            port: 8080
+        }]
+    );
+    assert_eq!(
+        (port.namespace.as_str(), port.service.as_str()),
+        ("shop", "web")
+    );
+}
+
+#[test]
+fn the_node_address_is_direct_only_for_an_endpoint_of_this_node() {
+    let svc = service(json!({ "clusterIP": "10.96.0.1",
+        "ports": [{ "name": "http", "port": 443 }] }));
+    let host = |node: Option<&str>| {
+        json!([{ "addresses": ["192.0.2.10"], "nodeName": node,
+            "conditions": { "ready": true } }])
+    };
+    let mine = plan(
+        std::slice::from_ref(&svc),
+        &[slice(host(Some("edge-a")))],
+        &ctx(),
+    );
+    assert_eq!(ips(&mine[0]), ["192.0.2.10:8080"]);
+    assert!(mine[0].remote.is_empty());
+    // The same address without this node's name (e.g. the API server on this host): remote.
+    let theirs = plan(&[svc], &[slice(host(None))], &ctx());
+    assert!(theirs[0].backends.is_empty());
+    assert_eq!(theirs[0].remote.len(), 1);
 }
 
 #[test]

@@ -21,11 +21,16 @@
 //!   port unreachable) instead of sending them on to nowhere;
 //! - `nat-postrouting`: masquerades marked connections and hairpin ones (a backend reaching
 //!   itself through its Service: the `hairpin` set of backend . backend pairs).
+//!
+//! A TCP port's remote endpoints ([`ServicePort::remote`]) are reached through edgecore's
+//! Service tunnel ([`Scope::tunnel`], set while the node is online): each is one more entry
+//! of the port's map, all DNATed to the tunnel's address, so every endpoint keeps an equal
+//! share; the tunnel reads the connection's original destination and picks the endpoint.
 
 use std::fmt::Write as _;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
-use super::model::ServicePort;
+use super::model::{Backend, Protocol, ServicePort};
 
 /// The packet mark asking for masquerading (kube-proxy's `0x4000`).
 pub const MASQUERADE_MARK: u32 = 0x4000;
@@ -40,6 +45,24 @@ pub struct Scope {
     pub bridge: Option<String>,
     /// The node's address (node ports).
     pub node_ip: Option<Ipv4Addr>,
+    /// Edgecore's Service tunnel, while remote endpoints are reachable (the node is online).
+    pub tunnel: Option<SocketAddrV4>,
+}
+
+/// Where new connections to `port` go: its direct backends, then one tunnel entry per remote
+/// endpoint (TCP, while [`Scope::tunnel`] is set).
+pub fn targets(port: &ServicePort, scope: &Scope) -> Vec<Backend> {
+    let mut out = port.backends.clone();
+    if let Some(tunnel) = scope.tunnel
+        && port.protocol == Protocol::Tcp
+    {
+        let via = Backend {
+            ip: *tunnel.ip(),
+            port: tunnel.port(),
+        };
+        out.extend(std::iter::repeat_n(via, port.remote.len()));
+    }
+    out
 }
 
 /// The script that replaces the table of `scope` with the rules for `ports`.
@@ -51,11 +74,12 @@ pub fn render(scope: &Scope, ports: &[ServicePort]) -> String {
         s,
         "table ip {table} {{}}\ndelete table ip {table}\ntable ip {table} {{"
     );
-    render_maps(&mut s, ports);
-    render_affinity_sets(&mut s, ports);
+    let targets: Vec<Vec<Backend>> = ports.iter().map(|p| targets(p, scope)).collect();
+    render_maps(&mut s, ports, &targets);
+    render_affinity_sets(&mut s, ports, &targets);
     render_hooks(&mut s, scope);
     for (i, port) in ports.iter().enumerate() {
-        render_port(&mut s, i, port, scope);
+        render_port(&mut s, i, port, &targets[i], scope);
     }
     s.push_str("}\n");
     s
@@ -68,14 +92,14 @@ fn elements(s: &mut String, elements: &[String]) {
     }
 }
 
-fn render_maps(s: &mut String, ports: &[ServicePort]) {
+fn render_maps(s: &mut String, ports: &[ServicePort], targets: &[Vec<Backend>]) {
     let (mut services, mut nodeports, mut closed, mut closed_nodeports) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for (i, port) in ports.iter().enumerate() {
         let proto = port.protocol.nft();
         for ip in &port.cluster_ips {
             let key = format!("{ip} . {proto} . {}", port.port);
-            if port.backends.is_empty() {
+            if targets[i].is_empty() {
                 closed.push(key);
             } else {
                 services.push(format!("{key} : goto svc-{i}"));
@@ -83,7 +107,7 @@ fn render_maps(s: &mut String, ports: &[ServicePort]) {
         }
         if let Some(node_port) = port.node_port {
             let key = format!("{proto} . {node_port}");
-            if port.backends.is_empty() {
+            if targets[i].is_empty() {
                 closed_nodeports.push(key);
             } else {
                 nodeports.push(format!("{key} : goto svc-{i}"));
@@ -110,12 +134,12 @@ fn render_maps(s: &mut String, ports: &[ServicePort]) {
 
 /// A set per backend of each port with `sessionAffinity: ClientIP`: the clients that used it
 /// within the timeout.
-fn render_affinity_sets(s: &mut String, ports: &[ServicePort]) {
+fn render_affinity_sets(s: &mut String, ports: &[ServicePort], targets: &[Vec<Backend>]) {
     for (i, port) in ports.iter().enumerate() {
         let Some(timeout) = port.affinity_seconds else {
             continue;
         };
-        for j in 0..port.backends.len() {
+        for j in 0..targets[i].len() {
             let _ = writeln!(
                 s,
                 "  set affinity-{i}-{j} {{\n    type ipv4_addr\n    flags dynamic,timeout\n    timeout {timeout}s\n  }}"
@@ -177,8 +201,8 @@ fn render_hooks(s: &mut String, scope: &Scope) {
     }
 }
 
-fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
-    if port.backends.is_empty() {
+fn render_port(s: &mut String, i: usize, port: &ServicePort, backends: &[Backend], scope: &Scope) {
+    if backends.is_empty() {
         return;
     }
     let _ = writeln!(s, "  chain svc-{i} {{");
@@ -192,19 +216,18 @@ fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
         );
     }
     if port.affinity_seconds.is_some() {
-        for j in 0..port.backends.len() {
+        for j in 0..backends.len() {
             let _ = writeln!(s, "    ip saddr @affinity-{i}-{j} goto ep-{i}-{j}");
         }
     }
     let proto = port.protocol.nft();
-    let n = port.backends.len();
+    let n = backends.len();
     if port.affinity_seconds.is_none() {
         let target = if n == 1 {
-            let b = port.backends[0];
+            let b = backends[0];
             format!("dnat ip to {}:{}", b.ip, b.port)
         } else {
-            let targets: Vec<String> = port
-                .backends
+            let targets: Vec<String> = backends
                 .iter()
                 .enumerate()
                 .map(|(j, b)| format!("{j} : {} . {}", b.ip, b.port))
@@ -228,7 +251,7 @@ fn render_port(s: &mut String, i: usize, port: &ServicePort, scope: &Scope) {
         );
     }
     s.push_str("  }\n");
-    for (j, backend) in port.backends.iter().enumerate() {
+    for (j, backend) in backends.iter().enumerate() {
         let _ = writeln!(
             s,
             "  chain ep-{i}-{j} {{\n    update @affinity-{i}-{j} {{ ip saddr }}\n    \

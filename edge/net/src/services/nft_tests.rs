@@ -8,12 +8,15 @@ fn scope() -> Scope {
         table: "verge-vg00000001".into(),
         bridge: Some("vg00000001".into()),
         node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
+        tunnel: None,
     }
 }
 
 fn port(name: &str, backends: &[(u8, u16)]) -> ServicePort {
     ServicePort {
         name: name.into(),
+        namespace: "a".into(),
+        service: "b".into(),
         protocol: Protocol::Tcp,
         cluster_ips: vec![Ipv4Addr::new(10, 96, 0, 20)],
         port: 80,
@@ -25,6 +28,7 @@ fn port(name: &str, backends: &[(u8, u16)]) -> ServicePort {
                 port: *port,
             })
             .collect(),
+        remote: Vec::new(),
         affinity_seconds: None,
     }
 }
@@ -67,5 +71,44 @@ fn a_port_without_backends_is_refused_and_affinity_has_sets() {
     assert!(
         script.contains("meta l4proto tcp dnat ip to 10.244.1.5:80"),
         "{script}"
+    );
+}
+
+#[test]
+fn remote_endpoints_go_to_the_tunnel_while_it_is_up() {
+    let mut p = port("a/b:http/tcp", &[(5, 8080)]);
+    p.remote = vec![
+        Backend {
+            ip: Ipv4Addr::new(10, 244, 9, 1),
+            port: 8080,
+        },
+        Backend {
+            ip: Ipv4Addr::new(10, 244, 9, 2),
+            port: 8080,
+        },
+    ];
+    let offline = render(&scope(), std::slice::from_ref(&p));
+    assert!(offline.contains("dnat ip to 10.244.1.5:8080"), "{offline}");
+    let mut online = scope();
+    online.tunnel = Some("10.244.1.1:15001".parse().expect("address"));
+    let script = render(&online, std::slice::from_ref(&p));
+    assert!(script.contains(
+        "numgen random mod 3 map { 0 : 10.244.1.5 . 8080, 1 : 10.244.1.1 . 15001, 2 : 10.244.1.1 . 15001 }"
+    ), "{script}");
+    // Only remote endpoints: offline the port is refused, online it goes to the tunnel.
+    p.backends.clear();
+    assert!(
+        render(&scope(), std::slice::from_ref(&p)).contains("elements = { 10.96.0.20 . tcp . 80 }")
+    );
+    let mut udp = p.clone();
+    udp.protocol = Protocol::Udp;
+    let script = render(&online, &[p, udp]);
+    assert!(
+        script.contains("10.96.0.20 . tcp . 80 : goto svc-0"),
+        "{script}"
+    );
+    assert!(
+        script.contains("elements = { 10.96.0.20 . udp . 80 }"),
+        "UDP is not tunnelled: {script}"
     );
 }

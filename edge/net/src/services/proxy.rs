@@ -9,23 +9,31 @@
 //! installed: pods still run, their Services do not work; logged). A plan that renders the
 //! same script as the last one applied is not applied again. The rules stay when edgecore
 //! stops, as kube-proxy's do: pods keep reaching their Services while it restarts.
+//!
+//! With the Service tunnel ([`ServiceProxy::with_tunnel`]) it binds the tunnel's listener on
+//! the pod network's gateway and plans again whenever the cloudhub session comes or goes:
+//! remote endpoints are in the rules only while a session is up, so offline a Service with
+//! endpoints on this node's site keeps only those, and one with none refuses at once.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::{ResourceKey, ResourceType};
 use verge_edge_store::MetaStore;
+use verge_edgehub::SessionInfo;
 use verge_metamanager::StoreEvent;
 
 use super::model::{self, NodeContext};
 use super::nft::{self, Scope};
+use super::tunnel::{self, Plan};
 use crate::podnet::{self, PodNetwork};
 use crate::{Error, Result};
 
@@ -46,7 +54,18 @@ pub struct ServiceProxy {
     node_ip: Option<Ipv4Addr>,
     nft: PathBuf,
     events: broadcast::Receiver<StoreEvent>,
+    tunnel: Option<TunnelSettings>,
 }
+
+/// The Service tunnel's settings: its port on the gateway and the cloudhub sessions.
+#[derive(Debug)]
+struct TunnelSettings {
+    port: u16,
+    sessions: watch::Receiver<Option<SessionInfo>>,
+}
+
+/// The tunnel's listener while bound: its address and the token that stops it.
+type Bound = (SocketAddrV4, CancellationToken);
 
 impl ServiceProxy {
     /// The proxy of node `node` (address `node_ip`) over `store`, following `events` (from
@@ -64,7 +83,20 @@ impl ServiceProxy {
             node_ip,
             nft,
             events,
+            tunnel: None,
         }
+    }
+
+    /// Also reaches remote endpoints through the Service tunnel on the pod network's gateway,
+    /// port `port`, over the sessions of `sessions` (edgehub's) (see the module docs).
+    #[must_use]
+    pub fn with_tunnel(
+        mut self,
+        port: u16,
+        sessions: watch::Receiver<Option<SessionInfo>>,
+    ) -> Self {
+        self.tunnel = Some(TunnelSettings { port, sessions });
+        self
     }
 
     /// The nftables table of this node: `verge-<bridge of its pod network>`.
@@ -76,8 +108,21 @@ impl ServiceProxy {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let own = ResourceKey::cluster(ResourceType::Node, &self.node);
         let mut last: Option<String> = None;
+        let (plan_tx, plan_rx) = watch::channel(Plan::default());
+        let mut bound: Option<Bound> = None;
         loop {
-            let script = self.script();
+            let (ports, mut scope, network) = self.plan();
+            if let Some(settings) = &self.tunnel {
+                let gateway = network
+                    .as_ref()
+                    .and_then(|n| n.spec().gateway.parse::<Ipv4Addr>().ok());
+                let want = gateway.map(|ip| SocketAddrV4::new(ip, settings.port));
+                self.bind_tunnel(&mut bound, want, &plan_rx, &shutdown);
+                let online = settings.sessions.borrow().is_some();
+                scope.tunnel = bound.as_ref().map(|(addr, _)| *addr).filter(|_| online);
+            }
+            let script = nft::render(&scope, &ports);
+            plan_tx.send_replace(Arc::new(ports));
             let failed = if last.as_ref() == Some(&script) {
                 false
             } else {
@@ -96,9 +141,20 @@ impl ServiceProxy {
             };
             // Wait for a relevant change (then gather more for DEBOUNCE), a retry or the end.
             loop {
+                let session_change = async {
+                    match self.tunnel.as_mut() {
+                        Some(t) => {
+                            if t.sessions.changed().await.is_err() {
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(RETRY), if failed => break,
+                    () = session_change => break,
                     ev = self.events.recv() => match ev {
                         Ok(ev) if !relevant(&ev.key, &own) => continue,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -112,8 +168,47 @@ impl ServiceProxy {
         }
     }
 
-    /// The script for what the store holds now.
-    fn script(&self) -> String {
+    /// (Re)binds the tunnel's listener at `want` (none: stops it) and serves it with `plan`.
+    fn bind_tunnel(
+        &self,
+        bound: &mut Option<Bound>,
+        want: Option<SocketAddrV4>,
+        plan: &watch::Receiver<Plan>,
+        shutdown: &CancellationToken,
+    ) {
+        let Some(settings) = &self.tunnel else { return };
+        if bound.as_ref().map(|(addr, _)| *addr) == want {
+            return;
+        }
+        if let Some((_, stop)) = bound.take() {
+            stop.cancel();
+        }
+        let Some(addr) = want else { return };
+        match tunnel::bind(addr) {
+            Ok(listener) => {
+                info!(%addr, "service tunnel listening");
+                let stop = shutdown.child_token();
+                verge_runtime::tasks::spawn(
+                    "service-tunnel",
+                    tunnel::serve(
+                        listener,
+                        plan.clone(),
+                        settings.sessions.clone(),
+                        self.node_ip,
+                        stop.clone(),
+                    ),
+                );
+                *bound = Some((addr, stop));
+            }
+            Err(error) => {
+                warn!(%addr, %error, "service tunnel not bound: remote endpoints are left out")
+            }
+        }
+    }
+
+    /// The plan for what the store holds now, the scope of its rules (without the tunnel)
+    /// and the node's pod network.
+    fn plan(&self) -> (Vec<model::ServicePort>, Scope, Option<PodNetwork>) {
         let node: Option<Node> = crate::stored::node(&self.store, &self.node);
         let network = node
             .as_ref()
@@ -136,10 +231,11 @@ impl ServiceProxy {
         let ports = model::plan(&services, &slices, &ctx);
         let scope = Scope {
             table: self.table(),
-            bridge: network.map(|n| n.spec().bridge.clone()),
+            bridge: network.as_ref().map(|n| n.spec().bridge.clone()),
             node_ip: self.node_ip,
+            tunnel: None,
         };
-        nft::render(&scope, &ports)
+        (ports, scope, network)
     }
 }
 

@@ -11,10 +11,12 @@
 //! - `tunnel`: tunnels waiting for their node's `EdgeHub.Tunnel` call.
 //! - `peers`: the other replicas' listeners (one Lease per replica).
 //! - `serving`: kubelet serving certificates for nodes (`kubernetes.io/kubelet-serving`).
+//! - `dial`: edge pods' connections to Service endpoints across the link (`EdgeHub.Dial`).
 
 mod clients;
 pub mod config;
 pub(crate) mod connect;
+pub(crate) mod dial;
 pub(crate) mod peers;
 mod route;
 pub(crate) mod serving;
@@ -67,6 +69,8 @@ pub(crate) struct StreamsState {
     pub config: StreamsConfig,
     pub client: kube::Client,
     pub tunnels: tunnel::PendingTunnels,
+    /// The EndpointSlices that `EdgeHub.Dial` checks against.
+    pub endpoints: Arc<dial::ServiceEndpoints>,
     pub peers: Arc<peers::Peers>,
     /// Sent to every node in `Welcome` (`None`: no kubelet client CA configured).
     pub kubelet_clients: Option<KubeletClients>,
@@ -168,6 +172,7 @@ impl StreamsState {
                 config,
                 client: streams.client.clone(),
                 tunnels: tunnel::PendingTunnels::default(),
+                endpoints: Arc::default(),
                 peers: Arc::new(peers),
                 kubelet_clients,
                 clients,
