@@ -245,3 +245,62 @@ pub async fn wait_running(
     })
     .await
 }
+
+/// A web server pod named `name` in `ns` on `node` with label `app: <app>`, answering its own
+/// name to `GET /` on port 8080 (named `http`, busybox `httpd`), Ready once it listens.
+///
+/// # Errors
+/// Never in practice (the JSON is fixed); kept fallible for `serde_json`.
+pub fn web_pod(
+    ns: &str,
+    name: &str,
+    app: &str,
+    node: &str,
+) -> anyhow::Result<k8s_openapi::api::core::v1::Pod> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "namespace": ns, "labels": { "app": app } },
+        "spec": { "nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "main", "image": verge_testkit::docker::TEST_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c",
+                    "echo $(hostname) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
+                "ports": [{ "name": "http", "containerPort": 8080 }],
+                "readinessProbe": { "tcpSocket": { "port": 8080 }, "periodSeconds": 1 } }] }
+    }))?)
+}
+
+/// The Docker id of the running container `main` of the pod with uid `uid` (an edge pod).
+///
+/// # Errors
+/// docker fails, or no such container runs.
+pub fn main_container(uid: &str) -> anyhow::Result<String> {
+    containers_with(
+        &[
+            ("io.kubernetes.pod.uid", uid),
+            ("io.kubernetes.container.name", "main"),
+        ],
+        false,
+    )?
+    .pop()
+    .with_context(|| format!("no running container main of pod {uid}"))
+}
+
+/// An HTTP/1.0 `GET /` from inside container `id` to `addr` (`ip:port` or `name:port`), with
+/// busybox's `nc` (the test image's static `wget` cannot resolve, even an address); the
+/// body, or the error text (`nc` says "Connection refused" for a refused connection).
+///
+/// # Errors
+/// The error text: no body, or `docker exec` failed.
+pub fn http_get_in(id: &str, addr: &str) -> Result<String, String> {
+    let (ip, port) = addr.split_once(':').unwrap_or((addr, "80"));
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} {port}");
+    match docker(&["exec", id, "sh", "-c", &script]) {
+        Ok(out) => out
+            .split("\r\n\r\n")
+            .nth(1)
+            .map(|body| body.trim().to_owned())
+            .filter(|body| !body.is_empty())
+            .ok_or_else(|| format!("no body in {out:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}

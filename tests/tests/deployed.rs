@@ -7,7 +7,8 @@
 //! pods keep reaching the edges), and cloudhub is scaled 2 → 3 and the replica holding the most
 //! edges is deleted (each of its edges moves to another replica, the others keep their
 //! sessions; nothing any edge runs or reports is lost). The Service spreads edges at random,
-//! so the spread is printed, not asserted.
+//! so the spread is printed, not asserted. Before that, an edge pod reaches a Service whose
+//! pod runs on the kubelet node, through cloudhub (issue 32, across the link).
 
 mod deployed_support;
 
@@ -15,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use deployed_support::{Edges, running_container};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use verge_e2e::{create_namespace, sleeper_pod, wait_for, wait_running};
+use verge_e2e::{
+    create_namespace, http_get_in, main_container, sleeper_pod, wait_for, wait_running, web_pod,
+};
 use verge_testkit::KubeletNodeConfig;
 use verge_testkit::deployment::{Deployment, NAMESPACE};
 
@@ -73,6 +76,7 @@ async fn scenario(env: &Deployment) -> anyhow::Result<()> {
         applied.elapsed()
     );
 
+    across_the_link(env, &edges, &pods).await?;
     fail_over(env, &edges, &pods).await?;
     let result = replica_loss(env, &edges, &pods).await;
     for edge in &edges.edges {
@@ -204,6 +208,64 @@ async fn replica_loss(env: &Deployment, edges: &Edges, pods: &Api<Pod>) -> anyho
     ensure!(
         edges.readiness(&env.client).await? == readiness,
         "a node's Ready condition changed while the edges moved"
+    );
+    Ok(())
+}
+
+/// An edge pod reaches, by cluster IP, a Service whose one pod runs on the kubelet node: the
+/// edge does not reach that pod directly, so the connection goes through the deployed
+/// cloudhub (`EdgeHub.Dial`), which dials the pod on its node.
+async fn across_the_link(env: &Deployment, edges: &Edges, pods: &Api<Pod>) -> anyhow::Result<()> {
+    let node = env.node().context("the kubelet node")?;
+    // Blocks for a few seconds; nothing else runs in this test's runtime meanwhile.
+    node.import_image(verge_testkit::docker::TEST_IMAGE)?;
+    let ns = pods.namespace().unwrap_or_default().to_owned();
+    let pp = PostParams::default();
+    pods.create(&pp, &web_pod(&ns, "cloud-web", "cloud-web", node.name())?)
+        .await?;
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "cloud-web" },
+        "spec": { "selector": { "app": "cloud-web" },
+            "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] }
+    }))?;
+    let cluster_ip = Api::<Service>::namespaced(env.client.clone(), &ns)
+        .create(&pp, &service)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("cluster IP")?;
+    let client = wait_running(pods, "first-0", Duration::from_secs(60)).await?;
+    let id = main_container(&client.metadata.uid.unwrap_or_default())?;
+    let url = format!("{cluster_ip}:80");
+    let started = Instant::now();
+    let last = std::sync::Mutex::new(String::new());
+    wait_for(
+        "an edge pod reaches the kubelet node's pod through cloudhub",
+        AVAILABLE,
+        || async {
+            match http_get_in(&id, &url) {
+                Ok(body) if body == "cloud-web" => Ok(Some(())),
+                other => {
+                    *last
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = format!("{other:?}");
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "last answer: {}\n{}",
+            last.lock().map(|l| l.clone()).unwrap_or_default(),
+            edges.edges[0].logs(40)
+        )
+    })?;
+    eprintln!(
+        "deployed: an edge pod reached Service cloud-web on the kubelet node through cloudhub \
+         {:.1?} after it was created",
+        started.elapsed()
     );
     Ok(())
 }

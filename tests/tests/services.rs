@@ -17,25 +17,9 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
-use verge_e2e::{Cloud, Edge, containers_with, create_namespace, docker, sleeper_pod, wait_for};
+use verge_e2e::{Cloud, Edge, create_namespace, docker, main_container, sleeper_pod, wait_for, web_pod};
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{ServiceDial, TunnelFrame, tunnel_frame};
-
-const IMAGE: &str = verge_testkit::docker::TEST_IMAGE;
-
-/// A web server pod on `node` answering its own name on port 8080 (named `http`), Ready once
-/// it listens.
-fn web_pod(ns: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": ns, "labels": { "app": "web" } },
-        "spec": { "nodeName": node, "terminationGracePeriodSeconds": 1,
-            "containers": [{ "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-                "command": ["sh", "-c",
-                    "echo $(hostname) > /tmp/index.html && exec httpd -f -p 8080 -h /tmp"],
-                "ports": [{ "name": "http", "containerPort": 8080 }],
-                "readinessProbe": { "tcpSocket": { "port": 8080 }, "periodSeconds": 1 } }] }
-    }))?)
-}
 
 /// The node's Service rules, for failure messages.
 fn rules(node: &str) -> String {
@@ -53,21 +37,9 @@ fn rules(node: &str) -> String {
         .unwrap_or_else(|e| e.to_string())
 }
 
-/// An HTTP/1.0 GET of `/` from the client pod's container `id` to `addr` (`ip:port`), with
-/// busybox's `nc` (the test image's static `wget` cannot resolve, even an address); the body,
-/// or the error text.
+/// An HTTP/1.0 GET of `/` from container `id` to `addr`; the body or the error text.
 fn fetch(id: &str, addr: &str) -> Result<String, String> {
-    let (ip, port) = addr.split_once(':').unwrap_or((addr, "80"));
-    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} {port}");
-    match docker(&["exec", id, "sh", "-c", &script]) {
-        Ok(out) => out
-            .split("\r\n\r\n")
-            .nth(1)
-            .map(|body| body.trim().to_owned())
-            .filter(|body| !body.is_empty())
-            .ok_or_else(|| format!("no body in {out:?}")),
-        Err(e) => Err(e.to_string()),
-    }
+    verge_e2e::http_get_in(id, addr)
 }
 
 /// An HTTP/1.0 GET of `/` from this host to `addr`; the body.
@@ -116,7 +88,7 @@ async fn scenario(
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
     for p in ["web-a", "web-b"] {
-        pods.create(&pp, &web_pod(ns, p, node)?).await?;
+        pods.create(&pp, &web_pod(ns, p, "web", node)?).await?;
     }
     pods.create(&pp, &sleeper_pod(ns, "client", node)?).await?;
     let service: Service = serde_json::from_value(json!({
@@ -132,16 +104,7 @@ async fn scenario(
         .and_then(|p| p.first().and_then(|p| p.node_port))
         .context("node port")?;
     let client_pod = verge_e2e::wait_running(&pods, "client", Duration::from_secs(60)).await?;
-    let uid = client_pod.metadata.uid.unwrap_or_default();
-    let id = containers_with(
-        &[
-            ("io.kubernetes.pod.uid", uid.as_str()),
-            ("io.kubernetes.container.name", "main"),
-        ],
-        false,
-    )?
-    .pop()
-    .context("client container")?;
+    let id = main_container(&client_pod.metadata.uid.unwrap_or_default())?;
 
     // Both endpoints answer through the cluster IP (once the edge got the EndpointSlice).
     let url = format!("{cluster_ip}:80");
@@ -198,16 +161,7 @@ async fn scenario(
     let remote_url = across_the_link(client, ns, cloud, &id).await?;
 
     // Hairpin: a backend reaching its own Service gets answers, its own among them.
-    let web_a = pods.get("web-a").await?.metadata.uid.unwrap_or_default();
-    let web_a = containers_with(
-        &[
-            ("io.kubernetes.pod.uid", web_a.as_str()),
-            ("io.kubernetes.container.name", "main"),
-        ],
-        false,
-    )?
-    .pop()
-    .context("web-a container")?;
+    let web_a = main_container(&pods.get("web-a").await?.metadata.uid.unwrap_or_default())?;
     let mut answers = BTreeSet::new();
     for _ in 0..20 {
         answers.insert(fetch(&web_a, &url).map_err(|e| anyhow::anyhow!("hairpin: {e}"))?);
