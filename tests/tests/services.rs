@@ -17,7 +17,9 @@ use kube::api::{DeleteParams, PostParams};
 use serde_json::json;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
-use verge_e2e::{Cloud, Edge, create_namespace, docker, main_container, sleeper_pod, wait_for, web_pod};
+use verge_e2e::{
+    Cloud, Edge, create_namespace, docker, main_container, sleeper_pod, wait_for, web_pod,
+};
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
 use verge_proto::hub::{ServiceDial, TunnelFrame, tunnel_frame};
 

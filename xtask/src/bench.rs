@@ -9,7 +9,8 @@
 //! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
 //! through cloudhub against `docker logs`), [`apps`] (a third party's commands from the
-//! Python example controller to an edge app and back), [`record`] (the result tables
+//! Python example controller to an edge app and back), [`net`] (Services on the edge node
+//! and through cloudhub against direct paths, programming and memory), [`record`] (the result tables
 //! in `docs/benchmarks.md`), [`all`] (all of them, and the overview of their targets).
 
 mod all;
@@ -17,6 +18,7 @@ mod apps;
 mod deploy;
 mod devices;
 mod env;
+mod net;
 mod pod_startup;
 mod reconnect;
 mod record;
@@ -68,6 +70,11 @@ enum Bench {
     /// and its replies back: round-trip p50/p99 one at a time and messages/s with a window
     /// in flight, against the broker-only round trip.
     Apps(apps::Args),
+    /// Edge networking: an edge pod's requests to a Service on the same node against the pod
+    /// IP directly, and through cloudhub to a cloud endpoint against that endpoint directly
+    /// (p50/p99, MB/s); programming 1,000 Services × 10 endpoints; edgecore's memory with
+    /// them.
+    Net(net::Args),
     /// Every benchmark in turn with its defaults (each as its own process), then the
     /// overview of their targets at the top of `docs/benchmarks.md`.
     All(all::Args),
@@ -84,6 +91,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Tracing(a) => tracing_overhead::run(a).await,
         Bench::Streams(a) => streams::run(a).await,
         Bench::Apps(a) => apps::run(a).await,
+        Bench::Net(a) => net::run(a).await,
         Bench::All(a) => all::run(&a),
     }
 }

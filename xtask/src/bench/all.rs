@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 /// The benchmarks `all` runs, in order (subcommand names, default arguments).
-pub const ORDER: [&str; 8] = [
+pub const ORDER: [&str; 9] = [
     "pod-startup",
     "reconnect",
     "scale",
@@ -30,6 +30,7 @@ pub const ORDER: [&str; 8] = [
     "tracing",
     "streams",
     "apps",
+    "net",
     "deploy",
 ];
 
