@@ -106,7 +106,7 @@ async fn scenario(
         .and_then(|p| p.first().and_then(|p| p.node_port))
         .context("node port")?;
     let client_pod = verge_e2e::wait_running(&pods, "client", Duration::from_secs(60)).await?;
-    let id = main_container(&client_pod.metadata.uid.unwrap_or_default())?;
+    let id = main_container(&client_pod.metadata.uid.clone().unwrap_or_default())?;
 
     // Both endpoints answer through the cluster IP (once the edge got the EndpointSlice).
     let url = format!("{cluster_ip}:80");
@@ -156,6 +156,11 @@ async fn scenario(
         )) && conf.contains("options ndots:5"),
         "{conf}"
     );
+    // By short name (search domains) and by FQDN, as the pod's resolver finds them.
+    for name in ["web:80".to_owned(), format!("{fqdn}:80")] {
+        let body = fetch(&id, &name).map_err(|e| anyhow::anyhow!("GET {name}: {e}"))?;
+        ensure!(body.starts_with("web-"), "GET {name}: {body}");
+    }
 
     // Across the link: a Service whose only endpoint the node does not reach directly (here
     // a server of this test on the host, an endpoint of no node) is reached through
@@ -173,11 +178,16 @@ async fn scenario(
         "web-a never reached itself: {answers:?}"
     );
 
-    // Offline, after a "reboot" of the node's rules: cloudhub is gone, edgecore is killed and
-    // its table deleted (as a host reboot empties nftables); edgecore, started again with no
-    // cloud to talk to, programs the Service again from redb.
+    // Offline, after a "reboot" of the node's rules: cloudhub is gone, edgecore is killed,
+    // its table deleted (as a host reboot empties nftables) and the client pod's containers
+    // removed; edgecore, started again with no cloud to talk to, programs the Service again
+    // and re-creates the client from redb, with the same resolv.conf, and names resolve.
     cloud.cloudhub.kill9()?;
     edge.kill9()?;
+    let client_uid = client_pod.metadata.uid.clone().unwrap_or_default();
+    for container in verge_e2e::containers_with(&[("io.kubernetes.pod.uid", &client_uid)], true)? {
+        docker(&["rm", "-f", &container])?;
+    }
     let table = format!("verge-{}", verge_edgecore::net::podnet::bridge_name(node));
     let deleted = std::process::Command::new("nft")
         .args(["delete", "table", "ip", &table])
@@ -188,12 +198,25 @@ async fn scenario(
         "the Service answered without rules"
     );
     edge.start()?;
+    let id = wait_for(
+        "the client pod re-created offline",
+        Duration::from_secs(60),
+        || async { Ok(main_container(&client_uid).ok()) },
+    )
+    .await?;
     let body = wait_for(
         "the Service answers offline",
         Duration::from_secs(30),
         || async { Ok(fetch(&id, &url).ok()) },
     )
     .await?;
+    ensure!(body.starts_with("web-"), "{body}");
+    let conf_again = docker(&["exec", &id, "cat", "/etc/resolv.conf"])?;
+    ensure!(
+        conf_again == conf,
+        "resolv.conf changed:\n{conf}\n---\n{conf_again}"
+    );
+    let body = fetch(&id, "web:80").map_err(|e| anyhow::anyhow!("offline, GET web:80: {e}"))?;
     ensure!(body.starts_with("web-"), "{body}");
     // Offline, the Service whose endpoint is only reached through cloudhub refuses at once.
     match fetch(&id, &remote_url) {

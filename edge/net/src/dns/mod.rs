@@ -3,7 +3,7 @@
 //! store, so they resolve offline.
 //!
 //! - [`names`]: [`names::ClusterNames`]; pure.
-//! - [`server`]: the UDP server answering the zone and relaying the rest.
+//! - [`server`]: the UDP and TCP servers answering the zone and relaying the rest.
 //! - [`task`]: [`ClusterDns`], the task that keeps the zone and serves it on the gateway.
 
 pub mod names;

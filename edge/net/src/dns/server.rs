@@ -1,4 +1,4 @@
-//! The node's cluster resolver over UDP: questions of the zone are answered from
+//! The node's cluster resolver over UDP and TCP: questions of the zone are answered from
 //! [`ClusterNames`] (authoritative, TTL [`TTL`] as CoreDNS's default), every other question is
 //! relayed as it came to the node's own resolver and its answer relayed back.
 //! DNS messages are parsed and written by hickory-proto.
@@ -124,6 +124,74 @@ pub async fn serve_udp(
     }
 }
 
+/// How long a TCP client may stay idle between questions (RFC 7766 suggests seconds).
+pub const TCP_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Serves DNS over TCP on `listener` until `shutdown` (RFC 7766: each message prefixed by its
+/// two-byte length, several per connection): the zone from the newest `names`, the rest
+/// relayed to `upstream` (over UDP). A connection ends after [`TCP_IDLE`] without a question.
+pub async fn serve_tcp(
+    listener: tokio::net::TcpListener,
+    names: watch::Receiver<Arc<ClusterNames>>,
+    upstream: Option<SocketAddr>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let conn = tokio::select! {
+            () = shutdown.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((conn, _)) => conn,
+                Err(e) => {
+                    warn!(error = %e, "dns: TCP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (names, stop) = (names.clone(), shutdown.clone());
+        verge_runtime::tasks::spawn("dns-tcp", async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                r = serve_tcp_connection(conn, names, upstream) => {
+                    if let Err(e) = r {
+                        debug!(error = %e, "dns: TCP connection ended");
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn serve_tcp_connection(
+    mut conn: tokio::net::TcpStream,
+    names: watch::Receiver<Arc<ClusterNames>>,
+    upstream: Option<SocketAddr>,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    loop {
+        let len = match tokio::time::timeout(TCP_IDLE, conn.read_u16()).await {
+            Err(_) => return Ok(()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(r) => r?,
+        };
+        let mut query = vec![0u8; usize::from(len)];
+        tokio::time::timeout(TCP_IDLE, conn.read_exact(&mut query))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "partial question"))??;
+        let zone = Arc::clone(&names.borrow());
+        let reply = match answer(&zone, &query) {
+            Some(reply) => reply,
+            None => match upstream {
+                Some(upstream) => relay(&query, upstream).await?,
+                None => return Ok(()),
+            },
+        };
+        let len = u16::try_from(reply.len()).map_err(std::io::Error::other)?;
+        conn.write_u16(len).await?;
+        conn.write_all(&reply).await?;
+    }
+}
+
 /// Sends `query` to `upstream` and returns its reply (one datagram, [`UPSTREAM_TIMEOUT`]).
 async fn relay(query: &[u8], upstream: SocketAddr) -> std::io::Result<Vec<u8>> {
     let bind: SocketAddr = if upstream.is_ipv4() {
@@ -192,5 +260,31 @@ mod tests {
         );
         assert!(answer(&zone(), &query("example.org.", RecordType::A)).is_none());
         assert!(answer(&zone(), b"garbage").is_none());
+    }
+
+    #[tokio::test]
+    async fn tcp_questions_are_answered_one_after_another_on_a_connection() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (_tx, names) = watch::channel(Arc::new(zone()));
+        let stop = CancellationToken::new();
+        tokio::spawn(serve_tcp(listener, names, None, stop.clone()));
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        for _ in 0..2 {
+            let q = query("web.shop.svc.cluster.local.", RecordType::A);
+            conn.write_u16(u16::try_from(q.len()).expect("len"))
+                .await
+                .expect("write");
+            conn.write_all(&q).await.expect("write");
+            let len = conn.read_u16().await.expect("length");
+            let mut reply = vec![0u8; usize::from(len)];
+            conn.read_exact(&mut reply).await.expect("reply");
+            let m = Message::from_vec(&reply).expect("message");
+            assert_eq!(m.answers().len(), 1);
+        }
+        stop.cancel();
     }
 }

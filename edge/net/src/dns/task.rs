@@ -4,10 +4,10 @@
 //! to the first nameserver of the node's own `/etc/resolv.conf`.
 //!
 //! The zone is built again at every store change of a Service or an EndpointSlice (changes of
-//! [`DEBOUNCE`] gathered); the socket is bound once the Node's pod network is known, and again
-//! when it changes. Built from redb, the zone answers offline and right after a restart.
+//! [`DEBOUNCE`] gathered); the sockets (UDP and TCP) are bound once the Node's pod network is
+//! known (with `IP_FREEBIND`, before the bridge has the address), and again when it changes. Built from redb, the zone answers offline and right after a restart.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,14 +76,23 @@ impl ClusterDns {
                     stop.cancel();
                 }
                 if let Some(ip) = gateway {
-                    match UdpSocket::bind(SocketAddr::from((ip, 53))).await {
-                        Ok(socket) => {
-                            info!(address = %ip, ?upstream, "cluster resolver serving");
+                    match bind(SocketAddrV4::new(ip, 53)) {
+                        Ok((udp, tcp)) => {
+                            info!(address = %ip, ?upstream, "cluster resolver serving (UDP and TCP)");
                             let stop = shutdown.child_token();
                             verge_runtime::tasks::spawn(
                                 "cluster-dns",
                                 super::server::serve_udp(
-                                    socket,
+                                    udp,
+                                    names_rx.clone(),
+                                    upstream,
+                                    stop.clone(),
+                                ),
+                            );
+                            verge_runtime::tasks::spawn(
+                                "cluster-dns-tcp",
+                                super::server::serve_tcp(
+                                    tcp,
                                     names_rx.clone(),
                                     upstream,
                                     stop.clone(),
@@ -113,6 +122,24 @@ impl ClusterDns {
             }
         }
     }
+}
+
+/// The resolver's UDP socket and TCP listener at `addr`, bound with `IP_FREEBIND` so that
+/// they are up before Docker gives the pod network's bridge its gateway address.
+fn bind(addr: SocketAddrV4) -> std::io::Result<(UdpSocket, tokio::net::TcpListener)> {
+    use socket2::{Domain, Socket, Type};
+    let udp = Socket::new(Domain::IPV4, Type::DGRAM, None)?;
+    udp.set_freebind_v4(true)?;
+    udp.set_nonblocking(true)?;
+    udp.bind(&SocketAddr::V4(addr).into())?;
+    let udp = UdpSocket::from_std(udp.into())?;
+    let tcp = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    tcp.set_reuse_address(true)?;
+    tcp.set_freebind_v4(true)?;
+    tcp.set_nonblocking(true)?;
+    tcp.bind(&SocketAddr::V4(addr).into())?;
+    tcp.listen(128)?;
+    Ok((udp, tokio::net::TcpListener::from_std(tcp.into())?))
 }
 
 /// The first nameserver of the node's `/etc/resolv.conf`, port 53.
