@@ -16,6 +16,7 @@
 use std::net::Ipv4Addr;
 
 use k8s_openapi::api::core::v1::Pod;
+pub use verge_edge_net::resolv::ResolvConf;
 
 /// Where containers see the file.
 pub const RESOLV_CONF: &str = "/etc/resolv.conf";
@@ -25,52 +26,6 @@ pub const MAX_NAMESERVERS: usize = 3;
 
 /// The kubelet's limit on search domains.
 pub const MAX_SEARCHES: usize = 32;
-
-/// A parsed resolv.conf.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ResolvConf {
-    /// `nameserver` lines.
-    pub nameservers: Vec<String>,
-    /// The `search` domains.
-    pub searches: Vec<String>,
-    /// The `options`, `name` or `name:value`.
-    pub options: Vec<String>,
-}
-
-impl ResolvConf {
-    /// Parses the text of a resolv.conf (`domain` counts as a search domain; comments and
-    /// other lines are skipped).
-    pub fn parse(text: &str) -> Self {
-        let mut out = Self::default();
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            match words.next() {
-                Some("nameserver") => out.nameservers.extend(words.next().map(str::to_owned)),
-                Some("search" | "domain") => {
-                    out.searches = words.map(str::to_owned).collect();
-                }
-                Some("options") => out.options.extend(words.map(str::to_owned)),
-                _ => {}
-            }
-        }
-        out
-    }
-
-    /// The file's text.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        if !self.searches.is_empty() {
-            out.push_str(&format!("search {}\n", self.searches.join(" ")));
-        }
-        for ns in &self.nameservers {
-            out.push_str(&format!("nameserver {ns}\n"));
-        }
-        if !self.options.is_empty() {
-            out.push_str(&format!("options {}\n", self.options.join(" ")));
-        }
-        out
-    }
-}
 
 /// The resolv.conf of `pod`: `node` is the node's own, `cluster` the cluster resolver's
 /// address (none without a pod network), `domain` the cluster domain.

@@ -9,11 +9,15 @@
 //!
 //! And the node's **Service proxy** ([`services`]): ClusterIP and NodePort Services
 //! programmed with nftables from the Services and EndpointSlices edgecontroller sends (kept
-//! in redb, so they work offline).
+//! in redb, so they work offline), endpoints the node does not reach directly through
+//! cloudhub (the Service tunnel); and its **cluster DNS** ([`dns`]).
 //!
 //! # Layout
 //! - [`podnet`]: [`PodNetwork`], the pod network of a node, and making it in the engine.
 //! - [`services`]: [`ServiceProxy`] and its plan and rules.
+//! - [`dns`]: the cluster resolver (CoreDNS's `kubernetes` plugin semantics).
+//! - [`resolv`]: resolv.conf files and the node's own.
+//! - [`stored`]: reading the followed objects out of the store.
 //! - [`config`]: the `network:` section of edgecore's configuration.
 //! - [`error`](mod@error): [`Error`].
 
@@ -21,6 +25,7 @@ pub mod config;
 pub mod dns;
 pub mod error;
 pub mod podnet;
+pub mod resolv;
 pub mod services;
 pub mod stored;
 

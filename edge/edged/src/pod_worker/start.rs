@@ -389,7 +389,7 @@ impl<R: ContainerRuntime> Worker<R> {
     /// gateway) or the pod sets `dnsPolicy: None`; otherwise Docker's own file stays. `None`
     /// as well when the container mounts a volume at `/etc/resolv.conf` itself.
     async fn resolv_conf_bind(&self, c: &Container) -> std::io::Result<Option<String>> {
-        use crate::resolv_conf::{self, RESOLV_CONF, ResolvConf};
+        use crate::resolv_conf::{self, RESOLV_CONF};
         if c.volume_mounts
             .iter()
             .flatten()
@@ -408,14 +408,11 @@ impl<R: ContainerRuntime> Worker<R> {
         let pod = std::sync::Arc::clone(&self.pod);
         let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
         let path = tokio::task::spawn_blocking(move || -> std::io::Result<std::path::PathBuf> {
-            // A host on systemd-resolved lists 127.0.0.53 in /etc/resolv.conf, which pods
-            // cannot reach; its real upstreams are in resolved's own file (as Docker reads).
-            let node = std::fs::read_to_string("/run/systemd/resolve/resolv.conf")
-                .or_else(|_| std::fs::read_to_string(RESOLV_CONF))
-                .unwrap_or_default();
+            // The node's upstreams (systemd-resolved's file on such hosts: its stub
+            // 127.0.0.53 is unreachable from pods).
             let conf = resolv_conf::for_pod(
                 &pod,
-                &ResolvConf::parse(&node),
+                &verge_edge_net::resolv::node(),
                 cluster,
                 crate::etc_hosts::CLUSTER_DOMAIN,
             );

@@ -1,11 +1,12 @@
 //! The cluster resolver task: keeps the zone ([`super::names`]) at what the store holds and
 //! serves it ([`super::server`]) on the node's pod network gateway, port 53, the address
 //! edged writes into pods' resolv.conf (`edged::resolv_conf`). Questions outside the zone go
-//! to the first nameserver of the node's own `/etc/resolv.conf`.
+//! to the first nameserver of the node's own resolv.conf ([`crate::resolv::node`]).
 //!
 //! The zone is built again at every store change of a Service or an EndpointSlice (changes of
 //! [`DEBOUNCE`] gathered); the sockets (UDP and TCP) are bound once the Node's pod network is
-//! known (with `IP_FREEBIND`, before the bridge has the address), and again when it changes. Built from redb, the zone answers offline and right after a restart.
+//! known (with `IP_FREEBIND`, before the bridge has the address), and again when it changes.
+//! Built from redb, the zone answers offline and right after a restart.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -142,15 +143,11 @@ fn bind(addr: SocketAddrV4) -> std::io::Result<(UdpSocket, tokio::net::TcpListen
     Ok((udp, tokio::net::TcpListener::from_std(tcp.into())?))
 }
 
-/// The first nameserver of the node's `/etc/resolv.conf`, port 53.
+/// The first nameserver of the node's resolv.conf ([`crate::resolv::node`]), port 53.
 fn node_upstream() -> Option<SocketAddr> {
-    let text = std::fs::read_to_string("/etc/resolv.conf").ok()?;
-    text.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        (words.next() == Some("nameserver"))
-            .then(|| words.next())
-            .flatten()
-            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
-            .map(|ip| SocketAddr::new(ip, 53))
-    })
+    crate::resolv::node()
+        .nameservers
+        .iter()
+        .find_map(|ip| ip.parse::<std::net::IpAddr>().ok())
+        .map(|ip| SocketAddr::new(ip, 53))
 }
