@@ -271,7 +271,10 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let (_tx, names) = watch::channel(Arc::new(zone()));
         let stop = CancellationToken::new();
-        tokio::spawn(serve_tcp(listener, names, None, stop.clone()));
+        verge_runtime::tasks::spawn(
+            "dns-tcp-test",
+            serve_tcp(listener, names, None, stop.clone()),
+        );
         let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
         for _ in 0..2 {
             let q = query("web.shop.svc.cluster.local.", RecordType::A);
