@@ -179,12 +179,14 @@ impl Edge {
 impl Drop for Edge {
     /// Stops edgecore (SIGKILL) and removes every container it made (label
     /// `io.verge.managed=<node>`), so no test, passing or failing, leaves pods running on the
-    /// shared Docker engine.
+    /// shared Docker engine; then unmounts what edged mounted in its data directory (pods'
+    /// tmpfs volumes), which a killed edgecore leaves behind.
     fn drop(&mut self) {
         if let Some(mut p) = self.process.take() {
             let _ = p.kill9();
         }
         let _ = remove_managed_containers(|n| n == self.name);
+        let _ = verge_testkit::mounts::unmount_under(self.dir.path());
     }
 }
 

@@ -42,7 +42,12 @@
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
 //!   client, sample DMI devices and models.
 //! * [`go_mapper`] — [`go_mapper::ensure_built`]: the Go mapper generated from the DMI proto.
-//! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut.
+//! * [`mounts`] — mount points under a directory and unmounting them (what a killed
+//!   kubelet or edgecore leaves).
+//! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut; [`netns::SiteNet`], the segment
+//!   joining the edge hosts of one site.
+//! * [`netns_docker`] — [`netns_docker::NetnsDocker`]: a Docker engine of its own inside such
+//!   a namespace (separate pods, pod network and iptables per edge host).
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
 //! * [`paths`] — the default cache and run directories.
@@ -103,7 +108,9 @@ pub mod jaeger;
 pub mod kubelet_node;
 mod lock;
 pub mod mosquitto;
+pub mod mounts;
 pub mod netns;
+pub mod netns_docker;
 pub mod packages;
 pub mod paths;
 pub mod ports;

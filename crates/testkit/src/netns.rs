@@ -152,3 +152,91 @@ impl Drop for EdgeNetns {
         let _ = ip(&["netns", "del", &self.name]);
     }
 }
+
+/// A site of the two-site kit (issue 32): edge hosts that reach each other directly, on one
+/// layer-2 segment. The segment is a bridge in a network namespace of its own (so the host's
+/// firewall, e.g. Docker's, never sees its frames); each edge joins it with a second veth pair
+/// and the address `10.214.<site>.<host>/24`, its node address on the site. Deleted (with the
+/// edges' legs) on drop.
+#[derive(Debug)]
+pub struct SiteNet {
+    name: String,
+    index: u8,
+}
+
+impl SiteNet {
+    /// Creates site number `index` (0..=250) for this process: its namespace and bridge.
+    ///
+    /// # Errors
+    /// `index` out of range, not root, or an `ip` command fails.
+    pub fn create(index: u8) -> anyhow::Result<Self> {
+        if index > 250 {
+            bail!("site index {index} out of range 0..=250");
+        }
+        let pid = std::process::id() % 100_000;
+        let name = format!("verge-site-{pid}-{index}");
+        let _ = ip(&["netns", "del", &name]);
+        ip(&["netns", "add", &name])?;
+        let this = Self { name, index };
+        this.ip(&["link", "add", "br0", "type", "bridge"])?;
+        this.ip(&["link", "set", "br0", "up"])?;
+        Ok(this)
+    }
+
+    fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        let mut full = vec!["-n", self.name.as_str()];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+
+    /// The site's namespace.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The address host `host` (1..=254) gets on this site.
+    pub fn addr(&self, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 214, self.index, host)
+    }
+
+    /// Joins `edge` to the site as host `host` (1..=254): a veth pair from the site's bridge
+    /// to the edge's namespace, where its end (`site0`) gets [`SiteNet::addr`]`/24`. Returns
+    /// that address.
+    ///
+    /// # Errors
+    /// `host` out of range, or an `ip` command fails.
+    pub fn join(&self, edge: &EdgeNetns, host: u8) -> anyhow::Result<Ipv4Addr> {
+        if host == 0 || host == 255 {
+            bail!("site host {host} out of range 1..=254");
+        }
+        let pid = std::process::id() % 100_000;
+        let (site_end, edge_end) = (
+            format!("sa{pid}x{}y{host}", self.index),
+            format!("sb{pid}x{}y{host}", self.index),
+        );
+        let _ = ip(&["link", "del", &site_end]);
+        ip(&[
+            "link", "add", &site_end, "type", "veth", "peer", "name", &edge_end,
+        ])?;
+        ip(&["link", "set", &site_end, "netns", &self.name])?;
+        ip(&["link", "set", &edge_end, "netns", edge.name()])?;
+        self.ip(&["link", "set", &site_end, "master", "br0"])?;
+        self.ip(&["link", "set", &site_end, "up"])?;
+        let addr = self.addr(host);
+        let in_edge = |args: &[&str]| {
+            let mut full = vec!["-n", edge.name()];
+            full.extend_from_slice(args);
+            ip(&full)
+        };
+        in_edge(&["link", "set", &edge_end, "name", "site0"])?;
+        in_edge(&["addr", "add", &format!("{addr}/24"), "dev", "site0"])?;
+        in_edge(&["link", "set", "site0", "up"])?;
+        Ok(addr)
+    }
+}
+
+impl Drop for SiteNet {
+    fn drop(&mut self) {
+        let _ = ip(&["netns", "del", &self.name]);
+    }
+}

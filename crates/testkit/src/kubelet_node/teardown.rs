@@ -15,7 +15,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use super::host::{
     kill_pod_processes, kill_shims, remove_cni_results, remove_container_log_links,
-    remove_kubepods_cgroups, unmount_under,
+    remove_kubepods_cgroups,
 };
 use super::state::State;
 use super::{CNI_BRIDGE, COMPONENTS, KubeletNodeConfig, files, iptables};
@@ -235,10 +235,10 @@ fn host_cleanup(
     step(iptables::remove_ours().map(|_| ()));
 
     let shim_dir = files::shim_socket_dir(&config.run_dir);
-    let unmounted = unmount_under(&config.run_dir);
+    let unmounted = crate::mounts::unmount_under(&config.run_dir);
     let run_dir_unmounted = unmounted.is_ok();
     step(unmounted);
-    step(unmount_under(&shim_dir));
+    step(crate::mounts::unmount_under(&shim_dir));
     if crate::control_plane::ip(&["link", "show", "dev", CNI_BRIDGE]).is_ok() {
         step(crate::control_plane::ip(&["link", "del", CNI_BRIDGE]).map(|_| ()));
     }

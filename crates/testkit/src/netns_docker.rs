@@ -1,0 +1,197 @@
+//! A Docker engine of its own inside a network namespace: an edge "host" of the two-site test
+//! kit (issue 32) whose pods, pod network, bridge and iptables rules are really separate from
+//! the host's and from other edges'.
+//!
+//! `dockerd` runs in the namespace (entered with `nsenter --net`) with its own data root, exec root
+//! (so its own managed containerd), socket, pidfile and cgroup parent, and no default bridge;
+//! everything lives under one directory that is removed when the engine stops. Images come
+//! from the host's engine (`docker save | docker load`): no registry is reachable.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+
+use crate::netns::EdgeNetns;
+use crate::process::ChildProcess;
+
+/// One `dockerd` in a network namespace. Stopped (its containers removed first) on drop.
+#[derive(Debug)]
+pub struct NetnsDocker {
+    dir: PathBuf,
+    process: Option<ChildProcess>,
+}
+
+impl NetnsDocker {
+    /// Starts `dockerd` in `ns` with everything under `dir` (created; emptied first), and
+    /// waits until it answers (at most 60 s).
+    ///
+    /// # Errors
+    /// `dockerd` is missing, exits, or does not answer in time (its log is in the error).
+    pub fn start(ns: &EdgeNetns, dir: &Path) -> anyhow::Result<Self> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        let dockerd = which("dockerd")?;
+        // `nsenter --net`, not `ip netns exec`: the latter mounts a fresh /sys for the
+        // namespace, which hides the cgroup hierarchy dockerd needs.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", ns.name()))
+            .arg(&dockerd)
+            .arg(format!("--data-root={}", dir.join("data").display()))
+            .arg(format!("--exec-root={}", dir.join("exec").display()))
+            .arg(format!("--pidfile={}", dir.join("dockerd.pid").display()))
+            .arg(format!(
+                "--host=unix://{}",
+                dir.join("docker.sock").display()
+            ))
+            .arg(format!("--cgroup-parent={}", ns.name()))
+            .arg("--bridge=none")
+            .arg("--log-level=warn");
+        let process = ChildProcess::spawn_command("dockerd", cmd, dir.join("dockerd.log"))?;
+        let this = Self {
+            dir: dir.to_owned(),
+            process: Some(process),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while this
+            .docker(&["version", "--format", "{{.Server.Version}}"])
+            .is_err()
+        {
+            if Instant::now() > deadline {
+                bail!(
+                    "dockerd in {} did not answer within 60 s:\n{}",
+                    ns.name(),
+                    this.log_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(this)
+    }
+
+    /// The engine's socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("docker.sock")
+    }
+
+    /// The endpoint for edgecore's `edged.containerRuntimeEndpoint`: `unix://<socket>`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    /// `docker -H <this engine> <args>`; its stdout.
+    ///
+    /// # Errors
+    /// docker fails (its stderr is in the error).
+    pub fn docker(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("docker")
+            .arg("-H")
+            .arg(self.endpoint())
+            .args(args)
+            .output()
+            .context("running docker")?;
+        if !out.status.success() {
+            bail!(
+                "docker {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Copies `reference` from the host's engine into this one (`docker save | docker load`).
+    ///
+    /// # Errors
+    /// The image is not on the host, or the copy fails.
+    pub fn load_image(&self, reference: &str) -> anyhow::Result<()> {
+        let mut save = Command::new("docker")
+            .args(["save", reference])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("docker save")?;
+        let stdout = save.stdout.take().context("docker save's stdout")?;
+        let load = Command::new("docker")
+            .arg("-H")
+            .arg(self.endpoint())
+            .args(["load", "--quiet"])
+            .stdin(stdout)
+            .output()
+            .context("docker load")?;
+        let saved = save.wait()?;
+        if !saved.success() || !load.status.success() {
+            bail!(
+                "copying {reference} into {}: save {saved}, load {}: {}",
+                self.dir.display(),
+                load.status,
+                String::from_utf8_lossy(&load.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// The last lines of dockerd's log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("dockerd.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Removes every container, stops dockerd (SIGTERM, then SIGKILL after 20 s) and, when
+    /// nothing is mounted under its directory any more, removes the directory.
+    ///
+    /// # Errors
+    /// dockerd cannot be signalled.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> anyhow::Result<()> {
+        let Some(mut process) = self.process.take() else {
+            return Ok(());
+        };
+        if let Ok(ids) = self.docker(&["ps", "-aq"]) {
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(ids);
+                let _ = self.docker(&args);
+            }
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &process.pid().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while process.try_status().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        process.kill9()?;
+        let dir = self.dir.display().to_string();
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        if mounts.lines().any(|l| l.contains(&dir)) {
+            eprintln!("verge-testkit: mounts left under {dir}; not removing it");
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for NetnsDocker {
+    fn drop(&mut self) {
+        if let Err(error) = self.shut_down() {
+            eprintln!("verge-testkit: stopping dockerd: {error:#}");
+        }
+    }
+}
+
+/// The path of `program` on `PATH`.
+fn which(program: &str) -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{program} is not on PATH (Debian package docker.io)"))
+}
