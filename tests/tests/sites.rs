@@ -2,8 +2,10 @@
 //! namespace of its own with a Docker engine of its own (own data and exec roots, so its
 //! own pods, pod network bridge and iptables), joined to the cloud by its veth link and to
 //! the other edges of its site by a site segment (`verge_testkit::netns::SiteNet`). Two
-//! edges of site 0 and one of site 1 each run a pod: every pod runs in its own edge's engine
-//! (none in the host's), and the pod IPs are unique and inside each Node's `spec.podCIDR`.
+//! edges of site 0 and one of site 1 (Node label `verge.io/site`) each run a pod: every pod
+//! runs in its own edge's engine (none in the host's), the pod IPs are unique and inside each
+//! Node's `spec.podCIDR`, a pod reaches a pod of another node of its site by IP (edgecore
+//! routes to its site peers' pod CIDRs) and does not reach the other site's directly.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -12,9 +14,9 @@ use anyhow::{Context as _, ensure};
 use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use verge_e2e::{
-    Cloud, Edge, containers_with, create_namespace, sleeper_pod, via_host, wait_running,
+    Cloud, Edge, containers_with, create_namespace, sleeper_pod, via_host, wait_running, web_pod,
 };
 use verge_testkit::netns::{EdgeNetns, SiteNet};
 use verge_testkit::netns_docker::NetnsDocker;
@@ -99,16 +101,23 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
             .await
             .with_context(|| e.edge.logs(40))?;
     }
+    for (e, site) in edges.iter().zip(["s0", "s0", "s1"]) {
+        let label = serde_json::json!({ "metadata": { "labels": { "verge.io/site": site } } });
+        nodes
+            .patch(&e.edge.name, &PatchParams::default(), &Patch::Merge(&label))
+            .await?;
+    }
     create_namespace(client, ns).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     for (i, e) in edges.iter().enumerate() {
-        pods.create(
-            &PostParams::default(),
-            &sleeper_pod(ns, &format!("p{i}"), &e.edge.name)?,
-        )
-        .await?;
+        let pod = match i {
+            0 => sleeper_pod(ns, "p0", &e.edge.name)?,
+            _ => web_pod(ns, &format!("p{i}"), "web", &e.edge.name)?,
+        };
+        pods.create(&PostParams::default(), &pod).await?;
     }
-    let mut ips = std::collections::BTreeSet::new();
+    let mut ips: Vec<Ipv4Addr> = Vec::new();
+    let mut client_id = String::new();
     for (i, e) in edges.iter().enumerate() {
         let pod = wait_running(&pods, &format!("p{i}"), Duration::from_secs(90))
             .await
@@ -127,17 +136,50 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
             .context("spec.podCIDR")?
             .parse()?;
         ensure!(cidr.contains(&ip), "p{i}: {ip} is outside {cidr}");
-        ensure!(ips.insert(ip), "p{i}: {ip} is another pod's too");
-        let filter = format!("label=io.kubernetes.pod.uid={uid}");
-        let own = e.docker.docker(&["ps", "-q", "--filter", &filter])?;
+        ensure!(!ips.contains(&ip), "p{i}: {ip} is another pod's too");
+        ips.push(ip);
+        let filters = [
+            "--filter".to_owned(),
+            format!("label=io.kubernetes.pod.uid={uid}"),
+            "--filter".to_owned(),
+            "label=io.kubernetes.container.name=main".to_owned(),
+        ];
+        let mut args = vec!["ps", "-q"];
+        args.extend(filters.iter().map(String::as_str));
+        let own = e.docker.docker(&args)?;
         ensure!(
             !own.trim().is_empty(),
             "p{i} does not run in its edge's engine"
         );
+        if i == 0 {
+            own.trim().clone_into(&mut client_id);
+        }
         ensure!(
             containers_with(&[("io.kubernetes.pod.uid", &uid)], true)?.is_empty(),
             "p{i} has containers in the host's engine"
         );
     }
+    // Site 0: p0 (edge 0) reaches p1 (edge 1) by its IP, once edge 0 routes to its peer.
+    let get = |ip: Ipv4Addr| {
+        let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 8080");
+        edges[0]
+            .docker
+            .docker(&["exec", &client_id, "sh", "-c", &script])
+    };
+    let peer = ips[1];
+    let body = verge_e2e::wait_for(
+        "a pod reaches a pod of its site by IP",
+        Duration::from_secs(60),
+        || async { Ok(get(peer).ok().filter(|out| out.contains("p1"))) },
+    )
+    .await
+    .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), get(peer)))?;
+    ensure!(body.contains("p1"), "{body}");
+    // Site 1's pod is not reached directly (no route; only through cloudhub, by Service).
+    ensure!(
+        get(ips[2]).is_err(),
+        "p0 reached site 1's pod {} directly",
+        ips[2]
+    );
     Ok(())
 }

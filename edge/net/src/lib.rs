@@ -15,6 +15,7 @@
 //! # Layout
 //! - [`podnet`]: [`PodNetwork`], the pod network of a node, and making it in the engine.
 //! - [`services`]: [`ServiceProxy`] and its plan and rules.
+//! - [`site`]: routes to the pod networks of this node's site peers.
 //! - [`dns`]: the cluster resolver (CoreDNS's `kubernetes` plugin semantics).
 //! - [`resolv`]: resolv.conf files and the node's own.
 //! - [`stored`]: reading the followed objects out of the store.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod podnet;
 pub mod resolv;
 pub mod services;
+pub mod site;
 pub mod stored;
 
 pub use config::NetworkConfig;

@@ -68,6 +68,8 @@ pub enum Cached {
     Service(Arc<Service>),
     /// An EndpointSlice.
     EndpointSlice(Arc<EndpointSlice>),
+    /// Another edge node of the node's site, as [`crate::site::peer_view`] trims it.
+    SitePeer(Arc<Node>),
 }
 
 impl Cached {
@@ -80,6 +82,7 @@ impl Cached {
             Self::Node(o) => Version::of(&o.metadata),
             Self::Service(o) => Version::of(&o.metadata),
             Self::EndpointSlice(o) => Version::of(&o.metadata),
+            Self::SitePeer(o) => Version::of(&o.metadata),
         }
     }
 
@@ -92,6 +95,7 @@ impl Cached {
             Self::Node(o) => Fingerprint::of(o.as_ref()),
             Self::Service(o) => Fingerprint::of(o.as_ref()),
             Self::EndpointSlice(o) => Fingerprint::of(o.as_ref()),
+            Self::SitePeer(o) => crate::site::peer_fingerprint(o),
         }
     }
 
@@ -104,6 +108,7 @@ impl Cached {
             Self::Node(o) => serde_json::to_vec(o.as_ref()),
             Self::Service(o) => serde_json::to_vec(o.as_ref()),
             Self::EndpointSlice(o) => serde_json::to_vec(o.as_ref()),
+            Self::SitePeer(o) => serde_json::to_vec(o.as_ref()),
         };
         // Serializing k8s-openapi types to a Vec cannot fail.
         json.unwrap_or_default()

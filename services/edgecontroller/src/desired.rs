@@ -3,7 +3,8 @@
 //! A node holds its own Node object (KubeEdge sends it so the edge knows its labels, taints and
 //! spec as the cloud sees them), the pods bound to it (`spec.nodeName`), the configmaps and
 //! secrets those pods reference (KubeEdge edgecontroller / kubelet `configmap`/`secret`
-//! managers), and every Service and EndpointSlice (its Service proxy and cluster DNS, as
+//! managers), a trimmed Node of each other edge node of its site ([`crate::site`]), and every
+//! Service and EndpointSlice (its Service proxy and cluster DNS, as
 //! kube-proxy and CoreDNS watch them). The
 //! downstream side compares this *desired* set with what the node *holds* (its inventory on
 //! connect, then what was sent since) and sends only the difference (docs/protocol.md,
@@ -20,8 +21,8 @@ use verge_proto::Inventory;
 pub use verge_controller::diff::{Diff, Version, Versions};
 
 /// The types downstream manages. Inventory entries of other types (device twins, ...) are
-/// never deleted by the resync. Of type node, only the node's own Node is managed
-/// ([`held_from_inventory`]).
+/// never deleted by the resync. Of type node: the node's own Node and its site peers'
+/// ([`crate::site`]).
 pub const fn is_managed(kind: ResourceType) -> bool {
     matches!(
         kind,
@@ -153,14 +154,12 @@ pub fn node_references<'a>(
         .any(|p| is_bound_to(p, node) && references(p).contains(key))
 }
 
-/// The managed objects of `node`'s inventory, by key: pods, configmaps, secrets and the
-/// node's own Node object (never another node's). Entries that do not form a valid resource
-/// path are left out ([`verge_controller::diff::held_from_inventory`]).
-pub fn held_from_inventory(node: &str, inventory: &Inventory) -> Versions {
-    let own = node_key(node);
-    verge_controller::diff::held_from_inventory(inventory, |key| {
-        is_managed(key.kind) && (key.kind != ResourceType::Node || *key == own)
-    })
+/// The managed objects of `node`'s inventory, by key: pods, configmaps, secrets, Services,
+/// EndpointSlices and Node objects (its own and its site peers'; one it should not hold, e.g.
+/// of a node that left its site, is deleted). Entries that do not form a valid resource path
+/// are left out ([`verge_controller::diff::held_from_inventory`]).
+pub fn held_from_inventory(_node: &str, inventory: &Inventory) -> Versions {
+    verge_controller::diff::held_from_inventory(inventory, |key| is_managed(key.kind))
 }
 
 /// The messages that bring a node holding `held` to `desired`. A node whose held versions

@@ -44,6 +44,7 @@ pub mod node_clients;
 pub mod offline;
 pub mod referenced;
 pub mod renewer;
+pub mod site;
 pub mod upstream;
 
 pub use error::{Error, Result};

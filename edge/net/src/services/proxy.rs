@@ -3,8 +3,9 @@
 //! sends with the same guarantees as pods and which stay in redb, so Services keep working
 //! offline and are programmed again from redb after a restart.
 //!
-//! It plans again at start, at every store change of a Service, an EndpointSlice or the
-//! node's own Node object (its pod CIDR and zone), gathering the changes of
+//! It plans again at start, at every store change of a Service, an EndpointSlice or a Node
+//! (its own: pod CIDR and zone; its site peers': their pod CIDRs are reached directly, through
+//! the routes [`crate::site`] keeps), gathering the changes of
 //! [`DEBOUNCE`] into one apply, and every [`RETRY`] while an apply fails (e.g. `nft` is not
 //! installed: pods still run, their Services do not work; logged). A plan that renders the
 //! same script as the last one applied is not applied again. The rules stay when edgecore
@@ -67,6 +68,9 @@ struct TunnelSettings {
 /// The tunnel's listener while bound: its address and the token that stops it.
 type Bound = (SocketAddrV4, CancellationToken);
 
+/// What the site routes were last applied for: this node's pod CIDR and its peers.
+type SiteState = (Option<ipnet::Ipv4Net>, Vec<crate::site::Peer>);
+
 impl ServiceProxy {
     /// The proxy of node `node` (address `node_ip`) over `store`, following `events` (from
     /// metamanager), applying its rules with the `nft` binary at `nft`.
@@ -110,8 +114,14 @@ impl ServiceProxy {
         let mut last: Option<String> = None;
         let (plan_tx, plan_rx) = watch::channel(Plan::default());
         let mut bound: Option<Bound> = None;
+        let mut last_site: Option<SiteState> = None;
         loop {
-            let (ports, mut scope, network) = self.plan();
+            let (ports, mut scope, network, peers) = self.plan();
+            let site = (network.as_ref().map(PodNetwork::cidr), peers);
+            if last_site.as_ref() != Some(&site) {
+                crate::site::apply(site.0, &site.1).await;
+                last_site = Some(site);
+            }
             if let Some(settings) = &self.tunnel {
                 let gateway = network
                     .as_ref()
@@ -208,13 +218,21 @@ impl ServiceProxy {
 
     /// The plan for what the store holds now, the scope of its rules (without the tunnel)
     /// and the node's pod network.
-    fn plan(&self) -> (Vec<model::ServicePort>, Scope, Option<PodNetwork>) {
+    fn plan(
+        &self,
+    ) -> (
+        Vec<model::ServicePort>,
+        Scope,
+        Option<PodNetwork>,
+        Vec<crate::site::Peer>,
+    ) {
         let node: Option<Node> = crate::stored::node(&self.store, &self.node);
         let network = node
             .as_ref()
             .and_then(|n| n.spec.as_ref())
             .and_then(|s| s.pod_cidr.as_deref())
             .and_then(|cidr| PodNetwork::new(&self.node, cidr).ok());
+        let peers = crate::site::peers(&self.store, &self.node);
         let zone = node
             .as_ref()
             .and_then(|n| n.metadata.labels.as_ref())
@@ -223,7 +241,11 @@ impl ServiceProxy {
             node: self.node.clone(),
             node_ip: self.node_ip,
             zone,
-            direct: network.iter().map(PodNetwork::cidr).collect(),
+            direct: network
+                .iter()
+                .map(PodNetwork::cidr)
+                .chain(peers.iter().map(|p| p.pod_cidr))
+                .collect(),
         };
         let services: Vec<Service> = crate::stored::list(&self.store, ResourceType::Service);
         let slices: Vec<EndpointSlice> =
@@ -235,7 +257,7 @@ impl ServiceProxy {
             node_ip: self.node_ip,
             tunnel: None,
         };
-        (ports, scope, network)
+        (ports, scope, network, peers)
     }
 }
 
@@ -243,7 +265,7 @@ impl ServiceProxy {
 fn relevant(key: &ResourceKey, own: &ResourceKey) -> bool {
     matches!(
         key.kind,
-        ResourceType::Service | ResourceType::EndpointSlice
+        ResourceType::Service | ResourceType::EndpointSlice | ResourceType::Node
     ) || key == own
 }
 

@@ -129,25 +129,24 @@ fn current_inventory_needs_nothing() {
         entries: vec![
             inv("pod", "ns", "p", "u1", "5"),
             inv("configmap", "ns", "cfg", "u2", "7"),
-            // The node's own Node object is managed.
+            // The node's own Node object is managed, and so are other nodes' (site peers).
             inv("node", "_", "edge-1", "n", "3"),
-            // Other nodes' Node objects and unknown types are not.
             inv("node", "_", "edge-2", "n2", "1"),
+            // Unknown types are not.
             inv("frobnicator", "ns", "x", "", ""),
         ],
     };
     let held = held_from_inventory("edge-1", &inventory);
-    assert_eq!(held.len(), 3);
+    assert_eq!(held.len(), 4);
     assert!(held.contains_key(&node_key("edge-1")));
-    assert!(!held.contains_key(&node_key("edge-2")));
-    assert!(diff(&desired, &held).is_empty());
-    // Held by another node, edge-1's Node is not its own: left alone.
-    let other = held_from_inventory("edge-2", &inventory);
-    assert_eq!(
-        other.get(&node_key("edge-2")),
-        Some(&Version::new("n2", "1"))
-    );
-    assert!(!other.contains_key(&node_key("edge-1")));
+    assert!(held.contains_key(&node_key("edge-2")));
+    // edge-2 is no site peer of edge-1 (not desired): its Node is deleted.
+    let d = diff(&desired, &held);
+    assert!(d.updates.is_empty());
+    assert_eq!(d.deletes.len(), 1, "{d:?}");
+    let mut peered = desired.clone();
+    peered.insert(node_key("edge-2"), Version::new("n2", "1"));
+    assert!(diff(&peered, &held).is_empty());
 }
 
 /// Regression (fuzz target `inventory`): an entry whose namespace or name is no valid path

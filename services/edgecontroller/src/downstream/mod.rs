@@ -78,11 +78,48 @@ impl Downstream for EdgeDownstream {
                 let changed = nodes
                     .get_mut(node)
                     .is_some_and(|state| !state.is_current(&key, object.as_ref()));
+                let mut concerned = BTreeSet::new();
                 if changed {
-                    BTreeSet::from([node.clone()])
-                } else {
-                    BTreeSet::new()
+                    concerned.insert(node.clone());
                 }
+                // Its site peers (now, or holding it from before) when what they hold of it
+                // changes: its pod CIDR, address or site, not its heartbeats.
+                let site = match &object {
+                    Some(Cached::Node(n)) => crate::site::site_of(n).map(str::to_owned),
+                    _ => None,
+                };
+                let view = match &object {
+                    Some(Cached::Node(n)) => Some(Cached::SitePeer(std::sync::Arc::new(
+                        crate::site::peer_view(n),
+                    ))),
+                    _ => None,
+                };
+                let mut peers = nodes.holding(&key);
+                let mut site_members = BTreeSet::new();
+                if let Some(site) = &site {
+                    for n in self.caches.nodes.state() {
+                        let name = n.metadata.name.clone().unwrap_or_default();
+                        if crate::site::site_of(&n) == Some(site) && nodes.contains(&name) {
+                            site_members.insert(name.clone());
+                            peers.insert(name);
+                        }
+                    }
+                }
+                peers.remove(node);
+                for peer in peers {
+                    let wanted = if site_members.contains(&peer) {
+                        view.as_ref()
+                    } else {
+                        None
+                    };
+                    if nodes
+                        .get_mut(&peer)
+                        .is_some_and(|state| !state.is_current(&key, wanted))
+                    {
+                        concerned.insert(peer);
+                    }
+                }
+                concerned
             }
             CacheEvent::Pod { key, node } => {
                 let mut concerned = nodes.holding(key);

@@ -74,8 +74,8 @@ impl NodeObjects for EdgeObjects {
 }
 
 /// The objects `node` should hold, from the caches: its own Node object (when it is a known
-/// edge node), its pods and the configmaps and secrets they reference that exist, and every
-/// Service and EndpointSlice.
+/// edge node), its pods and the configmaps and secrets they reference that exist, its site
+/// peers' trimmed Nodes, and every Service and EndpointSlice.
 pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cached> {
     let mut out = BTreeMap::new();
     let own = desired::node_key(node);
@@ -89,6 +89,10 @@ pub fn desired_objects(node: &str, caches: &Caches) -> BTreeMap<ResourceKey, Cac
             }
         }
         out.insert(desired::pod_key(&pod), Cached::Pod(pod));
+    }
+    for peer in crate::site::peers(node, caches.nodes.state().iter()) {
+        let key = desired::node_key(peer.metadata.name.as_deref().unwrap_or_default());
+        out.insert(key, Cached::SitePeer(std::sync::Arc::new(peer)));
     }
     for service in caches.services.state() {
         let key = key_of(service.as_ref(), ResourceType::Service);

@@ -1,0 +1,201 @@
+//! Routing between the pod networks of one site: the edge nodes that reach each other
+//! directly (Node label `verge.io/site`; edgecontroller sends each node a trimmed Node of every
+//! other node of its site, with its pod CIDR and InternalIP). For each such peer this node
+//! holds a route to its pod CIDR via its address, so pods reach pods of the site by their IPs,
+//! with their own source addresses (as the Kubernetes network model asks).
+//!
+//! Routes are iproute2's (`ip route replace <cidr> via <address> proto 220`; the protocol
+//! number marks ours, so a peer that left is found and removed). Docker's own firewall is
+//! opened with iptables rules marked `verge-site`: `DOCKER-USER` accepts new connections from
+//! a peer's pod CIDR to this node's (Docker forwards only its published ports otherwise), and
+//! `POSTROUTING` returns before Docker's masquerade for traffic to a peer's pod CIDR.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use k8s_openapi::api::core::v1::Node;
+use tracing::{debug, info, warn};
+use verge_core::ResourceType;
+use verge_edge_store::MetaStore;
+
+/// The route protocol number marking this node's site routes.
+pub const ROUTE_PROTO: &str = "220";
+
+/// The iptables comment marking this node's site rules.
+pub const RULE_COMMENT: &str = "verge-site";
+
+/// Another node of this node's site.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Peer {
+    /// Its node name.
+    pub name: String,
+    /// Its pod CIDR.
+    pub pod_cidr: Ipv4Net,
+    /// Its InternalIP.
+    pub address: Ipv4Addr,
+}
+
+/// The site peers among the stored Nodes: every Node other than `own` with a pod CIDR and an
+/// InternalIP (edgecontroller sends only peers), sorted by name.
+pub fn peers(store: &MetaStore, own: &str) -> Vec<Peer> {
+    let mut out: Vec<Peer> = crate::stored::list::<Node>(store, ResourceType::Node)
+        .into_iter()
+        .filter(|n| n.metadata.name.as_deref() != Some(own))
+        .filter_map(|n| {
+            let pod_cidr = n.spec.as_ref()?.pod_cidr.as_deref()?.parse().ok()?;
+            let address = n
+                .status
+                .as_ref()?
+                .addresses
+                .as_ref()?
+                .iter()
+                .find(|a| a.type_ == "InternalIP")?
+                .address
+                .parse()
+                .ok()?;
+            Some(Peer {
+                name: n.metadata.name.clone()?,
+                pod_cidr,
+                address,
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Brings the routes and rules to `peers` for this node's pod CIDR `own` (none: only routes).
+/// Failures are logged; what can be done is done.
+pub async fn apply(own: Option<Ipv4Net>, peers: &[Peer]) {
+    let peers = peers.to_vec();
+    let done = tokio::task::spawn_blocking(move || {
+        apply_routes(&peers);
+        if let Some(own) = own {
+            apply_rules(own, &peers);
+        }
+    })
+    .await;
+    if let Err(e) = done {
+        warn!(error = %e, "site routes: task failed");
+    }
+}
+
+/// Runs `program args`; its stdout, or `None` (logged at debug) when it fails.
+fn run(program: &str, args: &[&str]) -> Option<String> {
+    match std::process::Command::new(program).args(args).output() {
+        Ok(out) if out.status.success() => Some(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Ok(out) => {
+            debug!(program, ?args, stderr = %String::from_utf8_lossy(&out.stderr).trim(), "failed");
+            None
+        }
+        Err(e) => {
+            debug!(program, ?args, error = %e, "cannot run");
+            None
+        }
+    }
+}
+
+fn apply_routes(peers: &[Peer]) {
+    let current = run("ip", &["-4", "route", "show", "proto", ROUTE_PROTO]).unwrap_or_default();
+    let wanted: Vec<String> = peers.iter().map(|p| p.pod_cidr.to_string()).collect();
+    for line in current.lines() {
+        let Some(cidr) = line.split_whitespace().next() else {
+            continue;
+        };
+        if !wanted.iter().any(|w| w == cidr) {
+            let _ = run("ip", &["-4", "route", "del", cidr, "proto", ROUTE_PROTO]);
+            info!(%cidr, "site route removed");
+        }
+    }
+    for peer in peers {
+        let (cidr, via) = (peer.pod_cidr.to_string(), peer.address.to_string());
+        let had = current
+            .lines()
+            .any(|l| l.starts_with(&format!("{cidr} via {via} ")));
+        match run(
+            "ip",
+            &[
+                "-4",
+                "route",
+                "replace",
+                &cidr,
+                "via",
+                &via,
+                "proto",
+                ROUTE_PROTO,
+            ],
+        ) {
+            Some(_) if !had => info!(peer = %peer.name, %cidr, %via, "site route"),
+            Some(_) => {}
+            None => warn!(peer = %peer.name, %cidr, %via, "site route not set"),
+        }
+    }
+}
+
+/// The rules (`-A` form without the chain) this node wants in `table`/`chain`.
+fn wanted_rules(table: &str, own: Ipv4Net, peers: &[Peer]) -> Vec<String> {
+    peers
+        .iter()
+        .map(|p| match table {
+            "filter" => format!(
+                "-s {} -d {own} -m comment --comment {RULE_COMMENT} -j ACCEPT",
+                p.pod_cidr
+            ),
+            _ => format!(
+                "-s {own} -d {} -m comment --comment {RULE_COMMENT} -j RETURN",
+                p.pod_cidr
+            ),
+        })
+        .collect()
+}
+
+fn apply_rules(own: Ipv4Net, peers: &[Peer]) {
+    for (table, chain) in [("filter", "DOCKER-USER"), ("nat", "POSTROUTING")] {
+        // No such chain (no Docker firewall here): nothing to open.
+        let Some(current) = run("iptables", &["-w", "-t", table, "-S", chain]) else {
+            continue;
+        };
+        let prefix = format!("-A {chain} ");
+        let ours: Vec<String> = current
+            .lines()
+            .filter(|l| l.contains(RULE_COMMENT))
+            .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+            .collect();
+        let wanted = wanted_rules(table, own, peers);
+        for rule in ours.iter().filter(|r| !wanted.contains(r)) {
+            let mut args = vec!["-w", "-t", table, "-D", chain];
+            args.extend(rule.split_whitespace());
+            let _ = run("iptables", &args);
+        }
+        for rule in wanted.iter().filter(|r| !ours.contains(r)) {
+            let mut args = vec!["-w", "-t", table, "-I", chain, "1"];
+            args.extend(rule.split_whitespace());
+            if run("iptables", &args).is_none() {
+                warn!(table, chain, %rule, "site rule not set");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_open_docker_for_peers_and_skip_its_masquerade() {
+        let own: Ipv4Net = "10.244.1.0/24".parse().expect("cidr");
+        let peers = [Peer {
+            name: "b".into(),
+            pod_cidr: "10.244.2.0/24".parse().expect("cidr"),
+            address: Ipv4Addr::new(10, 214, 0, 2),
+        }];
+        assert_eq!(
+            wanted_rules("filter", own, &peers),
+            ["-s 10.244.2.0/24 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT"]
+        );
+        assert_eq!(
+            wanted_rules("nat", own, &peers),
+            ["-s 10.244.1.0/24 -d 10.244.2.0/24 -m comment --comment verge-site -j RETURN"]
+        );
+    }
+}
