@@ -223,6 +223,23 @@ impl EdgeCore {
             }
             None => hub,
         };
+        // Tunnels cloudhub relays from other edge nodes' pods to this node's pods.
+        let hub = if self.config.network.service_proxy && self.config.network.service_tunnel {
+            let (tx, rx) = tokio::sync::mpsc::channel(64);
+            let (store, node, pod_stop) = (
+                self.store.clone(),
+                self.config.node_name.clone(),
+                stop.clone(),
+            );
+            modules.spawn("pod-tunnels", async move {
+                verge_edge_net::services::tunnel::serve_pod_tunnels(rx, store, node, pod_stop)
+                    .await;
+                Ok(())
+            });
+            hub.with_pod_tunnels(tx)
+        } else {
+            hub
+        };
         let hub_stop = stop.clone();
         modules.spawn("edgehub", async move { Ok(hub.run(hub_stop).await?) });
         if let Some((bridge, _)) = apps {

@@ -5,14 +5,16 @@
 //! edges of site 0 and one of site 1 (Node label `verge.io/site`) each run a pod: every pod
 //! runs in its own edge's engine (none in the host's), the pod IPs are unique and inside each
 //! Node's `spec.podCIDR`, a pod reaches a pod of another node of its site by IP (edgecore
-//! routes to its site peers' pod CIDRs) and does not reach the other site's directly.
+//! routes to its site peers' pod CIDRs) and does not reach the other site's directly, and a
+//! Service backed by pods of both sites answers from both, by cluster IP, short name and
+//! FQDN (the other site's pod through cloudhub, relayed over its node's session).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use ipnet::Ipv4Net;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use verge_e2e::{
@@ -181,5 +183,47 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         "p0 reached site 1's pod {} directly",
         ips[2]
     );
+
+    // A Service backed by p1 (site 0) and p2 (site 1): from p0, by cluster IP and by name,
+    // both answer: p1 directly, p2 through cloudhub and p2's node's session.
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "web" },
+        "spec": { "selector": { "app": "web" },
+            "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] }
+    }))?;
+    let cluster_ip = Api::<Service>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &service)
+        .await?
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .context("cluster IP")?;
+    let fetch = |target: &str| {
+        let script = format!("printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 {target} 80");
+        edges[0]
+            .docker
+            .docker(&["exec", &client_id, "sh", "-c", &script])
+    };
+    for target in [
+        cluster_ip.as_str(),
+        "web",
+        &format!("web.{ns}.svc.cluster.local"),
+    ] {
+        let seen = verge_e2e::wait_for(
+            &format!("both sites' endpoints answer at {target}"),
+            Duration::from_secs(60),
+            || async {
+                let mut seen = std::collections::BTreeSet::new();
+                for _ in 0..16 {
+                    if let Ok(out) = fetch(target) {
+                        seen.extend(["p1", "p2"].into_iter().filter(|p| out.contains(*p)));
+                    }
+                }
+                Ok((seen.len() == 2).then_some(seen))
+            },
+        )
+        .await
+        .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(target)))?;
+        ensure!(seen.len() == 2, "{seen:?}");
+    }
     Ok(())
 }

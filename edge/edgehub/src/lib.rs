@@ -241,6 +241,9 @@ pub struct EdgeHub {
     credentials: crate::certificates::Credentials,
     /// Where cloudhub's tunnel requests go (`None`: streaming is off).
     tunnels: Option<crate::tunnel::TunnelRequests>,
+    /// Where cloudhub's tunnel requests to this node's pods go (`OpenTunnel.dial`; `None`:
+    /// refused).
+    pod_tunnels: Option<crate::tunnel::TunnelRequests>,
 }
 
 impl EdgeHub {
@@ -280,6 +283,7 @@ impl EdgeHub {
                 queued: Some(queued),
                 generation: 0,
                 tunnels: None,
+                pod_tunnels: None,
             },
             handle,
         )
@@ -290,6 +294,14 @@ impl EdgeHub {
     #[must_use]
     pub fn with_tunnels(mut self, tunnels: crate::tunnel::TunnelRequests) -> Self {
         self.tunnels = Some(tunnels);
+        self
+    }
+
+    /// Hands cloudhub's tunnel requests to this node's pods (`OpenTunnel.dial`: another edge
+    /// node's pod reaching a Service endpoint here) to `tunnels`, edgecore's Service tunnel.
+    #[must_use]
+    pub fn with_pod_tunnels(mut self, tunnels: crate::tunnel::TunnelRequests) -> Self {
+        self.pod_tunnels = Some(tunnels);
         self
     }
 

@@ -236,7 +236,7 @@ impl EdgeHub {
         let msg = match frame.frame {
             Some(cloud_frame::Frame::Message(msg)) => msg,
             Some(cloud_frame::Frame::OpenTunnel(open)) => {
-                self.open_tunnel(open.tunnel_id, tunnels);
+                self.open_tunnel(open.tunnel_id, open.dial, tunnels);
                 return Ok(());
             }
             Some(cloud_frame::Frame::Welcome(_)) | None => {
@@ -280,18 +280,28 @@ struct Tunnels {
 impl EdgeHub {
     /// Hands cloudhub's request for tunnel `id` to the streaming server, if there is one
     /// with room (otherwise cloudhub's wait times out and the API server is told so).
-    fn open_tunnel(&self, id: String, tunnels: &Tunnels) {
-        let Some(server) = &self.tunnels else {
-            debug!(%id, "tunnel requested, but streaming is off");
+    fn open_tunnel(
+        &self,
+        id: String,
+        dial: Option<verge_proto::hub::ServiceDial>,
+        tunnels: &Tunnels,
+    ) {
+        let server = match &dial {
+            Some(_) => &self.pod_tunnels,
+            None => &self.tunnels,
+        };
+        let Some(server) = server else {
+            debug!(%id, pod = dial.is_some(), "tunnel requested, but nothing serves it");
             return;
         };
         let request = crate::tunnel::TunnelRequest {
             id,
             client: tunnels.client.clone(),
             clients: tunnels.clients.clone(),
+            dial,
         };
         if server.try_send(request).is_err() {
-            warn!("tunnel request dropped: the streaming server is busy or stopped");
+            warn!("tunnel request dropped: its server is busy or stopped");
         }
     }
 }

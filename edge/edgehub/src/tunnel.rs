@@ -3,8 +3,8 @@
 
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
-use verge_proto::hub::KubeletClients;
 use verge_proto::hub::edge_hub_client::EdgeHubClient;
+use verge_proto::hub::{KubeletClients, ServiceDial};
 
 /// Cloudhub's request to open tunnel `id` (from `CloudFrame.open_tunnel`), with what the
 /// session knows: its client and who may use the endpoint.
@@ -15,6 +15,9 @@ pub struct TunnelRequest {
     pub client: EdgeHubClient<Channel>,
     /// The session's `Welcome.kubelet_clients`.
     pub clients: Option<KubeletClients>,
+    /// `OpenTunnel.dial`: the tunnel goes to this pod endpoint of the node (another node's
+    /// pod reaching it through cloudhub), not to the kubelet endpoint.
+    pub dial: Option<ServiceDial>,
 }
 
 /// Where edgehub hands tunnel requests.

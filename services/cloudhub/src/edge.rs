@@ -128,15 +128,8 @@ impl EdgeHub for EdgeHubService {
                 "the first frame of a dial must be TunnelFrame.dial",
             ));
         };
-        let frames = crate::streams::dial::dial(
-            &streams.endpoints,
-            &streams.client,
-            &node,
-            dial,
-            inbound,
-            streams.config.dial_timeout,
-        )
-        .await?;
+        let frames =
+            crate::streams::dial::dial(&self.shared, streams, &node, dial, inbound).await?;
         let frames = tokio_stream::wrappers::ReceiverStream::new(frames).map(Ok);
         Ok(Response::new(Box::pin(frames)))
     }

@@ -9,6 +9,10 @@
 //! new port is opened towards the network and nothing is routed on cloud hosts). cloudhub
 //! dials only ready endpoints of the Service named.
 //!
+//! The other way, [`serve_pod_tunnels`]: when the endpoint is a pod of another edge node,
+//! cloudhub asks that node over its session to open a tunnel to its pod (only an address of
+//! its own pod CIDR) and relays between the two nodes' streams.
+//!
 //! A connection the tunnel cannot carry (no session, no such Service port, cloudhub refused
 //! or could not connect) is reset at once, as a refused connection would be. The listener is
 //! bound with `IP_FREEBIND`, so it is up before Docker gives the bridge its gateway address.
@@ -168,6 +172,75 @@ async fn carry(
     match verge_proto::tunnel::splice(conn, inbound, frames).await {
         Ok(spliced) => debug!(%peer, %dst, ?spliced, "service tunnel: connection closed"),
         Err(error) => debug!(%peer, %dst, %error, "service tunnel: connection ended"),
+    }
+    Ok(())
+}
+
+/// How long connecting to a pod of this node for cloudhub may take.
+pub const POD_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves cloudhub's requests to tunnel to this node's pods (`OpenTunnel.dial`: a pod of
+/// another edge node reaching a Service endpoint here, relayed by cloudhub) until `stop`: each
+/// address must be inside node `node`'s pod CIDR (from its stored Node; anything else is
+/// refused), the node connects to it and carries the connection over an `EdgeHub.Tunnel`
+/// call naming the request's id.
+pub async fn serve_pod_tunnels(
+    mut requests: mpsc::Receiver<verge_edgehub::TunnelRequest>,
+    store: verge_edge_store::MetaStore,
+    node: String,
+    stop: CancellationToken,
+) {
+    loop {
+        let request = tokio::select! {
+            () = stop.cancelled() => return,
+            request = requests.recv() => match request {
+                Some(request) => request,
+                None => return,
+            },
+        };
+        let network = crate::stored::pod_network(&store, &node);
+        verge_runtime::tasks::spawn("pod tunnel", async move {
+            if let Err(reason) = pod_tunnel(request, network).await {
+                info!(%reason, "pod tunnel refused");
+            }
+        });
+    }
+}
+
+async fn pod_tunnel(
+    mut request: verge_edgehub::TunnelRequest,
+    network: Option<crate::PodNetwork>,
+) -> Result<(), String> {
+    let dial = request.dial.take().ok_or("not a pod tunnel")?;
+    let ip: Ipv4Addr = dial
+        .address
+        .parse()
+        .map_err(|_| format!("{:?} is not an IPv4 address", dial.address))?;
+    let port = u16::try_from(dial.port).map_err(|_| format!("port {}", dial.port))?;
+    if !network.as_ref().is_some_and(|n| n.contains(ip)) {
+        return Err(format!("{ip} is not in this node's pod CIDR"));
+    }
+    let conn = tokio::time::timeout(POD_CONNECT_TIMEOUT, TcpStream::connect((ip, port)))
+        .await
+        .map_err(|_| format!("{ip}:{port}: no connection within {POD_CONNECT_TIMEOUT:?}"))?
+        .map_err(|e| format!("{ip}:{port}: {e}"))?;
+    let _ = conn.set_nodelay(true);
+    let (frames, rx) = mpsc::channel::<TunnelFrame>(16);
+    let open = TunnelFrame {
+        frame: Some(tunnel_frame::Frame::Open(verge_proto::hub::TunnelOpen {
+            tunnel_id: request.id.clone(),
+        })),
+    };
+    let _ = frames.send(open).await;
+    let inbound = request
+        .client
+        .tunnel(ReceiverStream::new(rx))
+        .await
+        .map_err(|s| format!("cloudhub refused the tunnel: {}", s.message()))?
+        .into_inner();
+    match verge_proto::tunnel::splice(conn, inbound, frames).await {
+        Ok(spliced) => debug!(%ip, port, ?spliced, "pod tunnel closed"),
+        Err(error) => debug!(%ip, port, %error, "pod tunnel ended"),
     }
     Ok(())
 }

@@ -69,6 +69,7 @@ pub(crate) async fn handle(
                 frame: Some(cloud_frame::Frame::OpenTunnel(OpenTunnel {
                     tunnel_id: expected.id.clone(),
                     port: u32::from(port),
+                    dial: None,
                 })),
             };
             if control.try_send(Box::new(open)).is_err() {

@@ -11,7 +11,6 @@
 //! through holds none.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -24,7 +23,11 @@ use tonic::{Status, Streaming};
 use tracing::{debug, info, warn};
 use verge_proto::hub::{ServiceDial, TunnelFrame};
 
+use crate::Shared;
 use crate::metrics;
+use crate::streams::StreamsState;
+use crate::streams::tunnel::TunnelEnds;
+use verge_proto::hub::{CloudFrame, OpenTunnel, cloud_frame};
 
 /// The label tying an EndpointSlice to its Service.
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -69,19 +72,30 @@ impl ServiceEndpoints {
         Ok(store)
     }
 
-    /// Whether `dial` names a ready endpoint (address and TCP port) of its Service.
-    async fn allows(&self, client: &kube::Client, dial: &ServiceDial) -> Result<bool, Status> {
+    /// Whether `dial` names a ready endpoint (address and TCP port) of its Service: `None`
+    /// when not, else the endpoint's `nodeName` (`Some(None)` without one).
+    async fn allows(
+        &self,
+        client: &kube::Client,
+        dial: &ServiceDial,
+    ) -> Result<Option<Option<String>>, Status> {
         let store = self.store(client).await?;
         Ok(store
             .state()
             .iter()
-            .any(|slice| is_ready_endpoint(slice, dial)))
+            .find_map(|slice| ready_endpoint(slice, dial)))
     }
 }
 
 /// Whether `slice` belongs to `dial`'s Service and has `dial`'s address as a ready endpoint
 /// (`conditions.ready` true or unset) with `dial`'s port as a TCP port.
+#[cfg(test)]
 pub(crate) fn is_ready_endpoint(slice: &EndpointSlice, dial: &ServiceDial) -> bool {
+    ready_endpoint(slice, dial).is_some()
+}
+
+/// [`is_ready_endpoint`], giving the endpoint's `nodeName`.
+fn ready_endpoint(slice: &EndpointSlice, dial: &ServiceDial) -> Option<Option<String>> {
     let ours = slice.metadata.namespace.as_deref() == Some(dial.namespace.as_str())
         && slice
             .metadata
@@ -89,22 +103,25 @@ pub(crate) fn is_ready_endpoint(slice: &EndpointSlice, dial: &ServiceDial) -> bo
             .as_ref()
             .and_then(|l| l.get(SERVICE_NAME_LABEL))
             .is_some_and(|s| *s == dial.service);
-    if !ours {
-        return false;
-    }
     let port = slice.ports.iter().flatten().any(|p| {
         p.port.and_then(|n| u32::try_from(n).ok()) == Some(dial.port)
             && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
     });
-    let Ok(wanted) = dial.address.parse::<IpAddr>() else {
-        return false;
-    };
-    port && slice.endpoints.iter().flatten().any(|e| {
-        e.conditions.as_ref().and_then(|c| c.ready) != Some(false)
-            && e.addresses
-                .iter()
-                .any(|a| a.parse::<IpAddr>().ok() == Some(wanted))
-    })
+    let wanted = dial.address.parse::<IpAddr>().ok()?;
+    if !ours || !port {
+        return None;
+    }
+    slice
+        .endpoints
+        .iter()
+        .flatten()
+        .find(|e| {
+            e.conditions.as_ref().and_then(|c| c.ready) != Some(false)
+                && e.addresses
+                    .iter()
+                    .any(|a| a.parse::<IpAddr>().ok() == Some(wanted))
+        })
+        .map(|e| e.node_name.clone())
 }
 
 /// Checks the shape of `dial`: DNS-1123 labels, an IP literal, a port in 1..=65535.
@@ -155,13 +172,14 @@ fn is_dns1123_label(s: &str) -> bool {
 /// `UNAVAILABLE` (no connection in time, or the EndpointSlice cache not ready); each counted
 /// in `verge_cloudhub_service_dials_total`.
 pub(crate) async fn dial(
-    endpoints: &Arc<ServiceEndpoints>,
-    client: &kube::Client,
+    shared: &Shared,
+    state: &StreamsState,
     node: &str,
     dial: ServiceDial,
     inbound: Streaming<TunnelFrame>,
-    timeout: Duration,
 ) -> Result<mpsc::Receiver<TunnelFrame>, Status> {
+    let (endpoints, client) = (&state.endpoints, &state.client);
+    let timeout = state.config.dial_timeout;
     let counted = |result: &'static str, status: Status| {
         metrics::global().service_dial(result);
         status
@@ -172,7 +190,7 @@ pub(crate) async fn dial(
         .allows(client, &dial)
         .await
         .map_err(|s| counted("failed", s))?;
-    if !allowed {
+    let Some(endpoint_node) = allowed else {
         warn!(%node, %service, %target, "service dial refused: not a ready endpoint of the Service");
         return Err(counted(
             "refused",
@@ -180,6 +198,14 @@ pub(crate) async fn dial(
                 "{target} is not a ready endpoint of Service {service}"
             )),
         ));
+    };
+    // A pod of another edge node whose session is here: through that node's session.
+    if let Some(via) = endpoint_node.filter(|n| n != node)
+        && let Some(control) = shared.registry.tunnel_control(&via)
+    {
+        return relay(state, control, node, &via, dial, inbound)
+            .await
+            .map_err(|s| counted("failed", s));
     }
     let stream = match tokio::time::timeout(timeout, TcpStream::connect(target)).await {
         Ok(Ok(stream)) => stream,
@@ -210,6 +236,69 @@ pub(crate) async fn dial(
         }
     });
     Ok(frames)
+}
+
+/// Carries `inbound` (the dialling node's frames) to a tunnel that edge node `via` opens to
+/// its own pod `dial.address:dial.port` (`CloudFrame.open_tunnel` with `dial`), and that
+/// tunnel's frames back; the tunnel must arrive within `streams.tunnelTimeout`.
+async fn relay(
+    state: &StreamsState,
+    control: mpsc::Sender<Box<CloudFrame>>,
+    node: &str,
+    via: &str,
+    dial: ServiceDial,
+    inbound: Streaming<TunnelFrame>,
+) -> Result<mpsc::Receiver<TunnelFrame>, Status> {
+    let mut expected = state.tunnels.expect(via);
+    let port = dial.port;
+    let open = CloudFrame {
+        frame: Some(cloud_frame::Frame::OpenTunnel(OpenTunnel {
+            tunnel_id: expected.id.clone(),
+            port,
+            dial: Some(dial),
+        })),
+    };
+    if control.try_send(Box::new(open)).is_err() {
+        return Err(Status::unavailable(format!(
+            "edge node {via} is busy: too many tunnels are being opened"
+        )));
+    }
+    let timeout = state.config.tunnel_timeout;
+    let far: TunnelEnds = match tokio::time::timeout(timeout, &mut expected.arrived).await {
+        Ok(Ok(ends)) => ends,
+        _ => {
+            return Err(Status::unavailable(format!(
+                "edge node {via} did not open the tunnel to its pod within {timeout:?}"
+            )));
+        }
+    };
+    metrics::global().service_dial("connected");
+    debug!(%node, %via, "service dial relayed to the endpoint's node");
+    let (outbound, frames) = mpsc::channel(16);
+    let (from, to) = (node.to_owned(), via.to_owned());
+    verge_runtime::tasks::spawn("service dial relay", async move {
+        let (up, down) = tokio::join!(
+            forward(inbound, far.outbound),
+            forward(far.inbound, outbound)
+        );
+        debug!(%from, %to, up, down, "service dial relay closed");
+    });
+    Ok(frames)
+}
+
+/// Forwards the `data` frames of `from` to `to` until either ends (dropping `to` ends that
+/// direction); the bytes forwarded.
+async fn forward(mut from: Streaming<TunnelFrame>, to: mpsc::Sender<TunnelFrame>) -> u64 {
+    let mut bytes = 0u64;
+    while let Ok(Some(frame)) = from.message().await {
+        if let Some(verge_proto::hub::tunnel_frame::Frame::Data(data)) = &frame.frame {
+            bytes += data.len() as u64;
+            if to.send(frame).await.is_err() {
+                break;
+            }
+        }
+    }
+    bytes
 }
 
 #[cfg(test)]
