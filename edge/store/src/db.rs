@@ -9,6 +9,12 @@ use verge_core::Envelope;
 use crate::error::{Error, Result};
 use crate::twins::TwinTable;
 
+/// redb's page cache (read cache and write buffer), bytes. redb's default is 1 GiB, which
+/// keeps every page ever read or written resident: with 1,000 Services and their
+/// EndpointSlices stored, edgecore grew by about 20 MiB (`cargo xtask bench net`). The
+/// operating system's page cache still holds the file; this bounds only redb's own copy.
+pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
+
 /// A handle to the store; cheap to clone (shares one redb [`Database`]).
 #[derive(Clone)]
 pub struct MetaStore {
@@ -46,7 +52,9 @@ impl MetaStore {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(file_err)?;
         drop(file);
-        let db = Database::create(path)?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)?;
         let txn = db.begin_write()?;
         crate::objects::create_table(&txn)?;
         crate::outbox::create_tables(&txn)?;

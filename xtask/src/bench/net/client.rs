@@ -43,7 +43,8 @@ fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(Duration, u64)> {
 }
 
 /// In the network namespace of process `pid`: `warmup` then `requests` small requests to
-/// every target, interleaved round by round (so drift hits all alike), then `bulk` runs of
+/// every target, interleaved round by round, each round starting at the next target (so drift
+/// and the order hit all alike), then `bulk` runs of
 /// `GET /big` of `big_bytes` each. One [`Measured`] per target, in order.
 ///
 /// # Errors
@@ -61,8 +62,12 @@ pub fn measure_in(
             .with_context(|| format!("open the network namespace of {pid}"))?;
         move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network)).context("setns")?;
         let mut out = vec![Measured::default(); targets.len()];
+        let n = targets.len();
         for round in 0..warmup + requests {
-            for (i, target) in targets.iter().enumerate() {
+            // Each round starts at another target, so no path always follows the same one.
+            for k in 0..n {
+                let i = (round + k) % n;
+                let target = &targets[i];
                 let (took, _) = get(*target, "/")?;
                 if round >= warmup {
                     out[i].latencies.push(took);

@@ -397,7 +397,8 @@ fn report(
         "One local edge node ({} build). Two pods on it: `server` (busybox `httpd`) and \
          `client`; the bench joins the client pod's network namespace and makes HTTP/1.0 \
          requests from there, a new TCP connection each ({} measured per path after 20 of \
-         warm-up, interleaved path by path), then fetches {} MiB from each path 3 times. \
+         warm-up, interleaved path by path, each round starting at the next path), then \
+         fetches {} MiB from each path 3 times. \
          The cloud endpoint is an HTTP server of the bench on the host's address, the only \
          endpoint of a selectorless Service; through the Service the connection goes to \
          edgecore's Service tunnel, over the node's gRPC session (TLS) to cloudhub, which \
