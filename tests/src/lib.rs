@@ -295,7 +295,8 @@ pub fn main_container(uid: &str) -> anyhow::Result<String> {
 /// The error text: no body, or `docker exec` failed.
 pub fn http_get_in(id: &str, addr: &str) -> Result<String, String> {
     let (ip, port) = addr.split_once(':').unwrap_or((addr, "80"));
-    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} {port}");
+    // busybox nc's -w bounds the connect only: `timeout` bounds the whole request.
+    let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 10 nc -w 3 {ip} {port}");
     match docker(&["exec", id, "sh", "-c", &script]) {
         Ok(out) => out
             .split("\r\n\r\n")

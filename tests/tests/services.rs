@@ -156,6 +156,62 @@ async fn scenario(
         )) && conf.contains("options ndots:5"),
         "{conf}"
     );
+    // A headless Service resolves to its pods' IPs; an ExternalName one to its CNAME.
+    let headless: Service = serde_json::from_value(json!({
+        "metadata": { "name": "web-pods" },
+        "spec": { "clusterIP": "None", "selector": { "app": "web" },
+            "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] }
+    }))?;
+    services.create(&pp, &headless).await?;
+    let external: Service = serde_json::from_value(json!({
+        "metadata": { "name": "elsewhere" },
+        "spec": { "type": "ExternalName", "externalName": "web.example.org" }
+    }))?;
+    services.create(&pp, &external).await?;
+    let mut pod_ips = Vec::new();
+    for p in ["web-a", "web-b"] {
+        pod_ips.push(
+            pods.get(p)
+                .await?
+                .status
+                .and_then(|s| s.pod_ip)
+                .context("pod IP")?,
+        );
+    }
+    let headless_name = format!("web-pods.{ns}.svc.cluster.local");
+    wait_for(
+        "the headless Service resolves to both pods",
+        Duration::from_secs(30),
+        || async {
+            let out = docker(&["exec", &id, "nslookup", &headless_name]).unwrap_or_default();
+            Ok(pod_ips
+                .iter()
+                .all(|ip| out.contains(ip.as_str()))
+                .then_some(()))
+        },
+    )
+    .await?;
+    let cname = wait_for(
+        "the ExternalName Service resolves to its CNAME",
+        Duration::from_secs(30),
+        || async {
+            // busybox nslookup prints the alias; the target itself is not resolvable offline.
+            let out = match docker(&[
+                "exec",
+                &id,
+                "nslookup",
+                "-type=CNAME",
+                &format!("elsewhere.{ns}.svc.cluster.local"),
+            ]) {
+                Ok(out) => out,
+                Err(e) => e.to_string(),
+            };
+            Ok(out.contains("web.example.org").then_some(out))
+        },
+    )
+    .await?;
+    ensure!(cname.contains("canonical name"), "{cname}");
+
     // By short name (search domains) and by FQDN, as the pod's resolver finds them.
     for name in ["web:80".to_owned(), format!("{fqdn}:80")] {
         let body = fetch(&id, &name).map_err(|e| anyhow::anyhow!("GET {name}: {e}"))?;

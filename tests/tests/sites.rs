@@ -7,7 +7,8 @@
 //! Node's `spec.podCIDR`, a pod reaches a pod of another node of its site by IP (edgecore
 //! routes to its site peers' pod CIDRs) and does not reach the other site's directly, and a
 //! Service backed by pods of both sites answers from both, by cluster IP, short name and
-//! FQDN (the other site's pod through cloudhub, relayed over its node's session).
+//! FQDN (the other site's pod through cloudhub, relayed over its node's session); with the
+//! link cut, the site's own endpoint answers every request by name.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -27,7 +28,7 @@ use verge_testkit::netns_docker::NetnsDocker;
 struct SiteEdge {
     edge: Edge,
     docker: NetnsDocker,
-    _netns: EdgeNetns,
+    netns: EdgeNetns,
 }
 
 async fn site_edge(
@@ -52,7 +53,7 @@ async fn site_edge(
     Ok(SiteEdge {
         edge,
         docker,
-        _netns: netns,
+        netns,
     })
 }
 
@@ -163,7 +164,7 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
     }
     // Site 0: p0 (edge 0) reaches p1 (edge 1) by its IP, once edge 0 routes to its peer.
     let get = |ip: Ipv4Addr| {
-        let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {ip} 8080");
+        let script = format!("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | timeout 10 nc -w 3 {ip} 8080");
         edges[0]
             .docker
             .docker(&["exec", &client_id, "sh", "-c", &script])
@@ -198,7 +199,7 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         .and_then(|s| s.cluster_ip)
         .context("cluster IP")?;
     let fetch = |target: &str| {
-        let script = format!("printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 3 {target} 80");
+        let script = format!("printf 'GET / HTTP/1.0\r\n\r\n' | timeout 10 nc -w 3 {target} 80");
         edges[0]
             .docker
             .docker(&["exec", &client_id, "sh", "-c", &script])
@@ -225,5 +226,21 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(target)))?;
         ensure!(seen.len() == 2, "{seen:?}");
     }
+
+    // Edge 0's link to the cloud is cut: once its session is gone, the Service keeps working
+    // by name from the site's own endpoint (p1), and every request is answered.
+    edges[0].netns.cut()?;
+    let name = format!("web.{ns}.svc.cluster.local");
+    verge_e2e::wait_for(
+        "offline, the site's own endpoint answers every request",
+        Duration::from_secs(90),
+        || async {
+            let answers: Vec<String> = (0..8).filter_map(|_| fetch(&name).ok()).collect();
+            Ok((answers.len() == 8 && answers.iter().all(|a| a.contains("p1"))).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(&name)))?;
+    edges[0].netns.heal()?;
     Ok(())
 }

@@ -36,6 +36,10 @@ use super::model::{Backend, Protocol, ServicePort};
 /// The tunnel's default port on the pod network's gateway (`network.serviceTunnelPort`).
 pub const DEFAULT_PORT: u16 = 15001;
 
+/// How long cloudhub may take to answer a dial (its own connect timeout is 5 s by default);
+/// a session that died without edgehub noticing yet must not hold the pod's connection.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The proxy's current plan, shared with the tunnel.
 pub type Plan = Arc<Vec<ServicePort>>;
 
@@ -151,7 +155,14 @@ async fn carry(
         })),
     };
     let _ = frames.send(dial).await;
-    let inbound = match session.client.dial(ReceiverStream::new(rx)).await {
+    let dialled = tokio::time::timeout(DIAL_TIMEOUT, session.client.dial(ReceiverStream::new(rx)))
+        .await
+        .unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(format!(
+                "no answer within {DIAL_TIMEOUT:?}"
+            )))
+        });
+    let inbound = match dialled {
         Ok(response) => response.into_inner(),
         Err(status) => {
             let reason = format!(
