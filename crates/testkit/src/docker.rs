@@ -111,9 +111,37 @@ pub const MANAGED_LABEL: &str = "io.verge.managed";
 /// `docker ps` or `docker rm` cannot be run or fail.
 pub fn remove_managed_containers(node: impl Fn(&str) -> bool) -> anyhow::Result<usize> {
     let removed = remove_labelled(&["ps", "-a"], &["rm", "-f"], &node)?;
+    // The Service rules of each pod network (edgecore's nftables table `ip verge-<bridge>`)
+    // go with it: they stay when edgecore stops, and a stale table would keep capturing this
+    // host's own connections to cluster IPs (its `nat-output` chain).
+    let bridges = managed_bridges(&node);
     // Best effort: a network still used by a container another process just made stays.
     let _ = remove_labelled(&["network", "ls"], &["network", "rm"], &node);
+    for bridge in bridges {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", &format!("verge-{bridge}")])
+            .output();
+    }
     Ok(removed)
+}
+
+/// The bridge devices of the managed networks whose node `node` accepts.
+fn managed_bridges(node: &impl Fn(&str) -> bool) -> Vec<String> {
+    let filter = format!("label={MANAGED_LABEL}");
+    let format = format!(
+        "{{{{index .Labels \"{MANAGED_LABEL}\"}}}} {{{{index .Options \"com.docker.network.bridge.name\"}}}}"
+    );
+    let Ok(ids) = docker(&["network", "ls", "-q", "--filter", &filter]) else {
+        return Vec::new();
+    };
+    ids.lines()
+        .filter(|id| !id.is_empty())
+        .filter_map(|id| docker(&["network", "inspect", "-f", &format, id]).ok())
+        .filter_map(|line| {
+            let (n, bridge) = line.trim().split_once(' ')?;
+            (node(n) && !bridge.is_empty()).then(|| bridge.to_owned())
+        })
+        .collect()
 }
 
 /// `docker <list> --filter label=MANAGED_LABEL` and `docker <remove>` of the objects whose
