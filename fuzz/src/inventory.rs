@@ -5,15 +5,15 @@
 //! ([`NodeState::plan_objects`]), i.e. every message an inventory can make edgecontroller
 //! send.
 //!
-//! Properties: nothing panics; only managed types are held, and of type node only the
-//! node's own Node; the diff of a set with itself is empty and against nothing is every
+//! Properties: nothing panics; only managed types are held (Nodes of any name: the node's
+//! own and its site peers'); the diff of a set with itself is empty and against nothing is every
 //! key; every planned message has a wire form that reads back (cloudhub would otherwise end
 //! the controller's stream) and that cloudhub accepts for the node.
 
 use std::collections::BTreeMap;
 
 use prost::Message as _;
-use verge_core::{Kind, ResourceType};
+use verge_core::Kind;
 use verge_edgecontroller::desired::{self, Versions};
 use verge_edgecontroller::downstream::{Contents, NodeState};
 use verge_proto::{Inventory, Message};
@@ -32,13 +32,9 @@ pub fn check_inventory(node: &str, inventory: &Inventory) {
         return;
     }
     let held = desired::held_from_inventory(node, inventory);
-    let own = desired::node_key(node);
     for key in held.keys() {
+        // Node entries of any name: its own and its site peers' (trimmed) Nodes.
         assert!(desired::is_managed(key.kind), "{key} is not managed");
-        assert!(
-            key.kind != ResourceType::Node || *key == own,
-            "another node's Node {key} is held"
-        );
     }
     diffs(&held);
     plan(node, inventory, held.len());

@@ -81,7 +81,11 @@ fn inventory_seed_holds_managed_objects() {
         crate::inventory::check(&bytes);
         let inventory = Inventory::decode(bytes.as_slice()).expect("inventory");
         let held = verge_edgecontroller::desired::held_from_inventory("edge-1", &inventory);
-        assert_eq!(held.len(), 4, "pod, configmap, secret, own node");
+        assert_eq!(
+            held.len(),
+            5,
+            "pod, configmap, secret, own node, a site peer's node"
+        );
     }
 }
 

@@ -10,9 +10,10 @@ use crate::error::{Error, Result};
 use crate::twins::TwinTable;
 
 /// redb's page cache (read cache and write buffer), bytes. redb's default is 1 GiB, which
-/// keeps every page ever read or written resident: with 1,000 Services and their
-/// EndpointSlices stored, edgecore grew by about 20 MiB (`cargo xtask bench net`). The
-/// operating system's page cache still holds the file; this bounds only redb's own copy.
+/// lets every page ever read or written stay resident as the store grows; the operating
+/// system's page cache still holds the file, this bounds only redb's own copy. (It is not
+/// what makes edgecore grow with 1,000 Services in `cargo xtask bench net`: that growth was
+/// the same with and without the bound.)
 pub const CACHE_BYTES: usize = 4 * 1024 * 1024;
 
 /// A handle to the store; cheap to clone (shares one redb [`Database`]).
