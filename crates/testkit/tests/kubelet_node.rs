@@ -160,9 +160,9 @@ async fn crash_then_start_again(cp: &verge_testkit::ControlPlane) -> anyhow::Res
     Ok(())
 }
 
-/// The user name the API server sees for the token and CA a probe pod printed
-/// (`TOKEN=<jwt>` then the CA PEM), connecting to `https://10.96.0.1:443`.
-async fn in_cluster_user(logs: &str) -> anyhow::Result<String> {
+/// The user name the API server at `server` sees for the token and CA a probe pod printed
+/// (`TOKEN=<jwt>` then the CA PEM).
+async fn in_cluster_user(logs: &str, server: &str) -> anyhow::Result<String> {
     let token = logs
         .lines()
         .find_map(|l| l.strip_prefix("TOKEN="))
@@ -176,7 +176,7 @@ async fn in_cluster_user(logs: &str) -> anyhow::Result<String> {
     let kubeconfig = serde_json::json!({
         "apiVersion": "v1", "kind": "Config",
         "clusters": [{"name": "in-cluster", "cluster": {
-            "server": "https://10.96.0.1:443", "certificate-authority": ca_path}}],
+            "server": server, "certificate-authority": ca_path}}],
         "users": [{"name": "pod", "user": {"token": token}}],
         "contexts": [{"name": "pod", "context": {"cluster": "in-cluster", "user": "pod"}}],
         "current-context": "pod",
@@ -274,10 +274,12 @@ async fn exercise(cp: &verge_testkit::ControlPlane, node: &KubeletNode) -> anyho
             anyhow::ensure!(logs.contains(want), "probe log lacks {want}: {logs}");
         }
 
-        // The pod's in-cluster configuration, used from the host through the same Service
-        // address: the CA verifies the API server as 10.96.0.1, and the projected token
-        // authenticates as the pod's service account.
-        let user = in_cluster_user(&logs).await?;
+        // The pod's in-cluster configuration, used from the host: the CA verifies the API
+        // server and the projected token authenticates as the pod's service account. To the
+        // API server's own address, not 10.96.0.1: on this shared host an edge node's Service
+        // rules (each edgecore programs the host it runs on, as kube-proxy does) may take the
+        // host's own connections to cluster IPs; the pod above used 10.96.0.1.
+        let user = in_cluster_user(&logs, cp.server_url()).await?;
         anyhow::ensure!(
             user == format!("system:serviceaccount:{ns}:default"),
             "the pod's token authenticates as {user}"
