@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 
 /// The way the binaries are built, in the stamp: a cache built another way is built again.
-const BUILD_REVISION: &str = "nodeconformance-1";
+const BUILD_REVISION: &str = "nodeconformance-network-2";
 
 /// The cache of one release's conformance binaries: `~/.cache/verge/conformance/v<version>`,
 /// holding `src/` (the Go module), `bin/e2e.test`, `bin/agnhost` and the stamp `complete`.
@@ -31,8 +31,8 @@ impl E2eBuild {
         }
     }
 
-    /// The e2e test binary: the spec packages `test/e2e/common/{node,storage}` with the e2e
-    /// framework (`xtask/assets/conformance/nodeconformance`), `go test -c`.
+    /// The e2e test binary: the spec packages `test/e2e/common/{node,storage,network}` and
+    /// `test/e2e/network` with the e2e framework (`xtask/assets/conformance/nodeconformance`), `go test -c`.
     pub fn e2e_test(&self) -> PathBuf {
         self.cache_dir.join("bin").join("e2e.test")
     }

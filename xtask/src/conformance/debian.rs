@@ -77,6 +77,84 @@ impl Archive {
         Ok(out_dir)
     }
 
+    /// Downloads binary packages `names` with everything they depend on (as `apt-get install`
+    /// onto an empty system, without recommends) and unpacks each into `root` with
+    /// `dpkg-deb -x`, without running any maintainer script; then drops documentation,
+    /// links `/lib` and `/lib64` to their `/usr` directories as Debian's merged `/usr` has
+    /// them (when `root` lacks them) and writes the dynamic linker's cache
+    /// (`ldconfig -r root`). Returns how many packages were unpacked.
+    ///
+    /// # Errors
+    /// apt, `dpkg-deb` or `ldconfig` fail.
+    pub fn install_closure(&self, names: &[&str], root: &Path) -> anyhow::Result<usize> {
+        let dir = self.fresh_dir("closure")?;
+        let status = dir.join("status");
+        std::fs::write(&status, "")?;
+        let archives = dir.join("archives");
+        std::fs::create_dir_all(archives.join("partial"))?;
+        let mut args = vec![
+            "-o".to_owned(),
+            format!("Dir::State::status={}", status.display()),
+            "-o".to_owned(),
+            format!("Dir::Cache={}", dir.display()),
+            "-o".to_owned(),
+            format!("Dir::Cache::Archives={}", archives.display()),
+            "-q".to_owned(),
+            "-y".to_owned(),
+            "--download-only".to_owned(),
+            "--no-install-recommends".to_owned(),
+            "install".to_owned(),
+        ];
+        args.extend(names.iter().map(|n| (*n).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.apt(&args, &dir)?;
+        let mut count = 0;
+        for entry in std::fs::read_dir(&archives)? {
+            let deb = entry?.path();
+            if deb.extension().is_none_or(|e| e != "deb") {
+                continue;
+            }
+            let out = Command::new("dpkg-deb")
+                .arg("-x")
+                .arg(&deb)
+                .arg(root)
+                .output()
+                .context("running dpkg-deb")?;
+            ensure!(
+                out.status.success(),
+                "dpkg-deb -x {} failed: {}",
+                deb.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            count += 1;
+        }
+        for docs in [
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/info",
+            "usr/share/locale",
+        ] {
+            let _ = std::fs::remove_dir_all(root.join(docs));
+        }
+        for link in ["lib", "lib64"] {
+            if !root.join(link).exists() && root.join("usr").join(link).is_dir() {
+                std::os::unix::fs::symlink(format!("usr/{link}"), root.join(link))?;
+            }
+        }
+        let out = Command::new("ldconfig")
+            .arg("-r")
+            .arg(root)
+            .output()
+            .context("running ldconfig")?;
+        ensure!(
+            out.status.success(),
+            "ldconfig -r {} failed: {}",
+            root.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(count)
+    }
+
     /// Downloads the files of source package `name` (`apt-get source --download-only`: the
     /// upstream `.orig` tarball, Debian's changes and the `.dsc`); returns their directory.
     ///

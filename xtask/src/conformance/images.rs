@@ -26,23 +26,26 @@ pub struct E2eImage {
 enum Kind {
     Agnhost,
     Busybox,
+    DnsTesting,
+    Nginx,
     NonRoot,
     Nonewprivs,
     Pause,
 }
 
-/// The images of 1.37's `manifest.go` that the `[NodeConformance]` specs of
-/// `test/e2e/common/{node,storage}` use (learned with `--ginkgo.dry-run` and the specs'
-/// sources; nginx is used only by `[Slow]` ones and httpd by none).
-pub const IMAGES: [E2eImage; 6] = [
+/// The images of 1.37's `manifest.go` that the selected specs use: the `[NodeConformance]`
+/// specs of `test/e2e/common/{node,storage,network}` and the sig-network `[Conformance]` specs
+/// of `test/e2e/network` (learned with `--ginkgo.dry-run` and the specs' sources).
+pub const IMAGES: [E2eImage; 7] = [
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
         how: "agnhost built from test/images/agnhost of the Kubernetes module (static Go binary) \
               on busybox 1.37; /agnhost-2 link, /uploads, porter's localhost.crt/key \
               and the user-defined-in-image user (uid 1000, gid 50000) as upstream's Dockerfile; \
-              /bin/bash is Debian's bash-static (upstream's alpine image installs bash) and \
-              /bin/curl a script running busybox wget (`curl <url>` as the hook specs call it); \
-              ENTRYPOINT /agnhost, CMD pause",
+              /bin/bash is Debian's bash-static and the network tools of upstream's alpine \
+              image come from Debian trixie's packages (NET_TOOLS: OpenBSD nc, BIND's dig, \
+              host and nslookup, curl, getent) in /usr/bin, ahead of busybox's applets on \
+              PATH; /bin/sh stays busybox's; ENTRYPOINT /agnhost, CMD pause",
         kind: Kind::Agnhost,
     },
     E2eImage {
@@ -53,11 +56,18 @@ pub const IMAGES: [E2eImage; 6] = [
     },
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1",
-        how: "busybox 1.37 as above (linked statically with glibc): the \
-              `hostnameOverride` specs run `hostname` and `hostname -f` in it; upstream's is \
-              Debian bookworm-slim with dnsutils and coredns, which no spec of this selection \
-              uses",
-        kind: Kind::Busybox,
+        how: "busybox 1.37 as above with Debian trixie's BIND dig and glibc's getent \
+              (DNS_TOOLS) in /usr/bin: the DNS specs' glibc prober runs dig and getent in it, \
+              the `hostnameOverride` specs busybox's `hostname`; upstream's is Debian \
+              bookworm-slim with dnsutils",
+        kind: Kind::DnsTesting,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/nginx:1.27.0-2",
+        how: "a stand-in: busybox 1.37's httpd serving /usr/share/nginx/html on port 80 \
+              (upstream's is nginx on alpine); the EndpointSlice and Endpoints specs that use \
+              it only need a running pod with an IP",
+        kind: Kind::Nginx,
     },
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/nonroot:1.5",
@@ -81,7 +91,17 @@ pub const IMAGES: [E2eImage; 6] = [
 /// The label every image made here carries, and its value for the current way of making
 /// them; an image without it (or with another value) is made again.
 pub const REVISION_LABEL: &str = "verge.conformance.revision";
-const REVISION: &str = "3-busybox-1.37-upstream";
+const REVISION: &str = "4-busybox-1.37-debian-net-tools";
+
+/// Debian packages agnhost gets: the tools of upstream's alpine image the network specs run
+/// (`nc -t`/`-u`, `dig`, `nslookup`, `curl --interface`, `getent`).
+const NET_TOOLS: [&str; 4] = ["netcat-openbsd", "bind9-dnsutils", "curl", "libc-bin"];
+
+/// Debian packages glibc-dns-testing gets (`dig`, `getent`).
+const DNS_TOOLS: [&str; 2] = ["bind9-dnsutils", "libc-bin"];
+
+/// The Debian release the tools come from (the busybox's).
+const TOOLS_SUITE: &str = "trixie";
 
 /// Makes every image of [`IMAGES`] that Docker lacks (or holds from an older revision);
 /// prints which exist and which it made.
@@ -90,6 +110,7 @@ const REVISION: &str = "3-busybox-1.37-upstream";
 /// Docker, the compiler, apt, package installation or file writes fail.
 pub fn ensure_images(build: &E2eBuild) -> anyhow::Result<()> {
     let mut busybox = None;
+    let mut archive = None;
     for image in IMAGES {
         if docker::image_exists(image.reference) && revision(image.reference) == REVISION {
             eprintln!("conformance:   {} exists", image.reference);
@@ -116,7 +137,34 @@ pub fn ensure_images(build: &E2eBuild) -> anyhow::Result<()> {
             }
             Kind::Agnhost => {
                 base(root.path())?;
+                tools(&mut archive, root.path(), &NET_TOOLS)?;
+                std::os::unix::fs::symlink("nc.openbsd", root.path().join("usr/bin/nc"))?;
                 agnhost(build, root.path(), image.reference, &label)?;
+            }
+            Kind::DnsTesting => {
+                base(root.path())?;
+                tools(&mut archive, root.path(), &DNS_TOOLS)?;
+                docker::import_rootfs(
+                    root.path(),
+                    image.reference,
+                    &[TOOLS_PATH, r#"CMD ["/bin/sh"]"#, &label],
+                )?;
+            }
+            Kind::Nginx => {
+                base(root.path())?;
+                let html = root.path().join("usr/share/nginx/html");
+                std::fs::create_dir_all(&html)?;
+                std::fs::write(html.join("index.html"), "Welcome to nginx!\n")?;
+                docker::import_rootfs(
+                    root.path(),
+                    image.reference,
+                    &[
+                        "ENV PATH=/bin",
+                        r#"CMD ["httpd", "-f", "-p", "80", "-h", "/usr/share/nginx/html"]"#,
+                        "EXPOSE 80",
+                        &label,
+                    ],
+                )?;
             }
             Kind::NonRoot => {
                 base(root.path())?;
@@ -142,17 +190,37 @@ fn revision(reference: &str) -> String {
     docker::docker(&["image", "inspect", "-f", &format, reference]).unwrap_or_default()
 }
 
-/// agnhost's `/bin/curl`: the URL (the last argument not starting with `-`) fetched with
-/// busybox wget, its body on stdout; the specs call `curl <url>` from hooks.
-const CURL_SHIM: &str = "#!/bin/sh\n\
-# curl stand-in (busybox wget): the body of the last non-option argument on stdout\n\
-url=\n\
-for a in \"$@\"; do case \"$a\" in -*) ;; *) url=$a ;; esac; done\n\
-exec wget -q -O - \"$url\"\n";
+/// `PATH` of the images with Debian's tools: theirs ahead of busybox's applets.
+const TOOLS_PATH: &str = "ENV PATH=/usr/local/bin:/usr/bin:/bin";
+
+/// Unpacks Debian `packages` with their dependencies into `root` (the archive's lists are
+/// fetched once per [`ensure_images`]) and writes its `/etc/nsswitch.conf` as Debian's.
+fn tools(
+    archive: &mut Option<super::debian::Archive>,
+    root: &Path,
+    packages: &[&str],
+) -> anyhow::Result<()> {
+    if archive.is_none() {
+        *archive = Some(super::debian::Archive::new(TOOLS_SUITE, false)?);
+    }
+    let Some(archive) = archive.as_ref() else {
+        bail!("no Debian archive");
+    };
+    let count = archive.install_closure(packages, root)?;
+    eprintln!(
+        "conformance:     {} Debian {TOOLS_SUITE} packages for {}",
+        count,
+        packages.join(", ")
+    );
+    std::fs::write(
+        root.join("etc/nsswitch.conf"),
+        "passwd: files\ngroup: files\nhosts: files dns\nnetworks: files\n",
+    )?;
+    Ok(())
+}
 
 /// The agnhost image in `root` (see [`IMAGES`]).
 fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
     std::fs::copy(build.agnhost(), root.join("agnhost"))
         .with_context(|| format!("copying {}", build.agnhost().display()))?;
     std::os::unix::fs::symlink("agnhost", root.join("agnhost-2"))?;
@@ -174,14 +242,11 @@ fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyho
     let bash = super::busybox::ensure_bash(&build.cache_dir)?;
     std::fs::copy(&bash, root.join("bin/bash"))
         .with_context(|| format!("copying {}", bash.display()))?;
-    let curl = root.join("bin/curl");
-    std::fs::write(&curl, CURL_SHIM)?;
-    std::fs::set_permissions(&curl, std::fs::Permissions::from_mode(0o755))?;
     docker::import_rootfs(
         root,
         reference,
         &[
-            "ENV PATH=/bin",
+            TOOLS_PATH,
             r#"ENTRYPOINT ["/agnhost"]"#,
             r#"CMD ["pause"]"#,
             "EXPOSE 80 8080 8081 9376 5000",

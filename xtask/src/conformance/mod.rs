@@ -1,7 +1,8 @@
 //! `cargo xtask conformance`: the upstream `[NodeConformance]` specs of
-//! `test/e2e/common/{node,storage}` of the pinned Kubernetes release, run unmodified against
+//! `test/e2e/common/{node,storage,network}` (issue 15) and sig-network's `[Conformance]` specs
+//! of `test/e2e/network` (issue 32) of the pinned Kubernetes release, run unmodified against
 //! the quickstart cluster (its only schedulable node is the Verge edge node), with the
-//! results written to `docs/conformance.md` (issue 15).
+//! results written to `docs/conformance.md`.
 //!
 //! Steps: [`build`] (`e2e.test` and agnhost from the release's Go module, cached under
 //! `~/.cache/verge/conformance/v<version>/`), [`images`] (the e2e images under their exact
@@ -29,7 +30,8 @@ use crate::{local, quickstart};
 /// Arguments of `cargo xtask conformance`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `--ginkgo.focus` regex: run only the matching `[NodeConformance]` specs (default: all).
+    /// `--ginkgo.focus` regex: run only the matching specs of the selection (default: all;
+    /// e.g. `'\[sig-network\]'` for the networking ones).
     #[arg(long, conflicts_with = "subset")]
     pub focus: Option<String>,
     /// Run the CI subset (a few quick specs of each area, `subset.rs`) and write the results

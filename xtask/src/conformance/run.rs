@@ -40,11 +40,17 @@ pub const EXCLUSIONS: [Exclusion; 4] = [
     },
 ];
 
-/// The specs of the issue: `[NodeConformance]` in the two packages (`--ginkgo.focus-file`).
-pub const FOCUS_FILE: &str = "test/e2e/common/(node|storage)/";
+/// The packages the specs come from (`--ginkgo.focus-file`): the node-conformance ones
+/// (`test/e2e/common/{node,storage,network}`) and sig-network's (`test/e2e/network`).
+pub const FOCUS_FILE: &str = "test/e2e/(common/(node|storage|network)|network)/";
 
-/// The default focus: every `[NodeConformance]` spec.
-pub const DEFAULT_FOCUS: &str = r"\[NodeConformance\]";
+/// `--ginkgo.label-filter`: specs labelled `NodeConformance` or `Conformance`.
+pub const LABEL_FILTER: &str = "NodeConformance || Conformance";
+
+/// The default focus: every `[NodeConformance]` spec and sig-network's `[Conformance]` ones
+/// (the label filter admits only those; a `[Conformance]` spec of the node packages that is
+/// not `[NodeConformance]` is neither).
+pub const DEFAULT_FOCUS: &str = r"\[NodeConformance\]|\[sig-network\]";
 
 /// One e2e.test invocation.
 #[derive(Debug, Clone)]
@@ -58,7 +64,7 @@ pub struct E2eRun {
     pub procs: usize,
     /// The release's sources (`--repo-root`).
     pub repo_root: PathBuf,
-    /// `--ginkgo.focus` (within the `[NodeConformance]` label).
+    /// `--ginkgo.focus` (within [`LABEL_FILTER`]).
     pub focus: String,
     /// Where the report, the log and e2e's output go.
     pub out_dir: PathBuf,
@@ -79,7 +85,7 @@ impl E2eRun {
     fn selection(&self, cmd: &mut Command) {
         cmd.arg(format!("--ginkgo.focus={}", self.focus))
             .arg(format!("--ginkgo.focus-file={FOCUS_FILE}"))
-            .arg("--ginkgo.label-filter=NodeConformance")
+            .arg(format!("--ginkgo.label-filter={LABEL_FILTER}"))
             .arg("--ginkgo.no-color")
             .arg(format!("--repo-root={}", self.repo_root.display()))
             .arg(format!("--e2e-output-dir={}", self.out_dir.display()));
@@ -141,7 +147,7 @@ impl E2eRun {
         cmd.arg(format!("--procs={}", self.procs))
             .arg(format!("--focus={}", self.focus))
             .arg(format!("--focus-file={FOCUS_FILE}"))
-            .arg("--label-filter=NodeConformance")
+            .arg(format!("--label-filter={LABEL_FILTER}"))
             .arg(format!("--skip={}", Self::skip_regex()))
             .arg(format!("--junit-report={}", report.display()))
             .arg(format!("--timeout={}s", timeout.as_secs()))

@@ -12,6 +12,11 @@
 //! - `<a-b-c-d>.<ns>.pod.<zone>`: `A` a.b.c.d (CoreDNS's `pods insecure`, its default);
 //! - any other name in the zone: `NXDOMAIN`; a name of the zone with no record of the asked
 //!   type: no data. Names outside the zone are not ours (forwarded).
+//!
+//! In `in-addr.arpa`, as CoreDNS's `kubernetes <zone> in-addr.arpa` with `fallthrough`:
+//! `d.c.b.a.in-addr.arpa` has a `PTR` to `<service>.<ns>.svc.<zone>` when a.b.c.d is a
+//! Service's cluster IP, and to `<hostname or a-b-c-d>.<service>.<ns>.svc.<zone>` when it is a
+//! published endpoint of a headless Service; any other address is not ours (forwarded).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -35,6 +40,8 @@ pub enum QueryType {
     Srv,
     /// `CNAME`.
     Cname,
+    /// `PTR`.
+    Ptr,
     /// Any other type.
     Other,
 }
@@ -46,6 +53,8 @@ pub enum Record {
     A(Ipv4Addr),
     /// An alias, fully qualified without the final dot.
     Cname(String),
+    /// A reverse pointer to a name, fully qualified without the final dot.
+    Ptr(String),
     /// A service location.
     Srv {
         /// The port.
@@ -99,6 +108,8 @@ impl Entry {
 pub struct ClusterNames {
     zone: String,
     services: BTreeMap<(String, String), Entry>,
+    /// `in-addr.arpa` names: cluster IPs and headless endpoints to their names.
+    reverse: BTreeMap<Ipv4Addr, String>,
 }
 
 impl ClusterNames {
@@ -107,6 +118,7 @@ impl ClusterNames {
         let mut out = Self {
             zone: zone.trim_end_matches('.').to_ascii_lowercase(),
             services: BTreeMap::new(),
+            reverse: BTreeMap::new(),
         };
         for service in services {
             let ns = service.metadata.namespace.clone().unwrap_or_default();
@@ -156,12 +168,39 @@ impl ClusterNames {
                 }
             }
         }
+        out.reverse = out.reverse_names();
         out
+    }
+
+    /// The `PTR` targets: each cluster IP to its Service's name, each published endpoint of a
+    /// headless Service to its endpoint name (the first Service in name order wins an address
+    /// two of them share).
+    fn reverse_names(&self) -> BTreeMap<Ipv4Addr, String> {
+        let mut reverse = BTreeMap::new();
+        for ((ns, service), entry) in &self.services {
+            let fqdn = format!("{service}.{ns}.svc.{}", self.zone);
+            if let Some(ip) = entry.cluster_ip.filter(|_| entry.external_name.is_none()) {
+                reverse.entry(ip).or_insert_with(|| fqdn.clone());
+            }
+            if entry.headless {
+                for e in entry.published() {
+                    if let Some(ip) = e.ip {
+                        reverse
+                            .entry(ip)
+                            .or_insert_with(|| format!("{}.{fqdn}", endpoint_label(e)));
+                    }
+                }
+            }
+        }
+        reverse
     }
 
     /// The answer to `name` (with or without the final dot, any case) of type `qtype`.
     pub fn answer(&self, name: &str, qtype: QueryType) -> Answer {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(reversed) = name.strip_suffix(".in-addr.arpa") {
+            return self.pointer(reversed, qtype);
+        }
         let Some(rest) = name.strip_suffix(&self.zone).and_then(|r| {
             if r.is_empty() {
                 Some("")
@@ -192,6 +231,25 @@ impl ClusterNames {
             }
             [host, service, ns, "svc"] => self.endpoint(ns, service, host, qtype),
             _ => Answer::NxDomain,
+        }
+    }
+
+    /// `reversed` is `d.c.b.a` of `d.c.b.a.in-addr.arpa`.
+    fn pointer(&self, reversed: &str, qtype: QueryType) -> Answer {
+        let mut octets: Vec<&str> = reversed.split('.').collect();
+        octets.reverse();
+        let Some(target) = octets
+            .join(".")
+            .parse::<Ipv4Addr>()
+            .ok()
+            .and_then(|ip| self.reverse.get(&ip))
+        else {
+            return Answer::NotOurs;
+        };
+        if qtype == QueryType::Ptr {
+            Answer::Records(vec![Record::Ptr(target.clone())])
+        } else {
+            Answer::NoData
         }
     }
 

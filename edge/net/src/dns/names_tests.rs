@@ -109,3 +109,35 @@ fn external_names_and_pods() {
         Answer::NoData
     );
 }
+
+#[test]
+fn cluster_ips_and_headless_endpoints_have_pointers() {
+    let n = names();
+    assert_eq!(
+        n.answer("20.0.96.10.in-addr.arpa.", QueryType::Ptr),
+        Answer::Records(vec![Record::Ptr("web.shop.svc.cluster.local".into())])
+    );
+    assert_eq!(
+        n.answer("5.1.244.10.in-addr.arpa", QueryType::Ptr),
+        Answer::Records(vec![Record::Ptr("db-0.db.shop.svc.cluster.local".into())])
+    );
+    assert_eq!(
+        n.answer("6.2.244.10.in-addr.arpa", QueryType::Ptr),
+        Answer::Records(vec![Record::Ptr(
+            "10-244-2-6.db.shop.svc.cluster.local".into()
+        )])
+    );
+    assert_eq!(
+        n.answer("20.0.96.10.in-addr.arpa", QueryType::A),
+        Answer::NoData
+    );
+    // Not-ready endpoints, unknown addresses and partial names fall through to the node's
+    // resolver, as CoreDNS's `fallthrough in-addr.arpa`.
+    for name in [
+        "7.2.244.10.in-addr.arpa",
+        "1.1.168.192.in-addr.arpa",
+        "96.10.in-addr.arpa",
+    ] {
+        assert_eq!(n.answer(name, QueryType::Ptr), Answer::NotOurs, "{name}");
+    }
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
-use hickory_proto::rr::rdata::{A, CNAME, SRV};
+use hickory_proto::rr::rdata::{A, CNAME, PTR, SRV};
 use hickory_proto::rr::{Name, RData, Record as DnsRecord, RecordType};
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -39,6 +39,7 @@ pub fn answer(names: &ClusterNames, bytes: &[u8]) -> Option<Vec<u8>> {
         RecordType::AAAA => QueryType::Aaaa,
         RecordType::SRV => QueryType::Srv,
         RecordType::CNAME => QueryType::Cname,
+        RecordType::PTR => QueryType::Ptr,
         _ => QueryType::Other,
     };
     let name = query.name().to_ascii();
@@ -61,6 +62,7 @@ pub fn answer(names: &ClusterNames, bytes: &[u8]) -> Option<Vec<u8>> {
                 let rdata = match record {
                     Record::A(ip) => RData::A(A(ip)),
                     Record::Cname(target) => RData::CNAME(CNAME(fqdn(&target)?)),
+                    Record::Ptr(target) => RData::PTR(PTR(fqdn(&target)?)),
                     Record::Srv { port, target } => {
                         RData::SRV(SRV::new(0, 100, port, fqdn(&target)?))
                     }

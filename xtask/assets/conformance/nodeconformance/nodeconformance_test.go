@@ -1,7 +1,7 @@
 // Package nodeconformance is the e2e test binary of `cargo xtask conformance`: it links
-// only the spec packages test/e2e/common/node and test/e2e/common/storage of the pinned
-// release (the ones the [NodeConformance] selection comes from), whose specs run
-// unmodified, with the e2e framework's own flags and reporting. The full test/e2e binary
+// only the spec packages test/e2e/common/{node,storage,network} (the [NodeConformance]
+// selection) and test/e2e/network (sig-network's [Conformance] specs) of the pinned
+// release, whose specs run unmodified, with the e2e framework's own flags and reporting. The full test/e2e binary
 // links every other suite and the cloud providers besides, which makes a cold build much
 // longer; the specs it would run here are the same.
 // Copied by xtask/assets/conformance/build.sh into the cache's Go module.
@@ -22,6 +22,8 @@ import (
 	// The specs.
 	_ "k8s.io/kubernetes/test/e2e/common/node"
 	_ "k8s.io/kubernetes/test/e2e/common/storage"
+	_ "k8s.io/kubernetes/test/e2e/common/network"
+	_ "k8s.io/kubernetes/test/e2e/network"
 
 	// The framework's debug and node hooks, as the full binary links them.
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
@@ -43,5 +45,5 @@ func TestMain(m *testing.M) {
 func TestNodeConformance(t *testing.T) {
 	gomega.RegisterFailHandler(framework.Fail)
 	suiteConfig, reporterConfig := framework.CreateGinkgoConfig()
-	ginkgo.RunSpecs(t, "Verge node conformance (common/node, common/storage)", suiteConfig, reporterConfig)
+	ginkgo.RunSpecs(t, "Verge conformance (common/node, common/storage, common/network, network)", suiteConfig, reporterConfig)
 }
