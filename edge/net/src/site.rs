@@ -15,8 +15,6 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::Node;
 use tracing::{debug, info, warn};
-use verge_core::ResourceType;
-use verge_edge_store::MetaStore;
 
 /// The route protocol number marking this node's site routes.
 pub const ROUTE_PROTO: &str = "220";
@@ -35,11 +33,11 @@ pub struct Peer {
     pub address: Ipv4Addr,
 }
 
-/// The site peers among the stored Nodes: every Node other than `own` with a pod CIDR and an
-/// InternalIP (edgecontroller sends only peers), sorted by name.
-pub fn peers(store: &MetaStore, own: &str) -> Vec<Peer> {
-    let mut out: Vec<Peer> = crate::stored::list::<Node>(store, ResourceType::Node)
-        .into_iter()
+/// The site peers among `nodes` (the stored Nodes): every Node other than `own` with a pod
+/// CIDR and an InternalIP (edgecontroller sends only peers), sorted by name.
+pub fn peers(nodes: &[Node], own: &str) -> Vec<Peer> {
+    let mut out: Vec<Peer> = nodes
+        .iter()
         .filter(|n| n.metadata.name.as_deref() != Some(own))
         .filter_map(|n| {
             let pod_cidr = n.spec.as_ref()?.pod_cidr.as_deref()?.parse().ok()?;

@@ -1,11 +1,11 @@
-//! The CI subset of the `[NodeConformance]` selection (`cargo xtask conformance --subset`,
-//! run by `cargo xtask test`): a few specs of each area, chosen among the quick ones (a few
-//! seconds each, one liveness restart), so the run takes minutes while every area edged
-//! implements is exercised by Kubernetes' own specs. The full selection stays
+//! The CI subset of the selection (`cargo xtask conformance --subset`, run by
+//! `cargo xtask test`): a few specs of each area, chosen among the quick ones (a few seconds
+//! each, one liveness restart), so the run takes minutes while every area edged and the
+//! edge network implement is exercised by Kubernetes' own specs. The full selection stays
 //! `cargo xtask conformance`.
 
-/// The specs, each a unique part of its text (after `[sig-node] ` / `[sig-storage] `),
-/// grouped by area.
+/// The specs, each a unique part of its text (after `[sig-node] `, `[sig-storage] ` or
+/// `[sig-network] `), grouped by area.
 pub const SPECS: &[&str] = &[
     // Pods: updates, deadlines, readiness gates, service links, exec and logs through the API
     // server.
@@ -62,6 +62,16 @@ pub const SPECS: &[&str] = &[
      subdomain.",
     "Container Runtime blackbox test on terminated container should report termination \
      message if TerminationMessagePath is set [",
+    // Networking: pod IPs, Services (TCP and UDP on one port, node ports, session affinity),
+    // cluster DNS (A, SRV, PTR, CNAME; BIND's dig and glibc's resolver).
+    "Networking Granular Checks: Pods should function for intra-pod communication: udp [",
+    "Networking Granular Checks: Pods should function for node-pod communication: http [",
+    "Services should serve a basic endpoint from pods [",
+    "Services should serve endpoints on same port and different protocols [",
+    "Services should be able to create a functioning NodePort service [",
+    "Services should have session affinity work for service with type clusterIP [",
+    "DNS should provide DNS for services [",
+    "DNS should provide DNS for ExternalName services [",
 ];
 
 /// `--ginkgo.focus` of the subset: the [`SPECS`], regex-quoted, joined by `|`.

@@ -111,7 +111,15 @@ impl ClusterDns {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(RETRY), if retry => break,
                     ev = self.events.recv() => match ev {
-                        Ok(ev) if !(matches!(ev.key.kind, ResourceType::Service | ResourceType::EndpointSlice) || ev.key == own) => continue,
+                        // Its own Node: the gateway may have changed; the zone has not.
+                        Ok(ev) if ev.key == own => {
+                            let now = stored::pod_network(&self.store, &self.node)
+                                .and_then(|net| net.spec().gateway.parse::<Ipv4Addr>().ok());
+                            if now != gateway {
+                                break;
+                            }
+                        }
+                        Ok(ev) if !matches!(ev.key.kind, ResourceType::Service | ResourceType::EndpointSlice) => continue,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                             tokio::time::sleep(DEBOUNCE).await;
                             names_tx.send_replace(Arc::new(self.names()));

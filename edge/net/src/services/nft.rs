@@ -18,7 +18,9 @@
 //!   timeout, and a chain per backend that remembers the client and DNATs);
 //! - `filter-forward`, `filter-input`, `filter-output` (priority filter - 10, before Docker's
 //!   rules): a Service port without backends refuses new connections at once (TCP reset, ICMP
-//!   port unreachable) instead of sending them on to nowhere;
+//!   port unreachable) instead of sending them on to nowhere, and so does any other port of a
+//!   cluster IP (the `cluster-ips` set; served ports were DNATed away from it before these
+//!   hooks), as kube-proxy's nftables mode rejects traffic to invalid ports of cluster IPs;
 //! - `nat-postrouting`: masquerades marked connections and hairpin ones (a backend reaching
 //!   itself through its Service: the `hairpin` set of backend . backend pairs).
 //!
@@ -122,6 +124,11 @@ fn render_maps(s: &mut String, ports: &[ServicePort], targets: &[Vec<Backend>]) 
     elements(s, &closed);
     s.push_str("  }\n  set no-endpoint-nodeports {\n    type inet_proto . inet_service\n");
     elements(s, &closed_nodeports);
+    let cluster_ips: std::collections::BTreeSet<_> =
+        ports.iter().flat_map(|p| p.cluster_ips.iter()).collect();
+    let cluster_ips: Vec<String> = cluster_ips.iter().map(ToString::to_string).collect();
+    s.push_str("  }\n  set cluster-ips {\n    type ipv4_addr\n");
+    elements(s, &cluster_ips);
     let hairpin: std::collections::BTreeSet<_> = ports
         .iter()
         .flat_map(|p| p.backends.iter().map(|b| b.ip))
@@ -170,7 +177,8 @@ fn render_hooks(s: &mut String, scope: &Scope) {
          \x20   meta mark & {MASQUERADE_MARK:#x} == {MASQUERADE_MARK:#x} masquerade\n\
          \x20   ct status dnat ip saddr . ip daddr @hairpin masquerade\n  }}\n\
          \x20 chain reject-closed {{\n    meta l4proto tcp reject with tcp reset\n    reject\n  }}\n\
-         \x20 chain closed {{\n    ip daddr . meta l4proto . th dport @no-endpoints goto reject-closed\n  }}\n"
+         \x20 chain closed {{\n    ip daddr . meta l4proto . th dport @no-endpoints goto reject-closed\n\
+         \x20   ip daddr @cluster-ips goto reject-closed\n  }}\n"
     );
     let nodeports_closed = scope
         .node_ip

@@ -51,6 +51,12 @@ fn the_script_replaces_the_table_and_spreads_over_backends() {
     assert!(script.contains("ct status dnat ip saddr . ip daddr @hairpin masquerade"));
     assert!(script.contains("iifname \"vg00000001\" jump services"));
     assert!(script.contains("ip daddr 192.0.2.10 jump nodeports"));
+    // Any other port of a cluster IP is refused (served ones were DNATed before).
+    assert!(
+        script.contains("set cluster-ips {\n    type ipv4_addr\n    elements = { 10.96.0.20 }"),
+        "{script}"
+    );
+    assert!(script.contains("ip daddr @cluster-ips goto reject-closed"));
 }
 
 #[test]

@@ -71,6 +71,15 @@ type Bound = (SocketAddrV4, CancellationToken);
 /// What the site routes were last applied for: this node's pod CIDR and its peers.
 type SiteState = (Option<ipnet::Ipv4Net>, Vec<crate::site::Peer>);
 
+/// What the rules take from the stored Nodes: this node's pod network and zone, and its
+/// site peers. A Node change that leaves them as they were (a heartbeat) plans nothing.
+#[derive(Debug, Clone, PartialEq)]
+struct NodeInputs {
+    network: Option<PodNetwork>,
+    zone: Option<String>,
+    peers: Vec<crate::site::Peer>,
+}
+
 impl ServiceProxy {
     /// The proxy of node `node` (address `node_ip`) over `store`, following `events` (from
     /// metamanager), applying its rules with the `nft` binary at `nft`.
@@ -110,13 +119,14 @@ impl ServiceProxy {
 
     /// Programs the rules until `shutdown` (see the module docs).
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let own = ResourceKey::cluster(ResourceType::Node, &self.node);
         let mut last: Option<String> = None;
         let (plan_tx, plan_rx) = watch::channel(Plan::default());
         let mut bound: Option<Bound> = None;
         let mut last_site: Option<SiteState> = None;
         loop {
-            let (ports, mut scope, network, peers) = self.plan();
+            let inputs = self.node_inputs();
+            let (ports, mut scope) = self.plan(&inputs);
+            let NodeInputs { network, peers, .. } = inputs.clone();
             let site = (network.as_ref().map(PodNetwork::cidr), peers);
             if last_site.as_ref() != Some(&site) {
                 crate::site::apply(site.0, &site.1).await;
@@ -166,7 +176,9 @@ impl ServiceProxy {
                     () = tokio::time::sleep(RETRY), if failed => break,
                     () = session_change => break,
                     ev = self.events.recv() => match ev {
-                        Ok(ev) if !relevant(&ev.key, &own) => continue,
+                        Ok(ev) if !relevant(&ev.key) => continue,
+                        Ok(ev) if ev.key.kind == ResourceType::Node
+                            && self.node_inputs() == inputs => continue,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                             tokio::time::sleep(DEBOUNCE).await;
                             break;
@@ -216,35 +228,35 @@ impl ServiceProxy {
         }
     }
 
-    /// The plan for what the store holds now, the scope of its rules (without the tunnel)
-    /// and the node's pod network.
-    fn plan(
-        &self,
-    ) -> (
-        Vec<model::ServicePort>,
-        Scope,
-        Option<PodNetwork>,
-        Vec<crate::site::Peer>,
-    ) {
-        let node: Option<Node> = crate::stored::node(&self.store, &self.node);
-        let network = node
-            .as_ref()
-            .and_then(|n| n.spec.as_ref())
-            .and_then(|s| s.pod_cidr.as_deref())
-            .and_then(|cidr| PodNetwork::new(&self.node, cidr).ok());
-        let peers = crate::site::peers(&self.store, &self.node);
-        let zone = node
-            .as_ref()
-            .and_then(|n| n.metadata.labels.as_ref())
-            .and_then(|l| l.get(ZONE_LABEL).cloned());
+    /// What the rules take from the stored Nodes now (see [`NodeInputs`]).
+    fn node_inputs(&self) -> NodeInputs {
+        let nodes: Vec<Node> = crate::stored::list(&self.store, ResourceType::Node);
+        let own = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(self.node.as_str()));
+        NodeInputs {
+            network: own
+                .and_then(|n| n.spec.as_ref())
+                .and_then(|s| s.pod_cidr.as_deref())
+                .and_then(|cidr| PodNetwork::new(&self.node, cidr).ok()),
+            zone: own
+                .and_then(|n| n.metadata.labels.as_ref())
+                .and_then(|l| l.get(ZONE_LABEL).cloned()),
+            peers: crate::site::peers(&nodes, &self.node),
+        }
+    }
+
+    /// The plan for what the store holds now and the scope of its rules (without the tunnel).
+    fn plan(&self, inputs: &NodeInputs) -> (Vec<model::ServicePort>, Scope) {
         let ctx = NodeContext {
             node: self.node.clone(),
             node_ip: self.node_ip,
-            zone,
-            direct: network
+            zone: inputs.zone.clone(),
+            direct: inputs
+                .network
                 .iter()
                 .map(PodNetwork::cidr)
-                .chain(peers.iter().map(|p| p.pod_cidr))
+                .chain(inputs.peers.iter().map(|p| p.pod_cidr))
                 .collect(),
         };
         let services: Vec<Service> = crate::stored::list(&self.store, ResourceType::Service);
@@ -253,20 +265,21 @@ impl ServiceProxy {
         let ports = model::plan(&services, &slices, &ctx);
         let scope = Scope {
             table: self.table(),
-            bridge: network.as_ref().map(|n| n.spec().bridge.clone()),
+            bridge: inputs.network.as_ref().map(|n| n.spec().bridge.clone()),
             node_ip: self.node_ip,
             tunnel: None,
         };
-        (ports, scope, network, peers)
+        (ports, scope)
     }
 }
 
-/// Whether a change of `key` can change the rules.
-fn relevant(key: &ResourceKey, own: &ResourceKey) -> bool {
+/// Whether a change of `key` can change the rules (a Node's only when it changes the
+/// [`NodeInputs`]).
+fn relevant(key: &ResourceKey) -> bool {
     matches!(
         key.kind,
         ResourceType::Service | ResourceType::EndpointSlice | ResourceType::Node
-    ) || key == own
+    )
 }
 
 /// Runs `nft -f -` with `script` on its stdin.

@@ -25,13 +25,16 @@ use verge_core::ResourceKey;
 
 use crate::cache::{CacheEvent, Cached, Caches};
 use crate::desired;
+use crate::fingerprint::Fingerprint;
 pub use sender::{Contents, EdgeObjects, NodeState};
 pub use verge_controller::dispatch::Input;
 pub use verge_controller::retry;
 
-/// What is edgecontroller's own in the downstream task: its caches.
+/// What is edgecontroller's own in the downstream task: its caches, and the fingerprint of
+/// each edge Node's site peer view last compared with its peers' holdings.
 struct EdgeDownstream {
     caches: Caches,
+    peer_prints: BTreeMap<String, Fingerprint>,
 }
 
 /// Runs the downstream side until `shutdown` or until both input channels closed
@@ -43,7 +46,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let waiter = caches.clone();
-    let controller = EdgeDownstream { caches };
+    let controller = EdgeDownstream {
+        caches,
+        peer_prints: BTreeMap::new(),
+    };
     downstream::run(controller, waiter.wait_ready(), inputs, events, shutdown).await;
 }
 
@@ -83,7 +89,8 @@ impl Downstream for EdgeDownstream {
                     concerned.insert(node.clone());
                 }
                 // Its site peers (now, or holding it from before) when what they hold of it
-                // changes: its pod CIDR, address or site, not its heartbeats.
+                // changes: its pod CIDR, address or site, not its heartbeats. A heartbeat
+                // leaves the peer view's fingerprint as it was: then no peer is walked.
                 let site = match &object {
                     Some(Cached::Node(n)) => crate::site::site_of(n).map(str::to_owned),
                     _ => None,
@@ -94,6 +101,15 @@ impl Downstream for EdgeDownstream {
                     ))),
                     _ => None,
                 };
+                let print = view.as_ref().map(Cached::fingerprint);
+                let unchanged = print.is_some() && self.peer_prints.get(node) == print.as_ref();
+                match print {
+                    Some(print) => self.peer_prints.insert(node.clone(), print),
+                    None => self.peer_prints.remove(node),
+                };
+                if unchanged {
+                    return concerned;
+                }
                 let mut peers = nodes.holding(&key);
                 let mut site_members = BTreeSet::new();
                 if let Some(site) = &site {
