@@ -180,32 +180,45 @@ impl EdgeCore {
         });
         let sessions = handle.sessions();
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
-        let cluster_dns = self.config.network.cluster_dns.then(|| {
-            verge_edge_net::dns::ClusterDns::new(
-                self.store.clone(),
-                &self.config.node_name,
-                &self.config.network.cluster_domain,
-                meta.subscribe(),
-            )
-        });
-        let service_proxy = self.config.network.service_proxy.then(|| {
-            let node_ip = match self.config.edged.node_ip {
-                Some(std::net::IpAddr::V4(ip)) => Some(ip),
-                Some(std::net::IpAddr::V6(_)) => None,
-                None => edged::node::host::first_ipv4(),
-            };
-            let proxy = verge_edge_net::ServiceProxy::new(
-                self.store.clone(),
-                &self.config.node_name,
-                node_ip,
-                self.config.network.nft.clone(),
-                meta.subscribe(),
-            );
-            match self.config.network.service_tunnel {
-                true => proxy.with_tunnel(self.config.network.service_tunnel_port, sessions),
-                false => proxy,
-            }
-        });
+        // The Services and EndpointSlices, parsed once for the resolver and the proxy.
+        let catalog =
+            (self.config.network.cluster_dns || self.config.network.service_proxy).then(|| {
+                verge_edge_net::catalog::ServiceCatalog::new(self.store.clone(), meta.subscribe())
+            });
+        let cluster_dns = catalog
+            .as_ref()
+            .filter(|_| self.config.network.cluster_dns)
+            .map(|catalog| {
+                verge_edge_net::dns::ClusterDns::new(
+                    self.store.clone(),
+                    &self.config.node_name,
+                    &self.config.network.cluster_domain,
+                    catalog.subscribe(),
+                    meta.subscribe(),
+                )
+            });
+        let service_proxy = catalog
+            .as_ref()
+            .filter(|_| self.config.network.service_proxy)
+            .map(|catalog| {
+                let node_ip = match self.config.edged.node_ip {
+                    Some(std::net::IpAddr::V4(ip)) => Some(ip),
+                    Some(std::net::IpAddr::V6(_)) => None,
+                    None => edged::node::host::first_ipv4(),
+                };
+                let proxy = verge_edge_net::ServiceProxy::new(
+                    self.store.clone(),
+                    &self.config.node_name,
+                    node_ip,
+                    self.config.network.nft.clone(),
+                    catalog.subscribe(),
+                    meta.subscribe(),
+                );
+                match self.config.network.service_tunnel {
+                    true => proxy.with_tunnel(self.config.network.service_tunnel_port, sessions),
+                    false => proxy,
+                }
+            });
 
         let mut modules = verge_runtime::Modules::new(shutdown.child_token());
         let stop = modules.stop_token().clone();
@@ -251,6 +264,13 @@ impl EdgeCore {
         let (edged_stop, node_stop) = (stop.clone(), stop.clone());
         modules.spawn("edged", async move { Ok(edged.run(edged_stop).await?) });
         modules.spawn("node", async move { Ok(node.run(node_stop).await?) });
+        if let Some(catalog) = catalog {
+            let catalog_stop = stop.clone();
+            modules.spawn("servicecatalog", async move {
+                catalog.run(catalog_stop).await;
+                Ok(())
+            });
+        }
         if let Some(dns) = cluster_dns {
             let dns_stop = stop.clone();
             modules.spawn("clusterdns", async move {

@@ -15,6 +15,7 @@
 //! # Layout
 //! - [`podnet`]: [`PodNetwork`], the pod network of a node, and making it in the engine.
 //! - [`services`]: [`ServiceProxy`] and its plan and rules.
+//! - [`catalog`]: the node's Services and EndpointSlices, parsed once for both.
 //! - [`site`]: routes to the pod networks of this node's site peers.
 //! - [`dns`]: the cluster resolver (CoreDNS's `kubernetes` plugin semantics).
 //! - [`resolv`]: resolv.conf files and the node's own.
@@ -22,6 +23,7 @@
 //! - [`config`]: the `network:` section of edgecore's configuration.
 //! - [`error`](mod@error): [`Error`].
 
+pub mod catalog;
 pub mod config;
 pub mod dns;
 pub mod error;

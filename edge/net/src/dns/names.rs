@@ -21,9 +21,7 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-
+use crate::catalog::objects::{EndpointSlice, Service};
 use crate::services::model::SERVICE_NAME_LABEL;
 
 /// Kubernetes' default cluster domain.
@@ -114,7 +112,11 @@ pub struct ClusterNames {
 
 impl ClusterNames {
     /// The names of `services` and `slices` in `zone` (e.g. [`DEFAULT_ZONE`]).
-    pub fn build(zone: &str, services: &[Service], slices: &[EndpointSlice]) -> Self {
+    pub fn build<'a>(
+        zone: &str,
+        services: impl IntoIterator<Item = &'a Service>,
+        slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    ) -> Self {
         let mut out = Self {
             zone: zone.trim_end_matches('.').to_ascii_lowercase(),
             services: BTreeMap::new(),
@@ -148,7 +150,7 @@ impl ClusterNames {
             out.services
                 .insert((ns.to_ascii_lowercase(), name.to_ascii_lowercase()), entry);
         }
-        for slice in slices.iter().filter(|s| s.address_type == "IPv4") {
+        for slice in slices.into_iter().filter(|s| s.address_type == "IPv4") {
             let labels = slice.metadata.labels.as_ref();
             let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
                 continue;

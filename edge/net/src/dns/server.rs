@@ -227,13 +227,12 @@ mod tests {
     }
 
     fn zone() -> ClusterNames {
-        let services: Vec<k8s_openapi::api::core::v1::Service> =
-            serde_json::from_value(serde_json::json!([
-                { "metadata": { "name": "web", "namespace": "shop" },
-                  "spec": { "clusterIP": "10.96.0.20" } }
-            ]))
-            .expect("services");
-        ClusterNames::build(super::super::names::DEFAULT_ZONE, &services, &[])
+        let services: Vec<crate::catalog::Service> = serde_json::from_value(serde_json::json!([
+            { "metadata": { "name": "web", "namespace": "shop" },
+              "spec": { "clusterIP": "10.96.0.20" } }
+        ]))
+        .expect("services");
+        ClusterNames::build(super::super::names::DEFAULT_ZONE, &services, [])
     }
 
     #[test]

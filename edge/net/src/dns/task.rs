@@ -3,30 +3,28 @@
 //! edged writes into pods' resolv.conf (`edged::resolv_conf`). Questions outside the zone go
 //! to the first nameserver of the node's own resolv.conf ([`crate::resolv::node`]).
 //!
-//! The zone is built again at every store change of a Service or an EndpointSlice (changes of
-//! [`DEBOUNCE`] gathered); the sockets (UDP and TCP) are bound once the Node's pod network is
-//! known (with `IP_FREEBIND`, before the bridge has the address), and again when it changes.
-//! Built from redb, the zone answers offline and right after a restart.
+//! The zone is built again at every snapshot of the Services and EndpointSlices
+//! ([`crate::catalog`], which gathers a burst of changes into one); the sockets (UDP and TCP)
+//! are bound once the Node's pod network is known (with `IP_FREEBIND`, before the bridge has
+//! the address), and again when it changes. Built from redb, the zone answers offline and
+//! right after a restart.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use tokio::net::UdpSocket;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use verge_core::{ResourceKey, ResourceType};
+
+use crate::catalog::Snapshot;
 use verge_edge_store::MetaStore;
 use verge_metamanager::StoreEvent;
 
 use super::names::ClusterNames;
 use crate::stored;
-
-/// How long store changes are gathered before the zone is built again.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// How soon a failed bind is tried again.
 pub const RETRY: Duration = Duration::from_secs(10);
@@ -37,30 +35,34 @@ pub struct ClusterDns {
     store: MetaStore,
     node: String,
     zone: String,
+    catalog: watch::Receiver<Arc<Snapshot>>,
     events: broadcast::Receiver<StoreEvent>,
 }
 
 impl ClusterDns {
-    /// The resolver of node `node` for the cluster domain `zone`, over `store`, following
-    /// `events` (from metamanager).
+    /// The resolver of node `node` for the cluster domain `zone`: its Services and
+    /// EndpointSlices from `catalog` ([`crate::catalog::ServiceCatalog::subscribe`]), its own
+    /// Node (the pod network's gateway) from `store`, following `events` (metamanager's).
     pub fn new(
         store: MetaStore,
         node: &str,
         zone: &str,
+        catalog: watch::Receiver<Arc<Snapshot>>,
         events: broadcast::Receiver<StoreEvent>,
     ) -> Self {
         Self {
             store,
             node: node.to_owned(),
             zone: zone.to_owned(),
+            catalog,
             events,
         }
     }
 
-    fn names(&self) -> ClusterNames {
-        let services: Vec<Service> = stored::list(&self.store, ResourceType::Service);
-        let slices: Vec<EndpointSlice> = stored::list(&self.store, ResourceType::EndpointSlice);
-        ClusterNames::build(&self.zone, &services, &slices)
+    /// The zone of the catalog's latest snapshot (marked seen).
+    fn names(&mut self) -> ClusterNames {
+        let snapshot = Arc::clone(&self.catalog.borrow_and_update());
+        ClusterNames::build(&self.zone, snapshot.services(), snapshot.slices())
     }
 
     /// Serves until `shutdown` (see the module docs).
@@ -110,6 +112,12 @@ impl ClusterDns {
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(RETRY), if retry => break,
+                    changed = self.catalog.changed() => match changed {
+                        Ok(()) => {
+                            names_tx.send_replace(Arc::new(self.names()));
+                        }
+                        Err(_) => return,
+                    },
                     ev = self.events.recv() => match ev {
                         // Its own Node: the gateway may have changed; the zone has not.
                         Ok(ev) if ev.key == own => {
@@ -119,12 +127,9 @@ impl ClusterDns {
                                 break;
                             }
                         }
-                        Ok(ev) if !matches!(ev.key.kind, ResourceType::Service | ResourceType::EndpointSlice) => continue,
-                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
-                            tokio::time::sleep(DEBOUNCE).await;
-                            names_tx.send_replace(Arc::new(self.names()));
-                            break;
-                        }
+                        Ok(_) => {}
+                        // Its own Node's change may be among those missed.
+                        Err(broadcast::error::RecvError::Lagged(_)) => break,
                         Err(broadcast::error::RecvError::Closed) => return,
                     },
                 }

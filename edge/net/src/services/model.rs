@@ -24,9 +24,8 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+use crate::catalog::objects::{Endpoint, EndpointSlice, Service, ServicePort as K8sPort};
 use ipnet::Ipv4Net;
-use k8s_openapi::api::core::v1::{Service, ServicePort as K8sPort};
-use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 /// The label tying an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -126,9 +125,13 @@ pub struct ServicePort {
 }
 
 /// The plan for `services` and `slices` on the node `ctx`, sorted by name.
-pub fn plan(services: &[Service], slices: &[EndpointSlice], ctx: &NodeContext) -> Vec<ServicePort> {
+pub fn plan<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    slices: impl IntoIterator<Item = &'a EndpointSlice>,
+    ctx: &NodeContext,
+) -> Vec<ServicePort> {
     let mut by_service: BTreeMap<(&str, &str), Vec<&EndpointSlice>> = BTreeMap::new();
-    for slice in slices.iter().filter(|s| s.address_type == "IPv4") {
+    for slice in slices.into_iter().filter(|s| s.address_type == "IPv4") {
         let labels = slice.metadata.labels.as_ref();
         let Some(service) = labels.and_then(|l| l.get(SERVICE_NAME_LABEL)) else {
             continue;
@@ -226,7 +229,7 @@ fn backends(
             }
         }
     }
-    let conditions = |e: &Endpoint| e.conditions.clone().unwrap_or_default();
+    let conditions = |e: &Endpoint| e.conditions.unwrap_or_default();
     let ready: Vec<_> = all
         .iter()
         .filter(|(e, _)| conditions(e).ready != Some(false))

@@ -3,10 +3,11 @@
 //! sends with the same guarantees as pods and which stay in redb, so Services keep working
 //! offline and are programmed again from redb after a restart.
 //!
-//! It plans again at start, at every store change of a Service, an EndpointSlice or a Node
-//! (its own: pod CIDR and zone; its site peers': their pod CIDRs are reached directly, through
-//! the routes [`crate::site`] keeps), gathering the changes of
-//! [`DEBOUNCE`] into one apply, and every [`RETRY`] while an apply fails (e.g. `nft` is not
+//! It plans again at start, at every snapshot of the Services and EndpointSlices
+//! ([`crate::catalog`], which gathers a burst of changes into one), at a store change of a
+//! Node that alters what the rules use (its own: pod CIDR and zone; its site peers': their pod
+//! CIDRs are reached directly, through the routes [`crate::site`] keeps; changes of
+//! [`DEBOUNCE`] gathered), and every [`RETRY`] while an apply fails (e.g. `nft` is not
 //! installed: pods still run, their Services do not work; logged). A plan that renders the
 //! same script as the last one applied is not applied again. The rules stay when edgecore
 //! stops, as kube-proxy's do: pods keep reaching their Services while it restarts.
@@ -21,13 +22,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Node;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use verge_core::{ResourceKey, ResourceType};
+use verge_core::ResourceType;
 use verge_edge_store::MetaStore;
 use verge_edgehub::SessionInfo;
 use verge_metamanager::StoreEvent;
@@ -35,6 +35,7 @@ use verge_metamanager::StoreEvent;
 use super::model::{self, NodeContext};
 use super::nft::{self, Scope};
 use super::tunnel::{self, Plan};
+use crate::catalog::Snapshot;
 use crate::podnet::{self, PodNetwork};
 use crate::{Error, Result};
 
@@ -54,6 +55,7 @@ pub struct ServiceProxy {
     node: String,
     node_ip: Option<Ipv4Addr>,
     nft: PathBuf,
+    catalog: watch::Receiver<Arc<Snapshot>>,
     events: broadcast::Receiver<StoreEvent>,
     tunnel: Option<TunnelSettings>,
 }
@@ -81,13 +83,16 @@ struct NodeInputs {
 }
 
 impl ServiceProxy {
-    /// The proxy of node `node` (address `node_ip`) over `store`, following `events` (from
-    /// metamanager), applying its rules with the `nft` binary at `nft`.
+    /// The proxy of node `node` (address `node_ip`) over `store`: its Services and
+    /// EndpointSlices from `catalog` ([`crate::catalog::ServiceCatalog::subscribe`]), its
+    /// Nodes' changes from `events` (metamanager's); applies its rules with the `nft` binary
+    /// at `nft`.
     pub fn new(
         store: MetaStore,
         node: &str,
         node_ip: Option<Ipv4Addr>,
         nft: PathBuf,
+        catalog: watch::Receiver<Arc<Snapshot>>,
         events: broadcast::Receiver<StoreEvent>,
     ) -> Self {
         Self {
@@ -95,6 +100,7 @@ impl ServiceProxy {
             node: node.to_owned(),
             node_ip,
             nft,
+            catalog,
             events,
             tunnel: None,
         }
@@ -125,7 +131,8 @@ impl ServiceProxy {
         let mut last_site: Option<SiteState> = None;
         loop {
             let inputs = self.node_inputs();
-            let (ports, mut scope) = self.plan(&inputs);
+            let snapshot = Arc::clone(&self.catalog.borrow_and_update());
+            let (ports, mut scope) = self.plan(&inputs, &snapshot);
             let NodeInputs { network, peers, .. } = inputs.clone();
             let site = (network.as_ref().map(PodNetwork::cidr), peers);
             if last_site.as_ref() != Some(&site) {
@@ -175,10 +182,13 @@ impl ServiceProxy {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(RETRY), if failed => break,
                     () = session_change => break,
+                    changed = self.catalog.changed() => match changed {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
                     ev = self.events.recv() => match ev {
-                        Ok(ev) if !relevant(&ev.key) => continue,
-                        Ok(ev) if ev.key.kind == ResourceType::Node
-                            && self.node_inputs() == inputs => continue,
+                        Ok(ev) if ev.key.kind != ResourceType::Node => continue,
+                        Ok(_) if self.node_inputs() == inputs => continue,
                         Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
                             tokio::time::sleep(DEBOUNCE).await;
                             break;
@@ -247,7 +257,7 @@ impl ServiceProxy {
     }
 
     /// The plan for what the store holds now and the scope of its rules (without the tunnel).
-    fn plan(&self, inputs: &NodeInputs) -> (Vec<model::ServicePort>, Scope) {
+    fn plan(&self, inputs: &NodeInputs, snapshot: &Snapshot) -> (Vec<model::ServicePort>, Scope) {
         let ctx = NodeContext {
             node: self.node.clone(),
             node_ip: self.node_ip,
@@ -259,10 +269,7 @@ impl ServiceProxy {
                 .chain(inputs.peers.iter().map(|p| p.pod_cidr))
                 .collect(),
         };
-        let services: Vec<Service> = crate::stored::list(&self.store, ResourceType::Service);
-        let slices: Vec<EndpointSlice> =
-            crate::stored::list(&self.store, ResourceType::EndpointSlice);
-        let ports = model::plan(&services, &slices, &ctx);
+        let ports = model::plan(snapshot.services(), snapshot.slices(), &ctx);
         let scope = Scope {
             table: self.table(),
             bridge: inputs.network.as_ref().map(|n| n.spec().bridge.clone()),
@@ -271,15 +278,6 @@ impl ServiceProxy {
         };
         (ports, scope)
     }
-}
-
-/// Whether a change of `key` can change the rules (a Node's only when it changes the
-/// [`NodeInputs`]).
-fn relevant(key: &ResourceKey) -> bool {
-    matches!(
-        key.kind,
-        ResourceType::Service | ResourceType::EndpointSlice | ResourceType::Node
-    )
 }
 
 /// Runs `nft -f -` with `script` on its stdin.

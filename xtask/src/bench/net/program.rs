@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use verge_edge_net::catalog;
 use verge_edge_net::services::model::{self, NodeContext};
 use verge_edge_net::services::nft::{self, Scope};
 
@@ -100,6 +101,15 @@ pub fn measure(services: usize, endpoints: usize, runs: u32) -> anyhow::Result<V
     let mut out = Vec::new();
     for generation in 0..runs {
         let (svcs, slices) = objects(services, endpoints, generation)?;
+        // As edgecore holds them: parsed from their JSON into the catalog's trimmed types.
+        let svcs: Vec<catalog::Service> = svcs
+            .iter()
+            .map(|s| Ok(serde_json::from_value(serde_json::to_value(s)?)?))
+            .collect::<anyhow::Result<_>>()?;
+        let slices: Vec<catalog::EndpointSlice> = slices
+            .iter()
+            .map(|s| Ok(serde_json::from_value(serde_json::to_value(s)?)?))
+            .collect::<anyhow::Result<_>>()?;
         let started = Instant::now();
         let ports = model::plan(&svcs, &slices, &ctx);
         let script = nft::render(&scope, &ports);
