@@ -11,6 +11,24 @@ use crate::hub::{TunnelFrame, tunnel_frame};
 /// Largest `data` frame written, in bytes (well under any `max_frame_bytes`).
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
+/// Capacity of a tunnel's outbound frame channel.
+const OUTBOUND_FRAMES: usize = 16;
+
+/// The outbound side of a new tunnel whose first frame is `first` (an `open` naming the
+/// tunnel cloudhub asked for, or a `dial`): the sender [`splice`] writes to, and the stream to
+/// give the RPC (`EdgeHub.Tunnel` or `EdgeHub.Dial`), `first` already in it.
+pub fn outbound(
+    first: TunnelFrame,
+) -> (
+    mpsc::Sender<TunnelFrame>,
+    tokio_stream::wrappers::ReceiverStream<TunnelFrame>,
+) {
+    let (frames, rx) = mpsc::channel(OUTBOUND_FRAMES);
+    // The channel is new and has room: the first frame always fits.
+    let _ = frames.try_send(first);
+    (frames, tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
 /// How a [`splice`] ended.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Spliced {

@@ -30,17 +30,21 @@ pub struct EdgedSettings {
     /// The port advertised as the node's `daemonEndpoints.kubeletEndpoint.port` (the
     /// streaming server's `streaming.port`, the kubelet's 10250 by default).
     pub streaming_port: u16,
+    /// The cluster domain of pods' resolv.conf search list and FQDNs (the kubelet's
+    /// `clusterDomain`; edgecore's `network.clusterDomain`).
+    pub cluster_domain: String,
 }
 
 impl EdgedSettings {
     /// Settings for node `node_name` with data in `data_dir`, the `edged:` section's
-    /// defaults and the kubelet's streaming port 10250.
+    /// defaults, the kubelet's streaming port 10250 and the cluster domain `cluster.local`.
     pub fn new(node_name: impl Into<String>, data_dir: impl Into<PathBuf>) -> Self {
         Self {
             node_name: node_name.into(),
             data_dir: data_dir.into(),
             edged: EdgedConfig::default(),
             streaming_port: 10250,
+            cluster_domain: crate::etc_hosts::DEFAULT_CLUSTER_DOMAIN.to_owned(),
         }
     }
 

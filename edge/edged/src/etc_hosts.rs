@@ -12,8 +12,9 @@ use k8s_openapi::api::core::v1::{Container, HostAlias, Pod};
 
 /// Where containers see the file.
 pub const ETC_HOSTS: &str = "/etc/hosts";
-/// The cluster domain of pod FQDNs (`<hostname>.<subdomain>.<namespace>.svc.<domain>`).
-pub const CLUSTER_DOMAIN: &str = "cluster.local";
+/// The default cluster domain of pod FQDNs (`<hostname>.<subdomain>.<namespace>.svc.<domain>`),
+/// the kubelet's `clusterDomain` as clusters set it; edgecore's `network.clusterDomain`.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 const HEADER: &str = "# Kubernetes-managed hosts file.\n";
 const HEADER_HOST_NETWORK: &str = "# Kubernetes-managed hosts file (host network).\n";
 
@@ -30,47 +31,56 @@ pub fn should_mount(pod: &Pod, container: &Container, pod_ip: Option<&str>) -> b
             .any(|m| m.mount_path == ETC_HOSTS)
 }
 
-/// The pod's hostname (`spec.hostname`, else its name, cut to 63 characters) and domain
-/// (`<subdomain>.<namespace>.svc.<domain>` when `spec.subdomain` is set), as the kubelet's
-/// `GeneratePodHostNameAndDomain`. `spec.hostnameOverride` (Kubernetes 1.34+, validated by
-/// the API server as a DNS subdomain and never beside hostNetwork or setHostnameAsFQDN)
-/// replaces both: the hostname is the override, and there is no domain.
-pub fn hostname_and_domain(pod: &Pod) -> (String, Option<String>) {
+/// The pod's hostname: `spec.hostnameOverride` (Kubernetes 1.34+, validated by the API
+/// server as a DNS subdomain and never beside hostNetwork or setHostnameAsFQDN) when set,
+/// else `spec.hostname`, else its name, cut to 63 characters, as the kubelet's
+/// `GeneratePodHostNameAndDomain`.
+pub fn hostname(pod: &Pod) -> String {
     let spec = pod.spec.as_ref();
     if let Some(name) = spec
         .and_then(|s| s.hostname_override.as_deref())
         .filter(|h| !h.is_empty())
     {
-        return (name.to_owned(), None);
+        return name.to_owned();
     }
     let name = spec
         .and_then(|s| s.hostname.clone())
         .filter(|h| !h.is_empty())
         .or_else(|| pod.metadata.name.clone())
         .unwrap_or_default();
-    let hostname = if name.len() > 63 {
+    if name.len() > 63 {
         name[..63].trim_end_matches(['-', '.']).to_owned()
     } else {
         name
-    };
-    let domain = spec
-        .and_then(|s| s.subdomain.as_deref())
-        .filter(|s| !s.is_empty())
-        .map(|sub| {
-            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-            format!("{sub}.{ns}.svc.{CLUSTER_DOMAIN}")
-        });
-    (hostname, domain)
+    }
 }
 
-/// The file's content for `pod` with IP `pod_ip`; `node_hosts` is the node's `/etc/hosts`
-/// (read only for a hostNetwork pod).
+/// The pod's [`hostname`] and domain: `<subdomain>.<namespace>.svc.<cluster_domain>` when
+/// `spec.subdomain` is set and no `spec.hostnameOverride` replaces both.
+pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, Option<String>) {
+    let spec = pod.spec.as_ref();
+    let overridden = spec
+        .and_then(|s| s.hostname_override.as_deref())
+        .is_some_and(|h| !h.is_empty());
+    let domain = spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|s| !s.is_empty() && !overridden)
+        .map(|sub| {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            format!("{sub}.{ns}.svc.{cluster_domain}")
+        });
+    (hostname(pod), domain)
+}
+
+/// The file's content for `pod` with IP `pod_ip` in the cluster domain `cluster_domain`;
+/// `node_hosts` is the node's `/etc/hosts` (read only for a hostNetwork pod).
 ///
 /// # Errors
 /// Reading the node's file fails.
 pub fn content(
     pod: &Pod,
     pod_ip: Option<&str>,
+    cluster_domain: &str,
     node_hosts: impl FnOnce() -> std::io::Result<String>,
 ) -> std::io::Result<String> {
     let aliases = pod
@@ -90,7 +100,7 @@ pub fn content(
         out.push_str("fe00::0\tip6-mcastprefix\n");
         out.push_str("fe00::1\tip6-allnodes\n");
         out.push_str("fe00::2\tip6-allrouters\n");
-        let (hostname, domain) = hostname_and_domain(pod);
+        let (hostname, domain) = hostname_and_domain(pod, cluster_domain);
         if let Some(ip) = pod_ip {
             let _ = match domain {
                 Some(d) => writeln!(out, "{ip}\t{hostname}.{d}\t{hostname}"),
@@ -114,13 +124,21 @@ fn alias_entries(aliases: &[HostAlias]) -> String {
     out
 }
 
-/// Writes the file of `pod` to `<pod_dir>/etc-hosts` (mode 0644) and returns its path.
+/// Writes the file of `pod` (cluster domain `cluster_domain`) to `<pod_dir>/etc-hosts` (mode
+/// 0644) and returns its path.
 ///
 /// # Errors
 /// Writing it (or reading the node's `/etc/hosts`) fails.
-pub fn write(pod_dir: &Path, pod: &Pod, pod_ip: Option<&str>) -> std::io::Result<PathBuf> {
+pub fn write(
+    pod_dir: &Path,
+    pod: &Pod,
+    pod_ip: Option<&str>,
+    cluster_domain: &str,
+) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
-    let text = content(pod, pod_ip, || std::fs::read_to_string(ETC_HOSTS))?;
+    let text = content(pod, pod_ip, cluster_domain, || {
+        std::fs::read_to_string(ETC_HOSTS)
+    })?;
     std::fs::create_dir_all(pod_dir)?;
     let path = pod_dir.join("etc-hosts");
     std::fs::write(&path, text)?;
@@ -144,7 +162,13 @@ mod tests {
             serde_json::json!({"hostname": "h", "subdomain": "s", "containers": [],
             "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo", "bar"]}]}),
         );
-        let text = content(&p, Some("172.17.0.4"), || unreachable!()).expect("content");
+        let text = content(
+            &p,
+            Some("172.17.0.4"),
+            DEFAULT_CLUSTER_DOMAIN,
+            || unreachable!(),
+        )
+        .expect("content");
         assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(
             text.contains("172.17.0.4\th.s.ns.svc.cluster.local\th\n"),
@@ -160,10 +184,16 @@ mod tests {
             "hostnameOverride": "override.example.host"}),
         );
         assert_eq!(
-            hostname_and_domain(&p),
+            hostname_and_domain(&p, DEFAULT_CLUSTER_DOMAIN),
             ("override.example.host".to_owned(), None)
         );
-        let text = content(&p, Some("172.17.0.4"), || unreachable!()).expect("content");
+        let text = content(
+            &p,
+            Some("172.17.0.4"),
+            DEFAULT_CLUSTER_DOMAIN,
+            || unreachable!(),
+        )
+        .expect("content");
         assert!(
             text.contains("172.17.0.4\toverride.example.host\n"),
             "{text}"
@@ -173,7 +203,10 @@ mod tests {
     #[test]
     fn host_network_pods_get_the_node_file() {
         let p = pod(serde_json::json!({"hostNetwork": true, "containers": []}));
-        let text = content(&p, Some("10.0.0.1"), || Ok("127.0.0.1 node\n".into())).expect("ok");
+        let text = content(&p, Some("10.0.0.1"), DEFAULT_CLUSTER_DOMAIN, || {
+            Ok("127.0.0.1 node\n".into())
+        })
+        .expect("ok");
         assert_eq!(
             text,
             "# Kubernetes-managed hosts file (host network).\n127.0.0.1 node\n"

@@ -201,7 +201,7 @@ pub fn sandbox_spec(
         }
     }
     // The same hostname as the pod's /etc/hosts names (kubelet: `GeneratePodHostNameAndDomain`).
-    let hostname = (!host_net).then(|| crate::etc_hosts::hostname_and_domain(pod).0);
+    let hostname = (!host_net).then(|| crate::etc_hosts::hostname(pod));
     let sysctls = crate::sysctls::for_sandbox(pod);
     ContainerSpec {
         image: image.to_owned(),

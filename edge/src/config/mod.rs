@@ -196,6 +196,7 @@ impl Config {
             data_dir: self.data_dir.clone(),
             edged: self.edged.clone(),
             streaming_port: self.streaming.port,
+            cluster_domain: self.network.cluster_domain.clone(),
         }
     }
 

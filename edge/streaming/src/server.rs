@@ -11,7 +11,6 @@ use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 use tracing::{Instrument as _, debug, warn};
@@ -176,18 +175,12 @@ async fn tunnel(
     let clients = request.clients.take().ok_or(TunnelError::NoClients)?;
     let key = serving.get(&mut request.client).await?;
     let config = tls_config(key, &clients)?;
-    let (frames, rx) = mpsc::channel::<TunnelFrame>(16);
-    let open = TunnelFrame {
+    let (frames, outbound) = verge_proto::tunnel::outbound(TunnelFrame {
         frame: Some(tunnel_frame::Frame::Open(TunnelOpen {
             tunnel_id: request.id.clone(),
         })),
-    };
-    let _ = frames.send(open).await;
-    let inbound = request
-        .client
-        .tunnel(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
+    });
+    let inbound = request.client.tunnel(outbound).await?.into_inner();
     let (near, far) = tokio::io::duplex(PIPE_BYTES);
     verge_runtime::tasks::spawn("tunnel splice", async move {
         match verge_proto::tunnel::splice(near, inbound, frames).await {

@@ -239,8 +239,9 @@ impl<R: ContainerRuntime> Worker<R> {
         if etc_hosts::should_mount(&self.pod, c, pod_ip.as_deref()) {
             let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
             let pod = self.pod.clone();
+            let domain = self.ctx.config.cluster_domain.clone();
             let written = tokio::task::spawn_blocking(move || {
-                etc_hosts::write(&pod_dir, &pod, pod_ip.as_deref())
+                etc_hosts::write(&pod_dir, &pod, pod_ip.as_deref(), &domain)
             })
             .await
             .map_err(std::io::Error::other)
@@ -407,15 +408,12 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         let pod = std::sync::Arc::clone(&self.pod);
         let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
+        let domain = self.ctx.config.cluster_domain.clone();
         let path = tokio::task::spawn_blocking(move || -> std::io::Result<std::path::PathBuf> {
             // The node's upstreams (systemd-resolved's file on such hosts: its stub
             // 127.0.0.53 is unreachable from pods).
-            let conf = resolv_conf::for_pod(
-                &pod,
-                &verge_edge_net::resolv::node(),
-                cluster,
-                crate::etc_hosts::CLUSTER_DOMAIN,
-            );
+            let conf =
+                resolv_conf::for_pod(&pod, &verge_edge_net::resolv::node(), cluster, &domain);
             std::fs::create_dir_all(&pod_dir)?;
             let path = pod_dir.join("resolv.conf");
             std::fs::write(&path, conf.render())?;

@@ -25,7 +25,6 @@ use std::time::Duration;
 use socket2::{Domain, SockRef, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_edgehub::SessionInfo;
@@ -145,17 +144,15 @@ async fn carry(
     let Some(mut session) = session else {
         return reset(&conn, "no cloudhub session".into());
     };
-    let (frames, rx) = mpsc::channel::<TunnelFrame>(16);
-    let dial = TunnelFrame {
+    let (frames, outbound) = verge_proto::tunnel::outbound(TunnelFrame {
         frame: Some(tunnel_frame::Frame::Dial(ServiceDial {
             namespace: port.namespace.clone(),
             service: port.service.clone(),
             address: endpoint.ip.to_string(),
             port: u32::from(endpoint.port),
         })),
-    };
-    let _ = frames.send(dial).await;
-    let dialled = tokio::time::timeout(DIAL_TIMEOUT, session.client.dial(ReceiverStream::new(rx)))
+    });
+    let dialled = tokio::time::timeout(DIAL_TIMEOUT, session.client.dial(outbound))
         .await
         .unwrap_or_else(|_| {
             Err(tonic::Status::deadline_exceeded(format!(
@@ -236,16 +233,14 @@ async fn pod_tunnel(
         .map_err(|_| format!("{ip}:{port}: no connection within {POD_CONNECT_TIMEOUT:?}"))?
         .map_err(|e| format!("{ip}:{port}: {e}"))?;
     let _ = conn.set_nodelay(true);
-    let (frames, rx) = mpsc::channel::<TunnelFrame>(16);
-    let open = TunnelFrame {
+    let (frames, outbound) = verge_proto::tunnel::outbound(TunnelFrame {
         frame: Some(tunnel_frame::Frame::Open(verge_proto::hub::TunnelOpen {
             tunnel_id: request.id.clone(),
         })),
-    };
-    let _ = frames.send(open).await;
+    });
     let inbound = request
         .client
-        .tunnel(ReceiverStream::new(rx))
+        .tunnel(outbound)
         .await
         .map_err(|s| format!("cloudhub refused the tunnel: {}", s.message()))?
         .into_inner();

@@ -87,14 +87,9 @@ impl ServiceEndpoints {
     }
 }
 
-/// Whether `slice` belongs to `dial`'s Service and has `dial`'s address as a ready endpoint
-/// (`conditions.ready` true or unset) with `dial`'s port as a TCP port.
-#[cfg(test)]
-pub(crate) fn is_ready_endpoint(slice: &EndpointSlice, dial: &ServiceDial) -> bool {
-    ready_endpoint(slice, dial).is_some()
-}
-
-/// [`is_ready_endpoint`], giving the endpoint's `nodeName`.
+/// When `slice` belongs to `dial`'s Service and has `dial`'s address as a ready endpoint
+/// (`conditions.ready` true or unset) with `dial`'s port as a TCP port: that endpoint's
+/// `nodeName`.
 fn ready_endpoint(slice: &EndpointSlice, dial: &ServiceDial) -> Option<Option<String>> {
     let ours = slice.metadata.namespace.as_deref() == Some(dial.namespace.as_str())
         && slice
@@ -329,9 +324,15 @@ mod tests {
     #[test]
     fn only_a_ready_endpoint_of_the_named_service_and_port_is_allowed() {
         let ok = dial("shop", "web", "10.244.1.5", 8080);
-        assert!(is_ready_endpoint(&slice(Some(true)), &ok));
-        assert!(is_ready_endpoint(&slice(None), &ok), "unset ready is ready");
-        assert!(!is_ready_endpoint(&slice(Some(false)), &ok), "not ready");
+        assert!(ready_endpoint(&slice(Some(true)), &ok).is_some());
+        assert!(
+            ready_endpoint(&slice(None), &ok).is_some(),
+            "unset ready is ready"
+        );
+        assert!(
+            ready_endpoint(&slice(Some(false)), &ok).is_none(),
+            "not ready"
+        );
         for other in [
             dial("shop", "web", "10.244.1.6", 8080),
             dial("shop", "web", "10.244.1.5", 22),
@@ -339,7 +340,10 @@ mod tests {
             dial("kube-system", "web", "10.244.1.5", 8080),
             dial("shop", "web", "not-an-ip", 8080),
         ] {
-            assert!(!is_ready_endpoint(&slice(Some(true)), &other), "{other:?}");
+            assert!(
+                ready_endpoint(&slice(Some(true)), &other).is_none(),
+                "{other:?}"
+            );
         }
     }
 
