@@ -98,3 +98,42 @@ where
     result?;
     Ok(std::process::ExitCode::SUCCESS)
 }
+
+/// Runs `measure` against one local Verge edge node `node` (Ready) on a control plane of
+/// its own in `<run dir>/<name>/control-plane`, with the binaries built as `release`; the
+/// kit's streams front runs the same build when `front_from_build` (a benchmark whose bytes
+/// pass through it). Stops the node, removes its containers and stops the control plane
+/// afterwards, whatever `measure` returned.
+///
+/// # Errors
+/// The host, the build, the control plane, the node or `measure` fail.
+pub(super) async fn with_one_node(
+    name: &str,
+    node: &str,
+    release: bool,
+    front_from_build: bool,
+    measure: impl AsyncFnOnce(&ControlPlane, &local::LocalVerge) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    local::ensure_host().await?;
+    let run_dir = verge_testkit::paths::run_dir().join(name);
+    let bin_dir = local::build_bins(release)?;
+    let config = ControlPlaneConfig {
+        state_dir: run_dir.join("control-plane"),
+        front_bin_dir: front_from_build.then(|| bin_dir.clone()),
+        ..ControlPlaneConfig::from_env()
+    };
+    let cp = crate::control_plane::up(&config).await?;
+    let dir = run_dir.join(node);
+    let result = async {
+        let verge = local::start(&dir, &bin_dir, &cp, node, None).await?;
+        verge
+            .wait_ready(&cp, std::time::Duration::from_secs(60))
+            .await?;
+        measure(&cp, &verge).await
+    }
+    .await;
+    local::stop_processes(&dir);
+    local::remove_containers(&dir);
+    crate::control_plane::down(&config).await?;
+    result
+}

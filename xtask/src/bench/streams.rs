@@ -12,7 +12,6 @@ use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use verge_testkit::ControlPlaneConfig;
 
 use crate::local;
 
@@ -35,27 +34,11 @@ const NODE: &str = "verge-bench-streams";
 
 /// Runs the benchmark.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    local::ensure_host().await?;
-    let run_dir = verge_testkit::paths::run_dir().join("bench-streams");
-    let bin_dir = local::build_bins(!args.debug)?;
-    let config = ControlPlaneConfig {
-        state_dir: run_dir.join("control-plane"),
-        // The streams front forwards every byte: the same build as the cloudhub measured.
-        front_bin_dir: Some(bin_dir.clone()),
-        ..ControlPlaneConfig::from_env()
-    };
-    let cp = crate::control_plane::up(&config).await?;
-    let dir = run_dir.join(NODE);
-    let result = async {
-        let verge = local::start(&dir, &bin_dir, &cp, NODE, None).await?;
-        verge.wait_ready(&cp, Duration::from_secs(60)).await?;
-        measure(&cp, &args).await
-    }
-    .await;
-    local::stop_processes(&dir);
-    local::remove_containers(&dir);
-    crate::control_plane::down(&config).await?;
-    result?;
+    // The streams front forwards every byte: the same build as the cloudhub measured.
+    super::env::with_one_node("bench-streams", NODE, !args.debug, true, async |cp, _| {
+        measure(cp, &args).await
+    })
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 

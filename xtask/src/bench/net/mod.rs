@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::PostParams;
-use verge_testkit::ControlPlaneConfig;
 
 use super::Summary;
 use super::record::{self, Target};
@@ -55,7 +54,6 @@ const NODE: &str = "verge-bench-net";
 
 /// Runs the benchmark.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    local::ensure_host().await?;
     eprintln!(
         "bench net: [1/3] programming {} Services × {} endpoints",
         args.services, args.endpoints
@@ -65,24 +63,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         move || program::measure(s, e, 5)
     })
     .await??;
-    let run_dir = verge_testkit::paths::run_dir().join("bench-net");
-    let bin_dir = local::build_bins(!args.debug)?;
-    let config = ControlPlaneConfig {
-        state_dir: run_dir.join("control-plane"),
-        ..ControlPlaneConfig::from_env()
-    };
-    let cp = crate::control_plane::up(&config).await?;
-    let dir = run_dir.join(NODE);
-    let result = async {
-        let verge = local::start(&dir, &bin_dir, &cp, NODE, None).await?;
-        verge.wait_ready(&cp, Duration::from_secs(60)).await?;
-        measure(&cp, &verge, &args, &programmed).await
-    }
-    .await;
-    local::stop_processes(&dir);
-    local::remove_containers(&dir);
-    crate::control_plane::down(&config).await?;
-    result?;
+    super::env::with_one_node("bench-net", NODE, !args.debug, false, async |cp, verge| {
+        measure(cp, verge, &args, &programmed).await
+    })
+    .await?;
     Ok(ExitCode::SUCCESS)
 }
 
