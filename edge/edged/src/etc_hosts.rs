@@ -156,22 +156,26 @@ mod tests {
         .expect("pod")
     }
 
+    /// The managed file of `p` with IP 172.17.0.4 in `domain`.
+    fn managed(p: &Pod, domain: &str) -> String {
+        content(p, Some("172.17.0.4"), domain, || unreachable!()).expect("content")
+    }
+
     #[test]
     fn managed_file_names_the_pod_and_its_aliases() {
         let p = pod(
             serde_json::json!({"hostname": "h", "subdomain": "s", "containers": [],
             "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["foo", "bar"]}]}),
         );
-        let text = content(
-            &p,
-            Some("172.17.0.4"),
-            DEFAULT_CLUSTER_DOMAIN,
-            || unreachable!(),
-        )
-        .expect("content");
+        let text = managed(&p, DEFAULT_CLUSTER_DOMAIN);
         assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
         assert!(
             text.contains("172.17.0.4\th.s.ns.svc.cluster.local\th\n"),
+            "{text}"
+        );
+        let text = managed(&p, "edge.internal");
+        assert!(
+            text.contains("172.17.0.4\th.s.ns.svc.edge.internal\th\n"),
             "{text}"
         );
         assert!(text.ends_with("\n# Entries added by HostAliases.\n10.1.2.3\tfoo\tbar\n"));
@@ -187,13 +191,7 @@ mod tests {
             hostname_and_domain(&p, DEFAULT_CLUSTER_DOMAIN),
             ("override.example.host".to_owned(), None)
         );
-        let text = content(
-            &p,
-            Some("172.17.0.4"),
-            DEFAULT_CLUSTER_DOMAIN,
-            || unreachable!(),
-        )
-        .expect("content");
+        let text = managed(&p, DEFAULT_CLUSTER_DOMAIN);
         assert!(
             text.contains("172.17.0.4\toverride.example.host\n"),
             "{text}"

@@ -62,18 +62,7 @@ impl Archive {
         let deb = find(&dir, |n| n.ends_with(".deb"))
             .with_context(|| format!("apt-get download {name} left no .deb"))?;
         let out_dir = self.fresh_dir(&format!("x-{name}"))?;
-        let out = Command::new("dpkg-deb")
-            .arg("-x")
-            .arg(&deb)
-            .arg(&out_dir)
-            .output()
-            .context("running dpkg-deb")?;
-        ensure!(
-            out.status.success(),
-            "dpkg-deb -x {} failed: {}",
-            deb.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        unpack(&deb, &out_dir)?;
         Ok(out_dir)
     }
 
@@ -114,18 +103,7 @@ impl Archive {
             if deb.extension().is_none_or(|e| e != "deb") {
                 continue;
             }
-            let out = Command::new("dpkg-deb")
-                .arg("-x")
-                .arg(&deb)
-                .arg(root)
-                .output()
-                .context("running dpkg-deb")?;
-            ensure!(
-                out.status.success(),
-                "dpkg-deb -x {} failed: {}",
-                deb.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
+            unpack(&deb, root)?;
             count += 1;
         }
         for docs in [
@@ -141,17 +119,7 @@ impl Archive {
                 std::os::unix::fs::symlink(format!("usr/{link}"), root.join(link))?;
             }
         }
-        let out = Command::new("ldconfig")
-            .arg("-r")
-            .arg(root)
-            .output()
-            .context("running ldconfig")?;
-        ensure!(
-            out.status.success(),
-            "ldconfig -r {} failed: {}",
-            root.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        checked(Command::new("ldconfig").arg("-r").arg(root))?;
         Ok(count)
     }
 
@@ -190,6 +158,23 @@ impl Archive {
         );
         Ok(())
     }
+}
+
+/// `dpkg-deb -x deb into`: the package's files, no maintainer script run.
+fn unpack(deb: &Path, into: &Path) -> anyhow::Result<()> {
+    checked(Command::new("dpkg-deb").arg("-x").arg(deb).arg(into))
+}
+
+/// Runs `cmd`; fails with its command line and stderr unless it succeeds.
+fn checked(cmd: &mut Command) -> anyhow::Result<()> {
+    let line = format!("{cmd:?}");
+    let out = cmd.output().with_context(|| format!("running {line}"))?;
+    ensure!(
+        out.status.success(),
+        "{line} failed: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }
 
 /// The first file of `dir` whose name satisfies `pred`.
