@@ -55,7 +55,7 @@ pub fn hostname(pod: &Pod) -> String {
     }
 }
 
-/// The pod's [`hostname`] and domain: `<subdomain>.<namespace>.svc.<cluster_domain>` when
+/// The pod's [`hostname()`] and domain: `<subdomain>.<namespace>.svc.<cluster_domain>` when
 /// `spec.subdomain` is set and no `spec.hostnameOverride` replaces both.
 pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, Option<String>) {
     let spec = pod.spec.as_ref();
