@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context as _;
 use verge_testkit::ControlPlaneConfig;
 
 use crate::{local, quickstart};
@@ -51,6 +52,10 @@ pub struct Args {
     /// Only build e2e.test, make the images and count the selection; start no cluster.
     #[arg(long)]
     pub prepare_only: bool,
+    /// Run nothing: write the document again from the last run's report and its `run.json`
+    /// (in the quickstart's run directory), e.g. after the document's format changed.
+    #[arg(long, conflicts_with_all = ["subset", "prepare_only", "keep"])]
+    pub from_report: bool,
     /// Parallel e2e.test processes (Ginkgo's `--procs`; upstream's node conformance runs 8).
     #[arg(long, default_value_t = 4)]
     pub procs: usize,
@@ -132,6 +137,15 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         run::FOCUS_FILE,
         run::E2eRun::skip_regex()
     );
+    if args.from_report {
+        let info: report::RunInfo = serde_json::from_slice(
+            &std::fs::read(e2e_run.info_path()).context("the last run's run.json")?,
+        )?;
+        let xml =
+            std::fs::read_to_string(e2e_run.report_path()).context("the last run's junit.xml")?;
+        let cases = junit::parse(&xml)?;
+        return write(&args, &e2e_run, &info, &selected, &cases, started);
+    }
     if args.subset {
         let missing: Vec<&str> = subset::SPECS
             .iter()
@@ -189,7 +203,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let cases = outcome?;
 
-    let summary = report::Summary::new(&selected, &cases);
     let info = report::RunInfo {
         date: chrono::Utc::now().format("%Y-%m-%d").to_string(),
         version: e2e.version.clone(),
@@ -201,12 +214,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         duration,
         commit,
     };
-    let output = match (args.output, args.subset) {
-        (Some(output), _) => output,
+    std::fs::write(e2e_run.info_path(), serde_json::to_vec_pretty(&info)?)?;
+    write(&args, &e2e_run, &info, &selected, &cases, started)
+}
+
+/// Writes the document of the run `info` (its report's `cases` over the `selected` specs)
+/// and says what it found; exit code 0 when nothing failed.
+fn write(
+    args: &Args,
+    e2e_run: &run::E2eRun,
+    info: &report::RunInfo,
+    selected: &[String],
+    cases: &[junit::SpecResult],
+    started: Instant,
+) -> anyhow::Result<ExitCode> {
+    let summary = report::Summary::new(selected, cases);
+    let output = match (&args.output, args.subset) {
+        (Some(output), _) => output.clone(),
         (None, true) => e2e_run.out_dir.join("subset.md"),
         (None, false) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md"),
     };
-    std::fs::write(&output, report::markdown(&info, &summary))?;
+    std::fs::write(&output, report::markdown(info, &summary))?;
     eprintln!(
         "conformance: [6/6] {} selected: {} passed, {} failed, {} excluded, {} skipped or not \
          reached; written to {} (report {}) after {:.0?}",

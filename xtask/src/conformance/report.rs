@@ -134,8 +134,9 @@ impl Summary {
     }
 }
 
-/// How a run was made, for the document's head.
-#[derive(Debug, Clone)]
+/// How a run was made, for the document's head; kept beside the run's report
+/// (`run.json`) so that `--from-report` writes the document again without running.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct RunInfo {
     /// The date, `YYYY-MM-DD` (UTC).
     pub date: String,
@@ -180,6 +181,39 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
         summary.row(),
         network.row()
     );
+    let _ = writeln!(
+        md,
+        "How the cluster differs from one whose edge nodes are remote: the quickstart's edge \
+         node runs on the API server's host, where its pod network is routed. The specs that \
+         read results through the API server's `pods/proxy` and `services/proxy` (the DNS \
+         specs and `Proxy version v1`) reach the edge's pod IPs that way; across a real link \
+         the API server cannot dial an edge pod's IP (cloudhub carries its CONNECTs to edge \
+         nodes by node name only). Everything the specs check inside the node (pod to pod, \
+         pod to Service, node ports, DNS answers, host ports) runs on edgecore's own pod \
+         network, Service rules and resolver.\n"
+    );
+    if network.total() > 0 {
+        let _ = writeln!(md, "## `{NETWORK}` specs\n");
+        let mut listed: Vec<(&str, &str)> = network
+            .passed
+            .iter()
+            .map(|t| (t.as_str(), "passed"))
+            .chain(network.failed.iter().map(|f| (f.0.as_str(), "failed")))
+            .chain(
+                network
+                    .environment
+                    .iter()
+                    .map(|f| (f.0.as_str(), "failed for the environment")),
+            )
+            .chain(network.excluded.iter().map(|f| (f.0.as_str(), "excluded")))
+            .chain(network.skipped.iter().map(|f| (f.0.as_str(), "skipped")))
+            .collect();
+        listed.sort();
+        for (text, result) in listed {
+            let _ = writeln!(md, "- {}: {result}", short_text(text));
+        }
+        md.push('\n');
+    }
     let _ = writeln!(md, "## Exclusions\n");
     for e in EXCLUSIONS {
         let n = summary.excluded.iter().filter(|(_, t)| *t == e.tag).count();
@@ -237,6 +271,14 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
         }
     }
     md
+}
+
+/// A spec's text without its trailing label list (`[sig-network, Conformance]`).
+fn short_text(text: &str) -> &str {
+    match text.rfind(" [") {
+        Some(i) if text.ends_with(']') && text[i..].contains(", ") => &text[..i],
+        _ => text,
+    }
 }
 
 /// `text` shortened to 300 characters, backticks replaced, for an inline code span.

@@ -221,6 +221,11 @@ impl E2eRun {
     pub fn report_path(&self) -> PathBuf {
         self.out_dir.join("junit.xml")
     }
+
+    /// `<out>/run.json`: how the last run was made ([`super::report::RunInfo`]).
+    pub fn info_path(&self) -> PathBuf {
+        self.out_dir.join("run.json")
+    }
 }
 
 /// How many specs `--ginkgo.v` has finished in the log so far (its `• [` result lines).

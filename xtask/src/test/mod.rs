@@ -198,10 +198,11 @@ fn go_builds(
 /// Minutes the conformance subset may run (`--ginkgo.timeout`); it takes a few.
 const CONFORMANCE_TIMEOUT_MINS: u64 = 20;
 
-/// The node conformance subset on the quickstart cluster, which it starts and stops
-/// (`cargo xtask conformance --subset`): Kubernetes' own specs of each area edged covers.
+/// The conformance subset on the quickstart cluster, which it starts and stops
+/// (`cargo xtask conformance --subset`): Kubernetes' own specs of each area edged and the
+/// edge network cover.
 async fn conformance_subset() -> anyhow::Result<ExitCode> {
-    eprintln!("xtask test: node conformance subset (`cargo xtask conformance --subset`)");
+    eprintln!("xtask test: conformance subset (`cargo xtask conformance --subset`)");
     crate::conformance::run(crate::conformance::Args {
         focus: None,
         subset: true,
@@ -209,6 +210,7 @@ async fn conformance_subset() -> anyhow::Result<ExitCode> {
         timeout_mins: CONFORMANCE_TIMEOUT_MINS,
         output: None,
         prepare_only: false,
+        from_report: false,
         procs: 4,
         node_timeout_secs: 120,
     })
