@@ -95,9 +95,10 @@ impl ServiceCatalog {
     }
 
     /// Follows the store until `shutdown` or until metamanager's events end. A lagging
-    /// receiver (changes missed) loads everything again.
+    /// receiver (changes missed) loads everything again. Changes go into the published
+    /// snapshot in place (copied first only while a consumer holds it), and consumers are
+    /// told once per burst.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut current = Snapshot::clone(&self.published.borrow());
         loop {
             let first = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -106,7 +107,7 @@ impl ServiceCatalog {
             let mut reload = false;
             match first {
                 Ok(ev) if !is_followed(&ev.key) => continue,
-                Ok(ev) => current.refresh(&self.store, &ev.key),
+                Ok(ev) => self.refresh(&ev.key),
                 Err(broadcast::error::RecvError::Lagged(_)) => reload = true,
                 Err(broadcast::error::RecvError::Closed) => return,
             }
@@ -117,9 +118,7 @@ impl ServiceCatalog {
                 tokio::select! {
                     () = &mut gather => break,
                     ev = self.events.recv() => match ev {
-                        Ok(ev) if is_followed(&ev.key) && !reload => {
-                            current.refresh(&self.store, &ev.key);
-                        }
+                        Ok(ev) if is_followed(&ev.key) && !reload => self.refresh(&ev.key),
                         Ok(_) => {}
                         Err(broadcast::error::RecvError::Lagged(_)) => reload = true,
                         Err(broadcast::error::RecvError::Closed) => return,
@@ -127,10 +126,21 @@ impl ServiceCatalog {
                 }
             }
             if reload {
-                current = Snapshot::load(&self.store);
+                let loaded = Arc::new(Snapshot::load(&self.store));
+                self.published.send_replace(loaded);
+            } else {
+                self.published.send_modify(|_| {});
             }
-            self.published.send_replace(Arc::new(current.clone()));
         }
+    }
+
+    /// Takes the stored state of `key` into the published snapshot without telling the
+    /// consumers yet.
+    fn refresh(&self, key: &ResourceKey) {
+        self.published.send_if_modified(|snapshot| {
+            Arc::make_mut(snapshot).refresh(&self.store, key);
+            false
+        });
     }
 }
 

@@ -5,8 +5,9 @@
 //! references, hints). A node holding a thousand Services keeps a few hundred bytes of each.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 /// The metadata read: name, namespace and labels.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -108,9 +109,10 @@ pub struct EndpointSlice {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Endpoint {
-    /// `addresses`.
-    #[serde(default)]
-    pub addresses: Vec<String>,
+    /// `addresses` that are IPv4 addresses (the proxy and the resolver serve IPv4 slices
+    /// only; any other address is dropped here).
+    #[serde(default, deserialize_with = "ipv4_addresses")]
+    pub addresses: Vec<Ipv4Addr>,
     /// `conditions`.
     pub conditions: Option<EndpointConditions>,
     /// `hostname`.
@@ -141,6 +143,12 @@ pub struct EndpointPort {
     pub port: Option<i32>,
     /// `protocol`.
     pub protocol: Option<String>,
+}
+
+/// The IPv4 addresses among a list of address strings.
+fn ipv4_addresses<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Ipv4Addr>, D::Error> {
+    let addresses: Vec<String> = Vec::deserialize(deserializer)?;
+    Ok(addresses.iter().filter_map(|a| a.parse().ok()).collect())
 }
 
 #[cfg(test)]
@@ -182,5 +190,6 @@ mod tests {
         let endpoints = slice.endpoints.expect("endpoints");
         assert_eq!(endpoints[0].node_name.as_deref(), Some("edge-a"));
         assert_eq!(endpoints[0].conditions.and_then(|c| c.ready), Some(true));
+        assert_eq!(endpoints[0].addresses, [Ipv4Addr::new(10, 244, 1, 5)]);
     }
 }

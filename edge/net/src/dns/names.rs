@@ -163,7 +163,7 @@ impl ClusterNames {
                 let ready = e.conditions.as_ref().and_then(|c| c.ready) != Some(false);
                 for address in &e.addresses {
                     entry.endpoints.push(Endpoint {
-                        ip: address.parse().ok(),
+                        ip: Some(*address),
                         hostname: e.hostname.clone().map(|h| h.to_ascii_lowercase()),
                         ready,
                     });

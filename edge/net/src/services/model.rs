@@ -224,7 +224,7 @@ fn backends(
             continue;
         };
         for endpoint in slice.endpoints.iter().flatten() {
-            for ip in endpoint.addresses.iter().filter_map(|a| a.parse().ok()) {
+            for &ip in &endpoint.addresses {
                 all.push((endpoint, Backend { ip, port: target }));
             }
         }

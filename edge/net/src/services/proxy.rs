@@ -9,7 +9,8 @@
 //! CIDRs are reached directly, through the routes [`crate::site`] keeps; changes of
 //! [`DEBOUNCE`] gathered), and every [`RETRY`] while an apply fails (e.g. `nft` is not
 //! installed: pods still run, their Services do not work; logged). A plan that renders the
-//! same script as the last one applied is not applied again. The rules stay when edgecore
+//! same rules as the last one applied (the same plan in the same scope) is neither rendered
+//! nor applied again. The rules stay when edgecore
 //! stops, as kube-proxy's do: pods keep reaching their Services while it restarts.
 //!
 //! With the Service tunnel ([`ServiceProxy::with_tunnel`]) it binds the tunnel's listener on
@@ -125,7 +126,9 @@ impl ServiceProxy {
 
     /// Programs the rules until `shutdown` (see the module docs).
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut last: Option<String> = None;
+        // The plan and scope last applied: compared instead of the rendered script, which
+        // is not kept (hundreds of KiB with a thousand Services).
+        let mut last: Option<(Scope, Plan)> = None;
         let (plan_tx, plan_rx) = watch::channel(Plan::default());
         let mut bound: Option<Bound> = None;
         let mut last_site: Option<SiteState> = None;
@@ -148,16 +151,20 @@ impl ServiceProxy {
                 let online = settings.sessions.borrow().is_some();
                 scope.tunnel = bound.as_ref().map(|(addr, _)| *addr).filter(|_| online);
             }
-            let script = nft::render(&scope, &ports);
-            plan_tx.send_replace(Arc::new(ports));
-            let failed = if last.as_ref() == Some(&script) {
+            let ports: Plan = Arc::new(ports);
+            plan_tx.send_replace(Arc::clone(&ports));
+            let failed = if last
+                .as_ref()
+                .is_some_and(|(s, p)| *s == scope && **p == *ports)
+            {
                 false
             } else {
                 let started = Instant::now();
+                let script = nft::render(&scope, &ports);
                 match apply(&self.nft, &script).await {
                     Ok(()) => {
                         debug!(elapsed = ?started.elapsed(), "service rules applied");
-                        last = Some(script);
+                        last = Some((scope, ports));
                         false
                     }
                     Err(e) => {
