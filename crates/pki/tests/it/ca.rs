@@ -155,3 +155,62 @@ fn certificates_never_outlive_their_ca() -> Result<()> {
     assert_eq!(info.common_name(), Some("controller"));
     Ok(())
 }
+
+/// Whether a client trusting only `ca` accepts `cert_pem` for `name` (rustls-webpki, which
+/// enforces name constraints).
+fn accepted(ca: &Ca, cert_pem: &str, name: &str) -> bool {
+    use rustls::client::WebPkiServerVerifier;
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::{ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert_der().clone()).expect("root");
+    let verifier = WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .expect("verifier");
+    let leaf = verge_pki::pem_io::cert_from_pem(cert_pem).expect("leaf");
+    let name = ServerName::try_from(name.to_owned()).expect("server name");
+    verifier
+        .verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())
+        .is_ok()
+}
+
+#[test]
+fn a_name_constrained_ca_is_trusted_for_its_names_only() -> Result<()> {
+    let names: Vec<String> = [
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+        "10.96.0.1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let ca = Ca::generate_name_constrained("edge-1 edge API", DAY, &names)?;
+    assert!(ca.info().is_ca);
+    let served = ca.issue_serving("kubernetes", &names, DAY)?;
+    for name in &names {
+        assert!(accepted(&ca, &served.cert_pem, name), "{name}");
+    }
+    // The same CA signing any other name or address: refused by the constraints, though
+    // the certificate chains to a trusted root.
+    for other in ["api.example.com", "kubernetes.evil.example", "10.96.0.2"] {
+        let forged = ca.issue_serving("x", &[other.to_owned()], DAY)?;
+        assert!(!accepted(&ca, &forged.cert_pem, other), "{other}");
+    }
+    // The constraints survive a PEM round trip (the node keeps its CA on disk).
+    let loaded = Ca::from_pem(ca.cert_pem(), &ca.key_pem())?;
+    let again = loaded.issue_serving("x", &["example.org".to_owned()], DAY)?;
+    assert!(!accepted(&ca, &again.cert_pem, "example.org"));
+    assert!(matches!(
+        Ca::generate_name_constrained("x", DAY, &[]),
+        Err(Error::NoSubjectAltNames)
+    ));
+    assert!(matches!(
+        Ca::generate_name_constrained("x", DAY, &["not a name".to_owned()]),
+        Err(Error::InvalidSubjectAltName { .. })
+    ));
+    Ok(())
+}
