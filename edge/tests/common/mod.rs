@@ -244,6 +244,10 @@ pub fn config(cloudhub: String, dir: &std::path::Path) -> Config {
     config.edged.node_status_report_frequency = Duration::from_millis(400);
     // One DMI socket per edge: tests run edges side by side.
     config.device_twin.dmi_socket = dir.join("dmi.sock");
+    // No Service rules on the host for these fake clouds (they send no Services); the
+    // Service proxy has tests of its own (service_rules.rs, and the e2e tests). Its table
+    // would outlive the test, as kube-proxy's rules outlive kube-proxy.
+    config.network.service_proxy = false;
     write_credentials(&config).expect("node credentials");
     config
 }

@@ -189,6 +189,8 @@ pub fn config(broker: &Mosquitto) -> Config {
     bus.reconnect_initial_backoff = Duration::from_millis(100);
     bus.reconnect_max_backoff = Duration::from_millis(500);
     bus.keepalive = Duration::from_secs(5);
+    // No Service rules on the host (see common::config).
+    config.network.service_proxy = false;
     config
 }
 
