@@ -16,15 +16,23 @@ pub fn get<T: DeserializeOwned>(store: &MetaStore, key: &ResourceKey) -> Option<
 
 /// Every stored object of `kind` that parses (the others are logged and skipped).
 pub fn list<T: DeserializeOwned>(store: &MetaStore, kind: ResourceType) -> Vec<T> {
+    list_keyed(store, kind)
+        .into_iter()
+        .map(|(_, object)| object)
+        .collect()
+}
+
+/// [`list`] with each object's store key.
+pub fn list_keyed<T: DeserializeOwned>(
+    store: &MetaStore,
+    kind: ResourceType,
+) -> Vec<(ResourceKey, T)> {
     match store.list(kind) {
         Ok(rows) => rows
             .into_iter()
-            .filter_map(|(key, o)| match serde_json::from_slice(&o.content) {
-                Ok(object) => Some(object),
-                Err(e) => {
-                    warn!(object = %key, error = %e, "stored object does not parse");
-                    None
-                }
+            .filter_map(|(key, o)| {
+                let object = parse(&key, &o.content)?;
+                Some((key, object))
             })
             .collect(),
         Err(e) => {
@@ -32,6 +40,13 @@ pub fn list<T: DeserializeOwned>(store: &MetaStore, kind: ResourceType) -> Vec<T
             Vec::new()
         }
     }
+}
+
+/// The stored JSON `content` of `key` parsed; a failure is logged and gives `None`.
+pub fn parse<T: DeserializeOwned>(key: &ResourceKey, content: &[u8]) -> Option<T> {
+    serde_json::from_slice(content)
+        .inspect_err(|e| warn!(object = %key, error = %e, "stored object does not parse"))
+        .ok()
 }
 
 /// Node `node`'s stored Node object.

@@ -200,11 +200,9 @@ fn tools(
     root: &Path,
     packages: &[&str],
 ) -> anyhow::Result<()> {
-    if archive.is_none() {
-        *archive = Some(super::debian::Archive::new(TOOLS_SUITE, false)?);
-    }
-    let Some(archive) = archive.as_ref() else {
-        bail!("no Debian archive");
+    let archive = match archive {
+        Some(archive) => archive,
+        None => archive.insert(super::debian::Archive::new(TOOLS_SUITE, false)?),
     };
     let count = archive.install_closure(packages, root)?;
     eprintln!(

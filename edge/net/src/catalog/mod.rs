@@ -152,29 +152,14 @@ fn is_followed(key: &ResourceKey) -> bool {
     )
 }
 
-fn parse<T: DeserializeOwned>(key: &ResourceKey, content: &[u8]) -> Option<T> {
-    serde_json::from_slice(content)
-        .inspect_err(|e| warn!(object = %key, error = %e, "stored object does not parse"))
-        .ok()
-}
-
 fn load<T: DeserializeOwned>(
     store: &MetaStore,
     kind: ResourceType,
 ) -> BTreeMap<ResourceKey, Arc<T>> {
-    match store.list(kind) {
-        Ok(rows) => rows
-            .into_iter()
-            .filter_map(|(key, o)| {
-                let object = parse(&key, &o.content)?;
-                Some((key, Arc::new(object)))
-            })
-            .collect(),
-        Err(e) => {
-            warn!(error = %verge_runtime::ErrorChain(&e), "listing the store failed");
-            BTreeMap::new()
-        }
-    }
+    crate::stored::list_keyed(store, kind)
+        .into_iter()
+        .map(|(key, object)| (key, Arc::new(object)))
+        .collect()
 }
 
 fn refresh<T: DeserializeOwned>(
@@ -183,7 +168,7 @@ fn refresh<T: DeserializeOwned>(
     key: &ResourceKey,
 ) {
     match store.get(key) {
-        Ok(Some(stored)) => match parse(key, &stored.content) {
+        Ok(Some(stored)) => match crate::stored::parse(key, &stored.content) {
             Some(object) => {
                 map.insert(key.clone(), Arc::new(object));
             }

@@ -75,9 +75,9 @@ pub enum Answer {
     NotOurs,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Endpoint {
-    ip: Option<Ipv4Addr>,
+    ip: Ipv4Addr,
     hostname: Option<String>,
     ready: bool,
 }
@@ -97,7 +97,7 @@ impl Entry {
     fn published(&self) -> impl Iterator<Item = &Endpoint> {
         self.endpoints
             .iter()
-            .filter(|e| e.ip.is_some() && (e.ready || self.publish_not_ready))
+            .filter(|e| e.ready || self.publish_not_ready)
     }
 }
 
@@ -163,7 +163,7 @@ impl ClusterNames {
                 let ready = e.conditions.as_ref().and_then(|c| c.ready) != Some(false);
                 for address in &e.addresses {
                     entry.endpoints.push(Endpoint {
-                        ip: Some(*address),
+                        ip: *address,
                         hostname: e.hostname.clone().map(|h| h.to_ascii_lowercase()),
                         ready,
                     });
@@ -186,11 +186,9 @@ impl ClusterNames {
             }
             if entry.headless {
                 for e in entry.published() {
-                    if let Some(ip) = e.ip {
-                        reverse
-                            .entry(ip)
-                            .or_insert_with(|| format!("{}.{fqdn}", endpoint_label(e)));
-                    }
+                    reverse
+                        .entry(e.ip)
+                        .or_insert_with(|| format!("{}.{fqdn}", endpoint_label(e)));
                 }
             }
         }
@@ -271,11 +269,7 @@ impl ClusterNames {
             }
         } else if qtype == QueryType::A {
             if entry.headless {
-                let mut ips: Vec<Record> = entry
-                    .published()
-                    .filter_map(|e| e.ip)
-                    .map(Record::A)
-                    .collect();
+                let mut ips: Vec<Record> = entry.published().map(|e| Record::A(e.ip)).collect();
                 ips.sort();
                 ips.dedup();
                 ips
@@ -334,8 +328,7 @@ impl ClusterNames {
         let ips: Vec<Record> = entry
             .published()
             .filter(|e| endpoint_label(e) == host)
-            .filter_map(|e| e.ip)
-            .map(Record::A)
+            .map(|e| Record::A(e.ip))
             .collect();
         if ips.is_empty() {
             Answer::NxDomain
@@ -357,10 +350,9 @@ fn records_or_no_data(records: Vec<Record>) -> Answer {
 
 /// An endpoint's label: its hostname, else its address with dashes.
 fn endpoint_label(e: &Endpoint) -> String {
-    e.hostname.clone().unwrap_or_else(|| {
-        e.ip.map(|ip| ip.to_string().replace('.', "-"))
-            .unwrap_or_default()
-    })
+    e.hostname
+        .clone()
+        .unwrap_or_else(|| e.ip.to_string().replace('.', "-"))
 }
 
 /// `10-244-1-5` as an address.

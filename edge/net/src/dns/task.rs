@@ -59,6 +59,12 @@ impl ClusterDns {
         }
     }
 
+    /// The gateway of the node's pod network (the resolver's address), from its stored Node.
+    fn gateway(&self) -> Option<Ipv4Addr> {
+        stored::pod_network(&self.store, &self.node)
+            .and_then(|net| net.spec().gateway.parse::<Ipv4Addr>().ok())
+    }
+
     /// The zone of the catalog's latest snapshot (marked seen).
     fn names(&mut self) -> ClusterNames {
         let snapshot = Arc::clone(&self.catalog.borrow_and_update());
@@ -72,8 +78,7 @@ impl ClusterDns {
         let upstream = node_upstream();
         let mut bound: Option<(Ipv4Addr, CancellationToken)> = None;
         loop {
-            let gateway = stored::pod_network(&self.store, &self.node)
-                .and_then(|net| net.spec().gateway.parse::<Ipv4Addr>().ok());
+            let gateway = self.gateway();
             if bound.as_ref().map(|(ip, _)| *ip) != gateway {
                 if let Some((_, stop)) = bound.take() {
                     stop.cancel();
@@ -121,9 +126,7 @@ impl ClusterDns {
                     ev = self.events.recv() => match ev {
                         // Its own Node: the gateway may have changed; the zone has not.
                         Ok(ev) if ev.key == own => {
-                            let now = stored::pod_network(&self.store, &self.node)
-                                .and_then(|net| net.spec().gateway.parse::<Ipv4Addr>().ok());
-                            if now != gateway {
+                            if self.gateway() != gateway {
                                 break;
                             }
                         }

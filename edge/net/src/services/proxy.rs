@@ -136,14 +136,17 @@ impl ServiceProxy {
             let inputs = self.node_inputs();
             let snapshot = Arc::clone(&self.catalog.borrow_and_update());
             let (ports, mut scope) = self.plan(&inputs, &snapshot);
-            let NodeInputs { network, peers, .. } = inputs.clone();
-            let site = (network.as_ref().map(PodNetwork::cidr), peers);
+            let site = (
+                inputs.network.as_ref().map(PodNetwork::cidr),
+                inputs.peers.clone(),
+            );
             if last_site.as_ref() != Some(&site) {
                 crate::site::apply(site.0, &site.1).await;
                 last_site = Some(site);
             }
             if let Some(settings) = &self.tunnel {
-                let gateway = network
+                let gateway = inputs
+                    .network
                     .as_ref()
                     .and_then(|n| n.spec().gateway.parse::<Ipv4Addr>().ok());
                 let want = gateway.map(|ip| SocketAddrV4::new(ip, settings.port));
