@@ -38,6 +38,9 @@
 //! - [`metrics`]: the Prometheus series served on `metricsAddr` (`/metrics`).
 //! - [`streaming`] (crate `verge-streaming`): the kubelet streaming API (kubectl logs, exec, attach, port-forward)
 //!   on tunnels from cloudhub ([`streaming::StreamingServer`]).
+//! - [`net`] (crate `verge-edge-net`): the pod network, the Service proxy and cluster DNS.
+//! - [`edge_api`] (crate `verge-edge-api`): the Kubernetes API for the node's pods at the
+//!   `kubernetes` Service ([`edge_api::EdgeApi`]).
 //! - [`config`]: the YAML configuration file ([`Config`]), made of the sections each crate
 //!   owns.
 //! - [`error`]: the crate's [`Error`].
@@ -57,6 +60,8 @@ pub mod config;
 pub use verge_container_runtime as container_runtime;
 /// devicetwin, the crate `verge-devicetwin`.
 pub use verge_devicetwin as devicetwin;
+/// The edge API (MetaServer), the crate `verge-edge-api`.
+pub use verge_edge_api as edge_api;
 pub use verge_edge_net as net;
 /// edged and the node agent, the crate `verge-edged`.
 pub use verge_edged as edged;
@@ -160,8 +165,32 @@ impl EdgeCore {
         if let Some((_, apps)) = &apps {
             meta = meta.with_apps(apps.clone());
         }
-        let objects =
+        // The Services and EndpointSlices, parsed once for the resolver, the proxy and the
+        // edge API.
+        let catalog =
+            (self.config.network.cluster_dns || self.config.network.service_proxy).then(|| {
+                verge_edge_net::catalog::ServiceCatalog::new(self.store.clone(), meta.subscribe())
+            });
+        let edge_api = catalog
+            .as_ref()
+            .filter(|_| self.config.network.service_proxy && self.config.edge_api.enable)
+            .map(|catalog| {
+                verge_edge_api::EdgeApi::new(
+                    self.store.clone(),
+                    &self.config.node_name,
+                    &self.config.network.cluster_domain,
+                    self.config.edge_api.port,
+                    self.config.data_dir.join("edge-api"),
+                    catalog.subscribe(),
+                    handle.sessions(),
+                )
+            });
+        let mut objects =
             edged::objects::StoreObjects::new(self.store.clone(), handle.clone(), meta.queries());
+        if let Some(api) = &edge_api {
+            // Pods trust the edge API through the `ca.crt` of their `kube-root-ca.crt`.
+            objects = objects.with_root_ca_addition(api.trust_bundle());
+        }
         let settings = Arc::new(self.config.edged_settings());
         let edged = Edged::new(
             Arc::clone(&settings),
@@ -180,11 +209,6 @@ impl EdgeCore {
         });
         let sessions = handle.sessions();
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
-        // The Services and EndpointSlices, parsed once for the resolver and the proxy.
-        let catalog =
-            (self.config.network.cluster_dns || self.config.network.service_proxy).then(|| {
-                verge_edge_net::catalog::ServiceCatalog::new(self.store.clone(), meta.subscribe())
-            });
         let cluster_dns = catalog
             .as_ref()
             .filter(|_| self.config.network.cluster_dns)
@@ -214,9 +238,13 @@ impl EdgeCore {
                     catalog.subscribe(),
                     meta.subscribe(),
                 );
-                match self.config.network.service_tunnel {
+                let proxy = match self.config.network.service_tunnel {
                     true => proxy.with_tunnel(self.config.network.service_tunnel_port, sessions),
                     false => proxy,
+                };
+                match edge_api {
+                    Some(_) => proxy.with_edge_api(self.config.edge_api.port),
+                    None => proxy,
                 }
             });
 
@@ -275,6 +303,13 @@ impl EdgeCore {
             let dns_stop = stop.clone();
             modules.spawn("clusterdns", async move {
                 dns.run(dns_stop).await;
+                Ok(())
+            });
+        }
+        if let Some(api) = edge_api {
+            let api_stop = stop.clone();
+            modules.spawn("edgeapi", async move {
+                api.run(api_stop).await;
                 Ok(())
             });
         }

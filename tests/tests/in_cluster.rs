@@ -1,11 +1,12 @@
-//! Issue 33, the first step of the edge API: an unmodified in-cluster client on an edge
-//! node works online. kubectl of the pinned release, in a pod of the edge node with no
-//! kubeconfig, takes the in-cluster configuration (`KUBERNETES_SERVICE_HOST`/`PORT` from
-//! edged, the projected service-account token and `ca.crt`) and lists its namespace's pods:
-//! the connection to the `kubernetes` Service's cluster IP goes through the node's Service
-//! tunnel and cloudhub (`EdgeHub.Dial`) to the API server, whose certificate the pod's
-//! `ca.crt` verifies. The API server authorizes the pod's own service account: without a
-//! binding the same list is forbidden.
+//! Issue 33, the edge API: an unmodified in-cluster client on an edge node works. kubectl of
+//! the pinned release, in a pod of the edge node with no kubeconfig, takes the in-cluster
+//! configuration (`KUBERNETES_SERVICE_HOST`/`PORT` from edged, the projected service-account
+//! token and `ca.crt`). The Service proxy sends the `kubernetes` Service to the node's edge
+//! API, whose certificate (of the node's name-constrained CA) the pod's `ca.crt` verifies: edged
+//! appends that CA to the `kube-root-ca.crt` it projects. Online the edge API carries every
+//! request to the API server through cloudhub with the pod's own token, so the API server
+//! authorizes the pod's service account (without a binding the list is forbidden); with the
+//! link cut, a request gets the edge API's 503 naming the cut link.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::{DeleteParams, LogParams, PostParams};
 use serde_json::json;
-use verge_e2e::{Cloud, Edge, create_namespace, wait_for};
+use verge_e2e::{Cloud, Edge, create_namespace, docker, main_container, wait_for, wait_running};
 
 /// The image of kubectl: the control plane's static kubectl on the test busybox.
 const KUBECTL_IMAGE: &str = "verge-test/kubectl:latest";
@@ -75,7 +76,7 @@ async fn in_cluster_kubectl_on_an_edge_pod_lists_its_namespace() -> anyhow::Resu
     let client = cp.client().await?;
     verge_testkit::docker::ensure_docker()?;
     kubectl_image(&cp)?;
-    let cloud = Cloud::start(&cp).await?;
+    let mut cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-incluster-{}", std::process::id());
     let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
@@ -104,7 +105,7 @@ async fn in_cluster_kubectl_on_an_edge_pod_lists_its_namespace() -> anyhow::Resu
             phase == "Succeeded" && log.contains("pod/denied") && log.contains("pod/allowed"),
             "bound service account: phase {phase}, log {log:?}"
         );
-        Ok(())
+        edge_api_online_and_offline(&pods, &name, &mut cloud, &client).await
     }
     .await;
     let _ = pods
@@ -112,4 +113,84 @@ async fn in_cluster_kubectl_on_an_edge_pod_lists_its_namespace() -> anyhow::Resu
         .await;
     result
         .map_err(|e: anyhow::Error| anyhow::anyhow!("{e:#}\n{}\n{}", cloud.logs(30), edge.logs(80)))
+}
+
+/// A pod on `node` that keeps running with kubectl in it (for `docker exec`).
+fn kubectl_pod(ns: &str, name: &str, node: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "main", "image": KUBECTL_IMAGE,
+                "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"] }] }
+    }))?)
+}
+
+/// Runs kubectl with `args` in container `id` (in-cluster configuration): its output, or
+/// the error with kubectl's message.
+fn kubectl_in(id: &str, args: &[&str]) -> anyhow::Result<String> {
+    let mut all = vec!["exec", id, "kubectl"];
+    all.extend_from_slice(args);
+    docker(&all)
+}
+
+/// The pod's `ca.crt` holds the cluster CA and the node's; kubectl lists through the edge
+/// API online; with cloudhub gone the edge API answers 503 naming the cut link; after the
+/// heal kubectl lists again.
+async fn edge_api_online_and_offline(
+    pods: &Api<Pod>,
+    ns: &str,
+    cloud: &mut Cloud,
+    client: &kube::Client,
+) -> anyhow::Result<()> {
+    pods.create(&PostParams::default(), &kubectl_pod(ns, "client", ns)?)
+        .await?;
+    let uid = wait_running(pods, "client", Duration::from_secs(60))
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let id = main_container(&uid)?;
+    let ca = docker(&[
+        "exec",
+        &id,
+        "cat",
+        "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+    ])?;
+    ensure!(
+        ca.matches("BEGIN CERTIFICATE").count() == 2,
+        "ca.crt should hold the cluster CA and the edge API's:\n{ca}"
+    );
+    let listed = kubectl_in(&id, &["get", "pods", "-o", "name"])?;
+    ensure!(listed.contains("pod/client"), "online list: {listed:?}");
+    cloud.cloudhub.kill9()?;
+    let refusal = wait_for(
+        "the edge API's offline answer",
+        Duration::from_secs(60),
+        || async {
+            Ok(match kubectl_in(&id, &["get", "--raw", "/version"]) {
+                Err(e) if format!("{e:#}").contains("link to the cloud is down") => {
+                    Some(format!("{e:#}"))
+                }
+                _ => None,
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        refusal.contains("ServiceUnavailable") || refusal.contains("503"),
+        "offline answer: {refusal}"
+    );
+    cloud.restart_cloudhub_hard().await?;
+    verge_testkit::wait::wait_node_ready(client, ns, Duration::from_secs(60)).await?;
+    let listed = wait_for(
+        "kubectl to list after the heal",
+        Duration::from_secs(60),
+        || async { Ok(kubectl_in(&id, &["get", "pods", "-o", "name"]).ok()) },
+    )
+    .await?;
+    ensure!(
+        listed.contains("pod/client"),
+        "list after the heal: {listed:?}"
+    );
+    Ok(())
 }

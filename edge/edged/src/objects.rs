@@ -9,12 +9,14 @@
 //! in the MetaStore when the cloud cannot answer.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
+use tokio::sync::watch;
 use tracing::debug;
 use verge_core::{Module, ResourceKey, ResourceType};
 
@@ -65,7 +67,17 @@ pub struct StoreObjects {
     hub: EdgeHubHandle,
     queries: QueryRegistry,
     timeout: Duration,
+    root_ca_addition: Option<watch::Receiver<Option<Arc<str>>>>,
 }
+
+/// The ConfigMap every namespace holds with the cluster CA, whose `ca.crt` pods verify the
+/// API server with.
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
+/// How long a read of [`ROOT_CA_CONFIGMAP`] waits for the edge API's CA
+/// ([`StoreObjects::with_root_ca_addition`]) before it fails (and the pod's start is tried
+/// again).
+pub const ROOT_CA_WAIT: Duration = Duration::from_secs(30);
 
 impl StoreObjects {
     /// Reads `store`; queries the cloud through `hub`, whose answers metamanager hands to
@@ -77,7 +89,44 @@ impl StoreObjects {
             hub,
             queries,
             timeout: DEFAULT_QUERY_TIMEOUT,
+            root_ca_addition: None,
         }
+    }
+
+    /// Appends the PEM certificate `addition` publishes (the edge API's CA, once made) to
+    /// the `ca.crt` of every [`ROOT_CA_CONFIGMAP`] read, so the node's pods trust the edge
+    /// API at the `kubernetes` Service (verge-edge-api's `trust` module). Until it is
+    /// published such a read waits, at most [`ROOT_CA_WAIT`], then fails: a pod does not
+    /// start with a `ca.crt` that would not verify the edge API.
+    #[must_use]
+    pub fn with_root_ca_addition(mut self, addition: watch::Receiver<Option<Arc<str>>>) -> Self {
+        self.root_ca_addition = Some(addition);
+        self
+    }
+
+    /// `cm` with the edge API's CA appended to its `ca.crt` (see
+    /// [`Self::with_root_ca_addition`]).
+    async fn add_root_ca(&self, mut cm: ConfigMap) -> Result<ConfigMap> {
+        let Some(addition) = &self.root_ca_addition else {
+            return Ok(cm);
+        };
+        let mut addition = addition.clone();
+        let pem = match tokio::time::timeout(ROOT_CA_WAIT, addition.wait_for(Option::is_some)).await
+        {
+            Ok(Ok(pem)) => pem.clone().unwrap_or_default(),
+            _ => {
+                return Err(Error::ContainerConfig(format!(
+                    "{ROOT_CA_CONFIGMAP}: the edge API's certificate authority is not ready"
+                )));
+            }
+        };
+        if let Some(ca) = cm.data.as_mut().and_then(|d| d.get_mut("ca.crt")) {
+            if !ca.ends_with('\n') {
+                ca.push('\n');
+            }
+            ca.push_str(&pem);
+        }
+        Ok(cm)
     }
 
     /// The same with another query timeout.
@@ -173,7 +222,11 @@ pub fn service_account(pod: &Pod) -> &str {
 
 impl PodObjects for StoreObjects {
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>> {
-        self.object(ns, ResourceType::ConfigMap, name).await
+        let cm: Option<ConfigMap> = self.object(ns, ResourceType::ConfigMap, name).await?;
+        match cm {
+            Some(cm) if name == ROOT_CA_CONFIGMAP => self.add_root_ca(cm).await.map(Some),
+            cm => Ok(cm),
+        }
     }
 
     async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>> {

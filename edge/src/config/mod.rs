@@ -40,6 +40,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use verge_devicetwin::DeviceTwinConfig;
+pub use verge_edge_api::EdgeApiConfig;
 pub use verge_edge_net::NetworkConfig;
 pub use verge_edged::config::{
     CrashLoopBackOffConfig, EdgedConfig, EdgedSettings, Reserved, ReservedConfig, TaintConfig,
@@ -94,6 +95,9 @@ pub struct Config {
     /// network: the node's Service proxy (the pod network itself follows the Node's
     /// `spec.podCIDR`; [`NetworkConfig`]).
     pub network: NetworkConfig,
+    /// edgeApi: the Kubernetes API on the node for its pods' in-cluster clients, at the
+    /// `kubernetes` Service ([`EdgeApiConfig`]; needs `network.serviceProxy`).
+    pub edge_api: EdgeApiConfig,
     /// OpenTelemetry trace export (`otlpEndpoint`, `samplingRatio`); off by default (flag
     /// `--otlp-endpoint`). See [`TracingConfig`].
     pub tracing: TracingConfig,
@@ -113,6 +117,7 @@ impl Default for Config {
             event_bus: EventBusConfig::default(),
             streaming: StreamingConfig::default(),
             network: NetworkConfig::default(),
+            edge_api: EdgeApiConfig::default(),
             tracing: TracingConfig::default(),
         }
     }

@@ -22,7 +22,7 @@
 //! address at its node port.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::catalog::objects::{Endpoint, EndpointSlice, Service, ServicePort as K8sPort};
 use ipnet::Ipv4Net;
@@ -122,6 +122,27 @@ pub struct ServicePort {
     pub remote: Vec<Backend>,
     /// `sessionAffinity: ClientIP`: how long (seconds) a client sticks to its backend.
     pub affinity_seconds: Option<u32>,
+}
+
+/// Serves the HTTPS port of Service `service` (namespace, name) at `to`, a listener of this
+/// node, in place of its endpoints: the TCP port named `https`, else port 443. Its only
+/// backend becomes `to` and it has no remote endpoints, online or offline (the edge API in
+/// front of the `kubernetes` Service).
+pub fn serve_locally(ports: &mut [ServicePort], service: (&str, &str), to: SocketAddrV4) {
+    let of_service = |p: &ServicePort| {
+        p.namespace == service.0 && p.service == service.1 && p.protocol == Protocol::Tcp
+    };
+    let https = ports
+        .iter()
+        .position(|p| of_service(p) && p.name.ends_with(":https/tcp"))
+        .or_else(|| ports.iter().position(|p| of_service(p) && p.port == 443));
+    if let Some(port) = https.and_then(|i| ports.get_mut(i)) {
+        port.backends = vec![Backend {
+            ip: *to.ip(),
+            port: to.port(),
+        }];
+        port.remote.clear();
+    }
 }
 
 /// The plan for `services` and `slices` on the node `ctx`, sorted by name.

@@ -168,3 +168,53 @@ fn headless_and_external_name_services_are_dns_only_and_no_endpoints_means_none(
     assert_eq!(plan[0].name, "shop/web:53/udp");
     assert!(plan[0].backends.is_empty());
 }
+
+#[test]
+fn the_kubernetes_services_https_port_is_served_locally() {
+    let api: Service = serde_json::from_value(json!({
+        "metadata": { "name": "kubernetes", "namespace": "default" },
+        "spec": { "clusterIP": "10.96.0.1", "ports": [
+            { "name": "https", "port": 443, "targetPort": 6443 },
+            { "name": "other", "port": 8443 }] }
+    }))
+    .expect("service");
+    let eps: EndpointSlice = serde_json::from_value(json!({
+        "metadata": { "name": "kubernetes", "namespace": "default",
+            "labels": { SERVICE_NAME_LABEL: "kubernetes" } },
+        "addressType": "IPv4",
+        "ports": [{ "name": "https", "port": 6443, "protocol": "TCP" }],
+        "endpoints": [endpoint("192.0.2.1", "", true)],
+    }))
+    .expect("slice");
+    let web = service(json!({ "clusterIP": "10.96.0.20", "ports": [{ "port": 443 }] }));
+    let mut ports = plan(&[api, web], &[eps], &ctx());
+    let before = ports.clone();
+    assert_eq!(
+        before
+            .iter()
+            .find(|p| p.service == "kubernetes" && p.port == 443)
+            .map(|p| p.remote.len()),
+        Some(1),
+        "the API server is a remote endpoint"
+    );
+    let to = SocketAddrV4::new(Ipv4Addr::new(10, 244, 1, 1), 15443);
+    serve_locally(&mut ports, ("default", "kubernetes"), to);
+    let https = ports
+        .iter()
+        .find(|p| p.service == "kubernetes" && p.port == 443)
+        .expect("https port");
+    assert_eq!(ips(https), ["10.244.1.1:15443"]);
+    assert!(https.remote.is_empty());
+    let unchanged: Vec<_> = ports
+        .iter()
+        .filter(|p| !(p.service == "kubernetes" && p.port == 443))
+        .collect();
+    let expected: Vec<_> = before
+        .iter()
+        .filter(|p| !(p.service == "kubernetes" && p.port == 443))
+        .collect();
+    assert_eq!(
+        unchanged, expected,
+        "other ports and Services keep their endpoints"
+    );
+}

@@ -46,6 +46,10 @@ pub const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How soon a failed apply is tried again.
 pub const RETRY: Duration = Duration::from_secs(10);
 
+/// The Service of the API server, whose HTTPS port the edge API serves
+/// ([`ServiceProxy::with_edge_api`]).
+const KUBERNETES: (&str, &str) = ("default", "kubernetes");
+
 /// The zone label of Nodes (`PreferClose`).
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
@@ -59,6 +63,7 @@ pub struct ServiceProxy {
     catalog: watch::Receiver<Arc<Snapshot>>,
     events: broadcast::Receiver<StoreEvent>,
     tunnel: Option<TunnelSettings>,
+    edge_api: Option<u16>,
 }
 
 /// The Service tunnel's settings: its port on the gateway and the cloudhub sessions.
@@ -104,6 +109,7 @@ impl ServiceProxy {
             catalog,
             events,
             tunnel: None,
+            edge_api: None,
         }
     }
 
@@ -116,6 +122,15 @@ impl ServiceProxy {
         sessions: watch::Receiver<Option<SessionInfo>>,
     ) -> Self {
         self.tunnel = Some(TunnelSettings { port, sessions });
+        self
+    }
+
+    /// Sends the `default/kubernetes` Service's HTTPS port to the edge API on the pod
+    /// network's gateway, port `port`, online and offline, in place of its endpoints
+    /// ([`model::serve_locally`]; the edge API itself reaches the API server).
+    #[must_use]
+    pub fn with_edge_api(mut self, port: u16) -> Self {
+        self.edge_api = Some(port);
         self
     }
 
@@ -135,7 +150,14 @@ impl ServiceProxy {
         loop {
             let inputs = self.node_inputs();
             let snapshot = Arc::clone(&self.catalog.borrow_and_update());
-            let (ports, mut scope) = self.plan(&inputs, &snapshot);
+            let (mut ports, mut scope) = self.plan(&inputs, &snapshot);
+            let gateway = inputs
+                .network
+                .as_ref()
+                .and_then(|n| n.spec().gateway.parse::<Ipv4Addr>().ok());
+            if let (Some(port), Some(gateway)) = (self.edge_api, gateway) {
+                model::serve_locally(&mut ports, KUBERNETES, SocketAddrV4::new(gateway, port));
+            }
             let site = (
                 inputs.network.as_ref().map(PodNetwork::cidr),
                 inputs.peers.clone(),
@@ -145,10 +167,6 @@ impl ServiceProxy {
                 last_site = Some(site);
             }
             if let Some(settings) = &self.tunnel {
-                let gateway = inputs
-                    .network
-                    .as_ref()
-                    .and_then(|n| n.spec().gateway.parse::<Ipv4Addr>().ok());
                 let want = gateway.map(|ip| SocketAddrV4::new(ip, settings.port));
                 self.bind_tunnel(&mut bound, want, &plan_rx, &shutdown);
                 let online = settings.sessions.borrow().is_some();

@@ -1,0 +1,28 @@
+//! The `edgeApi:` section of edgecore's configuration.
+
+use serde::{Deserialize, Serialize};
+
+/// The edge API's default port on the pod network's gateway (`edgeApi.port`).
+pub const DEFAULT_PORT: u16 = 15443;
+
+/// The edge API (YAML `edgeApi:`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default, rename_all = "camelCase")]
+pub struct EdgeApiConfig {
+    /// Serve the Kubernetes API to the node's pods at the `kubernetes` Service. Default
+    /// `true`; it needs the Service proxy (`network.serviceProxy`), which redirects the
+    /// Service to it. `false`: the Service is proxied like any other (through cloudhub to
+    /// the API server while online, refused offline) and pods trust only the cluster CA.
+    pub enable: bool,
+    /// Its TCP port on the pod network's gateway. Default 15443.
+    pub port: u16,
+}
+
+impl Default for EdgeApiConfig {
+    fn default() -> Self {
+        Self {
+            enable: true,
+            port: DEFAULT_PORT,
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! The edge API (DESIGN §15; architecture.md §13): the Kubernetes API on the edge node for
+//! the in-cluster clients of its pods (operators, agents, anything with client-go's, kube-rs'
+//! or the Python client's in-cluster configuration), in the place of KubeEdge's MetaServer.
+//!
+//! Pods reach it at the `kubernetes` Service (`KUBERNETES_SERVICE_HOST`/`PORT`): the
+//! Service proxy DNATs that Service's HTTPS port to this listener on the pod network's
+//! gateway ([`config::DEFAULT_PORT`]). It presents a certificate of the node's own CA
+//! ([`trust`]), which X.509 name constraints limit to the `kubernetes` Service's names and
+//! cluster IP, and which edged appends to the `ca.crt` of the `kube-root-ca.crt` ConfigMap
+//! that pods' projected volumes carry: a pod trusts the node for that Service and nothing
+//! else.
+//!
+//! Online, every request goes on to the real API server ([`upstream`]) through cloudhub over
+//! the node's session (`EdgeHub.Dial` to the Service's ready endpoint, TLS verified with the
+//! cluster CA), with the pod's own `Authorization`: authentication, authorization, admission
+//! and every answer are the API server's. With no session, a request gets a Kubernetes
+//! `Status` 503 whose message names the cut link ([`status`]).
+//!
+//! # Layout
+//! - [`config`]: the `edgeApi:` section of edgecore's configuration.
+//! - [`trust`]: the node's name-constrained CA and the serving certificate.
+//! - [`upstream`]: the connection to the API server over the session.
+//! - [`server`]: the listener, TLS and the request handling.
+//! - [`status`]: Kubernetes `Status` answers.
+//! - [`error`](mod@error): [`Error`].
+
+pub mod config;
+pub mod error;
+pub mod server;
+pub mod status;
+pub mod trust;
+pub mod upstream;
+
+pub use config::EdgeApiConfig;
+pub use error::{Error, Result};
+pub use server::EdgeApi;
+pub use server::TrustBundle;

@@ -1,0 +1,225 @@
+//! The edge API's task: waits until the node knows its pod network's gateway and the
+//! `kubernetes` Service's cluster IP, makes or loads the node's CA ([`crate::trust`]) and
+//! publishes its certificate for edged ([`EdgeApi::trust_bundle`]), then serves HTTPS
+//! (HTTP/2 and HTTP/1.1) on the gateway at the configured port, bound with `IP_FREEBIND` like
+//! the Service tunnel. Each request goes to the API server through [`Upstream`]; when it
+//! cannot be reached the answer is [`crate::status::offline`].
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use verge_edge_net::catalog::Snapshot;
+use verge_edge_store::MetaStore;
+use verge_edgehub::SessionInfo;
+use verge_pki::ReloadableServerCert;
+
+use crate::upstream::{self, Body, Upstream};
+use crate::{status, trust};
+
+/// How often the task looks again for the gateway and the cluster IP while either is unknown.
+pub const WAIT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How long a client may take to finish its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The certificate of the node's CA (PEM) once made: what edged appends to `ca.crt`.
+pub type TrustBundle = watch::Receiver<Option<Arc<str>>>;
+
+/// The edge API of one node; see the crate docs.
+#[derive(Debug)]
+pub struct EdgeApi {
+    store: MetaStore,
+    node: String,
+    domain: String,
+    port: u16,
+    dir: PathBuf,
+    catalog: watch::Receiver<Arc<Snapshot>>,
+    upstream: Arc<Upstream>,
+    bundle: watch::Sender<Option<Arc<str>>>,
+}
+
+impl EdgeApi {
+    /// The edge API of node `node` (cluster domain `domain`) on port `port` of its pod
+    /// network's gateway, keeping its CA in `dir`; the Services and EndpointSlices from
+    /// `catalog`, the link from `sessions`.
+    pub fn new(
+        store: MetaStore,
+        node: &str,
+        domain: &str,
+        port: u16,
+        dir: PathBuf,
+        catalog: watch::Receiver<Arc<Snapshot>>,
+        sessions: watch::Receiver<Option<SessionInfo>>,
+    ) -> Self {
+        let upstream = Arc::new(Upstream::new(store.clone(), sessions, catalog.clone()));
+        Self {
+            store,
+            node: node.to_owned(),
+            domain: domain.to_owned(),
+            port,
+            dir,
+            catalog,
+            upstream,
+            bundle: watch::Sender::new(None),
+        }
+    }
+
+    /// The node CA's certificate as soon as it is made or loaded (see [`TrustBundle`]).
+    pub fn trust_bundle(&self) -> TrustBundle {
+        self.bundle.subscribe()
+    }
+
+    /// The `kubernetes` Service's cluster IP and the pod network's gateway, once both are
+    /// known.
+    fn addresses(&self) -> Option<(Ipv4Addr, Ipv4Addr)> {
+        let cluster_ip = self
+            .catalog
+            .borrow()
+            .services()
+            .find(|s| {
+                s.metadata.namespace.as_deref() == Some(upstream::SERVICE.0)
+                    && s.metadata.name.as_deref() == Some(upstream::SERVICE.1)
+            })
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())?;
+        let network = verge_edge_net::stored::pod_network(&self.store, &self.node)?;
+        let gateway = network.spec().gateway.parse().ok()?;
+        Some((cluster_ip, gateway))
+    }
+
+    /// Serves until `stop` (see the module docs). Failing to make the CA or to bind the port
+    /// is logged and leaves the edge API off; edgecore goes on.
+    pub async fn run(self, stop: CancellationToken) {
+        let (cluster_ip, gateway) = loop {
+            if let Some(found) = self.addresses() {
+                break found;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(WAIT_INTERVAL) => {}
+            }
+        };
+        let ca = match trust::load_or_create_ca(&self.dir, &self.node, cluster_ip, &self.domain) {
+            Ok(ca) => ca,
+            Err(e) => {
+                warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
+                return;
+            }
+        };
+        self.bundle.send_replace(Some(Arc::from(ca.cert_pem())));
+        let certificate = match trust::serving(&ca, cluster_ip, &self.domain) {
+            Ok(key) => Arc::new(ReloadableServerCert::new(key)),
+            Err(e) => {
+                warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
+                return;
+            }
+        };
+        let tls = match verge_pki::server_config(certificate.clone(), &[], false) {
+            Ok(mut config) => {
+                config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+                Arc::new(config)
+            }
+            Err(e) => {
+                warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
+                return;
+            }
+        };
+        let addr = SocketAddrV4::new(gateway, self.port);
+        let listener = match verge_edge_net::services::tunnel::bind(addr) {
+            Ok(listener) => listener,
+            Err(error) => {
+                warn!(%addr, %error, "edge API off: its port cannot be bound");
+                return;
+            }
+        };
+        info!(%addr, %cluster_ip, "edge API listening");
+        let renew = {
+            let (ca, domain) = (ca, self.domain.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(trust::SERVING_RENEWAL).await;
+                    match trust::serving(&ca, cluster_ip, &domain) {
+                        Ok(key) => certificate.replace(key),
+                        Err(e) => {
+                            warn!(error = %verge_runtime::ErrorChain(&e), "edge API: serving certificate not renewed")
+                        }
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = renew => {}
+            () = serve(listener, tls, Arc::clone(&self.upstream), stop.clone()) => {}
+        }
+    }
+}
+
+/// Accepts connections on `listener` until `stop`, each served on its own task.
+async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    upstream: Arc<Upstream>,
+    stop: CancellationToken,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (conn, peer) = tokio::select! {
+            () = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(%error, "edge API: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let (acceptor, upstream, stop) = (acceptor.clone(), Arc::clone(&upstream), stop.clone());
+        verge_runtime::tasks::spawn("edge api connection", async move {
+            let _ = conn.set_nodelay(true);
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => return debug!(%peer, %error, "edge API: TLS handshake failed"),
+                Err(_) => return debug!(%peer, "edge API: TLS handshake timed out"),
+            };
+            let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+                let upstream = Arc::clone(&upstream);
+                async move { Ok::<_, std::convert::Infallible>(handle(&upstream, request).await) }
+            });
+            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(tls), service);
+            tokio::select! {
+                () = stop.cancelled() => {}
+                result = connection => if let Err(error) = result {
+                    debug!(%peer, %error, "edge API: connection ended");
+                },
+            }
+        });
+    }
+}
+
+/// One request: passed on to the API server, or answered with the offline `Status`.
+async fn handle(upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    match upstream.send(request.map(BodyExt::boxed)).await {
+        Ok(mut response) => {
+            upstream::strip_hop_by_hop(response.headers_mut());
+            debug!(%method, %path, status = %response.status(), "edge API: answered by the API server");
+            response.map(BodyExt::boxed)
+        }
+        Err(why) => {
+            debug!(%method, %path, %why, "edge API: the API server is unreachable");
+            status::offline(&why.0).map(|body| body.map_err(|never| match never {}).boxed())
+        }
+    }
+}
