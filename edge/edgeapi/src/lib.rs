@@ -20,12 +20,14 @@
 //! - [`config`]: the `edgeApi:` section of edgecore's configuration.
 //! - [`trust`]: the node's name-constrained CA and the serving certificate.
 //! - [`upstream`]: the connection to the API server over the session.
+//! - [`request`]: what a request asks for (the API server's request info).
 //! - [`server`]: the listener, TLS and the request handling.
 //! - [`status`]: Kubernetes `Status` answers.
 //! - [`error`](mod@error): [`Error`].
 
 pub mod config;
 pub mod error;
+pub mod request;
 pub mod server;
 pub mod status;
 pub mod trust;

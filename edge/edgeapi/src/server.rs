@@ -1,6 +1,6 @@
-//! The edge API's task: waits until the node knows its pod network's gateway and the
-//! `kubernetes` Service's cluster IP, makes or loads the node's CA ([`crate::trust`]) and
-//! publishes its certificate for edged ([`EdgeApi::trust_bundle`]), then serves HTTPS
+//! The edge API's task: waits until the node knows the `kubernetes` Service's cluster IP,
+//! makes or loads the node's CA ([`crate::trust`]) and publishes its certificate for edged
+//! ([`EdgeApi::trust_bundle`]); then, once the node's pod network's gateway is known, serves HTTPS
 //! (HTTP/2 and HTTP/1.1) on the gateway at the configured port, bound with `IP_FREEBIND` like
 //! the Service tunnel. Each request goes to the API server through [`Upstream`]; when it
 //! cannot be reached the answer is [`crate::status::offline`].
@@ -79,34 +79,30 @@ impl EdgeApi {
         self.bundle.subscribe()
     }
 
-    /// The `kubernetes` Service's cluster IP and the pod network's gateway, once both are
-    /// known.
-    fn addresses(&self) -> Option<(Ipv4Addr, Ipv4Addr)> {
-        let cluster_ip = self
-            .catalog
+    /// The `kubernetes` Service's cluster IP, once stored.
+    fn cluster_ip(&self) -> Option<Ipv4Addr> {
+        self.catalog
             .borrow()
             .services()
             .find(|s| {
                 s.metadata.namespace.as_deref() == Some(upstream::SERVICE.0)
                     && s.metadata.name.as_deref() == Some(upstream::SERVICE.1)
             })
-            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())?;
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref()?.parse().ok())
+    }
+
+    /// The pod network's gateway, once the node's Node with its pod CIDR is stored.
+    fn gateway(&self) -> Option<Ipv4Addr> {
         let network = verge_edge_net::stored::pod_network(&self.store, &self.node)?;
-        let gateway = network.spec().gateway.parse().ok()?;
-        Some((cluster_ip, gateway))
+        network.spec().gateway.parse().ok()
     }
 
     /// Serves until `stop` (see the module docs). Failing to make the CA or to bind the port
     /// is logged and leaves the edge API off; edgecore goes on.
     pub async fn run(self, stop: CancellationToken) {
-        let (cluster_ip, gateway) = loop {
-            if let Some(found) = self.addresses() {
-                break found;
-            }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(WAIT_INTERVAL) => {}
-            }
+        // The CA first: pods wait for it, not for the pod network.
+        let Some(cluster_ip) = wait_until(&stop, || self.cluster_ip()).await else {
+            return;
         };
         let ca = match trust::load_or_create_ca(&self.dir, &self.node, cluster_ip, &self.domain) {
             Ok(ca) => ca,
@@ -132,6 +128,9 @@ impl EdgeApi {
                 warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
                 return;
             }
+        };
+        let Some(gateway) = wait_until(&stop, || self.gateway()).await else {
+            return;
         };
         let addr = SocketAddrV4::new(gateway, self.port);
         let listener = match verge_edge_net::services::tunnel::bind(addr) {
@@ -160,6 +159,19 @@ impl EdgeApi {
             () = stop.cancelled() => {}
             () = renew => {}
             () = serve(listener, tls, Arc::clone(&self.upstream), stop.clone()) => {}
+        }
+    }
+}
+
+/// `found()` once it is something, looked for every [`WAIT_INTERVAL`]; `None` at `stop`.
+async fn wait_until<T>(stop: &CancellationToken, found: impl Fn() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(found) = found() {
+            return Some(found);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep(WAIT_INTERVAL) => {}
         }
     }
 }
