@@ -179,7 +179,7 @@ impl EdgeCore {
                     self.store.clone(),
                     &self.config.node_name,
                     &self.config.network.cluster_domain,
-                    self.config.edge_api.port,
+                    &self.config.edge_api,
                     self.config.data_dir.join("edge-api"),
                     catalog.subscribe(),
                     handle.sessions(),

@@ -1,5 +1,7 @@
 //! The `edgeApi:` section of edgecore's configuration.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 /// The edge API's default port on the pod network's gateway (`edgeApi.port`).
@@ -16,6 +18,13 @@ pub struct EdgeApiConfig {
     pub enable: bool,
     /// Its TCP port on the pod network's gateway. Default 15443.
     pub port: u16,
+    /// The most bytes of the API server's answers kept for offline reads (in
+    /// `<dataDir>/edge-api/cache.redb`); the least recently used go first. Default 64 MiB.
+    pub cache_bytes: usize,
+    /// How old an authorization decision of the API server may be and still allow a request
+    /// offline. Default `24h`.
+    #[serde(with = "humantime_serde")]
+    pub decision_max_age: Duration,
 }
 
 impl Default for EdgeApiConfig {
@@ -23,6 +32,8 @@ impl Default for EdgeApiConfig {
         Self {
             enable: true,
             port: DEFAULT_PORT,
+            cache_bytes: 64 * 1024 * 1024,
+            decision_max_age: Duration::from_secs(24 * 3600),
         }
     }
 }

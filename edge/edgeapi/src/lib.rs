@@ -13,20 +13,29 @@
 //! Online, every request goes on to the real API server ([`upstream`]) through cloudhub over
 //! the node's session (`EdgeHub.Dial` to the Service's ready endpoint, TLS verified with the
 //! cluster CA), with the pod's own `Authorization`: authentication, authorization, admission
-//! and every answer are the API server's. With no session, a request gets a Kubernetes
-//! `Status` 503 whose message names the cut link ([`status`]).
+//! and every answer are the API server's; the edge API learns from each answer which tokens
+//! the API server authenticated, what it allowed whom, and keeps the answers to reads
+//! ([`cache`]). Offline, a read is answered from what was kept when the API server's own
+//! decision allowed that user that request ([`handler`]); a write gets a Kubernetes `Status`
+//! 503 whose message names the cut link ([`status`]).
 //!
 //! # Layout
 //! - [`config`]: the `edgeApi:` section of edgecore's configuration.
+//! - [`authn`]: the bearer token and its claims.
+//! - [`cache`]: tokens, decisions and responses kept for offline answers (redb).
 //! - [`trust`]: the node's name-constrained CA and the serving certificate.
 //! - [`upstream`]: the connection to the API server over the session.
 //! - [`request`]: what a request asks for (the API server's request info).
-//! - [`server`]: the listener, TLS and the request handling.
+//! - [`server`]: the task, the listener and TLS.
+//! - [`handler`]: one request, online or offline.
 //! - [`status`]: Kubernetes `Status` answers.
 //! - [`error`](mod@error): [`Error`].
 
+pub mod authn;
+pub mod cache;
 pub mod config;
 pub mod error;
+pub mod handler;
 pub mod request;
 pub mod server;
 pub mod status;

@@ -2,16 +2,15 @@
 //! makes or loads the node's CA ([`crate::trust`]) and publishes its certificate for edged
 //! ([`EdgeApi::trust_bundle`]); then, once the node's pod network's gateway is known, serves HTTPS
 //! (HTTP/2 and HTTP/1.1) on the gateway at the configured port, bound with `IP_FREEBIND` like
-//! the Service tunnel. Each request goes to the API server through [`Upstream`]; when it
-//! cannot be reached the answer is [`crate::status::offline`].
+//! the Service tunnel. Each request is answered by [`Handler`]: through [`Upstream`] online,
+//! from [`ApiCache`] offline.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Request, Response};
-use http_body_util::BodyExt;
+use http::Request;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
@@ -23,8 +22,10 @@ use verge_edge_store::MetaStore;
 use verge_edgehub::SessionInfo;
 use verge_pki::ReloadableServerCert;
 
-use crate::upstream::{self, Body, Upstream};
-use crate::{status, trust};
+use crate::cache::ApiCache;
+use crate::handler::Handler;
+use crate::upstream::{self, Upstream};
+use crate::{EdgeApiConfig, trust};
 
 /// How often the task looks again for the gateway and the cluster IP while either is unknown.
 pub const WAIT_INTERVAL: Duration = Duration::from_secs(1);
@@ -41,7 +42,7 @@ pub struct EdgeApi {
     store: MetaStore,
     node: String,
     domain: String,
-    port: u16,
+    config: EdgeApiConfig,
     dir: PathBuf,
     catalog: watch::Receiver<Arc<Snapshot>>,
     upstream: Arc<Upstream>,
@@ -49,14 +50,14 @@ pub struct EdgeApi {
 }
 
 impl EdgeApi {
-    /// The edge API of node `node` (cluster domain `domain`) on port `port` of its pod
-    /// network's gateway, keeping its CA in `dir`; the Services and EndpointSlices from
-    /// `catalog`, the link from `sessions`.
+    /// The edge API of node `node` (cluster domain `domain`) as `config` says, keeping its CA
+    /// and cache in `dir`; the Services and EndpointSlices from `catalog`, the link from
+    /// `sessions`.
     pub fn new(
         store: MetaStore,
         node: &str,
         domain: &str,
-        port: u16,
+        config: &EdgeApiConfig,
         dir: PathBuf,
         catalog: watch::Receiver<Arc<Snapshot>>,
         sessions: watch::Receiver<Option<SessionInfo>>,
@@ -66,7 +67,7 @@ impl EdgeApi {
             store,
             node: node.to_owned(),
             domain: domain.to_owned(),
-            port,
+            config: config.clone(),
             dir,
             catalog,
             upstream,
@@ -132,7 +133,7 @@ impl EdgeApi {
         let Some(gateway) = wait_until(&stop, || self.gateway()).await else {
             return;
         };
-        let addr = SocketAddrV4::new(gateway, self.port);
+        let addr = SocketAddrV4::new(gateway, self.config.port);
         let listener = match verge_edge_net::services::tunnel::bind(addr) {
             Ok(listener) => listener,
             Err(error) => {
@@ -155,10 +156,23 @@ impl EdgeApi {
                 }
             }
         };
+        let cache = match ApiCache::open(&self.dir.join("cache.redb"), self.config.cache_bytes) {
+            Ok(cache) => Some(Arc::new(cache)),
+            Err(error) => {
+                warn!(%error, "edge API: nothing is kept for offline answers");
+                None
+            }
+        };
+        let handler = Arc::new(Handler::new(
+            Arc::clone(&self.upstream),
+            cache,
+            self.store.clone(),
+            self.config.decision_max_age,
+        ));
         tokio::select! {
             () = stop.cancelled() => {}
             () = renew => {}
-            () = serve(listener, tls, Arc::clone(&self.upstream), stop.clone()) => {}
+            () = serve(listener, tls, handler, stop.clone()) => {}
         }
     }
 }
@@ -180,7 +194,7 @@ async fn wait_until<T>(stop: &CancellationToken, found: impl Fn() -> Option<T>) 
 async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    upstream: Arc<Upstream>,
+    handler: Arc<Handler>,
     stop: CancellationToken,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -196,7 +210,7 @@ async fn serve(
                 }
             },
         };
-        let (acceptor, upstream, stop) = (acceptor.clone(), Arc::clone(&upstream), stop.clone());
+        let (acceptor, handler, stop) = (acceptor.clone(), Arc::clone(&handler), stop.clone());
         verge_runtime::tasks::spawn("edge api connection", async move {
             let _ = conn.set_nodelay(true);
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(conn)).await {
@@ -205,8 +219,8 @@ async fn serve(
                 Err(_) => return debug!(%peer, "edge API: TLS handshake timed out"),
             };
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let upstream = Arc::clone(&upstream);
-                async move { Ok::<_, std::convert::Infallible>(handle(&upstream, request).await) }
+                let handler = Arc::clone(&handler);
+                async move { Ok::<_, std::convert::Infallible>(handler.handle(request).await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             let connection = builder.serve_connection(TokioIo::new(tls), service);
@@ -217,21 +231,5 @@ async fn serve(
                 },
             }
         });
-    }
-}
-
-/// One request: passed on to the API server, or answered with the offline `Status`.
-async fn handle(upstream: &Upstream, request: Request<Incoming>) -> Response<Body> {
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    match upstream.send(request.map(BodyExt::boxed)).await {
-        Ok(mut response) => {
-            upstream::strip_hop_by_hop(response.headers_mut());
-            debug!(%method, %path, status = %response.status(), "edge API: answered by the API server");
-            response.map(BodyExt::boxed)
-        }
-        Err(why) => {
-            debug!(%method, %path, %why, "edge API: the API server is unreachable");
-            status::offline(&why.0).map(|body| body.map_err(|never| match never {}).boxed())
-        }
     }
 }

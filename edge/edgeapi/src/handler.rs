@@ -1,0 +1,308 @@
+//! One request, online or offline.
+//!
+//! **Every request**: a bound service-account token must be bound to a pod this node runs
+//! (its stored pod with that uid; a token of another node's pod is refused, 401), and an
+//! expired token is refused (401), before anything else.
+//!
+//! **Online** the request goes to the API server ([`Upstream`]) and its answer back to the
+//! pod; on the way the edge API learns from it ([`ApiCache`]): a token the API server did
+//! not refuse (any answer but 401) is authentic, and the answer is its authorization
+//! decision for that user and request (403: denied; any other answer but 401, 429 and 5xx:
+//! allowed); the answer to a read other than a watch is kept.
+//!
+//! **Offline** (the API server cannot be reached) a write gets [`status::offline`]. A read is
+//! answered from what was kept, only if its token is one the API server authenticated, not
+//! expired, and the API server's last decision on the same user's same request (verb,
+//! resource, namespace, name) allowed it no longer ago than the configured bound: a request
+//! the API server denied, or never decided, is denied (403). The edge API never decides
+//! more than the API server did.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use tracing::{debug, warn};
+use verge_core::{ResourceKey, ResourceType};
+use verge_edge_store::MetaStore;
+
+use crate::authn::{self, Claims};
+use crate::cache::{self, ApiCache, CacheError, Decision, KeptResponse, KnownToken};
+use crate::request::{self, RequestInfo};
+use crate::status;
+use crate::upstream::{Body, Unreachable, Upstream};
+
+/// Largest answer kept for offline reads, in bytes; a larger one is passed on, not kept.
+pub const MAX_KEPT_RESPONSE: usize = 8 * 1024 * 1024;
+
+/// Serves requests; see the module docs.
+#[derive(Debug)]
+pub struct Handler {
+    upstream: Arc<Upstream>,
+    cache: Option<Arc<ApiCache>>,
+    store: MetaStore,
+    decision_max_age: Duration,
+}
+
+/// What the handler knows of a request before it is sent on.
+struct Asked {
+    info: RequestInfo,
+    token: Option<String>,
+    claims: Option<Claims>,
+    /// The key its answer is kept under (reads other than watches).
+    keep: Option<String>,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn unauthorized(message: &str) -> Response<Body> {
+    boxed(status::failure(
+        StatusCode::UNAUTHORIZED,
+        "Unauthorized",
+        message,
+    ))
+}
+
+fn forbidden(message: &str) -> Response<Body> {
+    boxed(status::failure(StatusCode::FORBIDDEN, "Forbidden", message))
+}
+
+fn boxed(response: Response<Full<Bytes>>) -> Response<Body> {
+    response.map(|body| body.map_err(|never| match never {}).boxed())
+}
+
+impl Handler {
+    /// A handler sending on through `upstream`, keeping what it learns in `cache` (none:
+    /// nothing is answered offline), checking bound tokens against the pods of `store`, and
+    /// trusting decisions offline for `decision_max_age`.
+    pub fn new(
+        upstream: Arc<Upstream>,
+        cache: Option<Arc<ApiCache>>,
+        store: MetaStore,
+        decision_max_age: Duration,
+    ) -> Self {
+        Self {
+            upstream,
+            cache,
+            store,
+            decision_max_age,
+        }
+    }
+
+    /// Answers `request` (see the module docs).
+    pub async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
+        let uri = request.uri();
+        let info = request::parse(request.method(), uri.path(), uri.query());
+        let token = authn::bearer(request.headers()).map(str::to_owned);
+        let claims = token.as_deref().and_then(Claims::of);
+        if let Some(claims) = &claims {
+            if claims.expired_at(now()) {
+                return unauthorized("the service account token has expired");
+            }
+            if let Some(uid) = claims.pod_uid()
+                && !self.runs_pod(claims, uid).await
+            {
+                return unauthorized(
+                    "the service account token is bound to a pod that does not run on this node",
+                );
+            }
+        }
+        let keep = (info.is_read()
+            && !request::is_watch(uri.query())
+            && !matches!(&info, RequestInfo::Resource(r) if r.verb == "watch"))
+        .then(|| {
+            let accept = request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok());
+            cache::response_key(uri.path(), uri.query(), accept)
+        });
+        let asked = Asked {
+            info,
+            token,
+            claims,
+            keep,
+        };
+        match self.upstream.send(request.map(BodyExt::boxed)).await {
+            Ok(response) => self.learn(&asked, response).await,
+            Err(why) => self.offline(&asked, &why).await,
+        }
+    }
+
+    /// Whether the pod named in `claims` with `uid` is stored on this node.
+    async fn runs_pod(&self, claims: &Claims, uid: &str) -> bool {
+        let (Some(ns), Some(pod)) = (
+            claims.kubernetes.as_ref().map(|k| k.namespace.clone()),
+            claims
+                .kubernetes
+                .as_ref()
+                .and_then(|k| k.pod.as_ref())
+                .map(|p| p.name.clone()),
+        ) else {
+            return false;
+        };
+        let key = ResourceKey::new(ns, ResourceType::Pod, pod);
+        let stored = self.store.blocking(move |s| s.get(&key)).await;
+        matches!(stored, Ok(Some(object)) if object.uid == uid)
+    }
+
+    /// Runs `f` on the cache on the blocking pool; `None` without a cache or on a failure
+    /// (logged).
+    async fn with_cache<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&ApiCache) -> Result<T, CacheError> + Send + 'static,
+    ) -> Option<T> {
+        let cache = Arc::clone(self.cache.as_ref()?);
+        match tokio::task::spawn_blocking(move || f(&cache)).await {
+            Ok(Ok(value)) => Some(value),
+            Ok(Err(error)) => {
+                warn!(%error, "edge API cache");
+                None
+            }
+            Err(error) => {
+                warn!(%error, "edge API cache task");
+                None
+            }
+        }
+    }
+
+    /// The API server answered: learn from it and pass it on.
+    async fn learn(&self, asked: &Asked, response: Response<Incoming>) -> Response<Body> {
+        let code = response.status();
+        if let Some(token) = &asked.token {
+            let fingerprint = authn::fingerprint(token);
+            if code == StatusCode::UNAUTHORIZED {
+                self.with_cache(move |c| c.forget_token(&fingerprint)).await;
+            } else if let Some(claims) = &asked.claims {
+                let known = KnownToken {
+                    user: claims.sub.clone(),
+                    exp: claims.exp,
+                    pod_uid: claims.pod_uid().map(str::to_owned),
+                };
+                let allowed = match code.as_u16() {
+                    403 => Some(false),
+                    401 | 429 | 500.. => None,
+                    _ => Some(true),
+                };
+                let info = asked.info.clone();
+                self.with_cache(move |c| {
+                    c.remember_token(&fingerprint, &known)?;
+                    if let Some(allowed) = allowed {
+                        let decision = Decision { allowed, at: now() };
+                        c.record_decision(&known.user, &info, decision)?;
+                    }
+                    Ok(())
+                })
+                .await;
+            }
+        }
+        let (mut parts, body) = response.into_parts();
+        crate::upstream::strip_hop_by_hop(&mut parts.headers);
+        let Some(key) = asked
+            .keep
+            .clone()
+            .filter(|_| code == StatusCode::OK && self.cache.is_some())
+        else {
+            return Response::from_parts(parts, body.boxed());
+        };
+        let body = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) => {
+                debug!(%error, "edge API: the API server's answer broke off");
+                return boxed(status::offline("the API server's answer broke off"));
+            }
+        };
+        if body.len() <= MAX_KEPT_RESPONSE {
+            let kept = KeptResponse {
+                status: code.as_u16(),
+                content_type: parts
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                at: now(),
+                body: body.to_vec(),
+            };
+            self.with_cache(move |c| c.keep(&key, &kept)).await;
+        }
+        parts.headers.remove(header::CONTENT_LENGTH);
+        Response::from_parts(
+            parts,
+            Full::new(body).map_err(|never| match never {}).boxed(),
+        )
+    }
+
+    /// The API server cannot be reached (`why`): answer from what was kept, if allowed.
+    async fn offline(&self, asked: &Asked, why: &Unreachable) -> Response<Body> {
+        if !asked.info.is_read() {
+            return boxed(status::offline(&why.0));
+        }
+        let Some(token) = &asked.token else {
+            return unauthorized("offline, the edge API serves authenticated requests only");
+        };
+        let fingerprint = authn::fingerprint(token);
+        let Some(known) = self
+            .with_cache(move |c| c.token(&fingerprint))
+            .await
+            .flatten()
+        else {
+            return unauthorized(
+                "offline, the edge API accepts only tokens the API server authenticated while online",
+            );
+        };
+        let (user, info) = (known.user.clone(), asked.info.clone());
+        let decision = self
+            .with_cache(move |c| c.decision(&user, &info))
+            .await
+            .flatten();
+        let age = |d: &Decision| Duration::from_secs(now().saturating_sub(d.at));
+        match decision {
+            None => {
+                return forbidden(&format!(
+                    "user \"{}\": offline, and the API server's decision on this request is not known",
+                    known.user
+                ));
+            }
+            Some(d) if !d.allowed => {
+                return forbidden(&format!(
+                    "user \"{}\" is forbidden this request (the API server's decision, kept offline)",
+                    known.user
+                ));
+            }
+            Some(d) if age(&d) > self.decision_max_age => {
+                return forbidden(&format!(
+                    "user \"{}\": offline, and the API server's decision on this request is older than {:?}",
+                    known.user, self.decision_max_age
+                ));
+            }
+            Some(_) => {}
+        }
+        let Some(key) = asked.keep.clone() else {
+            return boxed(status::offline(&why.0));
+        };
+        match self.with_cache(move |c| c.kept(&key)).await.flatten() {
+            Some(kept) => {
+                let mut response = Response::new(Full::new(Bytes::from(kept.body)));
+                *response.status_mut() =
+                    StatusCode::from_u16(kept.status).unwrap_or(StatusCode::OK);
+                if let Some(value) = kept
+                    .content_type
+                    .and_then(|t| HeaderValue::try_from(t).ok())
+                {
+                    response.headers_mut().insert(header::CONTENT_TYPE, value);
+                }
+                boxed(response)
+            }
+            None => boxed(status::offline(&format!(
+                "{}; no copy of this answer is kept",
+                why.0
+            ))),
+        }
+    }
+}
