@@ -5,13 +5,16 @@
 //! API, whose certificate (of the node's name-constrained CA) the pod's `ca.crt` verifies: edged
 //! appends that CA to the `kube-root-ca.crt` it projects. Online the edge API carries every
 //! request to the API server through cloudhub with the pod's own token, so the API server
-//! authorizes the pod's service account (without a binding the list is forbidden); with the
-//! link cut, a request gets the edge API's 503 naming the cut link.
+//! authorizes the pod's service account (without a binding the list is forbidden). With the
+//! link cut the same reads answer from the node (what the API server answered online, for the
+//! users it allowed), a write gets the edge API's 503 naming the cut link, a request the API
+//! server denied stays denied, and forged, expired and other nodes' pods' tokens are refused.
 
 use std::time::Duration;
 
-use anyhow::{Context as _, ensure};
-use k8s_openapi::api::core::v1::Pod;
+use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::{DeleteParams, LogParams, PostParams};
@@ -133,22 +136,78 @@ fn kubectl_in(id: &str, args: &[&str]) -> anyhow::Result<String> {
     docker(&all)
 }
 
-/// The pod's `ca.crt` holds the cluster CA and the node's; kubectl lists through the edge
-/// API online; with cloudhub gone the edge API answers 503 naming the cut link; after the
-/// heal kubectl lists again.
+/// Runs kubectl with `args` and token `token` in container `id`, at the `kubernetes` Service
+/// with the pod's `ca.crt` (explicit flags, so not the in-cluster token).
+fn kubectl_with_token(id: &str, token: &str, args: &str) -> anyhow::Result<String> {
+    let script = format!(
+        "kubectl --server=https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT \\
+         --certificate-authority=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt \\
+         --token={token} {args}"
+    );
+    docker(&["exec", id, "sh", "-c", &script])
+}
+
+/// `kubectl` with `args` in `id` must fail with an error containing `expected`.
+fn refused(id: &str, args: &[&str], expected: &str, what: &str) -> anyhow::Result<()> {
+    match kubectl_in(id, args) {
+        Ok(out) => bail!("{what}: kubectl {args:?} answered {out:?}"),
+        Err(e) if format!("{e:#}").contains(expected) => Ok(()),
+        Err(e) => bail!("{what}: kubectl {args:?}: expected {expected:?}, got {e:#}"),
+    }
+}
+
+/// A JWT with `claims`, signed by nobody.
+fn forged_token(claims: &serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    format!(
+        "{}.{}.{}",
+        b64(br#"{"alg":"RS256","kid":"forged"}"#),
+        b64(claims.to_string().as_bytes()),
+        b64(b"not a signature")
+    )
+}
+
+/// The reads the test makes online and again offline, and what each must show.
+const READS: &[(&[&str], &str)] = &[
+    (&["get", "pods", "-o", "name"], "pod/client"),
+    (&["get", "configmaps", "-o", "name"], "configmap/settings"),
+    (
+        &[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode}",
+        ],
+        "online",
+    ),
+    (&["get", "--raw", "/version"], "gitVersion"),
+    (
+        &["api-resources", "--namespaced=true", "-o", "name"],
+        "configmaps",
+    ),
+];
+
+/// The pod's `ca.crt` holds the cluster CA and the node's; kubectl reads through the edge API
+/// online; with cloudhub gone the same reads answer from the node, a write gets the 503
+/// naming the cut link and denied or unauthenticated requests stay refused; after the heal
+/// kubectl sees the change made in the cloud during the cut.
 async fn edge_api_online_and_offline(
     pods: &Api<Pod>,
     ns: &str,
     cloud: &mut Cloud,
     client: &kube::Client,
 ) -> anyhow::Result<()> {
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let settings: ConfigMap = serde_json::from_value(json!({
+        "metadata": { "name": "settings", "namespace": ns }, "data": { "mode": "online" }
+    }))?;
+    configmaps.create(&PostParams::default(), &settings).await?;
     pods.create(&PostParams::default(), &kubectl_pod(ns, "client", ns)?)
         .await?;
-    let uid = wait_running(pods, "client", Duration::from_secs(60))
-        .await?
-        .metadata
-        .uid
-        .unwrap_or_default();
+    let client_pod = wait_running(pods, "client", Duration::from_secs(60)).await?;
+    let uid = client_pod.metadata.uid.clone().unwrap_or_default();
     let id = main_container(&uid)?;
     let ca = docker(&[
         "exec",
@@ -160,37 +219,141 @@ async fn edge_api_online_and_offline(
         ca.matches("BEGIN CERTIFICATE").count() == 2,
         "ca.crt should hold the cluster CA and the edge API's:\n{ca}"
     );
-    let listed = kubectl_in(&id, &["get", "pods", "-o", "name"])?;
-    ensure!(listed.contains("pod/client"), "online list: {listed:?}");
+
+    // Online: through the edge API to the API server.
+    for (args, expected) in READS {
+        let out = kubectl_in(&id, args)?;
+        ensure!(out.contains(expected), "online kubectl {args:?}: {out:?}");
+    }
+    refused(
+        &id,
+        &["get", "secrets"],
+        "forbidden",
+        "online, secrets without RBAC",
+    )?;
+    // Tokens the edge API refuses itself: forged (the API server refuses it too), expired,
+    // and bound to a pod of another node.
+    let user = format!("system:serviceaccount:{ns}:default");
+    let bound = |exp: u64| {
+        forged_token(&json!({ "sub": user, "exp": exp,
+            "kubernetes.io": { "namespace": ns, "pod": { "name": "client", "uid": uid } } }))
+    };
+    let forged = bound(4_000_000_000);
+    let expired = bound(1_000_000_000);
+    let elsewhere = token_of_pod_elsewhere(pods, client, ns).await?;
+    let token_refusals = |phase: &'static str| {
+        for (token, expected, what) in [
+            (&forged, "must be logged in", "a forged token"),
+            (&expired, "must be logged in", "an expired token"),
+            (
+                &elsewhere,
+                "must be logged in",
+                "a token of another node's pod",
+            ),
+        ] {
+            match kubectl_with_token(&id, token, "get pods -o name") {
+                Ok(out) => bail!("{phase}, {what} listed pods: {out:?}"),
+                Err(e) if format!("{e:#}").contains(expected) => {}
+                Err(e) => bail!("{phase}, {what}: {e:#}"),
+            }
+        }
+        Ok(())
+    };
+    token_refusals("online")?;
+
+    // Offline: cloudhub is gone.
     cloud.cloudhub.kill9()?;
-    let refusal = wait_for(
-        "the edge API's offline answer",
+    // The write's answer names the cut link (kubectl prints the Status message of the 503).
+    wait_for(
+        "the edge API's offline answer to a write",
         Duration::from_secs(60),
         || async {
-            Ok(match kubectl_in(&id, &["get", "--raw", "/version"]) {
-                Err(e) if format!("{e:#}").contains("link to the cloud is down") => {
-                    Some(format!("{e:#}"))
-                }
-                _ => None,
-            })
+            Ok(
+                match kubectl_in(&id, &["create", "configmap", "written-offline"]) {
+                    Err(e) if format!("{e:#}").contains("link to the cloud is down") => Some(()),
+                    _ => None,
+                },
+            )
         },
     )
     .await?;
-    ensure!(
-        refusal.contains("ServiceUnavailable") || refusal.contains("503"),
-        "offline answer: {refusal}"
-    );
+    for (args, expected) in READS {
+        let out = kubectl_in(&id, args).with_context(|| format!("offline kubectl {args:?}"))?;
+        ensure!(out.contains(expected), "offline kubectl {args:?}: {out:?}");
+    }
+    refused(
+        &id,
+        &["get", "secrets"],
+        "forbidden",
+        "offline, secrets without RBAC",
+    )?;
+    token_refusals("offline")?;
+    // A change in the cloud during the cut.
+    configmaps
+        .patch(
+            "settings",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "data": { "mode": "healed" } })),
+        )
+        .await?;
+
     cloud.restart_cloudhub_hard().await?;
     verge_testkit::wait::wait_node_ready(client, ns, Duration::from_secs(60)).await?;
-    let listed = wait_for(
-        "kubectl to list after the heal",
+    wait_for(
+        "kubectl to see the change after the heal",
         Duration::from_secs(60),
-        || async { Ok(kubectl_in(&id, &["get", "pods", "-o", "name"]).ok()) },
+        || async {
+            Ok(kubectl_in(
+                &id,
+                &[
+                    "get",
+                    "configmap",
+                    "settings",
+                    "-o",
+                    "jsonpath={.data.mode}",
+                ],
+            )
+            .ok()
+            .filter(|mode| mode == "healed"))
+        },
     )
     .await?;
-    ensure!(
-        listed.contains("pod/client"),
-        "list after the heal: {listed:?}"
-    );
     Ok(())
+}
+
+/// A token bound to a pod of `ns` that no edge node runs (bound to a node that does not
+/// exist): the API server issues it, and would accept it.
+async fn token_of_pod_elsewhere(
+    pods: &Api<Pod>,
+    client: &kube::Client,
+    ns: &str,
+) -> anyhow::Result<String> {
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &kubectl_pod(ns, "elsewhere", "no-such-node")?,
+        )
+        .await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let answer = accounts
+        .create_token_request("default", &PostParams::default(), &request)
+        .await?;
+    answer
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty())
+        .context("no token in the TokenRequest answer")
 }
