@@ -340,7 +340,7 @@ fn decision_key(user: &str, info: &RequestInfo) -> String {
 
 /// The query parameters that do not change which objects a read returns, left out of
 /// [`response_key`] (a client asks with a new `resourceVersion` or timeout each time).
-const VOLATILE: &[&str] = &[
+pub const VOLATILE: &[&str] = &[
     "resourceVersion",
     "resourceVersionMatch",
     "timeout",
