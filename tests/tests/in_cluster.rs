@@ -180,7 +180,7 @@ const READS: &[(&[&str], &str)] = &[
             "-o",
             "jsonpath={.data.mode}",
         ],
-        "online",
+        "watched",
     ),
     (&["get", "--raw", "/version"], "gitVersion"),
     (
@@ -220,7 +220,25 @@ async fn edge_api_online_and_offline(
         "ca.crt should hold the cluster CA and the edge API's:\n{ca}"
     );
 
-    // Online: through the edge API to the API server.
+    // Online: through the edge API to the API server. A watch sees a change made in the
+    // cloud.
+    watch_in(&id, "settings", "configmap settings", "{.data.mode}")?;
+    configmaps
+        .patch(
+            "settings",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "data": { "mode": "watched" } })),
+        )
+        .await?;
+    wait_for_line(&id, "settings", "watched").await?;
+    // A pod that ends while the link is cut: its status is the node's own change.
+    pods.create(&PostParams::default(), &worker_pod(ns, ns)?)
+        .await?;
+    wait_running(pods, "worker", Duration::from_secs(60)).await?;
+    // The API server's decision on watching pods, for the offline watch below.
+    let _ = docker(&[
+        "exec", &id, "timeout", "3", "kubectl", "get", "pods", "-w", "-o", "name",
+    ]);
     for (args, expected) in READS {
         let out = kubectl_in(&id, args)?;
         ensure!(out.contains(expected), "online kubectl {args:?}: {out:?}");
@@ -287,6 +305,9 @@ async fn edge_api_online_and_offline(
         "forbidden",
         "offline, secrets without RBAC",
     )?;
+    // A watch opened offline sees the node's own change: the worker's end.
+    watch_in(&id, "pods", "pods", "{.metadata.name} {.status.phase}")?;
+    wait_for_line(&id, "pods", "worker Succeeded").await?;
     token_refusals("offline")?;
     // A change in the cloud during the cut.
     configmaps
@@ -356,4 +377,44 @@ async fn token_of_pod_elsewhere(
         .and_then(|s| s.token)
         .filter(|t| !t.is_empty())
         .context("no token in the TokenRequest answer")
+}
+
+/// A pod on `node` that runs for 25 s and ends (`restartPolicy: Never`).
+fn worker_pod(ns: &str, node: &str) -> anyhow::Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "metadata": { "name": "worker", "namespace": ns },
+        "spec": { "nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+            "containers": [{ "name": "main", "image": KUBECTL_IMAGE,
+                "imagePullPolicy": "Never", "command": ["/bin/sleep", "25"] }] }
+    }))?)
+}
+
+/// Starts `kubectl get <what> --watch -o jsonpath=<template>` in the background in container
+/// `id`, one line per object and event into `/tmp/<log>.log`.
+fn watch_in(id: &str, log: &str, what: &str, template: &str) -> anyhow::Result<()> {
+    let script = format!(
+        "kubectl get {what} --watch -o jsonpath='{template}{{\"\\n\"}}' > /tmp/{log}.log 2>&1"
+    );
+    docker(&["exec", "-d", id, "sh", "-c", &script]).map(|_| ())
+}
+
+/// Waits until `/tmp/<log>.log` in `id` has a line containing `expected`.
+async fn wait_for_line(id: &str, log: &str, expected: &str) -> anyhow::Result<()> {
+    let path = format!("/tmp/{log}.log");
+    wait_for(
+        &format!("{expected:?} in the {log} watch"),
+        Duration::from_secs(60),
+        || async {
+            Ok(docker(&["exec", id, "cat", &path])
+                .ok()
+                .filter(|l| l.contains(expected)))
+        },
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        let log = docker(&["exec", id, "cat", &path]).unwrap_or_default();
+        anyhow::anyhow!("{e:#}; the watch printed:\n{log}")
+    })
 }

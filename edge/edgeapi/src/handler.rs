@@ -30,9 +30,12 @@ use verge_edge_store::MetaStore;
 
 use crate::authn::{self, Claims};
 use crate::cache::{self, ApiCache, CacheError, Decision, KeptResponse, KnownToken};
-use crate::request::{self, RequestInfo};
+use crate::local;
+use crate::request::{self, RequestInfo, ResourceRequest};
+use crate::selectors::{FieldSelector, LabelSelector};
 use crate::status;
 use crate::upstream::{Body, Unreachable, Upstream};
+use crate::watch::{self, WatchRequest};
 
 /// Largest answer kept for offline reads, in bytes; a larger one is passed on, not kept.
 pub const MAX_KEPT_RESPONSE: usize = 8 * 1024 * 1024;
@@ -53,6 +56,10 @@ struct Asked {
     claims: Option<Claims>,
     /// The key its answer is kept under (reads other than watches).
     keep: Option<String>,
+    /// Its query string.
+    query: Option<String>,
+    /// Its `Accept` header.
+    accept: Option<String>,
 }
 
 fn now() -> u64 {
@@ -128,6 +135,12 @@ impl Handler {
             token,
             claims,
             keep,
+            query: uri.query().map(str::to_owned),
+            accept: request
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         };
         match self.upstream.send(request.map(BodyExt::boxed)).await {
             Ok(response) => self.learn(&asked, response).await,
@@ -283,6 +296,11 @@ impl Handler {
             }
             Some(_) => {}
         }
+        if let RequestInfo::Resource(r) = &asked.info
+            && let Some(answer) = self.answer_locally(asked, r, false).await
+        {
+            return answer;
+        }
         let Some(key) = asked.keep.clone() else {
             return boxed(status::offline(&why.0));
         };
@@ -299,10 +317,127 @@ impl Handler {
                 }
                 boxed(response)
             }
+            None if let RequestInfo::Resource(r) = &asked.info
+                && let Some(answer) = self.answer_locally(asked, r, true).await =>
+            {
+                answer
+            }
             None => boxed(status::offline(&format!(
                 "{}; no copy of this answer is kept",
                 why.0
             ))),
         }
     }
+
+    /// The node's own answer to an allowed offline read `r` ([`local`], [`watch`]). Without
+    /// `lists`: a watch (of anything), or a get of an object the node holds (fresher than a
+    /// kept answer: it carries the node's own changes). With `lists`: a list of what the node
+    /// holds (asked when no answer of the API server was kept: the node may hold only some of
+    /// the objects, e.g. the ConfigMaps its pods use). Gets and lists only when the client
+    /// accepts plain JSON; `None` for the rest.
+    async fn answer_locally(
+        &self,
+        asked: &Asked,
+        r: &ResourceRequest,
+        lists: bool,
+    ) -> Option<Response<Body>> {
+        let held =
+            local::held(&r.group, &r.version, &r.resource).filter(|_| r.subresource.is_none());
+        let query: Vec<(String, String)> = asked
+            .query
+            .as_deref()
+            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+            .unwrap_or_default();
+        let param = |name: &str| {
+            query
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let labels = match LabelSelector::parse(param("labelSelector").unwrap_or_default()) {
+            Ok(labels) => labels,
+            Err(message) => return Some(bad_request(&message)),
+        };
+        let fields = match FieldSelector::parse(param("fieldSelector").unwrap_or_default()) {
+            Ok(fields) => fields,
+            Err(message) => return Some(bad_request(&message)),
+        };
+        if r.verb == "watch" && !lists {
+            let request = WatchRequest {
+                held,
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                labels,
+                fields,
+                resource_version: param("resourceVersion").unwrap_or_default().to_owned(),
+                bookmarks: param("allowWatchBookmarks") == Some("true"),
+                timeout: param("timeoutSeconds")
+                    .and_then(|t| t.parse().ok())
+                    .map(Duration::from_secs),
+            };
+            return Some(watch::serve(
+                self.store.clone(),
+                request,
+                self.upstream.sessions(),
+            ));
+        }
+        let held = held.filter(|_| accepts_plain_json(asked.accept.as_deref()))?;
+        let store = self.store.clone();
+        let body = match (r.verb, &r.name) {
+            ("get", Some(name)) if !lists => {
+                let (ns, name) = (r.namespace.clone().unwrap_or_default(), name.clone());
+                store
+                    .blocking(move |s| {
+                        Ok::<_, verge_edge_store::Error>(local::get(s, held, &ns, &name))
+                    })
+                    .await
+                    .ok()??
+            }
+            ("list", _) if lists => {
+                let ns = r.namespace.clone();
+                let (items, newest) = store
+                    .blocking(move |s| {
+                        Ok::<_, verge_edge_store::Error>(local::list(
+                            s,
+                            held,
+                            ns.as_deref(),
+                            &labels,
+                            &fields,
+                            true,
+                        ))
+                    })
+                    .await
+                    .ok()?;
+                local::list_object(held, items, newest)
+            }
+            _ => return None,
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        Some(boxed(response))
+    }
+}
+
+/// Whether an `Accept` header lets the answer be plain JSON (no header, `*/*`,
+/// `application/*` or `application/json` without an `as=` parameter).
+fn accepts_plain_json(accept: Option<&str>) -> bool {
+    accept.is_none_or(|accept| {
+        accept.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            matches!(media, "*/*" | "application/*" | "application/json")
+                && !parts.any(|p| p.starts_with("as="))
+        })
+    })
+}
+
+fn bad_request(message: &str) -> Response<Body> {
+    boxed(status::failure(
+        StatusCode::BAD_REQUEST,
+        "BadRequest",
+        message,
+    ))
 }

@@ -28,6 +28,9 @@
 //! - [`request`]: what a request asks for (the API server's request info).
 //! - [`server`]: the task, the listener and TLS.
 //! - [`handler`]: one request, online or offline.
+//! - [`local`]: answers from what the node holds by design (metamanager's store).
+//! - [`watch`]: watches served offline.
+//! - [`selectors`]: label and field selectors.
 //! - [`status`]: Kubernetes `Status` answers.
 //! - [`error`](mod@error): [`Error`].
 
@@ -36,11 +39,14 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod handler;
+pub mod local;
 pub mod request;
+pub mod selectors;
 pub mod server;
 pub mod status;
 pub mod trust;
 pub mod upstream;
+pub mod watch;
 
 pub use config::EdgeApiConfig;
 pub use error::{Error, Result};

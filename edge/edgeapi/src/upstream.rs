@@ -72,6 +72,11 @@ impl Upstream {
         }
     }
 
+    /// The sessions it follows (edgehub's).
+    pub fn sessions(&self) -> watch::Receiver<Option<SessionInfo>> {
+        self.sessions.clone()
+    }
+
     /// Whether a cloudhub session is up now.
     pub fn online(&self) -> bool {
         self.sessions.borrow().is_some()
