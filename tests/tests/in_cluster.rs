@@ -5,15 +5,15 @@
 //! API, whose certificate (of the node's name-constrained CA) the pod's `ca.crt` verifies: edged
 //! appends that CA to the `kube-root-ca.crt` it projects. Online the edge API carries every
 //! request to the API server through cloudhub with the pod's own token, so the API server
-//! authorizes the pod's service account (without a binding the list is forbidden). With the
-//! link cut the same reads answer from the node (what the API server answered online, for the
+//! authorizes the pod's service account (without a binding the list is forbidden); kubectl
+//! reads pods, configmaps, a custom resource and discovery. With the link cut the same reads
+//! answer from the node (what the API server answered online, for the
 //! users it allowed), a write gets the edge API's 503 naming the cut link, a request the API
 //! server denied stays denied, and forged, expired and other nodes' pods' tokens are refused.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
@@ -182,6 +182,11 @@ const READS: &[(&[&str], &str)] = &[
         ],
         "watched",
     ),
+    (
+        &["get", "widgets", "-o", "name"],
+        "widget.example.verge.io/w1",
+    ),
+    (&["get", "widget", "w1", "-o", "jsonpath={.spec.size}"], "3"),
     (&["get", "--raw", "/version"], "gitVersion"),
     (
         &["api-resources", "--namespaced=true", "-o", "name"],
@@ -204,6 +209,7 @@ async fn edge_api_online_and_offline(
         "metadata": { "name": "settings", "namespace": ns }, "data": { "mode": "online" }
     }))?;
     configmaps.create(&PostParams::default(), &settings).await?;
+    custom_resource(client, ns).await?;
     pods.create(&PostParams::default(), &kubectl_pod(ns, "client", ns)?)
         .await?;
     let client_pod = wait_running(pods, "client", Duration::from_secs(60)).await?;
@@ -356,19 +362,8 @@ async fn token_of_pod_elsewhere(
         )
         .await?;
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(600),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-            }),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
+    // The TokenRequest edged makes for its pods: bound to the pod (name and uid).
+    let request = verge_edgecore::edged::objects::token_request(&pod, Vec::new(), 600);
     let answer = accounts
         .create_token_request("default", &PostParams::default(), &request)
         .await?;
@@ -417,4 +412,72 @@ async fn wait_for_line(id: &str, log: &str, expected: &str) -> anyhow::Result<()
         let log = docker(&["exec", id, "cat", &path]).unwrap_or_default();
         anyhow::anyhow!("{e:#}; the watch printed:\n{log}")
     })
+}
+
+/// The custom resource the test reads: CRD `widgets.example.verge.io` (made once), Widget
+/// `w1` (`spec.size: 3`) in `ns`, and a Role letting the namespace's `default` service account
+/// read widgets (`view` does not cover custom resources).
+async fn custom_resource(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": { "name": "widgets.example.verge.io" },
+        "spec": { "group": "example.verge.io", "scope": "Namespaced",
+            "names": { "plural": "widgets", "singular": "widget", "kind": "Widget" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true } } }] }
+    }))?;
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    wait_for(
+        "the Widget CRD to be established",
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get("widgets.example.verge.io").await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            Ok(established.then_some(()))
+        },
+    )
+    .await?;
+    let resource = ApiResource {
+        group: "example.verge.io".into(),
+        version: "v1".into(),
+        api_version: "example.verge.io/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &resource);
+    let widget: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.verge.io/v1", "kind": "Widget",
+        "metadata": { "name": "w1", "namespace": ns }, "spec": { "size": 3 }
+    }))?;
+    widgets.create(&PostParams::default(), &widget).await?;
+    let role: k8s_openapi::api::rbac::v1::Role = serde_json::from_value(json!({
+        "metadata": { "name": "widget-reader", "namespace": ns },
+        "rules": [{ "apiGroups": ["example.verge.io"], "resources": ["widgets"],
+            "verbs": ["get", "list", "watch"] }]
+    }))?;
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &role)
+        .await?;
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "widget-reader", "namespace": ns },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+            "name": "widget-reader" },
+        "subjects": [{ "kind": "ServiceAccount", "name": "default", "namespace": ns }]
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
 }

@@ -136,17 +136,7 @@ impl ApiCache {
     /// # Errors
     /// The file cannot be made or opened.
     pub fn open(path: &Path, limit: usize) -> Result<Self, CacheError> {
-        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(failed)?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(failed)?;
-        drop(file);
+        verge_edge_store::private_dir::ensure_file(path).map_err(failed)?;
         let db = Database::builder()
             .set_cache_size(PAGE_CACHE_BYTES)
             .create(path)

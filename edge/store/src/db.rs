@@ -38,22 +38,10 @@ impl MetaStore {
     /// [`Error::StoreFile`] if the file cannot be opened or chmodded; [`Error::Store`] if
     /// the database cannot be opened (e.g. locked by another edgecore).
     pub fn open(path: &Path) -> Result<Self> {
-        use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-        let file_err = |source| Error::StoreFile {
+        crate::private_dir::ensure_file(path).map_err(|source| Error::StoreFile {
             path: path.to_owned(),
             source,
-        };
-        // Created 0600 (no window with a wider mode), then redb opens it.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(file_err)?;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(file_err)?;
-        drop(file);
+        })?;
         let db = Database::builder()
             .set_cache_size(CACHE_BYTES)
             .create(path)?;

@@ -44,6 +44,23 @@ pub fn ensure(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Creates the file `path` with mode 0600 if it is missing (no window with a wider mode) and
+/// makes an existing one 0600: a database file that holds Secrets or tokens (the store, the
+/// edge API's cache). Its directory must exist. Blocking.
+///
+/// # Errors
+/// The file cannot be created, opened or chmodded.
+pub fn ensure_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
