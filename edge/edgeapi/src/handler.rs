@@ -120,27 +120,22 @@ impl Handler {
                 );
             }
         }
+        let accept = request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let keep = (info.is_read()
             && !request::is_watch(uri.query())
             && !matches!(&info, RequestInfo::Resource(r) if r.verb == "watch"))
-        .then(|| {
-            let accept = request
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok());
-            cache::response_key(uri.path(), uri.query(), accept)
-        });
+        .then(|| cache::response_key(uri.path(), uri.query(), accept.as_deref()));
         let asked = Asked {
             info,
             token,
             claims,
             keep,
             query: uri.query().map(str::to_owned),
-            accept: request
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
+            accept,
         };
         match self.upstream.send(request.map(BodyExt::boxed)).await {
             Ok(response) => self.learn(&asked, response).await,
