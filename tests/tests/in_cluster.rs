@@ -9,11 +9,15 @@
 //! reads pods, configmaps, a custom resource and discovery. With the link cut the same reads
 //! answer from the node (what the API server answered online, for the
 //! users it allowed), a write gets the edge API's 503 naming the cut link, a request the API
-//! server denied stays denied, and forged, expired and other nodes' pods' tokens are refused.
+//! server denied stays denied, forged, expired and other nodes' pods' tokens are refused, and a
+//! token of the pod the API server never saw used is verified with the issuer's kept keys.
+
+mod in_cluster_support;
 
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
+use in_cluster_support as python;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
@@ -79,6 +83,7 @@ async fn in_cluster_kubectl_on_an_edge_pod_lists_its_namespace() -> anyhow::Resu
     let client = cp.client().await?;
     verge_testkit::docker::ensure_docker()?;
     kubectl_image(&cp)?;
+    verge_testkit::python_kube::ensure_image()?;
     let mut cloud = Cloud::start(&cp).await?;
     let name = format!("e2e-incluster-{}", std::process::id());
     let mut edge = Edge::new(&name, &cloud)?;
@@ -226,8 +231,19 @@ async fn edge_api_online_and_offline(
         "ca.crt should hold the cluster CA and the edge API's:\n{ca}"
     );
 
+    pods.create(
+        &PostParams::default(),
+        &python::python_pod(ns, "python", ns)?,
+    )
+    .await?;
+    let python_pod = wait_running(pods, "python", Duration::from_secs(60)).await?;
+    let py = main_container(&python_pod.metadata.uid.clone().unwrap_or_default())?;
+
     // Online: through the edge API to the API server. A watch sees a change made in the
-    // cloud.
+    // cloud; the Python client's watch opened now lasts through the cut and the heal.
+    python::check_read(&py, "online")?;
+    python::start_watch(&py, "py-online")?;
+    python::wait_for_output(&py, "py-online", "list 1").await?;
     watch_in(&id, "settings", "configmap settings", "{.data.mode}")?;
     configmaps
         .patch(
@@ -237,6 +253,7 @@ async fn edge_api_online_and_offline(
         )
         .await?;
     wait_for_line(&id, "settings", "watched").await?;
+    python::wait_for_output(&py, "py-online", r#""mode": "watched""#).await?;
     // A pod that ends while the link is cut: its status is the node's own change.
     pods.create(&PostParams::default(), &worker_pod(ns, ns)?)
         .await?;
@@ -284,6 +301,10 @@ async fn edge_api_online_and_offline(
         Ok(())
     };
     token_refusals("online")?;
+    // A token of the client pod the API server issues now and never sees used (as one edged
+    // rotates into the pod just before a cut): offline the node verifies its signature with
+    // the issuer's keys it kept.
+    let unused = bound_token(client, ns, &client_pod).await?;
 
     // Offline: cloudhub is gone.
     cloud.cloudhub.kill9()?;
@@ -315,6 +336,17 @@ async fn edge_api_online_and_offline(
     watch_in(&id, "pods", "pods", "{.metadata.name} {.status.phase}")?;
     wait_for_line(&id, "pods", "worker Succeeded").await?;
     token_refusals("offline")?;
+    // The Python client reads offline, and a watch it opens offline (its list answered by
+    // the node) lasts through the heal like the one opened online.
+    python::check_read(&py, "offline")?;
+    python::start_watch(&py, "py-offline")?;
+    python::wait_for_output(&py, "py-offline", "list 1").await?;
+    let out = kubectl_with_token(&id, &unused, "get pods -o name")
+        .context("offline, a token the API server issued but never saw used")?;
+    ensure!(
+        out.contains("pod/client"),
+        "offline, the unused token: {out:?}"
+    );
     // A change in the cloud during the cut.
     configmaps
         .patch(
@@ -345,6 +377,12 @@ async fn edge_api_online_and_offline(
         },
     )
     .await?;
+    // Both Python watches resumed from their last resourceVersion, through the cut and the
+    // heal, and saw the change made during the cut without listing again.
+    for log in ["py-online", "py-offline"] {
+        python::wait_for_output(&py, log, r#""mode": "healed""#).await?;
+        python::listed_once(&py, log)?;
+    }
     Ok(())
 }
 
@@ -361,9 +399,14 @@ async fn token_of_pod_elsewhere(
             &kubectl_pod(ns, "elsewhere", "no-such-node")?,
         )
         .await?;
+    bound_token(client, ns, &pod).await
+}
+
+/// A token of `ns`'s default service account bound to `pod`: the TokenRequest edged makes
+/// for its pods (name and uid, the API server's default audience, 10 minutes).
+async fn bound_token(client: &kube::Client, ns: &str, pod: &Pod) -> anyhow::Result<String> {
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    // The TokenRequest edged makes for its pods: bound to the pod (name and uid).
-    let request = verge_edgecore::edged::objects::token_request(&pod, Vec::new(), 600);
+    let request = verge_edgecore::edged::objects::token_request(pod, Vec::new(), 600);
     let answer = accounts
         .create_token_request("default", &PostParams::default(), &request)
         .await?;

@@ -1,10 +1,10 @@
 //! Who a request is: the bearer token of its `Authorization` header, a service-account JWT
 //! (`kubernetes.io` claims of a bound token, as the API server's `serviceaccount`
-//! authenticator writes them). The edge API never trusts a token for its claims alone: a
-//! token counts as authentic only once the API server has authenticated it (any answer but
-//! 401 to a request carrying it, [`crate::cache::ApiCache::remember_token`]). Since those are
-//! the exact bytes the API server verified, their claims (subject, expiry, bound pod) can be
-//! read without checking the signature again.
+//! authenticator writes them). [`Claims::of`] reads the claims without checking anything; the
+//! edge API uses them unchecked only to refuse (an expired token, a pod of another node).
+//! A token counts as authentic once the API server has authenticated it (any answer but 401
+//! to a request carrying it, [`crate::cache::ApiCache::remember_token`]), or offline when its
+//! signature verifies with the issuer's keys kept while online ([`crate::issuer`]).
 
 use base64::Engine as _;
 use http::HeaderMap;
@@ -33,11 +33,31 @@ pub struct Claims {
     /// `sub`: the user, `system:serviceaccount:<namespace>:<name>`.
     #[serde(default)]
     pub sub: String,
+    /// `iss`: the issuer (the API server's `--service-account-issuer`).
+    #[serde(default)]
+    pub iss: String,
+    /// `aud`: the audiences (a string or an array in the token).
+    #[serde(default, deserialize_with = "audiences")]
+    pub aud: Vec<String>,
     /// `exp`: expiry, seconds since the Unix epoch.
     pub exp: Option<u64>,
     /// `kubernetes.io`: what the token is bound to.
     #[serde(rename = "kubernetes.io")]
     pub kubernetes: Option<KubernetesClaims>,
+}
+
+/// `aud` as RFC 7519 §4.1.3 allows it: one string or an array of strings.
+fn audiences<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Aud {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Aud::deserialize(d)? {
+        Aud::One(one) => vec![one],
+        Aud::Many(many) => many,
+    })
 }
 
 /// The `kubernetes.io` claim of a bound service-account token.
@@ -108,6 +128,11 @@ mod tests {
             "kubernetes.io": { "namespace": "shop", "pod": { "name": "web", "uid": "u-1" },
                 "serviceaccount": { "name": "default", "uid": "s" } } }));
         let claims = Claims::of(&token).expect("claims");
+        assert!(claims.aud.is_empty());
+        let with_aud = jwt(&serde_json::json!({ "aud": "api", "iss": "i" }));
+        assert_eq!(Claims::of(&with_aud).expect("claims").aud, ["api"]);
+        let with_auds = jwt(&serde_json::json!({ "aud": ["a", "b"] }));
+        assert_eq!(Claims::of(&with_auds).expect("claims").aud, ["a", "b"]);
         assert_eq!(claims.sub, "system:serviceaccount:shop:default");
         assert_eq!(claims.pod_uid(), Some("u-1"));
         assert!(claims.expired_at(2000) && !claims.expired_at(1999));

@@ -6,6 +6,8 @@
 //!   token): the user and expiry read from their claims;
 //! - **decisions**: whether the API server allowed a user a request (verb, group, resource,
 //!   subresource, namespace, name; or a non-resource path), and when it said so;
+//! - **issuer**: the service-account issuer's keys and the issuers and audiences the API
+//!   server accepts ([`IssuerKeys`]);
 //! - **responses**: the API server's answers to reads (get and list of any resource,
 //!   custom resources included, and discovery), by request ([`response_key`]), bounded
 //!   in bytes with least-recently-used eviction.
@@ -17,11 +19,15 @@ use std::sync::Mutex;
 use redb::{Database, ReadableDatabase as _, ReadableTable as _, TableDefinition};
 use serde::{Deserialize, Serialize};
 
+use crate::issuer::IssuerKeys;
 use crate::request::{RequestInfo, form_pairs};
 
 const TOKENS: TableDefinition<&str, &[u8]> = TableDefinition::new("tokens");
 const DECISIONS: TableDefinition<&str, &[u8]> = TableDefinition::new("decisions");
 const RESPONSES: TableDefinition<&str, &[u8]> = TableDefinition::new("responses");
+const ISSUER: TableDefinition<&str, &[u8]> = TableDefinition::new("issuer");
+/// The one key of the issuer table.
+const ISSUER_KEY: &str = "serviceaccount";
 
 /// The page cache redb may hold in memory, in bytes.
 const PAGE_CACHE_BYTES: usize = 1024 * 1024;
@@ -142,7 +148,7 @@ impl ApiCache {
             .create(path)
             .map_err(failed)?;
         let txn = db.begin_write().map_err(failed)?;
-        for table in [TOKENS, DECISIONS, RESPONSES] {
+        for table in [TOKENS, DECISIONS, RESPONSES, ISSUER] {
             txn.open_table(table).map_err(failed)?;
         }
         txn.commit().map_err(failed)?;
@@ -223,6 +229,26 @@ impl ApiCache {
     /// redb failed.
     pub fn token(&self, fingerprint: &str) -> Result<Option<KnownToken>, CacheError> {
         self.get(TOKENS, fingerprint)
+    }
+
+    /// Keeps what the node knows of the token issuer.
+    ///
+    /// # Errors
+    /// redb failed.
+    pub fn keep_issuer(&self, issuer: &IssuerKeys) -> Result<(), CacheError> {
+        self.put(
+            ISSUER,
+            ISSUER_KEY,
+            &serde_json::to_vec(issuer).map_err(failed)?,
+        )
+    }
+
+    /// What the node kept of the token issuer (empty if nothing).
+    ///
+    /// # Errors
+    /// redb failed.
+    pub fn issuer(&self) -> Result<IssuerKeys, CacheError> {
+        Ok(self.get(ISSUER, ISSUER_KEY)?.unwrap_or_default())
     }
 
     /// Records the API server's decision on `user`'s request `info`.
@@ -418,6 +444,11 @@ mod tests {
         assert_eq!(cache.token("f")?, Some(token));
         cache.forget_token("f")?;
         assert_eq!(cache.token("f")?, None);
+        assert!(cache.issuer()?.issuers.is_empty());
+        let mut issuer = IssuerKeys::default();
+        issuer.audiences.insert("api".into());
+        cache.keep_issuer(&issuer)?;
+        assert_eq!(cache.issuer()?.audiences, issuer.audiences);
         assert_eq!(
             response_key(
                 "/api/v1/pods",

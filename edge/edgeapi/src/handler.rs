@@ -11,13 +11,14 @@
 //! allowed); the answer to a read other than a watch is kept.
 //!
 //! **Offline** (the API server cannot be reached) a write gets [`status::offline`]. A read is
-//! answered from what was kept, only if its token is one the API server authenticated, not
-//! expired, and the API server's last decision on the same user's same request (verb,
+//! answered from what was kept, only if its token is one the API server authenticated or one
+//! whose signature verifies with the issuer's kept keys ([`crate::issuer`]), not expired, and the API server's last decision on the same user's same request (verb,
 //! resource, namespace, name) allowed it no longer ago than the configured bound: a request
 //! the API server denied, or never decided, is denied (403). The edge API never decides
 //! more than the API server did.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -30,6 +31,7 @@ use verge_edge_store::MetaStore;
 
 use crate::authn::{self, Claims};
 use crate::cache::{self, ApiCache, CacheError, Decision, KeptResponse, KnownToken};
+use crate::issuer::{self, IssuerKeys};
 use crate::local;
 use crate::request::{self, RequestInfo, ResourceRequest};
 use crate::selectors::{FieldSelector, LabelSelector};
@@ -47,6 +49,10 @@ pub struct Handler {
     cache: Option<Arc<ApiCache>>,
     store: MetaStore,
     decision_max_age: Duration,
+    /// What is known of the token issuer (kept in the cache too).
+    issuer: Arc<Mutex<IssuerKeys>>,
+    /// When the issuer's keys may next be fetched, seconds since the Unix epoch.
+    next_fetch: Arc<AtomicU64>,
 }
 
 /// What the handler knows of a request before it is sent on.
@@ -94,11 +100,21 @@ impl Handler {
         store: MetaStore,
         decision_max_age: Duration,
     ) -> Self {
+        let issuer = cache
+            .as_ref()
+            .and_then(|c| {
+                c.issuer()
+                    .inspect_err(|error| warn!(%error, "edge API: the kept issuer keys"))
+                    .ok()
+            })
+            .unwrap_or_default();
         Self {
             upstream,
             cache,
             store,
             decision_max_age,
+            issuer: Arc::new(Mutex::new(issuer)),
+            next_fetch: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -199,7 +215,15 @@ impl Handler {
                     _ => Some(true),
                 };
                 let info = asked.info.clone();
+                let issuer = {
+                    let mut kept = self.issuer.lock().unwrap_or_else(PoisonError::into_inner);
+                    kept.learn(claims).then(|| kept.clone())
+                };
+                self.fetch_issuer_keys(token);
                 self.with_cache(move |c| {
+                    if let Some(issuer) = issuer {
+                        c.keep_issuer(&issuer)?;
+                    }
                     c.remember_token(&fingerprint, &known)?;
                     if let Some(allowed) = allowed {
                         let decision = Decision { allowed, at: now() };
@@ -246,6 +270,59 @@ impl Handler {
         )
     }
 
+    /// Fetches the issuer's keys ([`issuer::JWKS_PATH`]) in the background with `token` (one
+    /// the API server just authenticated), when they are missing or stale and no fetch was
+    /// tried in the last [`issuer::RETRY_SECS`].
+    fn fetch_issuer_keys(&self, token: &str) {
+        let now = now();
+        let stale = self
+            .issuer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stale(now);
+        let due = self.next_fetch.load(Ordering::Relaxed);
+        if !stale
+            || now < due
+            || self
+                .next_fetch
+                .compare_exchange(
+                    due,
+                    now + issuer::RETRY_SECS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let (upstream, kept, cache) = (
+            Arc::clone(&self.upstream),
+            Arc::clone(&self.issuer),
+            self.cache.clone(),
+        );
+        let token = token.to_owned();
+        verge_runtime::tasks::spawn("edge api issuer keys", async move {
+            match fetch_jwks(&upstream, &token).await {
+                Ok(jwks) => {
+                    let issuer = {
+                        let mut issuer = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                        issuer.jwks = Some(jwks);
+                        issuer.fetched_at = now;
+                        issuer.clone()
+                    };
+                    debug!("edge API: fetched the service-account issuer's keys");
+                    if let Some(cache) = cache {
+                        let kept = tokio::task::spawn_blocking(move || cache.keep_issuer(&issuer));
+                        if let Ok(Err(error)) = kept.await {
+                            warn!(%error, "edge API: keeping the issuer's keys");
+                        }
+                    }
+                }
+                Err(why) => warn!(%why, "edge API: fetching the service-account issuer's keys"),
+            }
+        });
+    }
+
     /// The API server cannot be reached (`why`): answer from what was kept, if allowed.
     async fn offline(&self, asked: &Asked, why: &Unreachable) -> Response<Body> {
         if !asked.info.is_read() {
@@ -255,18 +332,32 @@ impl Handler {
             return unauthorized("offline, the edge API serves authenticated requests only");
         };
         let fingerprint = authn::fingerprint(token);
-        let Some(known) = self
+        let known = self
             .with_cache(move |c| c.token(&fingerprint))
             .await
-            .flatten()
-        else {
-            return unauthorized(
-                "offline, the edge API accepts only tokens the API server authenticated while online",
-            );
+            .flatten();
+        let user = match known {
+            Some(known) => known.user,
+            None => {
+                let verified = self
+                    .issuer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .verify(token, now());
+                match verified {
+                    Ok(claims) => claims.sub,
+                    Err(why) => {
+                        return unauthorized(&format!(
+                            "offline, the edge API accepts only tokens the API server authenticated \
+                             or the issuer's kept keys verify: {why}"
+                        ));
+                    }
+                }
+            }
         };
-        let (user, info) = (known.user.clone(), asked.info.clone());
+        let (who, info) = (user.clone(), asked.info.clone());
         let decision = self
-            .with_cache(move |c| c.decision(&user, &info))
+            .with_cache(move |c| c.decision(&who, &info))
             .await
             .flatten();
         let age = |d: &Decision| Duration::from_secs(now().saturating_sub(d.at));
@@ -274,19 +365,19 @@ impl Handler {
             None => {
                 return forbidden(&format!(
                     "user \"{}\": offline, and the API server's decision on this request is not known",
-                    known.user
+                    user
                 ));
             }
             Some(d) if !d.allowed => {
                 return forbidden(&format!(
                     "user \"{}\" is forbidden this request (the API server's decision, kept offline)",
-                    known.user
+                    user
                 ));
             }
             Some(d) if age(&d) > self.decision_max_age => {
                 return forbidden(&format!(
                     "user \"{}\": offline, and the API server's decision on this request is older than {:?}",
-                    known.user, self.decision_max_age
+                    user, self.decision_max_age
                 ));
             }
             Some(_) => {}
@@ -414,6 +505,30 @@ impl Handler {
         );
         Some(boxed(response))
     }
+}
+
+/// `GET` [`issuer::JWKS_PATH`] from the API server with `token`.
+async fn fetch_jwks(upstream: &Upstream, token: &str) -> Result<jsonwebtoken::jwk::JwkSet, String> {
+    let request = Request::get(issuer::JWKS_PATH)
+        .header(header::AUTHORIZATION, format!("Bearer {token}"))
+        // The API server answers 406 to `application/json` here.
+        .header(header::ACCEPT, "application/jwk-set+json, */*;q=0.8")
+        .body(
+            Full::new(Bytes::new())
+                .map_err(|never| match never {})
+                .boxed(),
+        )
+        .map_err(|e| e.to_string())?;
+    let response = upstream.send(request).await.map_err(|e| e.0)?;
+    if response.status() != StatusCode::OK {
+        return Err(format!("the API server answered {}", response.status()));
+    }
+    let body = http_body_util::Limited::new(response.into_body(), issuer::MAX_JWKS_BYTES)
+        .collect()
+        .await
+        .map_err(|e| format!("the key set: {e}"))?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|e| format!("the key set: {e}"))
 }
 
 /// Whether an `Accept` header lets the answer be plain JSON (no header, `*/*`,

@@ -22,6 +22,7 @@
 //! # Layout
 //! - [`config`]: the `edgeApi:` section of edgecore's configuration.
 //! - [`authn`]: the bearer token and its claims.
+//! - [`issuer`]: the token issuer's keys, for verifying tokens offline.
 //! - [`cache`]: tokens, decisions and responses kept for offline answers (redb).
 //! - [`trust`]: the node's name-constrained CA and the serving certificate.
 //! - [`upstream`]: the connection to the API server over the session.
@@ -39,6 +40,7 @@ pub mod cache;
 pub mod config;
 pub mod error;
 pub mod handler;
+pub mod issuer;
 pub mod local;
 pub mod request;
 pub mod selectors;

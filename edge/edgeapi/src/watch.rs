@@ -30,6 +30,11 @@ use crate::upstream::Body;
 /// How often a watch looks at the store for changes.
 pub const POLL: Duration = Duration::from_secs(1);
 
+/// How long a watch lasts that opened while a session was up (the API server was
+/// unreachable through it, e.g. just after a heal before the connection is made): the
+/// client then watches again soon, most likely through the API server.
+pub const SESSION_UP_WATCH: Duration = Duration::from_secs(10);
+
 /// How often a watch that allows bookmarks gets one.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -123,10 +128,14 @@ pub fn serve(
         let started = tokio::time::Instant::now();
         let mut poll = tokio::time::interval(POLL);
         let mut bookmark = tokio::time::interval_at(started + BOOKMARK_INTERVAL, BOOKMARK_INTERVAL);
-        let deadline = request.timeout.map(|t| started + t);
         // Back online: a session, other than one that was up when the watch opened (the API
         // server was unreachable through it).
         let opened_in = sessions.borrow().as_ref().map(|s| s.generation);
+        let deadline = [request.timeout, opened_in.map(|_| SESSION_UP_WATCH)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| started + t);
         let online = async move {
             let _ = sessions
                 .wait_for(|s| s.as_ref().is_some_and(|s| Some(s.generation) != opened_in))

@@ -4,7 +4,7 @@
 //! (`data-1`) on to its children, which the specs of Kubernetes' relaxed env-var names read
 //! back with `sh -c env`. Debian's binary packages revert that upstream change, so the
 //! upstream tarball is taken from Debian's source package (fetched with apt, signature and
-//! hashes checked; [`super::debian`]) and built without Debian's patches. Beside it, Debian's
+//! hashes checked; [`verge_testkit::debian`]) and built without Debian's patches. Beside it, Debian's
 //! `bash-static`: upstream's agnhost image has bash, which some specs run as `/bin/bash`.
 
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context as _, bail, ensure};
 
-use super::debian;
+use verge_testkit::debian;
 
 /// The Debian release that packages busybox 1.37 (and a static bash).
 const SUITE: &str = "trixie";

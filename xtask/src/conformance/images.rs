@@ -196,13 +196,13 @@ const TOOLS_PATH: &str = "ENV PATH=/usr/local/bin:/usr/bin:/bin";
 /// Unpacks Debian `packages` with their dependencies into `root` (the archive's lists are
 /// fetched once per [`ensure_images`]) and writes its `/etc/nsswitch.conf` as Debian's.
 fn tools(
-    archive: &mut Option<super::debian::Archive>,
+    archive: &mut Option<verge_testkit::debian::Archive>,
     root: &Path,
     packages: &[&str],
 ) -> anyhow::Result<()> {
     let archive = match archive {
         Some(archive) => archive,
-        None => archive.insert(super::debian::Archive::new(TOOLS_SUITE, false)?),
+        None => archive.insert(verge_testkit::debian::Archive::new(TOOLS_SUITE, false)?),
     };
     let count = archive.install_closure(packages, root)?;
     eprintln!(

@@ -12,7 +12,6 @@
 
 mod build;
 mod busybox;
-mod debian;
 mod images;
 mod junit;
 mod report;
