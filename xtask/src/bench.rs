@@ -10,13 +10,16 @@
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
 //! through cloudhub against `docker logs`), [`apps`] (a third party's commands from the
 //! Python example controller to an edge app and back), [`net`] (Services on the edge node
-//! and through cloudhub against direct paths, programming and memory), [`record`] (the result tables
+//! and through cloudhub against direct paths, programming and memory), [`edge_api`] (the edge
+//! API's lists and watches on and off line against the API server directly, its memory),
+//! [`record`] (the result tables
 //! in `docs/benchmarks.md`), [`all`] (all of them, and the overview of their targets).
 
 mod all;
 mod apps;
 mod deploy;
 mod devices;
+mod edge_api;
 mod env;
 mod net;
 mod pod_startup;
@@ -75,6 +78,11 @@ enum Bench {
     /// (p50/p99, MB/s); programming 1,000 Services × 10 endpoints; edgecore's memory with
     /// them.
     Net(net::Args),
+    /// The edge API: a list of N pods online through the link against the API server
+    /// directly and offline from the node (kept answer, store); watch event latency online
+    /// and of the node's own change offline; edgecore's idle memory with it off and on, and
+    /// with 10,000 objects' answers kept.
+    EdgeApi(edge_api::Args),
     /// Every benchmark in turn with its defaults (each as its own process), then the
     /// overview of their targets at the top of `docs/benchmarks.md`.
     All(all::Args),
@@ -92,6 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Streams(a) => streams::run(a).await,
         Bench::Apps(a) => apps::run(a).await,
         Bench::Net(a) => net::run(a).await,
+        Bench::EdgeApi(a) => edge_api::run(a).await,
         Bench::All(a) => all::run(&a),
     }
 }

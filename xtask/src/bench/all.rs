@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 /// The benchmarks `all` runs, in order (subcommand names, default arguments).
-pub const ORDER: [&str; 9] = [
+pub const ORDER: [&str; 10] = [
     "pod-startup",
     "reconnect",
     "scale",
@@ -31,6 +31,7 @@ pub const ORDER: [&str; 9] = [
     "streams",
     "apps",
     "net",
+    "edge-api",
     "deploy",
 ];
 
