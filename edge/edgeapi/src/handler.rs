@@ -508,7 +508,7 @@ impl Handler {
 }
 
 /// `GET` [`issuer::JWKS_PATH`] from the API server with `token`.
-async fn fetch_jwks(upstream: &Upstream, token: &str) -> Result<jsonwebtoken::jwk::JwkSet, String> {
+async fn fetch_jwks(upstream: &Upstream, token: &str) -> Result<issuer::JwkSet, String> {
     let request = Request::get(issuer::JWKS_PATH)
         .header(header::AUTHORIZATION, format!("Bearer {token}"))
         // The API server answers 406 to `application/json` here.
