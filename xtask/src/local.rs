@@ -396,6 +396,24 @@ pub use verge_testkit::wait::{create_namespace, wait_for_port};
 
 pub use verge_testkit::process::status_kib;
 
+/// The resident memory (KiB) of process `pid` (an edgecore) once two samples 3 s apart agree
+/// within 1 % (at most a minute of sampling; the last sample then).
+///
+/// # Errors
+/// `/proc/<pid>/status` cannot be read (the process is gone).
+pub async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
+    let mut last = status_kib(pid, "VmRSS").context("edgecore RSS")?;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = status_kib(pid, "VmRSS").context("edgecore RSS")?;
+        if now.abs_diff(last) * 100 <= last {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
 /// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then
 /// SIGKILL after 10 s). Returns how many were listed.
 pub fn stop_processes(dir: &Path) -> usize {

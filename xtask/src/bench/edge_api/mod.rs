@@ -110,9 +110,9 @@ async fn measure(
     let data_dir = verge.dir.join("edge");
     eprintln!("bench edge-api: [1/5] edgecore idle, edge API off and on (each after a restart)");
     let off = restart_edgecore(cp, verge, false).await?;
-    let rss_off = settled_rss(off).await?;
+    let rss_off = local::settled_rss(off).await?;
     let on = restart_edgecore(cp, verge, true).await?;
-    let rss_on = settled_rss(on).await?;
+    let rss_on = local::settled_rss(on).await?;
 
     eprintln!("bench edge-api: [2/5] {} pods on the node", args.pods);
     local::create_namespace(&admin, namespace()).await?;
@@ -168,12 +168,12 @@ async fn measure(
         "bench edge-api: [4/5] answers kept for {} ConfigMaps",
         args.objects
     );
-    let cache_before = settled_rss(on).await?;
+    let cache_before = local::settled_rss(on).await?;
     create_configmaps(&admin, args.objects).await?;
     let started = Instant::now();
     fill_cache(&edge, args.objects).await?;
     let cache_fill = started.elapsed();
-    let cache_after = settled_rss(on).await?;
+    let cache_after = local::settled_rss(on).await?;
     let cache_file = std::fs::metadata(data_dir.join("edge-api/cache.redb"))
         .map(|m| m.len())
         .unwrap_or_default();
@@ -259,20 +259,6 @@ async fn restart_edgecore(
     tokio::time::sleep(Duration::from_secs(10)).await;
     verge.wait_ready(cp, Duration::from_secs(60)).await?;
     Ok(pid)
-}
-
-/// edgecore's RSS (KiB) once two samples 3 s apart agree within 1 %.
-async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
-    let mut last = local::status_kib(pid, "VmRSS").context("edgecore RSS")?;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let now = local::status_kib(pid, "VmRSS").context("edgecore RSS")?;
-        if now.abs_diff(last) * 100 <= last {
-            return Ok(now);
-        }
-        last = now;
-    }
-    Ok(last)
 }
 
 /// `n` pods on the node (busybox `sleep`, restartPolicy Always), Running; each with its

@@ -210,7 +210,7 @@ async fn measure(
         "bench net: [3/3] edgecore memory with {} Services × {} endpoints",
         args.services, args.endpoints
     );
-    let rss_before = settled_rss(verge.edgecore_pid).await?;
+    let rss_before = local::settled_rss(verge.edgecore_pid).await?;
     let started = Instant::now();
     create_many(&client, args.services, args.endpoints).await?;
     let created = started.elapsed();
@@ -229,7 +229,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     let programmed_at = started.elapsed();
-    let rss_after = settled_rss(verge.edgecore_pid).await?;
+    let rss_after = local::settled_rss(verge.edgecore_pid).await?;
     report(
         args,
         programmed,
@@ -251,20 +251,6 @@ fn nft_has(table: &str, ip: &str) -> bool {
         .args(["list", "map", "ip", table, "service-ips"])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&format!("{ip} . tcp . 80")))
-}
-
-/// edgecore's RSS (KiB) once two samples 3 s apart agree within 1 %.
-async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
-    let mut last = local::status_kib(pid, "VmRSS").context("edgecore RSS")?;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let now = local::status_kib(pid, "VmRSS").context("edgecore RSS")?;
-        if now.abs_diff(last) * 100 <= last {
-            return Ok(now);
-        }
-        last = now;
-    }
-    Ok(last)
 }
 
 /// `services` selectorless Services with one EndpointSlice of `endpoints` endpoints each
