@@ -431,17 +431,26 @@ pub fn stop_processes(dir: &Path) -> usize {
 }
 
 /// Removes the containers of the edge node that [`start`] ran in `dir` (file `node`), after
-/// [`stop_processes`]: a stopped edgecore leaves its pods running by design. Returns how many
-/// were removed.
+/// [`stop_processes`]: a stopped edgecore leaves its pods running by design; then the node's
+/// pod network. Returns how many containers were removed.
 pub fn remove_containers(dir: &Path) -> usize {
     let Ok(node) = std::fs::read_to_string(dir.join("node")) else {
         return 0;
     };
-    match verge_testkit::docker::remove_managed_containers(|n| n == node.trim()) {
+    let removed = match verge_testkit::docker::remove_managed_containers(|n| n == node.trim()) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("warning: removing the containers of node {node}: {e:#}");
             0
         }
+    };
+    // The node's pod network (edged's Docker network on the node's pod CIDR): left behind,
+    // its subnet would overlap the next node given the same CIDR by a new control plane.
+    let network = verge_edge_net::podnet::network_name(node.trim());
+    if verge_testkit::docker::docker(&["network", "inspect", &network]).is_ok()
+        && let Err(e) = verge_testkit::docker::docker(&["network", "rm", &network])
+    {
+        eprintln!("warning: removing the pod network {network}: {e:#}");
     }
+    removed
 }
