@@ -135,11 +135,15 @@ impl EdgeCore {
     /// The streaming server (kubectl logs/exec/...), unless `streaming.enable` is off.
     fn streaming_server(&self) -> Option<(StreamingServer, streaming::TunnelRequests)> {
         self.config.streaming.enable.then(|| {
-            StreamingServer::new(
+            let mut metrics = streaming::ServedMetrics::default();
+            crate::metrics::register(&mut metrics.process, &self.store);
+            crate::edged::metrics::global().register_probes(&mut metrics.probes);
+            let (server, tunnels) = StreamingServer::new(
                 self.store.clone(),
                 &self.config.node_name,
                 &self.config.data_dir,
-            )
+            );
+            (server.with_metrics(metrics), tunnels)
         })
     }
 

@@ -84,6 +84,8 @@ async fn exec_http_and_tcp_probes_against_a_real_container() -> Result<()> {
     let ip = docker(&["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id])?;
     ensure!(!ip.is_empty(), "container has no bridge IP");
     let target = ProbeTarget {
+        namespace: "default".into(),
+        pod: "p".into(),
         pod_uid: unique("uid"),
         container: "web".into(),
         container_id: id,

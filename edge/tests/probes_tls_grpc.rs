@@ -47,6 +47,8 @@ fn prober() -> Result<DockerProber> {
 /// Runs `probe` once as a liveness probe of a container in a pod with IP 127.0.0.1.
 async fn run(prober: &DockerProber, probe: Probe) -> Result<ProbeOutcome> {
     let target = ProbeTarget {
+        namespace: "default".into(),
+        pod: "p".into(),
         pod_uid: "uid-probes-tls-grpc".into(),
         container: "app".into(),
         container_id: "not-a-container".into(),

@@ -144,8 +144,10 @@ impl Cloud {
             format!(
                 "keepaliveInterval: 2s\nackTimeout: 2s\n\
                  trust: {{serverSans: [localhost, 127.0.0.1], tokenCaDiscovery: {token_ca_discovery}}}\n\
-                 streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}}}\n",
-                cp.ca_cert_path().display()
+                 streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}, \
+                 kubeletClientNames: [kube-apiserver-kubelet-client, {}]}}\n",
+                cp.ca_cert_path().display(),
+                verge_testkit::metrics_server::CLIENT_NAME,
             ),
         )?;
         let kubeconfig = cloudhub_kubeconfig.display().to_string();

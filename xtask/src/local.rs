@@ -159,8 +159,10 @@ pub async fn start(
             &format!(
                 "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
              joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n\
-             streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}}}\n",
-                cp.ca_cert_path().display()
+             streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}, \
+             kubeletClientNames: [kube-apiserver-kubelet-client, {}]}}\n",
+                cp.ca_cert_path().display(),
+                verge_testkit::metrics_server::CLIENT_NAME,
             ),
         )?,
         &tracing,

@@ -30,6 +30,8 @@ pub struct CertInfo {
     pub organizations: Vec<String>,
     /// Whether `basicConstraints` says CA:TRUE.
     pub is_ca: bool,
+    /// The IP addresses among its subject alternative names, in order.
+    pub ip_addresses: Vec<std::net::IpAddr>,
 }
 
 impl CertInfo {
@@ -63,6 +65,7 @@ impl CertInfo {
             common_names,
             organizations,
             is_ca: cert.is_ca(),
+            ip_addresses: ip_addresses(&cert)?,
         })
     }
 
@@ -142,6 +145,31 @@ pub fn node_identity(peer_cert_der: &[u8]) -> Result<String> {
 /// The prefix of the URI subject alternative name that binds a node certificate to its Node
 /// object's uid ([`crate::Ca::sign_node_csr`]).
 pub const NODE_UID_URI_PREFIX: &str = "urn:verge:node-uid:";
+
+/// The IP addresses among `cert`'s subject alternative names (none without the extension).
+fn ip_addresses(cert: &X509Certificate<'_>) -> Result<Vec<std::net::IpAddr>> {
+    let Some(san) = cert
+        .subject_alternative_name()
+        .map_err(Error::Certificate)?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(san
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::IPAddress(bytes) => match bytes.len() {
+                4 => <[u8; 4]>::try_from(*bytes).ok().map(std::net::IpAddr::from),
+                16 => <[u8; 16]>::try_from(*bytes)
+                    .ok()
+                    .map(std::net::IpAddr::from),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect())
+}
 
 /// The Node uid a node certificate is bound to (its `urn:verge:node-uid:<uid>` subject
 /// alternative name, see [`crate::Ca::sign_node_csr`]), or `None` for a certificate without

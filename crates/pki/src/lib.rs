@@ -7,6 +7,8 @@
 //! and read with x509-parser.
 //!
 //! # Layout
+//! - [`address`]: a node's stream address ([`stream_address`]), the `Hostname` the API server
+//!   dials for an edge node.
 //! - [`ca`]: [`Ca`] — generate or load the CA, issue serving and controller certificates
 //!   ([`IssuedCert`]), sign node CSRs.
 //! - [`hash`]: kubeadm's CA hash `sha256:<hex of the SubjectPublicKeyInfo>` and its checks.
@@ -30,6 +32,7 @@
 //! | node client | `CN=system:node:<node>`, `O=system:nodes` | clientAuth | the node ([`NodeKey`]) |
 //! | controller client | `CN=<name>`, optional `O=<group>` | clientAuth | [`Ca::issue_client`] |
 
+pub mod address;
 pub mod ca;
 pub mod cert_info;
 pub mod csr;
@@ -42,6 +45,7 @@ pub mod tls;
 pub mod token;
 pub mod validity;
 
+pub use address::{STREAM_PREFIX, is_stream_address, parse_stream_address, stream_address};
 pub use ca::{Ca, IssuedCert};
 pub use cert_info::{
     CertInfo, NODE_UID_URI_PREFIX, RENEW_FRACTION, issued_by, node_identity, node_uid,

@@ -168,8 +168,9 @@ impl NodeKey {
 impl NodeKey {
     /// A PEM PKCS#10 CSR for the kubelet serving certificate of `node_name`, as a kubelet
     /// with `serverTLSBootstrap` asks signer `kubernetes.io/kubelet-serving`:
-    /// `CN=system:node:<node_name>, O=system:nodes` and the single DNS subject alternative
-    /// name `<node_name>` (the node's `Hostname` address, which the API server dials).
+    /// `CN=system:node:<node_name>, O=system:nodes`, the DNS subject alternative name
+    /// `<node_name>` and the IP address of its stream address ([`crate::stream_address`]:
+    /// the node's `Hostname` address, which the API server and metrics-server dial).
     ///
     /// # Errors
     /// [`Error::NodeName`] for a name that is not a DNS-1123 subdomain, [`Error::Rcgen`] if
@@ -180,11 +181,18 @@ impl NodeKey {
                 action: "encoding the node name",
                 source,
             })?;
-        self.node_csr(node_name, vec![rcgen::SanType::DnsName(name)])
+        let address = std::net::IpAddr::V6(crate::stream_address(node_name));
+        self.node_csr(
+            node_name,
+            vec![
+                rcgen::SanType::DnsName(name),
+                rcgen::SanType::IpAddress(address),
+            ],
+        )
     }
 
     /// A PEM CSR for the node subject of `node_name` with subject alternative names `sans`.
-    fn node_csr(&self, node_name: &str, sans: Vec<rcgen::SanType>) -> Result<String> {
+    pub(crate) fn node_csr(&self, node_name: &str, sans: Vec<rcgen::SanType>) -> Result<String> {
         validate_node_name(node_name).map_err(Error::NodeName)?;
         let mut params = CertificateParams::default();
         params.distinguished_name = node_subject(node_name);

@@ -16,6 +16,9 @@
 //! * Jaeger's v1 all-in-one of one pinned release ([`jaeger::JAEGER_VERSION`]), built from
 //!   its Go module and started detached on loopback like the control plane (OTLP receivers,
 //!   in-memory storage), with a typed client of its trace query API ([`jaeger::shared`]);
+//! * metrics-server of one pinned release ([`metrics_server::VERSION`]), built from its Go
+//!   module and deployed on the kubelet node from the release's manifests
+//!   ([`metrics_server::deploy`]), scraping edge nodes through cloudhub;
 //! * the Go DMI mapper built from Verge's `.proto` ([`go_mapper::ensure_built`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
@@ -33,6 +36,8 @@
 //!   [`jaeger::Trace`]s and [`jaeger::Span`]s.
 //! * [`kubelet_node`] — [`KubeletNode`]: a real kubelet node (kubelet, kube-proxy, containerd)
 //!   attached to the control plane, so the cloud services run as pods.
+//! * [`metrics_server`] — [`metrics_server::MetricsServerConfig`] (binary, image),
+//!   [`metrics_server::deploy`].
 //! * [`deployment`] — [`deployment::Deployment`]: the images on a kubelet node and
 //!   `kubectl apply -k deploy/cloud`, with what tests and benchmarks read back.
 //! * [`docker`] — [`docker::ensure_docker`], [`docker::ensure_test_image`].
@@ -108,6 +113,7 @@ pub mod go_mapper;
 pub mod jaeger;
 pub mod kubelet_node;
 mod lock;
+pub mod metrics_server;
 pub mod mosquitto;
 pub mod mounts;
 pub mod netns;

@@ -1,5 +1,6 @@
 //! The streaming server: the kubelet's streaming API for the pods on this node (`kubectl logs`, `exec`, `attach`,
-//! `port-forward`, `cp`), served to the API server through cloudhub (architecture.md §10).
+//! `port-forward`, `cp`) and its read endpoints (resource metrics, stats summary, pods, health), served to the API
+//! server and metrics-server through cloudhub (architecture.md §10).
 //!
 //! The API server reaches a node's kubelet endpoint over HTTPS; for an edge node its
 //! egress selector sends that connection as an HTTP `CONNECT` to cloudhub, which carries
@@ -23,6 +24,9 @@
 //! - `serving.rs`: the node's kubelet serving certificate.
 //! - `containers.rs`: which pod and runtime container a request means.
 //! - `logs.rs`: `/containerLogs`.
+//! - `read_api.rs`: the read endpoints (`/healthz`, `/pods`, `/metrics/resource`,
+//!   `/stats/summary`, `/metrics`, `/metrics/probes`) for the node proxy and metrics-server,
+//!   with [`ServedMetrics`]; figures from `verge-edge-metrics`.
 //! - `error.rs`: [`StreamError`], with the kubelet's statuses and texts.
 //! - `config.rs`: the `streaming:` section of edgecore's configuration ([`StreamingConfig`]).
 //!
@@ -46,6 +50,7 @@ pub mod handlers;
 mod logs;
 pub mod netns;
 pub mod portforward;
+mod read_api;
 pub mod remotecommand;
 mod server;
 mod serving;
@@ -58,5 +63,6 @@ mod tests;
 pub use config::StreamingConfig;
 pub use error::StreamError;
 pub use handlers::{attach, exec, port_forward};
+pub use read_api::ServedMetrics;
 pub use server::{StreamingServer, TunnelRequest, TunnelRequests};
 pub use serving::ServingError;

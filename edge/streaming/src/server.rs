@@ -1,7 +1,8 @@
 //! The streaming server: answers cloudhub's tunnel requests ([`TunnelRequest`]) by opening
 //! `EdgeHub.Tunnel`, terminating TLS on it with the node's kubelet serving certificate,
 //! accepting only the API server's kubelet client certificate (issued by the CA and with a
-//! name from the session's `Welcome.kubelet_clients`), and serving the kubelet's paths.
+//! name from the session's `Welcome.kubelet_clients`), and serving the kubelet's paths: the
+//! streaming ones and the read ones (`read_api`).
 
 use std::sync::Arc;
 
@@ -20,8 +21,10 @@ use verge_proto::hub::{KubeletClients, TunnelFrame, TunnelOpen, tunnel_frame};
 use super::commands;
 use super::containers::Containers;
 use super::logs;
+use super::read_api::{self, ServedMetrics};
 use super::serving::ServingCert;
 use verge_container_runtime::{DockerRuntime, StreamingRuntime};
+use verge_edge_metrics::{CgroupFs, Collector};
 
 /// How long one call of the streaming server's Docker client may last (a followed log, an
 /// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
@@ -40,8 +43,10 @@ pub use verge_edgehub::tunnel::{TunnelRequest, TunnelRequests};
 /// yet.
 pub struct StreamingServer {
     store: verge_edge_store::MetaStore,
+    node: String,
     serving: ServingCert,
     requests: mpsc::Receiver<TunnelRequest>,
+    metrics: ServedMetrics,
 }
 
 impl StreamingServer {
@@ -56,11 +61,21 @@ impl StreamingServer {
         (
             Self {
                 store,
+                node: node.to_owned(),
                 serving: ServingCert::new(data_dir, node),
                 requests,
+                metrics: ServedMetrics::default(),
             },
             tx,
         )
+    }
+
+    /// The same server with `metrics` behind `/metrics` and `/metrics/probes` (empty
+    /// registries otherwise).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: ServedMetrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Serves tunnel requests on Docker at `endpoint` (edged's `containerRuntimeEndpoint`;
@@ -92,7 +107,9 @@ impl StreamingServer {
     /// followed log or an exec lasts as long as the client wants.
     pub async fn run<R: StreamingRuntime>(mut self, runtime: R, shutdown: CancellationToken) {
         let runtime = runtime.prepared().await;
-        let router = router(Containers::new(runtime, self.store));
+        let collector = Collector::new(runtime.clone(), CgroupFs::host(), &self.node);
+        let read = read_api::routes(collector, self.store.clone(), self.metrics);
+        let router = router(Containers::new(runtime, self.store)).merge(read);
         loop {
             let request = tokio::select! {
                 () = shutdown.cancelled() => return,

@@ -1,5 +1,6 @@
 //! The node's kubelet serving certificate: `<dataDir>/pki/kubelet-serving.crt` and `.key`
-//! (0600), for the DNS name `<node name>` (its `Hostname` address), issued through
+//! (0600), for the DNS name `<node name>` and the node's stream address (its `Hostname`
+//! address, `verge_pki::stream_address`), issued through
 //! `EdgeHub.ServingCertificate` (signer `kubernetes.io/kubelet-serving`, as a kubelet with
 //! `serverTLSBootstrap`) and renewed at 80 % of its lifetime.
 
@@ -50,6 +51,12 @@ impl ServingCert {
         let key = read_private_key_file(&self.dir.join("kubelet-serving.key")).ok()?;
         let info = CertInfo::parse(chain.as_bytes()).ok()?;
         if now >= info.renew_at(RENEW_FRACTION) {
+            return None;
+        }
+        // Issued before stream addresses (for the name alone): the API server now dials the
+        // address, so a new certificate is asked for.
+        let address = std::net::IpAddr::V6(verge_pki::stream_address(&self.node));
+        if !info.ip_addresses.contains(&address) {
             return None;
         }
         verge_pki::certified_key(&chain, &key).ok()

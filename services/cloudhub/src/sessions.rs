@@ -83,6 +83,8 @@ pub(crate) struct ControllerEntry {
 #[derive(Default)]
 struct Inner {
     nodes: HashMap<String, NodeEntry>,
+    /// The stream address of each node in `nodes` (`verge_pki::stream_address`).
+    addresses: HashMap<std::net::Ipv6Addr, String>,
     controllers: BTreeMap<u64, ControllerEntry>,
     next_controller: u64,
     round_robin: HashMap<Group, usize>,
@@ -201,6 +203,9 @@ impl Registry {
         if let Some(old) = inner.nodes.insert(node.to_owned(), entry) {
             info!(node, old_session = %old.session_id, "session replaced by a newer one");
             old.end.finish(Some(Error::Replaced));
+        } else {
+            let address = verge_pki::stream_address(node);
+            inner.addresses.insert(address, node.to_owned());
         }
         crate::metrics::global().set_sessions(inner.nodes.len());
         self.broadcast(&mut inner, &frame);
@@ -227,6 +232,12 @@ impl Registry {
             .map(|entry| entry.control.clone())
     }
 
+    /// The node whose stream address (`verge_pki::stream_address`) is `address`, if it has
+    /// a session on this replica.
+    pub(crate) fn node_at(&self, address: &std::net::Ipv6Addr) -> Option<String> {
+        self.lock().addresses.get(address).cloned()
+    }
+
     /// Removes the session `session_id` of `node` if it is still the current one and then
     /// announces the disconnect.
     pub(crate) fn detach_node(&self, node: &str, session_id: &str) {
@@ -239,6 +250,7 @@ impl Registry {
             return;
         }
         inner.nodes.remove(node);
+        inner.addresses.remove(&verge_pki::stream_address(node));
         crate::metrics::global().set_sessions(inner.nodes.len());
         let frame = self.session_frame(node, false, None);
         self.broadcast(&mut inner, &frame);

@@ -159,7 +159,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// The Go components the tests need, each built once into its cache: the control plane,
-/// the kubelet node's kubelet, kube-proxy and containerd, Jaeger, and the API tools.
+/// the kubelet node's kubelet, kube-proxy and containerd, Jaeger, metrics-server (and its
+/// image), and the API tools.
 fn go_builds(
     config: &ControlPlaneConfig,
     node: &KubeletNodeConfig,
@@ -178,6 +179,12 @@ fn go_builds(
         (
             "Jaeger for the tracing tests",
             Box::new(move || jaeger.ensure_built()),
+        ),
+        (
+            "metrics-server for the resource-metrics tests",
+            Box::new(|| {
+                verge_testkit::metrics_server::MetricsServerConfig::default().ensure_image()
+            }),
         ),
         (
             "buf and protoc-gen-doc for the API contract",

@@ -84,7 +84,8 @@ pub enum CsrError {
 enum Purpose {
     /// A node client certificate: no subject alternative names.
     Client,
-    /// A kubelet serving certificate: exactly the node name as DNS name.
+    /// A kubelet serving certificate: the node name as DNS name, and its stream address
+    /// ([`crate::stream_address`]) as IP address unless the node is older.
     Serving,
 }
 
@@ -119,8 +120,9 @@ impl CsrRequest {
 
     /// Parses and checks a PEM CSR for a node's kubelet serving certificate: the rules of
     /// [`parse`](Self::parse), except that the subject alternative names must be exactly
-    /// the DNS name `<node name>` (what `kubernetes.io/kubelet-serving` signs for a node
-    /// whose `Hostname` address is its name).
+    /// the DNS name `<node name>` and the IP address of its stream address (the node's
+    /// `Hostname`, [`crate::stream_address`]), in that order, or only the DNS name (edgecore
+    /// before stream addresses, whose `Hostname` is its name).
     ///
     /// # Errors
     /// As [`parse`](Self::parse), and [`CsrError::ServingNames`] for other names.
@@ -173,6 +175,7 @@ impl CsrRequest {
                             x509_parser::extensions::GeneralName::DNSName(dns) => {
                                 format!("DNS:{dns}")
                             }
+                            x509_parser::extensions::GeneralName::IPAddress(ip) => ip_name(ip),
                             other => format!("{other:?}"),
                         }));
                     }
@@ -184,7 +187,12 @@ impl CsrRequest {
             }
         }
 
-        if purpose == Purpose::Serving && serving_names != [format!("DNS:{node_name}")] {
+        let dns = format!("DNS:{node_name}");
+        let ip = format!("IP:{}", crate::stream_address(&node_name));
+        if purpose == Purpose::Serving
+            && serving_names != [dns.clone()]
+            && serving_names != [dns, ip]
+        {
             return Err(CsrError::ServingNames {
                 node: node_name,
                 names: serving_names,
@@ -232,6 +240,19 @@ impl CsrRequest {
     }
 }
 
+/// `IP:<address>` for a SAN's 4 or 16 address bytes, else `IP:<bytes>`.
+fn ip_name(bytes: &[u8]) -> String {
+    match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes)
+            .map(std::net::Ipv4Addr::from)
+            .map_or_else(|_| String::new(), |a| format!("IP:{a}")),
+        16 => <[u8; 16]>::try_from(bytes)
+            .map(std::net::Ipv6Addr::from)
+            .map_or_else(|_| String::new(), |a| format!("IP:{a}")),
+        _ => format!("IP:{bytes:?}"),
+    }
+}
+
 /// Refuses RSA keys below [`MIN_RSA_BITS`] and keys that are neither EC, Ed25519 nor RSA.
 fn check_key(spki: &x509_parser::x509::SubjectPublicKeyInfo<'_>) -> Result<(), CsrError> {
     let parsed = spki.parsed().map_err(|e| CsrError::UnsupportedKey {
@@ -274,5 +295,40 @@ mod serving_tests {
             CsrRequest::parse(&pem),
             Err(CsrError::SubjectAltNames)
         ));
+    }
+
+    #[test]
+    fn a_serving_csr_may_carry_only_its_own_stream_address() {
+        let key = NodeKey::generate().expect("key");
+        let names = |sans: Vec<rcgen::SanType>| {
+            let pem = key.node_csr("edge-1", sans).expect("csr");
+            CsrRequest::parse_serving(&pem).map(|c| c.node_name().to_owned())
+        };
+        let dns = rcgen::SanType::DnsName("edge-1".try_into().expect("name"));
+        let ip = |node: &str| {
+            rcgen::SanType::IpAddress(std::net::IpAddr::V6(crate::stream_address(node)))
+        };
+        assert_eq!(names(vec![dns.clone()]).expect("old form"), "edge-1");
+        assert_eq!(
+            names(vec![dns.clone(), ip("edge-1")]).expect("new"),
+            "edge-1"
+        );
+        let Err(CsrError::ServingNames { names: refused, .. }) =
+            names(vec![dns.clone(), ip("edge-2")])
+        else {
+            panic!("another node's address must be refused");
+        };
+        assert_eq!(
+            refused[1],
+            format!("IP:{}", crate::stream_address("edge-2"))
+        );
+        assert!(names(vec![ip("edge-1")]).is_err());
+        assert!(
+            names(vec![
+                dns,
+                rcgen::SanType::IpAddress("10.0.0.1".parse().expect("ip"))
+            ])
+            .is_err()
+        );
     }
 }

@@ -90,11 +90,13 @@ pub(super) async fn ensure(cp: &ControlPlane, bin_dir: Option<&Path>) -> anyhow:
              trust: {{serverSans: [localhost, 127.0.0.1]}}\n\
              streams:\n  addr: 127.0.0.1:{port}\n  tlsCertFile: {}\n  tlsKeyFile: {}\n\
              \x20 clientCaFile: {}\n  kubeletClientCaFile: {}\n  peerNamespace: \"*\"\n\
-             \x20 passthrough: true\n",
+             \x20 clientNames: [{}, {}]\n  passthrough: true\n",
             pki.streams_front_cert.display(),
             pki.streams_front_key.display(),
             pki.ca_cert.display(),
             pki.ca_cert.display(),
+            super::certs::EGRESS_CLIENT,
+            crate::metrics_server::CLIENT_NAME,
         ),
     )?;
     let log = cp.state_dir.join("logs").join("streams-front.log");

@@ -255,8 +255,12 @@ mod tests {
         assert_eq!(json["addresses"][0]["type"], "InternalIP");
         assert_eq!(json["addresses"][0]["address"], "192.0.2.10");
         assert_eq!(json["addresses"][1]["type"], "Hostname");
-        // The API server dials `<node name>:<port>` for logs and exec (architecture.md §10).
-        assert_eq!(json["addresses"][1]["address"], "edge-1");
+        // The API server dials `[<stream address>]:<port>` for logs, exec and the node proxy
+        // (architecture.md §10).
+        assert_eq!(
+            json["addresses"][1]["address"],
+            verge_pki::stream_address("edge-1").to_string()
+        );
         assert_eq!(
             json["nodeInfo"]["kubeletVersion"],
             status::kubelet_version()

@@ -167,12 +167,13 @@ pub fn node_status(
             address,
         })
         .collect();
-    // The node name, as a kubelet with `--hostname-override=<node name>`: the API server
-    // dials this address (first of its default `--kubelet-preferred-address-types`) for
-    // kubectl logs/exec, and cloudhub routes the connection by it (architecture.md §10).
+    // The node's stream address, unique per node name and never routed: the API server
+    // (first of its default `--kubelet-preferred-address-types`) and metrics-server dial it
+    // for kubectl logs/exec, the node proxy and scrapes, and cloudhub maps it back to this
+    // node's session (architecture.md §10; `verge_pki::stream_address`).
     addresses.push(NodeAddress {
         type_: "Hostname".to_owned(),
-        address: config.node_name.clone(),
+        address: verge_pki::stream_address(&config.node_name).to_string(),
     });
     NodeStatus {
         capacity: Some(capacity),

@@ -30,6 +30,8 @@ impl<R: ContainerRuntime> Worker<R> {
 
     fn hook_target(&self, c: &Container, container_id: &str) -> ProbeTarget {
         ProbeTarget {
+            namespace: self.key.namespace.clone(),
+            pod: self.key.name.clone(),
             pod_uid: self.uid.clone(),
             container: c.name.clone(),
             container_id: container_id.to_owned(),

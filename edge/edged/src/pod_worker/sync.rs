@@ -322,6 +322,8 @@ impl<R: ContainerRuntime> Worker<R> {
                     && let Some(container_id) = t.probe()
                 {
                     let target = ProbeTarget {
+                        namespace: self.key.namespace.clone(),
+                        pod: self.key.name.clone(),
                         pod_uid: self.uid.clone(),
                         container: c.name.clone(),
                         container_id,

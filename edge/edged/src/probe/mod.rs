@@ -105,6 +105,10 @@ impl fmt::Display for ProbeKind {
 /// The running container a probe is aimed at.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeTarget {
+    /// `metadata.namespace` of the pod.
+    pub namespace: String,
+    /// `metadata.name` of the pod.
+    pub pod: String,
     /// `metadata.uid` of the pod.
     pub pod_uid: String,
     /// The container's name in the pod spec.

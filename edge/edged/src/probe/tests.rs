@@ -89,6 +89,8 @@ fn probe(initial: i32, period: i32, success: i32, failure: i32) -> Option<Probe>
 
 fn target() -> ProbeTarget {
     ProbeTarget {
+        namespace: "ns".into(),
+        pod: "p".into(),
         pod_uid: "uid".into(),
         container: "app".into(),
         container_id: "cid".into(),

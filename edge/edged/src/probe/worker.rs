@@ -72,6 +72,7 @@ impl<H: ProbeHandler> Worker<H> {
             () = cancel.cancelled() => {}
             () = self.probe_loop() => {}
         }
+        crate::metrics::global().forget_probe(&self.probe_labels());
         debug!(pod_uid = %self.key.0, container = %self.key.1, probe = %self.kind, "probe worker stopped");
     }
 
@@ -97,6 +98,7 @@ impl<H: ProbeHandler> Worker<H> {
                 continue; // kubelet: liveness and readiness wait for the startup probe
             }
             let outcome = self.attempt().await;
+            crate::metrics::global().probe_attempt(&self.probe_labels(), outcome.success);
             if last == Some(outcome.success) {
                 run = run.saturating_add(1);
             } else {
@@ -130,6 +132,18 @@ impl<H: ProbeHandler> Worker<H> {
                 (ProbeKind::Liveness | ProbeKind::Startup, false) => return,
                 _ => {}
             }
+        }
+    }
+
+    /// The labels of this probe's `prober_probe_total` series.
+    fn probe_labels(&self) -> crate::metrics::ProbeLabels {
+        crate::metrics::ProbeLabels {
+            probe_type: self.kind.as_str(),
+            result: "",
+            container: self.target.container.clone(),
+            namespace: self.target.namespace.clone(),
+            pod: self.target.pod.clone(),
+            pod_uid: self.target.pod_uid.clone(),
         }
     }
 

@@ -1,8 +1,9 @@
 //! The HTTP CONNECT listener: what the API server's egress selector (`HTTPConnect` over
 //! TLS) dials for every connection of its `cluster` egress, kubelet connections included.
 //!
-//! A CONNECT names the address the API server was about to dial, unresolved
-//! (`<node name>:<port>` for an edge node, whose `Hostname` address is its name). It is
+//! A CONNECT names the address the API server was about to dial, unresolved: for an edge
+//! node `[<stream address>]:<port>` (its `Hostname` address, `verge_pki::stream_address`),
+//! or `<node name>:<port>` from edgecore before stream addresses. It is
 //! served, in order, by: a tunnel over the node's session on this replica; the replica that
 //! holds the session ([`super::peers`]); for a known edge node without a session anywhere,
 //! a `503` naming the node offline; otherwise, with `passthrough` on, a direct dial (a
@@ -60,11 +61,11 @@ pub(crate) async fn handle(
         .await;
     let on_upgrade = hyper::upgrade::on(&mut request);
     match target {
-        Target::Local => {
-            let Some(control) = shared.registry.tunnel_control(&host) else {
-                return Ok(offline(&host));
+        Target::Local(node) => {
+            let Some(control) = shared.registry.tunnel_control(&node) else {
+                return Ok(offline(&node));
             };
-            let mut expected = state.tunnels.expect(&host);
+            let mut expected = state.tunnels.expect(&node);
             let open = CloudFrame {
                 frame: Some(cloud_frame::Frame::OpenTunnel(OpenTunnel {
                     tunnel_id: expected.id.clone(),
@@ -84,7 +85,7 @@ pub(crate) async fn handle(
                 _ => {
                     return Ok(refuse(
                         StatusCode::GATEWAY_TIMEOUT,
-                        &format!("edge node {host} did not open the tunnel within {timeout:?}"),
+                        &format!("edge node {node} did not open the tunnel within {timeout:?}"),
                     ));
                 }
             };
@@ -158,6 +159,14 @@ pub(crate) async fn handle(
             Ok(established())
         }
         Target::Offline => Ok(offline(&host)),
+        Target::OfflineAddress(Some(node)) => Ok(offline(&node)),
+        Target::OfflineAddress(None) => Ok(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "no cloudhub replica holds a session for stream address {host}, and no edge \
+                 Node is known to have it"
+            ),
+        )),
         Target::NotHere => Ok(refuse(
             StatusCode::NOT_FOUND,
             &format!("node {host} has no session on this replica"),
@@ -179,6 +188,7 @@ fn established() -> Response<Empty<Bytes>> {
     Response::new(Empty::new())
 }
 
+/// `503` for edge node `node`, which no replica holds a session for.
 fn offline(node: &str) -> Response<Empty<Bytes>> {
     refuse(
         StatusCode::SERVICE_UNAVAILABLE,

@@ -132,6 +132,12 @@ impl StreamsState {
             }
             _ => tls.with_client_cas(&client_cas)?,
         };
+        // The listener speaks HTTP/1.1 (CONNECT). A Go client behind `HTTPS_PROXY` (e.g.
+        // metrics-server) offers `h2` first; `http/1.1` is preferred so that it is what is
+        // negotiated, and `h2` stays for peer replicas, whose client offers only that.
+        let mut server = Arc::unwrap_or_clone(server);
+        server.alpn_protocols = vec![b"http/1.1".to_vec(), verge_pki::ALPN_H2.to_vec()];
+        let server = Arc::new(server);
         let peer = ca
             .issue_client(PEER_NAME, None, trust.config().server_cert_validity)
             .map_err(trust_error)?;

@@ -26,14 +26,17 @@ enum NodeKind {
 
 /// The outcome of resolving a CONNECT target.
 pub(crate) enum Target {
-    /// A node with a session on this replica: open a tunnel.
-    Local,
+    /// A node with a session on this replica (its name): open a tunnel.
+    Local(String),
     /// Another replica accepted the CONNECT for its session: splice with it.
     Stream(Box<TlsStream<TcpStream>>),
     /// Dial this `host:port` directly.
     Dial(String),
     /// A known edge node that no replica holds a session for.
     Offline,
+    /// A stream address of an edge node (its name when the edge-Node watch knows it) that no
+    /// replica holds a session for.
+    OfflineAddress(Option<String>),
     /// A forwarded CONNECT for a node without a session here.
     NotHere,
     /// Not allowed (passthrough off).
@@ -43,7 +46,8 @@ pub(crate) enum Target {
 }
 
 /// Resolves `host:port` (see the module docs). `forwarded`: asked by a peer replica, so
-/// only this replica's sessions count (the asking replica checked the Node).
+/// only this replica's sessions count (the asking replica checked the Node). A host that is
+/// a stream address (`verge_pki::stream_address`) is resolved by [`resolve_address`].
 ///
 /// A host that names a Node without the edge label (a kubelet's) never reaches an edge
 /// session, even when an edge with that name is connected: the edge joined before the
@@ -57,10 +61,13 @@ pub(crate) async fn resolve(
     port: u16,
     forwarded: bool,
 ) -> Target {
+    if let Some(address) = verge_pki::parse_stream_address(host) {
+        return resolve_address(shared, state, address, port, forwarded).await;
+    }
     let local = shared.registry.tunnel_control(host).is_some();
     if forwarded {
         return if local {
-            Target::Local
+            Target::Local(host.to_owned())
         } else {
             Target::NotHere
         };
@@ -83,7 +90,7 @@ pub(crate) async fn resolve(
     };
     if owner != NodeKind::Foreign {
         if local {
-            return Target::Local;
+            return Target::Local(host.to_owned());
         }
         if is_node_name && let Some(stream) = state.peers.find(&target).await {
             return Target::Stream(Box::new(stream));
@@ -120,4 +127,28 @@ pub(crate) async fn resolve(
         });
     debug!(%host, %address, "CONNECT passed through");
     Target::Dial(address)
+}
+
+/// Resolves a stream address: the node of this replica's session at that address, else
+/// (unless `forwarded`) the peer replica holding it, else [`Target::OfflineAddress`] with
+/// the node's name if the edge-Node watch knows it. No Node is
+/// looked up: only edge nodes advertise addresses of the prefix, and the address is bound to
+/// the authenticated node name of the session that matches it, as a name is.
+async fn resolve_address(
+    shared: &Arc<Shared>,
+    state: &Arc<StreamsState>,
+    address: std::net::Ipv6Addr,
+    port: u16,
+    forwarded: bool,
+) -> Target {
+    if let Some(node) = shared.registry.node_at(&address) {
+        return Target::Local(node);
+    }
+    if forwarded {
+        return Target::NotHere;
+    }
+    match state.peers.find(&format!("[{address}]:{port}")).await {
+        Some(stream) => Target::Stream(Box::new(stream)),
+        None => Target::OfflineAddress(shared.trust.edge_node_at(&address)),
+    }
 }

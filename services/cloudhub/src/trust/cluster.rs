@@ -92,6 +92,14 @@ pub trait ClusterApi: Send + Sync + 'static {
     /// names that vanished while it was re-listing come after the re-list).
     fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String>;
 
+    /// The edge Node whose stream address (`verge_pki::stream_address`) is `address`, as the
+    /// watch of [`removed_edge_nodes`](Self::removed_edge_nodes) last saw them; `None` when
+    /// unknown (the default: no watch).
+    fn edge_node_at(&self, address: &std::net::Ipv6Addr) -> Option<String> {
+        let _ = address;
+        None
+    }
+
     /// Creates the CSR with signer [`NODE_SIGNER`] and approves it; returns its name.
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>>;
 
@@ -155,10 +163,13 @@ pub const MESSAGE_GROUP_VERB: &str = "attach";
 pub struct KubeCluster {
     client: kube::Client,
     edge_nodes: EdgeNodes,
+    addresses: EdgeAddresses,
 }
 
 /// Edge Node name → uid, as the edge-Node watch last saw them.
 type EdgeNodes = Arc<RwLock<HashMap<String, String>>>;
+/// Edge Node stream address → name, for the same Nodes.
+type EdgeAddresses = Arc<RwLock<HashMap<std::net::Ipv6Addr, String>>>;
 
 impl KubeCluster {
     /// Calls through `client`.
@@ -166,6 +177,7 @@ impl KubeCluster {
         Self {
             client,
             edge_nodes: EdgeNodes::default(),
+            addresses: EdgeAddresses::default(),
         }
     }
 }
@@ -258,7 +270,19 @@ impl ClusterApi for KubeCluster {
     }
 
     fn removed_edge_nodes(&self) -> futures::stream::BoxStream<'static, String> {
-        removed_edge_nodes(self.client.clone(), self.edge_nodes.clone())
+        removed_edge_nodes(
+            self.client.clone(),
+            self.edge_nodes.clone(),
+            self.addresses.clone(),
+        )
+    }
+
+    fn edge_node_at(&self, address: &std::net::Ipv6Addr) -> Option<String> {
+        self.addresses
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(address)
+            .cloned()
     }
 
     fn create_approved_csr(&self, record: CsrRecord) -> BoxFuture<'_, kube::Result<String>> {
@@ -380,6 +404,7 @@ use kube::ResourceExt as _;
 fn removed_edge_nodes(
     client: kube::Client,
     known: EdgeNodes,
+    addresses: EdgeAddresses,
 ) -> futures::stream::BoxStream<'static, String> {
     use futures::StreamExt as _;
     use kube::runtime::WatchStreamExt as _;
@@ -392,11 +417,14 @@ fn removed_edge_nodes(
         .filter_map(move |event| {
             let removed: Vec<String> = match event {
                 Ok(Event::Apply(meta)) => {
-                    write(&known).insert(meta.name_any(), meta.uid().unwrap_or_default());
+                    let name = meta.name_any();
+                    write(&addresses).insert(verge_pki::stream_address(&name), name.clone());
+                    write(&known).insert(name, meta.uid().unwrap_or_default());
                     Vec::new()
                 }
                 Ok(Event::Delete(meta)) => {
                     let name = meta.name_any();
+                    write(&addresses).remove(&verge_pki::stream_address(&name));
                     write(&known).remove(&name);
                     vec![name]
                 }
@@ -416,6 +444,10 @@ fn removed_edge_nodes(
                         .cloned()
                         .collect();
                     *known = std::mem::take(&mut listing);
+                    *write(&addresses) = known
+                        .keys()
+                        .map(|name| (verge_pki::stream_address(name), name.clone()))
+                        .collect();
                     gone
                 }
                 Err(error) => {
@@ -429,9 +461,9 @@ fn removed_edge_nodes(
         .boxed()
 }
 
-/// The edge-Node map for writing.
-fn write(known: &EdgeNodes) -> std::sync::RwLockWriteGuard<'_, HashMap<String, String>> {
-    known.write().unwrap_or_else(PoisonError::into_inner)
+/// A map of the edge-Node watch, for writing.
+fn write<K, V>(map: &RwLock<HashMap<K, V>>) -> std::sync::RwLockWriteGuard<'_, HashMap<K, V>> {
+    map.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Adds the `Approved` condition with `reason` and `message` to CSR `name` (the

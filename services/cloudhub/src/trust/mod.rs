@@ -362,6 +362,12 @@ impl Trust {
         self.api.removed_edge_nodes()
     }
 
+    /// The edge Node at stream address `address`, as that watch last saw the edge Nodes
+    /// ([`ClusterApi::edge_node_at`]).
+    pub fn edge_node_at(&self, address: &std::net::Ipv6Addr) -> Option<String> {
+        self.api.edge_node_at(address)
+    }
+
     /// Signs a new certificate for `node` (authenticated by its current certificate, bound to
     /// `cert_uid`) from `csr_pem`, which must ask for the same node. The Node is checked as
     /// by [`Trust::check_edge_node`]; the new certificate is bound to the Node's uid (an
