@@ -45,6 +45,13 @@ pub(crate) struct Pki {
     pub streams_front_key: PathBuf,
     pub sa_key: PathBuf,
     pub sa_pub: PathBuf,
+    /// The aggregation layer's CA (kubeadm's `front-proxy-ca`): aggregated API servers
+    /// (metrics-server) trust the requests the API server proxies to them with its client.
+    pub front_proxy_ca_cert: PathBuf,
+    /// The API server's client certificate towards aggregated API servers (CN
+    /// [`FRONT_PROXY_CLIENT`]).
+    pub front_proxy_client_cert: PathBuf,
+    pub front_proxy_client_key: PathBuf,
 }
 
 impl Pki {
@@ -64,6 +71,9 @@ impl Pki {
             streams_front_key: dir.join("streams-front.key"),
             sa_key: dir.join("sa.key"),
             sa_pub: dir.join("sa.pub"),
+            front_proxy_ca_cert: dir.join("front-proxy-ca.crt"),
+            front_proxy_client_cert: dir.join("front-proxy-client.crt"),
+            front_proxy_client_key: dir.join("front-proxy-client.key"),
         }
     }
 
@@ -75,19 +85,15 @@ impl Pki {
         let dir = state_dir.join("pki");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
 
-        let ca_key = KeyPair::generate()?;
-        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "verge-test-ca");
-        ca_params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
+        let (ca_params, ca_key) = ca("verge-test-ca")?;
         let ca_cert = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, &ca_key);
+        let (front_params, front_key) = ca("verge-test-front-proxy-ca")?;
+        let front_cert = front_params.self_signed(&front_key)?;
+        let front_issuer = Issuer::new(front_params, &front_key);
+        write_file(&pki.front_proxy_ca_cert, &front_cert.pem(), false)?;
+        issue_with(&front_issuer, &Identity::client(FRONT_PROXY_CLIENT, None))?
+            .write(&pki.front_proxy_client_cert, &pki.front_proxy_client_key)?;
 
         let server_key = KeyPair::generate()?;
         let mut sans: Vec<String> = APISERVER_SANS.iter().map(|s| (*s).to_owned()).collect();
@@ -130,6 +136,24 @@ impl Pki {
         write_file(&pki.sa_pub, &sa_key.public_key_pem(), false)?;
         Ok(pki)
     }
+}
+
+/// The subject common name of kube-apiserver's client certificate towards aggregated API
+/// servers (`--requestheader-allowed-names`; kubeadm's name).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
+/// A CA's parameters (CN `name`, CA:TRUE, cert and CRL signing) and a fresh key.
+fn ca(name: &str) -> anyhow::Result<(CertificateParams, KeyPair)> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    Ok((params, key))
 }
 
 /// The subject common name of kube-apiserver's egress client certificate (cloudhub's

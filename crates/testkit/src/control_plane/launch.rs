@@ -140,6 +140,28 @@ impl ControlPlaneConfig {
                 )?)
             ),
             format!("--kubelet-certificate-authority={}", path(&pki.ca_cert)),
+            // The aggregation layer (as kubeadm sets it up): requests proxied to aggregated
+            // API servers such as metrics-server carry the user in X-Remote-* headers,
+            // vouched for by the front-proxy client certificate.
+            format!(
+                "--requestheader-client-ca-file={}",
+                path(&pki.front_proxy_ca_cert)
+            ),
+            format!(
+                "--requestheader-allowed-names={}",
+                certs::FRONT_PROXY_CLIENT
+            ),
+            "--requestheader-username-headers=X-Remote-User".to_owned(),
+            "--requestheader-group-headers=X-Remote-Group".to_owned(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".to_owned(),
+            format!(
+                "--proxy-client-cert-file={}",
+                path(&pki.front_proxy_client_cert)
+            ),
+            format!(
+                "--proxy-client-key-file={}",
+                path(&pki.front_proxy_client_key)
+            ),
             // The `kubernetes` Service's endpoint is the advertise address (the default
             // `lease` endpoint reconciler), which pods reach.
         ];

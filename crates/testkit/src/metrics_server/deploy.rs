@@ -24,7 +24,12 @@ pub const SECURE_PORT: u16 = 4443;
 const CLIENT_SECRET: &str = "metrics-server-kubelet-client";
 
 /// The overlay's JSON patch of the release's Deployment (`{node}`, `{proxy}`, `{no_proxy}`,
-/// `{port}` filled in).
+/// `{port}`, `{apiserver_host}`, `{apiserver_port}` filled in).
+///
+/// The API server is named by its own address rather than the `kubernetes` Service: in the
+/// kit, edges run in the host's network namespace, and an edge's Service proxy takes the
+/// host's connections to cluster IPs (as kube-proxy does on its node), so from the host
+/// network `10.96.0.1` is that edge's edge API, not the cluster's API server.
 const DEPLOYMENT_PATCH: &str = r#"- op: replace
   path: /spec/template/spec/containers/0/args
   value:
@@ -41,6 +46,8 @@ const DEPLOYMENT_PATCH: &str = r#"- op: replace
   value:
     - {name: HTTPS_PROXY, value: "{proxy}"}
     - {name: NO_PROXY, value: "{no_proxy}"}
+    - {name: KUBERNETES_SERVICE_HOST, value: "{apiserver_host}"}
+    - {name: KUBERNETES_SERVICE_PORT, value: "{apiserver_port}"}
 - op: add
   path: /spec/template/spec/containers/0/volumeMounts/-
   value: {name: kubelet-client, mountPath: /etc/metrics-server/kubelet, readOnly: true}
@@ -92,7 +99,7 @@ pub async fn deploy(cp: &ControlPlane, node: &KubeletNode) -> anyhow::Result<()>
     node.import_image(IMAGE)?;
     client_secret(cp).await?;
     let dir = cp.state_dir().join("metrics-server");
-    write_overlay(&config, &dir, node.name(), cp.streams_front_port())?;
+    write_overlay(&config, &dir, node.name(), cp)?;
     kubectl(cp, &["apply", "-k", &dir.display().to_string()])?;
     let wait = kubectl(
         cp,
@@ -118,6 +125,17 @@ pub async fn deploy(cp: &ControlPlane, node: &KubeletNode) -> anyhow::Result<()>
             ],
         )
         .unwrap_or_default();
+        let apiservice = kubectl(
+            cp,
+            &[
+                "get",
+                "apiservice",
+                "v1beta1.metrics.k8s.io",
+                "-o",
+                "jsonpath={.status.conditions}",
+            ],
+        )
+        .unwrap_or_default();
         let logs = kubectl(
             cp,
             &[
@@ -129,7 +147,7 @@ pub async fn deploy(cp: &ControlPlane, node: &KubeletNode) -> anyhow::Result<()>
             ],
         )
         .unwrap_or_default();
-        bail!("{error:#}\n{pods}\n--- metrics-server ---\n{logs}");
+        bail!("{error:#}\nAPIService: {apiservice}\n{pods}\n--- metrics-server ---\n{logs}");
     }
     Ok(())
 }
@@ -204,7 +222,7 @@ fn write_overlay(
     config: &MetricsServerConfig,
     dir: &Path,
     node: &str,
-    proxy_port: u16,
+    cp: &ControlPlane,
 ) -> anyhow::Result<()> {
     let base = config.cache_dir.join("manifests").join("base");
     if !base.join("kustomization.yaml").is_file() {
@@ -216,10 +234,19 @@ fn write_overlay(
         let entry = entry?;
         std::fs::copy(entry.path(), dir.join("base").join(entry.file_name()))?;
     }
+    let apiserver = cp.advertise_address();
     let patch = DEPLOYMENT_PATCH
         .replace("{port}", &super::SECURE_PORT.to_string())
-        .replace("{proxy}", &format!("https://127.0.0.1:{proxy_port}"))
-        .replace("{no_proxy}", &format!("{SERVICE_CIDR},127.0.0.1,localhost"))
+        .replace(
+            "{proxy}",
+            &format!("https://127.0.0.1:{}", cp.streams_front_port()),
+        )
+        .replace(
+            "{no_proxy}",
+            &format!("{SERVICE_CIDR},{apiserver},127.0.0.1,localhost"),
+        )
+        .replace("{apiserver_host}", &apiserver.to_string())
+        .replace("{apiserver_port}", &cp.apiserver_port().to_string())
         .replace("{node}", node);
     std::fs::write(dir.join("deployment-patch.yaml"), patch)?;
     std::fs::write(dir.join("kubelet-client-rbac.yaml"), CLIENT_RBAC)?;
