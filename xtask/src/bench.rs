@@ -12,6 +12,7 @@
 //! Python example controller to an edge app and back), [`net`] (Services on the edge node
 //! and through cloudhub against direct paths, programming and memory), [`edge_api`] (the edge
 //! API's lists and watches on and off line against the API server directly, its memory),
+//! [`metrics`] (the kubelet's resource endpoints on an edge node against the kit's kubelet),
 //! [`record`] (the result tables
 //! in `docs/benchmarks.md`), [`all`] (all of them, and the overview of their targets).
 
@@ -21,6 +22,7 @@ mod deploy;
 mod devices;
 mod edge_api;
 mod env;
+mod metrics;
 mod net;
 mod pod_startup;
 mod reconnect;
@@ -83,6 +85,9 @@ enum Bench {
     /// and of the node's own change offline; edgecore's idle memory with it off and on, and
     /// with 10,000 objects' answers kept.
     EdgeApi(edge_api::Args),
+    /// The kubelet's resource endpoints on an edge node against the kit's kubelet: scrape
+    /// latency through the node proxy, agent CPU per scrape, edgecore memory (issue 34).
+    Metrics(metrics::Args),
     /// Every benchmark in turn with its defaults (each as its own process), then the
     /// overview of their targets at the top of `docs/benchmarks.md`.
     All(all::Args),
@@ -101,6 +106,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::Apps(a) => apps::run(a).await,
         Bench::Net(a) => net::run(a).await,
         Bench::EdgeApi(a) => edge_api::run(a).await,
+        Bench::Metrics(a) => metrics::run(a).await,
         Bench::All(a) => all::run(&a),
     }
 }

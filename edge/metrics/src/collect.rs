@@ -304,3 +304,6 @@ fn add(total: Option<Sample>, part: Option<Sample>) -> Option<Sample> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

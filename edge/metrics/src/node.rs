@@ -1,5 +1,6 @@
 //! The node's own figures (the kubelet's Summary `node`): CPU from the root cgroup or
-//! `/proc/stat`, memory from `/proc/meminfo`, page faults from `/proc/vmstat`.
+//! `/proc/stat`, memory from the root cgroup (v1) or `/proc/meminfo` (v2, whose root cgroup
+//! has no `memory.current`), page faults from `/proc/vmstat`.
 
 use std::path::Path;
 
@@ -18,8 +19,11 @@ pub struct NodeStats {
     /// no root `cpu.stat`, the busy ticks of `/proc/stat`'s `cpu` line (user, nice, system,
     /// irq, softirq, steal) × 10 ms.
     pub cpu_usage_nanos: u64,
-    /// Memory from `/proc/meminfo` and `/proc/vmstat`: usage `MemTotal − MemFree`, working
-    /// set usage − `Inactive(file)`, rss `AnonPages`, faults `pgfault` and `pgmajfault`.
+    /// Memory as cAdvisor reads the root cgroup. v1: the root's `memory.usage_in_bytes`,
+    /// working set that less `total_inactive_file`, rss `total_rss`. v2 (no root
+    /// `memory.current`): `/proc/meminfo`'s `MemTotal − MemFree`, working set that less
+    /// `Inactive(file)`, rss `AnonPages`. Faults from `/proc/vmstat` (`pgfault`,
+    /// `pgmajfault`).
     pub memory: MemoryStats,
     /// `MemAvailable`: the kernel's estimate of memory available to new work, in bytes.
     pub memory_available_bytes: u64,
@@ -49,15 +53,23 @@ impl CgroupFs {
         let vmstat = Table::read(&self.proc.join("vmstat"))?;
         let capacity = meminfo.require("MemTotal")?;
         let usage = capacity.saturating_sub(meminfo.require("MemFree")?);
+        let mut memory = MemoryStats {
+            usage_bytes: usage,
+            working_set_bytes: usage.saturating_sub(meminfo.require("Inactive(file)")?),
+            rss_bytes: meminfo.require("AnonPages")?,
+            page_faults: vmstat.require("pgfault")?,
+            major_page_faults: vmstat.require("pgmajfault")?,
+        };
+        if let Ok(Layout::V1 { memory: root, .. }) = self.layout() {
+            let usage = read_u64(&root.join("memory.usage_in_bytes"))?;
+            let stat = Table::read(&root.join("memory.stat"))?;
+            memory.usage_bytes = usage;
+            memory.working_set_bytes = usage.saturating_sub(stat.or_zero("total_inactive_file"));
+            memory.rss_bytes = stat.or_zero("total_rss");
+        }
         Ok(NodeStats {
             cpu_usage_nanos: self.node_cpu()?,
-            memory: MemoryStats {
-                usage_bytes: usage,
-                working_set_bytes: usage.saturating_sub(meminfo.require("Inactive(file)")?),
-                rss_bytes: meminfo.require("AnonPages")?,
-                page_faults: vmstat.require("pgfault")?,
-                major_page_faults: vmstat.require("pgmajfault")?,
-            },
+            memory,
             memory_available_bytes: meminfo.require("MemAvailable")?,
             memory_capacity_bytes: capacity,
         })

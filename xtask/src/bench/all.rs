@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 /// The benchmarks `all` runs, in order (subcommand names, default arguments).
-pub const ORDER: [&str; 10] = [
+pub const ORDER: [&str; 11] = [
     "pod-startup",
     "reconnect",
     "scale",
@@ -32,6 +32,7 @@ pub const ORDER: [&str; 10] = [
     "apps",
     "net",
     "edge-api",
+    "metrics",
     "deploy",
 ];
 

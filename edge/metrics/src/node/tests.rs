@@ -28,20 +28,25 @@ fn proc_tree() -> Tree {
 }
 
 #[test]
-fn v1_node_from_root_cpuacct_and_meminfo() {
+fn v1_node_from_root_cgroups_and_meminfo() {
     let tree = proc_tree();
     tree.write("cgroup/cpuacct/cpuacct.usage", "39232750632785\n")
-        .mkdir("cgroup/memory");
+        .write("cgroup/memory/memory.usage_in_bytes", "11000000000\n")
+        .write(
+            "cgroup/memory/memory.stat",
+            "cache 5\ntotal_inactive_file 2000000000\ntotal_rss 1500000000\n",
+        );
     let node = tree.fs().node_stats().unwrap();
     let kib = 1024;
     assert_eq!(
         node,
         NodeStats {
             cpu_usage_nanos: 39_232_750_632_785,
+            // The root memory cgroup's, as cAdvisor reads it on v1.
             memory: MemoryStats {
-                usage_bytes: 12_000_000 * kib,
-                working_set_bytes: 9_000_000 * kib,
-                rss_bytes: 2_000_000 * kib,
+                usage_bytes: 11_000_000_000,
+                working_set_bytes: 9_000_000_000,
+                rss_bytes: 1_500_000_000,
                 page_faults: 123_456,
                 major_page_faults: 78,
             },
@@ -49,7 +54,10 @@ fn v1_node_from_root_cpuacct_and_meminfo() {
             memory_capacity_bytes: 16_000_000 * kib,
         }
     );
-    assert_eq!(node.kubelet_available_bytes(), 7_000_000 * kib);
+    assert_eq!(
+        node.kubelet_available_bytes(),
+        16_000_000 * kib - 9_000_000_000
+    );
 }
 
 #[test]

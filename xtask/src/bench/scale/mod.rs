@@ -25,7 +25,7 @@
 //! [`proc`] (CPU, file descriptors), [`report`] (the tables and targets).
 
 mod hollow;
-mod proc;
+pub(super) mod proc;
 mod report;
 mod wire;
 
