@@ -110,7 +110,7 @@ impl Metrics {
     pub fn register_probes(&self, registry: &mut Registry) {
         registry.register(
             "prober_probe",
-            "[ALPHA] Cumulative number of a liveness, readiness or startup probe for a container by result.",
+            "[ALPHA] Attempts of each container's liveness, readiness and startup probes, by result",
             self.probes.clone(),
         );
     }
@@ -181,7 +181,7 @@ mod tests {
         let mut registry = Registry::default();
         metrics.register_probes(&mut registry);
         let text = verge_runtime::metrics::encode(&registry).expect("encodes");
-        assert!(text.contains("# TYPE prober_probe_total counter"), "{text}");
+        assert!(text.contains("# TYPE prober_probe counter"), "{text}");
         assert!(text.contains("prober_probe_total{probe_type=\"Liveness\",result=\"successful\",container=\"app\",namespace=\"ns\",pod=\"p\",pod_uid=\"u1\"} 2"), "{text}");
         assert!(text.contains("result=\"failed\""), "{text}");
         metrics.forget_probe(&labels);

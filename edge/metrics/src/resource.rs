@@ -1,6 +1,6 @@
 //! The kubelet's `/metrics/resource` in the Prometheus text format 0.0.4: the metrics of its
-//! resource metrics collector, which metrics-server scrapes, with the same names, `[STABLE]`
-//! HELP texts, label sets and timestamps.
+//! resource metrics collector, which metrics-server scrapes, with the same names, stability
+//! marks (`[STABLE]` in HELP), label sets and timestamps; the HELP texts are Verge's.
 //!
 //! As the kubelet's: families come sorted by name and samples by label values; a family with
 //! no samples is left out; CPU and memory samples carry the millisecond timestamp of their
@@ -26,42 +26,42 @@ struct Family {
 
 const CONTAINER_CPU: Family = Family {
     name: "container_cpu_usage_seconds_total",
-    help: "Cumulative cpu time consumed by the container in core-seconds",
+    help: "CPU time the container has used since it started, in core-seconds",
     counter: true,
 };
 const CONTAINER_MEMORY: Family = Family {
     name: "container_memory_working_set_bytes",
-    help: "Current working set of the container in bytes",
+    help: "Memory the container uses that cannot be reclaimed at once (usage less inactive file pages), in bytes",
     counter: false,
 };
 const CONTAINER_START: Family = Family {
     name: "container_start_time_seconds",
-    help: "Start time of the container since unix epoch in seconds",
+    help: "When the container started, in seconds since the Unix epoch",
     counter: false,
 };
 const NODE_CPU: Family = Family {
     name: "node_cpu_usage_seconds_total",
-    help: "Cumulative cpu time consumed by the node in core-seconds",
+    help: "CPU time the node has used since it booted, in core-seconds",
     counter: true,
 };
 const NODE_MEMORY: Family = Family {
     name: "node_memory_working_set_bytes",
-    help: "Current working set of the node in bytes",
+    help: "Memory the node uses that cannot be reclaimed at once, in bytes",
     counter: false,
 };
 const POD_CPU: Family = Family {
     name: "pod_cpu_usage_seconds_total",
-    help: "Cumulative cpu time consumed by the pod in core-seconds",
+    help: "CPU time the pod's containers and sandbox have used, in core-seconds",
     counter: true,
 };
 const POD_MEMORY: Family = Family {
     name: "pod_memory_working_set_bytes",
-    help: "Current working set of the pod in bytes",
+    help: "Memory the pod's containers and sandbox use that cannot be reclaimed at once, in bytes",
     counter: false,
 };
 const SCRAPE_ERROR: Family = Family {
     name: "resource_scrape_error",
-    help: "1 if there was an error while getting container metrics, 0 otherwise",
+    help: "1 when a figure of this scrape could not be read, else 0",
     counter: false,
 };
 

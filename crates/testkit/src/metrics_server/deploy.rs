@@ -177,13 +177,24 @@ pub async fn remove(cp: &ControlPlane) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Secret with a fresh client certificate for [`CLIENT_NAME`] from the cluster CA.
-async fn client_secret(cp: &ControlPlane) -> anyhow::Result<()> {
+/// A fresh client certificate for [`CLIENT_NAME`] from `cp`'s cluster CA: (certificate PEM,
+/// key PEM). Cloudhub's streams listener in the kit (`streams.clientNames`) and the kit's
+/// edges (`streams.kubeletClientNames`) accept it, as metrics-server's.
+///
+/// # Errors
+/// The CA files cannot be read, or signing fails.
+pub fn client_certificate(cp: &ControlPlane) -> anyhow::Result<(String, String)> {
     let issued = issue(
         &cp.ca_cert_path(),
         &cp.ca_key_path(),
         &Identity::client(CLIENT_NAME, None),
     )?;
+    Ok((issued.cert_pem, issued.key_pem))
+}
+
+/// The Secret with a fresh client certificate for [`CLIENT_NAME`] from the cluster CA.
+async fn client_secret(cp: &ControlPlane) -> anyhow::Result<()> {
+    let (cert_pem, key_pem) = client_certificate(cp)?;
     let ca = std::fs::read(cp.ca_cert_path())?;
     let secret = Secret {
         metadata: ObjectMeta {
@@ -194,8 +205,8 @@ async fn client_secret(cp: &ControlPlane) -> anyhow::Result<()> {
         type_: Some("kubernetes.io/tls".to_owned()),
         data: Some(
             [
-                ("tls.crt", issued.cert_pem.into_bytes()),
-                ("tls.key", issued.key_pem.into_bytes()),
+                ("tls.crt", cert_pem.into_bytes()),
+                ("tls.key", key_pem.into_bytes()),
                 ("ca.crt", ca),
             ]
             .into_iter()

@@ -25,7 +25,7 @@ mod deploy;
 use std::path::PathBuf;
 
 pub use build::build_script;
-pub use deploy::{SECURE_PORT, deploy, remove};
+pub use deploy::{SECURE_PORT, client_certificate, deploy, remove};
 
 use crate::paths;
 

@@ -5,19 +5,19 @@ use crate::fixture::snapshot;
 fn renders_kubelet_names_labels_and_timestamps() {
     let text = render(&snapshot());
     let expected = [
-        "# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        "# HELP container_cpu_usage_seconds_total [STABLE] CPU time the container has used since it started, in core-seconds",
         "# TYPE container_cpu_usage_seconds_total counter",
         "container_cpu_usage_seconds_total{container=\"app\",namespace=\"kube-system\",pod=\"web\\\"1\"} 1.5 1700000000123",
         "# TYPE container_memory_working_set_bytes gauge",
         "container_memory_working_set_bytes{container=\"app\",namespace=\"kube-system\",pod=\"web\\\"1\"} 1024 1700000000123",
         "container_start_time_seconds{container=\"app\",namespace=\"kube-system\",pod=\"web\\\"1\"} 1699999100.5",
-        "# HELP node_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the node in core-seconds",
+        "# HELP node_cpu_usage_seconds_total [STABLE] CPU time the node has used since it booted, in core-seconds",
         "node_cpu_usage_seconds_total 12.5 1700000000123",
         "node_memory_working_set_bytes 4096 1700000000123",
         "pod_cpu_usage_seconds_total{namespace=\"kube-system\",pod=\"web\\\"1\"} 3 1700000000123",
         "# TYPE pod_memory_working_set_bytes gauge",
         "pod_memory_working_set_bytes{namespace=\"kube-system\",pod=\"web\\\"1\"} 2048 1700000000123",
-        "# HELP resource_scrape_error [STABLE] 1 if there was an error while getting container metrics, 0 otherwise",
+        "# HELP resource_scrape_error [STABLE] 1 when a figure of this scrape could not be read, else 0",
         "resource_scrape_error 0",
     ];
     let lines = text.lines().collect::<Vec<_>>();

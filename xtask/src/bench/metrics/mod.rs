@@ -3,14 +3,18 @@
 //! kit's kubelet node (kubelet and containerd of the pinned release) on one control plane,
 //! each with the same N pods (busybox `sleep`; N = 20, then 100). For each node and each of
 //! `/metrics/resource` (what metrics-server scrapes) and `/stats/summary`:
-//! - scrape latency through the API server's node proxy: for the edge node through its
-//!   egress selector, the streams front (the same build), the cloudhub holding the session
-//!   and the tunnel to edgecore; for the kubelet through the same front, dialled directly;
+//! - scrape latency as metrics-server scrapes ([`scrape`]): an HTTPS `CONNECT` to the
+//!   kit's streams front (a cloudhub of the same build) with metrics-server's client
+//!   certificate, then TLS to the node's `Hostname` address and GETs on that kept-alive
+//!   connection; for the edge node the front goes on to the cloudhub holding the session and
+//!   the tunnel to edgecore, for the kubelet it dials the kubelet directly (the API server's
+//!   node proxy cannot be used for the kit's kubelet: its `Hostname` does not resolve);
 //! - the agent's CPU time per scrape (edgecore's, kubelet's): its CPU time over the scrapes
 //!   minus its idle rate over the same time, measured just before, divided by the scrapes;
 //! - edgecore's resident memory before and after the scrapes.
 
 mod report;
+mod scrape;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -23,6 +27,7 @@ use verge_testkit::{KubeletNode, KubeletNodeConfig};
 
 use super::scale::proc::cpu_seconds;
 use crate::local;
+use scrape::Scraper;
 
 /// Arguments of `cargo xtask bench metrics`.
 #[derive(Debug, clap::Args)]
@@ -95,6 +100,27 @@ async fn measure(
 ) -> anyhow::Result<Vec<Round>> {
     let admin = cp.client().await?;
     local::create_namespace(&admin, NAMESPACE).await?;
+    // metrics-server's user may read the kubelet's metrics and stats (edgecore accepts its
+    // certificate by name).
+    let rbac = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "verge-bench-metrics"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes/metrics", "nodes/stats"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "verge-bench-metrics"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "verge-bench-metrics"},
+         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                       "name": verge_testkit::metrics_server::CLIENT_NAME}]}]});
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), rbac.to_string())?;
+    let out = cp
+        .kubectl_command()
+        .args(["apply", "-f"])
+        .arg(file.path())
+        .output()?;
+    if !out.status.success() {
+        bail!("kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+    }
     let image = verge_testkit::docker::TEST_IMAGE;
     tokio::task::block_in_place(|| node.import_image(image))?;
     let kubelet_pid = node
@@ -118,14 +144,17 @@ async fn measure(
         wait_running(&admin, 2 * made).await?;
         let before = local::settled_rss(verge.edgecore_pid).await?;
         let mut blocks = Vec::new();
+        let mut edge = Scraper::connect(cp, &hostname(&admin, NODE).await?, 10250).await?;
+        let port = node.kubelet_port();
+        let mut kubelet = Scraper::connect(cp, &hostname(&admin, node.name()).await?, port).await?;
         for endpoint in ENDPOINTS {
             eprintln!(
                 "bench metrics:   {} scrapes of {endpoint} each",
                 args.scrapes
             );
-            let edge = block(&admin, NODE, endpoint, verge.edgecore_pid, args.scrapes).await?;
-            let kubelet = block(&admin, node.name(), endpoint, kubelet_pid, args.scrapes).await?;
-            blocks.push((edge, kubelet));
+            let e = block(&mut edge, endpoint, verge.edgecore_pid, args.scrapes).await?;
+            let k = block(&mut kubelet, endpoint, kubelet_pid, args.scrapes).await?;
+            blocks.push((e, k));
         }
         let after = local::settled_rss(verge.edgecore_pid).await?;
         rounds.push(Round {
@@ -137,26 +166,31 @@ async fn measure(
     Ok(rounds)
 }
 
-/// `scrapes` GETs of `/api/v1/nodes/<node>/proxy/<endpoint>` one after another (after 5 of
-/// warm-up), with `agent`'s CPU time over them less its idle rate just before.
+/// Node `node`'s `Hostname` address (for an edge its stream address).
+async fn hostname(admin: &kube::Client, node: &str) -> anyhow::Result<String> {
+    let node = Api::<k8s_openapi::api::core::v1::Node>::all(admin.clone())
+        .get(node)
+        .await?;
+    node.status
+        .and_then(|s| s.addresses)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|a| a.type_ == "Hostname")
+        .map(|a| a.address)
+        .context("the node has no Hostname address")
+}
+
+/// `scrapes` GETs of `/<endpoint>` on `scraper` one after another (after 5 of warm-up),
+/// with `agent`'s CPU time over them less its idle rate just before.
 async fn block(
-    admin: &kube::Client,
-    node: &str,
+    scraper: &mut Scraper,
     endpoint: &str,
     agent: u32,
     scrapes: usize,
 ) -> anyhow::Result<Block> {
-    let path = format!("/api/v1/nodes/{node}/proxy/{endpoint}");
-    let get = || async {
-        let request = http::Request::get(&path).body(Vec::new())?;
-        let text = admin
-            .request_text(request)
-            .await
-            .with_context(|| format!("GET {path}"))?;
-        anyhow::Ok(text.len())
-    };
+    let path = format!("/{endpoint}");
     for _ in 0..5 {
-        get().await?;
+        scraper.get(&path).await?;
     }
     let cpu = || cpu_seconds(agent).context("reading the agent's CPU time");
     let (idle0, t0) = (cpu()?, Instant::now());
@@ -167,7 +201,7 @@ async fn block(
     let mut bytes = 0;
     for _ in 0..scrapes {
         let started = Instant::now();
-        bytes = get().await?;
+        bytes = scraper.get(&path).await?;
         latencies.push(started.elapsed());
     }
     let busy = cpu()? - busy0 - idle_rate * t1.elapsed().as_secs_f64();

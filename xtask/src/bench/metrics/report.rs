@@ -99,11 +99,12 @@ pub fn report(args: &Args, rounds: &[Round]) -> anyhow::Result<()> {
         "One local edge node ({} build) and the kit's kubelet node (kubelet and containerd \
          of the pinned release) on one control plane, all on this machine, so no link \
          latency is in the figures; each node runs the same pods (busybox `sleep`). Each \
-         scrape is a GET of `/api/v1/nodes/<node>/proxy/<endpoint>` through the API server's \
-         node proxy and its egress selector (the kit's streams front, the same build): for \
-         the edge node on to the cloudhub holding its session and over the session to \
-         edgecore, for the kubelet dialled directly. {} scrapes per node, endpoint and pod \
-         count, one at a time, after 5 of warm-up. Agent CPU per scrape: the agent's CPU \
+         scrape is what metrics-server does: a GET on one kept-alive HTTPS connection opened by \
+         a `CONNECT` to the kit's streams front (a cloudhub of the same build) with \
+         metrics-server's client certificate, to the node's `Hostname` address: for the edge \
+         node on to the cloudhub holding its session and over the session to edgecore, for \
+         the kubelet dialled directly. {} scrapes per node, endpoint and pod count, one at a \
+         time, after 5 of warm-up. Agent CPU per scrape: the agent's CPU \
          time (`/proc/<pid>/stat`, 10 ms ticks) over the scrapes less its idle rate over \
          10 s just before, divided by the scrapes; the kubelet's cAdvisor also works between \
          scrapes (its housekeeping), which the idle rate takes out. edgecore reads each \
