@@ -115,10 +115,16 @@ async fn the_node_proxy_reaches_an_edge_nodes_kubelet_endpoints() -> anyhow::Res
 }
 
 async fn proxy_scenario(s: &Setup) -> anyhow::Result<()> {
-    // A pod with a readiness probe (for /metrics/probes) that holds some memory.
+    // A pod with a readiness probe (for /metrics/probes) that holds some memory, and an
+    // emptyDir its init container filled with 1 MiB (for the summary's volumes).
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": "sleeper", "namespace": s.ns},
         "spec": {"nodeName": s.edge.name, "terminationGracePeriodSeconds": 1,
+                 "volumes": [{"name": "scratch", "emptyDir": {}}],
+                 "initContainers": [{"name": "fill", "image": verge_testkit::docker::TEST_IMAGE,
+                                     "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "head -c 1048576 /dev/urandom > /scratch/f"],
+                                     "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
                  "containers": [{"name": "main", "image": verge_testkit::docker::TEST_IMAGE,
                                  "imagePullPolicy": "Never",
                                  "command": ["sh", "-c", "head -c 8m /dev/zero > /dev/shm/held; sleep 3600"],
@@ -178,6 +184,13 @@ async fn proxy_scenario(s: &Setup) -> anyhow::Result<()> {
         "working set {working_set} < 8 MiB: {pod}"
     );
     assert!(pod["network"]["interfaces"].is_array(), "{pod}");
+    let scratch = pod["volume"]
+        .as_array()
+        .and_then(|v| v.iter().find(|v| v["name"] == "scratch"))
+        .ok_or_else(|| anyhow::anyhow!("no scratch volume in {pod}"))?;
+    let used = scratch["usedBytes"].as_u64().unwrap_or(0);
+    assert!(used >= 1 << 20, "the volume's 1 MiB is counted: {scratch}");
+    assert!(scratch["capacityBytes"].as_u64() > Some(used), "{scratch}");
 
     let resource = s
         .proxy_until("metrics/resource", |out| out.contains("pod=\"sleeper\""))

@@ -20,7 +20,10 @@ use verge_container_runtime::{ContainerSummary, ListFilter, StreamingRuntime, la
 
 use crate::cgroup::{CgroupFs, CgroupPath, CgroupStats};
 use crate::rate::CpuRates;
-use crate::snapshot::{ContainerSample, NodeSample, PodSample, Sample, Snapshot, Timed};
+use crate::snapshot::{
+    ContainerSample, NodeSample, PodSample, Sample, Snapshot, Timed, VolumeSample,
+};
+use crate::volumes::VolumeUsage;
 
 /// What is kept of a running container between rounds.
 #[derive(Debug, Clone)]
@@ -35,6 +38,7 @@ struct State {
     known: HashMap<String, Known>,
     rates: CpuRates,
     image_fs_root: Option<Option<PathBuf>>,
+    volumes: VolumeUsage,
 }
 
 /// Reads the node's and its pods' figures; see the module docs. Rounds are serialized (one
@@ -45,6 +49,7 @@ pub struct Collector<R> {
     fs: CgroupFs,
     node: String,
     boot_time: DateTime<Utc>,
+    pods_dir: Option<PathBuf>,
     state: Mutex<State>,
 }
 
@@ -84,14 +89,33 @@ impl<R: StreamingRuntime> Collector<R> {
             fs,
             node: node.to_owned(),
             boot_time,
+            pods_dir: None,
             state: Mutex::default(),
         }
+    }
+
+    /// The same collector, reporting pod volumes (in [`summary`](Self::summary)) from
+    /// `<pods_dir>/<pod uid>/volumes/` (edged's `<dataDir>/pods`).
+    #[must_use]
+    pub fn with_pods_dir(mut self, pods_dir: PathBuf) -> Self {
+        self.pods_dir = Some(pods_dir);
+        self
+    }
+
+    /// [`snapshot`](Self::snapshot) with each pod's volumes ([`crate::volumes`]), for the
+    /// Summary API.
+    pub async fn summary(&self) -> Snapshot {
+        self.collect(true).await
     }
 
     /// The node's and its running pods' figures now. A figure that cannot be read is left
     /// out and sets [`Snapshot::scrape_error`] (logged at debug level); a runtime that
     /// cannot list its containers gives a snapshot of the node alone, with the error set.
     pub async fn snapshot(&self) -> Snapshot {
+        self.collect(false).await
+    }
+
+    async fn collect(&self, volumes: bool) -> Snapshot {
         let mut state = self.state.lock().await;
         let mut error = false;
         let listed = match self.runtime.list(&ListFilter::node()).await {
@@ -170,6 +194,21 @@ impl<R: StreamingRuntime> Collector<R> {
                 usage.usage_nano_cores = state.rates.observe(&pod.uid, now, usage.cpu_usage_nanos);
             }
             pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
+            if volumes && let Some(dir) = &self.pods_dir {
+                pod.volumes = state
+                    .volumes
+                    .pod_volumes(dir, &pod.uid, now)
+                    .into_iter()
+                    .map(|(name, fs)| VolumeSample {
+                        name,
+                        fs: timed(fs),
+                    })
+                    .collect();
+            }
+        }
+        if volumes && let Some(dir) = &self.pods_dir {
+            let uids: Vec<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
+            state.volumes.retain(dir, &uids);
         }
         let keys = running
             .iter()

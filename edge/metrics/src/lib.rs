@@ -31,6 +31,8 @@
 //! - [`snapshot`]: [`Snapshot`], one round's figures.
 //! - [`resource`]: the `/metrics/resource` text.
 //! - [`summary`]: [`Summary`], the `/stats/summary` JSON.
+//! - [`volumes`]: pod volume usage ([`volumes::VolumeUsage`]), counted as `du` does, kept a
+//!   minute.
 //! - [`error`](mod@error): [`Error`].
 
 pub mod cgroup;
@@ -44,6 +46,7 @@ mod read;
 pub mod resource;
 pub mod snapshot;
 pub mod summary;
+pub mod volumes;
 
 pub use cgroup::{CgroupFs, CgroupPath, CgroupStats, CgroupVersion, MemoryStats};
 pub use collect::Collector;

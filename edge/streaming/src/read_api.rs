@@ -71,7 +71,7 @@ async fn metrics_resource<R: StreamingRuntime>(State(s): State<Arc<ReadState<R>>
 }
 
 async fn stats_summary<R: StreamingRuntime>(State(s): State<Arc<ReadState<R>>>) -> Response {
-    let snapshot = s.collector.snapshot().await;
+    let snapshot = s.collector.summary().await;
     json(&Summary::from_snapshot(&snapshot))
 }
 

@@ -44,6 +44,7 @@ pub use verge_edgehub::tunnel::{TunnelRequest, TunnelRequests};
 pub struct StreamingServer {
     store: verge_edge_store::MetaStore,
     node: String,
+    pods_dir: std::path::PathBuf,
     serving: ServingCert,
     requests: mpsc::Receiver<TunnelRequest>,
     metrics: ServedMetrics,
@@ -62,6 +63,7 @@ impl StreamingServer {
             Self {
                 store,
                 node: node.to_owned(),
+                pods_dir: data_dir.join("pods"),
                 serving: ServingCert::new(data_dir, node),
                 requests,
                 metrics: ServedMetrics::default(),
@@ -107,7 +109,8 @@ impl StreamingServer {
     /// followed log or an exec lasts as long as the client wants.
     pub async fn run<R: StreamingRuntime>(mut self, runtime: R, shutdown: CancellationToken) {
         let runtime = runtime.prepared().await;
-        let collector = Collector::new(runtime.clone(), CgroupFs::host(), &self.node);
+        let collector = Collector::new(runtime.clone(), CgroupFs::host(), &self.node)
+            .with_pods_dir(self.pods_dir.clone());
         let read = read_api::routes(collector, self.store.clone(), self.metrics);
         let router = router(Containers::new(runtime, self.store)).merge(read);
         loop {
