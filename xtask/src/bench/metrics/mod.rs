@@ -57,6 +57,9 @@ pub struct Block {
     pub latencies: Vec<Duration>,
     /// The agent's CPU seconds per scrape (idle rate subtracted).
     pub cpu_per_scrape: f64,
+    /// The agent's idle CPU seconds per second just before (the kubelet's includes its
+    /// cAdvisor housekeeping).
+    pub idle_cpu_per_s: f64,
     /// Bytes of the last answer.
     pub bytes: usize,
 }
@@ -209,6 +212,7 @@ async fn block(
     Ok(Block {
         latencies,
         cpu_per_scrape: busy.max(0.0) / scrapes as f64,
+        idle_cpu_per_s: idle_rate,
         bytes,
     })
 }
