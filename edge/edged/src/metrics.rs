@@ -3,7 +3,7 @@
 //! ([`global`]) that edgecore registers on its `/metrics` (docs/observability.md "Metrics").
 //! Tests make their own [`Metrics`].
 //!
-//! Probe attempts are counted apart, in [`Metrics::probes`]: the kubelet's
+//! Probe attempts are counted apart ([`Metrics::probe_attempt`]) as the kubelet's
 //! `prober_probe_total` (labels `probe_type`, `result`, `container`, `namespace`, `pod`,
 //! `pod_uid`), which the streaming server serves on `/metrics/probes` as the kubelet does.
 //! A probe's series are removed when its worker stops (the kubelet deletes them too).
