@@ -82,6 +82,8 @@ const VS: &str = "verge-system";
 const CSR: &str = "certificatesigningrequests.certificates.k8s.io";
 const LEASES: &str = "leases.coordination.k8s.io";
 const SLICES: &str = "endpointslices.discovery.k8s.io";
+const CTBS: &str = "clustertrustbundles.certificates.k8s.io";
+const PCRS: &str = "podcertificaterequests.certificates.k8s.io";
 
 /// What each service's code calls (services/*/src, crates/controller; the comments in
 /// deploy/cloud/access/rbac.yaml name the call sites).
@@ -217,6 +219,16 @@ const NEEDED: &[Can] = &[
         LEASES,
         "kube-node-lease",
     ),
+    yes(EC, "impersonate-on:arbitrary-node:get", CTBS, "cluster"),
+    yes(EC, "impersonate-on:arbitrary-node:list", CTBS, "cluster"),
+    yes(EC, "impersonate-on:arbitrary-node:create", PCRS, "default"),
+    yes(EC, "impersonate-on:arbitrary-node:get", PCRS, "default"),
+    yes(
+        EC,
+        "impersonate-on:arbitrary-node:get",
+        "serviceaccounts",
+        "default",
+    ),
     // ... and nothing of that in its own name (issue 31: a compromise of edgecontroller does
     // not read Secrets or mint tokens for service accounts no edge pod runs as).
     no(EC, "list", "secrets", "*"),
@@ -233,6 +245,9 @@ const NEEDED: &[Can] = &[
     no(EC, "patch", "nodes#status", "cluster"),
     no(EC, "create", "events", "default"),
     no(EC, "patch", LEASES, "kube-node-lease"),
+    no(EC, "list", CTBS, "cluster"),
+    no(EC, "create", PCRS, "default"),
+    no(EC, "get", "serviceaccounts", "default"),
     // ... nor as anyone but a node.
     no(EC, "impersonate", "users", "cluster"),
     no(EC, "impersonate", "groups", "cluster"),

@@ -58,6 +58,19 @@ pub enum ResourceType {
     Service,
     /// `discovery.k8s.io/v1/EndpointSlice` (cloud -> edge, like [`ResourceType::Service`]).
     EndpointSlice,
+    /// `certificates.k8s.io/v1/ClusterTrustBundle` by name (cluster-scoped; edge -> cloud
+    /// query `_/clustertrustbundle/<name>`, answered with a `ClusterTrustBundleList` of zero or
+    /// one bundle), for the kubelet's `clusterTrustBundle` projected volume source.
+    ClusterTrustBundle,
+    /// Every `certificates.k8s.io/v1/ClusterTrustBundle` of one signer (cluster-scoped; edge
+    /// -> cloud query `_/clustertrustbundlelist/<signer>`, the signer name written with `:`
+    /// for its `/` as Kubernetes prefixes the bundles' names: [`ResourceKey::trust_bundles_of`]).
+    ClusterTrustBundleList,
+    /// `certificates.k8s.io/v1/PodCertificateRequest` (edge -> cloud query
+    /// `<ns>/podcertificaterequest/<name>`: with a request as content, created for the pod
+    /// `<name>`; empty, the request `<name>` read), for the kubelet's `podCertificate`
+    /// projected volume source.
+    PodCertificateRequest,
     /// A type of a third-party group's resources, known only to its controller and edge
     /// apps; valid only in messages of an [`crate::AppGroup`].
     App(AppType),
@@ -93,6 +106,9 @@ impl ResourceType {
             Self::DeviceStatus => "devicestatus",
             Self::Service => "service",
             Self::EndpointSlice => "endpointslice",
+            Self::ClusterTrustBundle => "clustertrustbundle",
+            Self::ClusterTrustBundleList => "clustertrustbundlelist",
+            Self::PodCertificateRequest => "podcertificaterequest",
         }
     }
 
@@ -103,7 +119,10 @@ impl ResourceType {
 
     /// Whether objects of this type live outside namespaces.
     pub const fn is_cluster_scoped(self) -> bool {
-        matches!(self, Self::Node | Self::NodeStatus)
+        matches!(
+            self,
+            Self::Node | Self::NodeStatus | Self::ClusterTrustBundle | Self::ClusterTrustBundleList
+        )
     }
 }
 
@@ -128,6 +147,9 @@ impl FromStr for ResourceType {
             "devicestatus" => Self::DeviceStatus,
             "service" => Self::Service,
             "endpointslice" => Self::EndpointSlice,
+            "clustertrustbundle" => Self::ClusterTrustBundle,
+            "clustertrustbundlelist" => Self::ClusterTrustBundleList,
+            "podcertificaterequest" => Self::PodCertificateRequest,
             other => match AppType::parse(other) {
                 Some(app) => Self::App(app),
                 None => return Err(Error::UnknownResourceType(other.to_owned())),
@@ -172,6 +194,29 @@ impl ResourceKey {
     /// ([`LIST_NAME`]).
     pub fn service_list(namespace: impl Into<String>) -> Self {
         Self::new(namespace, ResourceType::ServiceList, LIST_NAME)
+    }
+
+    /// The key of a query for every ClusterTrustBundle of `signer`:
+    /// `_/clustertrustbundlelist/<signer>` with the signer's `/` written `:` (a signer name
+    /// is `<domain>/<path>` with exactly one `/` and no `:`, and Kubernetes names a signer's
+    /// bundles `<domain>:<path>:<suffix>`); [`ResourceKey::trust_bundle_signer`] reverses it.
+    pub fn trust_bundles_of(signer: &str) -> Self {
+        Self::cluster(
+            ResourceType::ClusterTrustBundleList,
+            signer.replace('/', ":"),
+        )
+    }
+
+    /// The signer name a [`ResourceKey::trust_bundles_of`] key names (`:` back to `/`);
+    /// `None` for other keys and for names that are no `<domain>:<path>`.
+    pub fn trust_bundle_signer(&self) -> Option<String> {
+        let ok = self.kind == ResourceType::ClusterTrustBundleList
+            && self.namespace == CLUSTER_SCOPE
+            && self.name.matches(':').count() == 1
+            && !self.name.starts_with(':')
+            && !self.name.ends_with(':')
+            && !self.name.contains('/');
+        ok.then(|| self.name.replace(':', "/"))
     }
 
     /// The namespace as Kubernetes knows it: `None` for cluster-scoped objects.
@@ -289,6 +334,48 @@ mod tests {
         assert_eq!(n.k8s_namespace(), None);
         let l: ResourceKey = "ns/servicelist/_".parse().expect("valid");
         assert_eq!(l, ResourceKey::service_list("ns"));
+    }
+
+    #[test]
+    fn trust_bundle_keys() {
+        let k: ResourceKey = "_/clustertrustbundle/example.com:signer:root"
+            .parse()
+            .expect("valid");
+        assert_eq!(k.kind, ResourceType::ClusterTrustBundle);
+        assert!(k.kind.is_cluster_scoped());
+        assert_eq!(k.k8s_namespace(), None);
+        let signer = ResourceKey::trust_bundles_of("example.com/signer");
+        assert_eq!(
+            signer.to_string(),
+            "_/clustertrustbundlelist/example.com:signer"
+        );
+        assert_eq!(
+            signer.to_string().parse::<ResourceKey>().expect("valid"),
+            signer
+        );
+        assert_eq!(
+            signer.trust_bundle_signer().as_deref(),
+            Some("example.com/signer")
+        );
+        for bad in [
+            "_/clustertrustbundlelist/a:b:c",
+            "_/clustertrustbundlelist/ab",
+            "_/clustertrustbundlelist/:b",
+            "x/clustertrustbundlelist/a:b",
+            "_/clustertrustbundle/a:b",
+        ] {
+            let key: ResourceKey = bad.parse().expect("parses");
+            assert_eq!(key.trust_bundle_signer(), None, "{bad}");
+        }
+        for kind in [
+            ResourceType::ClusterTrustBundle,
+            ResourceType::ClusterTrustBundleList,
+        ] {
+            assert_eq!(
+                kind.as_str().parse::<ResourceType>().expect("wire name"),
+                kind
+            );
+        }
     }
 
     #[test]

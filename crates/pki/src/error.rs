@@ -118,6 +118,13 @@ pub enum Error {
     /// A CSR was refused.
     #[error("certificate signing request refused")]
     Csr(#[from] CsrError),
+    /// A `podCertificate` projection's `keyType` that the Kubernetes API accepts but ring
+    /// cannot generate (`RSA3072`, `RSA4096`, `ECDSAP521`).
+    #[error("key type {0:?} is not supported on this node (ECDSAP256, ECDSAP384 and ED25519 are)")]
+    UnsupportedKeyType(String),
+    /// A `podCertificate` projection's `keyType` that is none of the Kubernetes API's.
+    #[error("unknown key type {0:?}")]
+    UnknownKeyType(String),
     /// Reading or writing a PEM file failed.
     #[error("cannot {action} {}", path.display())]
     Io {

@@ -22,6 +22,7 @@
 //!   [`ReloadableServerCert`] and the CA-pinning [`join_client_config`].
 //! - [`pem_io`]: PEM parsing and 0600 key files; [`secret`]: [`PrivateKeyPem`].
 //! - [`validity`]: validity windows (5-minute backdate, capped at the CA's expiry).
+//! - [`workload`]: keys and stub PKCS#10 requests of pods' `podCertificate` volumes.
 //! - [`error`]: the crate's [`Error`].
 //!
 //! # Certificates Verge issues
@@ -44,6 +45,7 @@ pub mod secret;
 pub mod tls;
 pub mod token;
 pub mod validity;
+pub mod workload;
 
 pub use address::{STREAM_PREFIX, is_stream_address, parse_stream_address, stream_address};
 pub use ca::{Ca, IssuedCert};

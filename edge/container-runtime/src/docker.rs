@@ -1,7 +1,8 @@
 //! [`DockerRuntime`]: [`ContainerRuntime`] over the Docker engine API through bollard. This
 //! module, its [`StreamingRuntime`](super::StreamingRuntime) half (`docker_streaming`, with
-//! `docker_logfile`), its conversions (`docker_convert`) and the image helpers are the only
-//! code of edgecore that speaks bollard.
+//! `docker_logfile`), its resource updates (`docker_resources`), its conversions
+//! (`docker_convert`) and the image helpers are the only code of edgecore that speaks
+//! bollard.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use super::docker_convert::{body, event, info, network_matches, network_request, pull_options};
 use super::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RuntimeEvent, Scope,
+    LinuxResources, ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RuntimeEvent, Scope,
 };
 use super::{ContainerRuntime, Result, RuntimeError, labels};
 
@@ -245,6 +246,14 @@ impl ContainerRuntime for DockerRuntime {
             .remove_container(id, Some(opts))
             .await
             .map_err(err(format!("remove {id}")))
+    }
+
+    async fn update_resources(&self, id: &str, resources: &LinuxResources) -> Result<()> {
+        super::docker_resources::update(self, id, resources).await
+    }
+
+    async fn memory_usage(&self, id: &str) -> Result<Option<u64>> {
+        super::docker_resources::memory_usage(self, id).await
     }
 
     fn events(&self) -> BoxStream<'static, Result<RuntimeEvent>> {

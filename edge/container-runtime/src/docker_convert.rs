@@ -12,7 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::types::{
-    ContainerInfo, ContainerSpec, IpcMode, NetworkMode, NetworkSpec, RunState, RuntimeEvent,
+    ContainerInfo, ContainerSpec, IpcMode, LinuxResources, NetworkMode, NetworkSpec, RunState,
+    RuntimeEvent,
 };
 
 /// Docker's "zero time" (`0001-01-01T00:00:00Z`) and garbage are `None`.
@@ -21,8 +22,35 @@ fn parse_time(s: Option<&str>) -> Option<Time> {
     (t.as_second() > 0).then_some(Time(t))
 }
 
+/// The CFS period Docker gives `NanoCpus` (100 ms, as the kubelet's), microseconds.
+pub(super) const NANO_CPUS_PERIOD: i64 = 100_000;
+
+/// The CPU and memory settings of an inspected host config; Docker's 0 ("unset") is `None`.
+/// A CPU limit set as `NanoCpus` (containers created by an earlier edgecore) reads as the
+/// quota and period Docker derives from it.
+pub(super) fn resources(host: Option<&HostConfig>) -> LinuxResources {
+    let Some(h) = host else {
+        return LinuxResources::default();
+    };
+    let set = |v: Option<i64>| v.filter(|v| *v > 0);
+    let (cpu_period, cpu_quota) = match set(h.nano_cpus) {
+        Some(nano) => (
+            Some(NANO_CPUS_PERIOD),
+            Some(nano.saturating_mul(NANO_CPUS_PERIOD) / 1_000_000_000),
+        ),
+        None => (set(h.cpu_period), set(h.cpu_quota)),
+    };
+    LinuxResources {
+        cpu_shares: set(h.cpu_shares),
+        cpu_period,
+        cpu_quota,
+        memory: set(h.memory),
+    }
+}
+
 /// An inspect as [`ContainerInfo`].
 pub(super) fn info(c: ContainerInspectResponse) -> ContainerInfo {
+    let resources = resources(c.host_config.as_ref());
     let config = c.config.unwrap_or_default();
     let st = c.state.unwrap_or_default();
     let state = match st.status {
@@ -59,6 +87,7 @@ pub(super) fn info(c: ContainerInspectResponse) -> ContainerInfo {
         image: config.image.unwrap_or_default(),
         image_id: c.image.unwrap_or_default(),
         ip,
+        resources,
     }
 }
 
@@ -102,9 +131,13 @@ pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
         group_add: spec.group_add,
         security_opt: spec.security_opt,
         sysctls: spec.sysctls,
-        nano_cpus: spec.nano_cpus,
-        memory: spec.memory,
-        cpu_shares: spec.cpu_shares,
+        cpu_shares: spec.resources.cpu_shares,
+        cpu_period: spec.resources.cpu_period,
+        cpu_quota: spec.resources.cpu_quota,
+        memory: spec.resources.memory,
+        // No swap beyond the memory limit (kubelet `NoSwap`).
+        memory_swap: spec.resources.memory,
+        oom_score_adj: spec.oom_score_adj,
         ..HostConfig::default()
     };
     ContainerCreateBody {

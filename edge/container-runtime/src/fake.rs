@@ -76,6 +76,10 @@ struct State {
     attach_output: HashMap<String, Vec<u8>>,
     /// Networks made by `ensure_network`, by name.
     networks: HashMap<String, NetworkSpec>,
+    /// Memory usage of containers, bytes, by id (what `memory_usage` returns).
+    memory_usage: HashMap<String, u64>,
+    /// Container names (spec names) whose resource updates fail, with the engine's message.
+    fail_update: HashMap<String, String>,
     calls: Vec<String>,
 }
 
@@ -174,6 +178,23 @@ impl FakeRuntime {
             .insert(id.to_owned(), output.as_bytes().to_vec());
     }
 
+    /// Sets the memory usage of container `id`, bytes (what `memory_usage` returns).
+    pub fn set_memory_usage(&self, id: &str, bytes: u64) {
+        self.lock().memory_usage.insert(id.to_owned(), bytes);
+    }
+
+    /// Makes resource updates of spec container `name` fail with `message`.
+    pub fn fail_update(&self, name: &str, message: &str) {
+        self.lock()
+            .fail_update
+            .insert(name.to_owned(), message.to_owned());
+    }
+
+    /// Lets resource updates of spec container `name` succeed again.
+    pub fn heal_update(&self, name: &str) {
+        self.lock().fail_update.remove(name);
+    }
+
     /// Lets instances of spec container `name` run after their start.
     pub fn run_on_start(&self, name: &str) {
         self.lock().exit_on_start.remove(name);
@@ -221,7 +242,8 @@ impl FakeRuntime {
     }
 
     /// The calls made so far (`create <name>`, `start <id>`, `stop <id>`, `remove <id>`,
-    /// `pull <image>`), and forgets them.
+    /// `pull <image>`, `update <id> shares=<s> quota=<q> memory=<m>` with `-` for unset),
+    /// and forgets them.
     pub fn take_calls(&self) -> Vec<String> {
         std::mem::take(&mut self.lock().calls)
     }

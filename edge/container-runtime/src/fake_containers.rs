@@ -9,8 +9,8 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use super::super::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, NetworkEnsured, NetworkMode, NetworkSpec, RegistryAuth, RunState, RuntimeEvent,
-    Scope,
+    LinuxResources, ListFilter, NetworkEnsured, NetworkMode, NetworkSpec, RegistryAuth, RunState,
+    RuntimeEvent, Scope,
 };
 use super::super::{ContainerRuntime, Result, RuntimeError, labels};
 use super::{FakeContainer, FakeFailure, FakeRuntime};
@@ -127,6 +127,7 @@ impl ContainerRuntime for FakeRuntime {
             image: spec.image.clone(),
             image_id: format!("sha256:{}", spec.image),
             ip: None,
+            resources: spec.resources,
         };
         state.containers.insert(
             id.clone(),
@@ -230,6 +231,43 @@ impl ContainerRuntime for FakeRuntime {
                 let _ = self.events.send(RuntimeEvent::Destroy(cid));
                 Ok(())
             }
+        }
+    }
+
+    async fn update_resources(&self, id: &str, r: &LinuxResources) -> Result<()> {
+        let mut state = self.lock();
+        let show = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+        state.calls.push(format!(
+            "update {id} shares={} quota={} memory={}",
+            show(r.cpu_shares),
+            show(r.cpu_quota),
+            show(r.memory)
+        ));
+        let Some(c) = state.containers.get(id) else {
+            return Err(Self::not_found(format!("update {id}")));
+        };
+        let name = c.info.labels.get(labels::CONTAINER_NAME).cloned();
+        if let Some(message) = name.and_then(|n| state.fail_update.get(&n).cloned()) {
+            return Err(Self::failure(format!("update {id}"), &message));
+        }
+        if let Some(c) = state.containers.get_mut(id) {
+            let held = &mut c.info.resources;
+            let keep = |new: Option<i64>, old: Option<i64>| new.or(old);
+            held.cpu_shares = keep(r.cpu_shares, held.cpu_shares);
+            held.cpu_period = keep(r.cpu_quota.and(r.cpu_period), held.cpu_period);
+            held.cpu_quota = keep(r.cpu_quota, held.cpu_quota);
+            held.memory = keep(r.memory, held.memory);
+            c.spec.resources = *held;
+        }
+        Ok(())
+    }
+
+    async fn memory_usage(&self, id: &str) -> Result<Option<u64>> {
+        let state = self.lock();
+        match state.containers.get(id) {
+            None => Err(Self::not_found(format!("stats {id}"))),
+            Some(c) if c.info.state != RunState::Running => Ok(None),
+            Some(_) => Ok(Some(state.memory_usage.get(id).copied().unwrap_or(0))),
         }
     }
 

@@ -16,8 +16,9 @@
 //! - [`streaming`]: [`StreamingRuntime`] and its types (exec and attach streams, log options).
 //! - [`docker`]: [`DockerRuntime`], which speaks to Docker (bollard), with
 //!   `docker_streaming` (its [`StreamingRuntime`] half), `docker_logfile` (reading Docker's
-//!   `json-file` container logs) and `docker_convert` (Docker's API types to and from
-//!   [`types`]); no other crate of Verge uses bollard.
+//!   `json-file` container logs), `docker_resources` (in-place resource updates and memory
+//!   usage) and `docker_convert` (Docker's API types to and from [`types`]); no other crate
+//!   of Verge uses bollard.
 //! - [`labels`]: the labels and names tying containers to pods.
 //! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
 //! - `fake` (feature `testing`): an in-memory runtime for unit tests of the pod lifecycle and
@@ -29,6 +30,7 @@
 pub mod docker;
 mod docker_convert;
 mod docker_logfile;
+mod docker_resources;
 mod docker_streaming;
 pub mod error;
 #[cfg(any(test, feature = "testing"))]
@@ -53,7 +55,8 @@ pub use streaming::{
 };
 pub use types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RunState, RuntimeEvent, Scope,
+    LinuxResources, ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RunState, RuntimeEvent,
+    Scope,
 };
 
 /// `Result` with [`RuntimeError`].
@@ -129,6 +132,30 @@ pub trait ContainerRuntime: Clone + Send + Sync + 'static {
     /// [`RuntimeError::Conflict`] if its removal is already in progress (or, without `force`,
     /// it runs).
     fn remove(&self, id: &str, force: bool) -> impl Future<Output = Result<()>> + Send;
+
+    /// Changes the CPU and memory settings of container `id` in place, running or not
+    /// (kubelet: CRI `UpdateContainerResources`, the in-place pod resize; Docker
+    /// `ContainerUpdate`). Only the settings `resources` gives change; the swap limit follows
+    /// the memory limit ([`LinuxResources`]).
+    ///
+    /// # Errors
+    /// [`RuntimeError::NotFound`] if the container does not exist;
+    /// [`RuntimeError::Engine`] when the engine or the kernel refuses the values (e.g. a
+    /// memory limit below what the container uses).
+    fn update_resources(
+        &self,
+        id: &str,
+        resources: &LinuxResources,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// The memory container `id` uses now, bytes (what the kubelet compares a lowered memory
+    /// limit with: cgroup v2 `memory.current`, v1 `memory.usage_in_bytes`; Docker stats
+    /// `memory_stats.usage`). `None` when the engine does not say (e.g. it is not running).
+    ///
+    /// # Errors
+    /// [`RuntimeError::NotFound`] if the container does not exist; [`RuntimeError::Engine`]
+    /// if the engine does not answer.
+    fn memory_usage(&self, id: &str) -> impl Future<Output = Result<Option<u64>>> + Send;
 
     /// Lifecycle events of this node's containers (`start`, `die`, `oom`, `destroy`). Ends
     /// (or yields errors) when the engine goes away; the caller subscribes again.

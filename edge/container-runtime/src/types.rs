@@ -106,6 +106,9 @@ pub struct ContainerInfo<L = HashMap<String, String>> {
     pub image_id: String,
     /// Its IP on its network (the default bridge or the pod network), if any.
     pub ip: Option<String>,
+    /// Its CPU and memory settings as the engine holds them now (kubelet: CRI
+    /// `ContainerStatus.resources`, read back for `status.containerStatuses[].resources`).
+    pub resources: LinuxResources,
 }
 
 impl<L> ContainerInfo<L> {
@@ -125,6 +128,7 @@ impl<L> ContainerInfo<L> {
             image: self.image,
             image_id: self.image_id,
             ip: self.ip,
+            resources: self.resources,
         })
     }
 
@@ -250,12 +254,32 @@ pub struct ContainerSpec {
     pub security_opt: Option<Vec<String>>,
     /// Namespaced sysctls (the sandbox's), dot form.
     pub sysctls: Option<HashMap<String, String>>,
-    /// CPU limit in units of 10^-9 CPUs.
-    pub nano_cpus: Option<i64>,
-    /// Memory limit in bytes.
-    pub memory: Option<i64>,
-    /// Relative CPU weight.
+    /// CPU shares, CFS quota and memory limit (kubelet: CRI `LinuxContainerResources`).
+    pub resources: LinuxResources,
+    /// The OOM killer's score adjustment of its processes, -1000..=1000 (kubelet:
+    /// `GetContainerOOMScoreAdjust`); `None` keeps the engine's default (0).
+    pub oom_score_adj: Option<i64>,
+}
+
+/// The CPU and memory settings of a container's cgroup, as the kubelet hands them to the
+/// runtime (CRI `LinuxContainerResources`) when it creates a container and when it resizes
+/// one in place ([`ContainerRuntime::update_resources`](crate::ContainerRuntime::update_resources)).
+/// `None` leaves a setting to the engine at creation and unchanged by an update.
+///
+/// The memory limit comes without swap: the swap limit is set to the same value (the
+/// kubelet's `NoSwap` behaviour).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinuxResources {
+    /// Relative CPU weight, cgroup v1 `cpu.shares` (2..=262144; cgroup v2 `cpu.weight` is
+    /// derived from it by the runtime).
     pub cpu_shares: Option<i64>,
+    /// CFS period, microseconds (`cpu.cfs_period_us`; the second field of `cpu.max`).
+    pub cpu_period: Option<i64>,
+    /// CFS quota per period, microseconds (`cpu.cfs_quota_us`; the first field of
+    /// `cpu.max`), at least 1000; `None`: no CPU limit.
+    pub cpu_quota: Option<i64>,
+    /// Memory limit, bytes (`memory.limit_in_bytes` / `memory.max`); `None`: no limit.
+    pub memory: Option<i64>,
 }
 
 /// A local image as inspected.

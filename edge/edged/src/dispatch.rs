@@ -18,7 +18,8 @@ use super::pleg::PodChanged;
 use super::pod_worker::{self, WorkerHandle, WorkerMsg};
 use super::probe::ProbeUpdate;
 use crate::Result;
-use verge_container_runtime::ContainerRuntime;
+use verge_container_runtime::labels::ContainerLabels;
+use verge_container_runtime::{ContainerRuntime, ListFilter};
 use verge_metamanager::{Applied, StoreEvent};
 use verge_runtime::ErrorChain;
 
@@ -69,7 +70,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
 
     /// Runs until `shutdown`; then waits for the workers (which leave containers running).
     pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<()> {
-        self.resync(&shutdown).await;
+        self.resync(&shutdown, true).await;
         let mut events_open = true;
         loop {
             tokio::select! {
@@ -78,7 +79,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
                     Ok(ev) => self.on_store_event(ev, &shutdown).await,
                     Err(RecvError::Lagged(n)) => {
                         warn!(missed = n, "store events lagged; relisting pods");
-                        self.resync(&shutdown).await;
+                        self.resync(&shutdown, false).await;
                     }
                     Err(RecvError::Closed) => events_open = false,
                 },
@@ -111,19 +112,33 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         Ok(())
     }
 
-    /// Syncs every pod of the store (start-up and after lagging): starts missing workers,
-    /// updates the others, deletes workers whose pod is gone.
-    async fn resync(&mut self, shutdown: &CancellationToken) {
-        let pods = match self.ctx.store.blocking(|s| s.list(ResourceType::Pod)).await {
+    /// Syncs every pod of the store (at `startup` and after lagging): starts missing workers,
+    /// oldest pod first (kubelet: `HandlePodAdditions` sorts by creation time), updates the
+    /// others, deletes workers whose pod is gone. At start-up, the pods admitted before the
+    /// restart are [restored](crate::admission::admitted) as admitted before any worker
+    /// starts.
+    async fn resync(&mut self, shutdown: &CancellationToken, startup: bool) {
+        let stored = match self.ctx.store.blocking(|s| s.list(ResourceType::Pod)).await {
             Ok(p) => p,
             Err(e) => return warn!(error = %ErrorChain(&e), "cannot list stored pods"),
         };
-        let keys: HashSet<ResourceKey> = pods.iter().map(|(k, _)| k.clone()).collect();
-        for (key, obj) in pods {
+        let keys: HashSet<ResourceKey> = stored.iter().map(|(k, _)| k.clone()).collect();
+        let mut pods = Vec::with_capacity(stored.len());
+        for (key, obj) in stored {
             match serde_json::from_slice::<Pod>(&obj.content) {
-                Ok(pod) => self.upsert(key, pod, TraceContext::default(), shutdown),
+                Ok(pod) => pods.push((key, pod)),
                 Err(e) => warn!(%key, error = %e, "stored pod is not a v1.Pod; ignored"),
             }
+        }
+        pods.sort_by(|(_, a), (_, b)| {
+            let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            created(a).cmp(&created(b))
+        });
+        if startup {
+            self.restore_admitted(&pods).await;
+        }
+        for (key, pod) in pods {
+            self.upsert(key, pod, TraceContext::default(), shutdown);
         }
         let gone: Vec<String> = self
             .by_key
@@ -145,6 +160,30 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         let ctx = Arc::clone(&self.ctx);
         self.tracker
             .spawn(async move { ctx.volumes.cleanup_orphaned_dirs(&live).await });
+    }
+
+    /// Registers as admitted the stored `pods` that ran on the node before edgecore
+    /// restarted ([`crate::admission::ran_before`]: containers of theirs exist, or their
+    /// status says Running), so that no pod admitted before is rejected for the others.
+    async fn restore_admitted(&self, pods: &[(ResourceKey, Pod)]) {
+        let with_containers: HashSet<String> =
+            match self.ctx.runtime.list(&ListFilter::node()).await {
+                Ok(containers) => containers
+                    .iter()
+                    .filter_map(|c| ContainerLabels::parse(&c.labels))
+                    .map(|l| l.pod.uid)
+                    .collect(),
+                Err(e) => {
+                    let error = ErrorChain(&e);
+                    warn!(%error, "cannot list containers; admitted pods restored by status only");
+                    HashSet::new()
+                }
+            };
+        let ran = pods
+            .iter()
+            .map(|(_, p)| p)
+            .filter(|p| crate::admission::ran_before(p, &with_containers));
+        self.ctx.admitted.restore(ran);
     }
 
     async fn on_store_event(&mut self, ev: StoreEvent, shutdown: &CancellationToken) {

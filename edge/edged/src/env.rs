@@ -168,7 +168,8 @@ pub async fn resolve_env<O: PodObjects>(
         };
         for (k, v) in data {
             let name = format!("{prefix}{k}");
-            // The kubelet skips invalid names (and reports them in an event).
+            // The 1.37 kubelet takes every key (the API server already checked the prefix
+            // and the keys); only what no environment can carry is left out.
             if is_env_var_name(&name) {
                 env.set(name, v);
             }
@@ -240,13 +241,14 @@ fn secret_strings(secret: &Secret) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Kubernetes `IsEnvVarName`: `[-._a-zA-Z][-._a-zA-Z0-9]*`.
+/// Kubernetes `IsRelaxedEnvVarName` (the rule since `RelaxedEnvironmentVariableValidation`
+/// went GA in 1.34): not empty, printable ASCII only, no `=`. Names such as `1-data-1`,
+/// `$_x` or `#@!` are valid; a name with `=`, a control character or non-ASCII text is
+/// not (a process environment entry is `NAME=value`).
 fn is_env_var_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    let ok = |c: char, first: bool| {
-        matches!(c, '-' | '.' | '_') || c.is_ascii_alphabetic() || (!first && c.is_ascii_digit())
-    };
-    chars.next().is_some_and(|c| ok(c, true)) && chars.all(|c| ok(c, false))
+    !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_graphic() || c == ' ')
+        && !name.contains('=')
 }
 
 /// Kubernetes `expansion.Expand` with `MappingFuncFor(maps...)`: `$(NAME)` -> the value of

@@ -18,7 +18,8 @@
 //! - [`status`]: builds `v1.PodStatus` and reports it upstream when it changes.
 //! - [`objects`], [`env`](mod@env), [`volumes`]: configmaps/secrets/tokens/service lists, env
 //!   (with the kubelet's service variables) and volumes.
-//! - [`admission`]: pods the node refuses (another OS, forbidden sysctls).
+//! - [`admission`]: pods the node refuses (another OS, forbidden sysctls, no room beside the
+//!   admitted pods: resources, host ports).
 //! - [`etc_hosts`], [`sysctls`], [`run_as_non_root`], [`termination_message`]: the
 //!   kubelet-managed `/etc/hosts`, pod sysctls, the `runAsNonRoot` check before a container
 //!   is created, and termination messages.
@@ -28,6 +29,8 @@
 //! - [`config`]: the `edged:` section ([`EdgedConfig`]) and what edged reads of the rest of
 //!   the file ([`EdgedSettings`]).
 //! - [`metrics`]: pod start latency by stage; [`quantity`]: Kubernetes resource quantities.
+//! - [`resources`]: container CPU and memory as cgroup settings (creation and resize);
+//!   [`resize`]: in-place pod resize.
 //! - [`error`]: the crate's [`Error`].
 //!
 //! [`Edged::run`] lists every pod in the store at start-up and syncs it (containers found by
@@ -53,7 +56,9 @@ pub mod pleg;
 mod pod_worker;
 pub mod probe;
 pub mod quantity;
+pub mod resize;
 pub mod resolv_conf;
+pub mod resources;
 pub mod run_as_non_root;
 pub mod spec;
 pub mod status;
@@ -102,6 +107,13 @@ pub(crate) struct Context<R: ContainerRuntime = DockerRuntime> {
     pub node_ip: Option<IpAddr>,
     /// Where new pod sandboxes go ([`network`]).
     pub network: watch::Receiver<network::NetworkState>,
+    /// The pods admitted and still holding their share of the node, at their allocated
+    /// resources: what new pods are admitted against, and resizes allocated against
+    /// ([`admission`], [`resize`]).
+    pub admitted: admission::Admitted,
+    /// The node's memory, bytes (`capacity.memory`): the OOM score adjustment of Burstable
+    /// containers ([`resources::oom_score_adj`]).
+    pub memory_capacity: i64,
 }
 
 /// The edged component; see the module docs.
@@ -184,6 +196,18 @@ impl Edged {
         ));
         let (status, status_task) = status::StatusManager::new(self.hub.clone());
         let probes = ProbeManager::new(runtime.clone());
+        let node = admission::NodeResources::detect(&self.config).await;
+        // The allocations of the pods that ran before: admission and restoration count each
+        // pod at its allocation, not at its spec (kubelet: the allocation manager's
+        // checkpoint).
+        let pods_dir = self.config.pods_dir();
+        let allocations =
+            tokio::task::spawn_blocking(move || resize::Checkpoint::load_all(&pods_dir))
+                .await
+                .unwrap_or_else(|e| {
+                    warn!(error = %e, "resource checkpoints not read; pods admitted at their spec");
+                    Default::default()
+                });
         let ctx = Arc::new(Context {
             volumes: VolumeManager::new(self.config.pods_dir(), Arc::clone(&self.objects)),
             config: Arc::clone(&self.config),
@@ -195,6 +219,8 @@ impl Edged {
             store: self.store.clone(),
             node_ip,
             network: network_rx,
+            admitted: admission::Admitted::with_allocations(node.allocatable, allocations),
+            memory_capacity: i64::try_from(node.memory_capacity).unwrap_or(i64::MAX),
         });
         tracker.spawn(status_task.run(stop.clone()));
         let (pleg_tx, pleg_rx) = tokio::sync::mpsc::channel(pleg::CHANNEL_CAPACITY);

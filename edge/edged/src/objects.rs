@@ -1,18 +1,20 @@
-//! The API objects a pod needs besides itself: configmaps, secrets, service-account tokens
-//! and services (the kubelet's configmap/secret managers, token manager and service
-//! informer).
+//! The API objects a pod needs besides itself: configmaps, secrets, service-account tokens,
+//! services and ClusterTrustBundles (the kubelet's configmap/secret managers, token manager,
+//! service informer and clustertrustbundle manager).
 //!
 //! [`PodObjects`] is what env and volumes use; [`StoreObjects`] reads the MetaStore first
 //! (the objects edgecontroller sends for the pods of this node) and falls back to a cloud
 //! `query` (docs/protocol.md), storing the answer so it survives a restart offline. Service
-//! lists go the other way round (module `services`): the cloud first, the last answer kept
-//! in the MetaStore when the cloud cannot answer.
+//! lists and ClusterTrustBundles go the other way round (modules `services`,
+//! `trust_bundles`): the cloud first, the last answer kept in the MetaStore when the cloud
+//! cannot answer (nothing sends them down, so only asking again sees a change).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::certificates::v1::{ClusterTrustBundle, PodCertificateRequest};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
@@ -58,6 +60,39 @@ pub trait PodObjects: Send + Sync + 'static {
     /// list known, or none (logged as a warning): offline, a container is not held back for
     /// them, where the kubelet waits for its first service list.
     fn services(&self, ns: &str) -> impl Future<Output = Result<Vec<Service>>> + Send;
+
+    /// The `certificates.k8s.io/v1` ClusterTrustBundle `name`, or `None` if it does not
+    /// exist (every node may read every bundle). A cloud that cannot answer is not an error
+    /// when an earlier answer is known: that one stands in (offline autonomy).
+    fn cluster_trust_bundle(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<ClusterTrustBundle>>> + Send;
+
+    /// Every ClusterTrustBundle of `signer` (`spec.signerName`, `<domain>/<path>`), in no
+    /// particular order; the caller applies a label selector. Offline as
+    /// [`PodObjects::cluster_trust_bundle`].
+    fn cluster_trust_bundles_of(
+        &self,
+        signer: &str,
+    ) -> impl Future<Output = Result<Vec<ClusterTrustBundle>>> + Send;
+
+    /// Creates `request`, a `certificates.k8s.io/v1` PodCertificateRequest for `pod` (the
+    /// cloud adds the node's name and uid, the service account's uid and the pod as owner);
+    /// returns the created request, with its generated name. Needs the cloud.
+    fn create_pod_certificate_request(
+        &self,
+        pod: &Pod,
+        request: PodCertificateRequest,
+    ) -> impl Future<Output = Result<PodCertificateRequest>> + Send;
+
+    /// The PodCertificateRequest `ns/name` with its status, or `None` when it does not exist
+    /// (any more). Needs the cloud.
+    fn pod_certificate_request(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<PodCertificateRequest>>> + Send;
 }
 
 /// [`PodObjects`] over the MetaStore, with a cloud `query` (through edgehub) as fallback.
@@ -256,9 +291,45 @@ impl PodObjects for StoreObjects {
     async fn services(&self, ns: &str) -> Result<Vec<Service>> {
         self.service_list(ns).await
     }
+
+    async fn cluster_trust_bundle(&self, name: &str) -> Result<Option<ClusterTrustBundle>> {
+        let key = ResourceKey::cluster(ResourceType::ClusterTrustBundle, name);
+        let bundles = self.trust_bundle_list(key).await?;
+        Ok(bundles
+            .into_iter()
+            .find(|b| b.metadata.name.as_deref() == Some(name)))
+    }
+
+    async fn cluster_trust_bundles_of(&self, signer: &str) -> Result<Vec<ClusterTrustBundle>> {
+        let key = ResourceKey::trust_bundles_of(signer);
+        let bundles = self.trust_bundle_list(key).await?;
+        // Only the signer's, whatever the answer holds (a stale kept one included).
+        Ok(bundles
+            .into_iter()
+            .filter(|b| b.spec.signer_name.as_deref() == Some(signer))
+            .collect())
+    }
+
+    async fn create_pod_certificate_request(
+        &self,
+        pod: &Pod,
+        request: PodCertificateRequest,
+    ) -> Result<PodCertificateRequest> {
+        self.create_pcr(pod, request).await
+    }
+
+    async fn pod_certificate_request(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<PodCertificateRequest>> {
+        self.read_pcr(ns, name).await
+    }
 }
 
+mod pod_certificates;
 mod services;
+mod trust_bundles;
 
 #[cfg(test)]
 pub(crate) mod fake;

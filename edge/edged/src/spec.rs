@@ -4,8 +4,8 @@
 //! * Command: `command` replaces the image's Entrypoint (and then the image's Cmd is not
 //!   used), `args` replaces its Cmd; `$(VAR)` in both expands from the container's env
 //!   (`$$` escapes), unknown references stay as written.
-//! * Resources: `limits.cpu` -> `NanoCpus`, `limits.memory` -> `Memory` (bytes),
-//!   `requests.cpu` -> `CpuShares` (millicores * 1024 / 1000, at least 2).
+//! * Resources: CPU shares, CFS quota and period, memory limit as the kubelet computes them
+//!   ([`crate::resources`], shared with in-place resize).
 //! * securityContext (container over pod): runAsUser/runAsGroup -> `User "uid[:gid]"`,
 //!   privileged, capabilities add/drop, readOnlyRootFilesystem; the pod's fsGroup and
 //!   supplementalGroups -> `GroupAdd`.
@@ -17,7 +17,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::quantity::parse_scaled;
 use verge_container_runtime::labels::ContainerLabels;
 use verge_container_runtime::types::{ContainerSpec, IpcMode, NetworkMode, PortBinding};
 
@@ -71,33 +70,6 @@ fn group_add(pod: &Pod) -> Option<Vec<String>> {
     Some(groups).filter(|g| !g.is_empty())
 }
 
-/// Applies `resources.limits`/`requests` to `spec`.
-fn apply_resources(container: &Container, spec: &mut ContainerSpec) {
-    let Some(res) = container.resources.as_ref() else {
-        return;
-    };
-    let limit = |name: &str, scale| {
-        res.limits
-            .as_ref()
-            .and_then(|l| l.get(name))
-            .and_then(|q| parse_scaled(&q.0, scale))
-    };
-    if let Some(millis) = limit("cpu", 3) {
-        spec.nano_cpus = i64::try_from(millis.saturating_mul(1_000_000)).ok();
-    }
-    if let Some(bytes) = limit("memory", 0) {
-        spec.memory = i64::try_from(bytes).ok();
-    }
-    let request = res
-        .requests
-        .as_ref()
-        .and_then(|r| r.get("cpu"))
-        .and_then(|q| parse_scaled(&q.0, 3));
-    if let Some(millis) = request {
-        spec.cpu_shares = i64::try_from((millis * 1024 / 1000).max(2)).ok();
-    }
-}
-
 /// The spec of app or init container `container` of `pod` (its image as given), joining
 /// sandbox `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds,
 /// `grace` the pod's grace period (kept as a label).
@@ -147,7 +119,7 @@ pub fn container_spec(
             .map(|_| vec!["no-new-privileges".to_owned()]),
         ..ContainerSpec::default()
     };
-    apply_resources(container, &mut spec);
+    spec.resources = crate::resources::linux(container.resources.as_ref());
     spec.env = Some(env);
     spec
 }
@@ -262,7 +234,9 @@ mod tests {
         assert_eq!(h.entrypoint, Some(vec!["sh".to_owned(), "-c".to_owned()]));
         assert_eq!(h.cmd, Some(vec![]));
         assert_eq!(h.user.as_deref(), Some("7:3000"));
-        assert_eq!((h.nano_cpus, h.memory), (Some(500_000_000), Some(64 << 20)));
+        let r = h.resources;
+        assert_eq!((r.cpu_quota, r.cpu_period), (Some(50_000), Some(100_000)));
+        assert_eq!((r.cpu_shares, r.memory), (Some(512), Some(64 << 20)));
         assert_eq!(h.network, NetworkMode::Container("sb".into()));
         assert_eq!(h.readonly_rootfs, Some(true));
         assert_eq!(h.security_opt, Some(vec!["no-new-privileges".to_owned()]));

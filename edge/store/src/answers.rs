@@ -1,8 +1,10 @@
 //! The cloud's last answer to each list query (the service lists edged asks for the
-//! kubelet's service environment variables), by edge path, so that a container started
-//! while the cloud is unreachable (or after a restart offline) still gets them.
+//! kubelet's service environment variables, the ClusterTrustBundles of projected volumes),
+//! by edge path, so that a container started while the cloud is unreachable (or after a
+//! restart offline) still gets them.
 //!
-//! Table `answers`: edge path (`<ns>/servicelist/_`) -> the answer's content. Apart from
+//! Table `answers`: edge path (`<ns>/servicelist/_`, `_/clustertrustbundle/<name>`,
+//! `_/clustertrustbundlelist/<signer>`) -> the answer's content. Apart from
 //! `objects`: an answer is no object with a uid and resourceVersion, is never part of the
 //! inventory and is replaced by every newer answer.
 

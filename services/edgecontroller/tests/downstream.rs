@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
+use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -394,6 +395,36 @@ async fn objects_and_queries(
         "{}",
         reason(&a)
     );
+
+    // ClusterTrustBundles: read as the node (which may read every bundle), by name; a
+    // missing one is an empty list.
+    let bundles: Api<ClusterTrustBundle> = Api::all(client.clone());
+    let ctb_name = format!("{ns}-root");
+    let ca = verge_pki::Ca::generate("ec-down-ctb", Duration::from_secs(3600))?;
+    bundles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": ctb_name },
+                "spec": { "trustBundle": ca.cert_pem() } }))?,
+        )
+        .await?;
+    for (name, expected) in [(ctb_name.as_str(), 1), ("ec-down-missing", 0)] {
+        let a = ask(
+            h,
+            node,
+            msg(
+                Operation::Query,
+                format!("node/{node}/_/clustertrustbundle/{name}"),
+                json!(null),
+            ),
+        )
+        .await?;
+        ensure!(a.operation()? == Operation::Response, "{}", reason(&a));
+        let list: serde_json::Value = serde_json::from_slice(&a.content)?;
+        let items = list["items"].as_array().map_or(0, Vec::len);
+        ensure!(items == expected, "{name}: {list}");
+    }
+    bundles.delete(&ctb_name, &DeleteParams::default()).await?;
 
     // Pod status: patched with the uid precondition. A second report with another pod IP (the
     // sandbox made again) replaces the first IP instead of being refused beside it (issue 32).

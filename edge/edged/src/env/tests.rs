@@ -16,7 +16,7 @@ fn pod(containers: serde_json::Value) -> Pod {
 fn objects() -> FakeObjects {
     let o = FakeObjects::default();
     o.put_config_map(json!({"metadata": {"name": "cfg", "namespace": "ns"},
-        "data": {"A": "from-cm", "B": "b", "bad key": "skipped"}}));
+        "data": {"A": "from-cm", "B": "b", "bad=key": "skipped"}}));
     o.put_secret(json!({"metadata": {"name": "sec", "namespace": "ns"},
         "data": {"PASS": "c2VjcmV0"}, "stringData": {"IGNORED": "x"}}));
     o
@@ -145,8 +145,12 @@ async fn key_refs_optional_and_kubelet_errors() {
 fn env_var_names() {
     assert!(is_env_var_name("A_b.c-1"));
     assert!(is_env_var_name(".x"));
-    assert!(!is_env_var_name("1A"));
-    assert!(!is_env_var_name("a b"));
+    assert!(is_env_var_name("1-data-1"));
+    assert!(is_env_var_name("$_-#@!%^&*()"));
+    assert!(is_env_var_name("a b"));
+    assert!(!is_env_var_name("a=b"));
+    assert!(!is_env_var_name("tab\there"));
+    assert!(!is_env_var_name("é"));
     assert!(!is_env_var_name(""));
 }
 

@@ -294,6 +294,25 @@ mod tests {
     }
 
     #[test]
+    fn pods_are_weighed_against_what_the_node_status_reports() {
+        let config = settings("{systemReserved: {cpu: 500m, memory: 1Gi}}");
+        let reserved = config.reserved().expect("reserved");
+        let mut odd = facts();
+        odd.memory_bytes += 512;
+        let node = crate::admission::NodeResources::of(&config, &reserved, &odd);
+        assert_eq!(
+            node.allocatable,
+            crate::admission::Allocatable {
+                cpu_millis: 3500,
+                memory_bytes: 15 << 30,
+                ephemeral_storage_bytes: 100 << 30,
+                pods: 110,
+            }
+        );
+        assert_eq!(node.memory_capacity, 16 << 30, "whole KiB, as reported");
+    }
+
+    #[test]
     fn node_object_and_lease() {
         let config = settings(
             "nodeLabels: {zone: a}\n\

@@ -90,21 +90,32 @@ impl Conditions {
     }
 }
 
-/// The `v1.NodeStatus` computed every `node_status_update_frequency` (sent when
-/// [`super::report::LastSent`] says so).
-pub fn node_status(
-    config: &EdgedSettings,
-    reserved: &Reserved,
-    facts: &HostFacts,
-    conditions: &mut Conditions,
-    now: Timestamp,
-) -> NodeStatus {
+/// `status.capacity`: the host's CPUs, memory (whole KiB), the size of the data directory's
+/// filesystem when known, and `maxPods` pods. The OOM score adjustment of containers weighs
+/// their memory request against this memory ([`crate::admission::NodeResources`]).
+pub fn capacity(config: &EdgedSettings, facts: &HostFacts) -> BTreeMap<String, Quantity> {
     let q = |s: String| Quantity(s);
     let mut capacity = BTreeMap::from([
         ("cpu".to_owned(), q(format_cpu(facts.cpu_millis))),
         ("memory".to_owned(), q(format_ki(facts.memory_bytes))),
         ("pods".to_owned(), q(config.edged.max_pods.to_string())),
     ]);
+    if let Some(bytes) = facts.ephemeral_storage_bytes {
+        capacity.insert("ephemeral-storage".to_owned(), q(format_ki(bytes)));
+    }
+    capacity
+}
+
+/// `status.allocatable`: the host's capacity minus `systemReserved` (cpu, memory, and
+/// ephemeral storage when the data directory's filesystem is known), and `maxPods` pods.
+/// Pod admission and in-place resize weigh pods against these same quantities
+/// ([`crate::admission::NodeResources`], [`crate::admission::Allocatable::from_quantities`]).
+pub fn allocatable(
+    config: &EdgedSettings,
+    reserved: &Reserved,
+    facts: &HostFacts,
+) -> BTreeMap<String, Quantity> {
+    let q = |s: String| Quantity(s);
     let mut allocatable = BTreeMap::from([
         (
             "cpu".to_owned(),
@@ -121,10 +132,23 @@ pub fn node_status(
         ("pods".to_owned(), q(config.edged.max_pods.to_string())),
     ]);
     if let Some(bytes) = facts.ephemeral_storage_bytes {
-        capacity.insert("ephemeral-storage".to_owned(), q(format_ki(bytes)));
         let free = bytes.saturating_sub(reserved.ephemeral_storage_bytes);
         allocatable.insert("ephemeral-storage".to_owned(), q(format_ki(free)));
     }
+    allocatable
+}
+
+/// The `v1.NodeStatus` computed every `node_status_update_frequency` (sent when
+/// [`super::report::LastSent`] says so).
+pub fn node_status(
+    config: &EdgedSettings,
+    reserved: &Reserved,
+    facts: &HostFacts,
+    conditions: &mut Conditions,
+    now: Timestamp,
+) -> NodeStatus {
+    let capacity = capacity(config, facts);
+    let allocatable = allocatable(config, reserved, facts);
     let node_conditions = vec![
         conditions.observe(
             "MemoryPressure",

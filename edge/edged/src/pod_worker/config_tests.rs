@@ -138,7 +138,9 @@ async fn a_shorter_grace_period_cuts_a_termination_in_progress() {
 #[tokio::test(start_paused = true)]
 async fn a_deleted_pod_with_nothing_left_here_keeps_its_last_status() {
     // The pod was torn down and reported deleted; a finalizer keeps its object, which comes
-    // back with a new worker: that worker must not report containers it never saw.
+    // back with a new worker: that worker must not report containers it never saw as
+    // waiting. A terminal status stands; one that is not is made terminal (kubelet:
+    // `TerminatePod`), its terminated containers as they were.
     let h = harness();
     h.rt.add_image(IMAGE);
     let mut p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
@@ -146,8 +148,22 @@ async fn a_deleted_pod_with_nothing_left_here_keeps_its_last_status() {
         verge_edge_store::clock::now(),
     ));
     p.metadata.deletion_grace_period_seconds = Some(0);
+    let killed = json!({"name": "app", "image": IMAGE, "imageID": "", "ready": false,
+        "restartCount": 0, "state": {"terminated": {"exitCode": 143, "reason": "Error"}}});
+    let with_phase = |phase: &str| {
+        serde_json::from_value(json!({"phase": phase, "containerStatuses": [killed]}))
+            .expect("status")
+    };
+    p.status = Some(with_phase("Failed"));
     let mut w = h.worker(&p);
     w.sync().await.expect("sync");
     assert!(w.last_status.is_none(), "{:?}", w.last_status);
+    p.status = Some(with_phase("Running"));
+    let mut w = h.worker(&p);
+    w.sync().await.expect("sync");
+    let s = w.last_status.clone().expect("made terminal");
+    assert_eq!(s.phase.as_deref(), Some("Failed"));
+    let app = status(&w, "app").state.and_then(|s| s.terminated);
+    assert_eq!(app.map(|t| t.exit_code), Some(143), "as it was");
     assert!(h.rt.instances("app").is_empty(), "nothing started");
 }

@@ -12,7 +12,7 @@ use verge_container_runtime::ContainerRuntime;
 impl<R: ContainerRuntime> Worker<R> {
     /// Moves the pod to the state `event` leads to. An event the state does not allow is a
     /// bug of the worker: it fails the unit tests, and is otherwise logged, the state left
-    /// as it was.
+    /// as it was. A pod no longer [active](PodState::is_active) frees its share of the node.
     pub(super) fn transition(&mut self, event: PodEvent) {
         let state = std::mem::replace(&mut self.state, PodState::Terminated);
         self.state = match state.transition(event) {
@@ -25,6 +25,9 @@ impl<R: ContainerRuntime> Worker<R> {
                 refused.state
             }
         };
+        if !self.state.is_active() {
+            self.admission = None;
+        }
     }
 
     /// Deletion was requested (the pod left the store, or has a `deletionTimestamp`): the
@@ -38,17 +41,23 @@ impl<R: ContainerRuntime> Worker<R> {
         self.transition(PodEvent::Deleted { grace });
     }
 
-    /// Admission of a pod not started yet ([`crate::admission`]): a pod the node
-    /// refuses is [`PodState::Rejected`] at once, with a Warning event of the kubelet's
-    /// reason, and nothing of it is created.
+    /// Admission of a pod not started yet ([`crate::admission::admit`]), once: an admitted
+    /// pod keeps its share of the node while it is active. A pod the node refuses is
+    /// [`PodState::Rejected`] at once and for good (its controller makes a new pod), with a
+    /// Warning event of the kubelet's reason and message, the status message being
+    /// `Pod was rejected: <message>` (kubelet: `rejectPod`); nothing of it is created.
     pub(super) fn admit(&mut self) {
-        if self.state != PodState::Pending {
+        if self.state != PodState::Pending || self.admission.is_some() {
             return;
         }
-        if let Some((reason, message)) = crate::admission::rejection(&self.pod) {
-            warn!(%reason, %message, "pod rejected");
-            self.pod_event(EventType::Warning, reason, message.clone());
-            self.transition(PodEvent::Rejected(Failure::new(reason, message)));
+        match crate::admission::admit(&self.ctx.admitted, &self.uid, &self.pod) {
+            Ok(ticket) => self.admission = Some(ticket),
+            Err((reason, message)) => {
+                warn!(%reason, %message, "pod rejected");
+                self.pod_event(EventType::Warning, reason, message.clone());
+                let message = format!("{}{message}", crate::admission::REJECTED_PREFIX);
+                self.transition(PodEvent::Rejected(Failure::new(reason, message)));
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //! - `events`: the kubelet's pod and container events.
 //! - `refresh`: preparing and re-writing volumes (object changes, token expiry).
 //! - `report`: building and sending the status.
+//! - `resize`: in-place resize: allocation, actuation, status ([`crate::resize`]).
 //! - `trace`: which syncs continue the trace of the change that caused them.
 
 pub(crate) mod backoff;
@@ -27,6 +28,7 @@ mod lifecycle;
 pub(crate) mod observe;
 mod refresh;
 mod report;
+mod resize;
 pub(crate) mod start;
 pub(crate) mod state;
 mod sync;
@@ -43,6 +45,8 @@ mod config_tests;
 mod deadline_tests;
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod resize_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -149,6 +153,10 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// The newest `deletionGracePeriodSeconds` the dispatcher saw (a termination in progress
     /// starts over when it shrinks).
     deletion_grace: watch::Receiver<Option<i64>>,
+    /// In-place resize: the allocation and the pod as the cloud wants it ([`resize`]).
+    resize: resize::ResizeState,
+    /// The pod's share of the node while it is admitted and active ([`crate::admission`]).
+    admission: Option<crate::admission::Ticket>,
 }
 
 /// The spec of `pod`; an empty one for a pod without (none reaches a worker: the API server
@@ -204,7 +212,13 @@ impl<R: ContainerRuntime> Worker<R> {
         // A pod already reported terminal is not run again (kubelet: terminal pods are skipped).
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let state = PodState::initial(phase);
+        // A pod restored as admitted at start-up is not admitted again.
+        let admission = state
+            .is_active()
+            .then(|| ctx.admitted.claim(&uid))
+            .flatten();
         let starting = matches!(phase, None | Some("Pending"));
+        let resize = resize::ResizeState::new(&pod);
         let pod_grace = pod.metadata.deletion_grace_period_seconds;
         Self {
             ctx,
@@ -226,6 +240,8 @@ impl<R: ContainerRuntime> Worker<R> {
             trace: trace::SyncTrace::default(),
             // Replaced by `spawn` with the receiving end of its handle's channel.
             deletion_grace: watch::channel(pod_grace).1,
+            resize,
+            admission,
         }
     }
 

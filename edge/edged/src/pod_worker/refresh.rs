@@ -1,7 +1,8 @@
 //! Preparing a pod's volumes and re-writing them (kubelet: the volume manager's remounts):
 //! when a configmap/secret they use changes, when the pod's labels or annotations change
 //! (downwardAPI), and when a service-account token of a projected volume (every pod's
-//! `kube-api-access-*`) is due, at 80% of its lifetime
+//! `kube-api-access-*`) is due, at 80% of its lifetime, when the cluster trust anchors of a
+//! projected volume are a minute old, and when a pod certificate reaches its `beginRefreshAt`
 //! ([`VolumeManager::next_refresh`](crate::volumes::VolumeManager::next_refresh)): the
 //! worker wakes at that instant and calls
 //! [`VolumeManager::refresh`](crate::volumes::VolumeManager::refresh), as the

@@ -9,7 +9,7 @@ use tracing::debug;
 use verge_runtime::ErrorChain;
 
 use super::observe::{Observation, RunState};
-use super::state::{WaitingReason, is_sidecar};
+use super::state::{PodState, WaitingReason, is_sidecar};
 use super::{Worker, spec_of};
 use crate::metrics::Stage;
 use crate::status::build::{ContainerFacts, PodFacts, container_status, pod_status};
@@ -137,6 +137,11 @@ impl<R: ContainerRuntime> Worker<R> {
             })
             .collect();
         status.ephemeral_container_statuses = Some(ephemeral).filter(|e| !e.is_empty());
+        if let PodState::Stopped { .. } = self.state {
+            // kubelet: `TerminatePod` makes the stopped pod's last status terminal.
+            status = crate::status::terminal::terminate_pod(&pod, status);
+        }
+        self.resize_status(&mut status, obs);
         if status.phase.as_deref() == Some("Running")
             && let Some(since) = self.starting_since.take()
         {

@@ -124,6 +124,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 let init = role == Role::Init;
                 info!(container = %c.name, restart_count, id = %id, init, "container started");
                 self.track(&c.name).started(id, restart_count);
+                self.resize_started(c).await;
                 // Keep the newest dead instance for `lastState`; older ones go.
                 for old in pass.obs.containers.get(&c.name).into_iter().flatten() {
                     if old.labels.restart_count + 1 < restart_count
@@ -278,8 +279,10 @@ impl<R: ContainerRuntime> Worker<R> {
             restart_count,
             sandbox: false,
         };
-        let spec =
+        let mut spec =
             spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
+        let capacity = self.ctx.memory_capacity;
+        spec.oom_score_adj = crate::resources::oom_score_adj(&self.pod, c, capacity);
         let name = labels.docker_name();
         let creating_since = Instant::now();
         let id = self

@@ -98,8 +98,8 @@ impl<R: ContainerRuntime> Worker<R> {
         if self.pod.metadata.deletion_timestamp.is_some() {
             self.delete();
         }
-        if let PodState::Terminating { grace, .. } = self.state {
-            self.terminate(grace).await?;
+        if self.state.is_terminating() {
+            self.terminate().await?;
             return Ok(None);
         }
         self.admit();
@@ -113,6 +113,9 @@ impl<R: ContainerRuntime> Worker<R> {
             return Ok(None);
         }
         let mut obs = self.observe().await?;
+        if self.resize(&obs, &mut wake).await? {
+            obs = self.observe().await?;
+        }
         if !self.state.is_finished() && self.step(&obs, &mut wake).await? {
             let had_sandbox = obs.sandbox().is_some();
             obs = self.observe().await?;

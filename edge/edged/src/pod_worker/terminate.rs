@@ -1,5 +1,6 @@
 //! Graceful termination (kubelet: `killPod` + the pod's removal): stop every container with
-//! the grace period (SIGTERM, SIGKILL after it), then the sandbox; report the last status;
+//! the grace period (SIGTERM, SIGKILL after it), then the sandbox; report the last status,
+//! with a terminal phase (kubelet: `TerminatePod`; also for a pod that never ran here);
 //! remove the containers and the pod directory; remove the pod from the store; report the
 //! completed deletion upstream (`delete <ns>/pod/<name>`, header uid).
 
@@ -17,9 +18,10 @@ use verge_core::{ResourceKey, ResourceType};
 use super::Worker;
 use super::hooks::MINIMUM_GRACE;
 use super::observe::{Instance, Observation, RunState, observe};
-use super::state::{PodEvent, is_sidecar};
+use super::state::{PodEvent, PodState, is_sidecar};
 use crate::Context;
 use crate::Result;
+use crate::status::terminal;
 use verge_container_runtime::labels::{ContainerLabels, GRACE, PodRef};
 use verge_container_runtime::{ContainerRuntime, ListFilter};
 use verge_runtime::ErrorChain;
@@ -28,37 +30,40 @@ use verge_runtime::ErrorChain;
 const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
 impl<R: ContainerRuntime> Worker<R> {
-    /// Tears the pod down; the state becomes
-    /// [`PodState::Terminated`](super::state::PodState::Terminated).
-    pub(super) async fn terminate(&mut self, grace: Duration) -> Result<()> {
+    /// Tears the pod down: while [`PodState::Terminating`], stops its containers and sandbox
+    /// ([`PodState::Stopped`]); then reports its terminal status ([`Worker::report_terminal`])
+    /// before anything is removed, removes its containers, directory and stored object, and
+    /// reports the deletion; the state becomes [`PodState::Terminated`]. A failed step is
+    /// retried by the next sync from where it stopped.
+    pub(super) async fn terminate(&mut self) -> Result<()> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
         self.ctx.probes.remove_pod(&self.uid);
-        // Nothing of the pod on this node (it was torn down already, and its object came back
-        // because a finalizer holds it): its last status stands; a report built from nothing
-        // would turn its terminated containers back into waiting ones.
-        let ran_here = obs.all().next().is_some();
-        // Not ready while terminating (kubelet: readiness fails once the pod is deleted), so
-        // that endpoints drop the pod before its containers stop.
-        if ran_here {
-            self.report(&obs).await;
-        }
         let ctx = std::sync::Arc::clone(&self.ctx);
         let rt = &ctx.runtime;
-        let running = |sandbox: bool| {
-            obs.all()
-                .filter(move |i| i.labels.sandbox == sandbox && i.state != RunState::Exited)
-        };
-        for i in running(false) {
-            self.killing_event(&i.labels.container, None);
-        }
-        self.kill_containers(obs.clone(), grace).await?;
-        for i in running(true) {
-            rt.stop(&i.id, Duration::ZERO).await?;
+        if let PodState::Terminating { grace, .. } = self.state {
+            // Nothing of the pod on this node (it was never started here, or torn down
+            // already): no status to show while it terminates.
+            let ran_here = obs.all().next().is_some();
+            // Not ready while terminating (kubelet: readiness fails once the pod is deleted),
+            // so that endpoints drop the pod before its containers stop.
+            if ran_here {
+                self.report(&obs).await;
+            }
+            let running = |sandbox: bool| {
+                obs.all()
+                    .filter(move |i| i.labels.sandbox == sandbox && i.state != RunState::Exited)
+            };
+            for i in running(false) {
+                self.killing_event(&i.labels.container, None);
+            }
+            self.kill_containers(obs.clone(), grace).await?;
+            for i in running(true) {
+                rt.stop(&i.id, Duration::ZERO).await?;
+            }
+            self.transition(PodEvent::Killed);
         }
         let last = observe(rt, &self.uid).await?;
-        if ran_here {
-            self.report(&last).await;
-        }
+        self.report_terminal(&last).await;
         for i in last.all() {
             rt.remove_if_present(&i.id).await?;
         }
@@ -75,6 +80,36 @@ impl<R: ContainerRuntime> Worker<R> {
         info!("pod terminated and removed");
         self.transition(PodEvent::TornDown);
         Ok(())
+    }
+
+    /// Reports the terminal status of the stopped pod (kubelet: `SyncTerminatedPod`, then
+    /// the status manager's `TerminatePod`), queued before the deletion is: phase `Succeeded`
+    /// when every container stopped with exit code 0, else `Failed`, containers that never
+    /// ended shown terminated with `ContainerStatusUnknown`
+    /// ([`crate::status::terminal::terminate_pod`]). A status already terminal (this
+    /// worker's last, else the API server's) stands. When nothing of the pod is on the node
+    /// (`obs` empty: never started here, or torn down by an earlier worker before its object
+    /// came back, held by a finalizer), the known status is made terminal rather than one
+    /// built from nothing, which would turn terminated containers back into waiting ones; a
+    /// pod without any container status gets them from its spec.
+    async fn report_terminal(&mut self, obs: &Observation) {
+        let known = self.last_status.as_ref().or(self.pod.status.as_ref());
+        if known.is_some_and(terminal::is_terminal) {
+            return;
+        }
+        let with_containers =
+            known.filter(|s| s.container_statuses.as_ref().is_some_and(|c| !c.is_empty()));
+        match with_containers {
+            Some(known) if obs.all().next().is_none() => {
+                let status = terminal::terminate_pod(&self.pod, known.clone());
+                self.ctx
+                    .status
+                    .update(&self.key, &self.uid, status.clone())
+                    .await;
+                self.last_status = Some(status);
+            }
+            _ => self.report(obs).await,
+        }
     }
 }
 

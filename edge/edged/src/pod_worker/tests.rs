@@ -34,6 +34,17 @@ const PAUSE: &str = "pause:3";
 pub(super) const IMAGE: &str = "registry.example/app:1";
 const SEC: Duration = Duration::from_secs(1);
 
+/// The allocatable of the harness's node.
+pub(super) const ALLOCATABLE: crate::admission::Allocatable = crate::admission::Allocatable {
+    cpu_millis: 4000,
+    memory_bytes: 8 << 30,
+    ephemeral_storage_bytes: 100 << 30,
+    pods: 110,
+};
+
+/// The memory of the harness's node, bytes (all of it allocatable).
+pub(super) const MEMORY_CAPACITY: i64 = 8 << 30;
+
 /// A context over a fake runtime, and the upstream messages (events) it sends.
 pub(super) struct Harness {
     pub(super) rt: FakeRuntime,
@@ -41,6 +52,9 @@ pub(super) struct Harness {
     /// Where new sandboxes go (the edged network task's output).
     pub(super) network: tokio::sync::watch::Sender<crate::network::NetworkState>,
     upstream: mpsc::Receiver<Envelope>,
+    /// The status manager of `ctx` for a test to run ([`harness_reporting`]); otherwise
+    /// dropped, statuses being read from the worker's `last_status`.
+    pub(super) status_manager: Option<StatusManager>,
     _dir: tempfile::TempDir,
 }
 
@@ -48,8 +62,18 @@ pub(super) fn harness() -> Harness {
     harness_with_memory_mount(crate::volumes::mount_for_tests)
 }
 
+/// [`harness`] whose status manager is kept for the test to run (its reports then come
+/// [`upstream`](Harness::upstream)).
+pub(super) fn harness_reporting() -> Harness {
+    build_harness(crate::volumes::mount_for_tests, true)
+}
+
 /// [`harness`] whose secret and projected volumes get their tmpfs from `mount`.
 pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> Harness {
+    build_harness(mount, false)
+}
+
+fn build_harness(mount: crate::volumes::MountMemory, reporting: bool) -> Harness {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = MetaStore::open(&dir.path().join("store.redb")).expect("store");
     let (hub, upstream) = EdgeHubHandle::detached(100_000);
@@ -67,8 +91,9 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
     // Sandboxes go to Docker's default bridge unless a test sets the pod network.
     let (network, network_rx) =
         tokio::sync::watch::channel(crate::network::NetworkState::DefaultBridge);
-    // Statuses are read from the worker (`last_status`); the manager is not run.
-    let (status, _manager) = StatusManager::new(hub.clone());
+    // Statuses are read from the worker (`last_status`); the manager is not run unless the
+    // test is `reporting` (dropped, it takes nothing: reports are dropped at once).
+    let (status, status_manager) = StatusManager::new(hub.clone());
     let ctx = Arc::new(Context {
         volumes: VolumeManager::new(config.pods_dir(), Arc::clone(&objects))
             .with_memory_mount(mount),
@@ -80,6 +105,8 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
         store,
         node_ip: None,
         network: network_rx,
+        admitted: crate::admission::Admitted::new(ALLOCATABLE),
+        memory_capacity: MEMORY_CAPACITY,
         config,
     });
     Harness {
@@ -87,6 +114,7 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
         ctx,
         network,
         upstream,
+        status_manager: reporting.then_some(status_manager),
         _dir: dir,
     }
 }
@@ -94,6 +122,42 @@ pub(super) fn harness_with_memory_mount(mount: crate::volumes::MountMemory) -> H
 impl Harness {
     pub(super) fn worker(&self, pod: &Pod) -> Worker<FakeRuntime> {
         Worker::new(Arc::clone(&self.ctx), key(pod), Arc::new(pod.clone()))
+    }
+
+    /// The harness after an edgecore restart: the same runtime, store and pod directories,
+    /// and a new registry of admitted pods counting them at the allocations checkpointed on
+    /// disk, with `restored` registered as admitted before (as the dispatcher does at
+    /// start-up). Every worker of the harness must have been dropped.
+    pub(super) fn restarted(self, restored: &[&Pod]) -> Self {
+        let Self {
+            rt,
+            ctx,
+            network,
+            upstream,
+            status_manager,
+            _dir,
+        } = self;
+        let Ok(ctx) = Arc::try_unwrap(ctx) else {
+            panic!("a worker of the harness still runs");
+        };
+        let saved = crate::resize::Checkpoint::load_all(&ctx.config.pods_dir());
+        let admitted = crate::admission::Admitted::with_allocations(ALLOCATABLE, saved);
+        admitted.restore(restored.iter().copied());
+        let ctx = Arc::new(Context { admitted, ..ctx });
+        Self {
+            rt,
+            ctx,
+            network,
+            upstream,
+            status_manager,
+            _dir,
+        }
+    }
+
+    /// Every upstream message sent since the last call (events and, when the status manager
+    /// runs, pod statuses and deletions).
+    pub(super) fn upstream(&mut self) -> Vec<Envelope> {
+        std::iter::from_fn(|| self.upstream.try_recv().ok()).collect()
     }
 
     /// `(reason, message)` of every event sent since the last call.
@@ -786,7 +850,9 @@ async fn a_pod_with_an_unsafe_sysctl_is_rejected_without_running_anything() {
     assert_eq!(s.phase.as_deref(), Some("Failed"));
     assert_eq!(s.reason.as_deref(), Some("SysctlForbidden"));
     let message = "forbidden sysctl: \"kernel.msgmax\" not allowlisted";
-    assert_eq!(s.message.as_deref(), Some(message));
+    // kubelet (`rejectPod`): the status prefixes the message, the event carries it bare.
+    let rejected = format!("Pod was rejected: {message}");
+    assert_eq!(s.message.as_deref(), Some(rejected.as_str()));
     assert!(has(&h.events(), "SysctlForbidden", message));
 }
 

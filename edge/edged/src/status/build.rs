@@ -26,8 +26,10 @@ pub struct PodFacts<'a> {
     pub start_time: Time,
 }
 
-/// The kubelet's `getPhase` over the app containers' statuses.
-fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
+/// The kubelet's `getPhase` over the app containers' statuses; `terminal` is its
+/// `podIsTerminal`: the pod's containers were stopped for good (deleted), so none restarts
+/// whatever the restart policy, and stopped containers make it `Succeeded` or `Failed`.
+fn phase(pod: &Pod, statuses: &[ContainerStatus], terminal: bool) -> &'static str {
     let policy = RestartPolicy::of(pod);
     let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
     let specs = pod
@@ -43,11 +45,12 @@ fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
             .and_then(|s| s.terminated.as_ref())
             .or_else(|| s.last_state.as_ref().and_then(|l| l.terminated.as_ref()))
             .map(|t| t.exit_code);
-        let restarted_by_itself = last_exit.is_some_and(|code| {
-            specs.iter().any(|c| {
-                c.name == s.name && c.restart_policy.is_some() && policy.restarts_app(c, code)
-            })
-        });
+        let restarted_by_itself = !terminal
+            && last_exit.is_some_and(|code| {
+                specs.iter().any(|c| {
+                    c.name == s.name && c.restart_policy.is_some() && policy.restarts_app(c, code)
+                })
+            });
         if st.is_some_and(|s| s.running.is_some()) || restarted_by_itself {
             running += 1;
         } else if let Some(t) = st.and_then(|s| s.terminated.as_ref()) {
@@ -68,6 +71,8 @@ fn phase(pod: &Pod, statuses: &[ContainerStatus]) -> &'static str {
     match () {
         () if waiting > 0 => "Pending",
         () if running > 0 => "Running",
+        () if stopped > 0 && terminal && stopped == succeeded => "Succeeded",
+        () if stopped > 0 && terminal => "Failed",
         () if stopped > 0 && policy == RestartPolicy::Always => "Running",
         () if stopped > 0 && stopped == succeeded => "Succeeded",
         () if stopped > 0 && policy == RestartPolicy::Never => "Failed",
@@ -205,10 +210,12 @@ pub fn pod_status(
         | PodState::Evicted(_)
         | PodState::Terminating {
             failure: Some(_), ..
-        } => "Failed",
-        PodState::Running | PodState::Terminating { failure: None, .. } | PodState::Terminated => {
-            phase(facts.pod, &statuses)
         }
+        | PodState::Stopped { failure: Some(_) } => "Failed",
+        PodState::Running | PodState::Terminating { failure: None, .. } | PodState::Terminated => {
+            phase(facts.pod, &statuses, false)
+        }
+        PodState::Stopped { failure: None } => phase(facts.pod, &statuses, true),
     };
     let terminal = matches!(phase, "Succeeded" | "Failed");
     // kubelet: `GenerateContainersReadyCondition`: sidecars and app containers.
@@ -248,14 +255,22 @@ pub fn pod_status(
         )),
     );
     let ips = |ip: &Option<String>| ip.clone();
+    // kubelet (`PodObservedGenerationTracking`, on by default): the status and each
+    // condition the kubelet writes carry the `metadata.generation` of the pod it synced.
+    let generation = facts.pod.metadata.generation;
+    let mut conditions = vec![
+        condition("PodScheduled", true, ("", None), previous, now),
+        condition("Initialized", initialized, not_initialized, previous, now),
+        condition("ContainersReady", ready, not_ready, previous, now),
+        condition("Ready", pod_ready, pod_not_ready, previous, now),
+    ];
+    for c in &mut conditions {
+        c.observed_generation = generation;
+    }
     PodStatus {
         phase: Some(phase.to_owned()),
-        conditions: Some(vec![
-            condition("PodScheduled", true, ("", None), previous, now),
-            condition("Initialized", initialized, not_initialized, previous, now),
-            condition("ContainersReady", ready, not_ready, previous, now),
-            condition("Ready", pod_ready, pod_not_ready, previous, now),
-        ]),
+        observed_generation: generation,
+        conditions: Some(conditions),
         host_ip: ips(&facts.host_ip),
         host_ips: facts.host_ip.clone().map(|ip| vec![HostIP { ip }]),
         pod_ip: ips(&facts.pod_ip),
@@ -283,6 +298,27 @@ mod tests {
 
     fn pod(json: serde_json::Value) -> Pod {
         serde_json::from_value(json).expect("pod")
+    }
+
+    #[test]
+    fn status_and_conditions_carry_the_synced_generation() {
+        let p = pod(serde_json::json!({
+            "metadata": { "generation": 3 },
+            "spec": { "containers": [] },
+        }));
+        let now = Time(verge_edge_store::clock::now());
+        let facts = PodFacts {
+            pod: &p,
+            state: &PodState::Pending,
+            host_ip: None,
+            pod_ip: None,
+            start_time: now.clone(),
+        };
+        let status = pod_status(&facts, &[], &[], None, &now);
+        assert_eq!(status.observed_generation, Some(3));
+        let conditions = status.conditions.unwrap_or_default();
+        assert_eq!(conditions.len(), 4);
+        assert!(conditions.iter().all(|c| c.observed_generation == Some(3)));
     }
 
     #[test]
@@ -357,9 +393,19 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(phase(&p, &[run.clone(), done(0)]), "Running");
-        assert_eq!(phase(&p, &[done(0), done(0)]), "Succeeded");
-        assert_eq!(phase(&p, &[done(0), done(1)]), "Failed");
-        assert_eq!(phase(&p, &[ContainerStatus::default()]), "Pending");
+        assert_eq!(phase(&p, &[run.clone(), done(0)], false), "Running");
+        assert_eq!(phase(&p, &[done(0), done(0)], false), "Succeeded");
+        assert_eq!(phase(&p, &[done(0), done(1)], false), "Failed");
+        assert_eq!(phase(&p, &[ContainerStatus::default()], false), "Pending");
+        // A deleted pod's stopped containers end it, whatever the restart policy.
+        let always =
+            pod(serde_json::json!({"spec": {"restartPolicy": "Always", "containers": []}}));
+        assert_eq!(phase(&always, &[done(137)], false), "Running");
+        assert_eq!(phase(&always, &[done(137)], true), "Failed");
+        assert_eq!(phase(&always, &[done(0)], true), "Succeeded");
+        assert_eq!(
+            phase(&always, &[ContainerStatus::default()], true),
+            "Pending"
+        );
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod build;
 pub mod container;
+pub mod terminal;
 
 use std::collections::HashMap;
 

@@ -19,8 +19,10 @@
 //!
 //! Layout: `atomic` (the atomic writer), `binds` (volumeMounts to binds), `error`, `host`
 //! (emptyDir, hostPath), `mounts` (tmpfs, unmounting), `ownership` (fsGroup), `payload`
-//! (the files of object volumes), `safe_open` (the subPath walk), `subpath` (pins),
-//! `token` (service-account tokens).
+//! (the files of object volumes and the per-pod caches of projected sources),
+//! `pod_certificate` (pod certificates), `safe_open` (the subPath walk), `selector` (label
+//! selectors), `subpath` (pins), `token` (service-account tokens), `trust_bundle` (cluster
+//! trust anchors).
 
 mod atomic;
 mod binds;
@@ -29,9 +31,12 @@ mod host;
 mod mounts;
 mod ownership;
 mod payload;
+mod pod_certificate;
 mod safe_open;
+mod selector;
 mod subpath;
 mod token;
+mod trust_bundle;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -47,7 +52,7 @@ pub use error::{SubPathError, VolumeError};
 /// `Result` with [`VolumeError`].
 pub type Result<T, E = VolumeError> = std::result::Result<T, E>;
 use ownership::FsGroup;
-use token::TokenCache;
+use payload::Caches;
 use verge_runtime::ErrorChain;
 
 /// Prepares, refreshes and removes the volumes of pods; see the module docs.
@@ -55,7 +60,7 @@ use verge_runtime::ErrorChain;
 pub struct VolumeManager<O: PodObjects> {
     pods_dir: PathBuf,
     objects: Arc<O>,
-    tokens: TokenCache,
+    caches: Caches,
     mount_memory: MountMemory,
 }
 
@@ -127,7 +132,7 @@ impl<O: PodObjects> VolumeManager<O> {
     /// Volumes under `pods_dir` (`<data_dir>/pods`), objects read from `objects`.
     pub fn new(pods_dir: PathBuf, objects: Arc<O>) -> Self {
         Self {
-            tokens: TokenCache::new(pods_dir.clone()),
+            caches: Caches::new(pods_dir.clone()),
             pods_dir,
             objects,
             mount_memory: mounts::mount_tmpfs,
@@ -165,8 +170,10 @@ impl<O: PodObjects> VolumeManager<O> {
     }
 
     /// Re-writes configMap/secret/downwardAPI/projected files from the current objects (on
-    /// an object change or for token expiry); a volume's files change only if their content
-    /// changed or its service-account token was due (80% of its lifetime passed).
+    /// an object change, for token expiry, or to read cluster trust bundles again); a
+    /// volume's files change only if their content changed, its service-account token was
+    /// due (80% of its lifetime passed) or its trust anchors changed (read again once a
+    /// minute).
     ///
     /// # Errors
     /// As [`VolumeManager::prepare`].
@@ -174,11 +181,13 @@ impl<O: PodObjects> VolumeManager<O> {
         self.refresh_at(pod, SystemTime::now()).await
     }
 
-    /// When the pod's projected service-account tokens are next due (80% of a token's
-    /// lifetime): call [`VolumeManager::refresh`] then, as the kubelet's periodic pod sync
-    /// does. `None` when the pod has no token.
+    /// When the pod's projected volumes are next due to be re-written: a service-account
+    /// token at 80% of its lifetime, cluster trust anchors a minute after they were read
+    /// (the kubelet's `syncFrequency`), a pod certificate at its `beginRefreshAt` (in the
+    /// past while its refresh waits for the signer). Call [`VolumeManager::refresh`] then,
+    /// as the kubelet's periodic pod sync does. `None` when the pod has none of them.
     pub fn next_refresh(&self, pod_uid: &str) -> Option<SystemTime> {
-        self.tokens.next_due(pod_uid)
+        self.caches.next_due(pod_uid)
     }
 
     /// [`VolumeManager::refresh`] at a given time (tests drive the token clock with it).
@@ -222,7 +231,7 @@ impl<O: PodObjects> VolumeManager<O> {
                     if setup && memory {
                         mounts::memory_volume(&volume.name, &dir, self.mount_memory).await?;
                     }
-                    let mut files = payload::build(&*self.objects, &self.tokens, pod, volume, now)
+                    let mut files = payload::build(&*self.objects, &self.caches, pod, volume, now)
                         .await
                         .map_err(|reason| match reason {
                             payload::Failure::Reason(reason) => VolumeError::SetUp {
@@ -252,14 +261,15 @@ impl<O: PodObjects> VolumeManager<O> {
     /// Unmounts every mount under `<pods_dir>/<uid>` (the tmpfs of memory-backed volumes, the
     /// pinned subPaths), removes the pins one by one without recursing (`subpath`), checks
     /// that nothing is mounted under the directory any more, then removes it (all volumes of
-    /// the pod; hostPaths are untouched) and forgets the pod's tokens. Absent is fine.
+    /// the pod; hostPaths are untouched) and forgets the pod's tokens, trust anchors and
+    /// certificates. Absent is fine.
     ///
     /// # Errors
     /// [`VolumeError::Io`] if a mount cannot be unmounted, a pin removed, or the directory
     /// removed (nothing is removed recursively while anything is still mounted under it);
     /// [`VolumeError::Blocking`] if unmounting panicked.
     pub async fn cleanup(&self, pod_uid: &str) -> Result<()> {
-        self.tokens.forget(pod_uid);
+        self.caches.forget(pod_uid);
         if pod_uid.is_empty() {
             return Ok(());
         }

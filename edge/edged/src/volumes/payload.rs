@@ -1,17 +1,20 @@
 //! The files of configMap, secret, downwardAPI and projected volumes (the kubelet's
 //! `configmap.MakePayload`, `secret.MakePayload`, `downwardapi.CollectData` and the
 //! projected plugin's `collectData`). Modes default to the volume's `defaultMode`, 0644;
-//! a service-account token is 0600 when the pod has an fsGroup. Item paths are checked
-//! (`check_path`).
+//! a service-account token, cluster trust bundle or pod certificate is 0600 when the pod has
+//! an fsGroup. Item paths are checked (`check_path`).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use super::atomic::{File, Payload};
 use super::ownership::FsGroup;
+use super::pod_certificate::PodCertificates;
 use super::token::TokenCache;
+use super::trust_bundle::TrustBundleCache;
 use crate::Error;
 use crate::env::{container_resource, pod_field};
 use crate::objects::PodObjects;
@@ -188,11 +191,59 @@ fn downward(
     }
 }
 
+/// What projected sources keep per pod besides objects: service-account tokens, cluster
+/// trust anchors and pod certificates, each refreshed on its own schedule.
+#[derive(Debug)]
+pub(super) struct Caches {
+    tokens: TokenCache,
+    bundles: TrustBundleCache,
+    certs: PodCertificates,
+}
+
+impl Caches {
+    /// Caches persisting under `pods_dir` (`<data_dir>/pods`).
+    pub(super) fn new(pods_dir: PathBuf) -> Self {
+        Self {
+            tokens: TokenCache::new(pods_dir.clone()),
+            bundles: TrustBundleCache::default(),
+            certs: PodCertificates::new(pods_dir),
+        }
+    }
+
+    /// When something of the pod `uid` is next due: the earliest of its tokens' refresh
+    /// times, its trust anchors' next read and its certificates' `beginRefreshAt`.
+    pub(super) fn next_due(&self, uid: &str) -> Option<SystemTime> {
+        let tokens = self.tokens.next_due(uid);
+        let bundles = self.bundles.next_due(uid);
+        let certs = self.certs.next_due(uid);
+        tokens.into_iter().chain(bundles).chain(certs).min()
+    }
+
+    /// Forgets everything of the pod `uid`.
+    pub(super) fn forget(&self, uid: &str) {
+        self.tokens.forget(uid);
+        self.bundles.forget(uid);
+        self.certs.forget(uid);
+    }
+}
+
+/// The mode of a projected file holding a credential (a service-account token, trust
+/// anchors): the volume's `defaultMode`, but 0600 (0640 once group-owned) with an fsGroup,
+/// as the kubelet's projected plugin writes them.
+fn credential_mode(pod: &Pod, default_mode: i32) -> u32 {
+    if FsGroup::of(pod).is_some() {
+        0o600
+    } else {
+        mode(default_mode)
+    }
+}
+
 /// The files of a configMap, secret, downwardAPI or projected `volume` of `pod`, with
-/// projected service-account tokens from `tokens` (fetched anew when due at `now`).
+/// projected service-account tokens, cluster trust anchors and pod certificates from
+/// `caches` (each read anew when due at `now`).
 pub(super) async fn build<O: PodObjects>(
     objects: &O,
-    tokens: &TokenCache,
+    caches: &Caches,
     pod: &Pod,
     volume: &Volume,
     now: SystemTime,
@@ -217,7 +268,8 @@ pub(super) async fn build<O: PodObjects>(
         downward(&mut out, pod, src.items.as_deref().unwrap_or_default(), dm)?;
     } else if let Some(src) = &volume.projected {
         let dm = src.default_mode.unwrap_or(DEFAULT_MODE);
-        for source in src.sources.iter().flatten() {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        for (index, source) in src.sources.iter().flatten().enumerate() {
             if let Some(s) = &source.config_map {
                 let optional = s.optional.unwrap_or(false);
                 let data = config_map(objects, ns, &s.name, optional).await?;
@@ -233,24 +285,51 @@ pub(super) async fn build<O: PodObjects>(
             } else if let Some(t) = &source.service_account_token {
                 let seconds = t.expiration_seconds.unwrap_or(DEFAULT_TOKEN_SECONDS);
                 let audience = t.audience.as_deref().unwrap_or_default();
-                let token = tokens.get(objects, pod, audience, seconds, now).await?;
-                // kubelet: with an fsGroup the token is 0600 (0640 once group-owned), not
-                // the volume's defaultMode.
-                let m = if FsGroup::of(pod).is_some() {
-                    0o600
-                } else {
-                    mode(dm)
-                };
+                let token = caches
+                    .tokens
+                    .get(objects, pod, audience, seconds, now)
+                    .await?;
                 out.insert(
                     t.path.clone(),
                     File {
                         data: token.into_bytes(),
-                        mode: m,
+                        mode: credential_mode(pod, dm),
                     },
                 );
+            } else if let Some(b) = &source.cluster_trust_bundle {
+                let anchors = caches
+                    .bundles
+                    .get(objects, uid, &volume.name, index, b, now)
+                    .await?;
+                out.insert(
+                    b.path.clone(),
+                    File {
+                        data: anchors,
+                        mode: credential_mode(pod, dm),
+                    },
+                );
+            } else if let Some(c) = &source.pod_certificate {
+                let issued = caches
+                    .certs
+                    .get(objects, pod, &volume.name, index, c, now)
+                    .await?;
+                let key = issued.key.expose().as_bytes();
+                let m = credential_mode(pod, dm);
+                let file = |data: Vec<u8>| File { data, mode: m };
+                let paths = [
+                    (&c.credential_bundle_path, [key, &issued.chain].concat()),
+                    (&c.key_path, key.to_vec()),
+                    (&c.certificate_chain_path, issued.chain.clone()),
+                ];
+                for (path, data) in paths {
+                    if let Some(path) = path.as_deref().filter(|p| !p.is_empty()) {
+                        out.insert(path.to_owned(), file(data));
+                    }
+                }
             } else {
                 let reason = "unsupported projected volume source (edged supports configMap, \
-                              secret, downwardAPI, serviceAccountToken)";
+                              secret, downwardAPI, serviceAccountToken, clusterTrustBundle, \
+                              podCertificate)";
                 return Err(Failure::Reason(reason.into()));
             }
         }

@@ -7,6 +7,8 @@ use super::*;
 use crate::Error;
 use crate::objects::fake::FakeObjects;
 
+mod cluster_trust_bundle;
+mod pod_certificate_volume;
 mod safe_sub_path;
 mod tmpfs_fs_group_sub_path_expr;
 

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use tracing::debug;
+use tracing::{debug, warn};
 
 use crate::{Error, Result};
 
@@ -28,10 +28,14 @@ pub fn prepare(node: &str, namespace: &str, name: &str, mut event: Event) -> Res
 
 /// Creates `event`; when it already exists (a retried message, or the next occurrence of a
 /// series the edge aggregates under one name) its `count`, `lastTimestamp` and `message` are
-/// patched to the reported ones.
+/// patched to the reported ones. An event the API server rejects for good (a 4xx other than
+/// 409 and 429: its namespace is gone or terminating, it is invalid, the node may not write
+/// it) is dropped with a warning, not retried: client-go's event sink does not retry an
+/// event the server rejected either ("Server rejected event (will not retry!)").
 ///
 /// # Errors
-/// [`Error::Kube`] when the API server refuses the create or the patch.
+/// [`Error::Kube`] when the create or the patch fails in a way worth retrying (5xx, 429,
+/// no answer).
 pub async fn create(client: &kube::Client, event: &Event) -> Result<()> {
     let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
@@ -51,14 +55,36 @@ pub async fn create(client: &kube::Client, event: &Event) -> Result<()> {
                 .map_err(Error::kube("patch event"))?;
             debug!("event series updated");
         }
+        Err(kube::Error::Api(s)) if rejected_for_good(s.code) => {
+            if s.is_not_found() {
+                debug!(reason = %s.message, "event's namespace is gone; dropped");
+            } else {
+                warn!(code = s.code, reason = %s.message, "API server rejected event; dropped");
+            }
+        }
         Err(error) => return Err(Error::kube("create event")(error)),
     }
     Ok(())
 }
 
+/// Whether an API status `code` rejects an event for good (see [`create`]).
+fn rejected_for_good(code: u16) -> bool {
+    (400..500).contains(&code) && code != 409 && code != 429
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_client_errors_other_than_conflict_and_throttling_are_final() {
+        assert!(rejected_for_good(404));
+        assert!(rejected_for_good(403));
+        assert!(rejected_for_good(422));
+        assert!(!rejected_for_good(409));
+        assert!(!rejected_for_good(429));
+        assert!(!rejected_for_good(500));
+    }
 
     #[test]
     fn path_fills_and_bounds_the_object() {

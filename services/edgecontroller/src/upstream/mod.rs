@@ -20,15 +20,24 @@
 //! - [`services`]: service list queries (`query <ns>/servicelist/_`), for the kubelet's
 //!   service environment variables.
 //! - [`token`]: service account tokens (`query <ns>/serviceaccounttoken/<sa>`).
+//! - [`pod_certificate`]: PodCertificateRequests (`query <ns>/podcertificaterequest/<name>`:
+//!   created for a pod, or read), as the node.
+//! - [`trust_bundles`]: ClusterTrustBundles (`query _/clustertrustbundle/<name>`,
+//!   `query _/clustertrustbundlelist/<signer>`), read as the node.
 
 pub mod event;
 pub mod lease;
 pub mod node;
 pub mod node_labels;
 pub mod pod;
+pub mod pod_certificate;
 pub mod query;
 pub mod services;
 pub mod token;
+pub mod trust_bundles;
+
+#[cfg(test)]
+mod fake_api;
 
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -78,6 +87,13 @@ pub enum Request {
         /// The TokenRequest (audiences, expirationSeconds, boundObjectRef = the pod).
         request: Box<TokenRequest>,
     },
+    /// `query _/clustertrustbundle/<name>` or `_/clustertrustbundlelist/<signer>`: answer the
+    /// ClusterTrustBundles the node's credentials read.
+    TrustBundles(trust_bundles::Query),
+    /// `query <ns>/podcertificaterequest/<name>`: create a PodCertificateRequest for the pod
+    /// `<name>` (content: the request), or read the request `<name>` (no content), as the
+    /// node.
+    PodCertificate(pod_certificate::Query),
 }
 
 /// What a successfully applied request is answered with.
@@ -234,6 +250,14 @@ pub fn parse(node: &str, message: &Envelope) -> Result<Inbound> {
         (Operation::Query, ResourceType::ServiceList) if key.name == LIST_NAME => {
             Request::ServiceList(namespaced(node, key)?.to_owned())
         }
+        (
+            Operation::Query,
+            ResourceType::ClusterTrustBundle | ResourceType::ClusterTrustBundleList,
+        ) => Request::TrustBundles(trust_bundles::parse(node, key)?),
+        (Operation::Query, ResourceType::PodCertificateRequest) => {
+            let ns = namespaced(node, key)?;
+            Request::PodCertificate(pod_certificate::parse(node, ns, &key.name, content)?)
+        }
         (Operation::Query, ResourceType::ServiceAccountToken) => Request::Token {
             namespace: namespaced(node, key)?.to_owned(),
             service_account: key.name.clone(),
@@ -387,6 +411,14 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
         } => {
             let json = token::request(client, node, &namespace, &service_account, &request);
             return Ok(Reply::Response(json.await?));
+        }
+        Request::TrustBundles(query) => {
+            let json = trust_bundles::answer(client, &query).await?;
+            return Ok(Reply::Response(json));
+        }
+        Request::PodCertificate(query) => {
+            let json = pod_certificate::answer(client, node, query).await?;
+            return Ok(Reply::Response(json));
         }
     }
     Ok(Reply::Ack)

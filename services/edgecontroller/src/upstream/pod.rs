@@ -43,6 +43,9 @@ pub fn check_bound(node: &str, pod: &Pod, what: &str) -> Result<()> {
     })
 }
 
+/// The node-owned pod conditions that come and go (in-place resize).
+const NODE_OWNED_TRANSIENT: [&str; 2] = ["PodResizePending", "PodResizeInProgress"];
+
 /// The strategic merge patch of a status report: the status plus `metadata.uid`, which the
 /// API server checks as a precondition (a recreated pod of the same name is not touched).
 ///
@@ -55,6 +58,12 @@ pub fn check_bound(node: &str, pod: &Pod, what: &str) -> Result<()> {
 /// again after a reboot or a re-install, with another IP) would be added beside the old one,
 /// which the API server refuses (`may specify no more than one IP for each IP family`). A
 /// reported list therefore replaces the stored one (the `$patch: replace` directive).
+///
+/// The node owns the resize conditions (`PodResizePending`, `PodResizeInProgress`; the
+/// kubelet's `PodConditionsByKubelet`): a report with conditions that leaves one out deletes
+/// it (`$patch: delete` by `type`), as the kubelet's patch from its last status does when a
+/// resize is done. Conditions other writers own (readiness gates, `DisruptionTarget`) are
+/// never touched.
 pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     let mut status = json!(status);
     for list in ["podIPs", "hostIPs"] {
@@ -70,16 +79,37 @@ pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
                 condition.entry(field).or_insert(Value::Null);
             }
         }
+        for kind in NODE_OWNED_TRANSIENT {
+            if !conditions.iter().any(|c| c["type"] == kind) {
+                conditions.push(json!({ "type": kind, "$patch": "delete" }));
+            }
+        }
     }
     json!({ "metadata": { "uid": uid }, "status": status })
 }
 
-/// Writes the edge's `status` to the pod's status subresource.
+/// Whether `error`, answering a read or write of a pod as the node, says the pod is gone:
+/// 404, or the Node authorizer's 403 for an object it finds no relationship to (what a node
+/// is told about a pod deleted from the API server, since the authorizer's graph loses the
+/// pod before the request could see it missing). The kubelet's status manager does nothing
+/// for a pod it cannot find; a report for it is done, not retried.
+fn is_gone(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(s) if s.is_not_found() => true,
+        kube::Error::Api(s) => s.code == 403 && s.message.contains("no relationship found"),
+        _ => false,
+    }
+}
+
+/// Writes the edge's `status` to the pod's status subresource. A pod that is gone (404, or
+/// the Node authorizer's 403 for an object the node has no relationship to) is left alone:
+/// the report is done, as the kubelet drops the status of a pod the API server no longer
+/// has.
 ///
 /// # Errors
-/// [`Error::Kube`] when the pod cannot be read (also when it does not exist) or the patch is
-/// refused (a uid mismatch is a conflict); [`Error::Forbidden`] when the pod is not bound to
-/// `node` or the header uid names another pod.
+/// [`Error::Kube`] when the pod cannot be read or the patch is refused (a uid mismatch is a
+/// conflict); [`Error::Forbidden`] when the pod is not bound to `node` or the header uid
+/// names another pod.
 pub async fn report_status(
     client: &kube::Client,
     node: &str,
@@ -87,7 +117,7 @@ pub async fn report_status(
     status: &PodStatus,
 ) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let current = api
+    let current = match api
         .get(&pod.name)
         .instrument(verge_telemetry::propagation::in_trace(|| {
             verge_telemetry::span!(
@@ -97,7 +127,14 @@ pub async fn report_status(
             )
         }))
         .await
-        .map_err(Error::kube("get pod"))?;
+    {
+        Ok(current) => current,
+        Err(error) if is_gone(&error) => {
+            debug!("the pod is gone; its status report is dropped");
+            return Ok(());
+        }
+        Err(error) => return Err(Error::kube("get pod")(error)),
+    };
     check_bound(node, &current, &pod.describe())?;
     let uid = current.metadata.uid.clone().unwrap_or_default();
     if !pod.uid.is_empty() && pod.uid != uid {
@@ -139,12 +176,10 @@ pub async fn report_status(
 /// server refuses the read or delete.
 pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let Some(current) = api
-        .get_opt(&pod.name)
-        .await
-        .map_err(Error::kube("get pod"))?
-    else {
-        return Ok(());
+    let current = match api.get(&pod.name).await {
+        Ok(current) => current,
+        Err(error) if is_gone(&error) => return Ok(()),
+        Err(error) => return Err(Error::kube("get pod")(error)),
     };
     let uid = current.metadata.uid.clone().unwrap_or_default();
     if !pod.uid.is_empty() && pod.uid != uid {
@@ -166,7 +201,8 @@ pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<(
             Ok(())
         }
         // Gone, or replaced in between (uid precondition failed): nothing left to delete.
-        Err(kube::Error::Api(s)) if s.is_not_found() || s.code == 409 => Ok(()),
+        Err(error) if is_gone(&error) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(error) => Err(Error::kube("delete pod")(error)),
     }
 }
@@ -174,6 +210,26 @@ pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_is_gone_on_404_or_the_node_authorizers_no_relationship() {
+        let api = |code: u16, message: &str| {
+            let reason = if code == 404 { "NotFound" } else { "Forbidden" };
+            kube::Error::Api(
+                kube::core::Status::failure(message, reason)
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(is_gone(&api(404, "pods \"p\" not found")));
+        assert!(is_gone(&api(
+            403,
+            "pods \"p\" is forbidden: User \"system:node:e\" cannot get resource \"pods\": \
+             node: no relationship found between node 'e' and this object"
+        )));
+        assert!(!is_gone(&api(403, "forbidden by RBAC")));
+        assert!(!is_gone(&api(500, "etcd")));
+    }
 
     #[test]
     fn only_bound_pods_may_be_written() {
@@ -211,6 +267,28 @@ mod tests {
         assert!(ready["message"].is_null() && ready.get("message").is_some());
         let initialized = &patch["status"]["conditions"][1];
         assert_eq!(initialized["reason"], "ContainersNotInitialized");
+        // The resize conditions the report leaves out are deleted; no other.
+        assert_eq!(
+            patch["status"]["conditions"][2],
+            json!({ "type": "PodResizePending", "$patch": "delete" })
+        );
+        assert_eq!(
+            patch["status"]["conditions"][3],
+            json!({ "type": "PodResizeInProgress", "$patch": "delete" })
+        );
+        assert_eq!(
+            patch["status"]["conditions"].as_array().map(Vec::len),
+            Some(4)
+        );
+        let resizing: PodStatus = serde_json::from_value(json!({ "conditions": [
+            { "type": "PodResizeInProgress", "status": "True" },
+        ] }))
+        .expect("status");
+        let patch = status_patch("u-1", &resizing);
+        assert_eq!(
+            patch["status"]["conditions"].as_array().map(Vec::len),
+            Some(2)
+        );
     }
 
     #[test]

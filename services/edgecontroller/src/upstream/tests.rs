@@ -293,3 +293,58 @@ fn events_queries_and_tokens_parse() {
         Err(Error::Unsupported { .. })
     ));
 }
+
+#[test]
+fn trust_bundle_queries_parse() {
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/_/clustertrustbundle/root",
+        json!(null),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::TrustBundles(trust_bundles::Query::Name(ref n)))) if n == "root"
+    ));
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/_/clustertrustbundlelist/example.com:signer",
+        json!(null),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Ok(Inbound::Request(Request::TrustBundles(trust_bundles::Query::Signer(ref s))))
+            if s == "example.com/signer"
+    ));
+    // Bundles are cluster-scoped; a list names a signer; only queries are served.
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/ns/clustertrustbundle/root",
+        json!(null),
+    );
+    assert!(matches!(parse("edge-1", &m), Err(Error::Forbidden { .. })));
+    let m = msg(
+        Operation::Query,
+        "node/edge-1/_/clustertrustbundlelist/_",
+        json!(null),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+    let m = msg(
+        Operation::Update,
+        "node/edge-1/_/clustertrustbundle/root",
+        json!({}),
+    );
+    assert!(matches!(
+        parse("edge-1", &m),
+        Err(Error::Unsupported { .. })
+    ));
+    // Another node's path is refused before anything is read.
+    let m = msg(
+        Operation::Query,
+        "node/edge-2/_/clustertrustbundle/root",
+        json!(null),
+    );
+    assert!(matches!(parse("edge-1", &m), Err(Error::Forbidden { .. })));
+}

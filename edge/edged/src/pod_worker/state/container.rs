@@ -324,6 +324,7 @@ mod tests {
             image: "img".into(),
             image_id: "sha256:img".into(),
             ip: None,
+            resources: Default::default(),
         }
     }
 

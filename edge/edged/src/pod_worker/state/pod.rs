@@ -11,8 +11,13 @@
 //!   +-- admission refused --> Rejected(failure)                 (nothing was created)
 //!  live state --activeDeadlineSeconds passed--> Evicted(failure) (containers stopped, kept)
 //!  any state but Terminated --deletionTimestamp or cloud delete--> Terminating{grace, failure}
-//!  Terminating --torn down, deletion reported--> Terminated       (the worker ends)
+//!  Terminating --containers and sandbox stopped--> Stopped{failure} (terminal status reported)
+//!  Stopped --removed, deletion reported--> Terminated              (the worker ends)
 //! ```
+//!
+//! A pod holds its share of the node (its admission, [`crate::admission`]) while it is
+//! [active](PodState::is_active): from admission until it is done or its containers are
+//! stopped after a deletion.
 //!
 //! Every other (state, event) pair is refused with an [`IllegalTransition`].
 
@@ -62,8 +67,8 @@ pub enum PodState {
     /// `DeadlineExceeded`): phase `Failed` with the failure's reason and message; its
     /// containers and sandbox are stopped but kept until the pod is deleted.
     Evicted(Failure),
-    /// Being torn down after a deletion (kubelet: `killPod`, then the pod's removal):
-    /// containers stopped with `grace`, then removed, and the deletion reported. Phase
+    /// Being torn down after a deletion (kubelet: the pod worker's terminating state,
+    /// `killPod`): containers stopped with `grace`, then [`PodState::Stopped`]. Phase
     /// `Failed` with the failure's reason and message when the node had failed the pod
     /// (kubelet: no transition out of a terminal phase), else from the containers' statuses.
     Terminating {
@@ -71,6 +76,16 @@ pub enum PodState {
         grace: Duration,
         /// The failure the pod had before its deletion (rejected or evicted), still reported
         /// while it terminates.
+        failure: Option<Failure>,
+    },
+    /// Every container and the sandbox of the deleted pod are stopped (kubelet: the pod
+    /// worker's terminated state, `SyncTerminatedPod`, then the status manager's
+    /// `TerminatePod`): the pod's terminal status is reported (phase `Succeeded` if every
+    /// container succeeded, else `Failed`, whatever the restart policy; a container that
+    /// never ran shows as terminated, `ContainerStatusUnknown`), then its containers and
+    /// directory are removed and the deletion reported.
+    Stopped {
+        /// The failure the pod had before its deletion, still reported.
         failure: Option<Failure>,
     },
     /// Torn down and reported; the worker ends.
@@ -101,7 +116,10 @@ pub enum PodEvent {
         /// The grace period.
         grace: Duration,
     },
-    /// Every container was stopped and removed and the deletion reported.
+    /// Every container and the sandbox of the terminating pod were stopped (kubelet:
+    /// `killPod` returned).
+    Killed,
+    /// Every container was removed and the deletion reported.
     TornDown,
 }
 
@@ -133,7 +151,8 @@ impl PodState {
     ///   sync observes, to `Completed` when done, to `Evicted`, and to `Terminating`;
     ///   only `Pending` (nothing created yet) may be `Rejected`;
     /// - `Completed`, `Rejected` and `Evicted` are left only by deletion;
-    /// - `Terminating` takes a shorter grace period from a newer deletion and ends with
+    /// - `Terminating` takes a shorter grace period from a newer deletion and moves on with
+    ///   [`PodEvent::Killed`] to `Stopped`, which ignores newer deletions and ends with
     ///   [`PodEvent::TornDown`];
     /// - `Terminated` allows nothing.
     ///
@@ -155,7 +174,7 @@ impl PodState {
                     grace,
                     failure: None,
                 },
-                event @ (E::Rejected(_) | E::TornDown) => {
+                event @ (E::Rejected(_) | E::Killed | E::TornDown) => {
                     return Err(IllegalTransition { state, event });
                 }
             },
@@ -170,12 +189,15 @@ impl PodState {
                     failure: Some(failure),
                 }
             }
-            // Terminating: a newer deletion's shorter grace period wins; then the end.
+            // Terminating: a newer deletion's shorter grace period wins; then stopped.
             (Self::Terminating { grace: g, failure }, E::Deleted { grace }) => Self::Terminating {
                 grace: g.min(grace),
                 failure,
             },
-            (Self::Terminating { .. }, E::TornDown) => Self::Terminated,
+            (Self::Terminating { failure, .. }, E::Killed) => Self::Stopped { failure },
+            // Stopped: nothing left to kill; then the end.
+            (state @ Self::Stopped { .. }, E::Deleted { .. }) => state,
+            (Self::Stopped { .. }, E::TornDown) => Self::Terminated,
             (state, event) => return Err(IllegalTransition { state, event }),
         };
         Ok(next)
@@ -183,7 +205,20 @@ impl PodState {
 
     /// Whether the pod is being or has been torn down.
     pub fn is_terminating(&self) -> bool {
-        matches!(self, Self::Terminating { .. } | Self::Terminated)
+        matches!(
+            self,
+            Self::Terminating { .. } | Self::Stopped { .. } | Self::Terminated
+        )
+    }
+
+    /// Whether the pod holds its share of the node (kubelet: an active pod, the ones new pods
+    /// are admitted against): live, or terminating with containers still to stop. A pod done
+    /// (completed, rejected, evicted) or stopped no longer does.
+    pub fn is_active(&self) -> bool {
+        matches!(
+            self,
+            Self::Pending | Self::Initializing | Self::Running | Self::Terminating { .. }
+        )
     }
 
     /// Whether the pod is done but not deleted (completed, rejected or evicted): its
@@ -203,7 +238,8 @@ impl PodState {
             | Self::Evicted(f)
             | Self::Terminating {
                 failure: Some(f), ..
-            } => Some(f),
+            }
+            | Self::Stopped { failure: Some(f) } => Some(f),
             _ => None,
         }
     }

@@ -29,6 +29,10 @@ fn states() -> Vec<PodState> {
         PodState::Evicted(deadline()),
         terminating(30 * SEC, None),
         terminating(30 * SEC, Some(deadline())),
+        PodState::Stopped { failure: None },
+        PodState::Stopped {
+            failure: Some(sysctl()),
+        },
         PodState::Terminated,
     ]
 }
@@ -44,6 +48,7 @@ fn events() -> Vec<PodEvent> {
         PodEvent::Rejected(sysctl()),
         PodEvent::Evicted(deadline()),
         PodEvent::Deleted { grace: 5 * SEC },
+        PodEvent::Killed,
         PodEvent::TornDown,
     ]
 }
@@ -53,12 +58,13 @@ fn allowed(state: &PodState, event: &PodEvent) -> bool {
     use PodEvent as E;
     use PodState as S;
     match state {
-        S::Pending => !matches!(event, E::TornDown),
-        S::Initializing | S::Running => !matches!(event, E::TornDown | E::Rejected(_)),
+        S::Pending => !matches!(event, E::Killed | E::TornDown),
+        S::Initializing | S::Running => !matches!(event, E::Killed | E::TornDown | E::Rejected(_)),
         S::Completed { .. } | S::Rejected(_) | S::Evicted(_) => {
             matches!(event, E::Deleted { .. })
         }
-        S::Terminating { .. } => matches!(event, E::Deleted { .. } | E::TornDown),
+        S::Terminating { .. } => matches!(event, E::Deleted { .. } | E::Killed),
+        S::Stopped { .. } => matches!(event, E::Deleted { .. } | E::TornDown),
         S::Terminated => false,
     }
 }
@@ -164,7 +170,13 @@ fn a_rejected_pod_was_never_started_and_keeps_its_failure_until_it_is_gone() {
         "still reported while terminating"
     );
     assert!(t.is_terminating() && !t.is_finished());
-    let end = t.transition(PodEvent::TornDown).expect("torn down");
+    let stopped = t.transition(PodEvent::Killed).expect("stopped");
+    assert_eq!(
+        stopped.failure(),
+        Some(&sysctl()),
+        "still reported once stopped"
+    );
+    let end = stopped.transition(PodEvent::TornDown).expect("torn down");
     assert_eq!(end, PodState::Terminated);
     assert_eq!(end.failure(), None);
 }
@@ -211,7 +223,23 @@ fn an_evicted_pod_is_done_and_keeps_its_failure_until_it_is_gone() {
 }
 
 #[test]
-fn only_a_terminating_pod_is_torn_down_and_the_end_allows_nothing() {
+fn only_active_pods_hold_their_share_of_the_node() {
+    let active = |s: PodState| s.is_active();
+    assert!(active(PodState::Pending) && active(PodState::Running));
+    assert!(active(terminating(SEC, None)), "containers still to stop");
+    for done in [
+        PodState::Completed { succeeded: true },
+        PodState::Rejected(sysctl()),
+        PodState::Evicted(deadline()),
+        PodState::Stopped { failure: None },
+        PodState::Terminated,
+    ] {
+        assert!(!done.is_active(), "{done:?}");
+    }
+}
+
+#[test]
+fn only_a_stopped_pod_is_torn_down_and_the_end_allows_nothing() {
     for s in [
         PodState::Pending,
         PodState::Running,
@@ -227,7 +255,21 @@ fn only_a_terminating_pod_is_torn_down_and_the_end_allows_nothing() {
         t.clone().transition(PodEvent::Initialized).is_err(),
         "terminating ignores the sync"
     );
-    assert_eq!(t.transition(PodEvent::TornDown), Ok(PodState::Terminated));
+    assert!(
+        t.clone().transition(PodEvent::TornDown).is_err(),
+        "stopped first"
+    );
+    let stopped = t.transition(PodEvent::Killed).expect("stopped");
+    assert_eq!(stopped, PodState::Stopped { failure: None });
+    assert_eq!(
+        stopped.clone().transition(PodEvent::Deleted { grace: SEC }),
+        Ok(stopped.clone()),
+        "nothing left to kill"
+    );
+    assert_eq!(
+        stopped.transition(PodEvent::TornDown),
+        Ok(PodState::Terminated)
+    );
     for event in events() {
         assert!(PodState::Terminated.transition(event).is_err());
     }
