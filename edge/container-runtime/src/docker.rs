@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -20,7 +21,9 @@ use bollard::query_parameters::{
 use futures::stream::BoxStream;
 use futures::{StreamExt as _, TryStreamExt as _};
 
-use super::docker_convert::{body, event, info, network_matches, network_request, pull_options};
+use super::docker_convert::{
+    body, event, info, layer_dirs, network_matches, network_request, pull_options,
+};
 use super::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
     LinuxResources, ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RuntimeEvent, Scope,
@@ -30,11 +33,39 @@ use super::{ContainerRuntime, Result, RuntimeError, labels};
 /// Seconds bollard waits for one API call (stops wait up to the grace period on top).
 const CALL_TIMEOUT_SECS: u64 = 120;
 
+/// The first Docker API version with mounts of type `image` (Docker 28.0).
+const IMAGE_MOUNTS_API: (usize, usize) = (1, 48);
+
 /// The Docker engine, scoped to one node; cheap to clone. See [`ContainerRuntime`].
 #[derive(Debug, Clone)]
 pub struct DockerRuntime {
     pub(super) docker: Docker,
     node: String,
+    /// Whether the engine mounts images ([`ContainerRuntime::supports_image_mounts`]), asked
+    /// once.
+    image_mounts: Arc<tokio::sync::OnceCell<bool>>,
+}
+
+/// A failed pull of `image`: [`RuntimeError::RegistryUnreachable`] when the engine's own
+/// message (an error response, or an error in the pull's progress stream) says the registry
+/// could not be reached ([`registry_unreachable`](super::image::registry_unreachable));
+/// otherwise as [`err`]. A failure to reach the engine itself is never taken for it.
+fn pull_err(image: &str) -> impl FnOnce(DockerError) -> RuntimeError {
+    let op = format!("pull {image}");
+    move |e| {
+        let message = match &e {
+            DockerError::DockerResponseServerError { message, .. } => Some(message.as_str()),
+            DockerError::DockerStreamError { error } => Some(error.as_str()),
+            _ => None,
+        };
+        if message.is_some_and(super::image::registry_unreachable) {
+            return RuntimeError::RegistryUnreachable {
+                op,
+                source: Box::new(e),
+            };
+        }
+        err(op)(e)
+    }
 }
 
 /// Wraps a bollard error with the call that failed, by HTTP status (404, 409, other).
@@ -84,6 +115,7 @@ impl DockerRuntime {
         Ok(Self {
             docker,
             node: node.to_owned(),
+            image_mounts: Arc::default(),
         })
     }
 
@@ -357,7 +389,32 @@ impl ContainerRuntime for DockerRuntime {
             .create_image(Some(pull_options(image)), None, credentials)
             .try_for_each(|_| async { Ok(()) })
             .await
-            .map_err(err(format!("pull {image}")))
+            .map_err(pull_err(image))
+    }
+
+    async fn supports_image_mounts(&self) -> Result<bool> {
+        self.image_mounts
+            .get_or_try_init(|| async {
+                let v = self.docker.version().await.map_err(err("version"))?;
+                Ok(v.api_version.as_deref().is_some_and(|api| {
+                    let mut parts = api.split('.').map(|p| p.parse::<usize>().unwrap_or(0));
+                    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+                    version >= IMAGE_MOUNTS_API
+                }))
+            })
+            .await
+            .copied()
+    }
+
+    async fn image_layers(&self, image: &str) -> Result<Option<Vec<PathBuf>>> {
+        let inspected = self
+            .docker
+            .inspect_image(image)
+            .await
+            .map_err(err(format!("inspect image {image}")))?;
+        Ok(inspected
+            .graph_driver
+            .and_then(|g| layer_dirs(&g.name, &g.data)))
     }
 
     async fn list_images(&self) -> Result<Vec<ImageSummary>> {

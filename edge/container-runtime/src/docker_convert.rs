@@ -1,19 +1,20 @@
-//! Docker's API types to and from the runtime's ([`super::types`]): inspects, create bodies,
-//! events and pull options.
+//! Docker's API types to and from the runtime's ([`super::types`]): inspects, create bodies
+//! (with image mounts), events, pull options and image layers.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, EventMessage,
-    HostConfig,
+    HostConfig, Mount, MountImageOptions, MountType,
 };
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::types::{
-    ContainerInfo, ContainerSpec, IpcMode, LinuxResources, NetworkMode, NetworkSpec, RunState,
-    RuntimeEvent,
+    ContainerInfo, ContainerSpec, ImageMount, IpcMode, LinuxResources, NetworkMode, NetworkSpec,
+    RunState, RuntimeEvent,
 };
 
 /// Docker's "zero time" (`0001-01-01T00:00:00Z`) and garbage are `None`.
@@ -91,7 +92,22 @@ pub(super) fn info(c: ContainerInspectResponse) -> ContainerInfo {
     }
 }
 
-/// A [`ContainerSpec`] as Docker's create body.
+/// An image mount as Docker's `Mount` of type `image` (API 1.48+): the image's id or
+/// reference as `Source`, always read-only, the sub-path as `ImageOptions.Subpath`.
+fn image_mount(m: ImageMount) -> Mount {
+    Mount {
+        typ: Some(MountType::IMAGE),
+        source: Some(m.image),
+        target: Some(m.target),
+        read_only: Some(true),
+        image_options: m.sub_path.map(|subpath| MountImageOptions {
+            subpath: Some(subpath),
+        }),
+        ..Mount::default()
+    }
+}
+
+/// A [`ContainerSpec`] as Docker's create body (its image mounts as `HostConfig.Mounts`).
 pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
     let mode = |m: String| Some(m);
     let network_mode = match spec.network {
@@ -119,8 +135,10 @@ pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
             (port, Some(bindings))
         })
         .collect();
+    let mounts: Vec<Mount> = spec.image_mounts.into_iter().map(image_mount).collect();
     let host = HostConfig {
         binds: Some(spec.binds).filter(|b| !b.is_empty()),
+        mounts: Some(mounts).filter(|m| !m.is_empty()),
         network_mode,
         ipc_mode,
         port_bindings: Some(port_bindings).filter(|b| !b.is_empty()),
@@ -181,6 +199,22 @@ pub(super) fn pull_options(image: &str) -> bollard::query_parameters::CreateImag
     .build()
 }
 
+/// The layer directories, topmost first, of an image whose storage driver `driver` says
+/// `data`: `overlay2` (and the older `overlay`) give the top layer's `UpperDir` and the
+/// colon-separated `LowerDir` below it; other drivers `None`.
+pub(super) fn layer_dirs(driver: &str, data: &HashMap<String, String>) -> Option<Vec<PathBuf>> {
+    if !matches!(driver, "overlay2" | "overlay") {
+        return None;
+    }
+    let upper = data.get("UpperDir").filter(|d| !d.is_empty())?;
+    let lower = data.get("LowerDir").map(String::as_str).unwrap_or_default();
+    let dirs = std::iter::once(upper.as_str())
+        .chain(lower.split(':').filter(|d| !d.is_empty()))
+        .map(PathBuf::from)
+        .collect();
+    Some(dirs)
+}
+
 /// Docker's bridge driver options for `spec`: the bridge device and masquerading.
 fn bridge_options(spec: &NetworkSpec) -> HashMap<String, String> {
     HashMap::from([
@@ -231,4 +265,73 @@ pub(super) fn network_matches(n: &bollard::models::NetworkInspect, spec: &Networ
         && ipam.and_then(|c| c.subnet.as_deref()) == Some(spec.subnet.as_str())
         && ipam.and_then(|c| c.gateway.as_deref()) == Some(spec.gateway.as_str())
         && wanted.iter().all(|(k, v)| options.get(k) == Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The create body Docker receives for an image volume mounted whole and one mounted by
+    /// its sub-path: `HostConfig.Mounts` entries of type `image`, read-only.
+    #[test]
+    fn image_mounts_become_docker_mounts_of_type_image() {
+        let spec = ContainerSpec {
+            image: "busybox".into(),
+            binds: vec!["/h:/c:ro".into()],
+            image_mounts: vec![
+                ImageMount {
+                    image: "sha256:abc".into(),
+                    target: "/volume".into(),
+                    sub_path: None,
+                },
+                ImageMount {
+                    image: "kitten:1.8".into(),
+                    target: "/etc-of-kitten".into(),
+                    sub_path: Some("etc".into()),
+                },
+            ],
+            ..ContainerSpec::default()
+        };
+        let json = serde_json::to_value(body(spec)).expect("json");
+        assert_eq!(
+            json["HostConfig"]["Mounts"],
+            serde_json::json!([
+                {"Target": "/volume", "Source": "sha256:abc", "Type": "image", "ReadOnly": true},
+                {"Target": "/etc-of-kitten", "Source": "kitten:1.8", "Type": "image",
+                 "ReadOnly": true, "ImageOptions": {"Subpath": "etc"}},
+            ])
+        );
+        assert_eq!(json["HostConfig"]["Binds"], serde_json::json!(["/h:/c:ro"]));
+        let plain = serde_json::to_value(body(ContainerSpec::default())).expect("json");
+        assert!(
+            plain["HostConfig"].get("Mounts").is_none(),
+            "no image mounts, no Mounts"
+        );
+    }
+
+    #[test]
+    fn overlay_layers_are_listed_topmost_first() {
+        let data = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let layers = layer_dirs(
+            "overlay2",
+            &data(&[
+                ("UpperDir", "/d/3/diff"),
+                ("LowerDir", "/d/2/diff:/d/1/diff"),
+                ("MergedDir", "/d/3/merged"),
+            ]),
+        );
+        let expected: Vec<PathBuf> = ["/d/3/diff", "/d/2/diff", "/d/1/diff"]
+            .map(Into::into)
+            .to_vec();
+        assert_eq!(layers, Some(expected));
+        let single = layer_dirs("overlay2", &data(&[("UpperDir", "/d/1")]));
+        assert_eq!(single, Some(vec!["/d/1".into()]));
+        assert_eq!(layer_dirs("btrfs", &data(&[])), None);
+        assert_eq!(layer_dirs("overlay2", &data(&[])), None);
+    }
 }

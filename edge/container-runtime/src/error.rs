@@ -27,6 +27,18 @@ pub enum RuntimeError {
         #[source]
         source: EngineError,
     },
+    /// A pull failed because the engine could not reach the registry at all (DNS failure,
+    /// connection refused, no route, timeout), as the engine reports it
+    /// ([`registry_unreachable`](crate::image::registry_unreachable)); never for an answer of
+    /// the registry (authentication error, unknown manifest, ...).
+    #[error("docker: {op} failed")]
+    RegistryUnreachable {
+        /// The call, e.g. `pull busybox:1.36`.
+        op: String,
+        /// The engine's error.
+        #[source]
+        source: EngineError,
+    },
     /// Any other failure: the engine is unreachable, refused the request or failed.
     #[error("docker: {op} failed")]
     Engine {
@@ -42,7 +54,10 @@ impl RuntimeError {
     /// The call that failed, e.g. `create exec`.
     pub fn op(&self) -> &str {
         match self {
-            Self::NotFound { op, .. } | Self::Conflict { op, .. } | Self::Engine { op, .. } => op,
+            Self::NotFound { op, .. }
+            | Self::Conflict { op, .. }
+            | Self::RegistryUnreachable { op, .. }
+            | Self::Engine { op, .. } => op,
         }
     }
 
@@ -56,12 +71,19 @@ impl RuntimeError {
         matches!(self, Self::Conflict { .. })
     }
 
+    /// Whether a pull failed because the registry could not be reached
+    /// ([`RuntimeError::RegistryUnreachable`]).
+    pub fn is_registry_unreachable(&self) -> bool {
+        matches!(self, Self::RegistryUnreachable { .. })
+    }
+
     /// The engine's error (its message is what the kubelet shows, e.g. in
     /// `Failed to pull image "x": <engine message>`).
     pub fn engine(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         match self {
             Self::NotFound { source, .. }
             | Self::Conflict { source, .. }
+            | Self::RegistryUnreachable { source, .. }
             | Self::Engine { source, .. } => source.as_ref(),
         }
     }

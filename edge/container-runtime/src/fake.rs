@@ -58,6 +58,10 @@ struct State {
     images: HashSet<String>,
     /// Images whose pull fails, with the engine's message.
     fail_pull: HashMap<String, String>,
+    /// Whether the engine lacks image mounts (an engine older than Docker 28).
+    no_image_mounts: bool,
+    /// Layer directories of images (what `image_layers` returns), by image.
+    image_layers: HashMap<String, Vec<std::path::PathBuf>>,
     /// Container names (spec names, label `io.kubernetes.container.name`) whose start fails.
     fail_start: HashMap<String, String>,
     /// Exit code a container exits with right after its start, by spec name.
@@ -137,7 +141,22 @@ impl FakeRuntime {
         self.lock().images.insert(image.to_owned());
     }
 
-    /// Makes pulls of `image` fail with `message`.
+    /// Makes the engine mount images itself (`supported`, the default, as Docker 28) or not
+    /// (as older engines: creates with image mounts then fail).
+    pub fn set_image_mounts(&self, supported: bool) {
+        self.lock().no_image_mounts = !supported;
+    }
+
+    /// Sets the layer directories of image `image` (a name given to
+    /// [`add_image`](Self::add_image)), topmost first: what `image_layers` returns for it
+    /// (`None` for an image without).
+    pub fn set_image_layers(&self, image: &str, layers: Vec<std::path::PathBuf>) {
+        self.lock().image_layers.insert(image.to_owned(), layers);
+    }
+
+    /// Makes pulls of `image` fail with `message`, the engine's message: one that says the
+    /// registry could not be reached ([`registry_unreachable`](crate::image::registry_unreachable))
+    /// fails as [`RuntimeError::RegistryUnreachable`], as Docker's does.
     pub fn fail_pull(&self, image: &str, message: &str) {
         self.lock()
             .fail_pull
@@ -242,7 +261,8 @@ impl FakeRuntime {
     }
 
     /// The calls made so far (`create <name>`, `start <id>`, `stop <id>`, `remove <id>`,
-    /// `pull <image>`, `update <id> shares=<s> quota=<q> memory=<m>` with `-` for unset),
+    /// `pull <image>`, `update <id> shares=<s> quota=<q> memory=<m>` with `-` for unset,
+    /// `layers <image>`),
     /// and forgets them.
     pub fn take_calls(&self) -> Vec<String> {
         std::mem::take(&mut self.lock().calls)

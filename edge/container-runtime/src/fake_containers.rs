@@ -112,6 +112,16 @@ impl ContainerRuntime for FakeRuntime {
         if !state.images.contains(&spec.image) {
             return Err(Self::failure(format!("create {name}"), "No such image"));
         }
+        if !spec.image_mounts.is_empty() && state.no_image_mounts {
+            let message = "invalid mount config for type \"image\": mount type unknown";
+            return Err(Self::failure(format!("create {name}"), message));
+        }
+        for m in &spec.image_mounts {
+            if !state.images.contains(m.image.trim_start_matches("sha256:")) {
+                let message = format!("No such image: {}", m.image);
+                return Err(Self::failure(format!("create {name}"), &message));
+            }
+        }
         state.next_id += 1;
         let id = format!("c{:04}", state.next_id);
         let created = i64::try_from(state.next_id).unwrap_or(i64::MAX);
@@ -318,10 +328,33 @@ impl ContainerRuntime for FakeRuntime {
         let mut state = self.lock();
         state.calls.push(format!("pull {image}"));
         if let Some(message) = state.fail_pull.get(image).cloned() {
+            if crate::image::registry_unreachable(&message) {
+                return Err(RuntimeError::RegistryUnreachable {
+                    op: format!("pull {image}"),
+                    source: Box::new(FakeFailure(message)),
+                });
+            }
             return Err(Self::failure(format!("pull {image}"), &message));
         }
         state.images.insert(image.to_owned());
         Ok(())
+    }
+
+    async fn supports_image_mounts(&self) -> Result<bool> {
+        Ok(!self.lock().no_image_mounts)
+    }
+
+    async fn image_layers(&self, image: &str) -> Result<Option<Vec<PathBuf>>> {
+        let mut state = self.lock();
+        state.calls.push(format!("layers {image}"));
+        let name = image.trim_start_matches("sha256:");
+        if !state.images.contains(name) {
+            return Err(RuntimeError::NotFound {
+                op: format!("inspect image {image}"),
+                source: Box::new(FakeFailure("No such image".to_owned())),
+            });
+        }
+        Ok(state.image_layers.get(name).cloned())
     }
 
     async fn list_images(&self) -> Result<Vec<ImageSummary>> {

@@ -1,5 +1,18 @@
 //! Images: the kubelet's pull policy (`pkg/kubelet/images/image_manager.go`) and registry
 //! credentials from `imagePullSecrets` of type `kubernetes.io/dockerconfigjson`.
+//!
+//! # `Always` with an unreachable registry (edge behaviour)
+//! The kubelet fails a pull under policy `Always` whenever the pull fails. An edge node
+//! loses its link for hours, and every restart of such a container would then wait in
+//! `ImagePullBackOff` although the image is on the node. So [`ensure_image`] differs in one
+//! case: policy `Always`, the image present locally, and the pull failed because the engine
+//! could not *reach* the registry ([`RuntimeError::RegistryUnreachable`], decided from the
+//! engine's message by [`registry_unreachable`]: DNS failure, connection refused, no route,
+//! timeout). The local image is used then ([`ImageOutcome::RegistryUnreachable`]; edged
+//! records a `Warning` event `ImagePullFailedUsingLocal`). Any answer of the registry (an
+//! authentication error, an unknown manifest or tag, too many requests, a certificate it
+//! presented) still fails the pull as with the kubelet, and so does an unreachable registry
+//! when the image is absent.
 
 use std::time::Duration;
 
@@ -81,12 +94,65 @@ pub enum ImageError {
 }
 
 /// How [`ensure_image`] made an image available.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageOutcome {
     /// It was already present (not pulled).
     Present,
     /// It was pulled; the pull took this long.
     Pulled(Duration),
+    /// Policy `Always`, but the registry could not be reached: the image present on the node
+    /// is used (see the module docs). `error` is the engine's message.
+    RegistryUnreachable {
+        /// Why the pull failed, as the engine said it.
+        error: String,
+    },
+}
+
+/// What the engine says when a pull cannot reach the registry at all: Go's `net` and
+/// `net/http` errors as Docker passes them on (`dial tcp: lookup registry.k8s.io on
+/// 10.0.0.53:53: no such host`, `dial tcp 10.1.2.3:443: connect: connection refused`,
+/// `... i/o timeout`, `net/http: TLS handshake timeout`, ...). Matched case-insensitively.
+const UNREACHABLE: &[&str] = &[
+    "dial tcp",
+    "no such host",
+    "temporary failure in name resolution",
+    "server misbehaving",
+    "connection refused",
+    "network is unreachable",
+    "no route to host",
+    "i/o timeout",
+    "tls handshake timeout",
+    "request canceled while waiting for connection",
+    "client.timeout exceeded while awaiting headers",
+    "context deadline exceeded",
+];
+
+/// What shows that the registry (or its token server) answered: such a failure is never
+/// taken for an unreachable registry, whatever else the message says.
+const ANSWERED: &[&str] = &[
+    "unauthorized",
+    "authentication required",
+    "denied",
+    "forbidden",
+    "manifest unknown",
+    "not found",
+    "toomanyrequests",
+    "too many requests",
+    "x509:",
+    "certificate",
+    "server gave http response",
+    "http response to https client",
+];
+
+/// Whether the engine's message of a failed pull says the registry could not be reached
+/// (no answer came from it: name resolution failed, the connection was refused or found no
+/// route, or it timed out). A message that shows an answer of the registry
+/// (`unauthorized`, `denied`, `manifest unknown`, `not found`, `toomanyrequests`, a
+/// certificate error, ...) never is; neither is a connection reset or an unexpected end of a
+/// transfer that had begun.
+pub fn registry_unreachable(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    UNREACHABLE.iter().any(|p| message.contains(p)) && !ANSWERED.iter().any(|p| message.contains(p))
 }
 
 /// The tag or digest part of an image reference.
@@ -176,7 +242,9 @@ pub fn credentials_for(image: &str, secrets: &[Secret]) -> Option<RegistryAuth> 
 
 /// Makes `image` available on `runtime` according to `policy`, pulling with `auth`;
 /// `on_pull` runs just before a pull starts (for the `Pulling` event). Kubelet:
-/// `imageManager.EnsureImageExists`.
+/// `imageManager.EnsureImageExists`, except that under `Always` a pull that cannot reach the
+/// registry uses the image present on the node ([`ImageOutcome::RegistryUnreachable`]; see
+/// the module docs).
 ///
 /// # Errors
 /// [`ImageError::NeverPull`] (policy `Never`, image absent), [`ImageError::Inspect`] or
@@ -200,12 +268,24 @@ pub async fn ensure_image<R: ContainerRuntime>(
     let started = tokio::time::Instant::now();
     match runtime.pull_image(image, auth).await {
         Ok(()) => Ok(ImageOutcome::Pulled(started.elapsed())),
-        // `Always` with an unreachable registry: kubelet fails the pull too.
+        // Edge: the link is down, the image is here (the kubelet would fail the pull).
+        Err(source) if uses_local(policy, present, &source) => {
+            Ok(ImageOutcome::RegistryUnreachable {
+                error: source.engine().to_string(),
+            })
+        }
         Err(source) => Err(ImageError::Pull {
             image: image.to_owned(),
             source,
         }),
     }
+}
+
+/// Whether a failed pull falls back to the local image: policy `Always`, the image present,
+/// the registry unreachable (see the module docs). `IfNotPresent` pulls only absent images,
+/// and `Never` does not pull.
+fn uses_local(policy: PullPolicy, present: bool, failure: &RuntimeError) -> bool {
+    policy == PullPolicy::Always && present && failure.is_registry_unreachable()
 }
 
 /// The kubelet's `imageID` of a local image id (`sha256:...`):
@@ -260,6 +340,107 @@ mod tests {
             e.to_string(),
             "Container image \"a\" is not present with pull policy of Never"
         );
+    }
+
+    /// Docker's messages (as the daemon answers a pull, `Error response from daemon: ...`).
+    #[test]
+    fn unreachable_registries_are_told_from_answers() {
+        let unreachable = [
+            // What this machine's dockerd says without a network (seen in edgecore's log).
+            "Get \"https://registry.k8s.io/v2/\": dial tcp: lookup registry.k8s.io on \
+             10.255.255.53:53: no such host",
+            "Get \"https://registry-1.docker.io/v2/\": dial tcp: lookup registry-1.docker.io: \
+             Temporary failure in name resolution",
+            "Get \"https://r.example:5000/v2/\": dial tcp 10.1.2.3:5000: connect: connection refused",
+            "Get \"https://r.example/v2/\": dial tcp 10.1.2.3:443: connect: network is unreachable",
+            "Get \"https://r.example/v2/\": dial tcp 10.1.2.3:443: connect: no route to host",
+            "Get \"https://r.example/v2/\": dial tcp 10.1.2.3:443: i/o timeout",
+            "Get \"https://r.example/v2/\": dial tcp: lookup r.example on 127.0.0.53:53: \
+             server misbehaving",
+            "Get \"https://registry-1.docker.io/v2/\": net/http: request canceled while \
+             waiting for connection (Client.Timeout exceeded while awaiting headers)",
+            "Get \"https://r.example/v2/\": net/http: TLS handshake timeout",
+            "Get \"https://r.example/v2/\": context deadline exceeded",
+            "Get \"https://r.example/v2/\": proxyconnect tcp: dial tcp 10.0.0.1:3128: connect: \
+             connection refused",
+        ];
+        for m in unreachable {
+            assert!(registry_unreachable(m), "unreachable: {m}");
+        }
+        let answered = [
+            "pull access denied for x, repository does not exist or may require 'docker \
+             login': denied: requested access to the resource is denied",
+            "Head \"https://r.example/v2/a/manifests/1\": unauthorized: authentication required",
+            "manifest for busybox:nope not found: manifest unknown: manifest unknown",
+            "toomanyrequests: You have reached your pull rate limit.",
+            "Get \"https://r.example/v2/\": x509: certificate signed by unknown authority",
+            "Get \"https://r.example/v2/\": http: server gave HTTP response to HTTPS client",
+            "Get \"https://r.example/v2/\": tls: failed to verify certificate: x509: \
+             certificate has expired or is not yet valid",
+            // A transfer that had begun: the registry was reached.
+            "read tcp 10.0.0.2:50000->10.1.2.3:443: read: connection reset by peer",
+            "unexpected EOF",
+            "invalid reference format",
+            "",
+        ];
+        for m in answered {
+            assert!(!registry_unreachable(m), "answered: {m}");
+        }
+    }
+
+    const DNS_FAILURE: &str = "Get \"https://registry.k8s.io/v2/\": dial tcp: lookup \
+                               registry.k8s.io on 10.255.255.53:53: no such host";
+
+    /// `Always` uses the local image only when the registry cannot be reached; every other
+    /// case is the kubelet's.
+    #[tokio::test]
+    async fn always_uses_the_local_image_only_when_the_registry_is_unreachable() {
+        use crate::fake::FakeRuntime;
+        use PullPolicy::{Always, IfNotPresent};
+        let rt = FakeRuntime::new("n");
+        rt.add_image("kitten:1.8");
+        rt.fail_pull("kitten:1.8", DNS_FAILURE);
+        let mut pulling = 0;
+        let got = ensure_image(&rt, "kitten:1.8", Always, None, || pulling += 1).await;
+        let Ok(ImageOutcome::RegistryUnreachable { error }) = got else {
+            panic!("the local image is used: {got:?}");
+        };
+        assert_eq!(error, DNS_FAILURE);
+        assert_eq!(pulling, 1, "the pull was tried");
+        assert_eq!(rt.take_calls(), ["pull kitten:1.8"]);
+
+        // Absent: nothing to fall back on.
+        rt.fail_pull("absent:1", DNS_FAILURE);
+        let got = ensure_image(&rt, "absent:1", Always, None, || {}).await;
+        assert!(
+            matches!(&got, Err(ImageError::Pull { source, .. }) if source.is_registry_unreachable()),
+            "{got:?}"
+        );
+
+        // An answer of the registry fails the pull, image present or not.
+        rt.fail_pull("kitten:1.8", "unauthorized: authentication required");
+        let got = ensure_image(&rt, "kitten:1.8", Always, None, || {}).await;
+        let e = got.expect_err("an authentication error fails");
+        assert_eq!(
+            e.to_string(),
+            "failed to pull image \"kitten:1.8\": unauthorized: authentication required"
+        );
+        rt.fail_pull(
+            "kitten:1.8",
+            "manifest for kitten:1.8 not found: manifest unknown",
+        );
+        assert!(
+            ensure_image(&rt, "kitten:1.8", Always, None, || {})
+                .await
+                .is_err()
+        );
+
+        // IfNotPresent never pulls a present image; a reachable registry pulls as before.
+        let got = ensure_image(&rt, "kitten:1.8", IfNotPresent, None, || {}).await;
+        assert_eq!(got.ok(), Some(ImageOutcome::Present));
+        rt.heal_pull("kitten:1.8");
+        let got = ensure_image(&rt, "kitten:1.8", Always, None, || {}).await;
+        assert!(matches!(got, Ok(ImageOutcome::Pulled(_))), "{got:?}");
     }
 
     #[test]

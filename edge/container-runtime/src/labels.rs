@@ -23,6 +23,10 @@ pub const RESTART_COUNT: &str = "io.verge.restart-count";
 pub const KIND: &str = "io.kubernetes.docker.type";
 /// The pod's grace period in seconds, so that orphans can be stopped like their pod.
 pub const GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
+/// The local image ids (`sha256:...`, comma-separated) of the image volumes a container
+/// mounts, so that image garbage collection counts them as in use while the container
+/// exists (the kubelet reads them from the container's mounts).
+pub const IMAGE_VOLUMES: &str = "io.verge.image-volumes";
 /// The sandbox name in [`CONTAINER_NAME`].
 pub const SANDBOX_NAME: &str = "POD";
 

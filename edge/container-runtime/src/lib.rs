@@ -11,7 +11,8 @@
 //! other edge crate, and both `verge-edged` and `verge-streaming` build on it.
 //!
 //! # Layout
-//! - [`types`]: the runtime's data types (filters, summaries, specs, images, events).
+//! - [`types`]: the runtime's data types (filters, summaries, specs with binds and image
+//!   mounts, images, events).
 //! - [`error`]: what a call fails with, [`RuntimeError`].
 //! - [`streaming`]: [`StreamingRuntime`] and its types (exec and attach streams, log options).
 //! - [`docker`]: [`DockerRuntime`], which speaks to Docker (bollard), with
@@ -20,7 +21,9 @@
 //!   usage) and `docker_convert` (Docker's API types to and from [`types`]); no other crate
 //!   of Verge uses bollard.
 //! - [`labels`]: the labels and names tying containers to pods.
-//! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`].
+//! - [`image`]: image pull policy, pulls with `imagePullSecrets` credentials, [`ImageError`];
+//!   under `Always`, the local image when the registry cannot be reached (an edge node's link
+//!   is down).
 //! - `fake` (feature `testing`): an in-memory runtime for unit tests of the pod lifecycle and
 //!   of the streaming server (scripted exec, attach and log output).
 
@@ -54,9 +57,9 @@ pub use streaming::{
     Stdio, StreamingRuntime, TerminalSize,
 };
 pub use types::{
-    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageSummary,
-    LinuxResources, ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RunState, RuntimeEvent,
-    Scope,
+    ContainerInfo, ContainerSpec, ContainerSummary, ExecOutput, ImageInfo, ImageMount,
+    ImageSummary, LinuxResources, ListFilter, NetworkEnsured, NetworkSpec, RegistryAuth, RunState,
+    RuntimeEvent, Scope,
 };
 
 /// `Result` with [`RuntimeError`].
@@ -178,11 +181,40 @@ pub trait ContainerRuntime: Clone + Send + Sync + 'static {
     fn image_status(&self, image: &str) -> impl Future<Output = Result<Option<ImageInfo>>> + Send;
 
     /// Pulls `image` (`repo[:tag]` — tag `latest` when none — or `repo@digest`) with `auth`.
+    ///
+    /// # Errors
+    /// [`RuntimeError::RegistryUnreachable`] when the engine could not reach the registry
+    /// (see [`image::registry_unreachable`]); [`RuntimeError::NotFound`] for an image the
+    /// registry does not have; [`RuntimeError::Engine`] for any other failure, including
+    /// every other answer of the registry (e.g. an authentication error).
     fn pull_image(
         &self,
         image: &str,
         auth: Option<RegistryAuth>,
     ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Whether the engine mounts images into containers itself
+    /// ([`ContainerSpec::image_mounts`]; Docker: API 1.48, Docker 28, and later). When it does
+    /// not, a [`ContainerSpec`] must not have image mounts: edged then mounts the image's
+    /// [`image_layers`](Self::image_layers) itself and binds them.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Engine`] if the engine does not answer.
+    fn supports_image_mounts(&self) -> impl Future<Output = Result<bool>> + Send;
+
+    /// The directories of local image `image`'s filesystem layers on the host, topmost
+    /// first (Docker's `overlay2` storage driver: `GraphDriver.Data.UpperDir` then the
+    /// entries of `LowerDir`), for an engine that does not mount images itself. `None` when
+    /// the storage driver does not expose them (another driver, or the containerd image
+    /// store).
+    ///
+    /// # Errors
+    /// [`RuntimeError::NotFound`] if the image is not present; [`RuntimeError::Engine`] if the
+    /// engine does not answer.
+    fn image_layers(
+        &self,
+        image: &str,
+    ) -> impl Future<Output = Result<Option<Vec<PathBuf>>>> + Send;
 
     /// Every local image.
     fn list_images(&self) -> impl Future<Output = Result<Vec<ImageSummary>>> + Send;

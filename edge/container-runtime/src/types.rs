@@ -236,6 +236,9 @@ pub struct ContainerSpec {
     pub port_bindings: HashMap<String, Vec<PortBinding>>,
     /// Volume binds, `host:container[:ro]`.
     pub binds: Vec<String>,
+    /// Images mounted read-only into the container (Kubernetes image volumes), when the
+    /// engine mounts them itself ([`ContainerRuntime::supports_image_mounts`](crate::ContainerRuntime::supports_image_mounts)).
+    pub image_mounts: Vec<ImageMount>,
     /// Network namespace.
     pub network: NetworkMode,
     /// IPC namespace.
@@ -259,6 +262,19 @@ pub struct ContainerSpec {
     /// The OOM killer's score adjustment of its processes, -1000..=1000 (kubelet:
     /// `GetContainerOOMScoreAdjust`); `None` keeps the engine's default (0).
     pub oom_score_adj: Option<i64>,
+}
+
+/// An image's filesystem mounted read-only into a container by the engine (kubelet: CRI
+/// `Mount.image` with `image_sub_path`, the `image` volume source; Docker: a mount of type
+/// `image`, API 1.48+). Always read-only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageMount {
+    /// The local image: its id (`sha256:...`), or a reference.
+    pub image: String,
+    /// Where it appears in the container (absolute).
+    pub target: String,
+    /// A directory of the image to mount instead of its root (relative, without `..`).
+    pub sub_path: Option<String>,
 }
 
 /// The CPU and memory settings of a container's cgroup, as the kubelet hands them to the

@@ -1,4 +1,6 @@
 //! Image garbage collection (kubelet: `realImageGCManager`: `detectImages` and `freeSpace`).
+//! An image is in use while a container exists that was created from it or mounts it as an
+//! image volume (label [`IMAGE_VOLUMES`], the kubelet's `handleImageVolumes`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -8,7 +10,8 @@ use tracing::{debug, info, warn};
 
 use super::config::normalize_reference;
 use super::{GcConfig, GcError, runtime_err};
-use verge_container_runtime::{ContainerRuntime, ImageSummary, ListFilter};
+use verge_container_runtime::labels::IMAGE_VOLUMES;
+use verge_container_runtime::{ContainerRuntime, ContainerSummary, ImageSummary, ListFilter};
 
 /// What one image pass saw and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -109,6 +112,20 @@ impl ImageTracker {
     }
 }
 
+/// The ids of the images `containers` use: each one's image and the images it mounts as
+/// image volumes ([`IMAGE_VOLUMES`]).
+fn images_in_use(containers: Vec<ContainerSummary>) -> HashSet<String> {
+    let mut in_use = HashSet::new();
+    for c in containers {
+        if let Some(mounted) = c.labels.get(IMAGE_VOLUMES) {
+            let ids = mounted.split(',').filter(|id| !id.is_empty());
+            in_use.extend(ids.map(str::to_owned));
+        }
+        in_use.extend(c.image_id);
+    }
+    in_use
+}
+
 fn tags_of(image: &ImageSummary) -> Vec<String> {
     image
         .repo_tags
@@ -133,7 +150,7 @@ pub(super) async fn collect<R: ContainerRuntime>(
         .list(&ListFilter::engine())
         .await
         .map_err(runtime_err("list containers"))?;
-    let in_use: HashSet<String> = containers.into_iter().filter_map(|c| c.image_id).collect();
+    let in_use = images_in_use(containers);
     let now = Instant::now();
     tracker.detect(&images, &in_use, now);
 
@@ -221,6 +238,33 @@ mod tests {
             repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn images_mounted_as_image_volumes_are_in_use() {
+        let container = |image: &str, volumes: Option<&str>| ContainerSummary {
+            image_id: Some(image.to_owned()),
+            labels: volumes
+                .map(|v| (IMAGE_VOLUMES.to_owned(), v.to_owned()))
+                .into_iter()
+                .collect(),
+            ..ContainerSummary::default()
+        };
+        let in_use = images_in_use(vec![
+            container("sha256:busybox", Some("sha256:kitten,sha256:data")),
+            container("sha256:app", None),
+        ]);
+        let mut ids: Vec<&str> = in_use.iter().map(String::as_str).collect();
+        ids.sort_unstable();
+        assert_eq!(
+            ids,
+            [
+                "sha256:app",
+                "sha256:busybox",
+                "sha256:data",
+                "sha256:kitten"
+            ]
+        );
     }
 
     #[tokio::test(start_paused = true)]

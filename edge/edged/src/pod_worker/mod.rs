@@ -13,6 +13,7 @@
 //! - `observe`: what Docker holds for the pod.
 //! - `sync`: one sync step (sandbox, volumes, init containers, app containers).
 //! - `start`: starting one container (image, env, binds, create, start).
+//! - `image_volumes`: pulling the images of image volumes, and how they reach a container.
 //! - `terminate`: graceful termination, deletion report, orphan clean-up.
 //! - `events`: the kubelet's pod and container events.
 //! - `refresh`: preparing and re-writing volumes (object changes, token expiry).
@@ -24,6 +25,7 @@ pub(crate) mod backoff;
 mod deadline;
 mod events;
 mod hooks;
+mod image_volumes;
 mod lifecycle;
 pub(crate) mod observe;
 mod refresh;
@@ -43,6 +45,8 @@ mod trace_tests;
 mod config_tests;
 #[cfg(test)]
 mod deadline_tests;
+#[cfg(test)]
+mod image_volume_tests;
 #[cfg(test)]
 mod lifecycle_tests;
 #[cfg(test)]
@@ -135,6 +139,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// [`Worker::ensure_volumes`] to take.
     prepared: Option<super::volumes::Result<super::volumes::PodVolumes>>,
     refresh_volumes: bool,
+    /// The images of the image volumes as this sync pulled them ([`image_volumes`]); `None`
+    /// until a container mounting one starts in the sync.
+    image_volume_pulls: Option<Arc<image_volumes::ImageVolumePulls>>,
     /// No token refresh before this (the last one could not renew a due token).
     token_retry: Option<Instant>,
     image_ids: ImageIds,
@@ -230,6 +237,7 @@ impl<R: ContainerRuntime> Worker<R> {
             volumes: None,
             prepared: None,
             refresh_volumes: false,
+            image_volume_pulls: None,
             token_retry: None,
             image_ids: ImageIds::new(),
             termination_messages: HashMap::new(),

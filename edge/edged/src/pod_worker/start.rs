@@ -1,6 +1,11 @@
-//! Starting containers (kubelet: `startContainer`): image per pull policy with the pod's
-//! `imagePullSecrets`, env, volume binds, create, start. Failures become the kubelet's
-//! waiting reasons and are retried with back-off.
+//! Starting containers (kubelet: `startContainer`): the images of the image volumes it mounts
+//! ([`super::image_volumes`]), image per pull policy with the pod's `imagePullSecrets`, env,
+//! volume binds and image mounts, create, start. Failures become the kubelet's waiting
+//! reasons and are retried with back-off.
+//!
+//! Under policy `Always`, a pull that cannot reach the registry uses the image present on the
+//! node (an edge node whose link is down keeps restarting its containers) with a `Warning`
+//! event [`PULL_FAILED_USING_LOCAL`]; see [`verge_container_runtime::image`].
 
 use std::time::Duration;
 
@@ -9,6 +14,7 @@ use tokio::time::Instant;
 use tracing::{Instrument as _, info, warn};
 
 use super::Worker;
+use super::image_volumes::{ImageVolumeFailure, ImageVolumePulls, mounts_image_volume};
 use super::observe::{Instance, Observation};
 use super::state::{Waiting, WaitingReason};
 use super::sync::{Pass, Role, Wake};
@@ -17,6 +23,7 @@ use crate::objects::PodObjects as _;
 use verge_container_runtime::image::{
     ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image,
 };
+use verge_container_runtime::labels::IMAGE_VOLUMES;
 use verge_container_runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use verge_container_runtime::{ContainerRuntime, RuntimeError};
 
@@ -27,6 +34,51 @@ use crate::{Error, Result};
 use crate::{etc_hosts, run_as_non_root, termination_message};
 use verge_runtime::ErrorChain;
 
+/// The reason of the `Warning` event of a pull under policy `Always` that could not reach the
+/// registry, the image present on the node being used instead (an edge decision; the
+/// kubelet fails such a pull).
+pub(crate) const PULL_FAILED_USING_LOCAL: &str = "ImagePullFailedUsingLocal";
+
+/// The event of [`ensure_image`]'s answer for `image` (kubelet: the image manager's `Pulled`,
+/// `Failed`, `ErrImageNeverPull`; edge: [`PULL_FAILED_USING_LOCAL`]).
+pub(super) fn pull_event(
+    pulled: &Result<ImageOutcome, ImageError>,
+    image: &str,
+) -> (EventType, &'static str, String) {
+    match pulled {
+        Ok(ImageOutcome::Present) => (
+            EventType::Normal,
+            "Pulled",
+            format!("Container image \"{image}\" already present on machine"),
+        ),
+        Ok(ImageOutcome::Pulled(took)) => (
+            EventType::Normal,
+            "Pulled",
+            format!(
+                "Successfully pulled image \"{image}\" in {:?}",
+                Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
+            ),
+        ),
+        Ok(ImageOutcome::RegistryUnreachable { error }) => (
+            EventType::Warning,
+            PULL_FAILED_USING_LOCAL,
+            format!(
+                "Failed to pull image \"{image}\": the registry is unreachable ({error}); \
+                 using the image present on the node"
+            ),
+        ),
+        Err(e @ ImageError::NeverPull { .. }) => (
+            EventType::Warning,
+            WaitingReason::ErrImageNeverPull.as_str(),
+            e.to_string(),
+        ),
+        Err(ImageError::Inspect { source } | ImageError::Pull { source, .. }) => {
+            let msg = format!("Failed to pull image \"{image}\": {}", source.engine());
+            (EventType::Warning, "Failed", msg)
+        }
+    }
+}
+
 /// Why a container could not be started (kubelet: `startContainer`'s errors); each maps to
 /// the kubelet's waiting reason ([`StartError::reason`]) and message
 /// ([`StartError::message`]).
@@ -35,10 +87,15 @@ pub(super) enum StartError {
     /// The image is not available (`ErrImagePull`, `ErrImageNeverPull`).
     #[error("image not available")]
     Image(#[source] ImageError),
+    /// The image of an image volume it mounts is not available (`ErrImagePull`,
+    /// `ErrImageNeverPull`).
+    #[error("image volume not available")]
+    ImageVolume(ImageVolumeFailure),
     /// Env cannot be built (`CreateContainerConfigError`).
     #[error("container configuration failed")]
     Config(#[source] Error),
-    /// Volume mounts cannot be built (`CreateContainerConfigError`).
+    /// Volume mounts cannot be built (`CreateContainerConfigError`; an image volume that
+    /// cannot be mounted: `CreateContainerError`).
     #[error("volume mounts failed")]
     Mounts(#[source] VolumeError),
     /// The runtime refused to create it (`CreateContainerError`).
@@ -54,6 +111,8 @@ impl StartError {
     pub(super) fn reason(&self) -> WaitingReason {
         match self {
             Self::Image(e) => WaitingReason::of_image(e),
+            Self::ImageVolume(f) => f.reason,
+            Self::Mounts(VolumeError::ImageMount { .. }) => WaitingReason::CreateContainerError,
             Self::Config(_) | Self::Mounts(_) => WaitingReason::CreateContainerConfigError,
             Self::Create(_) => WaitingReason::CreateContainerError,
             Self::Run(_) => WaitingReason::RunContainerError,
@@ -64,6 +123,7 @@ impl StartError {
     pub(super) fn message(&self) -> String {
         match self {
             Self::Image(e) => e.to_string(),
+            Self::ImageVolume(f) => f.message.clone(),
             Self::Config(e) => e.to_string(),
             Self::Mounts(e) => ErrorChain(e).to_string(),
             Self::Create(e) | Self::Run(e) => ErrorChain(e).to_string(),
@@ -86,7 +146,7 @@ impl<R: ContainerRuntime> Worker<R> {
     }
 
     /// The pod's `imagePullSecrets` that exist.
-    async fn pull_secrets(&self) -> Vec<Secret> {
+    pub(super) async fn pull_secrets(&self) -> Vec<Secret> {
         let mut out = Vec::new();
         let refs = self
             .pod
@@ -116,7 +176,14 @@ impl<R: ContainerRuntime> Worker<R> {
         pass: &Pass<'_>,
         wake: &mut Wake,
     ) {
-        let result = self.try_start(c, restart_count, pass.sandbox).await;
+        let pulls = if mounts_image_volume(&self.pod, c) {
+            Some(self.image_volume_pulls().await)
+        } else {
+            None
+        };
+        let result = self
+            .try_start(c, restart_count, pass.sandbox, pulls.as_deref())
+            .await;
         let now = Instant::now();
         let ctx = std::sync::Arc::clone(&self.ctx);
         match result {
@@ -158,7 +225,13 @@ impl<R: ContainerRuntime> Worker<R> {
         c: &Container,
         restart_count: u32,
         sandbox: &Instance,
+        pulls: Option<&ImageVolumePulls>,
     ) -> Result<String, StartError> {
+        // kubelet: the image volumes fail a start before the container's own image is pulled.
+        let images = match pulls {
+            Some(pulls) => self.container_images(c, pulls).await?,
+            None => super::image_volumes::ContainerImages::default(),
+        };
         let image = c.image.clone().unwrap_or_default();
         let image_since = Instant::now();
         let policy = PullPolicy::of(&image, c.image_pull_policy.as_deref());
@@ -180,30 +253,7 @@ impl<R: ContainerRuntime> Worker<R> {
                 )
             }))
             .await;
-        let (type_, reason, msg) = match &pulled {
-            Ok(ImageOutcome::Present) => (
-                EventType::Normal,
-                "Pulled",
-                format!("Container image \"{image}\" already present on machine"),
-            ),
-            Ok(ImageOutcome::Pulled(took)) => (
-                EventType::Normal,
-                "Pulled",
-                format!(
-                    "Successfully pulled image \"{image}\" in {:?}",
-                    Duration::from_millis(u64::try_from(took.as_millis()).unwrap_or(u64::MAX))
-                ),
-            ),
-            Err(e @ ImageError::NeverPull { .. }) => (
-                EventType::Warning,
-                WaitingReason::ErrImageNeverPull.as_str(),
-                e.to_string(),
-            ),
-            Err(ImageError::Inspect { source } | ImageError::Pull { source, .. }) => {
-                let msg = format!("Failed to pull image \"{image}\": {}", source.engine());
-                (EventType::Warning, "Failed", msg)
-            }
-        };
+        let (type_, reason, msg) = pull_event(&pulled, &image);
         self.container_event(&c.name, type_, reason, msg);
         if pulled.is_ok() {
             metrics::global().pod_start(Stage::Image, image_since.elapsed());
@@ -233,10 +283,14 @@ impl<R: ContainerRuntime> Worker<R> {
         )
         .await
         .map_err(StartError::Config)?;
-        let mut binds = match &self.volumes {
-            Some(v) => v.binds_for(c, &env).await.map_err(StartError::Mounts)?,
-            None => Vec::new(),
+        let mounts = match &self.volumes {
+            Some(v) => v.mounts_for(c, &env, &images.sources).await,
+            None => Ok(crate::volumes::ContainerMounts::default()),
         };
+        let crate::volumes::ContainerMounts {
+            mut binds,
+            image_mounts,
+        } = mounts.map_err(StartError::Mounts)?;
         if etc_hosts::should_mount(&self.pod, c, pod_ip.as_deref()) {
             let pod_dir = self.ctx.config.pods_dir().join(&self.uid);
             let pod = self.pod.clone();
@@ -283,6 +337,11 @@ impl<R: ContainerRuntime> Worker<R> {
             spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
         let capacity = self.ctx.memory_capacity;
         spec.oom_score_adj = crate::resources::oom_score_adj(&self.pod, c, capacity);
+        spec.image_mounts = image_mounts;
+        if !images.ids.is_empty() {
+            let ids: Vec<String> = images.ids.into_iter().collect();
+            spec.labels.insert(IMAGE_VOLUMES.to_owned(), ids.join(","));
+        }
         let name = labels.docker_name();
         let creating_since = Instant::now();
         let id = self

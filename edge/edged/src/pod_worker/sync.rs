@@ -95,6 +95,8 @@ impl Step {
 impl<R: ContainerRuntime> Worker<R> {
     /// Syncs the pod once; returns when it must run again at the latest.
     pub(super) async fn sync(&mut self) -> Result<Option<Instant>> {
+        // Image volumes are pulled again by the next sync that starts a container.
+        self.image_volume_pulls = None;
         if self.pod.metadata.deletion_timestamp.is_some() {
             self.delete();
         }

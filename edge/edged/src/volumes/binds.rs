@@ -1,15 +1,28 @@
-//! A container's volumeMounts as Docker binds (the kubelet's `makeMounts`), with `subPath`
-//! and `subPathExpr` opened safely ([`safe_open`](super::safe_open)) and pinned
-//! ([`subpath`](super::subpath)).
+//! A container's volumeMounts as Docker binds and image mounts (the kubelet's `makeMounts`),
+//! with `subPath` and `subPathExpr` opened safely ([`safe_open`](super::safe_open)) and
+//! pinned ([`subpath`](super::subpath)); image volumes as [`image`](super::image) says.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::Container;
+use verge_container_runtime::ImageMount;
 
+use super::image::ImageVolumeSource;
 use super::safe_open::{self, Opened};
 use super::{PodVolumes, Result, VolumeError, subpath};
 use crate::env::expand_with;
+use verge_runtime::ErrorChain;
+
+/// What a container mounts: Docker binds and, on an engine that mounts images itself, image
+/// mounts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerMounts {
+    /// Bind specs `host:container[:ro]`.
+    pub binds: Vec<String>,
+    /// Image volumes the engine mounts (always read-only).
+    pub image_mounts: Vec<ImageMount>,
+}
 
 /// Checks a `subPath`: relative, without `..` (kubelet validation); returns it as a path.
 fn sub_path(sub: &str) -> Result<PathBuf> {
@@ -62,7 +75,15 @@ enum Source {
 }
 
 impl PodVolumes {
-    /// Docker bind specs `host:container[:ro]` for `container`'s volumeMounts: `:ro` when
+    /// The binds of [`PodVolumes::mounts_for`] for a container without image volumes.
+    #[cfg(test)]
+    pub async fn binds_for(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
+        let mounts = self.mounts_for(container, env, &HashMap::new()).await?;
+        Ok(mounts.binds)
+    }
+
+    /// Docker bind specs `host:container[:ro]` and image mounts for `container`'s
+    /// volumeMounts: `:ro` when
     /// the mount is `readOnly` or the volume is a configMap/secret/downwardAPI/projected one
     /// (the kubelet mounts those read-only). A `subPath` is opened inside its volume without
     /// following symlinks out of it, created as a directory (with the volume's mode) if
@@ -83,14 +104,38 @@ impl PodVolumes {
     /// [`VolumeError::PrepareSubPath`] for one that leads out of the volume through a
     /// symlink or cannot be opened or pinned; [`VolumeError::Blocking`] if the work panicked.
     /// All of them are the kubelet's `CreateContainerConfigError`.
-    pub async fn binds_for(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
+    ///
+    /// Image volumes: `images` says how each one's pulled image reaches the container
+    /// ([`ImageVolumeSource`]). One the engine mounts becomes an image mount (its `subPath`
+    /// checked to be relative without `..`); one edged mounted becomes a read-only bind of
+    /// its mount, a `subPath` opened in it like any other but never created, and it must be
+    /// a directory. [`VolumeError::ImageMount`] (the kubelet's `CreateContainerError`) for a
+    /// `subPath` missing from the image or not a directory, or an image volume missing from
+    /// `images`.
+    pub async fn mounts_for(
+        &self,
+        container: &Container,
+        env: &[String],
+        images: &HashMap<String, ImageVolumeSource>,
+    ) -> Result<ContainerMounts> {
         let (this, container, env) = (self.clone(), container.clone(), env.to_vec());
-        tokio::task::spawn_blocking(move || this.binds_blocking(&container, &env))
+        let images = images.clone();
+        tokio::task::spawn_blocking(move || this.mounts_blocking(&container, &env, &images))
             .await
             .map_err(VolumeError::Blocking)?
     }
 
-    fn binds_blocking(&self, container: &Container, env: &[String]) -> Result<Vec<String>> {
+    fn mounts_blocking(
+        &self,
+        container: &Container,
+        env: &[String],
+        images: &HashMap<String, ImageVolumeSource>,
+    ) -> Result<ContainerMounts> {
+        let image_failed = |volume: &str, reason: String| VolumeError::ImageMount {
+            volume: volume.to_owned(),
+            container: container.name.clone(),
+            reason,
+        };
         let refused = |volume: &str, sub: &str| {
             let (volume, sub_path) = (volume.to_owned(), sub.to_owned());
             let container = container.name.clone();
@@ -102,13 +147,15 @@ impl PodVolumes {
             }
         };
         let mut planned = Vec::new();
+        let mut image_mounts = Vec::new();
         for (index, mount) in container.volume_mounts.iter().flatten().enumerate() {
-            let Some((volume_path, always_ro)) = self.volumes.get(&mount.name) else {
+            let known = self.volumes.get(&mount.name);
+            if known.is_none() && !self.images.contains(&mount.name) {
                 return Err(VolumeError::UnknownVolume {
                     volume: mount.name.clone(),
                     container: container.name.clone(),
                 });
-            };
+            }
             let sub = mount.sub_path.as_deref().filter(|s| !s.is_empty());
             let expr = mount.sub_path_expr.as_deref().filter(|e| !e.is_empty());
             let sub = match (sub, expr) {
@@ -120,6 +167,56 @@ impl PodVolumes {
                 }
                 (None, Some(expr)) => Some(expand_sub_path(expr, env)?),
                 (sub, None) => sub.map(str::to_owned),
+            };
+            let Some((volume_path, always_ro)) = known else {
+                // An image volume.
+                if let Some(sub) = &sub {
+                    sub_path(sub)?;
+                }
+                let source = images.get(&mount.name).ok_or_else(|| {
+                    image_failed(&mount.name, "its image is not available".to_owned())
+                })?;
+                let path = match source {
+                    ImageVolumeSource::Engine { image_id } => {
+                        image_mounts.push(ImageMount {
+                            image: image_id.clone(),
+                            target: mount.mount_path.clone(),
+                            sub_path: sub,
+                        });
+                        continue;
+                    }
+                    ImageVolumeSource::Host(path) => path,
+                };
+                let source = match sub {
+                    None => Source::Volume(path.clone()),
+                    Some(sub) => {
+                        let opened =
+                            safe_open::open_in(path, Path::new(&sub), false).map_err(|e| {
+                                let e = ErrorChain(&e);
+                                let why = format!("failed to ensure image subpath {sub:?}: {e}");
+                                image_failed(&mount.name, why)
+                            })?;
+                        if !opened.is_dir {
+                            let why =
+                                format!("only directory subpath is supported, subpath: {sub:?}");
+                            return Err(image_failed(&mount.name, why));
+                        }
+                        let point = subpath::mount_point(
+                            &self.pod_dir,
+                            &mount.name,
+                            &container.name,
+                            index,
+                        );
+                        Source::SubPath {
+                            opened,
+                            point,
+                            volume: mount.name.clone(),
+                            sub,
+                        }
+                    }
+                };
+                planned.push((source, &mount.mount_path, true));
+                continue;
             };
             let source = match sub {
                 None => Source::Volume(volume_path.clone()),
@@ -157,6 +254,9 @@ impl PodVolumes {
             let suffix = if ro { ":ro" } else { "" };
             binds.push(format!("{}:{mount_path}{suffix}", host.display()));
         }
-        Ok(binds)
+        Ok(ContainerMounts {
+            binds,
+            image_mounts,
+        })
     }
 }

@@ -68,6 +68,19 @@ pub enum VolumeError {
         #[source]
         source: SubPathError,
     },
+    /// An image volume cannot be mounted into a container: its `subPath` is missing or not a
+    /// directory of the image, or the image's filesystem cannot be mounted (the CRI error
+    /// `ImageVolumeMountFailed` the kubelet shows; the container waits with
+    /// `CreateContainerError`).
+    #[error("ImageVolumeMountFailed: volume {volume:?} of container {container:?}: {reason}")]
+    ImageMount {
+        /// The mount's volume name.
+        volume: String,
+        /// The container.
+        container: String,
+        /// What failed.
+        reason: String,
+    },
     /// A `subPath` that is absolute or contains `..` (kubelet validation).
     #[error("subPath {0:?} must be a relative path without '..'")]
     SubPath(String),

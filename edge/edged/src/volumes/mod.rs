@@ -1,5 +1,6 @@
 //! Pod volumes on the node's filesystem (the kubelet's volume manager and its in-tree
-//! plugins emptyDir, hostPath, configMap, secret, downwardAPI and projected).
+//! plugins emptyDir, hostPath, configMap, secret, downwardAPI and projected), and image
+//! volumes (`image`).
 //!
 //! Every volume except hostPath lives in `<pods_dir>/<pod uid>/volumes/<volume name>`; the
 //! pods directory and every pod directory are private (mode 0700, owned by edgecore's user:
@@ -12,13 +13,16 @@
 //! secrets and service-account tokens; the kubelet backs them by memory too), is a tmpfs
 //! (`mounts`), unmounted before the pod directory is removed. A pod `securityContext.fsGroup`
 //! makes every volume but hostPath owned by that group (`ownership`).
-//! [`PodVolumes::binds_for`] turns a container's volumeMounts into Docker binds (`binds`),
+//! [`PodVolumes::mounts_for`] turns a container's volumeMounts into Docker binds (`binds`),
 //! opening a `subPath` or `subPathExpr` without following symlinks out of its volume
 //! (`safe_open`) and pinning it with a bind mount (`subpath`), as the kubelet does since
-//! CVE-2017-1002101.
+//! CVE-2017-1002101. An image volume has nothing on disk until a container mounts it: the
+//! pod worker pulls its image, then it becomes an image mount of the engine or a read-only
+//! bind of the image's layers mounted by edged (`image`, [`ImageVolumeSource`]).
 //!
-//! Layout: `atomic` (the atomic writer), `binds` (volumeMounts to binds), `error`, `host`
-//! (emptyDir, hostPath), `mounts` (tmpfs, unmounting), `ownership` (fsGroup), `payload`
+//! Layout: `atomic` (the atomic writer), `binds` (volumeMounts to binds and image mounts),
+//! `error`, `host` (emptyDir, hostPath), `image` (image volumes), `mounts` (tmpfs,
+//! unmounting), `ownership` (fsGroup), `payload`
 //! (the files of object volumes and the per-pod caches of projected sources),
 //! `pod_certificate` (pod certificates), `safe_open` (the subPath walk), `selector` (label
 //! selectors), `subpath` (pins), `token` (service-account tokens), `trust_bundle` (cluster
@@ -28,6 +32,7 @@ mod atomic;
 mod binds;
 mod error;
 mod host;
+mod image;
 mod mounts;
 mod ownership;
 mod payload;
@@ -47,7 +52,9 @@ use k8s_openapi::api::core::v1::{Pod, Volume};
 use tracing::{info, warn};
 
 use super::objects::PodObjects;
+pub use binds::ContainerMounts;
 pub use error::{SubPathError, VolumeError};
+pub use image::ImageVolumeSource;
 
 /// `Result` with [`VolumeError`].
 pub type Result<T, E = VolumeError> = std::result::Result<T, E>;
@@ -85,6 +92,8 @@ pub type MountMemory = fn(&std::path::Path, Option<&str>) -> std::io::Result<()>
 pub struct PodVolumes {
     /// Volume name -> (host path, always read-only: configMap/secret/downwardAPI/projected).
     volumes: HashMap<String, (PathBuf, bool)>,
+    /// The names of the image volumes (nothing on disk until mounted: [`image`]).
+    images: HashSet<String>,
     /// `<pods_dir>/<uid>`: subPaths are pinned under it.
     pod_dir: PathBuf,
 }
@@ -98,6 +107,8 @@ enum Kind {
     /// Files written atomically from objects (configMap, downwardAPI); `memory`: on a tmpfs
     /// (secret, projected).
     Files { memory: bool },
+    /// An OCI image's filesystem (image), mounted when a container starts.
+    Image,
 }
 
 fn kind(volume: &Volume) -> Result<Kind> {
@@ -113,10 +124,13 @@ fn kind(volume: &Volume) -> Result<Kind> {
     if volume.config_map.is_some() || volume.downward_api.is_some() {
         return Ok(Kind::Files { memory: false });
     }
+    if volume.image.is_some() {
+        return Ok(Kind::Image);
+    }
     Err(VolumeError::SetUp {
         volume: volume.name.clone(),
         reason: "unsupported volume type (edged supports emptyDir, hostPath, configMap, secret, \
-                 downwardAPI, projected)"
+                 downwardAPI, projected, image)"
             .into(),
     })
 }
@@ -212,9 +226,14 @@ impl<O: PodObjects> VolumeManager<O> {
             .map_err(VolumeError::Blocking)??;
         }
         let mut out = HashMap::new();
+        let mut images = HashSet::new();
         for volume in volumes(pod) {
             let dir = self.volume_dir(pod, &volume.name);
             let (path, read_only) = match kind(volume)? {
+                Kind::Image => {
+                    images.insert(volume.name.clone());
+                    continue;
+                }
                 Kind::Host(path) => {
                     if setup {
                         host::check_host_path(volume, &path).await?;
@@ -254,12 +273,42 @@ impl<O: PodObjects> VolumeManager<O> {
         }
         Ok(PodVolumes {
             volumes: out,
+            images,
             pod_dir,
         })
     }
 
+    /// Mounts local image `image_id` (layer directories `layers`, topmost first, as
+    /// [`image_layers`](verge_container_runtime::ContainerRuntime::image_layers) gives them)
+    /// read-only for pod `pod` at `<pods_dir>/<uid>/volume-images/<id>`, unless it is
+    /// mounted there already, for an engine that does not mount images itself (see [`ImageVolumeSource`]);
+    /// returns the mount's path, a container's bind source. Unmounted with the pod's directory
+    /// ([`VolumeManager::cleanup`]).
+    ///
+    /// # Errors
+    /// [`VolumeError::Io`] when the mount fails (`EPERM` when edgecore is not root), or the
+    /// layers cannot be given to overlayfs; [`VolumeError::Blocking`] if the work panicked.
+    pub async fn mount_image(
+        &self,
+        pod: &Pod,
+        image_id: &str,
+        layers: Vec<PathBuf>,
+    ) -> Result<PathBuf> {
+        let target = image::mount_point(&self.pod_dir(pod), image_id);
+        let path = target.clone();
+        tokio::task::spawn_blocking(move || {
+            image::mount_layers(&target, &layers).map_err(|source| VolumeError::Io {
+                path: target.clone(),
+                source,
+            })
+        })
+        .await
+        .map_err(VolumeError::Blocking)??;
+        Ok(path)
+    }
+
     /// Unmounts every mount under `<pods_dir>/<uid>` (the tmpfs of memory-backed volumes, the
-    /// pinned subPaths), removes the pins one by one without recursing (`subpath`), checks
+    /// pinned subPaths, the images of image volumes), removes the pins one by one without recursing (`subpath`), checks
     /// that nothing is mounted under the directory any more, then removes it (all volumes of
     /// the pod; hostPaths are untouched) and forgets the pod's tokens, trust anchors and
     /// certificates. Absent is fine.
@@ -330,9 +379,14 @@ impl<O: PodObjects> VolumeManager<O> {
 }
 
 impl PodVolumes {
-    /// The host path of volume `name`, if the pod has it.
+    /// The host path of volume `name`, if the pod has it (image volumes have none).
     pub fn host_path(&self, name: &str) -> Option<&Path> {
         self.volumes.get(name).map(|(p, _)| p.as_path())
+    }
+
+    /// Whether volume `name` is an image volume.
+    pub fn is_image(&self, name: &str) -> bool {
+        self.images.contains(name)
     }
 }
 

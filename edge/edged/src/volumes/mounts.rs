@@ -175,6 +175,11 @@ pub(super) async fn memory_volume(
     .map_err(VolumeError::Blocking)?
 }
 
+/// Whether `dir` (canonical) is a mount point.
+pub(super) fn is_mount_point(dir: &Path) -> bool {
+    mounts().any(|m| m.point == dir)
+}
+
 /// The first mount point at or under `dir` (canonical), if any is left.
 pub(super) fn first_mount_under(dir: &Path) -> Option<PathBuf> {
     let dir = std::fs::canonicalize(dir).ok()?;
