@@ -1,5 +1,7 @@
 //! `cargo xtask down`: stops what `cargo xtask quickstart` (with or without `--deployed`)
-//! started — edgecore, edgecontroller, cloudhub, the edge node's pod containers, the kubelet
+//! or `cargo xtask conformance` started — edgecore, edgecontroller, cloudhub, the edge node's
+//! pod containers, the namespaced edge nodes of `conformance --nodes N` (their edgecores,
+//! engines, namespaces, site, and the host's routes and rules for them), the kubelet
 //! node of `--deployed` (its pods, processes and host state), then the quickstart's control
 //! plane and Jaeger.
 
@@ -15,6 +17,14 @@ pub async fn run(_args: Args) -> anyhow::Result<ExitCode> {
     let n = crate::local::stop_processes(&dir);
     let containers = crate::local::remove_containers(&dir);
     eprintln!("down: stopped {n} Verge processes, removed {containers} pod containers");
+    let dir_clone = dir.clone();
+    let extra =
+        tokio::task::spawn_blocking(move || crate::local::extra_edges::clean(&dir_clone)).await?;
+    if extra > 0 {
+        eprintln!(
+            "down: stopped {extra} namespaced edge nodes (edgecore, engine, namespace) and their site"
+        );
+    }
     let node = crate::quickstart::node_config();
     if node.run_dir.exists() {
         let was_up = node.down().await?;

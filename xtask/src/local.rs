@@ -1,7 +1,16 @@
 //! A local Verge deployment as detached background processes: cloudhub, edgecontroller,
 //! devicecontroller and one edgecore against a control plane, with configs, logs and pids in one run directory.
 //! Used by `quickstart` and the benchmarks.
+//!
+//! Layout: this file starts and stops the deployment; [`edge_yaml`] writes edgecore's
+//! configuration; [`extra_edges`] adds edge nodes that each run in a network namespace of
+//! their own with a Docker engine of their own, in one site with the node on the host
+//! (`cargo xtask conformance --nodes N`).
 
+pub mod edge_yaml;
+pub mod extra_edges;
+
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -24,6 +33,37 @@ pub struct LocalVerge {
     /// The local MQTT broker (mosquitto) edgecore's eventbus uses: `tcp://127.0.0.1:<port>`,
     /// user [`verge_testkit::mosquitto::MOSQUITTO_USER`], password in `mqtt/client-password`.
     pub mqtt_url: String,
+    /// How further edge nodes join cloudhub.
+    pub hub: HubAccess,
+}
+
+/// What an edge node needs to join the deployment's cloudhub.
+#[derive(Debug, Clone)]
+pub struct HubAccess {
+    /// cloudhub's edge port (on `127.0.0.1`, or on every address with
+    /// [`StartOptions::hub_on_all_addresses`]).
+    pub edge_port: u16,
+    /// cloudhub's join port (bound as the edge port).
+    pub join_port: u16,
+    /// A bootstrap token, valid for an hour from the start.
+    pub token: String,
+    /// The Verge CA's pin, `sha256:<hex>`.
+    pub ca_cert_hash: String,
+}
+
+/// How [`start_with`] differs from [`start`]'s defaults.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions<'a> {
+    /// Export every process's spans to this OTLP endpoint (see
+    /// [`crate::jaeger::tracing_yaml`]).
+    pub otlp_endpoint: Option<&'a str>,
+    /// cloudhub's edge and join ports on every address instead of `127.0.0.1`, so edges in
+    /// network namespaces reach them through their links ([`extra_edges`]).
+    pub hub_on_all_addresses: bool,
+    /// The edge node's `edged.nodeIP` (default: the host's first address).
+    pub node_ip: Option<Ipv4Addr>,
+    /// The edge node's `edged.nodeLabels`.
+    pub node_labels: Vec<(String, String)>,
 }
 
 /// Ensures the Debian packages, the Docker engine and the test image (blocking work on a
@@ -135,8 +175,26 @@ pub async fn start(
     node_name: &str,
     otlp_endpoint: Option<&str>,
 ) -> anyhow::Result<LocalVerge> {
-    let tracing = crate::jaeger::tracing_yaml(otlp_endpoint);
+    let options = StartOptions {
+        otlp_endpoint,
+        ..StartOptions::default()
+    };
+    start_with(dir, bin_dir, cp, node_name, &options).await
+}
+
+/// [`start`] with `options`. What an earlier start left in `dir` is stopped first, the
+/// edge nodes of [`extra_edges`] included.
+pub async fn start_with(
+    dir: &Path,
+    bin_dir: &Path,
+    cp: &ControlPlane,
+    node_name: &str,
+    options: &StartOptions<'_>,
+) -> anyhow::Result<LocalVerge> {
+    let tracing = crate::jaeger::tracing_yaml(options.otlp_endpoint);
     stop_processes(dir);
+    let dir_clone = dir.to_owned();
+    tokio::task::spawn_blocking(move || extra_edges::clean(&dir_clone)).await?;
     std::fs::create_dir_all(dir.join("logs"))?;
     std::fs::write(dir.join("node"), node_name)?;
     let (edge_port, ctrl_port, join_port) = (free_port()?, free_port()?, free_port()?);
@@ -152,13 +210,18 @@ pub async fn start(
         Duration::from_secs(3600),
     )
     .await?;
+    let hub_host = if options.hub_on_all_addresses {
+        "0.0.0.0"
+    } else {
+        "127.0.0.1"
+    };
     let cloudhub_cfg = crate::jaeger::append_section(
         write(
             dir,
             "cloudhub.yaml",
             &format!(
-                "edgeAddr: 127.0.0.1:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
-             joinAddr: 127.0.0.1:{join_port}\nhealthAddr: 127.0.0.1:0\n\
+                "edgeAddr: {hub_host}:{edge_port}\ncontrollerAddr: 127.0.0.1:{ctrl_port}\n\
+             joinAddr: {hub_host}:{join_port}\nhealthAddr: 127.0.0.1:0\n\
              streams: {{addr: \"127.0.0.1:0\", kubeletClientCaFile: {}, \
              kubeletClientNames: [kube-apiserver-kubelet-client, {}]}}\n",
                 cp.ca_cert_path().display(),
@@ -175,39 +238,51 @@ pub async fn start(
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
     // The default metrics and health address, unless another local edgecore (a benchmark's
     // second node) holds it already.
-    let metrics = if std::net::TcpListener::bind(("127.0.0.1", DEFAULT_EDGE_METRICS_PORT)).is_ok() {
-        String::new()
-    } else {
-        format!("metricsAddr: 127.0.0.1:{}\n", free_port()?)
-    };
-    // The kit's control plane marks a node NotReady 10 s after its last heartbeat
-    // (`ControlPlaneConfig::node_monitor_grace_period`, short for tests); edgecontroller
-    // renews the node Lease every quarter of its duration, so an 8 s Lease (renewed every
-    // 2 s) keeps the node Ready, where the default 40 s one (renewed every 10 s) would not.
+    let metrics_addr =
+        if std::net::TcpListener::bind(("127.0.0.1", DEFAULT_EDGE_METRICS_PORT)).is_ok() {
+            None
+        } else {
+            Some(format!("127.0.0.1:{}", free_port()?))
+        };
     // The edge pins the Verge CA (cloudhub offers no token CA discovery), so its
     // configuration is written once cloudhub has published the CA, before edgecore starts.
     let edgecore_cfg = dir.join("edgecore.yaml").display().to_string();
+    let data_dir = dir.join("edge");
+    let (dmi, password_file) = (dmi_socket(dir), dir.join("mqtt").join("client-password"));
     let edgecore_yaml = |ca_hash: &str| {
-        format!(
-            "nodeName: {node_name}\ndataDir: {}\nedgeHub:\n  server: https://127.0.0.1:{edge_port}\n\
-             \x20 joinServer: https://127.0.0.1:{join_port}\n  token: {token}\n\
-             \x20 caCertHash: {ca_hash}\n\
-             edged:\n  podSandboxImage: {}\n  podSandboxCommand: {:?}\n\
-             \x20 gc: {{imageGCHighThresholdPercent: 100}}\n  nodeLeaseDurationSeconds: 8\n\
-             deviceTwin:\n  dmiSocket: {}\n\
-             eventBus:\n  enable: true\n  mqttServer: {mqtt_url}\n  username: {}\n  passwordFile: {}\n\
-             {metrics}",
-            dir.join("edge").display(),
-            verge_testkit::docker::TEST_IMAGE,
-            verge_testkit::docker::TEST_SANDBOX_COMMAND,
-            dmi_socket(dir).display(),
-            verge_testkit::mosquitto::MOSQUITTO_USER,
-            dir.join("mqtt").join("client-password").display(),
-        )
+        edge_yaml::EdgeYaml {
+            node_name,
+            data_dir: &data_dir,
+            server: format!("https://127.0.0.1:{edge_port}"),
+            join_server: format!("https://127.0.0.1:{join_port}"),
+            tls_server_name: None,
+            token: &token,
+            ca_cert_hash: ca_hash,
+            node_ip: options.node_ip,
+            node_labels: &options.node_labels,
+            runtime_endpoint: None,
+            dmi_socket: &dmi,
+            event_bus: Some((&mqtt_url, &password_file)),
+            metrics_addr: metrics_addr.clone(),
+        }
+        .render()
     };
-    let kubeconfig = cp.kubeconfig().display().to_string();
+    // Each service runs as its own service account with the shipped RBAC, as deployed: an
+    // admin's credentials would also change how the API server treats edgecontroller's
+    // node impersonation (it remembers per requesting user which impersonation mode last
+    // worked, so an admin's legacy impersonation elsewhere would make edgecontroller's
+    // requests act as a user without the `system:nodes` group).
+    let mut kubeconfigs = std::collections::HashMap::new();
+    let mut hub_tokens = std::collections::HashMap::new();
+    for service in ["cloudhub", "edgecontroller", "devicecontroller"] {
+        let (kubeconfig, hub_token) =
+            verge_testkit::trust::service_account_credentials(cp, service, dir).await?;
+        kubeconfigs.insert(service, kubeconfig.display().to_string());
+        hub_tokens.insert(service, hub_token);
+    }
     let mut pids = vec![format!("mosquitto {mqtt_pid}")];
     let mut edgecore_pid = 0;
+    let mut ca_cert_hash = String::new();
     for (name, argv) in [
         (
             "cloudhub",
@@ -215,7 +290,7 @@ pub async fn start(
                 "--config".to_owned(),
                 cloudhub_cfg,
                 "--kubeconfig".to_owned(),
-                kubeconfig.clone(),
+                kubeconfigs["cloudhub"].clone(),
             ],
         ),
         (
@@ -223,11 +298,16 @@ pub async fn start(
             vec![
                 "--config".to_owned(),
                 crate::jaeger::append_section(
-                    controller_config(dir, "edgecontroller", ctrl_port)?,
+                    deployed_controller_config(
+                        dir,
+                        "edgecontroller",
+                        ctrl_port,
+                        &hub_tokens["edgecontroller"],
+                    )?,
                     &tracing,
                 )?,
                 "--kubeconfig".to_owned(),
-                kubeconfig.clone(),
+                kubeconfigs["edgecontroller"].clone(),
             ],
         ),
         (
@@ -235,18 +315,23 @@ pub async fn start(
             vec![
                 "--config".to_owned(),
                 crate::jaeger::append_section(
-                    controller_config(dir, "devicecontroller", ctrl_port)?,
+                    deployed_controller_config(
+                        dir,
+                        "devicecontroller",
+                        ctrl_port,
+                        &hub_tokens["devicecontroller"],
+                    )?,
                     &tracing,
                 )?,
                 "--kubeconfig".to_owned(),
-                kubeconfig.clone(),
+                kubeconfigs["devicecontroller"].clone(),
             ],
         ),
         ("edgecore", vec!["--config".to_owned(), edgecore_cfg]),
     ] {
         if name == "edgecore" {
-            let ca_hash = verge_testkit::trust::verge_ca_hash(&client).await?;
-            let written = write(dir, "edgecore.yaml", &edgecore_yaml(&ca_hash))?;
+            ca_cert_hash = verge_testkit::trust::verge_ca_hash(&client).await?;
+            let written = write(dir, "edgecore.yaml", &edgecore_yaml(&ca_cert_hash))?;
             crate::jaeger::append_section(written, &tracing)?;
         }
         let log = dir.join("logs").join(format!("{name}.log"));
@@ -265,6 +350,12 @@ pub async fn start(
         node_name: node_name.to_owned(),
         edgecore_pid,
         mqtt_url,
+        hub: HubAccess {
+            edge_port,
+            join_port,
+            token,
+            ca_cert_hash,
+        },
     })
 }
 
@@ -350,7 +441,37 @@ pub fn start_mapper(dir: &Path, bin_dir: &Path, protocol: &str) -> anyhow::Resul
     Ok(pid)
 }
 
-/// Writes `text` to `dir/name`; returns the path as a string (for a command line).
+/// Writes `<controller>.yaml` in `dir` for a controller running as its own service account
+/// ([`start`]): the cloudhub at `ctrl_port`, the shipped leader-election Lease
+/// (`verge-system/<controller>`, the only one its RBAC may update) with a fixed identity, and
+/// `hub_token` (a token of the account for cloudhub's ControllerHub audience) as
+/// `cloudhubAuth.tokenFile`. Returns the file's path.
+pub fn deployed_controller_config(
+    dir: &Path,
+    controller: &str,
+    ctrl_port: u16,
+    hub_token: &Path,
+) -> anyhow::Result<String> {
+    let run = lease_suffix(dir);
+    write(
+        dir,
+        &format!("{controller}.yaml"),
+        &format!(
+            "cloudhub: https://127.0.0.1:{ctrl_port}
+healthAddr: 127.0.0.1:0
+leaderElection:
+  \
+             leaseName: {controller}
+  identity: {controller}-{run}-0
+\
+             cloudhubAuth:
+  tokenFile: {}
+",
+            hub_token.display()
+        ),
+    )
+}
+
 /// Writes `<controller>.yaml` in `dir`: the cloudhub at `ctrl_port`, and leader election on
 /// a Lease of this run directory's own (`<controller>-<directory name>`, so runs against a
 /// shared control plane do not wait for each other) with a fixed identity (a restarted
@@ -387,6 +508,7 @@ fn lease_suffix(dir: &Path) -> String {
     }
 }
 
+/// Writes `text` to `dir/name`; returns the path as a string (for a command line).
 pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
     let path = dir.join(name);
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

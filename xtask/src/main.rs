@@ -5,8 +5,8 @@
 //! [`test`](mod@test) (the whole test suite on the real components), [`quickstart`] and [`down`] (a
 //! local deployment running a sample Deployment on an edge node), [`bench`](mod@bench) (benchmarks),
 //! [`fuzz`] (the fuzz targets of `fuzz/`, each for a bounded time), [`images`] (container
-//! images of the services), [`conformance`] (the upstream `[NodeConformance]` specs against
-//! the edge node, docs/conformance.md), [`api`] (buf lint and breaking, docs/api.md); [`local`] starts and stops the Verge processes for quickstart and
+//! images of the services), [`conformance`] (Kubernetes' node-conformance and conformance
+//! specs against edge nodes, docs/node-conformance.md and docs/conformance.md), [`api`] (buf lint and breaking, docs/api.md); [`local`] starts and stops the Verge processes for quickstart and
 //! benchmarks; [`deny`] (`deny`, also a static check of `test`: the
 //! dependency policy of `deny.toml`, with the pinned cargo-deny installed when missing).
 
@@ -60,8 +60,9 @@ enum Command {
     /// Build the container images `verge/<binary>:<tag>` (static binaries FROM scratch,
     /// non-root) in the local Docker engine; print their sizes; optionally `docker save` them.
     Images(images::Args),
-    /// Run the upstream `[NodeConformance]` specs of the pinned release against the
-    /// quickstart cluster's edge node and write docs/conformance.md.
+    /// Run Kubernetes' own e2e specs of the pinned release against the quickstart cluster's
+    /// edge nodes: `--suite node-conformance` (docs/node-conformance.md) or `--suite
+    /// conformance` (docs/conformance.md).
     Conformance(conformance::Args),
     /// The protobuf API as a contract: `check` (buf lint, buf breaking against the previous
     /// release, docs/api.md up to date) and `docs` (regenerate docs/api.md).

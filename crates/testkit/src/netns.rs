@@ -22,12 +22,13 @@ use std::process::Command;
 use anyhow::{Context as _, bail};
 
 /// One network namespace joined to the host by a veth pair. Deleted (with its veth pair)
-/// on drop.
+/// on drop, unless [`EdgeNetns::keep`] said otherwise.
 #[derive(Debug)]
 pub struct EdgeNetns {
     name: String,
     host_if: String,
     index: u8,
+    kept: bool,
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
@@ -66,6 +67,7 @@ impl EdgeNetns {
             name: name.clone(),
             host_if: host_if.clone(),
             index,
+            kept: false,
         };
         ip(&[
             "link", "add", &host_if, "type", "veth", "peer", "name", &ns_if,
@@ -99,6 +101,26 @@ impl EdgeNetns {
     /// The namespace's name (for `ip netns exec <name> ...`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The host end of the veth pair (`vh<pid>x<index>`).
+    pub fn host_if(&self) -> &str {
+        &self.host_if
+    }
+
+    /// Leaves the namespace and its veth pair in place when this value goes: for a
+    /// deployment that outlives this process (`cargo xtask conformance --keep`), which
+    /// records [`EdgeNetns::name`] and [`EdgeNetns::host_if`] and deletes them later with
+    /// [`EdgeNetns::delete`].
+    pub fn keep(mut self) {
+        self.kept = true;
+    }
+
+    /// Deletes namespace `name` and the host's veth end `host_if` (an [`EdgeNetns`] kept
+    /// earlier, maybe by another process); what is already gone is skipped.
+    pub fn delete(name: &str, host_if: &str) {
+        let _ = ip(&["link", "del", host_if]);
+        let _ = ip(&["netns", "del", name]);
     }
 
     /// The host end's address, `10.213.<index>.1`: where the edge reaches the cloud.
@@ -148,20 +170,24 @@ impl EdgeNetns {
 
 impl Drop for EdgeNetns {
     fn drop(&mut self) {
-        let _ = ip(&["link", "del", &self.host_if]);
-        let _ = ip(&["netns", "del", &self.name]);
+        if !self.kept {
+            Self::delete(&self.name, &self.host_if);
+        }
     }
 }
 
 /// A site of the two-site kit (issue 32): edge hosts that reach each other directly, on one
 /// layer-2 segment. The segment is a bridge in a network namespace of its own (so the host's
 /// firewall, e.g. Docker's, never sees its frames); each edge joins it with a second veth pair
-/// and the address `10.214.<site>.<host>/24`, its node address on the site. Deleted (with the
-/// edges' legs) on drop.
+/// and the address `10.214.<site>.<host>/24`, its node address on the site. The host itself
+/// may join too ([`SiteNet::join_host`]): an edge node running on the host is then a site peer
+/// of the namespaced ones. Deleted (with the edges' and the host's legs) on drop, unless
+/// [`SiteNet::keep`] said otherwise.
 #[derive(Debug)]
 pub struct SiteNet {
     name: String,
     index: u8,
+    kept: bool,
 }
 
 impl SiteNet {
@@ -177,7 +203,11 @@ impl SiteNet {
         let name = format!("verge-site-{pid}-{index}");
         let _ = ip(&["netns", "del", &name]);
         ip(&["netns", "add", &name])?;
-        let this = Self { name, index };
+        let this = Self {
+            name,
+            index,
+            kept: false,
+        };
         this.ip(&["link", "add", "br0", "type", "bridge"])?;
         this.ip(&["link", "set", "br0", "up"])?;
         Ok(this)
@@ -197,6 +227,43 @@ impl SiteNet {
     /// The address host `host` (1..=254) gets on this site.
     pub fn addr(&self, host: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 214, self.index, host)
+    }
+
+    /// Joins the host (the root network namespace) to the site as host `host` (1..=254): a
+    /// veth pair from the site's bridge to the host, whose end `link` (at most 15 bytes; best
+    /// a name starting `verge-`, which edged passes over when it picks a node address of its
+    /// own) gets [`SiteNet::addr`]`/24`. Returns that address. The link goes with the site.
+    ///
+    /// # Errors
+    /// `host` out of range, `link` exists already, or an `ip` command fails.
+    pub fn join_host(&self, host: u8, link: &str) -> anyhow::Result<Ipv4Addr> {
+        if host == 0 || host == 255 {
+            bail!("site host {host} out of range 1..=254");
+        }
+        let pid = std::process::id() % 100_000;
+        let site_end = format!("sa{pid}x{}y{host}", self.index);
+        ip(&[
+            "link", "add", link, "type", "veth", "peer", "name", &site_end,
+        ])?;
+        ip(&["link", "set", &site_end, "netns", &self.name])?;
+        self.ip(&["link", "set", &site_end, "master", "br0"])?;
+        self.ip(&["link", "set", &site_end, "up"])?;
+        let addr = self.addr(host);
+        ip(&["addr", "add", &format!("{addr}/24"), "dev", link])?;
+        ip(&["link", "set", link, "up"])?;
+        Ok(addr)
+    }
+
+    /// Leaves the site in place when this value goes (see [`EdgeNetns::keep`]); deleted later
+    /// by name with [`SiteNet::delete`].
+    pub fn keep(mut self) {
+        self.kept = true;
+    }
+
+    /// Deletes the site namespace `name` (a [`SiteNet`] kept earlier): its bridge goes, and
+    /// with it every leg's veth pair, the host's included.
+    pub fn delete(name: &str) {
+        let _ = ip(&["netns", "del", name]);
     }
 
     /// Joins `edge` to the site as host `host` (1..=254): a veth pair from the site's bridge
@@ -237,6 +304,8 @@ impl SiteNet {
 
 impl Drop for SiteNet {
     fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.name]);
+        if !self.kept {
+            Self::delete(&self.name);
+        }
     }
 }

@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 
+use crate::daemon;
 use crate::netns::EdgeNetns;
 use crate::process::ChildProcess;
 
-/// One `dockerd` in a network namespace. Stopped (its containers removed first) on drop.
+/// One `dockerd` in a network namespace. Stopped (its containers removed first) on drop,
+/// unless started detached ([`NetnsDocker::start_detached`]).
 #[derive(Debug)]
 pub struct NetnsDocker {
     dir: PathBuf,
@@ -30,31 +32,72 @@ impl NetnsDocker {
     /// # Errors
     /// `dockerd` is missing, exits, or does not answer in time (its log is in the error).
     pub fn start(ns: &EdgeNetns, dir: &Path) -> anyhow::Result<Self> {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
-        let dockerd = which("dockerd")?;
-        // `nsenter --net`, not `ip netns exec`: the latter mounts a fresh /sys for the
-        // namespace, which hides the cgroup hierarchy dockerd needs.
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--net=/var/run/netns/{}", ns.name()))
-            .arg(&dockerd)
-            .arg(format!("--data-root={}", dir.join("data").display()))
-            .arg(format!("--exec-root={}", dir.join("exec").display()))
-            .arg(format!("--pidfile={}", dir.join("dockerd.pid").display()))
-            .arg(format!(
-                "--host=unix://{}",
-                dir.join("docker.sock").display()
-            ))
-            .arg(format!("--cgroup-parent={}", ns.name()))
-            .arg("--bridge=none")
-            .arg("--log-level=warn");
+        let (nsenter, args) = dockerd_command(ns, dir)?;
+        let mut cmd = Command::new(nsenter);
+        cmd.args(&args);
         let process = ChildProcess::spawn_command("dockerd", cmd, dir.join("dockerd.log"))?;
         let this = Self {
             dir: dir.to_owned(),
             process: Some(process),
         };
+        this.wait_answering(ns)?;
+        Ok(this)
+    }
+
+    /// Like [`NetnsDocker::start`], with `dockerd` a detached daemon
+    /// ([`crate::daemon::spawn_detached`]) that outlives this process: dropping the value
+    /// leaves it running. [`NetnsDocker::stop_detached`] stops it, [`NetnsDocker::attach`]
+    /// reaches it again.
+    ///
+    /// # Errors
+    /// As [`NetnsDocker::start`]; a `dockerd` that does not answer is stopped.
+    pub fn start_detached(ns: &EdgeNetns, dir: &Path) -> anyhow::Result<Self> {
+        let (nsenter, args) = dockerd_command(ns, dir)?;
+        let pid = daemon::spawn_detached(&nsenter, &args, &[], &dir.join("dockerd.log"))?;
+        let this = Self::attach(dir);
+        if let Err(error) = this.wait_answering(ns) {
+            daemon::stop_all(&[pid], Duration::from_secs(10));
+            return Err(error);
+        }
+        Ok(this)
+    }
+
+    /// The engine [`NetnsDocker::start_detached`] started in `dir`, maybe from another
+    /// process: for [`NetnsDocker::docker`] and [`NetnsDocker::load_image`]. Dropping it
+    /// leaves the engine running.
+    pub fn attach(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            process: None,
+        }
+    }
+
+    /// Stops the engine [`NetnsDocker::start_detached`] started in `dir`: removes every
+    /// container, stops `dockerd` (the pid of its pidfile: SIGTERM to its process group, SIGKILL
+    /// after 20 s), unmounts what it left under `dir` (a killed engine's overlays and
+    /// namespace files) and removes `dir`. An engine that is not running is skipped. Returns
+    /// whether one ran.
+    pub fn stop_detached(dir: &Path) -> bool {
+        let this = Self::attach(dir);
+        this.remove_containers();
+        let pid = std::fs::read_to_string(dir.join("dockerd.pid"))
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok())
+            .filter(|pid| daemon::is_alive(*pid, Some("dockerd")));
+        if let Some(pid) = pid {
+            daemon::stop_all(&[pid], Duration::from_secs(20));
+        }
+        if let Err(error) = crate::mounts::unmount_under(dir) {
+            eprintln!("verge-testkit: {error:#}");
+        }
+        this.remove_dir();
+        pid.is_some()
+    }
+
+    /// Waits until the engine answers (at most 60 s).
+    fn wait_answering(&self, ns: &EdgeNetns) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(60);
-        while this
+        while self
             .docker(&["version", "--format", "{{.Server.Version}}"])
             .is_err()
         {
@@ -62,12 +105,12 @@ impl NetnsDocker {
                 bail!(
                     "dockerd in {} did not answer within 60 s:\n{}",
                     ns.name(),
-                    this.log_tail()
+                    self.log_tail()
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Ok(this)
+        Ok(())
     }
 
     /// The engine's socket.
@@ -151,14 +194,7 @@ impl NetnsDocker {
         let Some(mut process) = self.process.take() else {
             return Ok(());
         };
-        if let Ok(ids) = self.docker(&["ps", "-aq"]) {
-            let ids: Vec<&str> = ids.split_whitespace().collect();
-            if !ids.is_empty() {
-                let mut args = vec!["rm", "-f"];
-                args.extend(ids);
-                let _ = self.docker(&args);
-            }
-        }
+        self.remove_containers();
         let _ = Command::new("kill")
             .args(["-TERM", &process.pid().to_string()])
             .status();
@@ -167,6 +203,24 @@ impl NetnsDocker {
             std::thread::sleep(Duration::from_millis(100));
         }
         process.kill9()?;
+        self.remove_dir();
+        Ok(())
+    }
+
+    /// Removes every container of the engine (when it answers).
+    fn remove_containers(&self) {
+        if let Ok(ids) = self.docker(&["ps", "-aq"]) {
+            let ids: Vec<&str> = ids.split_whitespace().collect();
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(ids);
+                let _ = self.docker(&args);
+            }
+        }
+    }
+
+    /// Removes the engine's directory unless something is still mounted under it.
+    fn remove_dir(&self) {
         let dir = self.dir.display().to_string();
         let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
         if mounts.lines().any(|l| l.contains(&dir)) {
@@ -174,7 +228,6 @@ impl NetnsDocker {
         } else {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-        Ok(())
     }
 }
 
@@ -184,6 +237,28 @@ impl Drop for NetnsDocker {
             eprintln!("verge-testkit: stopping dockerd: {error:#}");
         }
     }
+}
+
+/// `nsenter` and its arguments that run `dockerd` in `ns` with everything under `dir`
+/// (created; emptied first).
+fn dockerd_command(ns: &EdgeNetns, dir: &Path) -> anyhow::Result<(PathBuf, Vec<String>)> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir)?;
+    let dockerd = which("dockerd")?;
+    // `nsenter --net`, not `ip netns exec`: the latter mounts a fresh /sys for the
+    // namespace, which hides the cgroup hierarchy dockerd needs.
+    let args = vec![
+        format!("--net=/var/run/netns/{}", ns.name()),
+        dockerd.display().to_string(),
+        format!("--data-root={}", dir.join("data").display()),
+        format!("--exec-root={}", dir.join("exec").display()),
+        format!("--pidfile={}", dir.join("dockerd.pid").display()),
+        format!("--host=unix://{}", dir.join("docker.sock").display()),
+        format!("--cgroup-parent={}", ns.name()),
+        "--bridge=none".to_owned(),
+        "--log-level=warn".to_owned(),
+    ];
+    Ok((PathBuf::from("nsenter"), args))
 }
 
 /// The path of `program` on `PATH`.

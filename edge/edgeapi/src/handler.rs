@@ -153,9 +153,13 @@ impl Handler {
             query: uri.query().map(str::to_owned),
             accept,
         };
+        let path = uri.path().to_owned();
         match self.upstream.send(request.map(BodyExt::boxed)).await {
             Ok(response) => self.learn(&asked, response).await,
-            Err(why) => self.offline(&asked, &why).await,
+            Err(why) => {
+                debug!(%why, %path, "edge API: API server unreachable; answering offline");
+                self.offline(&asked, &why).await
+            }
         }
     }
 

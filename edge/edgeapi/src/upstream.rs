@@ -100,14 +100,24 @@ impl Upstream {
         strip_hop_by_hop(&mut parts.headers);
         parts.headers.remove(header::HOST);
         parts.version = http::Version::HTTP_2;
-        sender
-            .ready()
-            .await
-            .map_err(|e| Unreachable(format!("the connection to the API server closed: {e}")))?;
+        if sender.ready().await.is_err() {
+            // The kept connection closed while idle (the API server or the tunnel ended
+            // it): make a new one once before calling the API server unreachable.
+            self.forget_connection().await;
+            sender = self.sender().await?;
+            sender.ready().await.map_err(|e| {
+                Unreachable(format!("the connection to the API server closed: {e}"))
+            })?;
+        }
         sender
             .send_request(Request::from_parts(parts, body))
             .await
             .map_err(|e| Unreachable(format!("the API server did not answer: {e}")))
+    }
+
+    /// Drops the kept connection, so the next [`Upstream::sender`] makes a new one.
+    async fn forget_connection(&self) {
+        *self.conn.lock().await = None;
     }
 
     /// The open connection for the current session, made if there is none.

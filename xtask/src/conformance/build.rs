@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 
 /// The way the binaries are built, in the stamp: a cache built another way is built again.
-const BUILD_REVISION: &str = "nodeconformance-network-2";
+const BUILD_REVISION: &str = "conformance-suite-1";
 
 /// The cache of one release's conformance binaries: `~/.cache/verge/conformance/v<version>`,
 /// holding `src/` (the Go module), `bin/e2e.test`, `bin/agnhost` and the stamp `complete`.

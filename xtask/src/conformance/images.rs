@@ -25,6 +25,11 @@ pub struct E2eImage {
 #[derive(Debug, Clone, Copy)]
 enum Kind {
     Agnhost,
+    /// `AgnhostPrev`: the same agnhost as another image (the rolling-update specs only need
+    /// two references).
+    AgnhostPrev,
+    /// kitten or nautilus: agnhost with the release's `test/images/<name>/html` files.
+    WebImage(&'static str),
     Busybox,
     DnsTesting,
     Nginx,
@@ -33,10 +38,11 @@ enum Kind {
     Pause,
 }
 
-/// The images of 1.37's `manifest.go` that the selected specs use: the `[NodeConformance]`
-/// specs of `test/e2e/common/{node,storage,network}` and the sig-network `[Conformance]` specs
-/// of `test/e2e/network` (learned with `--ginkgo.dry-run` and the specs' sources).
-pub const IMAGES: [E2eImage; 7] = [
+/// The images of 1.37's `manifest.go` that the selected specs use: those of the
+/// `[NodeConformance]` and `[Conformance]` specs of `test/e2e/{apps,auth,common,network,node,
+/// scheduling,storage}` (learned with `--ginkgo.dry-run`, the specs' sources and the runs'
+/// pull failures).
+pub const IMAGES: [E2eImage; 11] = [
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
         how: "agnhost built from test/images/agnhost of the Kubernetes module (static Go binary) \
@@ -47,6 +53,28 @@ pub const IMAGES: [E2eImage; 7] = [
               host and nslookup, curl, getent) in /usr/bin, ahead of busybox's applets on \
               PATH; /bin/sh stays busybox's; ENTRYPOINT /agnhost, CMD pause",
         kind: Kind::Agnhost,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/agnhost:2.55",
+        how: "a stand-in for the previous agnhost (`AgnhostPrev`): agnhost 2.66.1 made as \
+              above, with a label of its own so that it is a distinct image; the specs that \
+              use it (Deployment and StatefulSet updates, pod image updates) only need a \
+              second working agnhost to move to and from",
+        kind: Kind::AgnhostPrev,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/kitten:1.8",
+        how: "agnhost as above with test/images/kitten/html of the Kubernetes module \
+              (`/kitten.jpg`, `/data.json`) and CMD test-webserver, as upstream's \
+              Dockerfile; and, imitating the file of upstream's alpine base that the image \
+              volume spec reads, an `/etc/os-release` naming Alpine Linux (and saying it is \
+              Verge's stand-in)",
+        kind: Kind::WebImage("kitten"),
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/nautilus:1.8",
+        how: "as kitten, with test/images/nautilus/html",
+        kind: Kind::WebImage("nautilus"),
     },
     E2eImage {
         reference: "registry.k8s.io/e2e-test-images/busybox:1.37.0-2",
@@ -67,6 +95,12 @@ pub const IMAGES: [E2eImage; 7] = [
         how: "a stand-in: busybox 1.37's httpd serving /usr/share/nginx/html on port 80 \
               (upstream's is nginx on alpine); the EndpointSlice and Endpoints specs that use \
               it only need a running pod with an IP",
+        kind: Kind::Nginx,
+    },
+    E2eImage {
+        reference: "registry.k8s.io/e2e-test-images/nginx:1.28.0-2",
+        how: "the same stand-in as nginx:1.27.0-2 (`NginxNew`, the image some update specs \
+              move to)",
         kind: Kind::Nginx,
     },
     E2eImage {
@@ -135,11 +169,23 @@ pub fn ensure_images(build: &E2eBuild) -> anyhow::Result<()> {
                     &["ENV PATH=/bin", r#"CMD ["/bin/sh"]"#, &label],
                 )?;
             }
-            Kind::Agnhost => {
+            Kind::Agnhost | Kind::AgnhostPrev | Kind::WebImage(_) => {
                 base(root.path())?;
                 tools(&mut archive, root.path(), &NET_TOOLS)?;
                 std::os::unix::fs::symlink("nc.openbsd", root.path().join("usr/bin/nc"))?;
-                agnhost(build, root.path(), image.reference, &label)?;
+                let mut extra = vec![label.clone()];
+                match image.kind {
+                    Kind::AgnhostPrev => extra.push(format!(
+                        "LABEL verge.conformance.stand-in=\"agnhost 2.66.1 as {}\"",
+                        image.reference
+                    )),
+                    Kind::WebImage(name) => {
+                        web_files(build, root.path(), name)?;
+                        extra.push(r#"CMD ["test-webserver"]"#.to_owned());
+                    }
+                    _ => {}
+                }
+                agnhost(build, root.path(), image.reference, &extra)?;
             }
             Kind::DnsTesting => {
                 base(root.path())?;
@@ -217,8 +263,30 @@ fn tools(
     Ok(())
 }
 
-/// The agnhost image in `root` (see [`IMAGES`]).
-fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyhow::Result<()> {
+/// The files of kitten or nautilus (`name`) in `root`: the release's
+/// `test/images/<name>/html` files at `/`, and an `/etc/os-release` imitating upstream's
+/// alpine base (see [`IMAGES`]).
+fn web_files(build: &E2eBuild, root: &Path, name: &str) -> anyhow::Result<()> {
+    let html = build
+        .kubernetes_source()
+        .join("test/images")
+        .join(name)
+        .join("html");
+    for entry in std::fs::read_dir(&html).with_context(|| format!("reading {}", html.display()))? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), root.join(entry.file_name()))?;
+    }
+    std::fs::write(
+        root.join("etc/os-release"),
+        "NAME=\"Alpine Linux\"\nID=alpine\nPRETTY_NAME=\"Alpine Linux (imitated: Verge's \
+         conformance stand-in, busybox 1.37 and agnhost)\"\n",
+    )?;
+    Ok(())
+}
+
+/// The agnhost image in `root` (see [`IMAGES`]), with the Dockerfile `extra` lines (its
+/// label, and a CMD replacing `pause`).
+fn agnhost(build: &E2eBuild, root: &Path, reference: &str, extra: &[String]) -> anyhow::Result<()> {
     std::fs::copy(build.agnhost(), root.join("agnhost"))
         .with_context(|| format!("copying {}", build.agnhost().display()))?;
     std::os::unix::fs::symlink("agnhost", root.join("agnhost-2"))?;
@@ -240,17 +308,14 @@ fn agnhost(build: &E2eBuild, root: &Path, reference: &str, label: &str) -> anyho
     let bash = super::busybox::ensure_bash(&build.cache_dir)?;
     std::fs::copy(&bash, root.join("bin/bash"))
         .with_context(|| format!("copying {}", bash.display()))?;
-    docker::import_rootfs(
-        root,
-        reference,
-        &[
-            TOOLS_PATH,
-            r#"ENTRYPOINT ["/agnhost"]"#,
-            r#"CMD ["pause"]"#,
-            "EXPOSE 80 8080 8081 9376 5000",
-            label,
-        ],
-    )
+    let mut lines = vec![
+        TOOLS_PATH,
+        r#"ENTRYPOINT ["/agnhost"]"#,
+        r#"CMD ["pause"]"#,
+        "EXPOSE 80 8080 8081 9376 5000",
+    ];
+    lines.extend(extra.iter().map(String::as_str));
+    docker::import_rootfs(root, reference, &lines)
 }
 
 /// The nonewprivs image in `root`: `nnp` (prints its effective uid) setuid root.

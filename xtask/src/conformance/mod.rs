@@ -1,22 +1,31 @@
-//! `cargo xtask conformance`: the upstream `[NodeConformance]` specs of
-//! `test/e2e/common/{node,storage,network}` (issue 15) and sig-network's `[Conformance]` specs
-//! of `test/e2e/network` (issue 32) of the pinned Kubernetes release, run unmodified against
-//! the quickstart cluster (its only schedulable node is the Verge edge node), with the
-//! results written to `docs/conformance.md`.
+//! `cargo xtask conformance`: Kubernetes' own e2e specs of the pinned release, run unmodified
+//! against the quickstart cluster (its only schedulable nodes are Verge edge nodes), in one
+//! of two selections ([`suite`]): `--suite node-conformance` (the `[NodeConformance]` specs
+//! of `test/e2e/common/{node,storage,network}`, issue 15, and sig-network's `[Conformance]`
+//! specs, issue 32; results in `docs/node-conformance.md`) or `--suite conformance` (the
+//! `[Conformance]` specs of `test/e2e/{apps,auth,common,network,node,scheduling,storage}`,
+//! issue 35; results in `docs/conformance.md`).
 //!
 //! Steps: [`build`] (`e2e.test` and agnhost from the release's Go module, cached under
 //! `~/.cache/verge/conformance/v<version>/`), [`images`] (the e2e images under their exact
 //! names, made without a registry), a dry run listing the selection ([`run`](mod@run)), the
 //! quickstart's control plane, cloud services and edge node, the real run (JUnit report read
 //! by [`junit`]), then [`report`] writes the document; the cluster is stopped unless `--keep`.
+//! With `--nodes N` the cluster has N edge nodes: the quickstart's on the host and N - 1 more,
+//! each in a network namespace with a Docker engine of its own, all in one site
+//! ([`crate::local::extra_edges`]), for the specs that need several schedulable nodes.
 
 mod build;
 mod busybox;
 mod images;
 mod junit;
+mod kubeedge;
 mod report;
 mod run;
 mod subset;
+mod suite;
+
+pub use suite::Suite;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +39,10 @@ use crate::{local, quickstart};
 /// Arguments of `cargo xtask conformance`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// Which specs: the kubelet's node conformance (with sig-network's conformance specs), or
+    /// Kubernetes' conformance specs of the packages KubeEdge runs plus sig-network's.
+    #[arg(long, value_enum, default_value = "node-conformance")]
+    pub suite: Suite,
     /// `--ginkgo.focus` regex: run only the matching specs of the selection (default: all;
     /// e.g. `'\[sig-network\]'` for the networking ones).
     #[arg(long, conflicts_with = "subset")]
@@ -44,8 +57,9 @@ pub struct Args {
     /// `--ginkgo.timeout` of the run, in minutes.
     #[arg(long, default_value_t = 180)]
     pub timeout_mins: u64,
-    /// Where to write the results (default `docs/conformance.md` of the workspace, or
-    /// `conformance/subset.md` in the quickstart's run directory with `--subset`).
+    /// Where to write the results (default the suite's document, `docs/conformance.md` or
+    /// `docs/node-conformance.md`, or `conformance/subset.md` in the quickstart's run
+    /// directory with `--subset`).
     #[arg(long)]
     pub output: Option<PathBuf>,
     /// Only build e2e.test, make the images and count the selection; start no cluster.
@@ -61,10 +75,22 @@ pub struct Args {
     /// How long to wait for the edge node to be Ready, in seconds.
     #[arg(long, default_value_t = 120)]
     pub node_timeout_secs: u64,
+    /// Edge nodes of the cluster, for the specs that need several schedulable nodes: node 1
+    /// runs on the host with the host's Docker, nodes 2.. each in a network namespace with a
+    /// Docker engine of its own, all in one site (`local::extra_edges`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
+    pub nodes: u8,
 }
 
-/// The edge node's name (the quickstart's).
+/// The first edge node's name (the quickstart's); node k is `verge-edge-<k>`.
 const NODE_NAME: &str = "verge-edge-1";
+
+/// The names of a cluster of `nodes` edge nodes.
+fn node_names(nodes: u8) -> Vec<String> {
+    (1..=nodes.max(1))
+        .map(|k| format!("verge-edge-{k}"))
+        .collect()
+}
 
 /// Builds (or finds cached) what a run needs beside the cluster: e2e.test, agnhost, the
 /// Ginkgo CLI and the e2e images in Docker. Blocking; `cargo xtask test` runs it in the
@@ -105,24 +131,25 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         build_started.elapsed()
     );
 
-    let focus = match (&args.focus, args.subset) {
-        (Some(focus), _) => focus.clone(),
-        (None, true) => subset::focus(),
-        (None, false) => run::DEFAULT_FOCUS.to_owned(),
+    let selection = if args.subset {
+        Suite::subset(subset::focus())
+    } else {
+        args.suite.selection(args.focus.as_deref())
     };
+    let focus = selection.focus.clone();
     let e2e_run = run::E2eRun {
         e2e_test: e2e.e2e_test(),
         ginkgo: e2e.ginkgo(),
         procs: args.procs.max(1),
         repo_root: e2e.kubernetes_source(),
-        focus: focus.clone(),
+        selection: selection.clone(),
         out_dir: quickstart::run_dir().join("conformance"),
     };
     let run_clone = e2e_run.clone();
     let selected = tokio::task::spawn_blocking(move || run_clone.selected_specs()).await??;
     let to_run = selected
         .iter()
-        .filter(|s| !run::EXCLUSIONS.iter().any(|e| s.contains(e.tag)))
+        .filter(|s| selection.excluded_by(&s.text).is_none())
         .count();
     let shown_focus = if args.subset {
         format!("the CI subset of {} specs", subset::SPECS.len())
@@ -133,13 +160,18 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         "conformance: [2/6] {} specs selected ({shown_focus}, files {}), {to_run} to run \
          after excluding {}",
         selected.len(),
-        run::FOCUS_FILE,
-        run::E2eRun::skip_regex()
+        selection.focus_file,
+        selection.skip_regex()
     );
     if args.from_report {
         let info: report::RunInfo = serde_json::from_slice(
             &std::fs::read(e2e_run.info_path()).context("the last run's run.json")?,
         )?;
+        anyhow::ensure!(
+            info.suite == args.suite,
+            "the last run was --suite {:?}; give the same --suite",
+            info.suite
+        );
         let xml =
             std::fs::read_to_string(e2e_run.report_path()).context("the last run's junit.xml")?;
         let cases = junit::parse(&xml)?;
@@ -149,7 +181,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         let missing: Vec<&str> = subset::SPECS
             .iter()
             .copied()
-            .filter(|want| !selected.iter().any(|s| s.contains(want)))
+            .filter(|want| !selected.iter().any(|s| s.text.contains(want)))
             .collect();
         anyhow::ensure!(
             missing.is_empty(),
@@ -173,7 +205,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
 
-    eprintln!("conformance: [4/6] the quickstart cluster with edge node {NODE_NAME}");
+    let nodes = node_names(args.nodes);
+    eprintln!(
+        "conformance: [4/6] the quickstart cluster with edge node(s) {}",
+        nodes.join(", ")
+    );
     let commit = git_describe();
     let bin_dir = local::build_bins(false)?;
     let cp = crate::control_plane::up(&ControlPlaneConfig {
@@ -181,10 +217,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         ..cp_config.clone()
     })
     .await?;
-    let verge = local::start(&quickstart::run_dir(), &bin_dir, &cp, NODE_NAME, None).await?;
-    verge
-        .wait_ready(&cp, Duration::from_secs(args.node_timeout_secs))
-        .await?;
+    let dir = quickstart::run_dir();
+    let options = if nodes.len() > 1 {
+        local::extra_edges::host_node_options()
+    } else {
+        local::StartOptions::default()
+    };
+    let verge = local::start_with(&dir, &bin_dir, &cp, NODE_NAME, &options).await?;
+    let node_timeout = Duration::from_secs(args.node_timeout_secs);
+    if nodes.len() > 1 {
+        let images: Vec<&str> = images::IMAGES
+            .iter()
+            .map(|i| i.reference)
+            .chain([verge_testkit::docker::TEST_IMAGE])
+            .collect();
+        let extra =
+            local::extra_edges::start(&dir, &bin_dir, &cp, &verge, &nodes[1..], &images).await?;
+        verge.wait_ready(&cp, node_timeout).await?;
+        extra.wait_ready(&cp, NODE_NAME, node_timeout).await?;
+    } else {
+        verge.wait_ready(&cp, node_timeout).await?;
+    }
 
     eprintln!("conformance: [5/6] e2e.test");
     let kubeconfig = cp.kubeconfig().to_owned();
@@ -212,6 +265,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         duration,
         commit,
+        suite: args.suite,
+        nodes,
     };
     std::fs::write(e2e_run.info_path(), serde_json::to_vec_pretty(&info)?)?;
     write(&args, &e2e_run, &info, &selected, &cases, started)
@@ -223,17 +278,22 @@ fn write(
     args: &Args,
     e2e_run: &run::E2eRun,
     info: &report::RunInfo,
-    selected: &[String],
+    selected: &[run::SelectedSpec],
     cases: &[junit::SpecResult],
     started: Instant,
 ) -> anyhow::Result<ExitCode> {
-    let summary = report::Summary::new(selected, cases);
+    let summary = report::Summary::new(selected, cases, &e2e_run.selection);
     let output = match (&args.output, args.subset) {
         (Some(output), _) => output.clone(),
         (None, true) => e2e_run.out_dir.join("subset.md"),
-        (None, false) => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/conformance.md"),
+        (None, false) => PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(info.suite.document()),
     };
-    std::fs::write(&output, report::markdown(info, &summary))?;
+    std::fs::write(
+        &output,
+        report::markdown(info, &e2e_run.selection, &summary),
+    )?;
     eprintln!(
         "conformance: [6/6] {} selected: {} passed, {} failed, {} excluded, {} skipped or not \
          reached; written to {} (report {}) after {:.0?}",

@@ -1,4 +1,5 @@
-//! The results of a run against the selection, and `docs/conformance.md` written from them.
+//! The results of a run against the selection, and the document (`docs/conformance.md` or
+//! `docs/node-conformance.md`, [`Suite::document`]) written from them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -6,7 +7,9 @@ use std::time::Duration;
 
 use super::images::IMAGES;
 use super::junit::{PRIVILEGED_REFUSED, SpecResult, State};
-use super::run::EXCLUSIONS;
+use super::kubeedge;
+use super::run::SelectedSpec;
+use super::suite::{PACKAGES, Selection, Suite};
 
 /// What one run found, counted over the selected specs (the dry run's list).
 #[derive(Debug, Clone, Default)]
@@ -26,20 +29,25 @@ pub struct Summary {
     pub skipped: Vec<(String, String)>,
     /// Failures of suite nodes (`[SynchronizedBeforeSuite]` …): name and first error line.
     pub suite_failures: Vec<(String, String)>,
+    /// Each selected spec's package (`test/e2e/<package>/`), by text.
+    pub packages: BTreeMap<String, String>,
 }
 
 impl Summary {
-    /// Counts the `cases` of the run for the `selected` spec texts; a selected spec missing
-    /// from the report counts as skipped ("not in the report").
-    pub fn new(selected: &[String], cases: &[SpecResult]) -> Self {
+    /// Counts the `cases` of the run for the `selected` specs, those the `selection`
+    /// excludes apart; a selected spec missing from the report counts as skipped ("not in
+    /// the report").
+    pub fn new(selected: &[SelectedSpec], cases: &[SpecResult], selection: &Selection) -> Self {
         let by_text: BTreeMap<&str, &SpecResult> = cases
             .iter()
             .filter(|c| c.is_spec())
             .map(|c| (c.text(), c))
             .collect();
         let mut summary = Self::default();
-        for text in selected {
-            let excluded = EXCLUSIONS.iter().find(|e| text.contains(e.tag));
+        for spec in selected {
+            let text = &spec.text;
+            summary.packages.insert(text.clone(), spec.package.clone());
+            let excluded = selection.excluded_by(text);
             match (by_text.get(text.as_str()), excluded) {
                 (Some(c), _) if c.state == State::Passed => summary.passed.push(text.clone()),
                 (Some(c), _) if c.state == State::Failed => {
@@ -82,7 +90,17 @@ impl Summary {
 
     /// The part of the summary whose spec texts contain `needle` (e.g. `[sig-network]`).
     pub fn only(&self, needle: &str) -> Self {
-        let keep = |text: &String| text.contains(needle);
+        self.only_where(|text| text.contains(needle))
+    }
+
+    /// The part of the summary whose specs are declared in `test/e2e/<package>/`.
+    pub fn in_package(&self, package: &str) -> Self {
+        self.only_where(|text| self.packages.get(text).is_some_and(|p| p == package))
+    }
+
+    /// The part of the summary whose spec texts `keep` holds for.
+    fn only_where(&self, keep: impl Fn(&str) -> bool) -> Self {
+        let keep = |text: &String| keep(text);
         Self {
             passed: self.passed.iter().filter(|t| keep(t)).cloned().collect(),
             failed: self.failed.iter().filter(|f| keep(&f.0)).cloned().collect(),
@@ -105,6 +123,25 @@ impl Summary {
                 .cloned()
                 .collect(),
             suite_failures: Vec::new(),
+            packages: self.packages.clone(),
+        }
+    }
+
+    /// The result of the spec `text` in words (`passed`, `failed`, ...), `None` when it is
+    /// not in the selection.
+    pub fn result_of(&self, text: &str) -> Option<&'static str> {
+        if self.passed.iter().any(|t| t == text) {
+            Some("passed")
+        } else if self.failed.iter().any(|f| f.0 == text) {
+            Some("failed")
+        } else if self.environment.iter().any(|f| f.0 == text) {
+            Some("failed for the environment")
+        } else if self.excluded.iter().any(|f| f.0 == text) {
+            Some("excluded")
+        } else if self.skipped.iter().any(|f| f.0 == text) {
+            Some("skipped")
+        } else {
+            None
         }
     }
 
@@ -148,76 +185,135 @@ pub struct RunInfo {
     pub duration: Duration,
     /// The commit whose edgecore ran (`git describe --always --dirty`).
     pub commit: String,
+    /// The suite that ran (a `run.json` from before suites were named was node
+    /// conformance).
+    #[serde(default = "node_conformance")]
+    pub suite: Suite,
+    /// The edge nodes of the cluster.
+    #[serde(default = "one_node")]
+    pub nodes: Vec<String>,
+}
+
+fn node_conformance() -> Suite {
+    Suite::NodeConformance
+}
+
+fn one_node() -> Vec<String> {
+    vec!["verge-edge-1".to_owned()]
 }
 
 /// The tag of the networking specs, counted apart in the document.
 const NETWORK: &str = "[sig-network]";
 
-/// `docs/conformance.md`'s text for `summary` of the run `info`.
-pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
+/// The document's text for `summary` of the run `info` with `selection`.
+pub fn markdown(info: &RunInfo, selection: &Selection, summary: &Summary) -> String {
     let mut md = String::new();
-    let _ = writeln!(md, "# Conformance of the edge node\n");
+    let nodes = info
+        .nodes
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let cluster = if info.nodes.len() == 1 {
+        format!(
+            "the quickstart cluster, whose only schedulable node is the Verge edge node {nodes}"
+        )
+    } else {
+        format!(
+            "the quickstart cluster with {} Verge edge nodes ({nodes}), its only schedulable \
+             nodes",
+            info.nodes.len()
+        )
+    };
+    match info.suite {
+        Suite::NodeConformance => {
+            let _ = writeln!(md, "# Node conformance of the edge node\n");
+            let _ = write!(
+                md,
+                "Written by `cargo xtask conformance --suite node-conformance` on {} (UTC): the \
+                 `[NodeConformance]` specs of `test/e2e/common/{{node,storage,network}}` and the \
+                 sig-network `[Conformance]` specs of `test/e2e/network` of Kubernetes v{}",
+                info.date, info.version
+            );
+        }
+        Suite::Conformance => {
+            let _ = writeln!(md, "# Kubernetes conformance of edge nodes\n");
+            let _ = write!(
+                md,
+                "Written by `cargo xtask conformance --suite conformance` on {} (UTC): the \
+                 `[Conformance]` specs of `test/e2e/{{{}}}` of Kubernetes v{} (the packages \
+                 KubeEdge's own conformance run compiles in, plus sig-network's)",
+                info.date,
+                PACKAGES.join(","),
+                info.version
+            );
+        }
+    }
     let _ = writeln!(
         md,
-        "Written by `cargo xtask conformance` on {} (UTC): the `[NodeConformance]` specs of \
-         `test/e2e/common/{{node,storage,network}}` and the sig-network `[Conformance]` specs \
-         of `test/e2e/network` of Kubernetes v{}, run unmodified (`e2e.test` built from the \
-         release's Go module) against the quickstart cluster, whose only schedulable node is \
-         the Verge edge node `verge-edge-1` running pods on Docker, with Services, cluster DNS \
-         and the pod network served by edgecore (no kube-proxy, no CoreDNS, no CNI plugin). \
-         Focus `{}`; e2e.test ran for {} min, with Verge at commit `{}`.\n",
-        info.date,
-        info.version,
+        ", run unmodified (`e2e.test` built from the release's Go module) against {cluster}, \
+         running pods on Docker, with Services, cluster DNS and the pod network served by \
+         edgecore (no kube-proxy, no CoreDNS, no CNI plugin). Focus `{}`, skipping `{}`; \
+         e2e.test ran for {} min, with Verge at commit `{}`.\n",
         info.focus,
+        selection.skip_regex(),
         info.duration.as_secs().div_ceil(60),
         info.commit
     );
-    let network = summary.only(NETWORK);
     let _ = writeln!(
         md,
         "| specs | selected | passed | failed | failed for the environment | excluded | skipped \
-         at run time / not reached |\n|---|---:|---:|---:|---:|---:|---:|\n\
-         | all {}\n| of them `{NETWORK}` {}\n",
-        summary.row(),
-        network.row()
+         at run time / not reached |\n|---|---:|---:|---:|---:|---:|---:|\n| all {}",
+        summary.row()
     );
+    match info.suite {
+        Suite::NodeConformance => {
+            let _ = writeln!(md, "| of them `{NETWORK}` {}", summary.only(NETWORK).row());
+        }
+        Suite::Conformance => {
+            for package in PACKAGES {
+                let _ = writeln!(
+                    md,
+                    "| `test/e2e/{package}` {}",
+                    summary.in_package(package).row()
+                );
+            }
+        }
+    }
+    md.push('\n');
     let _ = writeln!(
         md,
         "How the cluster differs from one whose edge nodes are remote: the quickstart's edge \
-         node runs on the API server's host, where its pod network is routed. The specs that \
-         read results through the API server's `pods/proxy` and `services/proxy` (the DNS \
-         specs and `Proxy version v1`) reach the edge's pod IPs that way; across a real link \
-         the API server cannot dial an edge pod's IP (cloudhub carries its CONNECTs to edge \
-         nodes by node name only). Everything the specs check inside the node (pod to pod, \
-         pod to Service, node ports, DNS answers, host ports) runs on edgecore's own pod \
-         network, Service rules and resolver.\n"
+         nodes run on the API server's host, where their pod networks are routed. The specs \
+         that read results through the API server's `pods/proxy` and `services/proxy` (the \
+         DNS specs and `Proxy version v1`) reach the edges' pod IPs that way; across a real \
+         link the API server cannot dial an edge pod's IP (cloudhub carries its CONNECTs to \
+         edge nodes by their stream addresses only). Everything the specs check inside a node \
+         (pod to pod, pod to Service, node ports, DNS answers, host ports) runs on edgecore's \
+         own pod network, Service rules and resolver.\n"
     );
-    if network.total() > 0 {
+    if info.suite == Suite::Conformance {
+        kubeedge_section(&mut md, summary);
+    }
+    let network = summary.only(NETWORK);
+    if info.suite == Suite::NodeConformance && network.total() > 0 {
         let _ = writeln!(md, "## `{NETWORK}` specs\n");
-        let mut listed: Vec<(&str, &str)> = network
-            .passed
-            .iter()
-            .map(|t| (t.as_str(), "passed"))
-            .chain(network.failed.iter().map(|f| (f.0.as_str(), "failed")))
-            .chain(
-                network
-                    .environment
-                    .iter()
-                    .map(|f| (f.0.as_str(), "failed for the environment")),
-            )
-            .chain(network.excluded.iter().map(|f| (f.0.as_str(), "excluded")))
-            .chain(network.skipped.iter().map(|f| (f.0.as_str(), "skipped")))
-            .collect();
-        listed.sort();
-        for (text, result) in listed {
+        for text in summary.packages.keys().filter(|t| t.contains(NETWORK)) {
+            let result = summary.result_of(text).unwrap_or("?");
             let _ = writeln!(md, "- {}: {result}", short_text(text));
         }
         md.push('\n');
     }
     let _ = writeln!(md, "## Exclusions\n");
-    for e in EXCLUSIONS {
+    for e in selection.exclusions {
         let n = summary.excluded.iter().filter(|(_, t)| *t == e.tag).count();
         let _ = writeln!(md, "- `{}` ({n} specs): {}.", e.tag, e.reason);
+    }
+    if info.suite == Suite::Conformance && !summary.excluded.is_empty() {
+        let _ = writeln!(md, "\nThe excluded specs:\n");
+        for (text, _) in &summary.excluded {
+            let _ = writeln!(md, "- {}", short_text(text));
+        }
     }
     let _ = writeln!(
         md,
@@ -227,8 +323,9 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
          the environment, not for edged, which passes `privileged` to Docker as the kubelet \
          passes it to the runtime. Only a failure whose own text shows runc's refusal (the \
          pod dump Ginkgo prints on a timeout, with the container waiting in \
-         `RunContainerError`) counts so; each is listed below with that line. Where the \
-         environment allows, these specs run and count like the others.\n"
+         `RunContainerError`, or the refusal the spec itself reports) counts so; each is \
+         listed below with that line. Where the environment allows, these specs run and \
+         count like the others.\n"
     );
     let _ = writeln!(
         md,
@@ -258,7 +355,7 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
         for (text, message, evidence) in &summary.environment {
             let _ = writeln!(
                 md,
-                "- {text}  \n  `{}`; the evidence, from the failure's pod dump: `{}`",
+                "- {text}  \n  `{}`; the evidence, from the failure's output: `{}`",
                 code(message),
                 code(evidence)
             );
@@ -271,6 +368,42 @@ pub fn markdown(info: &RunInfo, summary: &Summary) -> String {
         }
     }
     md
+}
+
+/// The section on the specs KubeEdge's conformance run skips by name
+/// ([`kubeedge::SKIPPED_NAMES`]): how many of them ran here and passed, each with its
+/// result.
+fn kubeedge_section(md: &mut String, summary: &Summary) {
+    let mut skipped: Vec<&str> = summary
+        .packages
+        .keys()
+        .map(String::as_str)
+        .filter(|t| kubeedge::skips(t))
+        .collect();
+    skipped.sort_unstable();
+    let passed = skipped
+        .iter()
+        .filter(|t| summary.result_of(t) == Some("passed"))
+        .count();
+    let _ = writeln!(
+        md,
+        "## The specs KubeEdge skips\n\nKubeEdge's own conformance run skips {} names \
+         (`build/conformance/kubernetes/edge_skip_case.yaml` in its repository); they match \
+         {} specs of this selection, which run here like the others: **{passed} of {} \
+         passed**.\n",
+        kubeedge::SKIPPED_NAMES.len(),
+        skipped.len(),
+        skipped.len()
+    );
+    for text in skipped {
+        let _ = writeln!(
+            md,
+            "- {}: {}",
+            short_text(text),
+            summary.result_of(text).unwrap_or("?")
+        );
+    }
+    md.push('\n');
 }
 
 /// A spec's text without its trailing label list (`[sig-network, Conformance]`).
@@ -325,13 +458,13 @@ mod tests {
 
     #[test]
     fn counts_over_the_selection() {
-        let selected = vec![
-            "a [NodeConformance]".to_owned(),
-            "b [NodeConformance]".to_owned(),
-            "c [Slow] [NodeConformance]".to_owned(),
-            "d [NodeConformance]".to_owned(),
-            "e [NodeConformance]".to_owned(),
-        ];
+        let selected: Vec<SelectedSpec> = ["a", "b", "c [Slow]", "d", "e"]
+            .iter()
+            .map(|t| SelectedSpec {
+                text: format!("{t} [NodeConformance]"),
+                package: "common".to_owned(),
+            })
+            .collect();
         let cases = vec![
             case("[SynchronizedBeforeSuite]", State::Passed, None),
             case("[It] a [NodeConformance]", State::Passed, None),
@@ -348,7 +481,8 @@ mod tests {
             ),
             case("[It] other", State::Skipped, None),
         ];
-        let s = Summary::new(&selected, &cases);
+        let selection = Suite::NodeConformance.selection(None);
+        let s = Summary::new(&selected, &cases, &selection);
         assert_eq!(s.total(), 5);
         assert_eq!(s.passed, ["a [NodeConformance]"]);
         assert_eq!(s.failed.len(), 1);
@@ -366,7 +500,10 @@ mod tests {
                 focus: r"\[NodeConformance\]".to_owned(),
                 duration: Duration::from_secs(61),
                 commit: "abc1234".to_owned(),
+                suite: Suite::NodeConformance,
+                nodes: vec!["verge-edge-1".to_owned()],
             },
+            &selection,
             &s,
         );
         assert!(md.contains("| 5 | 1 | 1 | 0 | 1 | 2 |"), "{md}");

@@ -1,5 +1,5 @@
 //! Running `e2e.test`: the selection (`--ginkgo.focus`, `--ginkgo.focus-file`, the label
-//! filter and [`EXCLUSIONS`]), a dry run that lists the selected specs, and the real run
+//! filter and the exclusions, [`Selection`]), a dry run that lists the selected specs, and the real run
 //! against a cluster, each writing Ginkgo's JUnit report.
 
 use std::path::{Path, PathBuf};
@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use super::junit::{self, SpecResult, State};
+use super::suite::Selection;
 
-/// A group of specs left out of the run, with the reason written to `docs/conformance.md`.
+/// A group of specs left out of the run, with the reason written to the document.
 #[derive(Debug, Clone, Copy)]
 pub struct Exclusion {
     /// The tag in the spec's text, e.g. `[Slow]` (`--ginkgo.skip` gets it regex-quoted).
@@ -19,38 +20,15 @@ pub struct Exclusion {
     pub reason: &'static str,
 }
 
-/// What the run leaves out: the tags upstream's node-conformance job skips.
-pub const EXCLUSIONS: [Exclusion; 4] = [
-    Exclusion {
-        tag: "[Slow]",
-        reason: "minutes each; upstream's node conformance skips [Slow] specs",
-    },
-    Exclusion {
-        tag: "[Serial]",
-        reason: "must run alone on the node (they also pull from a registry server they start); \
-                 upstream's node conformance skips [Serial] specs",
-    },
-    Exclusion {
-        tag: "[Flaky]",
-        reason: "known flaky upstream; every upstream job skips [Flaky]",
-    },
-    Exclusion {
-        tag: "[Disruptive]",
-        reason: "disrupt the node (restarts); upstream's node conformance skips [Disruptive]",
-    },
-];
-
-/// The packages the specs come from (`--ginkgo.focus-file`): the node-conformance ones
-/// (`test/e2e/common/{node,storage,network}`) and sig-network's (`test/e2e/network`).
-pub const FOCUS_FILE: &str = "test/e2e/(common/(node|storage|network)|network)/";
-
-/// `--ginkgo.label-filter`: specs labelled `NodeConformance` or `Conformance`.
-pub const LABEL_FILTER: &str = "NodeConformance || Conformance";
-
-/// The default focus: every `[NodeConformance]` spec and sig-network's `[Conformance]` ones
-/// (the label filter admits only those; a `[Conformance]` spec of the node packages that is
-/// not `[NodeConformance]` is neither).
-pub const DEFAULT_FOCUS: &str = r"\[NodeConformance\]|\[sig-network\]";
+/// One spec of the selection (the dry run's list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelectedSpec {
+    /// The spec's full text as the JUnit report names it, without `[It] `.
+    pub text: String,
+    /// Its package under `test/e2e/` (`common`, `apps`, ...): the first directory of the
+    /// file that declares it.
+    pub package: String,
+}
 
 /// One e2e.test invocation.
 #[derive(Debug, Clone)]
@@ -64,47 +42,46 @@ pub struct E2eRun {
     pub procs: usize,
     /// The release's sources (`--repo-root`).
     pub repo_root: PathBuf,
-    /// `--ginkgo.focus` (within [`LABEL_FILTER`]).
-    pub focus: String,
+    /// Which specs run.
+    pub selection: Selection,
     /// Where the report, the log and e2e's output go.
     pub out_dir: PathBuf,
 }
 
 impl E2eRun {
-    /// `--ginkgo.skip`: the [`EXCLUSIONS`]' tags, regex-quoted, joined by `|`.
-    pub fn skip_regex() -> String {
-        EXCLUSIONS
-            .iter()
-            .map(|e| e.tag.replace('[', r"\[").replace(']', r"\]"))
-            .collect::<Vec<_>>()
-            .join("|")
-    }
-
     /// The selection flags of the dry run (no exclusions); [`E2eRun::run`] gives the Ginkgo
     /// CLI the same ones.
     fn selection(&self, cmd: &mut Command) {
-        cmd.arg(format!("--ginkgo.focus={}", self.focus))
-            .arg(format!("--ginkgo.focus-file={FOCUS_FILE}"))
-            .arg(format!("--ginkgo.label-filter={LABEL_FILTER}"))
+        cmd.arg(format!("--ginkgo.focus={}", self.selection.focus))
+            .arg(format!("--ginkgo.focus-file={}", self.selection.focus_file))
+            .arg(format!(
+                "--ginkgo.label-filter={}",
+                self.selection.label_filter
+            ))
             .arg("--ginkgo.no-color")
             .arg(format!("--repo-root={}", self.repo_root.display()))
             .arg(format!("--e2e-output-dir={}", self.out_dir.display()));
     }
 
     /// `e2e.test --ginkgo.dry-run` of the selection without the exclusions: the full texts
-    /// of the selected specs (needs no cluster).
+    /// of the selected specs and their packages (needs no cluster). The texts come from the
+    /// JUnit report (as the real run's report names the specs), the packages from the JSON
+    /// report written beside it, whose spec reports come in the same order.
     ///
     /// # Errors
-    /// e2e.test fails or writes no readable report.
-    pub fn selected_specs(&self) -> anyhow::Result<Vec<String>> {
+    /// e2e.test fails or writes no readable report, or the two reports disagree.
+    pub fn selected_specs(&self) -> anyhow::Result<Vec<SelectedSpec>> {
         std::fs::create_dir_all(&self.out_dir)?;
         let report = self.out_dir.join("dry-run.xml");
+        let json_report = self.out_dir.join("dry-run.json");
         let _ = std::fs::remove_file(&report);
+        let _ = std::fs::remove_file(&json_report);
         let mut cmd = Command::new(&self.e2e_test);
         self.selection(&mut cmd);
         let out = cmd
             .arg("--ginkgo.dry-run")
             .arg(format!("--ginkgo.junit-report={}", report.display()))
+            .arg(format!("--ginkgo.json-report={}", json_report.display()))
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("running {} --ginkgo.dry-run", self.e2e_test.display()))?;
@@ -115,10 +92,27 @@ impl E2eRun {
                 String::from_utf8_lossy(&out.stderr).trim()
             )
         })?;
-        Ok(junit::parse(&xml)?
+        let cases = junit::parse(&xml)?;
+        let packages = spec_packages(&std::fs::read(&json_report).with_context(|| {
+            format!(
+                "e2e.test --ginkgo.dry-run wrote no {}",
+                json_report.display()
+            )
+        })?)?;
+        anyhow::ensure!(
+            packages.len() == cases.len(),
+            "the dry run's JUnit report has {} cases, its JSON report {}",
+            cases.len(),
+            packages.len()
+        );
+        Ok(cases
             .into_iter()
-            .filter(|c| c.is_spec() && c.state == State::Passed)
-            .map(|c| c.text().to_owned())
+            .zip(packages)
+            .filter(|(c, _)| c.is_spec() && c.state == State::Passed)
+            .map(|(c, package)| SelectedSpec {
+                text: c.text().to_owned(),
+                package,
+            })
             .collect())
     }
 
@@ -145,10 +139,10 @@ impl E2eRun {
         // each taking specs from a shared queue, and merges their reports.
         let mut cmd = Command::new(&self.ginkgo);
         cmd.arg(format!("--procs={}", self.procs))
-            .arg(format!("--focus={}", self.focus))
-            .arg(format!("--focus-file={FOCUS_FILE}"))
-            .arg(format!("--label-filter={LABEL_FILTER}"))
-            .arg(format!("--skip={}", Self::skip_regex()))
+            .arg(format!("--focus={}", self.selection.focus))
+            .arg(format!("--focus-file={}", self.selection.focus_file))
+            .arg(format!("--label-filter={}", self.selection.label_filter))
+            .arg(format!("--skip={}", self.selection.skip_regex()))
             .arg(format!("--junit-report={}", report.display()))
             .arg(format!("--timeout={}s", timeout.as_secs()))
             .arg("--no-color")
@@ -239,15 +233,56 @@ fn specs_done(log: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// The package (first directory under `test/e2e/`) of each spec report of a Ginkgo JSON
+/// report, in order; empty for a node declared elsewhere (suite nodes).
+///
+/// # Errors
+/// The report is not Ginkgo's JSON.
+fn spec_packages(json: &[u8]) -> anyhow::Result<Vec<String>> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Report {
+        #[serde(default)]
+        spec_reports: Vec<SpecReport>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct SpecReport {
+        leaf_node_location: Location,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Location {
+        #[serde(default)]
+        file_name: String,
+    }
+    let reports: Vec<Report> =
+        serde_json::from_slice(json).context("parsing Ginkgo's JSON report")?;
+    Ok(reports
+        .into_iter()
+        .flat_map(|r| r.spec_reports)
+        .map(|s| {
+            let file = s.leaf_node_location.file_name;
+            file.split_once("test/e2e/")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .map(|(package, _)| package.to_owned())
+                .unwrap_or_default()
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn skip_regex_quotes_the_tags() {
-        assert_eq!(
-            E2eRun::skip_regex(),
-            r"\[Slow\]|\[Serial\]|\[Flaky\]|\[Disruptive\]"
-        );
+    fn packages_from_the_json_report() -> anyhow::Result<()> {
+        let json = br#"[{"SpecReports":[
+            {"LeafNodeLocation":{"FileName":"/x/k8s.io/kubernetes@v1.37.1/test/e2e/apps/job.go"}},
+            {"LeafNodeLocation":{"FileName":"/x/k8s.io/kubernetes@v1.37.1/test/e2e/common/node/pods.go"}},
+            {"LeafNodeLocation":{"FileName":""}}
+        ]}]"#;
+        assert_eq!(spec_packages(json)?, ["apps", "common", ""]);
+        Ok(())
     }
 }

@@ -1,11 +1,12 @@
-//! The CI subset of the selection (`cargo xtask conformance --subset`, run by
-//! `cargo xtask test`): a few specs of each area, chosen among the quick ones (a few seconds
-//! each, one liveness restart), so the run takes minutes while every area edged and the
-//! edge network implement is exercised by Kubernetes' own specs. The full selection stays
-//! `cargo xtask conformance`.
+//! The CI subset (`cargo xtask conformance --subset`, run by `cargo xtask test`): a few specs
+//! of each area and of each package of the conformance suite (`test/e2e/{apps,auth,common,
+//! network,node,scheduling,storage}`), chosen among the quick ones (a few seconds each, one
+//! liveness restart, the longest about 25 s), so the run takes minutes while every area edged
+//! and the edge network implement is exercised by Kubernetes' own specs. The full selections
+//! stay `cargo xtask conformance --suite <suite>`.
 
-/// The specs, each a unique part of its text (after `[sig-node] `, `[sig-storage] ` or
-/// `[sig-network] `), grouped by area.
+/// The specs, each a unique part of its text (after its `[sig-...] `), grouped by area; the
+/// last groups by package of the conformance suite.
 pub const SPECS: &[&str] = &[
     // Pods: updates, deadlines, readiness gates, service links, exec and logs through the API
     // server.
@@ -72,6 +73,25 @@ pub const SPECS: &[&str] = &[
     "Services should have session affinity work for service with type clusterIP [",
     "DNS should provide DNS for services [",
     "DNS should provide DNS for ExternalName services [",
+    // test/e2e/common, 1.37 kubelet behaviour: the relaxed env var names.
+    "ConfigMap should be consumable as environment variable names with various prefixes [",
+    // test/e2e/apps: controllers' pods on the edge node (ReplicaSet, Job restarts, a rolling
+    // update from one agnhost image to another).
+    "ReplicaSet should serve a basic image on each replica with a public image [",
+    "Job should run a job to completion when tasks sometimes fail and are locally restarted [",
+    "Deployment RollingUpdateDeployment should delete old pods and create new ones [",
+    // test/e2e/auth: projected service-account tokens.
+    "ServiceAccounts should mount projected service account token [",
+    // test/e2e/node: preStop through a Service, pod-level run-as user and group.
+    "PreStop should call prestop when killing a pod [",
+    "Security Context should support pod.Spec.SecurityContext.RunAsUser And \
+     pod.Spec.SecurityContext.RunAsGroup [",
+    // test/e2e/scheduling: LimitRange defaults on an edge pod.
+    "LimitRange should create a LimitRange with defaults and ensure pod has those defaults \
+     applied. [",
+    // test/e2e/storage: many configmap volumes at once, subPath of an atomic writer volume.
+    "EmptyDir wrapper volumes should not conflict [",
+    "Subpath Atomic writer volumes should support subpaths with configmap pod [",
 ];
 
 /// `--ginkgo.focus` of the subset: the [`SPECS`], regex-quoted, joined by `|`.

@@ -211,6 +211,7 @@ const CONFORMANCE_TIMEOUT_MINS: u64 = 20;
 async fn conformance_subset() -> anyhow::Result<ExitCode> {
     eprintln!("xtask test: conformance subset (`cargo xtask conformance --subset`)");
     crate::conformance::run(crate::conformance::Args {
+        suite: crate::conformance::Suite::Conformance,
         focus: None,
         subset: true,
         keep: false,
@@ -220,6 +221,7 @@ async fn conformance_subset() -> anyhow::Result<ExitCode> {
         from_report: false,
         procs: 4,
         node_timeout_secs: 120,
+        nodes: 1,
     })
     .await
 }

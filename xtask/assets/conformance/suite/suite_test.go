@@ -1,11 +1,11 @@
-// Package nodeconformance is the e2e test binary of `cargo xtask conformance`: it links
-// only the spec packages test/e2e/common/{node,storage,network} (the [NodeConformance]
-// selection) and test/e2e/network (sig-network's [Conformance] specs) of the pinned
-// release, whose specs run unmodified, with the e2e framework's own flags and reporting. The full test/e2e binary
-// links every other suite and the cloud providers besides, which makes a cold build much
-// longer; the specs it would run here are the same.
+// Package suite is the e2e test binary of `cargo xtask conformance`: it links the spec
+// packages KubeEdge's own conformance binary compiles in, test/e2e/{apps,auth,common,node,
+// scheduling,storage}, plus sig-network's test/e2e/network, of the pinned release, whose
+// specs run unmodified, with the e2e framework's own flags and reporting. The full
+// test/e2e binary links every other suite (kubectl, apimachinery, dra, windows, ...)
+// besides, which makes a cold build longer; the specs selected here are the same.
 // Copied by xtask/assets/conformance/build.sh into the cache's Go module.
-package nodeconformance
+package suite
 
 import (
 	"flag"
@@ -20,10 +20,13 @@ import (
 	"k8s.io/kubernetes/test/e2e/framework/testfiles"
 
 	// The specs.
-	_ "k8s.io/kubernetes/test/e2e/common/node"
-	_ "k8s.io/kubernetes/test/e2e/common/storage"
-	_ "k8s.io/kubernetes/test/e2e/common/network"
+	_ "k8s.io/kubernetes/test/e2e/apps"
+	_ "k8s.io/kubernetes/test/e2e/auth"
+	_ "k8s.io/kubernetes/test/e2e/common"
 	_ "k8s.io/kubernetes/test/e2e/network"
+	_ "k8s.io/kubernetes/test/e2e/node"
+	_ "k8s.io/kubernetes/test/e2e/scheduling"
+	_ "k8s.io/kubernetes/test/e2e/storage"
 
 	// The framework's debug and node hooks, as the full binary links them.
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
@@ -42,8 +45,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestNodeConformance(t *testing.T) {
+func TestConformance(t *testing.T) {
 	gomega.RegisterFailHandler(framework.Fail)
 	suiteConfig, reporterConfig := framework.CreateGinkgoConfig()
-	ginkgo.RunSpecs(t, "Verge conformance (common/node, common/storage, common/network, network)", suiteConfig, reporterConfig)
+	ginkgo.RunSpecs(t, "Verge conformance (apps, auth, common, network, node, scheduling, storage)", suiteConfig, reporterConfig)
 }
