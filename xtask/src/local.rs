@@ -234,6 +234,10 @@ pub async fn start_with(
     // registered (cloudhub refuses a join under an existing Node's name; deleting the Node
     // is the operator's step before a node joins anew).
     let _ = std::fs::remove_dir_all(dir.join("edge").join("pki"));
+    // The metadata store belongs to the earlier join too: after a new control plane (a new
+    // etcd, whose resourceVersions start low again) its objects would look newer than the
+    // cluster's own (the `kubernetes` EndpointSlice with the old API server port, ...).
+    let _ = std::fs::remove_file(dir.join("edge").join("edgecore.redb"));
     verge_testkit::trust::forget_node(&client, node_name).await?;
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
     // The default metrics and health address, unless another local edgecore (a benchmark's

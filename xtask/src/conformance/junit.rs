@@ -78,10 +78,18 @@ pub fn parse(xml: &str) -> anyhow::Result<Vec<SpecResult>> {
                 let attr = n.attribute("message").unwrap_or_default();
                 first_line(attr).or_else(|| first_line(n.text().unwrap_or_default()))
             });
-            let privileged_refused = problem.and_then(|n| n.text()).and_then(|t| {
-                t.lines()
-                    .find(|l| l.contains(PRIVILEGED_REFUSED))
-                    .map(|l| l.trim().trim_matches(['\'', '"']).to_owned())
+            // The refusal shows in the failure's own text (a pod dump on a timeout), or in the
+            // spec's captured output (the namespace's events the framework dumps on failure).
+            let privileged_refused = problem.and_then(|problem| {
+                [Some(problem), child("system-err"), child("system-out")]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| n.text())
+                    .find_map(|t| {
+                        t.lines()
+                            .find(|l| l.contains(PRIVILEGED_REFUSED))
+                            .map(|l| l.trim().trim_matches(['\'', '"']).to_owned())
+                    })
             });
             SpecResult {
                 name: case.attribute("name").unwrap_or_default().to_owned(),
@@ -145,6 +153,23 @@ mod tests {
         assert!((cases[2].seconds - 300.0).abs() < f64::EPSILON);
         assert_eq!(cases[3].state, State::Skipped);
         assert_eq!(cases[3].message.as_deref(), Some("skipped"));
+        Ok(())
+    }
+
+    #[test]
+    fn the_refusal_may_be_in_the_specs_output() -> anyhow::Result<()> {
+        let xml = r#"<testsuites><testsuite><testcase name="[It] job" status="failed" time="900"><failure message="Timed out after 900s">x</failure><system-err>events:
+  Warning Failed pod/p Error: failed to start: unable to apply caps: operation not permitted</system-err></testcase></testsuite></testsuites>"#;
+        let cases = parse(xml)?;
+        assert_eq!(cases[0].state, State::Failed);
+        assert!(
+            cases[0]
+                .privileged_refused
+                .as_deref()
+                .is_some_and(|l| l.contains(PRIVILEGED_REFUSED)),
+            "{:?}",
+            cases[0].privileged_refused
+        );
         Ok(())
     }
 

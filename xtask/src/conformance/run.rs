@@ -157,7 +157,9 @@ impl E2eRun {
             // The only node is the edge node; no system pods or daemonsets to wait for.
             .arg("--allowed-not-ready-nodes=0")
             .arg("--node-os-distro=debian")
-            .arg("--dump-logs-on-failure=false")
+            // On a failure the framework dumps the namespace's events and pods into the
+            // spec's output: the evidence of a container the machine refused.
+            .arg("--dump-logs-on-failure=true")
             .current_dir(&self.out_dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -73,17 +73,29 @@ pub const SPECS: &[&str] = &[
     "Services should have session affinity work for service with type clusterIP [",
     "DNS should provide DNS for services [",
     "DNS should provide DNS for ExternalName services [",
-    // test/e2e/common, 1.37 kubelet behaviour: the relaxed env var names.
+    // test/e2e/common, 1.37 kubelet behaviour: the relaxed env var names, in-place resize,
+    // image volumes (pull policy Always with no registry reachable: the node's image).
     "ConfigMap should be consumable as environment variable names with various prefixes [",
+    "Pod InPlace Resize Container resize pod via the replace endpoint [",
+    "ImageVolume should succeed with pod and pull policy of Always [",
     // test/e2e/apps: controllers' pods on the edge node (ReplicaSet, Job restarts, a rolling
     // update from one agnhost image to another).
     "ReplicaSet should serve a basic image on each replica with a public image [",
     "Job should run a job to completion when tasks sometimes fail and are locally restarted [",
     "Deployment RollingUpdateDeployment should delete old pods and create new ones [",
-    // test/e2e/auth: projected service-account tokens.
+    // A pod whose host port is taken is rejected as Failed, and its StatefulSet makes it anew.
+    "StatefulSet Basic StatefulSet functionality [StatefulSetBasic] Should recreate evicted \
+     statefulset [",
+    // test/e2e/auth: projected service-account tokens, ClusterTrustBundles and pod
+    // certificates (issued by the spec's own signer through edgecontroller).
     "ServiceAccounts should mount projected service account token [",
-    // test/e2e/node: preStop through a Service, pod-level run-as user and group.
+    "should be able to mount a single ClusterTrustBundle by name [",
+    "Projected PodCertificate should allow server and client pods to establish an mTLS \
+     connection [",
+    // test/e2e/node: preStop through a Service, pod-level run-as user and group, pod
+    // generation and observedGeneration.
     "PreStop should call prestop when killing a pod [",
+    "Pod Generation pod generation should start at 1 and increment per update [",
     "Security Context should support pod.Spec.SecurityContext.RunAsUser And \
      pod.Spec.SecurityContext.RunAsGroup [",
     // test/e2e/scheduling: LimitRange defaults on an edge pod.
