@@ -3,7 +3,7 @@
 //! and nothing outside `verge-proto` uses the wire accessors (`MessageExt`) or builders.
 //!
 //! Scans the workspace's production sources (`src/` of every crate under `crates/`,
-//! `services/` and `edge/`, without `tests.rs` files, `tests/` folders and inline
+//! `services/` and `edge/`, without `tests.rs` and `*_tests.rs` files, `tests/` folders and inline
 //! `#[cfg(test)]` modules).
 
 use std::fs;
@@ -38,7 +38,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
             if name != "tests" && name != "target" {
                 rust_files(&path, out);
             }
-        } else if path.extension().is_some_and(|e| e == "rs") && name != "tests.rs" {
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && !name.to_string_lossy().ends_with("tests.rs")
+        {
             out.push(path);
         }
     }

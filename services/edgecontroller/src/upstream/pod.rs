@@ -88,23 +88,18 @@ pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     json!({ "metadata": { "uid": uid }, "status": status })
 }
 
-/// Whether `error`, answering a read or write of a pod as the node, says the pod is gone:
-/// 404, or the Node authorizer's 403 for an object it finds no relationship to (what a node
-/// is told about a pod deleted from the API server, since the authorizer's graph loses the
-/// pod before the request could see it missing). The kubelet's status manager does nothing
-/// for a pod it cannot find; a report for it is done, not retried.
+/// Whether `error`, answering a read or write of a pod as the node, says the pod is gone
+/// (404). The kubelet's status manager does nothing for a pod it cannot find; a report for
+/// it is done, not retried. (The Node authorizer's 403 "no relationship found" is not
+/// counted: it is also what a node hears for a pod bound to another node, which stays an
+/// error.)
 fn is_gone(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(s) if s.is_not_found() => true,
-        kube::Error::Api(s) => s.code == 403 && s.message.contains("no relationship found"),
-        _ => false,
-    }
+    matches!(error, kube::Error::Api(s) if s.is_not_found())
 }
 
-/// Writes the edge's `status` to the pod's status subresource. A pod that is gone (404, or
-/// the Node authorizer's 403 for an object the node has no relationship to) is left alone:
-/// the report is done, as the kubelet drops the status of a pod the API server no longer
-/// has.
+/// Writes the edge's `status` to the pod's status subresource. A pod that is gone (404) is
+/// left alone: the report is done, as the kubelet drops the status of a pod the API server
+/// no longer has.
 ///
 /// # Errors
 /// [`Error::Kube`] when the pod cannot be read or the patch is refused (a uid mismatch is a
@@ -212,7 +207,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pod_is_gone_on_404_or_the_node_authorizers_no_relationship() {
+    fn a_pod_is_gone_on_404_only() {
         let api = |code: u16, message: &str| {
             let reason = if code == 404 { "NotFound" } else { "Forbidden" };
             kube::Error::Api(
@@ -222,7 +217,7 @@ mod tests {
             )
         };
         assert!(is_gone(&api(404, "pods \"p\" not found")));
-        assert!(is_gone(&api(
+        assert!(!is_gone(&api(
             403,
             "pods \"p\" is forbidden: User \"system:node:e\" cannot get resource \"pods\": \
              node: no relationship found between node 'e' and this object"
