@@ -90,8 +90,7 @@ pub const SPECS: &[&str] = &[
     // certificates (issued by the spec's own signer through edgecontroller).
     "ServiceAccounts should mount projected service account token [",
     "should be able to mount a single ClusterTrustBundle by name [",
-    "Projected PodCertificate should allow server and client pods to establish an mTLS \
-     connection [",
+    "should allow server and client pods to establish an mTLS connection [",
     // test/e2e/node: preStop through a Service, pod-level run-as user and group, pod
     // generation and observedGeneration.
     "PreStop should call prestop when killing a pod [",
