@@ -189,12 +189,8 @@ impl EdgeCore {
                     handle.sessions(),
                 )
             });
-        let mut objects =
+        let objects =
             edged::objects::StoreObjects::new(self.store.clone(), handle.clone(), meta.queries());
-        if let Some(api) = &edge_api {
-            // Pods trust the edge API through the `ca.crt` of their `kube-root-ca.crt`.
-            objects = objects.with_root_ca_addition(api.trust_bundle());
-        }
         let settings = Arc::new(self.config.edged_settings());
         let edged = Edged::new(
             Arc::clone(&settings),

@@ -2,8 +2,9 @@
 //! the pinned release, in a pod of the edge node with no kubeconfig, takes the in-cluster
 //! configuration (`KUBERNETES_SERVICE_HOST`/`PORT` from edged, the projected service-account
 //! token and `ca.crt`). The Service proxy sends the `kubernetes` Service to the node's edge
-//! API, whose certificate (of the node's name-constrained CA) the pod's `ca.crt` verifies: edged
-//! appends that CA to the `kube-root-ca.crt` it projects. Online the edge API carries every
+//! API, whose serving certificate the cluster CA signed (cloudhub approves it for the
+//! Service's names and cluster IP only), so the pod's unchanged `ca.crt` (the namespace's
+//! `kube-root-ca.crt`) verifies it. Online the edge API carries every
 //! request to the API server through cloudhub with the pod's own token, so the API server
 //! authorizes the pod's service account (without a binding the list is forbidden); kubectl
 //! reads pods, configmaps, a custom resource and discovery. With the link cut the same reads
@@ -199,7 +200,7 @@ const READS: &[(&[&str], &str)] = &[
     ),
 ];
 
-/// The pod's `ca.crt` holds the cluster CA and the node's; kubectl reads through the edge API
+/// The pod's `ca.crt` is the namespace's `kube-root-ca.crt`; kubectl reads through the edge API
 /// online; with cloudhub gone the same reads answer from the node, a write gets the 503
 /// naming the cut link and denied or unauthenticated requests stay refused; after the heal
 /// kubectl sees the change made in the cloud during the cut.
@@ -226,9 +227,14 @@ async fn edge_api_online_and_offline(
         "cat",
         "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
     ])?;
+    let root: ConfigMap = configmaps.get("kube-root-ca.crt").await?;
+    let cluster_ca = root
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .unwrap_or_default();
     ensure!(
-        ca.matches("BEGIN CERTIFICATE").count() == 2,
-        "ca.crt should hold the cluster CA and the edge API's:\n{ca}"
+        ca.trim() == cluster_ca.trim(),
+        "ca.crt should be kube-root-ca.crt's, as the API server publishes it:\n{ca}"
     );
 
     pods.create(

@@ -150,6 +150,10 @@ const NEEDED: &[Can] = &[
     yes(CH, "watch", SLICES, "*"),
     no(CH, "create", SLICES, "*"),
     no(CH, "get", "services", "*"),
+    // cloudhub: an edge API serving CSR may name the kubernetes Service's cluster IPs.
+    yes(CH, "get", "services/kubernetes", "default"),
+    no(CH, "get", "services/other", "default"),
+    no(CH, "list", "services", "default"),
     // edgecontroller, as itself: the edge Nodes and bound pods (one watch each), Services,
     // its own Lease and hubs; no pod patch (offline tolerations come from admission).
     yes(EC, "list", "nodes", "cluster"),

@@ -10,9 +10,8 @@ use std::time::{Duration, SystemTime};
 
 use rand::RngCore;
 use rcgen::{
-    BasicConstraints, CertificateParams, CidrSubnet, DistinguishedName, DnType,
-    ExtendedKeyUsagePurpose, GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    NameConstraints, PublicKeyData, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber,
 };
 use rustls::pki_types::CertificateDer;
 use rustls::sign::CertifiedKey;
@@ -76,58 +75,10 @@ impl Ca {
     /// # Errors
     /// [`Error::InvalidValidity`], or [`Error::Rcgen`] if key generation or signing fails.
     pub fn generate(common_name: &str, validity: Duration) -> Result<Self> {
-        Self::generate_with(common_name, validity, None)
+        Self::generate_with(common_name, validity)
     }
 
-    /// Generates a CA as [`Ca::generate`] does, limited by the X.509 name constraints
-    /// extension (RFC 5280 §4.2.1.10, critical) to `permitted`: each entry an IP address
-    /// (permitting exactly that address) or a DNS name (permitting that name and the names
-    /// under it). A verifier that honours the extension (rustls-webpki, Go's crypto/x509,
-    /// OpenSSL) refuses any certificate it issues for another name, so trusting it trusts it
-    /// for those names only: e.g. a node-local CA for the `kubernetes` Service's names that
-    /// the node's pods add to the cluster CA.
-    ///
-    /// # Errors
-    /// As [`Ca::generate`]; [`Error::NoSubjectAltNames`] for an empty `permitted`,
-    /// [`Error::InvalidSubjectAltName`] for an entry that is neither an IP address nor a DNS
-    /// name.
-    pub fn generate_name_constrained(
-        common_name: &str,
-        validity: Duration,
-        permitted: &[String],
-    ) -> Result<Self> {
-        if permitted.is_empty() {
-            return Err(Error::NoSubjectAltNames);
-        }
-        let subtrees = permitted
-            .iter()
-            .map(|name| {
-                Ok(match parse_san(name)? {
-                    SanType::IpAddress(std::net::IpAddr::V4(ip)) => {
-                        GeneralSubtree::IpAddress(CidrSubnet::V4(ip.octets(), [255; 4]))
-                    }
-                    SanType::IpAddress(std::net::IpAddr::V6(ip)) => {
-                        GeneralSubtree::IpAddress(CidrSubnet::V6(ip.octets(), [255; 16]))
-                    }
-                    _ => GeneralSubtree::DnsName(name.clone()),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Self::generate_with(
-            common_name,
-            validity,
-            Some(NameConstraints {
-                permitted_subtrees: subtrees,
-                excluded_subtrees: Vec::new(),
-            }),
-        )
-    }
-
-    fn generate_with(
-        common_name: &str,
-        validity: Duration,
-        name_constraints: Option<NameConstraints>,
-    ) -> Result<Self> {
+    fn generate_with(common_name: &str, validity: Duration) -> Result<Self> {
         let key = KeyPair::generate().map_err(|source| Error::Rcgen {
             action: "generating the CA key",
             source,
@@ -143,7 +94,6 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        params.name_constraints = name_constraints;
         params.serial_number = Some(random_serial());
         validity::apply(&mut params, SystemTime::now(), validity, None)?;
         let cert = params.self_signed(&key).map_err(|source| Error::Rcgen {

@@ -32,6 +32,8 @@ pub struct CertInfo {
     pub is_ca: bool,
     /// The IP addresses among its subject alternative names, in order.
     pub ip_addresses: Vec<std::net::IpAddr>,
+    /// The DNS names among its subject alternative names, in order.
+    pub dns_names: Vec<String>,
 }
 
 impl CertInfo {
@@ -66,6 +68,7 @@ impl CertInfo {
             organizations,
             is_ca: cert.is_ca(),
             ip_addresses: ip_addresses(&cert)?,
+            dns_names: dns_names(&cert)?,
         })
     }
 
@@ -166,6 +169,24 @@ fn ip_addresses(cert: &X509Certificate<'_>) -> Result<Vec<std::net::IpAddr>> {
                     .map(std::net::IpAddr::from),
                 _ => None,
             },
+            _ => None,
+        })
+        .collect())
+}
+
+fn dns_names(cert: &X509Certificate<'_>) -> Result<Vec<String>> {
+    let Some(san) = cert
+        .subject_alternative_name()
+        .map_err(Error::Certificate)?
+    else {
+        return Ok(Vec::new());
+    };
+    Ok(san
+        .value
+        .general_names
+        .iter()
+        .filter_map(|name| match name {
+            x509_parser::extensions::GeneralName::DNSName(dns) => Some((*dns).to_owned()),
             _ => None,
         })
         .collect())

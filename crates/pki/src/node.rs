@@ -176,19 +176,37 @@ impl NodeKey {
     /// [`Error::NodeName`] for a name that is not a DNS-1123 subdomain, [`Error::Rcgen`] if
     /// signing fails.
     pub fn serving_csr_pem(&self, node_name: &str) -> Result<String> {
-        let name =
-            rcgen::string::Ia5String::try_from(node_name).map_err(|source| Error::Rcgen {
-                action: "encoding the node name",
-                source,
-            })?;
         let address = std::net::IpAddr::V6(crate::stream_address(node_name));
-        self.node_csr(
-            node_name,
-            vec![
-                rcgen::SanType::DnsName(name),
-                rcgen::SanType::IpAddress(address),
-            ],
-        )
+        self.serving_csr_pem_for(node_name, &[node_name.to_owned()], &[address])
+    }
+
+    /// A PEM PKCS#10 CSR for a serving certificate of node `node_name` (signer
+    /// `kubernetes.io/kubelet-serving`, subject `CN=system:node:<node_name>, O=system:nodes`)
+    /// for the DNS names `dns_names` then the IP addresses `ips`: the kubelet's own
+    /// ([`Self::serving_csr_pem`]) or a Service the node serves locally (the edge API's
+    /// `kubernetes`).
+    ///
+    /// # Errors
+    /// [`Error::NodeName`] for a node name that is not a DNS-1123 subdomain, [`Error::Rcgen`]
+    /// for a DNS name that is not IA5 text or if signing fails.
+    pub fn serving_csr_pem_for(
+        &self,
+        node_name: &str,
+        dns_names: &[String],
+        ips: &[std::net::IpAddr],
+    ) -> Result<String> {
+        let mut sans = Vec::with_capacity(dns_names.len() + ips.len());
+        for name in dns_names {
+            let name = rcgen::string::Ia5String::try_from(name.as_str()).map_err(|source| {
+                Error::Rcgen {
+                    action: "encoding a DNS name",
+                    source,
+                }
+            })?;
+            sans.push(rcgen::SanType::DnsName(name));
+        }
+        sans.extend(ips.iter().copied().map(rcgen::SanType::IpAddress));
+        self.node_csr(node_name, sans)
     }
 
     /// A PEM CSR for the node subject of `node_name` with subject alternative names `sans`.

@@ -4,11 +4,9 @@
 //!
 //! Pods reach it at the `kubernetes` Service (`KUBERNETES_SERVICE_HOST`/`PORT`): the
 //! Service proxy DNATs that Service's HTTPS port to this listener on the pod network's
-//! gateway ([`config::DEFAULT_PORT`]). It presents a certificate of the node's own CA
-//! ([`trust`]), which X.509 name constraints limit to the `kubernetes` Service's names and
-//! cluster IP, and which edged appends to the `ca.crt` of the `kube-root-ca.crt` ConfigMap
-//! that pods' projected volumes carry: a pod trusts the node for that Service and nothing
-//! else.
+//! gateway ([`config::DEFAULT_PORT`]). It presents a serving certificate the cluster CA
+//! signed for the `kubernetes` Service's names and cluster IP ([`trust`]), so pods verify it
+//! with the unchanged `ca.crt` of their `kube-root-ca.crt` as they verify the API server.
 //!
 //! Online, every request goes on to the real API server ([`upstream`]) through cloudhub over
 //! the node's session (`EdgeHub.Dial` to the Service's ready endpoint, TLS verified with the
@@ -24,7 +22,7 @@
 //! - [`authn`]: the bearer token and its claims.
 //! - [`issuer`]: the token issuer's keys, for verifying tokens offline.
 //! - [`cache`]: tokens, decisions and responses kept for offline answers (redb).
-//! - [`trust`]: the node's name-constrained CA and the serving certificate.
+//! - [`trust`]: the serving certificate, signed by the cluster CA.
 //! - [`upstream`]: the connection to the API server over the session.
 //! - [`request`]: what a request asks for (the API server's request info).
 //! - [`server`]: the task, the listener and TLS.
@@ -53,4 +51,3 @@ pub mod watch;
 pub use config::EdgeApiConfig;
 pub use error::{Error, Result};
 pub use server::EdgeApi;
-pub use server::TrustBundle;

@@ -1,6 +1,6 @@
 //! The edge API's task: waits until the node knows the `kubernetes` Service's cluster IP,
-//! makes or loads the node's CA ([`crate::trust`]) and publishes its certificate for edged
-//! ([`EdgeApi::trust_bundle`]); then, once the node's pod network's gateway is known, serves HTTPS
+//! loads or asks for its serving certificate ([`crate::trust`]); then, once the node's pod
+//! network's gateway is known, serves HTTPS
 //! (HTTP/2 and HTTP/1.1) on the gateway at the configured port, bound with `IP_FREEBIND` like
 //! the Service tunnel. Each request is answered by [`Handler`]: through [`Upstream`] online,
 //! from [`ApiCache`] offline.
@@ -33,9 +33,6 @@ pub const WAIT_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a client may take to finish its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The certificate of the node's CA (PEM) once made: what edged appends to `ca.crt`.
-pub type TrustBundle = watch::Receiver<Option<Arc<str>>>;
-
 /// The edge API of one node; see the crate docs.
 #[derive(Debug)]
 pub struct EdgeApi {
@@ -46,12 +43,12 @@ pub struct EdgeApi {
     dir: PathBuf,
     catalog: watch::Receiver<Arc<Snapshot>>,
     upstream: Arc<Upstream>,
-    bundle: watch::Sender<Option<Arc<str>>>,
+    sessions: watch::Receiver<Option<SessionInfo>>,
 }
 
 impl EdgeApi {
-    /// The edge API of node `node` (cluster domain `domain`) as `config` says, keeping its CA
-    /// and cache in `dir`; the Services and EndpointSlices from `catalog`, the link from
+    /// The edge API of node `node` (cluster domain `domain`) as `config` says, keeping its
+    /// serving certificate and cache in `dir`; the Services and EndpointSlices from `catalog`, the link from
     /// `sessions`.
     pub fn new(
         store: MetaStore,
@@ -62,7 +59,11 @@ impl EdgeApi {
         catalog: watch::Receiver<Arc<Snapshot>>,
         sessions: watch::Receiver<Option<SessionInfo>>,
     ) -> Self {
-        let upstream = Arc::new(Upstream::new(store.clone(), sessions, catalog.clone()));
+        let upstream = Arc::new(Upstream::new(
+            store.clone(),
+            sessions.clone(),
+            catalog.clone(),
+        ));
         Self {
             store,
             node: node.to_owned(),
@@ -71,13 +72,8 @@ impl EdgeApi {
             dir,
             catalog,
             upstream,
-            bundle: watch::Sender::new(None),
+            sessions,
         }
-    }
-
-    /// The node CA's certificate as soon as it is made or loaded (see [`TrustBundle`]).
-    pub fn trust_bundle(&self) -> TrustBundle {
-        self.bundle.subscribe()
     }
 
     /// The `kubernetes` Service's cluster IP, once stored.
@@ -98,28 +94,17 @@ impl EdgeApi {
         network.spec().gateway.parse().ok()
     }
 
-    /// Serves until `stop` (see the module docs). Failing to make the CA or to bind the port
-    /// is logged and leaves the edge API off; edgecore goes on.
-    pub async fn run(self, stop: CancellationToken) {
-        // The CA first: pods wait for it, not for the pod network.
+    /// Serves until `stop` (see the module docs). Failing to bind the port is logged and
+    /// leaves the edge API off; edgecore goes on.
+    pub async fn run(mut self, stop: CancellationToken) {
         let Some(cluster_ip) = wait_until(&stop, || self.cluster_ip()).await else {
             return;
         };
-        let ca = match trust::load_or_create_ca(&self.dir, &self.node, cluster_ip, &self.domain) {
-            Ok(ca) => ca,
-            Err(e) => {
-                warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
-                return;
-            }
+        let serving = trust::serving_cert(self.dir.clone(), &self.node, cluster_ip, &self.domain);
+        let Some(key) = trust::first(&serving, &mut self.sessions, &stop).await else {
+            return;
         };
-        self.bundle.send_replace(Some(Arc::from(ca.cert_pem())));
-        let certificate = match trust::serving(&ca, cluster_ip, &self.domain) {
-            Ok(key) => Arc::new(ReloadableServerCert::new(key)),
-            Err(e) => {
-                warn!(error = %verge_runtime::ErrorChain(&e), "edge API off");
-                return;
-            }
-        };
+        let certificate = Arc::new(ReloadableServerCert::new(key));
         let tls = match verge_pki::server_config(certificate.clone(), &[], false) {
             Ok(mut config) => {
                 config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -142,20 +127,7 @@ impl EdgeApi {
             }
         };
         info!(%addr, %cluster_ip, "edge API listening");
-        let renew = {
-            let (ca, domain) = (ca, self.domain.clone());
-            async move {
-                loop {
-                    tokio::time::sleep(trust::SERVING_RENEWAL).await;
-                    match trust::serving(&ca, cluster_ip, &domain) {
-                        Ok(key) => certificate.replace(key),
-                        Err(e) => {
-                            warn!(error = %verge_runtime::ErrorChain(&e), "edge API: serving certificate not renewed")
-                        }
-                    }
-                }
-            }
-        };
+        let renew = trust::renew(serving, self.sessions.clone(), certificate);
         let cache = match ApiCache::open(&self.dir.join("cache.redb"), self.config.cache_bytes) {
             Ok(cache) => Some(Arc::new(cache)),
             Err(error) => {

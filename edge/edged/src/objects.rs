@@ -10,7 +10,6 @@
 //! cannot answer (nothing sends them down, so only asking again sees a change).
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
@@ -18,7 +17,6 @@ use k8s_openapi::api::certificates::v1::{ClusterTrustBundle, PodCertificateReque
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
 use tracing::debug;
 use verge_core::{Module, ResourceKey, ResourceType};
 
@@ -102,17 +100,7 @@ pub struct StoreObjects {
     hub: EdgeHubHandle,
     queries: QueryRegistry,
     timeout: Duration,
-    root_ca_addition: Option<watch::Receiver<Option<Arc<str>>>>,
 }
-
-/// The ConfigMap every namespace holds with the cluster CA, whose `ca.crt` pods verify the
-/// API server with.
-pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
-
-/// How long a read of [`ROOT_CA_CONFIGMAP`] waits for the edge API's CA
-/// ([`StoreObjects::with_root_ca_addition`]) before it fails (and the pod's start is tried
-/// again).
-pub const ROOT_CA_WAIT: Duration = Duration::from_secs(30);
 
 impl StoreObjects {
     /// Reads `store`; queries the cloud through `hub`, whose answers metamanager hands to
@@ -124,44 +112,7 @@ impl StoreObjects {
             hub,
             queries,
             timeout: DEFAULT_QUERY_TIMEOUT,
-            root_ca_addition: None,
         }
-    }
-
-    /// Appends the PEM certificate `addition` publishes (the edge API's CA, once made) to
-    /// the `ca.crt` of every [`ROOT_CA_CONFIGMAP`] read, so the node's pods trust the edge
-    /// API at the `kubernetes` Service (verge-edge-api's `trust` module). Until it is
-    /// published such a read waits, at most [`ROOT_CA_WAIT`], then fails: a pod does not
-    /// start with a `ca.crt` that would not verify the edge API.
-    #[must_use]
-    pub fn with_root_ca_addition(mut self, addition: watch::Receiver<Option<Arc<str>>>) -> Self {
-        self.root_ca_addition = Some(addition);
-        self
-    }
-
-    /// `cm` with the edge API's CA appended to its `ca.crt` (see
-    /// [`Self::with_root_ca_addition`]).
-    async fn add_root_ca(&self, mut cm: ConfigMap) -> Result<ConfigMap> {
-        let Some(addition) = &self.root_ca_addition else {
-            return Ok(cm);
-        };
-        let mut addition = addition.clone();
-        let pem = match tokio::time::timeout(ROOT_CA_WAIT, addition.wait_for(Option::is_some)).await
-        {
-            Ok(Ok(pem)) => pem.clone().unwrap_or_default(),
-            _ => {
-                return Err(Error::ContainerConfig(format!(
-                    "{ROOT_CA_CONFIGMAP}: the edge API's certificate authority is not ready"
-                )));
-            }
-        };
-        if let Some(ca) = cm.data.as_mut().and_then(|d| d.get_mut("ca.crt")) {
-            if !ca.ends_with('\n') {
-                ca.push('\n');
-            }
-            ca.push_str(&pem);
-        }
-        Ok(cm)
     }
 
     /// The same with another query timeout.
@@ -257,11 +208,7 @@ pub fn service_account(pod: &Pod) -> &str {
 
 impl PodObjects for StoreObjects {
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>> {
-        let cm: Option<ConfigMap> = self.object(ns, ResourceType::ConfigMap, name).await?;
-        match cm {
-            Some(cm) if name == ROOT_CA_CONFIGMAP => self.add_root_ca(cm).await.map(Some),
-            cm => Ok(cm),
-        }
+        self.object(ns, ResourceType::ConfigMap, name).await
     }
 
     async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>> {
@@ -327,6 +274,7 @@ impl PodObjects for StoreObjects {
     }
 }
 
+mod kept;
 mod pod_certificates;
 mod services;
 mod trust_bundles;

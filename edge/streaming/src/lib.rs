@@ -21,7 +21,7 @@
 //!   [`port_forward`].
 //! - `commands.rs`: the exec, attach and port-forward routes, resolved to containers.
 //! - `server.rs`: [`StreamingServer`]: tunnels from cloudhub, TLS, the kubelet's routes.
-//! - `serving.rs`: the node's kubelet serving certificate.
+//! - the node's kubelet serving certificate is `verge_edgehub::certificates::serving`'s.
 //! - `containers.rs`: which pod and runtime container a request means.
 //! - `logs.rs`: `/containerLogs`.
 //! - `read_api.rs`: the read endpoints (`/healthz`, `/pods`, `/metrics/resource`,
@@ -53,7 +53,6 @@ pub mod portforward;
 mod read_api;
 pub mod remotecommand;
 mod server;
-mod serving;
 pub mod spdy;
 pub mod upgrade;
 
@@ -65,4 +64,4 @@ pub use error::StreamError;
 pub use handlers::{attach, exec, port_forward};
 pub use read_api::ServedMetrics;
 pub use server::{StreamingServer, TunnelRequest, TunnelRequests};
-pub use serving::ServingError;
+pub use verge_edgehub::certificates::serving::ServingError;

@@ -22,9 +22,9 @@ use super::commands;
 use super::containers::Containers;
 use super::logs;
 use super::read_api::{self, ServedMetrics};
-use super::serving::ServingCert;
 use verge_container_runtime::{DockerRuntime, StreamingRuntime};
 use verge_edge_metrics::{CgroupFs, Collector};
+use verge_edgehub::certificates::serving::ServingCert;
 
 /// How long one call of the streaming server's Docker client may last (a followed log, an
 /// exec or an attach): the kubelet's default `streamingConnectionIdleTimeout`.
@@ -64,7 +64,7 @@ impl StreamingServer {
                 store,
                 node: node.to_owned(),
                 pods_dir: data_dir.join("pods"),
-                serving: ServingCert::new(data_dir, node),
+                serving: ServingCert::kubelet(data_dir, node),
                 requests,
                 metrics: ServedMetrics::default(),
             },
@@ -176,7 +176,7 @@ enum TunnelError {
     #[error("no kubelet client CA from cloudhub (streams.kubeletClientCaFile): refusing")]
     NoClients,
     #[error(transparent)]
-    Serving(#[from] super::serving::ServingError),
+    Serving(#[from] verge_edgehub::certificates::serving::ServingError),
     #[error("TLS set-up: {0}")]
     Tls(#[from] verge_pki::Error),
     #[error("cloudhub refused the tunnel: {}", .0.message())]

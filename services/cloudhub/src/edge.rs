@@ -179,8 +179,8 @@ impl EdgeHub for EdgeHubService {
             return Err(Status::unavailable("streams are off on this cloudhub"));
         };
         let (certificate, csr_name) =
-            crate::streams::serving::issue(&streams.client, &node, &request.get_ref().csr).await?;
-        info!(%node, csr = %csr_name, "kubelet serving certificate issued");
+            crate::streams::serving::issue(streams, &node, &request.get_ref().csr).await?;
+        info!(%node, csr = %csr_name, "serving certificate issued");
         Ok(Response::new(ServingCertificateResponse {
             certificate,
             csr_name,

@@ -68,6 +68,14 @@ pub enum CsrError {
         /// The names requested.
         names: Vec<String>,
     },
+    /// A serving CSR for a Service's names (the edge API's) naming something else.
+    #[error("a Service serving CSR may name only {allowed:?}, got {names:?}")]
+    ServiceNames {
+        /// The names allowed.
+        allowed: Vec<String>,
+        /// The names requested.
+        names: Vec<String>,
+    },
     /// The request asks for a CA certificate.
     #[error("the CSR requests a CA certificate")]
     CaRequested,
@@ -84,8 +92,7 @@ pub enum CsrError {
 enum Purpose {
     /// A node client certificate: no subject alternative names.
     Client,
-    /// A kubelet serving certificate: the node name as DNS name, and its stream address
-    /// ([`crate::stream_address`]) as IP address unless the node is older.
+    /// A serving certificate: subject alternative names allowed, checked by the caller.
     Serving,
 }
 
@@ -115,7 +122,7 @@ impl CsrRequest {
     /// # Errors
     /// As [`parse`](Self::parse).
     pub fn parse_der(der: &[u8]) -> Result<Self, CsrError> {
-        Self::parse_der_with(der, Purpose::Client)
+        Self::parse_der_with(der, Purpose::Client).map(|(csr, _)| csr)
     }
 
     /// Parses and checks a PEM CSR for a node's kubelet serving certificate: the rules of
@@ -127,12 +134,44 @@ impl CsrRequest {
     /// # Errors
     /// As [`parse`](Self::parse), and [`CsrError::ServingNames`] for other names.
     pub fn parse_serving(csr_pem: &str) -> Result<Self, CsrError> {
+        let (csr, names) = Self::parse_serving_pem(csr_pem)?;
+        let dns = format!("DNS:{}", csr.node_name);
+        let ip = format!("IP:{}", crate::stream_address(&csr.node_name));
+        if names != [dns.clone()] && names != [dns, ip] {
+            return Err(CsrError::ServingNames {
+                node: csr.node_name,
+                names,
+            });
+        }
+        Ok(csr)
+    }
+
+    /// Parses and checks a PEM CSR for a node's serving certificate of a Service it serves
+    /// locally (the edge API at the `kubernetes` Service): the rules of [`parse`](Self::parse),
+    /// except that it must ask for subject alternative names, each of them in `allowed`
+    /// (`DNS:<name>` or `IP:<address>`, e.g. `IP:10.96.0.1`), in any order.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse), and [`CsrError::ServiceNames`] for other names or none.
+    pub fn parse_service_serving(csr_pem: &str, allowed: &[String]) -> Result<Self, CsrError> {
+        let (csr, names) = Self::parse_serving_pem(csr_pem)?;
+        if names.is_empty() || names.iter().any(|n| !allowed.contains(n)) {
+            return Err(CsrError::ServiceNames {
+                allowed: allowed.to_vec(),
+                names,
+            });
+        }
+        Ok(csr)
+    }
+
+    /// A serving CSR and its subject alternative names (`DNS:…`, `IP:…`, else as debugged).
+    fn parse_serving_pem(csr_pem: &str) -> Result<(Self, Vec<String>), CsrError> {
         let der = CertificateSigningRequestDer::from_pem_slice(csr_pem.as_bytes())
             .map_err(CsrError::Pem)?;
         Self::parse_der_with(&der, Purpose::Serving)
     }
 
-    fn parse_der_with(der: &[u8], purpose: Purpose) -> Result<Self, CsrError> {
+    fn parse_der_with(der: &[u8], purpose: Purpose) -> Result<(Self, Vec<String>), CsrError> {
         let (rest, csr) = X509CertificationRequest::from_der(der).map_err(|e| {
             CsrError::Malformed(match e {
                 x509_parser::nom::Err::Error(e) | x509_parser::nom::Err::Failure(e) => e,
@@ -187,17 +226,6 @@ impl CsrRequest {
             }
         }
 
-        let dns = format!("DNS:{node_name}");
-        let ip = format!("IP:{}", crate::stream_address(&node_name));
-        if purpose == Purpose::Serving
-            && serving_names != [dns.clone()]
-            && serving_names != [dns, ip]
-        {
-            return Err(CsrError::ServingNames {
-                node: node_name,
-                names: serving_names,
-            });
-        }
         check_key(&info.subject_pki)?;
         let public_key =
             rcgen::SubjectPublicKeyInfo::from_der(info.subject_pki.raw).map_err(|e| {
@@ -205,13 +233,14 @@ impl CsrRequest {
                     reason: e.to_string(),
                 }
             })?;
-        Ok(Self {
+        let csr = Self {
             der: der.to_vec(),
             common_name,
             organizations,
             node_name,
             public_key,
-        })
+        };
+        Ok((csr, serving_names))
     }
 
     /// The subject common name, `system:node:<name>`.
@@ -295,6 +324,39 @@ mod serving_tests {
             CsrRequest::parse(&pem),
             Err(CsrError::SubjectAltNames)
         ));
+    }
+
+    #[test]
+    fn a_service_serving_csr_names_only_allowed_names() {
+        let key = NodeKey::generate().expect("key");
+        let allowed: Vec<String> = [
+            "DNS:kubernetes",
+            "DNS:kubernetes.default.svc",
+            "IP:10.96.0.1",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let ip = "10.96.0.1".parse().expect("ip");
+        let names = ["kubernetes.default.svc".to_owned(), "kubernetes".to_owned()];
+        let pem = key
+            .serving_csr_pem_for("edge-1", &names, &[ip])
+            .expect("csr");
+        let csr = CsrRequest::parse_service_serving(&pem, &allowed).expect("accepted");
+        assert_eq!(csr.node_name(), "edge-1");
+        // Any name beyond them, or none at all, is refused.
+        let other = ["kubernetes".to_owned(), "api.example.com".to_owned()];
+        let pem = key.serving_csr_pem_for("edge-1", &other, &[]).expect("csr");
+        let Err(CsrError::ServiceNames { names, .. }) =
+            CsrRequest::parse_service_serving(&pem, &allowed)
+        else {
+            panic!("a name beyond the Service's must be refused");
+        };
+        assert_eq!(names, ["DNS:kubernetes", "DNS:api.example.com"]);
+        let none = key.csr_pem("edge-1").expect("csr");
+        assert!(CsrRequest::parse_service_serving(&none, &allowed).is_err());
+        // The node's own serving CSR is not one for the Service.
+        let own = key.serving_csr_pem("edge-1").expect("csr");
+        assert!(CsrRequest::parse_service_serving(&own, &allowed).is_err());
     }
 
     #[test]

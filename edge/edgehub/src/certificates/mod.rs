@@ -10,10 +10,13 @@
 //!   resume the TLS session (cloudhub issues session tickets to nodes).
 //! - [`renew`]: at 80 % of the certificate's lifetime, a new key and certificate over the
 //!   authenticated EdgeHub connection (kubelet certificate rotation).
+//! - [`serving`]: serving certificates the cluster CA signs for this node (the kubelet's, the
+//!   edge API's).
 
 mod error;
 mod join;
 mod renew;
+pub mod serving;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};

@@ -28,6 +28,7 @@ pub const SERVICE_ACCOUNT_CA: &str = "/var/run/secrets/kubernetes.io/serviceacco
 /// passthrough: false        # true: dial CONNECTs to addresses that are no edge node
 /// tunnelTimeout: 3s
 /// dialTimeout: 5s
+/// clusterDomain: cluster.local
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default, rename_all = "camelCase")]
@@ -79,6 +80,10 @@ pub struct StreamsConfig {
     /// `5s`.
     #[serde(with = "humantime_serde")]
     pub dial_timeout: Duration,
+    /// The cluster's DNS domain (the kubelets' `clusterDomain`): an edge's serving
+    /// certificate for the edge API may name `kubernetes.default.svc.<clusterDomain>`.
+    /// Default `cluster.local`.
+    pub cluster_domain: String,
 }
 
 impl Default for StreamsConfig {
@@ -97,6 +102,7 @@ impl Default for StreamsConfig {
             passthrough: false,
             tunnel_timeout: Duration::from_secs(3),
             dial_timeout: Duration::from_secs(5),
+            cluster_domain: "cluster.local".to_owned(),
         }
     }
 }

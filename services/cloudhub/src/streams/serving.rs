@@ -1,9 +1,15 @@
-//! Kubelet serving certificates for edge nodes (`EdgeHub.ServingCertificate`): the node's
-//! CSR becomes a `certificates.k8s.io/v1` CertificateSigningRequest with signer
-//! `kubernetes.io/kubelet-serving`, which cloudhub approves for that node only and
-//! kube-controller-manager signs with the cluster CA — what a kubelet with
-//! `serverTLSBootstrap: true` gets, so the API server's `--kubelet-certificate-authority`
-//! verifies edges as it verifies kubelets.
+//! Serving certificates for edge nodes (`EdgeHub.ServingCertificate`): the node's CSR
+//! becomes a `certificates.k8s.io/v1` CertificateSigningRequest with signer
+//! `kubernetes.io/kubelet-serving`, which cloudhub approves and kube-controller-manager signs
+//! with the cluster CA. Two kinds are approved, for the calling node only:
+//!
+//! - its kubelet serving certificate (its name and stream address): what a kubelet with
+//!   `serverTLSBootstrap: true` gets, so the API server's `--kubelet-certificate-authority`
+//!   verifies edges as it verifies kubelets;
+//! - the edge API's: names among `kubernetes`, `kubernetes.default`,
+//!   `kubernetes.default.svc`, `kubernetes.default.svc.<streams.clusterDomain>` and the
+//!   cluster IPs of the `default/kubernetes` Service as the API server holds it now, so the
+//!   node's pods verify the edge API with the cluster CA of their `ca.crt`.
 
 use std::time::Duration;
 
@@ -11,11 +17,14 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::PostParams;
 use tonic::Status;
-use verge_pki::CsrRequest;
+use verge_pki::{CsrError, CsrRequest};
+
+use super::StreamsState;
 
 /// The signer of kubelet serving certificates (kube-controller-manager's
 /// `csrsigning` controller).
@@ -23,22 +32,40 @@ pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// How long to wait for kube-controller-manager to sign an approved CSR.
 const SIGN_WAIT: Duration = Duration::from_secs(30);
 
-/// Issues a serving certificate for `node` from `csr_pem`; returns the certificate PEM and
-/// the CSR object's name.
+/// Issues a serving certificate for `node` from `csr_pem` (see the module docs); returns the
+/// certificate PEM and the CSR object's name.
 ///
 /// # Errors
-/// `INVALID_ARGUMENT` for a CSR that is not the node's serving CSR, `UNAVAILABLE` when the
-/// API server refuses, `DEADLINE_EXCEEDED` when the CSR is not signed in 30 s (no
-/// kube-controller-manager signing `kubernetes.io/kubelet-serving`), `FAILED_PRECONDITION`
-/// when it was denied or failed.
+/// `INVALID_ARGUMENT` for a CSR that is neither the node's serving CSR nor one for the
+/// `kubernetes` Service, `UNAVAILABLE` when the API server refuses, `DEADLINE_EXCEEDED`
+/// when the CSR is not signed in 30 s (no kube-controller-manager signing
+/// `kubernetes.io/kubelet-serving`), `FAILED_PRECONDITION` when it was denied or failed.
 #[allow(clippy::result_large_err)]
 pub(crate) async fn issue(
-    client: &kube::Client,
+    streams: &StreamsState,
     node: &str,
     csr_pem: &str,
 ) -> Result<(String, String), Status> {
-    let csr = CsrRequest::parse_serving(csr_pem)
-        .map_err(|e| Status::invalid_argument(format!("serving CSR refused: {e}")))?;
+    let client = &streams.client;
+    let refused = |e: CsrError| Status::invalid_argument(format!("serving CSR refused: {e}"));
+    let (csr, reason) = match CsrRequest::parse_serving(csr_pem) {
+        Ok(csr) => (
+            csr,
+            format!("edge node {node} asked for the serving certificate of its own name"),
+        ),
+        Err(CsrError::ServingNames { .. }) => {
+            let allowed = api_service_names(client, &streams.config.cluster_domain).await?;
+            let csr = CsrRequest::parse_service_serving(csr_pem, &allowed).map_err(refused)?;
+            (
+                csr,
+                format!(
+                    "edge node {node} asked for the serving certificate of the kubernetes \
+                     Service it serves to its pods (edge API)"
+                ),
+            )
+        }
+        Err(e) => return Err(refused(e)),
+    };
     if csr.node_name() != node {
         return Err(Status::invalid_argument(format!(
             "node {node} asked for a serving certificate of node {}",
@@ -68,14 +95,9 @@ pub(crate) async fn issue(
         .await
         .map_err(unavailable)?;
     let name = created.metadata.name.unwrap_or_default();
-    crate::trust::cluster::approve(
-        &api,
-        &name,
-        "VergeKubeletServing".to_owned(),
-        format!("edge node {node} asked for the serving certificate of its own name"),
-    )
-    .await
-    .map_err(unavailable)?;
+    crate::trust::cluster::approve(&api, &name, "VergeKubeletServing".to_owned(), reason)
+        .await
+        .map_err(unavailable)?;
     let deadline = tokio::time::Instant::now() + SIGN_WAIT;
     loop {
         let current = api.get(&name).await.map_err(unavailable)?;
@@ -105,4 +127,32 @@ pub(crate) async fn issue(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// What the edge API's serving certificate may name: the `kubernetes` Service's DNS names in
+/// `domain` and its cluster IPs, read from the API server (`DNS:…`, `IP:…`).
+#[allow(clippy::result_large_err)]
+async fn api_service_names(client: &kube::Client, domain: &str) -> Result<Vec<String>, Status> {
+    let service = Api::<Service>::namespaced(client.clone(), "default")
+        .get("kubernetes")
+        .await
+        .map_err(|e| Status::unavailable(format!("API server: the kubernetes Service: {e}")))?;
+    let spec = service.spec.unwrap_or_default();
+    let ips = spec
+        .cluster_ips
+        .unwrap_or_default()
+        .into_iter()
+        .chain(spec.cluster_ip)
+        .filter_map(|ip| ip.parse::<std::net::IpAddr>().ok());
+    let mut names: Vec<String> = [
+        "kubernetes".to_owned(),
+        "kubernetes.default".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+        format!("kubernetes.default.svc.{domain}"),
+    ]
+    .iter()
+    .map(|name| format!("DNS:{name}"))
+    .collect();
+    names.extend(ips.map(|ip| format!("IP:{ip}")));
+    Ok(names)
 }

@@ -1,5 +1,5 @@
-//! The bench's clients: the edge API as a pod's in-cluster client sees it (the node's CA, the
-//! `kubernetes.default.svc` name, a token bound to a pod of the node), and timing helpers.
+//! The bench's clients: the edge API as a pod's in-cluster client sees it (the cluster CA of
+//! its `ca.crt`, the `kubernetes.default.svc` name, a token bound to a pod of the node), and timing helpers.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -31,29 +31,35 @@ pub fn gateway(node: &str) -> anyhow::Result<String> {
         .with_context(|| format!("no IPv4 address on {bridge}: {text:?}"))
 }
 
-/// The node's edge API CA (`<dataDir>/edge-api/ca-<ip>.crt`), waiting up to a minute for it.
-pub async fn node_ca(data_dir: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let dir = data_dir.join("edge-api");
+/// The CA a pod's `ca.crt` holds (the `ca.crt` of `ns`'s `kube-root-ca.crt`, the cluster
+/// CA), once the node's edge API has its serving certificate
+/// (`<dataDir>/edge-api/serving.crt`), waiting up to a minute for it.
+pub async fn pod_ca(
+    admin: &kube::Client,
+    ns: &str,
+    data_dir: &Path,
+) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let serving = data_dir.join("edge-api").join("serving.crt");
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let found = std::fs::read_dir(&dir).ok().and_then(|entries| {
-            entries.filter_map(Result::ok).map(|e| e.path()).find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("ca-") && n.ends_with(".crt"))
-            })
-        });
-        if let Some(path) = found {
-            let pem = std::fs::read(&path)?;
-            return CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<Vec<_>, _>>()
-                .with_context(|| format!("parsing {}", path.display()));
-        }
+    while !serving.exists() {
         if Instant::now() > deadline {
-            bail!("no edge API CA in {} within a minute", dir.display());
+            bail!(
+                "no edge API serving certificate at {} within a minute",
+                serving.display()
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let root = Api::<ConfigMap>::namespaced(admin.clone(), ns)
+        .get("kube-root-ca.crt")
+        .await?;
+    let pem = root
+        .data
+        .and_then(|d| d.get("ca.crt").cloned())
+        .context("kube-root-ca.crt has no ca.crt")?;
+    CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("parsing kube-root-ca.crt")
 }
 
 /// A client of the edge API at `gateway`, verifying it as a pod does (`ca`, the name

@@ -13,9 +13,9 @@
 //!   of each of 10,000 ConfigMaps and their list).
 //!
 //! The client is the bench itself on the host, at the edge API's listener on the node's
-//! pod-network gateway, verifying it as a pod does (the node's CA, `kubernetes.default.svc`)
-//! with a token bound to a pod of the node; a pod reaches the same listener through the
-//! `kubernetes` Service's DNAT.
+//! pod-network gateway, verifying it as a pod does (the cluster CA of its `ca.crt`,
+//! `kubernetes.default.svc`) with a token bound to a pod of the node; a pod reaches the same
+//! listener through the `kubernetes` Service's DNAT.
 
 mod client;
 mod report;
@@ -127,7 +127,7 @@ async fn measure(
     let pods = create_pods(&admin, args.pods).await?;
     let token = client::bound_token(&admin, namespace(), &pods[0].0).await?;
     let gateway = client::gateway(NODE)?;
-    let ca = client::node_ca(&data_dir).await?;
+    let ca = client::pod_ca(&admin, namespace(), &data_dir).await?;
     let edge = client::edge_api_client(&gateway, ca.clone(), &token)?;
     let edge_watcher = client::edge_api_client(&gateway, ca, &token)?;
 

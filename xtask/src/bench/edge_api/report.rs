@@ -90,8 +90,9 @@ pub fn report(args: &Args, m: &Measured) -> anyhow::Result<()> {
         "One local edge node ({} build), {} pods on it (busybox `sleep`), the kit's control \
          plane; all on this machine, so the link's latency is not in the online figures. The \
          client is the bench on the host at the edge API's listener on the node's pod-network \
-         gateway, verifying it as a pod does (the node's CA, `kubernetes.default.svc`), with a \
-         token bound to one of the pods and the namespace's `view` role; plain JSON answers, \
+         gateway, verifying it as a pod does (the cluster CA of its `ca.crt`, \
+         `kubernetes.default.svc`), with a token bound to one of the pods and the namespace's \
+         `view` role; plain JSON answers, \
          whole body read. Lists: {} per path after 10 of warm-up, online paths interleaved in \
          rounds of 10, then cloudhub is killed (SIGKILL) and, once the edge API answers a write \
          with its offline 503, the offline paths interleaved the same way. Watch events: {} \
