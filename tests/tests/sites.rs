@@ -8,7 +8,10 @@
 //! routes to its site peers' pod CIDRs) and does not reach the other site's directly, and a
 //! Service backed by pods of both sites answers from both, by cluster IP, short name and
 //! FQDN (the other site's pod through cloudhub, relayed over its node's session); with the
-//! link cut, the site's own endpoint answers every request by name.
+//! link cut, the site's own endpoint answers every request by name. A process on an edge host
+//! (as a host-network pod) reaches a pod of a site peer by IP, and a node port of a peer's
+//! address answers with that peer's own pod (Docker's forwarding opened for the Service
+//! proxy's marked connections).
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -42,6 +45,17 @@ async fn site_edge(
     let netns = EdgeNetns::create(index)?;
     let address = site.join(&netns, host)?;
     let docker = NetnsDocker::start(&netns, &dir.join(name))?;
+    // Forwarding as on a host whose Docker turned IP forwarding on itself (and this host's):
+    // policy DROP, so a pod is reached from outside only through what edgecore opens.
+    let policy = netns
+        .command(std::path::Path::new("iptables"))
+        .args(["-w", "-P", "FORWARD", "DROP"])
+        .status()?;
+    ensure!(
+        policy.success(),
+        "iptables -P FORWARD DROP in {}",
+        netns.name()
+    );
     docker.load_image(verge_testkit::docker::TEST_IMAGE)?;
     let endpoint = docker.endpoint();
     let mut edge = Edge::with_config(name, cloud, |c| {
@@ -185,6 +199,38 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         ips[2]
     );
 
+    // Edge 0's own processes (its host-network pods) reach p1 too: edge 1 lets its site
+    // peers' addresses through, not only their pod CIDRs.
+    let from_host = |target: &str, port: u16| {
+        let script = format!(
+            "exec 3<>/dev/tcp/{target}/{port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 \
+             && timeout 5 cat <&3"
+        );
+        let out = edges[0]
+            .netns
+            .command(std::path::Path::new("/bin/bash"))
+            .args(["-c", &script])
+            .output()?;
+        anyhow::Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    verge_e2e::wait_for(
+        "an edge host reaches a pod of its site by IP",
+        Duration::from_secs(60),
+        || async {
+            Ok(from_host(&peer.to_string(), 8080)?
+                .contains("p1")
+                .then_some(()))
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "{}\n{:?}",
+            edges[1].edge.logs(40),
+            from_host(&peer.to_string(), 8080)
+        )
+    })?;
+
     // A Service backed by p1 (site 0) and p2 (site 1): from p0, by cluster IP and by name,
     // both answer: p1 directly, p2 through cloudhub and p2's node's session.
     let service: Service = serde_json::from_value(serde_json::json!({
@@ -226,6 +272,44 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(target)))?;
         ensure!(seen.len() == 2, "{seen:?}");
     }
+
+    // The same Service as a node port, reached at edge 1's address from edge 0's host: edge 1
+    // sends it to its own p1 (or through the tunnel to p2); p1 answers.
+    let node_port = serde_json::json!({ "spec": { "type": "NodePort" } });
+    let node_port = Api::<Service>::namespaced(client.clone(), ns)
+        .patch("web", &PatchParams::default(), &Patch::Merge(&node_port))
+        .await?
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p.first().and_then(|p| p.node_port))
+        .context("node port")?;
+    let edge1_address = nodes
+        .get(&edges[1].edge.name)
+        .await?
+        .status
+        .and_then(|s| s.addresses)
+        .and_then(|a| a.into_iter().find(|a| a.type_ == "InternalIP"))
+        .context("edge 1's InternalIP")?
+        .address;
+    let port = u16::try_from(node_port)?;
+    verge_e2e::wait_for(
+        "a node port of a site peer answers from the peer's own pod",
+        Duration::from_secs(60),
+        || async {
+            let answers: Vec<String> = (0..8)
+                .filter_map(|_| from_host(&edge1_address, port).ok())
+                .collect();
+            Ok(answers.iter().any(|a| a.contains("p1")).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "{}\n{:?}",
+            edges[1].edge.logs(40),
+            from_host(&edge1_address, port)
+        )
+    })?;
 
     // Edge 0's link to the cloud is cut: once its session is gone, the Service keeps working
     // by name from the site's own endpoint (p1), and every request is answered.

@@ -6,9 +6,13 @@
 //!
 //! Routes are iproute2's (`ip route replace <cidr> via <address> proto 220`; the protocol
 //! number marks ours, so a peer that left is found and removed). Docker's own firewall is
-//! opened with iptables rules marked `verge-site`: `DOCKER-USER` accepts new connections from
-//! a peer's pod CIDR to this node's (Docker forwards only its published ports otherwise), and
-//! `POSTROUTING` returns before Docker's masquerade for traffic to a peer's pod CIDR.
+//! opened with iptables rules marked `verge-site`: `DOCKER-USER` accepts new connections to
+//! this node's pod CIDR from a peer's pod CIDR and from a peer's own address (its
+//! host-network pods and processes), and those the Service proxy marked for masquerading
+//! (a node port reached from another machine, DNATed to a pod here: kube-proxy's
+//! `KUBE-FORWARD` accepts the same mark), since Docker forwards only its published ports
+//! otherwise; `POSTROUTING` returns before Docker's masquerade for traffic to a peer's pod
+//! CIDR.
 
 use std::net::Ipv4Addr;
 
@@ -130,21 +134,35 @@ fn apply_routes(peers: &[Peer]) {
     }
 }
 
-/// The rules (`-A` form without the chain) this node wants in `table`/`chain`.
+/// The rules (`-A` form without the chain, as `iptables -S` prints them) this node wants in
+/// `table`/`chain`.
 fn wanted_rules(table: &str, own: Ipv4Net, peers: &[Peer]) -> Vec<String> {
-    peers
-        .iter()
-        .map(|p| match table {
-            "filter" => format!(
-                "-s {} -d {own} -m comment --comment {RULE_COMMENT} -j ACCEPT",
-                p.pod_cidr
-            ),
-            _ => format!(
-                "-s {own} -d {} -m comment --comment {RULE_COMMENT} -j RETURN",
-                p.pod_cidr
-            ),
-        })
-        .collect()
+    let accept = |source: &str| {
+        format!("-s {source} -d {own} -m comment --comment {RULE_COMMENT} -j ACCEPT")
+    };
+    match table {
+        "filter" => {
+            let mark = crate::services::nft::MASQUERADE_MARK;
+            let mut rules = vec![format!(
+                "-d {own} -m mark --mark {mark:#x}/{mark:#x} -m comment --comment {RULE_COMMENT} \
+                 -j ACCEPT"
+            )];
+            for p in peers {
+                rules.push(accept(&p.pod_cidr.to_string()));
+                rules.push(accept(&format!("{}/32", p.address)));
+            }
+            rules
+        }
+        _ => peers
+            .iter()
+            .map(|p| {
+                format!(
+                    "-s {own} -d {} -m comment --comment {RULE_COMMENT} -j RETURN",
+                    p.pod_cidr
+                )
+            })
+            .collect(),
+    }
 }
 
 fn apply_rules(own: Ipv4Net, peers: &[Peer]) {
@@ -154,9 +172,15 @@ fn apply_rules(own: Ipv4Net, peers: &[Peer]) {
             continue;
         };
         let prefix = format!("-A {chain} ");
+        // This node's rules name its own pod CIDR (as destination in `filter`, as source in
+        // `nat`): another edgecore on the same host (tests, local clusters) keeps its own.
+        let own_part = match table {
+            "filter" => format!("-d {own} "),
+            _ => format!("-s {own} "),
+        };
         let ours: Vec<String> = current
             .lines()
-            .filter(|l| l.contains(RULE_COMMENT))
+            .filter(|l| l.contains(RULE_COMMENT) && l.contains(&own_part))
             .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
             .collect();
         let wanted = wanted_rules(table, own, peers);
@@ -189,7 +213,12 @@ mod tests {
         }];
         assert_eq!(
             wanted_rules("filter", own, &peers),
-            ["-s 10.244.2.0/24 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT"]
+            [
+                "-d 10.244.1.0/24 -m mark --mark 0x4000/0x4000 -m comment --comment verge-site \
+                 -j ACCEPT",
+                "-s 10.244.2.0/24 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT",
+                "-s 10.214.0.2/32 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT",
+            ]
         );
         assert_eq!(
             wanted_rules("nat", own, &peers),
