@@ -76,14 +76,30 @@ impl<R: ContainerRuntime> Worker<R> {
         let track = self.tracks.get(&c.name);
         // Sidecars are probed like app containers; regular init containers never are.
         let completes = init && !is_sidecar(c);
+        // A running container the probe manager has not been given yet (its start is being
+        // reported before the sync that adds it): as the kubelet's `UpdatePodStatus` says of a
+        // container without a probe worker, started without a startup probe and ready without
+        // startup and readiness probes, so `Running` and `Ready` are reported together.
+        let probes = &self.ctx.probes;
+        let known = probes.contains(&self.uid, &c.name);
+        let started = if known {
+            probes.started(&self.uid, &c.name)
+        } else {
+            c.startup_probe.is_none()
+        };
+        let ready = if known {
+            probes.ready(&self.uid, &c.name)
+        } else {
+            started && c.readiness_probe.is_none()
+        };
         ContainerFacts {
             spec: c,
             latest,
             previous: obs.previous(&c.name),
             waiting: track.and_then(|t| t.waiting()),
             restarts: track.map_or(0, |t| t.next_restart()),
-            ready: !completes && self.ctx.probes.ready(&self.uid, &c.name),
-            started: !completes && self.ctx.probes.started(&self.uid, &c.name),
+            ready: !completes && ready,
+            started: !completes && started,
             completes,
             image_id: latest
                 .and_then(|i| self.image_ids.get(&i.image_id))

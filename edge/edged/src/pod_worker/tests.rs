@@ -886,3 +886,33 @@ async fn a_sandbox_waits_for_the_pod_network_and_then_gets_an_address_of_it() {
     let status = w.last_status.clone().expect("status");
     assert_eq!(status.pod_ip, Some(ip.to_string()));
 }
+
+/// A container without probes is reported ready in the same status that first says the pod
+/// runs (the kubelet's `UpdatePodStatus` for a container without a probe worker): a client
+/// that waits for `Running` finds `Ready` and `ContainersReady` true.
+#[tokio::test(start_paused = true)]
+async fn a_container_without_probes_is_ready_as_soon_as_it_runs() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
+    let mut w = h.worker(&p);
+    for _ in 0..10 {
+        w.sync().await.expect("sync");
+        let Some(s) = w.last_status.clone() else {
+            continue;
+        };
+        if s.phase.as_deref() != Some("Running") {
+            continue;
+        }
+        let ready = |t: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        assert!(status(&w, "app").ready, "{s:?}");
+        assert!(ready("Ready") && ready("ContainersReady"), "{s:?}");
+        return;
+    }
+    panic!("the pod never ran");
+}

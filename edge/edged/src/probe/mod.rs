@@ -289,4 +289,10 @@ impl<H: ProbeHandler> ProbeManager<H> {
         self.shared
             .started(&(pod_uid.to_owned(), container.to_owned()))
     }
+
+    /// Whether the container was [added](Self::add) (and not removed since).
+    pub fn contains(&self, pod_uid: &str, container: &str) -> bool {
+        let key = (pod_uid.to_owned(), container.to_owned());
+        self.shared.lock().contains_key(&key)
+    }
 }
