@@ -393,8 +393,10 @@ async fn apply(context: &Context, node: &str, request: Request) -> Result<Reply>
                 .lease_message(node, &renewal, result.is_ok());
             result?;
         }
-        Request::PodStatus(pod, status) => pod::report_status(client, node, &pod, &status).await?,
-        Request::DeletePod(pod) => pod::delete(client, node, &pod).await?,
+        Request::PodStatus(pod, status) => {
+            pod::report_status(client, &context.caches, node, &pod, &status).await?
+        }
+        Request::DeletePod(pod) => pod::delete(client, &context.caches, node, &pod).await?,
         Request::CreateEvent(object) => event::create(client, &object).await?,
         Request::Query(key) => {
             let json = query::answer(client, &context.caches, node, &key).await?;

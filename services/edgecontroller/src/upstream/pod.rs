@@ -8,6 +8,9 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tracing::{Instrument as _, debug, info};
 
+use verge_core::{ResourceKey, ResourceType};
+
+use crate::cache::{Cached, Caches};
 use crate::desired::is_bound_to;
 use crate::{Error, Result};
 
@@ -25,6 +28,15 @@ pub struct PodRef {
 impl PodRef {
     fn describe(&self) -> String {
         format!("pod {}/{}", self.namespace, self.name)
+    }
+
+    /// The pod of this namespace and name in edgecontroller's own pod cache, if any.
+    fn cached(&self, caches: &Caches) -> Option<std::sync::Arc<Pod>> {
+        let key = ResourceKey::new(&self.namespace, ResourceType::Pod, &self.name);
+        match caches.get(&key) {
+            Some(Cached::Pod(pod)) => Some(pod),
+            _ => None,
+        }
     }
 }
 
@@ -88,13 +100,20 @@ pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     json!({ "metadata": { "uid": uid }, "status": status })
 }
 
-/// Whether `error`, answering a read or write of a pod as the node, says the pod is gone
-/// (404). The kubelet's status manager does nothing for a pod it cannot find; a report for
-/// it is done, not retried. (The Node authorizer's 403 "no relationship found" is not
-/// counted: it is also what a node hears for a pod bound to another node, which stays an
-/// error.)
-fn is_gone(error: &kube::Error) -> bool {
-    matches!(error, kube::Error::Api(s) if s.is_not_found())
+/// Whether `error`, answering a read or write of `pod` as the node, says the pod is gone: a
+/// 404, or the Node authorizer's 403 ("no relationship found", which is all a node hears of a
+/// deleted pod) while edgecontroller's own pod cache holds no pod of that name, or one of
+/// another uid than the edge means (`cached`). The kubelet's status manager does nothing
+/// for a pod it cannot find; a report for it is done, not retried. A 403 for a pod the cache
+/// holds (bound to another node, or not yet in the authorizer's graph) stays an error.
+fn is_gone(error: &kube::Error, pod: &PodRef, cached: Option<&Pod>) -> bool {
+    match error {
+        kube::Error::Api(s) if s.is_not_found() => true,
+        kube::Error::Api(s) if s.code == 403 => cached.is_none_or(|current| {
+            !pod.uid.is_empty() && current.metadata.uid.as_deref() != Some(pod.uid.as_str())
+        }),
+        _ => false,
+    }
 }
 
 /// Writes the edge's `status` to the pod's status subresource. A pod that is gone (404) is
@@ -107,6 +126,7 @@ fn is_gone(error: &kube::Error) -> bool {
 /// names another pod.
 pub async fn report_status(
     client: &kube::Client,
+    caches: &Caches,
     node: &str,
     pod: &PodRef,
     status: &PodStatus,
@@ -124,7 +144,7 @@ pub async fn report_status(
         .await
     {
         Ok(current) => current,
-        Err(error) if is_gone(&error) => {
+        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => {
             debug!("the pod is gone; its status report is dropped");
             return Ok(());
         }
@@ -169,11 +189,16 @@ pub async fn report_status(
 /// # Errors
 /// [`Error::Forbidden`] when the pod is bound to another node; [`Error::Kube`] when the API
 /// server refuses the read or delete.
-pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<()> {
+pub async fn delete(
+    client: &kube::Client,
+    caches: &Caches,
+    node: &str,
+    pod: &PodRef,
+) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let current = match api.get(&pod.name).await {
         Ok(current) => current,
-        Err(error) if is_gone(&error) => return Ok(()),
+        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => return Ok(()),
         Err(error) => return Err(Error::kube("get pod")(error)),
     };
     let uid = current.metadata.uid.clone().unwrap_or_default();
@@ -196,7 +221,7 @@ pub async fn delete(client: &kube::Client, node: &str, pod: &PodRef) -> Result<(
             Ok(())
         }
         // Gone, or replaced in between (uid precondition failed): nothing left to delete.
-        Err(error) if is_gone(&error) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_not_found() => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
         Err(error) => Err(Error::kube("delete pod")(error)),
     }
@@ -207,7 +232,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pod_is_gone_on_404_only() {
+    fn a_pod_is_gone_on_404_or_on_403_when_edgecontroller_holds_no_such_pod() {
         let api = |code: u16, message: &str| {
             let reason = if code == 404 { "NotFound" } else { "Forbidden" };
             kube::Error::Api(
@@ -216,14 +241,33 @@ mod tests {
                     .boxed(),
             )
         };
-        assert!(is_gone(&api(404, "pods \"p\" not found")));
-        assert!(!is_gone(&api(
+        let pod = PodRef {
+            namespace: "ns".into(),
+            name: "p".into(),
+            uid: "u1".into(),
+        };
+        let cached = |uid: &str| -> Pod {
+            serde_json::from_value(json!({ "metadata": { "uid": uid },
+                "spec": { "nodeName": "edge-2", "containers": [] } }))
+            .expect("pod")
+        };
+        let no_relationship = api(
             403,
             "pods \"p\" is forbidden: User \"system:node:e\" cannot get resource \"pods\": \
-             node: no relationship found between node 'e' and this object"
-        )));
-        assert!(!is_gone(&api(403, "forbidden by RBAC")));
-        assert!(!is_gone(&api(500, "etcd")));
+             node: no relationship found between node 'e' and this object",
+        );
+        assert!(is_gone(&api(404, "pods \"p\" not found"), &pod, None));
+        // Deleted (not cached) or replaced (another uid): gone.
+        assert!(is_gone(&no_relationship, &pod, None));
+        assert!(is_gone(&no_relationship, &pod, Some(&cached("u2"))));
+        // The same pod, bound to another node: an error.
+        assert!(!is_gone(&no_relationship, &pod, Some(&cached("u1"))));
+        let no_uid = PodRef {
+            uid: String::new(),
+            ..pod.clone()
+        };
+        assert!(!is_gone(&no_relationship, &no_uid, Some(&cached("u2"))));
+        assert!(!is_gone(&api(500, "etcd"), &pod, None));
     }
 
     #[test]
