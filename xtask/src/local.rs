@@ -2,20 +2,30 @@
 //! devicecontroller and one edgecore against a control plane, with configs, logs and pids in one run directory.
 //! Used by `quickstart` and the benchmarks.
 //!
-//! Layout: this file starts and stops the deployment; [`edge_yaml`] writes edgecore's
-//! configuration; [`extra_edges`] adds edge nodes that each run in a network namespace of
+//! Layout: this file starts the deployment; `build` builds the binaries, `configs` writes
+//! the controllers' configurations, `processes` stops what a run started; [`edge_yaml`]
+//! writes edgecore's configuration; [`extra_edges`] adds edge nodes that each run in a network namespace of
 //! their own with a Docker engine of their own, in one site with the node on the host
 //! (`cargo xtask conformance --nodes N`).
 
+pub mod build;
+mod configs;
 pub mod edge_yaml;
 pub mod extra_edges;
+mod processes;
+
+pub use build::{REAL_COMPONENTS, binary, build_bins, edgecore_profile};
+pub use configs::{controller_config, deployed_controller_config, write};
+pub use processes::{
+    create_namespace, dmi_socket, free_port, remove_containers, settled_rss, start_mapper,
+    status_kib, stop_processes, wait_for_port,
+};
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use verge_testkit::wait::ready_status;
@@ -75,83 +85,6 @@ pub async fn ensure_host() -> anyhow::Result<()> {
         verge_testkit::docker::ensure_test_image()
     })
     .await?
-}
-
-/// The cargo profile of edgecore wherever the other binaries are built with `release`:
-/// Cargo.toml's `[profile.edge]`, the release profile optimised for size throughout (its text
-/// is most of its resident memory), with fat LTO and one codegen unit.
-pub const EDGE_PROFILE: &str = "edge";
-
-/// The cargo profile edgecore is built with when the other binaries use `profile`.
-pub fn edgecore_profile(profile: &str) -> &str {
-    if profile == "release" {
-        EDGE_PROFILE
-    } else {
-        profile
-    }
-}
-
-/// The features that turn on the test targets needing real components (Docker, the control
-/// plane, mosquitto, Jaeger, Go builds), one per crate that has such targets; plain `cargo
-/// test --workspace` runs without them. `cargo xtask test` passes them to clippy, the build
-/// and `cargo test`, and [`build_bins`] to its workspace build, so that the libraries are
-/// built once with one set of features.
-pub const REAL_COMPONENTS: &str = "verge-edgecore/real-components,\
-    verge-edgecontroller/real-components,verge-devicecontroller/real-components,\
-    verge-testkit/real-components,verge-e2e/real-components";
-
-/// `cargo build --workspace --bins` (release with `release`, and then edgecore with
-/// [`EDGE_PROFILE`]); returns the binaries' dir, where [`binary`] finds each.
-pub fn build_bins(release: bool) -> anyhow::Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut builds = vec![vec![
-        "build",
-        "--workspace",
-        "--bins",
-        "--features",
-        REAL_COMPONENTS,
-    ]];
-    if release {
-        builds[0].push("--release");
-        builds.push(vec![
-            "build",
-            "--profile",
-            EDGE_PROFILE,
-            "--package",
-            "verge-edgecore",
-            "--bin",
-            "edgecore",
-        ]);
-    }
-    for args in builds {
-        let status = Command::new(&cargo)
-            .args(&args)
-            .status()
-            .context("running cargo build")?;
-        if !status.success() {
-            bail!("cargo {} failed: {status}", args.join(" "));
-        }
-    }
-    let debug_dir = std::env::current_exe()?
-        .parent()
-        .context("xtask has no parent directory")?
-        .to_owned();
-    Ok(if release {
-        debug_dir.with_file_name("release")
-    } else {
-        debug_dir
-    })
-}
-
-/// The path of binary `name` that [`build_bins`] built into `bin_dir`: a release build's
-/// edgecore is in the [`EDGE_PROFILE`] directory beside it.
-pub fn binary(bin_dir: &Path, name: &str) -> PathBuf {
-    match bin_dir.file_name() {
-        Some(dir) if name == "edgecore" && dir == "release" => {
-            bin_dir.with_file_name(EDGE_PROFILE).join(name)
-        }
-        _ => bin_dir.join(name),
-    }
 }
 
 /// edgecore's default `metricsAddr` port.
@@ -410,175 +343,4 @@ impl LocalVerge {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
-}
-
-/// The DMI socket of the local edge node: in the run directory rather than KubeEdge's
-/// `/etc/kubeedge/dmi.sock`, so a local run never takes over a real installation's socket.
-pub fn dmi_socket(dir: &Path) -> PathBuf {
-    dir.join("dmi.sock")
-}
-
-/// Starts Verge's Rust virtual mapper for `protocol` on the local edge node's DMI socket
-/// (detached, logging to `logs/virtual-mapper.log`, its pid added to the pids file so
-/// [`stop_processes`] stops it). Returns its pid.
-///
-/// # Errors
-/// The binary cannot be started or the pids file written.
-pub fn start_mapper(dir: &Path, bin_dir: &Path, protocol: &str) -> anyhow::Result<u32> {
-    let log = dir.join("logs").join("virtual-mapper.log");
-    let argv = [
-        "--protocol".to_owned(),
-        protocol.to_owned(),
-        "--name".to_owned(),
-        format!("{protocol}-mapper"),
-        "--socket".to_owned(),
-        dir.join(format!("{protocol}.sock")).display().to_string(),
-        "--dmi-socket".to_owned(),
-        dmi_socket(dir).display().to_string(),
-    ];
-    let pid = daemon::spawn_detached(&bin_dir.join("virtual-mapper"), &argv, &[], &log)?;
-    eprintln!("  virtual-mapper pid {pid}, log {}", log.display());
-    let pids = dir.join("pids");
-    let mut text = std::fs::read_to_string(&pids).unwrap_or_default();
-    text.push_str(&format!("virtual-mapper {pid}\n"));
-    std::fs::write(&pids, text)?;
-    Ok(pid)
-}
-
-/// Writes `<controller>.yaml` in `dir` for a controller running as its own service account
-/// ([`start`]): the cloudhub at `ctrl_port`, the shipped leader-election Lease
-/// (`verge-system/<controller>`, the only one its RBAC may update) with a fixed identity, and
-/// `hub_token` (a token of the account for cloudhub's ControllerHub audience) as
-/// `cloudhubAuth.tokenFile`. Returns the file's path.
-pub fn deployed_controller_config(
-    dir: &Path,
-    controller: &str,
-    ctrl_port: u16,
-    hub_token: &Path,
-) -> anyhow::Result<String> {
-    let run = lease_suffix(dir);
-    write(
-        dir,
-        &format!("{controller}.yaml"),
-        &format!(
-            "cloudhub: https://127.0.0.1:{ctrl_port}
-healthAddr: 127.0.0.1:0
-leaderElection:
-  \
-             leaseName: {controller}
-  identity: {controller}-{run}-0
-\
-             cloudhubAuth:
-  tokenFile: {}
-",
-            hub_token.display()
-        ),
-    )
-}
-
-/// Writes `<controller>.yaml` in `dir`: the cloudhub at `ctrl_port`, and leader election on
-/// a Lease of this run directory's own (`<controller>-<directory name>`, so runs against a
-/// shared control plane do not wait for each other) with a fixed identity (a restarted
-/// controller takes its Lease back at once, as a restarted container of the same pod does).
-/// Returns the file's path.
-pub fn controller_config(dir: &Path, controller: &str, ctrl_port: u16) -> anyhow::Result<String> {
-    let run = lease_suffix(dir);
-    write(
-        dir,
-        &format!("{controller}.yaml"),
-        &format!(
-            "cloudhub: https://127.0.0.1:{ctrl_port}\nhealthAddr: 127.0.0.1:0\nleaderElection:\n  \
-             leaseName: {controller}-{run}\n  identity: {controller}-{run}-0\n"
-        ),
-    )
-}
-
-/// The last component of `dir` as a DNS label part: lower-case alphanumerics and `-`.
-fn lease_suffix(dir: &Path) -> String {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().to_lowercase())
-        .unwrap_or_default();
-    let label: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .take(40)
-        .collect();
-    let label = label.trim_matches('-');
-    if label.is_empty() {
-        "local".to_owned()
-    } else {
-        label.to_owned()
-    }
-}
-
-/// Writes `text` to `dir/name`; returns the path as a string (for a command line).
-pub fn write(dir: &Path, name: &str, text: &str) -> anyhow::Result<String> {
-    let path = dir.join(name);
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path.display().to_string())
-}
-
-pub use verge_testkit::ports::free_port;
-pub use verge_testkit::wait::{create_namespace, wait_for_port};
-
-pub use verge_testkit::process::status_kib;
-
-/// The resident memory (KiB) of process `pid` (an edgecore) once two samples 3 s apart agree
-/// within 1 % (at most a minute of sampling; the last sample then).
-///
-/// # Errors
-/// `/proc/<pid>/status` cannot be read (the process is gone).
-pub async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
-    let mut last = status_kib(pid, "VmRSS").context("edgecore RSS")?;
-    for _ in 0..20 {
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let now = status_kib(pid, "VmRSS").context("edgecore RSS")?;
-        if now.abs_diff(last) * 100 <= last {
-            return Ok(now);
-        }
-        last = now;
-    }
-    Ok(last)
-}
-
-/// Stops the processes listed in `<dir>/pids` (reverse start order; SIGTERM, then
-/// SIGKILL after 10 s). Returns how many were listed.
-pub fn stop_processes(dir: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string(dir.join("pids")) else {
-        return 0;
-    };
-    let mut pids: Vec<u32> = text
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
-    pids.reverse();
-    daemon::stop_all(&pids, Duration::from_secs(10));
-    let _ = std::fs::remove_file(dir.join("pids"));
-    pids.len()
-}
-
-/// Removes the containers of the edge node that [`start`] ran in `dir` (file `node`), after
-/// [`stop_processes`]: a stopped edgecore leaves its pods running by design; then the node's
-/// pod network. Returns how many containers were removed.
-pub fn remove_containers(dir: &Path) -> usize {
-    let Ok(node) = std::fs::read_to_string(dir.join("node")) else {
-        return 0;
-    };
-    let removed = match verge_testkit::docker::remove_managed_containers(|n| n == node.trim()) {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!("warning: removing the containers of node {node}: {e:#}");
-            0
-        }
-    };
-    // The node's pod network (edged's Docker network on the node's pod CIDR): left behind,
-    // its subnet would overlap the next node given the same CIDR by a new control plane.
-    let network = verge_edge_net::podnet::network_name(node.trim());
-    if verge_testkit::docker::docker(&["network", "inspect", &network]).is_ok()
-        && let Err(e) = verge_testkit::docker::docker(&["network", "rm", &network])
-    {
-        eprintln!("warning: removing the pod network {network}: {e:#}");
-    }
-    removed
 }

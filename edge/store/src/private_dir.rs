@@ -61,6 +61,35 @@ pub fn ensure_file(path: &Path) -> std::io::Result<()> {
     file.set_permissions(std::fs::Permissions::from_mode(0o600))
 }
 
+/// Writes `bytes` to `path` at once: a `.<name>.tmp` file of mode 0600 beside it, synced,
+/// then renamed over it, so a reader (or edgecore after a crash) sees the old content or the
+/// new, never a part. Its directory is made private first ([`ensure`]). For files that hold
+/// tokens, credentials or checkpoints in pod directories. Blocking.
+///
+/// # Errors
+/// The directory or the file cannot be made, written or renamed.
+pub fn write_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{} names no file in a directory",
+            path.display()
+        )));
+    };
+    ensure(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

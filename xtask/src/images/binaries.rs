@@ -49,8 +49,8 @@ pub fn rustflags_var(triple: &str) -> String {
 }
 
 /// Builds the binaries for `triple` (a `*-linux-gnu` host triple) with cargo profile `profile`
-/// (`release` for the images users get, edgecore then with [`crate::local::EDGE_PROFILE`]) in
-/// `target_dir`; cargo prints its progress. Returns the directory where [`path`] finds them.
+/// (`release` for the images users get, edgecore then with
+/// [`crate::local::build::EDGE_PROFILE`]) in `target_dir`; cargo prints its progress. Returns the directory where [`path`] finds them.
 ///
 /// # Errors
 /// Not a glibc triple; cargo failing.
@@ -110,7 +110,7 @@ pub fn build(
 }
 
 /// The path of image binary `bin` that [`build`] put in `dir`: a release build's edgecore is in
-/// the [`crate::local::EDGE_PROFILE`] directory beside it.
+/// the [`crate::local::build::EDGE_PROFILE`] directory beside it.
 pub fn path(dir: &Path, bin: &str) -> PathBuf {
     crate::local::binary(dir, bin)
 }

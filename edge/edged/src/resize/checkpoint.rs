@@ -5,7 +5,6 @@
 //! resize accepted or applied before the restart is not decided or applied again.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write as _;
 use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
@@ -178,21 +177,8 @@ impl Checkpoint {
     /// # Errors
     /// The directory or the file cannot be written.
     pub fn save(&self, pod_dir: &Path) -> std::io::Result<()> {
-        verge_edge_store::private_dir::ensure(pod_dir)?;
         let bytes = serde_json::to_vec(self).map_err(std::io::Error::other)?;
-        let tmp = pod_dir.join(format!(".{FILE}.tmp"));
-        {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        std::fs::rename(&tmp, pod_dir.join(FILE))
+        verge_edge_store::private_dir::write_file(&pod_dir.join(FILE), &bytes)
     }
 }
 

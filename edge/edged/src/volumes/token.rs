@@ -143,23 +143,8 @@ impl TokenCache {
             })
             .collect();
         let path = self.file(uid);
-        let write = || -> std::io::Result<()> {
-            use std::io::Write as _;
-            use std::os::unix::fs::OpenOptionsExt as _;
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            let tmp = path.with_extension("json.tmp");
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&serde_json::to_vec(&list).unwrap_or_default())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        };
+        let bytes = serde_json::to_vec(&list).unwrap_or_default();
+        let write = || verge_edge_store::private_dir::write_file(&path, &bytes);
         if let Err(e) = write() {
             warn!(error = %e, path = %path.display(), "cannot persist service account tokens");
         }
