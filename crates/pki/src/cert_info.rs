@@ -61,14 +61,15 @@ impl CertInfo {
         let (_, cert) = X509Certificate::from_der(der).map_err(x509_error)?;
         let validity = cert.validity();
         let (common_names, organizations) = subject_names(cert.subject());
+        let (ip_addresses, dns_names) = alt_names(&cert)?;
         Ok(Self {
             not_before: from_unix(validity.not_before.timestamp()),
             not_after: from_unix(validity.not_after.timestamp()),
             common_names,
             organizations,
             is_ca: cert.is_ca(),
-            ip_addresses: ip_addresses(&cert)?,
-            dns_names: dns_names(&cert)?,
+            ip_addresses,
+            dns_names,
         })
     }
 
@@ -149,47 +150,33 @@ pub fn node_identity(peer_cert_der: &[u8]) -> Result<String> {
 /// object's uid ([`crate::Ca::sign_node_csr`]).
 pub const NODE_UID_URI_PREFIX: &str = "urn:verge:node-uid:";
 
-/// The IP addresses among `cert`'s subject alternative names (none without the extension).
-fn ip_addresses(cert: &X509Certificate<'_>) -> Result<Vec<std::net::IpAddr>> {
+/// The IP addresses and the DNS names among `cert`'s subject alternative names, each in
+/// order (none without the extension).
+fn alt_names(cert: &X509Certificate<'_>) -> Result<(Vec<std::net::IpAddr>, Vec<String>)> {
     let Some(san) = cert
         .subject_alternative_name()
         .map_err(Error::Certificate)?
     else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
-    Ok(san
-        .value
-        .general_names
-        .iter()
-        .filter_map(|name| match name {
-            x509_parser::extensions::GeneralName::IPAddress(bytes) => match bytes.len() {
-                4 => <[u8; 4]>::try_from(*bytes).ok().map(std::net::IpAddr::from),
-                16 => <[u8; 16]>::try_from(*bytes)
-                    .ok()
-                    .map(std::net::IpAddr::from),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect())
-}
-
-fn dns_names(cert: &X509Certificate<'_>) -> Result<Vec<String>> {
-    let Some(san) = cert
-        .subject_alternative_name()
-        .map_err(Error::Certificate)?
-    else {
-        return Ok(Vec::new());
-    };
-    Ok(san
-        .value
-        .general_names
-        .iter()
-        .filter_map(|name| match name {
-            x509_parser::extensions::GeneralName::DNSName(dns) => Some((*dns).to_owned()),
-            _ => None,
-        })
-        .collect())
+    let (mut ips, mut dns) = (Vec::new(), Vec::new());
+    for name in &san.value.general_names {
+        match name {
+            x509_parser::extensions::GeneralName::IPAddress(bytes) => {
+                let ip = match bytes.len() {
+                    4 => <[u8; 4]>::try_from(*bytes).ok().map(std::net::IpAddr::from),
+                    16 => <[u8; 16]>::try_from(*bytes)
+                        .ok()
+                        .map(std::net::IpAddr::from),
+                    _ => None,
+                };
+                ips.extend(ip);
+            }
+            x509_parser::extensions::GeneralName::DNSName(name) => dns.push((*name).to_owned()),
+            _ => {}
+        }
+    }
+    Ok((ips, dns))
 }
 
 /// The Node uid a node certificate is bound to (its `urn:verge:node-uid:<uid>` subject
