@@ -42,6 +42,28 @@ pub struct SpecResult {
 /// the same way): an environment limit, not edged's.
 pub const PRIVILEGED_REFUSED: &str = "unable to apply caps";
 
+/// The part of `line` that shows [`PRIVILEGED_REFUSED`]: at most 200 characters before it
+/// and 60 from it on (`…` where cut), so a long event line quoted in a report keeps the
+/// refusal itself.
+fn around_refusal(line: &str) -> String {
+    let Some(at) = line.find(PRIVILEGED_REFUSED) else {
+        return line.to_owned();
+    };
+    let before: Vec<char> = line[..at].chars().collect();
+    let skip = before.len().saturating_sub(200);
+    let mut out = String::new();
+    if skip > 0 {
+        out.push('…');
+    }
+    out.extend(&before[skip..]);
+    let rest: Vec<char> = line[at..].chars().collect();
+    out.extend(rest.iter().take(60));
+    if rest.len() > 60 {
+        out.push('…');
+    }
+    out
+}
+
 impl SpecResult {
     /// Whether this is a spec (`[It] …`) rather than a suite node.
     pub fn is_spec(&self) -> bool {
@@ -88,7 +110,7 @@ pub fn parse(xml: &str) -> anyhow::Result<Vec<SpecResult>> {
                     .find_map(|t| {
                         t.lines()
                             .find(|l| l.contains(PRIVILEGED_REFUSED))
-                            .map(|l| l.trim().trim_matches(['\'', '"']).to_owned())
+                            .map(|l| around_refusal(l.trim().trim_matches(['\'', '"'])))
                     })
             });
             SpecResult {
@@ -171,6 +193,28 @@ mod tests {
             cases[0].privileged_refused
         );
         Ok(())
+    }
+
+    #[test]
+    fn the_evidence_keeps_the_refusal_of_a_long_line() {
+        let line = format!(
+            "At 2026-12-06 event for p: {{kubelet e}} Failed: Error: docker: start {} failed: \
+             Docker responded with status code 500: failed to create shim task: OCI runtime \
+             create failed: runc create failed: unable to start container process: unable to \
+             apply caps: operation not permitted: unknown",
+            "a".repeat(300)
+        );
+        let evidence = around_refusal(&line);
+        assert!(evidence.starts_with('…'), "{evidence}");
+        assert!(
+            evidence.ends_with("unable to apply caps: operation not permitted: unknown"),
+            "{evidence}"
+        );
+        assert!(evidence.chars().count() <= 262, "{evidence}");
+        assert_eq!(
+            around_refusal("short: unable to apply caps"),
+            "short: unable to apply caps"
+        );
     }
 
     #[test]
