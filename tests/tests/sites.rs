@@ -30,6 +30,8 @@ use verge_testkit::netns_docker::NetnsDocker;
 /// One edge host of the kit: its namespace, engine and edgecore.
 struct SiteEdge {
     edge: Edge,
+    /// Its site address, the Node's InternalIP.
+    edge_address: Ipv4Addr,
     docker: NetnsDocker,
     netns: EdgeNetns,
 }
@@ -66,6 +68,7 @@ async fn site_edge(
     edge.start_in(&netns)?;
     Ok(SiteEdge {
         edge,
+        edge_address: address,
         docker,
         netns,
     })
@@ -201,18 +204,19 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
 
     // Edge 0's own processes (its host-network pods) reach p1 too: edge 1 lets its site
     // peers' addresses through, not only their pod CIDRs.
-    let from_host = |target: &str, port: u16| {
+    let from_host_of = |edge: usize, target: &str, port: u16| {
         let script = format!(
             "exec 3<>/dev/tcp/{target}/{port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 \
              && timeout 5 cat <&3"
         );
-        let out = edges[0]
+        let out = edges[edge]
             .netns
             .command(std::path::Path::new("/bin/bash"))
             .args(["-c", &script])
             .output()?;
         anyhow::Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
+    let from_host = |target: &str, port: u16| from_host_of(0, target, port);
     verge_e2e::wait_for(
         "an edge host reaches a pod of its site by IP",
         Duration::from_secs(60),
@@ -308,6 +312,29 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
             "{}\n{:?}",
             edges[1].edge.logs(40),
             from_host(&edge1_address, port)
+        )
+    })?;
+
+    // The other way round, at edge 0's address from edge 1's host: edge 0 has no endpoint of
+    // its own and sends the connection on to p1 at its peer (or through the tunnel to p2),
+    // masqueraded, and forwards the answer back.
+    let edge0_address = edges[0].edge_address.to_string();
+    verge_e2e::wait_for(
+        "a node port sends a connection on to a site peer's pod",
+        Duration::from_secs(60),
+        || async {
+            let answers: Vec<String> = (0..8)
+                .filter_map(|_| from_host_of(1, &edge0_address, port).ok())
+                .collect();
+            Ok(answers.iter().any(|a| a.contains("p1")).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "{}\n{:?}",
+            edges[0].edge.logs(40),
+            from_host_of(1, &edge0_address, port)
         )
     })?;
 

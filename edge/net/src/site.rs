@@ -8,10 +8,10 @@
 //! number marks ours, so a peer that left is found and removed). Docker's own firewall is
 //! opened with iptables rules marked `verge-site`: `DOCKER-USER` accepts new connections to
 //! this node's pod CIDR from a peer's pod CIDR and from a peer's own address (its
-//! host-network pods and processes), and those the Service proxy marked for masquerading
-//! (a node port reached from another machine, DNATed to a pod here: kube-proxy's
-//! `KUBE-FORWARD` accepts the same mark), since Docker forwards only its published ports
-//! otherwise; `POSTROUTING` returns before Docker's masquerade for traffic to a peer's pod
+//! host-network pods and processes), and, as kube-proxy's `KUBE-FORWARD` does, connections
+//! the Service proxy marked for masquerading (a node port reached from another machine,
+//! DNATed to a pod here or at a peer) and packets of connections already let through, since
+//! Docker forwards only its published ports otherwise; `POSTROUTING` returns before Docker's masquerade for traffic to a peer's pod
 //! CIDR.
 
 use std::net::Ipv4Addr;
@@ -142,11 +142,20 @@ fn wanted_rules(table: &str, own: Ipv4Net, peers: &[Peer]) -> Vec<String> {
     };
     match table {
         "filter" => {
+            // Shared by every edgecore of the host (kube-proxy's `KUBE-FORWARD`): what the
+            // Service proxy marked (a node port reached from another machine, DNATed to a pod
+            // here or at a peer) and the packets of connections already let through.
             let mark = crate::services::nft::MASQUERADE_MARK;
-            let mut rules = vec![format!(
-                "-d {own} -m mark --mark {mark:#x}/{mark:#x} -m comment --comment {RULE_COMMENT} \
-                 -j ACCEPT"
-            )];
+            let mut rules = vec![
+                format!(
+                    "-m mark --mark {mark:#x}/{mark:#x} -m comment --comment {RULE_COMMENT} \
+                     -j ACCEPT"
+                ),
+                format!(
+                    "-m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment \
+                     {RULE_COMMENT} -j ACCEPT"
+                ),
+            ];
             for p in peers {
                 rules.push(accept(&p.pod_cidr.to_string()));
                 rules.push(accept(&format!("{}/32", p.address)));
@@ -173,17 +182,19 @@ fn apply_rules(own: Ipv4Net, peers: &[Peer]) {
         };
         let prefix = format!("-A {chain} ");
         // This node's rules name its own pod CIDR (as destination in `filter`, as source in
-        // `nat`): another edgecore on the same host (tests, local clusters) keeps its own.
+        // `nat`), or are the shared ones it wants too: another edgecore on the same host
+        // (tests, local clusters) keeps its own.
         let own_part = match table {
             "filter" => format!("-d {own} "),
             _ => format!("-s {own} "),
         };
+        let wanted = wanted_rules(table, own, peers);
         let ours: Vec<String> = current
             .lines()
-            .filter(|l| l.contains(RULE_COMMENT) && l.contains(&own_part))
+            .filter(|l| l.contains(RULE_COMMENT))
             .filter_map(|l| l.strip_prefix(&prefix).map(str::to_owned))
+            .filter(|r| r.contains(&own_part) || wanted.contains(r))
             .collect();
-        let wanted = wanted_rules(table, own, peers);
         for rule in ours.iter().filter(|r| !wanted.contains(r)) {
             let mut args = vec!["-w", "-t", table, "-D", chain];
             args.extend(rule.split_whitespace());
@@ -214,8 +225,9 @@ mod tests {
         assert_eq!(
             wanted_rules("filter", own, &peers),
             [
-                "-d 10.244.1.0/24 -m mark --mark 0x4000/0x4000 -m comment --comment verge-site \
-                 -j ACCEPT",
+                "-m mark --mark 0x4000/0x4000 -m comment --comment verge-site -j ACCEPT",
+                "-m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment verge-site -j \
+                 ACCEPT",
                 "-s 10.244.2.0/24 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT",
                 "-s 10.214.0.2/32 -d 10.244.1.0/24 -m comment --comment verge-site -j ACCEPT",
             ]
