@@ -171,6 +171,8 @@ pub async fn start_with(
     // etcd, whose resourceVersions start low again) its objects would look newer than the
     // cluster's own (the `kubernetes` EndpointSlice with the old API server port, ...).
     let _ = std::fs::remove_file(dir.join("edge").join("edgecore.redb"));
+    // And the edge API's kept answers and serving certificate (of the earlier cluster's CA).
+    let _ = std::fs::remove_dir_all(dir.join("edge").join("edge-api"));
     verge_testkit::trust::forget_node(&client, node_name).await?;
     let (mqtt_url, mqtt_pid) = start_broker(dir).await?;
     // The default metrics and health address, unless another local edgecore (a benchmark's

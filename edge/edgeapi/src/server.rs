@@ -101,7 +101,9 @@ impl EdgeApi {
             return;
         };
         let serving = trust::serving_cert(self.dir.clone(), &self.node, cluster_ip, &self.domain);
-        let Some(key) = trust::first(&serving, &mut self.sessions, &stop).await else {
+        let store = self.store.clone();
+        let cluster_ca = move || upstream::cluster_ca(&store);
+        let Some(key) = trust::first(&serving, &mut self.sessions, &stop, &cluster_ca).await else {
             return;
         };
         let certificate = Arc::new(ReloadableServerCert::new(key));
@@ -127,7 +129,7 @@ impl EdgeApi {
             }
         };
         info!(%addr, %cluster_ip, "edge API listening");
-        let renew = trust::renew(serving, self.sessions.clone(), certificate);
+        let renew = trust::renew(serving, self.sessions.clone(), certificate, cluster_ca);
         let cache = match ApiCache::open(&self.dir.join("cache.redb"), self.config.cache_bytes) {
             Ok(cache) => Some(Arc::new(cache)),
             Err(error) => {

@@ -116,6 +116,12 @@ impl ControlPlaneConfig {
             "--enable-admission-plugins=NodeRestriction".to_owned(),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            // The key set of the discovery document at the `kubernetes` Service's name, which
+            // every pod reaches (an edge pod through its node's edge API), rather than at the
+            // API server's own address, which edge pods cannot dial across their link
+            // (docs/install.md).
+            "--service-account-jwks-uri=https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+                .to_owned(),
             format!("--service-account-key-file={}", path(&pki.sa_pub)),
             format!("--service-account-signing-key-file={}", path(&pki.sa_key)),
             format!("--cert-dir={}", path(&dir.join("certs"))),
