@@ -296,47 +296,40 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
         .context("edge 1's InternalIP")?
         .address;
     let port = u16::try_from(node_port)?;
-    verge_e2e::wait_for(
+    // From edge `from`'s host to the node port at `edge`'s address: some answer is p1's.
+    let p1_answers_node_port = |what: &'static str, from: usize, edge: usize, address: String| {
+        let from_host_of = &from_host_of;
+        async move {
+            verge_e2e::wait_for(what, Duration::from_secs(60), || async {
+                let answers: Vec<String> = (0..8)
+                    .filter_map(|_| from_host_of(from, &address, port).ok())
+                    .collect();
+                Ok(answers.iter().any(|a| a.contains("p1")).then_some(()))
+            })
+            .await
+            .with_context(|| {
+                let last = from_host_of(from, &address, port);
+                format!("{}\n{last:?}", edges[edge].edge.logs(40))
+            })
+        }
+    };
+    p1_answers_node_port(
         "a node port of a site peer answers from the peer's own pod",
-        Duration::from_secs(60),
-        || async {
-            let answers: Vec<String> = (0..8)
-                .filter_map(|_| from_host(&edge1_address, port).ok())
-                .collect();
-            Ok(answers.iter().any(|a| a.contains("p1")).then_some(()))
-        },
+        0,
+        1,
+        edge1_address,
     )
-    .await
-    .with_context(|| {
-        format!(
-            "{}\n{:?}",
-            edges[1].edge.logs(40),
-            from_host(&edge1_address, port)
-        )
-    })?;
-
+    .await?;
     // The other way round, at edge 0's address from edge 1's host: edge 0 has no endpoint of
     // its own and sends the connection on to p1 at its peer (or through the tunnel to p2),
     // masqueraded, and forwards the answer back.
-    let edge0_address = edges[0].edge_address.to_string();
-    verge_e2e::wait_for(
+    p1_answers_node_port(
         "a node port sends a connection on to a site peer's pod",
-        Duration::from_secs(60),
-        || async {
-            let answers: Vec<String> = (0..8)
-                .filter_map(|_| from_host_of(1, &edge0_address, port).ok())
-                .collect();
-            Ok(answers.iter().any(|a| a.contains("p1")).then_some(()))
-        },
+        1,
+        0,
+        edges[0].edge_address.to_string(),
     )
-    .await
-    .with_context(|| {
-        format!(
-            "{}\n{:?}",
-            edges[0].edge.logs(40),
-            from_host_of(1, &edge0_address, port)
-        )
-    })?;
+    .await?;
 
     // Edge 0's link to the cloud is cut: once its session is gone, the Service keeps working
     // by name from the site's own endpoint (p1), and every request is answered.
