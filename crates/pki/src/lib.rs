@@ -52,7 +52,7 @@ pub use ca::{Ca, IssuedCert};
 pub use cert_info::{
     CertInfo, NODE_UID_URI_PREFIX, RENEW_FRACTION, issued_by, node_identity, node_uid,
 };
-pub use csr::{CsrError, CsrRequest};
+pub use csr::{CsrError, CsrRequest, kubernetes_service_names};
 pub use error::{Error, Result};
 pub use hash::{ca_cert_hash, verify_ca_hash};
 pub use node::{NODE_USER_PREFIX, NODES_GROUP, NodeKey, SubjectError, validate_node_name};

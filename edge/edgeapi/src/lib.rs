@@ -31,12 +31,10 @@
 //! - [`watch`]: watches served offline.
 //! - [`selectors`]: label and field selectors.
 //! - [`status`]: Kubernetes `Status` answers.
-//! - [`error`](mod@error): [`Error`].
 
 pub mod authn;
 pub mod cache;
 pub mod config;
-pub mod error;
 pub mod handler;
 pub mod issuer;
 pub mod local;
@@ -49,5 +47,4 @@ pub mod upstream;
 pub mod watch;
 
 pub use config::EdgeApiConfig;
-pub use error::{Error, Result};
 pub use server::EdgeApi;

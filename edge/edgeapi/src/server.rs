@@ -48,8 +48,8 @@ pub struct EdgeApi {
 
 impl EdgeApi {
     /// The edge API of node `node` (cluster domain `domain`) as `config` says, keeping its
-    /// serving certificate and cache in `dir`; the Services and EndpointSlices from `catalog`, the link from
-    /// `sessions`.
+    /// serving certificate and cache in `dir`; the Services and EndpointSlices from
+    /// `catalog`, the link from `sessions`.
     pub fn new(
         store: MetaStore,
         node: &str,

@@ -1,5 +1,5 @@
 //! Why a pod trusts the edge API: its serving certificate is signed by the cluster CA, for the
-//! `kubernetes` Service's DNS names ([`service_names`]) and cluster IP, so an in-cluster
+//! `kubernetes` Service's DNS names ([`verge_pki::kubernetes_service_names`]) and cluster IP, so an in-cluster
 //! client verifies it with the `ca.crt` of its projected `kube-root-ca.crt` exactly as it
 //! verifies the API server, and that `ca.crt` stays the cluster's (what Kubernetes
 //! conformance checks).
@@ -39,18 +39,6 @@ pub const RETRY: Duration = Duration::from_secs(10);
 /// How often a served certificate is checked for renewal (and against the cluster CA).
 pub const RENEWAL_CHECK: Duration = Duration::from_secs(60);
 
-/// The DNS names in-cluster clients give the `kubernetes` Service in cluster domain
-/// `domain`: `kubernetes`, `kubernetes.default`, `kubernetes.default.svc` and
-/// `kubernetes.default.svc.<domain>` (the names the API server's own certificate carries).
-pub fn service_names(domain: &str) -> Vec<String> {
-    vec![
-        "kubernetes".to_owned(),
-        "kubernetes.default".to_owned(),
-        "kubernetes.default.svc".to_owned(),
-        format!("kubernetes.default.svc.{domain}"),
-    ]
-}
-
 /// The edge API's serving certificate of `node` for the `kubernetes` Service at
 /// `cluster_ip` in cluster domain `domain`, kept in `dir` (see the module docs).
 pub fn serving_cert(dir: PathBuf, node: &str, cluster_ip: Ipv4Addr, domain: &str) -> ServingCert {
@@ -58,7 +46,7 @@ pub fn serving_cert(dir: PathBuf, node: &str, cluster_ip: Ipv4Addr, domain: &str
         dir,
         "serving",
         node,
-        service_names(domain),
+        verge_pki::kubernetes_service_names(domain),
         vec![IpAddr::V4(cluster_ip)],
     )
 }
@@ -153,7 +141,7 @@ mod tests {
         let cert = serving_cert(dir.path().to_owned(), "edge-1", ip, "cluster.local");
         let cluster = Ca::generate("cluster-ca", Duration::from_secs(3600)).expect("CA");
         let other = Ca::generate("cluster-ca", Duration::from_secs(3600)).expect("CA");
-        let mut sans = service_names("cluster.local");
+        let mut sans = verge_pki::kubernetes_service_names("cluster.local");
         sans.push(ip.to_string());
         let issued = cluster
             .issue_serving("system:node:edge-1", &sans, Duration::from_secs(600))

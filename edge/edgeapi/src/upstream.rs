@@ -237,11 +237,23 @@ pub fn api_endpoint(snapshot: &Snapshot) -> Option<SocketAddrV4> {
 
 /// The cluster CA: `ca.crt` of a stored `kube-root-ca.crt` ConfigMap (every namespace's
 /// holds the same).
+///
+/// Only those ConfigMaps are decoded: the edge API looks the CA up every minute (its serving
+/// certificate must chain to it) and a node may hold thousands of ConfigMaps.
 pub fn cluster_ca(store: &MetaStore) -> Option<String> {
-    verge_edge_net::stored::list::<ConfigMap>(store, ResourceType::ConfigMap)
-        .into_iter()
-        .filter(|cm| cm.metadata.name.as_deref() == Some(ROOT_CA_CONFIGMAP))
-        .find_map(|cm| cm.data?.remove("ca.crt"))
+    let rows = store
+        .list(ResourceType::ConfigMap)
+        .inspect_err(
+            |e| tracing::warn!(error = %verge_runtime::ErrorChain(e), "listing the store failed"),
+        )
+        .ok()?;
+    rows.into_iter()
+        .filter(|(key, _)| key.name == ROOT_CA_CONFIGMAP)
+        .find_map(|(key, stored)| {
+            verge_edge_net::stored::parse::<ConfigMap>(&key, &stored.content)?
+                .data?
+                .remove("ca.crt")
+        })
 }
 
 /// Removes the hop-by-hop headers (RFC 9110 §7.6.1) and those `Connection` names.

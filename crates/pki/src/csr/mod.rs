@@ -87,6 +87,19 @@ pub enum CsrError {
     },
 }
 
+/// The DNS names in-cluster clients give the `kubernetes` Service in cluster domain
+/// `domain`: `kubernetes`, `kubernetes.default`, `kubernetes.default.svc` and
+/// `kubernetes.default.svc.<domain>` (the names the API server's own certificate carries):
+/// what a node's serving certificate for the edge API names, and what cloudhub allows it.
+pub fn kubernetes_service_names(domain: &str) -> Vec<String> {
+    vec![
+        "kubernetes".to_owned(),
+        "kubernetes.default".to_owned(),
+        "kubernetes.default.svc".to_owned(),
+        format!("kubernetes.default.svc.{domain}"),
+    ]
+}
+
 /// What a CSR is checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Purpose {

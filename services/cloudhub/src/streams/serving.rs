@@ -144,15 +144,10 @@ async fn api_service_names(client: &kube::Client, domain: &str) -> Result<Vec<St
         .into_iter()
         .chain(spec.cluster_ip)
         .filter_map(|ip| ip.parse::<std::net::IpAddr>().ok());
-    let mut names: Vec<String> = [
-        "kubernetes".to_owned(),
-        "kubernetes.default".to_owned(),
-        "kubernetes.default.svc".to_owned(),
-        format!("kubernetes.default.svc.{domain}"),
-    ]
-    .iter()
-    .map(|name| format!("DNS:{name}"))
-    .collect();
+    let mut names: Vec<String> = verge_pki::kubernetes_service_names(domain)
+        .iter()
+        .map(|name| format!("DNS:{name}"))
+        .collect();
     names.extend(ips.map(|ip| format!("IP:{ip}")));
     Ok(names)
 }
