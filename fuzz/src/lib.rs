@@ -10,6 +10,7 @@
 //! - [`config`]: the YAML configurations of edgecore, cloudhub and edgecontroller.
 //! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
 //! - [`device`]: Device and DeviceModel JSON → the device checks → the DMI `Device`.
+//! - [`edgeapp`]: an EdgeApplication's spec → fleetcontroller's objects per target.
 //! - [`mqtt`]: MQTT topics and payloads of edge apps → the eventbus's decoders.
 //! - [`relay`]: a mapper's HTTP/2 bytes on the DMI socket → the relay's framing and HPACK.
 //! - [`spdy`]: a streaming client's SPDY/3.1 bytes → edgecore's frame codec and zlib headers.
@@ -23,6 +24,7 @@
 
 pub mod config;
 pub mod device;
+pub mod edgeapp;
 pub mod inventory;
 pub mod message;
 pub mod mqtt;

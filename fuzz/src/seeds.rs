@@ -271,6 +271,30 @@ fn device_seeds() -> Seeds {
     ]
 }
 
+fn edgeapp_seeds() -> Seeds {
+    let spec = r#"{"workloadTemplate":{"manifests":[
+        {"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web"},
+         "spec":{"replicas":1,"selector":{"matchLabels":{"app":"web"}},
+          "template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[
+            {"name":"web","image":"registry.example:5000/shop/web:1.0","args":["-v"],
+             "env":[{"name":"A","value":"1"}]}]}}}},
+        {"apiVersion":"v1","kind":"Service","metadata":{"name":"web"},
+         "spec":{"selector":{"app":"web"},"ports":[{"port":80}]}},
+        {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"k":"v"}}]},
+      "workloadScope":{"targetNodeGroups":[
+        {"name":"north","overriders":{"replicas":2,
+          "imageOverriders":[{"component":"Tag","operator":"replace","value":"2.0"},
+            {"component":"Registry","operator":"remove",
+             "predicate":{"path":"/spec/template/spec/containers/0/image"}}],
+          "envOverriders":[{"containerName":"web","operator":"add","value":[{"name":"B","value":"2"}]}],
+          "commandOverriders":[{"containerName":"web","operator":"add","value":["serve"]}],
+          "argsOverriders":[{"containerName":"web","operator":"remove","value":["-v"]}],
+          "resourcesOverriders":[{"containerName":"web","value":{"limits":{"cpu":"500m"}}}]}},
+        {"name":"south"}],
+       "targetNodeLabels":[{"labelSelector":{"matchLabels":{"site":"lab"}},"overriders":{"replicas":1}}]}}"#;
+    vec![("two-groups-and-labels.json", spec.as_bytes().to_vec())]
+}
+
 fn mqtt_seeds() -> Seeds {
     let update = "$hw/events/device/default/t1/twin/update
 {\"event_id\":\"e1\",\"timestamp\":1,                  \"twin\":{\"temperature\":{\"actual\":{\"value\":\"30\"},\"metadata\":{\"type\":\"int\"}}}}";
@@ -412,6 +436,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("config_yaml", config_seeds()),
         ("csr", pki_seeds()),
         ("device_json", device_seeds()),
+        ("edgeapp_json", edgeapp_seeds()),
         ("mqtt_payload", mqtt_seeds()),
         ("dmi_relay", relay_seeds()),
         ("spdy_frames", spdy_seeds()),

@@ -144,6 +144,22 @@ fn device_seeds_are_checked_devices() {
 }
 
 #[test]
+fn edgeapp_seeds_render_every_target() {
+    for (name, bytes) in seeds("edgeapp_json") {
+        crate::edgeapp::check(&bytes);
+        let spec: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        let app = serde_json::json!({
+            "apiVersion": "apps.kubeedge.io/v1alpha1", "kind": "EdgeApplication",
+            "metadata": {"name": "app", "namespace": "fuzz", "uid": "uid-1"}, "spec": spec,
+        });
+        let app = serde_json::from_value(app).expect("an EdgeApplication");
+        let (desired, problems) = verge_fleetcontroller::edgeapp::render::render(&app);
+        // Three Deployments (two groups, one label target), a Service and a ConfigMap.
+        assert_eq!((desired.len(), problems.len()), (5, 0), "{name}: {problems:?}");
+    }
+}
+
+#[test]
 fn mqtt_seeds_are_accepted_requests() {
     for (name, bytes) in seeds("mqtt_payload") {
         crate::mqtt::check(&bytes);

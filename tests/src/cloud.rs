@@ -23,6 +23,8 @@ pub struct Cloud {
     pub edgecontroller: ChildProcess,
     /// The devicecontroller process, once [`Cloud::start_devicecontroller`] ran.
     pub devicecontroller: Option<ChildProcess>,
+    /// The fleetcontroller process, once [`Cloud::start_fleetcontroller`] ran.
+    pub fleetcontroller: Option<ChildProcess>,
     /// Where edges on this host connect to `hub-0`: `https://127.0.0.1:<port>`.
     pub edge_url: String,
     /// The port edges connect to (bound on `0.0.0.0`, so edges in network namespaces reach
@@ -221,6 +223,7 @@ impl Cloud {
             cloudhub,
             edgecontroller,
             devicecontroller: None,
+            fleetcontroller: None,
             edge_url: format!("https://127.0.0.1:{edge_port}"),
             edge_port,
             join_url: format!("https://127.0.0.1:{join_port}"),
@@ -247,6 +250,28 @@ impl Cloud {
             self.dir.path(),
             &self.controller_args,
         )?);
+        Ok(())
+    }
+
+    /// Installs the fleet CRDs (`deploy/crds`) and starts fleetcontroller as its own service
+    /// account with the shipped RBAC, electing its leader on a Lease of this cloud's own.
+    ///
+    /// # Errors
+    /// The CRDs do not become Established, no token can be minted, or the binary is missing.
+    pub async fn start_fleetcontroller(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
+        const NAME: &str = "fleetcontroller";
+        verge_testkit::install_fleet_crds(cp).await?;
+        service_account_credentials(cp, NAME, self.dir.path()).await?;
+        let run = format!("{}-{}", std::process::id(), self.edge_port);
+        std::fs::write(
+            self.dir.path().join(format!("{NAME}.yaml")),
+            format!(
+                "leaderElection:\n  leaseName: {NAME}-{run}\n  \
+                 leaseNamespace: {TEST_LEASE_NAMESPACE}\n  identity: {NAME}-{run}-0\n"
+            ),
+        )?;
+        let args = ["--health-addr".to_owned(), "127.0.0.1:0".to_owned()];
+        self.fleetcontroller = Some(spawn_controller(NAME, self.dir.path(), &args)?);
         Ok(())
     }
 
@@ -283,6 +308,9 @@ impl Cloud {
         );
         if let Some(dc) = &self.devicecontroller {
             out.push_str(&format!("\n--- devicecontroller ---\n{}", dc.log_tail(n)));
+        }
+        if let Some(fc) = &self.fleetcontroller {
+            out.push_str(&format!("\n--- fleetcontroller ---\n{}", fc.log_tail(n)));
         }
         for r in &self.replicas {
             out.push_str(&format!(
@@ -362,7 +390,7 @@ async fn allow_test_leases(client: &kube::Client) -> anyhow::Result<()> {
             name: NAME.to_owned(),
         },
         subjects: Some(
-            ["edgecontroller", "devicecontroller"]
+            ["edgecontroller", "devicecontroller", "fleetcontroller"]
                 .into_iter()
                 .map(|sa| Subject {
                     kind: "ServiceAccount".to_owned(),

@@ -78,6 +78,9 @@ const fn no(sa: &'static str, verb: &'static str, what: &'static str, scope: &'s
 const CH: &str = "cloudhub";
 const EC: &str = "edgecontroller";
 const DC: &str = "devicecontroller";
+const FC: &str = "fleetcontroller";
+const NGS: &str = "nodegroups.apps.kubeedge.io";
+const EAPPS: &str = "edgeapplications.apps.kubeedge.io";
 const VS: &str = "verge-system";
 const CSR: &str = "certificatesigningrequests.certificates.k8s.io";
 const LEASES: &str = "leases.coordination.k8s.io";
@@ -306,6 +309,50 @@ const NEEDED: &[Can] = &[
     yes(DC, "create", LEASES, VS),
     yes(DC, "list", SLICES, VS),
     yes(DC, "watch", SLICES, VS),
+    // fleetcontroller: NodeGroups and their members' labels, EdgeApplications and the kinds
+    // they hold, its events and its own Lease.
+    yes(FC, "list", NGS, "cluster"),
+    yes(FC, "watch", NGS, "cluster"),
+    yes(FC, "patch", NGS, "cluster"),
+    yes(FC, "patch", "nodegroups.apps.kubeedge.io#status", "cluster"),
+    yes(FC, "list", "nodes", "cluster"),
+    yes(FC, "watch", "nodes", "cluster"),
+    yes(FC, "patch", "nodes", "cluster"),
+    yes(FC, "list", "pods", "*"),
+    yes(FC, "delete", "pods", "default"),
+    yes(FC, "list", EAPPS, "*"),
+    yes(FC, "watch", EAPPS, "*"),
+    yes(FC, "patch", EAPPS, "default"),
+    yes(
+        FC,
+        "patch",
+        "edgeapplications.apps.kubeedge.io#status",
+        "default",
+    ),
+    yes(FC, "list", "deployments.apps", "*"),
+    yes(FC, "watch", "deployments.apps", "*"),
+    yes(FC, "create", "deployments.apps", "default"),
+    yes(FC, "patch", "deployments.apps", "default"),
+    yes(FC, "delete", "deployments.apps", "default"),
+    yes(FC, "create", "services", "default"),
+    yes(FC, "patch", "services", "default"),
+    yes(FC, "delete", "services", "default"),
+    yes(FC, "create", "configmaps", "default"),
+    yes(FC, "patch", "configmaps", "default"),
+    yes(FC, "delete", "configmaps", "default"),
+    yes(FC, "create", "secrets", "default"),
+    yes(FC, "patch", "secrets", "default"),
+    yes(FC, "delete", "secrets", "default"),
+    yes(FC, "create", "events.events.k8s.io", "default"),
+    yes(FC, "patch", "events.events.k8s.io", "default"),
+    yes(FC, "get", "leases.coordination.k8s.io/fleetcontroller", VS),
+    yes(
+        FC,
+        "update",
+        "leases.coordination.k8s.io/fleetcontroller",
+        VS,
+    ),
+    yes(FC, "create", LEASES, VS),
 ];
 
 /// Representative things a service must not be able to do.
@@ -377,6 +424,27 @@ const FORBIDDEN: &[Can] = &[
         "leases.coordination.k8s.io/edgecontroller",
         VS,
     ),
+    // fleetcontroller reads no Secret, runs no pod itself, holds only the kinds an
+    // EdgeApplication may hold, and talks to no cloudhub.
+    no(FC, "get", "secrets", "default"),
+    no(FC, "list", "secrets", "*"),
+    no(FC, "watch", "secrets", "*"),
+    no(FC, "get", "configmaps", "default"),
+    no(FC, "create", "pods", "default"),
+    no(FC, "update", "nodes", "cluster"),
+    no(FC, "delete", "nodes", "cluster"),
+    no(FC, "create", "daemonsets.apps", "default"),
+    no(FC, "create", "roles.rbac.authorization.k8s.io", "default"),
+    no(FC, "delete", EAPPS, "default"),
+    no(FC, "delete", NGS, "cluster"),
+    no(FC, "create", "serviceaccounts#token", VS),
+    no(FC, "get", "configmaps/verge-ca", VS),
+    no(
+        FC,
+        "update",
+        "leases.coordination.k8s.io/edgecontroller",
+        VS,
+    ),
     // Nobody escalates: no RBAC writes, no binding or escalating roles, no impersonation.
     no(
         CH,
@@ -418,6 +486,15 @@ const FORBIDDEN: &[Can] = &[
     no(DC, "bind", "roles.rbac.authorization.k8s.io", VS),
     no(DC, "impersonate", "groups", "cluster"),
     no(DC, "*", "*", "*"),
+    no(FC, "escalate", "roles.rbac.authorization.k8s.io", "default"),
+    no(
+        FC,
+        "bind",
+        "clusterroles.rbac.authorization.k8s.io",
+        "cluster",
+    ),
+    no(FC, "impersonate", "users", "cluster"),
+    no(FC, "*", "*", "*"),
 ];
 
 /// The `kubectl auth can-i` arguments of `can`.
@@ -576,10 +653,12 @@ async fn the_whole_kustomization_passes_a_server_side_dry_run() -> anyhow::Resul
         "deployment.apps/cloudhub",
         "deployment.apps/edgecontroller",
         "deployment.apps/devicecontroller",
+        "deployment.apps/fleetcontroller",
         "poddisruptionbudget.policy/cloudhub",
         "service/cloudhub-controllers",
         "service/cloudhub-streams",
         "configmap/devicecontroller-config",
+        "configmap/fleetcontroller-config",
     ] {
         ensure!(
             out.contains(kind),

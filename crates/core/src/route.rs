@@ -91,6 +91,9 @@ pub enum Group {
     Device,
     /// Cloudhub itself (keepalives); never forwarded to a controller.
     Hub,
+    /// Fleet operations (KubeEdge's NodeUpgradeJob, ImagePrePullJob, ConfigUpdateJob):
+    /// fleetcontroller's group. No message carries it yet.
+    Fleet,
     /// A third party's group, served by its own controller on ControllerHub and by edge apps
     /// over MQTT on the edge (`verge/apps/<group>/...`).
     App(AppGroup),
@@ -103,6 +106,7 @@ impl Group {
             Self::Resource => "resource",
             Self::Device => "device",
             Self::Hub => "hub",
+            Self::Fleet => "fleet",
             Self::App(group) => group.as_str(),
         }
     }
@@ -114,6 +118,7 @@ impl Group {
             Self::Resource => "resource",
             Self::Device => "device",
             Self::Hub => "hub",
+            Self::Fleet => "fleet",
             Self::App(_) => "app",
         }
     }
@@ -137,6 +142,7 @@ impl FromStr for Group {
             "resource" => Self::Resource,
             "device" => Self::Device,
             "hub" => Self::Hub,
+            "fleet" => Self::Fleet,
             other if other.contains('.') => Self::App(other.parse()?),
             other => return Err(Error::UnknownGroup(other.to_owned())),
         })
@@ -174,7 +180,7 @@ mod tests {
 
     #[test]
     fn groups_round_trip() {
-        for g in [Group::Resource, Group::Device, Group::Hub] {
+        for g in [Group::Resource, Group::Device, Group::Hub, Group::Fleet] {
             assert_eq!(g.as_str().parse::<Group>(), Ok(g));
         }
         assert_eq!("x".parse::<Group>(), Err(Error::UnknownGroup("x".into())));

@@ -1,6 +1,7 @@
-//! Manifests of `deploy/` installed into a test control plane: the device
+//! Manifests of `deploy/` installed into a test control plane: the
 //! CustomResourceDefinitions of `deploy/crds/` (Device, DeviceModel, DeviceStatus of
-//! `devices.kubeedge.io`) and the cloud services' RBAC (`deploy/cloud/access/`).
+//! `devices.kubeedge.io`; NodeGroup, EdgeApplication of `apps.kubeedge.io`) and the cloud
+//! services' RBAC (`deploy/cloud/access/`).
 
 use std::path::PathBuf;
 use std::process::Output;
@@ -21,15 +22,33 @@ pub const DEVICE_CRDS: [&str; 3] = [
     "devicestatuses.devices.kubeedge.io",
 ];
 
+/// The fleet CRDs of [`crds_dir`], by name.
+pub const FLEET_CRDS: [&str; 2] = [
+    "nodegroups.apps.kubeedge.io",
+    "edgeapplications.apps.kubeedge.io",
+];
+
 /// Applies the kustomization of [`crds_dir`] server-side (`kubectl apply -k --server-side
 /// --force-conflicts`, so a run with changed definitions takes over the fields) and waits up
-/// to 60 s until each is `Established` (its resources are served). Idempotent: the shared
-/// control plane keeps them for the next test binary.
+/// to 60 s until each of [`DEVICE_CRDS`] is `Established` (its resources are served).
+/// Idempotent: the shared control plane keeps them for the next test binary.
 ///
 /// # Errors
 /// kubectl cannot be run, the apply fails (the error holds kubectl's output), or a CRD is
 /// not established in time.
 pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
+    install_crds(cp, &DEVICE_CRDS).await
+}
+
+/// As [`install_device_crds`], waiting for [`FLEET_CRDS`].
+///
+/// # Errors
+/// As [`install_device_crds`].
+pub async fn install_fleet_crds(cp: &ControlPlane) -> anyhow::Result<()> {
+    install_crds(cp, &FLEET_CRDS).await
+}
+
+async fn install_crds(cp: &ControlPlane, names: &[&str]) -> anyhow::Result<()> {
     let dir = crds_dir();
     let mut apply = cp.kubectl_command();
     apply
@@ -37,10 +56,10 @@ pub async fn install_device_crds(cp: &ControlPlane) -> anyhow::Result<()> {
         .arg(&dir);
     let mut wait = cp.kubectl_command();
     wait.args(["wait", "--for=condition=Established", "--timeout=60s"])
-        .args(DEVICE_CRDS.iter().map(|name| format!("crd/{name}")));
+        .args(names.iter().map(|name| format!("crd/{name}")));
     tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        check("kubectl apply of the device CRDs", apply.output())?;
-        check("kubectl wait for the device CRDs", wait.output())
+        check("kubectl apply of the CRDs", apply.output())?;
+        check("kubectl wait for the CRDs", wait.output())
     })
     .await?
 }

@@ -20,8 +20,13 @@ use crate::{ControlPlane, KubeletNode, KubeletNodeConfig};
 /// The namespace of the cloud side.
 pub const NAMESPACE: &str = "verge-system";
 
-/// The three cloud services (Deployment, image and Lease names).
-pub const SERVICES: [&str; 3] = ["cloudhub", "edgecontroller", "devicecontroller"];
+/// The four cloud services (Deployment, image and Lease names).
+pub const SERVICES: [&str; 4] = [
+    "cloudhub",
+    "edgecontroller",
+    "devicecontroller",
+    "fleetcontroller",
+];
 
 /// The image tag the manifests use (the workspace version).
 pub const TAG: &str = env!("CARGO_PKG_VERSION");
@@ -49,7 +54,7 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    /// Starts the kubelet node `node` on `cp` and imports the three service images into its
+    /// Starts the kubelet node `node` on `cp` and imports the four service images into its
     /// containerd. The images must exist in the local Docker engine (`cargo xtask images`;
     /// `cargo xtask test` builds them beside the tests, and this waits for a build in
     /// progress).
@@ -317,6 +322,7 @@ impl Deployment {
             "lease",
             "edgecontroller",
             "devicecontroller",
+            "fleetcontroller",
             "--ignore-not-found",
         ])?;
         if let Some(node) = self.node.take() {

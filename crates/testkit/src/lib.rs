@@ -29,7 +29,7 @@
 //! * [`control_plane`] — [`ControlPlaneConfig`] (versions, directories, timings),
 //!   [`ControlPlaneConfig::ensure_built`], [`ControlPlaneConfig::up`] /
 //!   [`ControlPlaneConfig::down`] and the [`ControlPlane`] handle.
-//! * [`crds`] — [`crds::install_device_crds`] (the device CRDs of `deploy/crds/`),
+//! * [`crds`] — [`crds::install_device_crds`] and [`crds::install_fleet_crds`] (the CRDs of `deploy/crds/`),
 //!   [`crds::install_cloud_rbac`] (`deploy/cloud/access/`).
 //! * [`jaeger`] — [`jaeger::JaegerConfig`] (build, `up` / `status` / `down`), [`jaeger::shared`]
 //!   and the [`jaeger::Jaeger`] handle: `traces`, `trace`, `find_traces` into typed
@@ -47,6 +47,8 @@
 //! * [`dmi`] — [`dmi::FakeEdgecore`] (edgecore's DMI server for mapper tests), a mapper
 //!   client, sample DMI devices and models.
 //! * [`go_mapper`] — [`go_mapper::ensure_built`]: the Go mapper generated from the DMI proto.
+//! * [`kubeedge_source`] — [`kubeedge_source::source_dir`]: KubeEdge's release source (its CRDs
+//!   and samples) from the Go module proxy, for compatibility tests.
 //! * [`mounts`] — mount points under a directory and unmounting them (what a killed
 //!   kubelet or edgecore leaves).
 //! * [`netns`] — [`netns::EdgeNetns`]: an edge host behind a veth link that tests cut; [`netns::SiteNet`], the segment
@@ -111,6 +113,7 @@ pub mod example_clients;
 pub mod go_build;
 pub mod go_mapper;
 pub mod jaeger;
+pub mod kubeedge_source;
 pub mod kubelet_node;
 mod lock;
 pub mod metrics_server;
@@ -129,7 +132,7 @@ pub mod trust;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, ControlPlaneConfig};
-pub use crds::{install_cloud_rbac, install_device_crds};
+pub use crds::{install_cloud_rbac, install_device_crds, install_fleet_crds};
 pub use kubelet_node::{KubeletNode, KubeletNodeConfig};
 
 /// The control plane shared by all test binaries of one run.

@@ -7,9 +7,7 @@
 #![allow(clippy::disallowed_methods)]
 #![allow(dead_code)]
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -188,20 +186,9 @@ impl DeviceEnv {
 
     /// `kubectl apply -f -` of `yaml` (strict field validation, as users run it).
     pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
-        let mut child = self
+        let out = self
             .cp
-            .kubectl_command()
-            .args(["apply", "--validate=strict", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child
-            .stdin
-            .take()
-            .context("kubectl stdin")?
-            .write_all(yaml.as_bytes())?;
-        let out = child.wait_with_output()?;
+            .kubectl_with_input(&["apply", "--validate=strict", "-f", "-"], yaml)?;
         if !out.status.success() {
             bail!(
                 "kubectl apply failed: {}\n{yaml}",

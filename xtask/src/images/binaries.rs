@@ -18,10 +18,11 @@ use object::elf;
 use object::read::elf::{ElfFile64, FileHeader as _, ProgramHeader as _};
 
 /// The packages whose binaries become images.
-pub const PACKAGES: [&str; 5] = [
+pub const PACKAGES: [&str; 6] = [
     "verge-cloudhub",
     "verge-edgecontroller",
     "verge-devicecontroller",
+    "verge-fleetcontroller",
     "verge-edgecore",
     "verge-virtual-mapper",
 ];

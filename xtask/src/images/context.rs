@@ -27,8 +27,8 @@ pub struct Image {
     pub run_note: Option<&'static str>,
 }
 
-/// The five images: the cloud services, edgecore and the virtual-device mapper.
-pub const IMAGES: [Image; 5] = [
+/// The six images: the cloud services, edgecore and the virtual-device mapper.
+pub const IMAGES: [Image; 6] = [
     Image {
         bin: "cloudhub",
         description: "Verge cloudhub: terminates edge streams and routes messages to controllers",
@@ -42,6 +42,11 @@ pub const IMAGES: [Image; 5] = [
     Image {
         bin: "devicecontroller",
         description: "Verge devicecontroller: Devices and DeviceModels to edge nodes, reports to DeviceStatus",
+        run_note: None,
+    },
+    Image {
+        bin: "fleetcontroller",
+        description: "Verge fleetcontroller: KubeEdge's NodeGroups and EdgeApplications for edge fleets",
         run_note: None,
     },
     Image {

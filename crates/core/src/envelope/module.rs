@@ -28,6 +28,8 @@ pub enum Module {
     EdgeController,
     /// `"devicecontroller"`: devices and device models (planned).
     DeviceController,
+    /// `"fleetcontroller"`: NodeGroups, EdgeApplications and fleet jobs.
+    FleetController,
     /// Any other non-empty name, as received.
     Other(String),
 }
@@ -44,6 +46,7 @@ impl Module {
             Self::CloudHub => "cloudhub",
             Self::EdgeController => "edgecontroller",
             Self::DeviceController => "devicecontroller",
+            Self::FleetController => "fleetcontroller",
             Self::Other(name) => name,
         }
     }
@@ -67,6 +70,7 @@ impl FromStr for Module {
             "cloudhub" => Self::CloudHub,
             "edgecontroller" => Self::EdgeController,
             "devicecontroller" => Self::DeviceController,
+            "fleetcontroller" => Self::FleetController,
             other => Self::Other(other.to_owned()),
         })
     }

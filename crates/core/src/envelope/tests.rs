@@ -56,6 +56,7 @@ fn modules_parse_with_unknown_kept() {
         Module::CloudHub,
         Module::EdgeController,
         Module::DeviceController,
+        Module::FleetController,
     ] {
         assert_eq!(m.as_str().parse::<Module>(), Ok(m));
     }

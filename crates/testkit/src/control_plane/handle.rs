@@ -118,6 +118,31 @@ impl ControlPlane {
         cmd
     }
 
+    /// Runs [`ControlPlane::kubectl_command`] with `args`, `input` on its stdin (e.g.
+    /// `kubectl apply -f -` of a manifest), and returns its output, whatever its status.
+    ///
+    /// # Errors
+    /// kubectl cannot be started or its stdin written.
+    pub fn kubectl_with_input(
+        &self,
+        args: &[&str],
+        input: &str,
+    ) -> std::io::Result<std::process::Output> {
+        use std::io::Write as _;
+        use std::process::Stdio;
+        let mut child = self
+            .kubectl_command()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input.as_bytes())?;
+        }
+        child.wait_with_output()
+    }
+
     /// `<state>/logs/<component>.log`, e.g. `log_path("kube-apiserver")`.
     pub fn log_path(&self, component: &str) -> PathBuf {
         self.state_dir.join("logs").join(format!("{component}.log"))

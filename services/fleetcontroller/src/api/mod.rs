@@ -1,0 +1,29 @@
+//! The resources fleetcontroller serves, as typed Rust: KubeEdge's `apps.kubeedge.io/v1alpha1`
+//! [`NodeGroup`] and [`EdgeApplication`]. Their schemas are the CRDs of `deploy/crds`
+//! (schema-compatible with KubeEdge v1.23); these types read and write the fields
+//! fleetcontroller uses and keep unknown ones out of its writes (status is written through
+//! the status subresource only).
+
+pub mod edgeapp;
+pub mod nodegroup;
+
+pub use edgeapp::{EdgeApplication, EdgeApplicationSpec, EdgeApplicationStatus};
+pub use nodegroup::{NodeGroup, NodeGroupSpec, NodeGroupStatus};
+
+/// The label fleetcontroller puts on each member Node of a NodeGroup: its value is the
+/// group's name (KubeEdge's `apps.kubeedge.io/belonging-to`). A Deployment of an
+/// EdgeApplication is pinned to a group by a nodeSelector on it.
+pub const BELONGING_TO: &str = "apps.kubeedge.io/belonging-to";
+
+/// The zone label set to the group's name on member Nodes of a NodeGroup with
+/// `topologyEnabled` (Kubernetes' well-known `topology.kubernetes.io/zone`).
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// The Service annotation that keeps a group's traffic on its own endpoints (KubeEdge's
+/// service topology): with the value [`RANGE_NODEGROUP`], an edge node receives only the
+/// endpoints on nodes of its own NodeGroup. fleetcontroller sets it on every Service of an
+/// EdgeApplication; users may set it on any Service.
+pub const SERVICE_TOPOLOGY: &str = "apps.kubeedge.io/service-topology";
+
+/// The value of [`SERVICE_TOPOLOGY`] that selects same-group endpoints.
+pub const RANGE_NODEGROUP: &str = "range-nodegroup";
