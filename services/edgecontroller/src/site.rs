@@ -3,6 +3,11 @@
 //! other edge node of its site (its pod CIDR and InternalIP), from which its pod network
 //! routes to their pods directly (`verge_edge_net::site`); endpoints elsewhere go through
 //! cloudhub. A node without the label is a site of its own.
+//!
+//! Every edge node of a NodeGroup (the label [`GROUP_LABEL`], fleetcontroller's) also holds
+//! the peer view of each other edge node of its group, from which its Service proxy keeps the
+//! traffic of `range-nodegroup` Services on the group's endpoints (KubeEdge's service
+//! topology, `verge_edge_net::services`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,20 +21,43 @@ use crate::fingerprint::Fingerprint;
 /// addresses directly.
 pub const SITE_LABEL: &str = "verge.io/site";
 
-/// `node`'s site, when labelled (an empty value is none).
-pub fn site_of(node: &Node) -> Option<&str> {
+/// The Node label naming a node's NodeGroup (KubeEdge's, set by fleetcontroller).
+pub const GROUP_LABEL: &str = "apps.kubeedge.io/belonging-to";
+
+/// `node`'s NodeGroup, when labelled (an empty value is none).
+pub fn group_of(node: &Node) -> Option<&str> {
+    label(node, GROUP_LABEL)
+}
+
+/// Whether two edge Nodes hold each other's peer views: the same site or the same NodeGroup.
+pub fn are_peers(a: &Node, b: &Node) -> bool {
+    (site_of(a).is_some() && site_of(a) == site_of(b))
+        || (group_of(a).is_some() && group_of(a) == group_of(b))
+}
+
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
     node.metadata
         .labels
         .as_ref()
-        .and_then(|l| l.get(SITE_LABEL))
+        .and_then(|l| l.get(key))
         .map(String::as_str)
         .filter(|s| !s.is_empty())
 }
 
-/// What a peer needs of `node`: its name, uid and resourceVersion, the site label, its pod
-/// CIDRs and its InternalIP addresses; nothing else (no taints, conditions or images).
+/// `node`'s site, when labelled (an empty value is none).
+pub fn site_of(node: &Node) -> Option<&str> {
+    label(node, SITE_LABEL)
+}
+
+/// What a peer needs of `node`: its name, uid and resourceVersion, the site and group labels,
+/// its pod CIDRs and its InternalIP addresses; nothing else (no taints, conditions or images).
 pub fn peer_view(node: &Node) -> Node {
-    let labels = site_of(node).map(|s| BTreeMap::from([(SITE_LABEL.to_owned(), s.to_owned())]));
+    let labels: BTreeMap<String, String> =
+        [(SITE_LABEL, site_of(node)), (GROUP_LABEL, group_of(node))]
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_owned(), value?.to_owned())))
+            .collect();
+    let labels = (!labels.is_empty()).then_some(labels);
     let spec = node.spec.as_ref();
     let addresses: Vec<NodeAddress> = node
         .status
@@ -72,20 +100,19 @@ pub fn peer_fingerprint(view: &Node) -> Fingerprint {
     ))
 }
 
-/// The peer views of `node`'s site peers among `nodes` (the edge Nodes): the other nodes with
-/// `node`'s site label; none when `node` is unknown or has no site.
+/// The peer views of `node`'s peers among `nodes` (the edge Nodes): the other nodes of its
+/// site or of its NodeGroup ([`are_peers`]); none when `node` is unknown or has neither.
 pub fn peers<'a>(node: &str, nodes: impl IntoIterator<Item = &'a Arc<Node>>) -> Vec<Node> {
     let nodes: Vec<&Arc<Node>> = nodes.into_iter().collect();
-    let Some(site) = nodes
+    let Some(own) = nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(node))
-        .and_then(|n| site_of(n))
     else {
         return Vec::new();
     };
     nodes
         .iter()
-        .filter(|n| n.metadata.name.as_deref() != Some(node) && site_of(n) == Some(site))
+        .filter(|n| n.metadata.name.as_deref() != Some(node) && are_peers(own, n))
         .map(|n| peer_view(n))
         .collect()
 }
@@ -149,5 +176,40 @@ mod tests {
         let moved = peer_view(&node("b", Some("s1"), "10.244.2.0/24", "10.214.0.9", "3"));
         assert_eq!(peer_fingerprint(&before), peer_fingerprint(&beat));
         assert_ne!(peer_fingerprint(&before), peer_fingerprint(&moved));
+    }
+
+    #[test]
+    fn nodes_of_one_group_are_peers_across_sites() {
+        let grouped = |name: &str, site: Option<&str>, group: &str| {
+            let mut n = node(name, site, "10.244.5.0/24", "10.214.5.1", "1")
+                .as_ref()
+                .clone();
+            n.metadata
+                .labels
+                .get_or_insert_default()
+                .insert(GROUP_LABEL.to_owned(), group.to_owned());
+            Arc::new(n)
+        };
+        let nodes = [
+            grouped("a", Some("s1"), "north"),
+            grouped("b", Some("s2"), "north"),
+            grouped("c", Some("s3"), "south"),
+            node("d", Some("s1"), "10.244.4.0/24", "10.214.9.1", "1"),
+        ];
+        let names = |peers: Vec<Node>| -> Vec<String> {
+            peers.into_iter().filter_map(|p| p.metadata.name).collect()
+        };
+        // b by group, d by site; not c.
+        assert_eq!(names(peers("a", &nodes)), ["b", "d"]);
+        let b = &peers("a", &nodes)[0];
+        assert_eq!(
+            b.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(GROUP_LABEL))
+                .map(String::as_str),
+            Some("north")
+        );
+        assert_eq!(names(peers("c", &nodes)), Vec::<String>::new());
     }
 }

@@ -9,7 +9,8 @@ use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Deserializer};
 
-/// The metadata read: name, namespace and labels.
+/// The metadata read: name, namespace, labels, and of the annotations only KubeEdge's
+/// service topology (others, e.g. kubectl's last-applied configuration, are skipped).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct ObjectMeta {
     /// `metadata.name`.
@@ -18,6 +19,44 @@ pub struct ObjectMeta {
     pub namespace: Option<String>,
     /// `metadata.labels`.
     pub labels: Option<BTreeMap<String, String>>,
+    /// The value of the annotation `apps.kubeedge.io/service-topology`.
+    #[serde(default, rename = "annotations", deserialize_with = "service_topology")]
+    pub service_topology: Option<String>,
+}
+
+/// The annotation `apps.kubeedge.io/service-topology` of an annotations map; the other
+/// values are skipped without being kept.
+fn service_topology<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    struct Topology;
+    impl<'de> serde::de::Visitor<'de> for Topology {
+        type Value = Option<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an annotations map")
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == crate::services::model::SERVICE_TOPOLOGY.0 {
+                    found = Some(map.next_value::<String>()?);
+                } else {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+    deserializer.deserialize_any(Topology)
 }
 
 /// A `core/v1 Service`: metadata and spec.
@@ -160,7 +199,9 @@ mod tests {
         let svc: Service = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": { "name": "web", "namespace": "shop", "uid": "u",
-                "managedFields": [{ "manager": "kubectl" }] },
+                "managedFields": [{ "manager": "kubectl" }],
+                "annotations": { "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    "apps.kubeedge.io/service-topology": "range-nodegroup" } },
             "spec": { "type": "NodePort", "clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20"],
                 "sessionAffinity": "ClientIP",
                 "sessionAffinityConfig": { "clientIP": { "timeoutSeconds": 60 } },
@@ -168,6 +209,10 @@ mod tests {
             "status": { "loadBalancer": {} },
         }))
         .expect("service");
+        assert_eq!(
+            svc.metadata.service_topology.as_deref(),
+            Some("range-nodegroup")
+        );
         let spec = svc.spec.expect("spec");
         assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.20"));
         assert_eq!(spec.type_.as_deref(), Some("NodePort"));

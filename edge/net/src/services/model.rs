@@ -12,6 +12,10 @@
 //! - with `internalTrafficPolicy: Local`, only endpoints on this node (none: dropped);
 //! - with `trafficDistribution: PreferSameNode` the endpoints on this node when there are any,
 //!   with `PreferClose` those on this node's site (its zone), else all;
+//! - for a Service annotated `apps.kubeedge.io/service-topology: range-nodegroup` (KubeEdge's
+//!   service topology, set on the Services of an EdgeApplication) on a node of a NodeGroup,
+//!   only the endpoints on nodes of that group ([`NodeContext::group`]); on a node of no
+//!   group, all;
 //! - the ready endpoints this node does not reach directly ([`NodeContext::reaches`]: pods in
 //!   the cloud or at another site, the API server) are the port's [`ServicePort::remote`]
 //!   endpoints, reached through cloudhub (`EdgeHub.Dial`) while the node is online; the
@@ -30,6 +34,20 @@ use ipnet::Ipv4Net;
 /// The label tying an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
+/// The Service annotation of KubeEdge's service topology, and its value that keeps a
+/// NodeGroup's traffic on the group's endpoints.
+pub const SERVICE_TOPOLOGY: (&str, &str) = ("apps.kubeedge.io/service-topology", "range-nodegroup");
+
+/// This node's NodeGroup (its `apps.kubeedge.io/belonging-to` label) and the nodes known to be
+/// in it (this node and the group peers edgecontroller sent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeGroup {
+    /// The group's name.
+    pub name: String,
+    /// Names of the group's nodes, this one included.
+    pub members: std::collections::BTreeSet<String>,
+}
+
 /// Kubernetes' default `sessionAffinityConfig.clientIP.timeoutSeconds`.
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
 
@@ -42,6 +60,8 @@ pub struct NodeContext {
     pub node_ip: Option<Ipv4Addr>,
     /// The node's zone (its `topology.kubernetes.io/zone` label), for `PreferClose`.
     pub zone: Option<String>,
+    /// The node's NodeGroup, for `range-nodegroup` Services.
+    pub group: Option<NodeGroup>,
     /// The pod CIDRs this node reaches directly: its own and its site's.
     pub direct: Vec<Ipv4Net>,
 }
@@ -267,9 +287,18 @@ fn backends(
     };
     let here = |e: &Endpoint| e.node_name.as_deref() == Some(ctx.node.as_str());
     let local = spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local");
+    let in_group = |e: &Endpoint| {
+        ctx.group.as_ref().is_none_or(|group| {
+            e.node_name
+                .as_ref()
+                .is_some_and(|n| group.members.contains(n))
+        })
+    };
+    let topology = service.metadata.service_topology.as_deref() == Some(SERVICE_TOPOLOGY.1);
     let mut chosen: Vec<&(&Endpoint, Backend)> = usable
         .into_iter()
         .filter(|(e, _)| !local || here(e))
+        .filter(|(e, _)| !topology || in_group(e))
         .collect();
     let same_zone = |e: &Endpoint| ctx.zone.is_some() && e.zone == ctx.zone;
     let prefer: Option<&dyn Fn(&Endpoint) -> bool> =

@@ -24,6 +24,7 @@ fn ctx() -> NodeContext {
         node: "edge-a".into(),
         node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
         zone: Some("site-1".into()),
+        group: None,
         direct: vec![
             "10.244.1.0/24".parse().expect("cidr"),
             "10.244.2.0/24".parse().expect("cidr"),
@@ -217,4 +218,40 @@ fn the_kubernetes_services_https_port_is_served_locally() {
         unchanged, expected,
         "other ports and Services keep their endpoints"
     );
+}
+
+#[test]
+fn a_range_nodegroup_service_keeps_a_groups_traffic_in_the_group() {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": { "name": "web", "namespace": "shop",
+            "annotations": { "apps.kubeedge.io/service-topology": "range-nodegroup" } },
+        "spec": { "clusterIP": "10.96.0.20", "ports": [{ "name": "http", "port": 80 }] },
+    }))
+    .expect("service");
+    let eps = slice(json!([
+        endpoint("10.244.1.5", "edge-a", true),
+        endpoint("10.244.2.7", "edge-b", true),
+        endpoint("10.244.9.9", "edge-c", true),
+    ]));
+    let grouped = NodeContext {
+        group: Some(NodeGroup {
+            name: "north".into(),
+            members: ["edge-a".to_owned(), "edge-b".to_owned()].into(),
+        }),
+        ..ctx()
+    };
+    let plan_in = |ctx: &NodeContext| {
+        let port = plan(std::slice::from_ref(&svc), std::slice::from_ref(&eps), ctx).remove(0);
+        let mut all = ips(&port);
+        all.extend(port.remote.iter().map(|b| format!("{}:{}", b.ip, b.port)));
+        all
+    };
+    // edge-c is in another group (or none): left out.
+    assert_eq!(plan_in(&grouped), ["10.244.1.5:8080", "10.244.2.7:8080"]);
+    // A node of no group takes every endpoint, as does a Service without the annotation.
+    assert_eq!(plan_in(&ctx()).len(), 3);
+    let plain =
+        service(json!({ "clusterIP": "10.96.0.20", "ports": [{ "name": "http", "port": 80 }] }));
+    let port = plan(&[plain], &[eps], &grouped).remove(0);
+    assert_eq!(port.backends.len() + port.remote.len(), 3);
 }

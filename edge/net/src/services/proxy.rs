@@ -5,8 +5,9 @@
 //!
 //! It plans again at start, at every snapshot of the Services and EndpointSlices
 //! ([`crate::catalog`], which gathers a burst of changes into one), at a store change of a
-//! Node that alters what the rules use (its own: pod CIDR and zone; its site peers': their pod
-//! CIDRs are reached directly, through the routes [`crate::site`] keeps; changes of
+//! Node that alters what the rules use (its own: pod CIDR, zone and NodeGroup; its site peers':
+//! their pod CIDRs are reached directly, through the routes [`crate::site`] keeps; its group
+//! peers': their names keep `range-nodegroup` Services in the group; changes of
 //! [`DEBOUNCE`] gathered), and every [`RETRY`] while an apply fails (e.g. `nft` is not
 //! installed: pods still run, their Services do not work; logged). A plan that renders the
 //! same rules as the last one applied (the same plan in the same scope) is neither rendered
@@ -53,6 +54,10 @@ const KUBERNETES: (&str, &str) = ("default", "kubernetes");
 /// The zone label of Nodes (`PreferClose`).
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
+/// The NodeGroup label of Nodes (KubeEdge's `apps.kubeedge.io/belonging-to`): Services with
+/// the `range-nodegroup` topology keep a group's traffic on the group's nodes.
+pub const GROUP_LABEL: &str = "apps.kubeedge.io/belonging-to";
+
 /// The Service proxy of one node; see the module docs.
 #[derive(Debug)]
 pub struct ServiceProxy {
@@ -86,6 +91,7 @@ struct NodeInputs {
     network: Option<PodNetwork>,
     zone: Option<String>,
     peers: Vec<crate::site::Peer>,
+    group: Option<model::NodeGroup>,
 }
 
 impl ServiceProxy {
@@ -281,6 +287,7 @@ impl ServiceProxy {
                 .and_then(|n| n.metadata.labels.as_ref())
                 .and_then(|l| l.get(ZONE_LABEL).cloned()),
             peers: crate::site::peers(&nodes, &self.node),
+            group: group_of(own, &nodes),
         }
     }
 
@@ -290,6 +297,7 @@ impl ServiceProxy {
             node: self.node.clone(),
             node_ip: self.node_ip,
             zone: inputs.zone.clone(),
+            group: inputs.group.clone(),
             direct: inputs
                 .network
                 .iter()
@@ -306,6 +314,26 @@ impl ServiceProxy {
         };
         (ports, scope)
     }
+}
+
+/// This node's NodeGroup and the stored Nodes in it (edgecontroller sends every edge node its
+/// group's peers), when `own` carries [`GROUP_LABEL`].
+fn group_of(own: Option<&Node>, nodes: &[Node]) -> Option<model::NodeGroup> {
+    let label = |n: &Node| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(GROUP_LABEL))
+            .filter(|g| !g.is_empty())
+            .cloned()
+    };
+    let name = own.and_then(label)?;
+    let members = nodes
+        .iter()
+        .filter(|n| label(n).as_deref() == Some(name.as_str()))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    Some(model::NodeGroup { name, members })
 }
 
 /// Runs `nft -f -` with `script` on its stdin.

@@ -88,11 +88,12 @@ impl Downstream for EdgeDownstream {
                 if changed {
                     concerned.insert(node.clone());
                 }
-                // Its site peers (now, or holding it from before) when what they hold of it
-                // changes: its pod CIDR, address or site, not its heartbeats. A heartbeat
-                // leaves the peer view's fingerprint as it was: then no peer is walked.
-                let site = match &object {
-                    Some(Cached::Node(n)) => crate::site::site_of(n).map(str::to_owned),
+                // Its site and group peers (now, or holding it from before) when what they
+                // hold of it changes: its pod CIDR, address, site or group, not its
+                // heartbeats. A heartbeat leaves the peer view's fingerprint as it was: then
+                // no peer is walked.
+                let changed_node = match &object {
+                    Some(Cached::Node(n)) => Some(n.clone()),
                     _ => None,
                 };
                 let view = match &object {
@@ -112,10 +113,10 @@ impl Downstream for EdgeDownstream {
                 }
                 let mut peers = nodes.holding(&key);
                 let mut site_members = BTreeSet::new();
-                if let Some(site) = &site {
+                if let Some(changed) = &changed_node {
                     for n in self.caches.nodes.state() {
                         let name = n.metadata.name.clone().unwrap_or_default();
-                        if crate::site::site_of(&n) == Some(site) && nodes.contains(&name) {
+                        if crate::site::are_peers(changed, &n) && nodes.contains(&name) {
                             site_members.insert(name.clone());
                             peers.insert(name);
                         }

@@ -90,6 +90,7 @@ pub fn measure(services: usize, endpoints: usize, runs: u32) -> anyhow::Result<V
         node: "bench".into(),
         node_ip: Some(Ipv4Addr::new(192, 0, 2, 10)),
         zone: None,
+        group: None,
         direct: vec!["10.244.0.0/16".parse()?],
     };
     let scope = Scope {
