@@ -8,7 +8,9 @@
 //! routes to its site peers' pod CIDRs) and does not reach the other site's directly, and a
 //! Service backed by pods of both sites answers from both, by cluster IP, short name and
 //! FQDN (the other site's pod through cloudhub, relayed over its node's session); with the
-//! link cut, the site's own endpoint answers every request by name. A process on an edge host
+//! link cut, the site's own endpoint answers every request by name; with edges 0 and 2 in one
+//! NodeGroup and the Service annotated `range-nodegroup` (KubeEdge's service topology), p0 is
+//! answered only by p2, its group's, not by its own site's p1. A process on an edge host
 //! (as a host-network pod) reaches a pod of a site peer by IP, and a node port of a peer's
 //! address answers with that peer's own pod (Docker's forwarding opened for the Service
 //! proxy's marked connections).
@@ -346,5 +348,31 @@ async fn scenario(client: &kube::Client, ns: &str, edges: &[SiteEdge]) -> anyhow
     .await
     .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(&name)))?;
     edges[0].netns.heal()?;
+
+    // KubeEdge's service topology: edges 0 (site 0) and 2 (site 1) form a NodeGroup; with the
+    // Service annotated range-nodegroup, p0 on edge 0 is answered only by p2 on its group's
+    // edge 2 (through cloudhub, another site), never by p1 on its own site's edge 1.
+    let group = serde_json::json!({ "metadata": { "labels": {
+        "apps.kubeedge.io/belonging-to": format!("g-{}", std::process::id()) } } });
+    for e in [&edges[0], &edges[2]] {
+        nodes
+            .patch(&e.edge.name, &PatchParams::default(), &Patch::Merge(&group))
+            .await?;
+    }
+    let topology = serde_json::json!({ "metadata": { "annotations": {
+        "apps.kubeedge.io/service-topology": "range-nodegroup" } } });
+    Api::<Service>::namespaced(client.clone(), ns)
+        .patch("web", &PatchParams::default(), &Patch::Merge(&topology))
+        .await?;
+    verge_e2e::wait_for(
+        "a range-nodegroup Service answers only from the group's endpoint",
+        Duration::from_secs(90),
+        || async {
+            let answers: Vec<String> = (0..8).filter_map(|_| fetch(&cluster_ip).ok()).collect();
+            Ok((answers.len() == 8 && answers.iter().all(|a| a.contains("p2"))).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("{}\n{:?}", edges[0].edge.logs(40), fetch(&cluster_ip)))?;
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The NodeGroup controller (KubeEdge's `nodegroup` controller of its controller-manager):
-//! keeps each group's member Nodes labelled [`BELONGING_TO`](crate::api::BELONGING_TO), its
+//! keeps each group's member Nodes labelled `apps.kubeedge.io/belonging-to`, its
 //! pods off nodes that left it, and its status current. Every group is reconciled when it
 //! changes, when any Node changes (debounced), and every 5 minutes. A group carries the
 //! finalizer [`FINALIZER`] so its labels are removed before it goes.
