@@ -37,12 +37,33 @@ pub struct Peer {
     pub address: Ipv4Addr,
 }
 
-/// The site peers among `nodes` (the stored Nodes): every Node other than `own` with a pod
-/// CIDR and an InternalIP (edgecontroller sends only peers), sorted by name.
+/// The Node label naming a node's site.
+pub const SITE_LABEL: &str = "verge.io/site";
+
+/// The site peers among `nodes` (the stored Nodes): every Node other than `own` with `own`'s
+/// site label, a pod CIDR and an InternalIP, sorted by name. edgecontroller also sends the
+/// nodes of this node's NodeGroup, which may be at other sites: those are not routed to.
+/// None when `own` is not stored or has no site.
 pub fn peers(nodes: &[Node], own: &str) -> Vec<Peer> {
+    let site = |n: &Node| {
+        n.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SITE_LABEL))
+            .filter(|s| !s.is_empty())
+            .cloned()
+    };
+    let Some(own_site) = nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(own))
+        .and_then(site)
+    else {
+        return Vec::new();
+    };
     let mut out: Vec<Peer> = nodes
         .iter()
         .filter(|n| n.metadata.name.as_deref() != Some(own))
+        .filter(|n| site(n).as_deref() == Some(own_site.as_str()))
         .filter_map(|n| {
             let pod_cidr = n.spec.as_ref()?.pod_cidr.as_deref()?.parse().ok()?;
             let address = n
@@ -213,6 +234,35 @@ fn apply_rules(own: Ipv4Net, peers: &[Peer]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn site_peers_share_the_site_label_and_group_peers_elsewhere_are_not_routed() {
+        let node = |name: &str, site: Option<&str>, cidr: &str, ip: &str| -> Node {
+            let labels = site.map_or(
+                serde_json::json!({}),
+                |s| serde_json::json!({ SITE_LABEL: s }),
+            );
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name, "labels": labels },
+                "spec": { "podCIDR": cidr },
+                "status": { "addresses": [{ "type": "InternalIP", "address": ip }] },
+            }))
+            .expect("node")
+        };
+        let nodes = [
+            node("a", Some("s0"), "10.244.1.0/24", "10.214.0.1"),
+            node("b", Some("s0"), "10.244.2.0/24", "10.214.0.2"),
+            // A peer of a's NodeGroup at another site, and one without a site.
+            node("c", Some("s1"), "10.244.3.0/24", "10.214.1.1"),
+            node("d", None, "10.244.4.0/24", "10.214.9.1"),
+        ];
+        let names: Vec<String> = peers(&nodes, "a").into_iter().map(|p| p.name).collect();
+        assert_eq!(names, ["b"]);
+        assert!(
+            peers(&nodes, "d").is_empty(),
+            "a node without a site has no site peers"
+        );
+    }
 
     #[test]
     fn rules_open_docker_for_peers_and_skip_its_masquerade() {
