@@ -37,22 +37,24 @@ pub struct Peer {
     pub address: Ipv4Addr,
 }
 
-/// The Node label naming a node's site.
-pub const SITE_LABEL: &str = "verge.io/site";
+pub use verge_core::well_known::SITE_LABEL;
+
+/// `node`'s label `key`, when set and not empty.
+pub(crate) fn label(node: &Node, key: &str) -> Option<String> {
+    node.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .filter(|v| !v.is_empty())
+        .cloned()
+}
 
 /// The site peers among `nodes` (the stored Nodes): every Node other than `own` with `own`'s
 /// site label, a pod CIDR and an InternalIP, sorted by name. edgecontroller also sends the
 /// nodes of this node's NodeGroup, which may be at other sites: those are not routed to.
 /// None when `own` is not stored or has no site.
 pub fn peers(nodes: &[Node], own: &str) -> Vec<Peer> {
-    let site = |n: &Node| {
-        n.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SITE_LABEL))
-            .filter(|s| !s.is_empty())
-            .cloned()
-    };
+    let site = |n: &Node| label(n, SITE_LABEL);
     let Some(own_site) = nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(own))

@@ -17,12 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::fingerprint::Fingerprint;
 
-/// The Node label naming a node's site: nodes with the same value reach each other's
-/// addresses directly.
-pub const SITE_LABEL: &str = "verge.io/site";
-
-/// The Node label naming a node's NodeGroup (KubeEdge's, set by fleetcontroller).
-pub const GROUP_LABEL: &str = "apps.kubeedge.io/belonging-to";
+pub use verge_core::well_known::{NODE_GROUP_LABEL as GROUP_LABEL, SITE_LABEL};
 
 /// `node`'s NodeGroup, when labelled (an empty value is none).
 pub fn group_of(node: &Node) -> Option<&str> {

@@ -47,7 +47,7 @@ fn service_topology<'de, D: Deserializer<'de>>(
         ) -> Result<Self::Value, A::Error> {
             let mut found = None;
             while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-                if key == crate::services::model::SERVICE_TOPOLOGY.0 {
+                if key == verge_core::well_known::SERVICE_TOPOLOGY_ANNOTATION {
                     found = Some(map.next_value::<String>()?);
                 } else {
                     map.next_value::<serde::de::IgnoredAny>()?;

@@ -30,23 +30,10 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::catalog::objects::{Endpoint, EndpointSlice, Service, ServicePort as K8sPort};
 use ipnet::Ipv4Net;
+use verge_core::well_known::RANGE_NODEGROUP;
 
 /// The label tying an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-
-/// The Service annotation of KubeEdge's service topology, and its value that keeps a
-/// NodeGroup's traffic on the group's endpoints.
-pub const SERVICE_TOPOLOGY: (&str, &str) = ("apps.kubeedge.io/service-topology", "range-nodegroup");
-
-/// This node's NodeGroup (its `apps.kubeedge.io/belonging-to` label) and the nodes known to be
-/// in it (this node and the group peers edgecontroller sent).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodeGroup {
-    /// The group's name.
-    pub name: String,
-    /// Names of the group's nodes, this one included.
-    pub members: std::collections::BTreeSet<String>,
-}
 
 /// Kubernetes' default `sessionAffinityConfig.clientIP.timeoutSeconds`.
 pub const DEFAULT_AFFINITY_SECONDS: u32 = 10_800;
@@ -60,8 +47,10 @@ pub struct NodeContext {
     pub node_ip: Option<Ipv4Addr>,
     /// The node's zone (its `topology.kubernetes.io/zone` label), for `PreferClose`.
     pub zone: Option<String>,
-    /// The node's NodeGroup, for `range-nodegroup` Services.
-    pub group: Option<NodeGroup>,
+    /// The names of the nodes of this node's NodeGroup (its `apps.kubeedge.io/belonging-to`
+    /// label), this one included, as far as it knows them (the group peers edgecontroller
+    /// sent), for `range-nodegroup` Services; `None` on a node of no group.
+    pub group: Option<std::collections::BTreeSet<String>>,
     /// The pod CIDRs this node reaches directly: its own and its site's.
     pub direct: Vec<Ipv4Net>,
 }
@@ -288,13 +277,11 @@ fn backends(
     let here = |e: &Endpoint| e.node_name.as_deref() == Some(ctx.node.as_str());
     let local = spec.and_then(|s| s.internal_traffic_policy.as_deref()) == Some("Local");
     let in_group = |e: &Endpoint| {
-        ctx.group.as_ref().is_none_or(|group| {
-            e.node_name
-                .as_ref()
-                .is_some_and(|n| group.members.contains(n))
-        })
+        ctx.group
+            .as_ref()
+            .is_none_or(|members| e.node_name.as_ref().is_some_and(|n| members.contains(n)))
     };
-    let topology = service.metadata.service_topology.as_deref() == Some(SERVICE_TOPOLOGY.1);
+    let topology = service.metadata.service_topology.as_deref() == Some(RANGE_NODEGROUP);
     let mut chosen: Vec<&(&Endpoint, Backend)> = usable
         .into_iter()
         .filter(|(e, _)| !local || here(e))

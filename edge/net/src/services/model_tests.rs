@@ -234,10 +234,7 @@ fn a_range_nodegroup_service_keeps_a_groups_traffic_in_the_group() {
         endpoint("10.244.9.9", "edge-c", true),
     ]));
     let grouped = NodeContext {
-        group: Some(NodeGroup {
-            name: "north".into(),
-            members: ["edge-a".to_owned(), "edge-b".to_owned()].into(),
-        }),
+        group: Some(["edge-a".to_owned(), "edge-b".to_owned()].into()),
         ..ctx()
     };
     let plan_in = |ctx: &NodeContext| {

@@ -19,6 +19,7 @@
 //! remote endpoints are in the rules only while a session is up, so offline a Service with
 //! endpoints on this node's site keeps only those, and one with none refuses at once.
 
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use verge_core::ResourceType;
+use verge_core::well_known::NODE_GROUP_LABEL;
 use verge_edge_store::MetaStore;
 use verge_edgehub::SessionInfo;
 use verge_metamanager::StoreEvent;
@@ -53,10 +55,6 @@ const KUBERNETES: (&str, &str) = ("default", "kubernetes");
 
 /// The zone label of Nodes (`PreferClose`).
 const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
-/// The NodeGroup label of Nodes (KubeEdge's `apps.kubeedge.io/belonging-to`): Services with
-/// the `range-nodegroup` topology keep a group's traffic on the group's nodes.
-pub const GROUP_LABEL: &str = "apps.kubeedge.io/belonging-to";
 
 /// The Service proxy of one node; see the module docs.
 #[derive(Debug)]
@@ -91,7 +89,7 @@ struct NodeInputs {
     network: Option<PodNetwork>,
     zone: Option<String>,
     peers: Vec<crate::site::Peer>,
-    group: Option<model::NodeGroup>,
+    group: Option<BTreeSet<String>>,
 }
 
 impl ServiceProxy {
@@ -316,24 +314,17 @@ impl ServiceProxy {
     }
 }
 
-/// This node's NodeGroup and the stored Nodes in it (edgecontroller sends every edge node its
-/// group's peers), when `own` carries [`GROUP_LABEL`].
-fn group_of(own: Option<&Node>, nodes: &[Node]) -> Option<model::NodeGroup> {
-    let label = |n: &Node| {
-        n.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(GROUP_LABEL))
-            .filter(|g| !g.is_empty())
-            .cloned()
-    };
-    let name = own.and_then(label)?;
+/// The names of the stored Nodes of this node's NodeGroup, itself included (edgecontroller
+/// sends every edge node its group's peers), when `own` carries `NODE_GROUP_LABEL`.
+fn group_of(own: Option<&Node>, nodes: &[Node]) -> Option<BTreeSet<String>> {
+    let group = |n: &Node| crate::site::label(n, NODE_GROUP_LABEL);
+    let name = own.and_then(group)?;
     let members = nodes
         .iter()
-        .filter(|n| label(n).as_deref() == Some(name.as_str()))
+        .filter(|n| group(n).as_deref() == Some(name.as_str()))
         .filter_map(|n| n.metadata.name.clone())
         .collect();
-    Some(model::NodeGroup { name, members })
+    Some(members)
 }
 
 /// Runs `nft -f -` with `script` on its stdin.

@@ -13,17 +13,16 @@ pub use nodegroup::{NodeGroup, NodeGroupSpec, NodeGroupStatus};
 /// The label fleetcontroller puts on each member Node of a NodeGroup: its value is the
 /// group's name (KubeEdge's `apps.kubeedge.io/belonging-to`). A Deployment of an
 /// EdgeApplication is pinned to a group by a nodeSelector on it.
-pub const BELONGING_TO: &str = "apps.kubeedge.io/belonging-to";
+pub use verge_core::well_known::NODE_GROUP_LABEL as BELONGING_TO;
 
 /// The zone label set to the group's name on member Nodes of a NodeGroup with
 /// `topologyEnabled` (Kubernetes' well-known `topology.kubernetes.io/zone`).
 pub const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// The Service annotation that keeps a group's traffic on its own endpoints (KubeEdge's
-/// service topology): with the value [`RANGE_NODEGROUP`], an edge node receives only the
+/// service topology): with the value [`RANGE_NODEGROUP`], an edge node uses only the
 /// endpoints on nodes of its own NodeGroup. fleetcontroller sets it on every Service of an
 /// EdgeApplication; users may set it on any Service.
-pub const SERVICE_TOPOLOGY: &str = "apps.kubeedge.io/service-topology";
+pub use verge_core::well_known::SERVICE_TOPOLOGY_ANNOTATION as SERVICE_TOPOLOGY;
 
-/// The value of [`SERVICE_TOPOLOGY`] that selects same-group endpoints.
-pub const RANGE_NODEGROUP: &str = "range-nodegroup";
+pub use verge_core::well_known::RANGE_NODEGROUP;
