@@ -101,7 +101,7 @@ async fn kill_edgecore_during_a_burst_of_200() -> anyhow::Result<()> {
                  "volumes": [{"name": "all", "projected": {"sources": sources}}]}
     }))?;
     pods.create(&PostParams::default(), &pod).await?;
-    let p = wait_running(&pods, "reader", Duration::from_secs(60)).await?;
+    let p = wait_running(&pods, "reader", Duration::from_secs(180)).await?;
     let uid = p.metadata.uid.clone().unwrap_or_default();
     let container = running_app(&uid)?
         .first()

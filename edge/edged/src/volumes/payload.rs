@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
+use futures::future::Either;
+use futures::{StreamExt as _, TryStreamExt as _, stream};
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume, VolumeProjection};
 
 use super::atomic::{File, Payload};
 use super::ownership::FsGroup;
@@ -132,6 +134,38 @@ async fn config_map<O: PodObjects>(
         data.entry(k).or_insert(v.0);
     }
     Ok(data)
+}
+
+/// How many configMap and secret sources of one projected volume are read at once: each one
+/// missing from the MetaStore is a cloud query, and a volume may project hundreds.
+const FETCH_CONCURRENCY: usize = 16;
+
+/// The data of every configMap and secret source of a projected volume, in source order
+/// (other sources have no entry), read [`FETCH_CONCURRENCY`] at a time.
+///
+/// # Errors
+/// The first failure in source order, as reading them one by one would give it.
+async fn fetch_sources<O: PodObjects>(
+    objects: &O,
+    ns: &str,
+    sources: &[VolumeProjection],
+) -> Result<Vec<BTreeMap<String, Vec<u8>>>, Failure> {
+    // Collected first: a stream holding the borrowing closure would not be `Send` for every
+    // lifetime, which the pod worker's spawned future must be.
+    let mut reads = Vec::new();
+    for source in sources {
+        if let Some(s) = &source.config_map {
+            let optional = s.optional.unwrap_or(false);
+            reads.push(Either::Left(config_map(objects, ns, &s.name, optional)));
+        } else if let Some(s) = &source.secret {
+            let optional = s.optional.unwrap_or(false);
+            reads.push(Either::Right(secret(objects, ns, &s.name, optional)));
+        }
+    }
+    stream::iter(reads)
+        .buffered(FETCH_CONCURRENCY)
+        .try_collect()
+        .await
 }
 
 async fn secret<O: PodObjects>(
@@ -269,15 +303,17 @@ pub(super) async fn build<O: PodObjects>(
     } else if let Some(src) = &volume.projected {
         let dm = src.default_mode.unwrap_or(DEFAULT_MODE);
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        for (index, source) in src.sources.iter().flatten().enumerate() {
+        let sources = src.sources.as_deref().unwrap_or_default();
+        let mut fetched = fetch_sources(objects, ns, sources).await?.into_iter();
+        for (index, source) in sources.iter().enumerate() {
             if let Some(s) = &source.config_map {
                 let optional = s.optional.unwrap_or(false);
-                let data = config_map(objects, ns, &s.name, optional).await?;
+                let data = fetched.next().unwrap_or_default();
                 let missing = "configmap references non-existent config key";
                 project(&mut out, s.items.as_deref(), data, dm, optional, missing)?;
             } else if let Some(s) = &source.secret {
                 let optional = s.optional.unwrap_or(false);
-                let data = secret(objects, ns, &s.name, optional).await?;
+                let data = fetched.next().unwrap_or_default();
                 let missing = "secret references non-existent secret key";
                 project(&mut out, s.items.as_deref(), data, dm, optional, missing)?;
             } else if let Some(s) = &source.downward_api {

@@ -136,6 +136,13 @@ async fn secret_items_optional_and_missing() {
             json!({"name": "x", "configMap": {"name": "nope"}}),
             "configmap \"nope\" not found",
         ),
+        (
+            // Sources are read at once; the failure reported is the first in source order.
+            json!({"name": "x", "projected": {"sources": [
+                {"secret": {"name": "s"}}, {"secret": {"name": "first-gone"}},
+                {"configMap": {"name": "second-gone"}}]}}),
+            "secret \"first-gone\" not found",
+        ),
     ] {
         let err = m
             .prepare(&pod(json!([volume]), json!([])))
