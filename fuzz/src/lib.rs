@@ -11,6 +11,7 @@
 //! - [`pki`]: node CSRs, certificates, bootstrap tokens and their Secrets, CA hashes.
 //! - [`device`]: Device and DeviceModel JSON → the device checks → the DMI `Device`.
 //! - [`edgeapp`]: an EdgeApplication's spec → fleetcontroller's objects per target.
+//! - [`operations`]: an operations job's spec → fleetcontroller's field checks.
 //! - [`mqtt`]: MQTT topics and payloads of edge apps → the eventbus's decoders.
 //! - [`relay`]: a mapper's HTTP/2 bytes on the DMI socket → the relay's framing and HPACK.
 //! - [`spdy`]: a streaming client's SPDY/3.1 bytes → edgecore's frame codec and zlib headers.
@@ -28,6 +29,7 @@ pub mod edgeapp;
 pub mod inventory;
 pub mod message;
 pub mod mqtt;
+pub mod operations;
 pub mod path;
 pub mod pki;
 pub mod relay;

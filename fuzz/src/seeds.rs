@@ -295,6 +295,24 @@ fn edgeapp_seeds() -> Seeds {
     vec![("two-groups-and-labels.json", spec.as_bytes().to_vec())]
 }
 
+fn operations_seeds() -> Seeds {
+    let upgrade = r#"{"version":"v1.16.0","image":"127.0.0.1:5000/verge/edgecore",
+      "imageDigestGatter":{"amd64":"sha256:0738039541234567890123456789012345678901234567890123456789012345"},
+      "labelSelector":{"matchLabels":{"node-role.kubernetes.io/edge":""}},
+      "concurrency":2,"timeoutSeconds":180,"failureTolerate":"0.3","checkItems":["cpu","mem","disk"],
+      "requireConfirmation":true}"#;
+    let prepull = r#"{"imagePrePullTemplate":{"images":["busybox:1.36","registry.local:5000/app@sha256:0738039541234567890123456789012345678901234567890123456789012345"],
+      "nodeNames":["edge-1","edge-2"],"imageSecrets":"default/registry-creds","retryTimes":2,
+      "concurrency":1,"timeoutSeconds":120}}"#;
+    let config = r#"{"nodeNames":["edge-1"],"updateFields":{"edged.maxPods":"60","edgeHub.heartbeat":"15s"},
+      "failureTolerate":"0"}"#;
+    vec![
+        ("upgrade.json", upgrade.as_bytes().to_vec()),
+        ("prepull.json", prepull.as_bytes().to_vec()),
+        ("config-update.json", config.as_bytes().to_vec()),
+    ]
+}
+
 fn mqtt_seeds() -> Seeds {
     let update = "$hw/events/device/default/t1/twin/update
 {\"event_id\":\"e1\",\"timestamp\":1,                  \"twin\":{\"temperature\":{\"actual\":{\"value\":\"30\"},\"metadata\":{\"type\":\"int\"}}}}";
@@ -437,6 +455,7 @@ pub fn all() -> Vec<(&'static str, Seeds)> {
         ("csr", pki_seeds()),
         ("device_json", device_seeds()),
         ("edgeapp_json", edgeapp_seeds()),
+        ("operations_json", operations_seeds()),
         ("mqtt_payload", mqtt_seeds()),
         ("dmi_relay", relay_seeds()),
         ("spdy_frames", spdy_seeds()),

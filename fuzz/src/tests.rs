@@ -160,6 +160,22 @@ fn edgeapp_seeds_render_every_target() {
 }
 
 #[test]
+fn operations_seeds_are_valid_jobs() {
+    use verge_fleetcontroller::operations::validate;
+    for (name, bytes) in seeds("operations_json") {
+        crate::operations::check(&bytes);
+        let ok = match name.as_str() {
+            "upgrade.json" => serde_json::from_slice(&bytes)
+                .map(|s| validate::upgrade(&s).map(|_| ())),
+            "prepull.json" => serde_json::from_slice(&bytes)
+                .map(|s| validate::prepull(&s).map(|_| ())),
+            _ => serde_json::from_slice(&bytes).map(|s| validate::config_update(&s).map(|_| ())),
+        };
+        assert!(matches!(ok, Ok(Ok(()))), "{name}: {ok:?}");
+    }
+}
+
+#[test]
 fn mqtt_seeds_are_accepted_requests() {
     for (name, bytes) in seeds("mqtt_payload") {
         crate::mqtt::check(&bytes);

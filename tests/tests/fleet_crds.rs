@@ -1,4 +1,5 @@
-//! The fleet CRDs of `deploy/crds` (apps.kubeedge.io NodeGroup and EdgeApplication) against
+//! The fleet CRDs of `deploy/crds` (apps.kubeedge.io NodeGroup and EdgeApplication,
+//! operations.kubeedge.io NodeUpgradeJob, ImagePrePullJob and ConfigUpdateJob) against
 //! KubeEdge's own (issue 36): every field KubeEdge's v1.23 CRDs define exists in Verge's with
 //! the same type, enum, requirement and Kubernetes extensions, in the same versions, scope,
 //! names and subresources; and manifests written as KubeEdge's documentation writes them apply
@@ -12,7 +13,7 @@ use anyhow::{Context as _, ensure};
 use serde_json::Value;
 
 /// Our CRD file and KubeEdge's, per CRD.
-const PAIRS: [(&str, &str); 2] = [
+const PAIRS: [(&str, &str); 5] = [
     (
         "apps.kubeedge.io_nodegroups.yaml",
         "build/crds/apps/apps_v1alpha1_nodegroup.yaml",
@@ -20,6 +21,18 @@ const PAIRS: [(&str, &str); 2] = [
     (
         "apps.kubeedge.io_edgeapplications.yaml",
         "build/crds/apps/apps_v1alpha1_edgeapplication.yaml",
+    ),
+    (
+        "operations.kubeedge.io_nodeupgradejobs.yaml",
+        "build/crds/operations/operations_v1alpha2_nodeupgradejob.yaml",
+    ),
+    (
+        "operations.kubeedge.io_imageprepulljobs.yaml",
+        "build/crds/operations/operations_v1alpha2_imageprepulljob.yaml",
+    ),
+    (
+        "operations.kubeedge.io_configupdatejobs.yaml",
+        "build/crds/operations/operations_v1alpha2_configupdatejob.yaml",
     ),
 ];
 
@@ -252,5 +265,93 @@ async fn kubeedge_manifests_apply_with_strict_validation() -> anyhow::Result<()>
         !out.status.success() && text.contains("envOverrides"),
         "a misspelt field was not refused by name: {text}"
     );
+    Ok(())
+}
+
+/// The operations jobs as KubeEdge's documentation writes them in v1alpha2 (every spec field).
+const KUBEEDGE_JOBS: &str = r#"
+apiVersion: operations.kubeedge.io/v1alpha2
+kind: NodeUpgradeJob
+metadata:
+  name: upgrade-v2
+spec:
+  version: v1.23.0
+  image: kubeedge/installation-package
+  imageDigestGatter:
+    amd64: sha256:0738039541234567890123456789012345678901234567890123456789012345
+    registryAPI: {host: registry.example, token: t}
+  nodeNames: [edge-node1]
+  concurrency: 1
+  timeoutSeconds: 300
+  checkItems: [cpu, mem, disk]
+  failureTolerate: "0.1"
+  requireConfirmation: true
+---
+apiVersion: operations.kubeedge.io/v1alpha2
+kind: ImagePrePullJob
+metadata:
+  name: prepull-v2
+spec:
+  imagePrePullTemplate:
+    images: [nginx:1.27, busybox:1.36]
+    labelSelector:
+      matchExpressions: [{key: node-role.kubernetes.io/edge, operator: Exists}]
+    checkItems: [disk]
+    concurrency: 2
+    failureTolerate: "0.3"
+    timeoutSeconds: 120
+    imageSecrets: default/registry-credentials
+    retryTimes: 2
+---
+apiVersion: operations.kubeedge.io/v1alpha2
+kind: ConfigUpdateJob
+metadata:
+  name: config-v2
+spec:
+  nodeNames: [edge-node1]
+  concurrency: 1
+  timeoutSeconds: 120
+  failureTolerate: "0"
+  updateFields:
+    modules.edged.maxPods: "60"
+"#;
+
+/// KubeEdge's own samples (`build/crd-samples/operations`, v1alpha1) and the v1alpha2 jobs of
+/// [`KUBEEDGE_JOBS`] apply under `kubectl apply --validate=strict`.
+#[tokio::test]
+async fn kubeedge_operations_jobs_apply_with_strict_validation() -> anyhow::Result<()> {
+    let cp = verge_testkit::shared().await?;
+    verge_testkit::install_fleet_crds(&cp).await?;
+    let kubeedge =
+        tokio::task::spawn_blocking(verge_testkit::kubeedge_source::source_dir).await??;
+    let mut manifests = String::from(KUBEEDGE_JOBS);
+    for sample in ["imageprepulljob.yaml", "nodeupgradejob.yaml"] {
+        let path = kubeedge.join("build/crd-samples/operations").join(sample);
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        manifests.push_str("\n---\n");
+        manifests.push_str(&text);
+    }
+    let strict = ["apply", "--dry-run=server", "--validate=strict", "-f", "-"];
+    let out =
+        tokio::task::spawn_blocking(move || cp.kubectl_with_input(&strict, &manifests)).await??;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(
+        out.status.success(),
+        "kubectl apply --validate=strict refused: {text}"
+    );
+    for object in [
+        "nodeupgradejob.operations.kubeedge.io/upgrade-v2",
+        "imageprepulljob.operations.kubeedge.io/prepull-v2",
+        "configupdatejob.operations.kubeedge.io/config-v2",
+        "imageprepulljob.operations.kubeedge.io/imageprepull-example",
+        "nodeupgradejob.operations.kubeedge.io/upgrade-example",
+    ] {
+        ensure!(text.contains(object), "{object} not applied: {text}");
+    }
     Ok(())
 }

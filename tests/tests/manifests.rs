@@ -345,6 +345,24 @@ const NEEDED: &[Can] = &[
     yes(FC, "delete", "secrets", "default"),
     yes(FC, "create", "events.events.k8s.io", "default"),
     yes(FC, "patch", "events.events.k8s.io", "default"),
+    yes(
+        FC,
+        "list",
+        "nodeupgradejobs.operations.kubeedge.io",
+        "cluster",
+    ),
+    yes(
+        FC,
+        "watch",
+        "imageprepulljobs.operations.kubeedge.io",
+        "cluster",
+    ),
+    yes(
+        FC,
+        "patch",
+        "configupdatejobs.operations.kubeedge.io#status",
+        "cluster",
+    ),
     yes(FC, "get", "leases.coordination.k8s.io/fleetcontroller", VS),
     yes(
         FC,
@@ -437,6 +455,19 @@ const FORBIDDEN: &[Can] = &[
     no(FC, "create", "roles.rbac.authorization.k8s.io", "default"),
     no(FC, "delete", EAPPS, "default"),
     no(FC, "delete", NGS, "cluster"),
+    // The jobs are people's: fleetcontroller writes only their status.
+    no(
+        FC,
+        "patch",
+        "nodeupgradejobs.operations.kubeedge.io",
+        "cluster",
+    ),
+    no(
+        FC,
+        "delete",
+        "imageprepulljobs.operations.kubeedge.io",
+        "cluster",
+    ),
     no(FC, "create", "serviceaccounts#token", VS),
     no(FC, "get", "configmaps/verge-ca", VS),
     no(

@@ -1,6 +1,7 @@
 //! Manifests of `deploy/` installed into a test control plane: the
 //! CustomResourceDefinitions of `deploy/crds/` (Device, DeviceModel, DeviceStatus of
-//! `devices.kubeedge.io`; NodeGroup, EdgeApplication of `apps.kubeedge.io`) and the cloud
+//! `devices.kubeedge.io`; NodeGroup, EdgeApplication of `apps.kubeedge.io`; NodeUpgradeJob,
+//! ImagePrePullJob, ConfigUpdateJob of `operations.kubeedge.io`) and the cloud
 //! services' RBAC (`deploy/cloud/access/`).
 
 use std::path::PathBuf;
@@ -23,9 +24,12 @@ pub const DEVICE_CRDS: [&str; 3] = [
 ];
 
 /// The fleet CRDs of [`crds_dir`], by name.
-pub const FLEET_CRDS: [&str; 2] = [
+pub const FLEET_CRDS: [&str; 5] = [
     "nodegroups.apps.kubeedge.io",
     "edgeapplications.apps.kubeedge.io",
+    "nodeupgradejobs.operations.kubeedge.io",
+    "imageprepulljobs.operations.kubeedge.io",
+    "configupdatejobs.operations.kubeedge.io",
 ];
 
 /// Applies the kustomization of [`crds_dir`] server-side (`kubectl apply -k --server-side

@@ -6,6 +6,8 @@
 //! - [`edgeapp`]: one workload placed on several groups, each copy with its group's
 //!   overriders (replicas, image, env, command, args, resources), with per-object status;
 //!   its Services carry KubeEdge's same-group topology annotation.
+//! - [`operations`]: KubeEdge's `operations.kubeedge.io` jobs (node upgrade, image pre-pull,
+//!   config update), checked field by field and given their nodes; not yet sent to them.
 //!
 //! The CRDs are `deploy/crds/apps.kubeedge.io_*.yaml`. Replicas elect a leader on a Lease
 //! exactly as the other controllers (`verge-controller`); only the leader acts. It does not
@@ -15,6 +17,7 @@ pub mod api;
 pub mod edgeapp;
 pub mod error;
 pub mod nodegroup;
+pub mod operations;
 
 pub use error::{Error, Result};
 pub use verge_controller::config::{self, Config};
@@ -75,7 +78,9 @@ async fn lead_until(
 ) -> Result<()> {
     let groups =
         nodegroup::run(client.clone(), shutdown.clone()).instrument(info_span!("nodegroup"));
-    let apps = edgeapp::run(client, shutdown).instrument(info_span!("edgeapplication"));
-    tokio::join!(groups, apps);
+    let apps =
+        edgeapp::run(client.clone(), shutdown.clone()).instrument(info_span!("edgeapplication"));
+    let jobs = operations::run(client, shutdown).instrument(info_span!("operations"));
+    tokio::join!(groups, apps, jobs);
     Ok(())
 }

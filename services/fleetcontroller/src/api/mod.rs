@@ -1,11 +1,13 @@
 //! The resources fleetcontroller serves, as typed Rust: KubeEdge's `apps.kubeedge.io/v1alpha1`
-//! [`NodeGroup`] and [`EdgeApplication`]. Their schemas are the CRDs of `deploy/crds`
+//! [`NodeGroup`] and [`EdgeApplication`], and the `operations.kubeedge.io/v1alpha2` jobs of
+//! [`operations`]. Their schemas are the CRDs of `deploy/crds`
 //! (schema-compatible with KubeEdge v1.23); these types read and write the fields
 //! fleetcontroller uses and keep unknown ones out of its writes (status is written through
 //! the status subresource only).
 
 pub mod edgeapp;
 pub mod nodegroup;
+pub mod operations;
 
 pub use edgeapp::{EdgeApplication, EdgeApplicationSpec, EdgeApplicationStatus};
 pub use nodegroup::{NodeGroup, NodeGroupSpec, NodeGroupStatus};
