@@ -19,6 +19,9 @@
 //! * metrics-server of one pinned release ([`metrics_server::VERSION`]), built from its Go
 //!   module and deployed on the kubelet node from the release's manifests
 //!   ([`metrics_server::deploy`]), scraping edge nodes through cloudhub;
+//! * an OCI registry, the CNCF distribution registry of one pinned release
+//!   ([`registry::REGISTRY_VERSION`]) built from its Go module, one private instance per
+//!   handle, HTTPS and password only, trusted by Docker ([`registry::Registry`]);
 //! * the Go DMI mapper built from Verge's `.proto` ([`go_mapper::ensure_built`]);
 //! * the Debian packages the build and the tests need ([`packages::ensure_packages`]);
 //! * a guard for processes a test spawns ([`process::ChildProcess`]) and the lookup of
@@ -56,6 +59,9 @@
 //! * [`netns_docker`] — [`netns_docker::NetnsDocker`]: a Docker engine of its own inside such
 //!   a namespace (separate pods, pod network and iptables per edge host).
 //! * [`packages`] — [`packages::ensure_packages`] (apt-get).
+//! * [`registry`] — [`registry::RegistryConfig`] (build), [`registry::Registry`]: a registry
+//!   on loopback or a given address (`start`, `start_on`), its credentials, pull-secret JSON
+//!   and `push`.
 //! * [`process`] — [`process::ChildProcess`], [`process::workspace_bin`].
 //! * [`paths`] — the default cache and run directories.
 //! * [`wait`] — [`wait::wait_for`] (poll with a deadline), [`wait::wait_for_port`],
@@ -85,6 +91,7 @@
 //! | `VERGE_NODE_DIR` | kubelet node run directory ([`kubelet_node`]) | `~/.cache/verge/run/kubelet-node` |
 //! | `VERGE_JAEGER_CACHE_DIR` | directory holding the built Jaeger ([`jaeger`]) | `~/.cache/verge/jaeger/v<version>` |
 //! | `VERGE_JAEGER_STATE_DIR` | Jaeger's state and log directory | `~/.cache/verge/run/jaeger` |
+//! | `VERGE_REGISTRY_CACHE_DIR` | directory holding the built registry ([`registry`]) | `~/.cache/verge/registry/v<version>` |
 //! | `VERGE_PROTO_TOOLS_CACHE` | directory holding buf and protoc-gen-doc ([`proto_tools`]) | `~/.cache/verge/proto-tools` |
 //!
 //! The control plane's env file (`<state>/env`, printed by
@@ -127,6 +134,7 @@ pub mod ports;
 pub mod process;
 pub mod proto_tools;
 pub mod python_kube;
+pub mod registry;
 mod run_state;
 pub mod trust;
 pub mod wait;

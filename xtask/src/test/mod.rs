@@ -8,8 +8,8 @@
 //! 2. missing Debian packages, Docker and the test image;
 //! 3. `cargo build --workspace --bins`, and beside it on a second thread the Go builds, each
 //!    cached after its first run: the control plane, the kubelet node (kubelet, kube-proxy,
-//!    containerd), Jaeger, buf with protoc-gen-doc, and the example controllers of
-//!    `examples/` (Go and Python, generated from `proto/`);
+//!    containerd), Jaeger, the OCI registry, buf with protoc-gen-doc, and the example
+//!    controllers of `examples/` (Go and Python, generated from `proto/`);
 //! 4. the API contract (`cargo xtask api check`: buf lint, buf breaking against the previous
 //!    release, docs/api.md up to date), then the control plane and Jaeger started;
 //! 5. `cargo test --workspace --all-targets` with the features that turn on the test targets
@@ -179,6 +179,10 @@ fn go_builds(
         (
             "Jaeger for the tracing tests",
             Box::new(move || jaeger.ensure_built()),
+        ),
+        (
+            "the OCI registry for the image tests (distribution)",
+            Box::new(|| verge_testkit::registry::RegistryConfig::from_env().ensure_built()),
         ),
         (
             "metrics-server for the resource-metrics tests",
