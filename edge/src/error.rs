@@ -27,6 +27,9 @@ pub enum Error {
     /// edged or the node agent failed (a runtime, volume or report failure that stops it).
     #[error(transparent)]
     Edged(#[from] verge_edged::Error),
+    /// taskmanager failed (its store could not be read).
+    #[error("taskmanager")]
+    Tasks(#[from] crate::tasks::Error),
     /// The configuration file could not be read.
     #[error("cannot read configuration file {path}")]
     ConfigRead {

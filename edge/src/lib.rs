@@ -63,6 +63,8 @@ pub use verge_devicetwin as devicetwin;
 /// The edge API (MetaServer), the crate `verge-edge-api`.
 pub use verge_edge_api as edge_api;
 pub use verge_edge_net as net;
+/// taskmanager: the fleet tasks of `operations.kubeedge.io` jobs, the crate `verge-edge-tasks`.
+pub use verge_edge_tasks as tasks;
 /// edged and the node agent, the crate `verge-edged`.
 pub use verge_edged as edged;
 /// edgehub and the node's certificates, the crate `verge-edgehub`, under the names
@@ -207,6 +209,7 @@ impl EdgeCore {
                 meta.subscribe(),
             )
         });
+        let (tasks_hub, tasks_events) = (handle.clone(), meta.subscribe());
         let sessions = handle.sessions();
         let node = NodeAgent::new(settings, handle)?.with_runtime_version(edged.runtime_version());
         let cluster_dns = catalog
@@ -318,6 +321,25 @@ impl EdgeCore {
             modules.spawn("serviceproxy", async move {
                 proxy.run(proxy_stop).await;
                 Ok(())
+            });
+        }
+        // Fleet tasks (operations.kubeedge.io jobs): pulls through its own Docker connection.
+        {
+            let (store, hub, events) = (self.store.clone(), tasks_hub, tasks_events);
+            let (config, tasks_stop) = (Arc::clone(&self.config), stop.clone());
+            modules.spawn("taskmanager", async move {
+                let endpoint = config.edged.container_runtime_endpoint.as_deref();
+                let node = &config.node_name;
+                let connect = || container_runtime::DockerRuntime::connect(endpoint, node);
+                let cancelled = tasks_stop.cancelled();
+                let Some(runtime) =
+                    container_runtime::connect_retrying("docker", cancelled, connect).await
+                else {
+                    return Ok(());
+                };
+                let tasks =
+                    tasks::TaskManager::new(store, hub, events, runtime, config.data_dir.clone());
+                Ok(tasks.run(tasks_stop).await?)
             });
         }
         if let Some((device_twin, twins)) = device_twin {

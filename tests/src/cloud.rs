@@ -190,7 +190,7 @@ impl Cloud {
         // Each cloud elects its controllers' leaders on Leases of its own: tests share one
         // control plane. The hub's port (bound meanwhile) and our pid make the name unique.
         let run = format!("{}-{}", std::process::id(), hubs[0].4);
-        for controller in ["edgecontroller", "devicecontroller"] {
+        for controller in ["edgecontroller", "devicecontroller", "fleetcontroller"] {
             let (_, hub_token) = service_account_credentials(cp, controller, dir.path()).await?;
             std::fs::write(
                 dir.path().join(format!("{controller}.yaml")),
@@ -254,24 +254,18 @@ impl Cloud {
     }
 
     /// Installs the fleet CRDs (`deploy/crds`) and starts fleetcontroller as its own service
-    /// account with the shipped RBAC, electing its leader on a Lease of this cloud's own.
+    /// account with the shipped RBAC, electing its leader on a Lease of this cloud's own and
+    /// attached to every cloudhub replica with its ControllerHub token (group `fleet`).
     ///
     /// # Errors
     /// The CRDs do not become Established, no token can be minted, or the binary is missing.
     pub async fn start_fleetcontroller(&mut self, cp: &ControlPlane) -> anyhow::Result<()> {
-        const NAME: &str = "fleetcontroller";
         verge_testkit::install_fleet_crds(cp).await?;
-        service_account_credentials(cp, NAME, self.dir.path()).await?;
-        let run = format!("{}-{}", std::process::id(), self.edge_port);
-        std::fs::write(
-            self.dir.path().join(format!("{NAME}.yaml")),
-            format!(
-                "leaderElection:\n  leaseName: {NAME}-{run}\n  \
-                 leaseNamespace: {TEST_LEASE_NAMESPACE}\n  identity: {NAME}-{run}-0\n"
-            ),
-        )?;
-        let args = ["--health-addr".to_owned(), "127.0.0.1:0".to_owned()];
-        self.fleetcontroller = Some(spawn_controller(NAME, self.dir.path(), &args)?);
+        self.fleetcontroller = Some(spawn_controller(
+            "fleetcontroller",
+            self.dir.path(),
+            &self.controller_args,
+        )?);
         Ok(())
     }
 

@@ -233,23 +233,30 @@ spec:
           replicas: 1
 ";
 
-#[tokio::test]
-async fn kubeedge_manifests_apply_with_strict_validation() -> anyhow::Result<()> {
-    let cp = verge_testkit::shared().await?;
-    verge_testkit::install_fleet_crds(&cp).await?;
+/// `kubectl apply --dry-run=server --validate=strict` of `manifests`: whether it succeeded
+/// and what kubectl printed (stdout, then stderr).
+async fn apply_strict(
+    cp: &verge_testkit::ControlPlane,
+    manifests: String,
+) -> anyhow::Result<(bool, String)> {
     let strict = ["apply", "--dry-run=server", "--validate=strict", "-f", "-"];
-    let cp2 = cp.clone();
-    let out = tokio::task::spawn_blocking(move || cp2.kubectl_with_input(&strict, KUBEEDGE_STYLE))
-        .await??;
+    let cp = cp.clone();
+    let out =
+        tokio::task::spawn_blocking(move || cp.kubectl_with_input(&strict, &manifests)).await??;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    ensure!(
-        out.status.success(),
-        "kubectl apply --validate=strict refused: {text}"
-    );
+    Ok((out.status.success(), text))
+}
+
+#[tokio::test]
+async fn kubeedge_manifests_apply_with_strict_validation() -> anyhow::Result<()> {
+    let cp = verge_testkit::shared().await?;
+    verge_testkit::install_fleet_crds(&cp).await?;
+    let (ok, text) = apply_strict(&cp, KUBEEDGE_STYLE.to_owned()).await?;
+    ensure!(ok, "kubectl apply --validate=strict refused: {text}");
     for object in [
         "nodegroup.apps.kubeedge.io/beijing",
         "edgeapplication.apps.kubeedge.io/nginx-app",
@@ -258,11 +265,9 @@ async fn kubeedge_manifests_apply_with_strict_validation() -> anyhow::Result<()>
     }
     // A misspelt field (as KubeEdge's own proposal once wrote it) is refused, naming it.
     let misspelt = KUBEEDGE_STYLE.replace("envOverriders", "envOverrides");
-    let out =
-        tokio::task::spawn_blocking(move || cp.kubectl_with_input(&strict, &misspelt)).await??;
-    let text = String::from_utf8_lossy(&out.stderr);
+    let (ok, text) = apply_strict(&cp, misspelt).await?;
     ensure!(
-        !out.status.success() && text.contains("envOverrides"),
+        !ok && text.contains("envOverrides"),
         "a misspelt field was not refused by name: {text}"
     );
     Ok(())
@@ -332,18 +337,8 @@ async fn kubeedge_operations_jobs_apply_with_strict_validation() -> anyhow::Resu
         manifests.push_str("\n---\n");
         manifests.push_str(&text);
     }
-    let strict = ["apply", "--dry-run=server", "--validate=strict", "-f", "-"];
-    let out =
-        tokio::task::spawn_blocking(move || cp.kubectl_with_input(&strict, &manifests)).await??;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    ensure!(
-        out.status.success(),
-        "kubectl apply --validate=strict refused: {text}"
-    );
+    let (ok, text) = apply_strict(&cp, manifests).await?;
+    ensure!(ok, "kubectl apply --validate=strict refused: {text}");
     for object in [
         "nodeupgradejob.operations.kubeedge.io/upgrade-v2",
         "imageprepulljob.operations.kubeedge.io/prepull-v2",

@@ -1,10 +1,10 @@
 //! KubeEdge's `operations.kubeedge.io` jobs at fleetcontroller (issue 36, docs/fleet.md
 //! "Jobs"): fleetcontroller as its own service account with the shipped RBAC and the real API
 //! server. A job whose fields carry shell syntax ends in `Failure` naming the field, whatever
-//! the kind; a valid job gets `Init` and one `Pending` entry per selected edge node (by label
-//! or by name), `Failure` for a named node that is no edge node, and fails as a whole when more
-//! nodes failed than its `failureTolerate` allows. The Nodes are API objects only: the jobs
-//! are not sent to nodes yet.
+//! the kind, and selects no node; a valid job starts its selected edge nodes (by label or by
+//! name; `InProgress`), marks a named node that is no edge node `Failure`, and fails as a whole
+//! without starting any node when more nodes failed than its `failureTolerate` allows. The
+//! Nodes here are API objects without an edgecore, so started tasks stay `InProgress`.
 
 use std::time::Duration;
 
@@ -148,14 +148,17 @@ async fn scenario(client: &Client, edge: &str, cloud_node: &str) -> anyhow::Resu
     .await?;
     let status = status_of(&api, &name).await?;
     ensure!(
-        status["phase"] == "Init"
-            && status["nodeStatus"] == json!([{"nodeName": edge, "phase": "Pending"}]),
+        status["phase"] == "InProgress"
+            && status["nodeStatus"] == json!([{"nodeName": edge, "phase": "InProgress"}]),
         "{name}: {status}"
     );
 
     // By name: the cloud node and an absent one fail; with the default tolerance (0.1) the
-    // job fails, with 0.7 it goes on with the edge node.
-    for (tolerate, phase) in [("", "Failure"), ("0.7", "Init")] {
+    // job fails and the edge node never starts, with 0.7 it goes on with the edge node.
+    for (tolerate, phase, edge_phase) in [
+        ("", "Failure", "Pending"),
+        ("0.7", "InProgress", "InProgress"),
+    ] {
         let name = format!(
             "upgrade-names-{}-{pid}",
             if tolerate.is_empty() {
@@ -181,7 +184,7 @@ async fn scenario(client: &Client, edge: &str, cloud_node: &str) -> anyhow::Resu
         ensure!(
             status["phase"] == phase
                 && entries.len() == 3
-                && phase_of(edge) == Some(json!("Pending"))
+                && phase_of(edge) == Some(json!(edge_phase))
                 && phase_of(cloud_node) == Some(json!("Failure")),
             "{name}: {status}"
         );

@@ -363,6 +363,10 @@ const NEEDED: &[Can] = &[
         "configupdatejobs.operations.kubeedge.io#status",
         "cluster",
     ),
+    yes(FC, "get", "secrets", "default"),
+    yes(FC, "get", "configmaps/verge-ca", VS),
+    yes(FC, "list", SLICES, VS),
+    yes(FC, "watch", SLICES, VS),
     yes(FC, "get", "leases.coordination.k8s.io/fleetcontroller", VS),
     yes(
         FC,
@@ -442,9 +446,8 @@ const FORBIDDEN: &[Can] = &[
         "leases.coordination.k8s.io/edgecontroller",
         VS,
     ),
-    // fleetcontroller reads no Secret, runs no pod itself, holds only the kinds an
-    // EdgeApplication may hold, and talks to no cloudhub.
-    no(FC, "get", "secrets", "default"),
+    // fleetcontroller reads Secrets only by name (a pre-pull's), runs no pod itself, holds
+    // only the kinds an EdgeApplication may hold, and requests no tokens.
     no(FC, "list", "secrets", "*"),
     no(FC, "watch", "secrets", "*"),
     no(FC, "get", "configmaps", "default"),
@@ -469,7 +472,6 @@ const FORBIDDEN: &[Can] = &[
         "cluster",
     ),
     no(FC, "create", "serviceaccounts#token", VS),
-    no(FC, "get", "configmaps/verge-ca", VS),
     no(
         FC,
         "update",

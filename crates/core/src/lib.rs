@@ -18,6 +18,7 @@ pub mod envelope;
 pub mod error;
 pub mod resource;
 pub mod route;
+pub mod task;
 pub mod version;
 pub mod well_known;
 

@@ -71,6 +71,13 @@ pub enum ResourceType {
     /// `<name>`; empty, the request `<name>` read), for the kubelet's `podCertificate`
     /// projected volume source.
     PodCertificateRequest,
+    /// One node's task of an `operations.kubeedge.io` job (cloud -> edge, group `fleet`,
+    /// cluster-scoped): `_/nodetask/<job kind>.<job name>`, e.g.
+    /// `_/nodetask/imageprepulljob.cache-web`; `_/nodetask/_` is the resync marker.
+    NodeTask,
+    /// A node's progress on a [`ResourceType::NodeTask`] of the same name (edge -> cloud,
+    /// group `fleet`, cluster-scoped).
+    NodeTaskStatus,
     /// A type of a third-party group's resources, known only to its controller and edge
     /// apps; valid only in messages of an [`crate::AppGroup`].
     App(AppType),
@@ -109,6 +116,8 @@ impl ResourceType {
             Self::ClusterTrustBundle => "clustertrustbundle",
             Self::ClusterTrustBundleList => "clustertrustbundlelist",
             Self::PodCertificateRequest => "podcertificaterequest",
+            Self::NodeTask => "nodetask",
+            Self::NodeTaskStatus => "nodetaskstatus",
         }
     }
 
@@ -121,7 +130,12 @@ impl ResourceType {
     pub const fn is_cluster_scoped(self) -> bool {
         matches!(
             self,
-            Self::Node | Self::NodeStatus | Self::ClusterTrustBundle | Self::ClusterTrustBundleList
+            Self::Node
+                | Self::NodeStatus
+                | Self::ClusterTrustBundle
+                | Self::ClusterTrustBundleList
+                | Self::NodeTask
+                | Self::NodeTaskStatus
         )
     }
 }
@@ -150,6 +164,8 @@ impl FromStr for ResourceType {
             "clustertrustbundle" => Self::ClusterTrustBundle,
             "clustertrustbundlelist" => Self::ClusterTrustBundleList,
             "podcertificaterequest" => Self::PodCertificateRequest,
+            "nodetask" => Self::NodeTask,
+            "nodetaskstatus" => Self::NodeTaskStatus,
             other => match AppType::parse(other) {
                 Some(app) => Self::App(app),
                 None => return Err(Error::UnknownResourceType(other.to_owned())),

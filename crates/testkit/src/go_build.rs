@@ -1,11 +1,13 @@
 //! Running the kit's Go build scripts (`build.sh` of the control plane, containerd, Jaeger,
 //! the Go mapper, and `cargo xtask conformance`'s e2e.test): Go found on `PATH` or in
 //! `/usr/local/go/bin`, the script's progress streamed to this process's stderr, its exit
-//! status turned into an error naming the command.
+//! status turned into an error naming the command; and [`CachedBuild`], a program built once
+//! into a cache directory (Jaeger, metrics-server, the registry).
 
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
@@ -66,6 +68,82 @@ impl Script<'_> {
                 args.join(" ")
             );
         }
+        Ok(())
+    }
+}
+
+/// A Go program the kit builds once into a cache directory with one of its scripts
+/// (`<script> <cache-dir> <version>`), which writes the stamp `<cache-dir>/complete` =
+/// `v<version>` last.
+#[derive(Debug, Clone)]
+pub struct CachedBuild {
+    /// What is built, for messages (e.g. `Jaeger all-in-one`).
+    pub what: &'static str,
+    /// The pinned version, without `v`.
+    pub version: String,
+    /// Where it is built.
+    pub cache_dir: PathBuf,
+    /// The binary the build leaves.
+    pub binary: PathBuf,
+    /// The build script.
+    pub script: PathBuf,
+    /// How long a first build takes, for the message before it (e.g. `5-9 min`).
+    pub estimate: &'static str,
+}
+
+impl CachedBuild {
+    /// Whether the cache holds a complete build: the stamp reads `v<version>` and the binary
+    /// exists.
+    pub fn is_built(&self) -> bool {
+        let stamp = std::fs::read_to_string(self.cache_dir.join("complete")).unwrap_or_default();
+        stamp.trim() == format!("v{}", self.version) && self.binary.is_file()
+    }
+
+    /// Builds unless [`CachedBuild::is_built`], serialized across processes by
+    /// `<cache-dir>.lock`, with the script's progress on stderr (a line at least every 10 s)
+    /// and a message before (naming the estimate) and after. Blocks (call it from
+    /// `spawn_blocking` in async code).
+    ///
+    /// # Errors
+    /// `go` is missing, the script fails, or it left no binary.
+    pub fn ensure_built(&self) -> anyhow::Result<()> {
+        if self.is_built() {
+            return Ok(());
+        }
+        let mut lock_name = self.cache_dir.clone().into_os_string();
+        lock_name.push(".lock");
+        let _lock = crate::lock::FileLock::acquire(&PathBuf::from(lock_name))?;
+        if self.is_built() {
+            return Ok(());
+        }
+        let path = go_path(&format!("building {}", self.what))?;
+        eprintln!(
+            "verge-testkit: building {} v{} into {} ({} with cold Go caches, once)",
+            self.what,
+            self.version,
+            self.cache_dir.display(),
+            self.estimate,
+        );
+        let started = Instant::now();
+        Script {
+            path: &self.script,
+            args: &[self.cache_dir.as_os_str(), OsStr::new(&self.version)],
+            env: &[],
+            low_priority: false,
+        }
+        .run(&path)?;
+        if !self.is_built() {
+            bail!(
+                "{} finished but {} is missing",
+                self.script.display(),
+                self.binary.display()
+            );
+        }
+        eprintln!(
+            "verge-testkit: {} built in {:.0?}",
+            self.what,
+            started.elapsed()
+        );
         Ok(())
     }
 }

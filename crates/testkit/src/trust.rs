@@ -15,7 +15,8 @@ use kube::api::PostParams;
 pub const VERGE_NAMESPACE: &str = "verge-system";
 
 /// The service accounts cloudhub accepts as controllers by default.
-pub const CONTROLLER_ACCOUNTS: [&str; 2] = ["edgecontroller", "devicecontroller"];
+pub const CONTROLLER_ACCOUNTS: [&str; 3] =
+    ["edgecontroller", "devicecontroller", "fleetcontroller"];
 
 /// Creates `obj` unless it exists (409 is success).
 async fn create_if_absent<K>(api: &Api<K>, obj: &K) -> anyhow::Result<()>

@@ -7,11 +7,13 @@
 //!   overriders (replicas, image, env, command, args, resources), with per-object status;
 //!   its Services carry KubeEdge's same-group topology annotation.
 //! - [`operations`]: KubeEdge's `operations.kubeedge.io` jobs (node upgrade, image pre-pull,
-//!   config update), checked field by field and given their nodes; not yet sent to them.
+//!   config update), checked field by field, given their nodes, sent to them as tasks and
+//!   followed by the nodes' reports.
 //!
-//! The CRDs are `deploy/crds/apps.kubeedge.io_*.yaml`. Replicas elect a leader on a Lease
-//! exactly as the other controllers (`verge-controller`); only the leader acts. It does not
-//! attach to cloudhub: everything it does goes through the API server.
+//! The CRDs are `deploy/crds/{apps,operations}.kubeedge.io_*.yaml`. Replicas elect a leader
+//! on a Lease exactly as the other controllers (`verge-controller`); only the leader acts, and
+//! it attaches to every cloudhub replica for group `fleet` (the jobs' tasks go to the nodes
+//! and their reports come back that way).
 
 pub mod api;
 pub mod edgeapp;
@@ -24,14 +26,17 @@ pub use verge_controller::config::{self, Config};
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument as _, info_span};
 use verge_controller::Identity;
 use verge_controller::leader::{Elected, Leadership};
+use verge_controller::service::Attached;
 use verge_core::{Group, Module};
 
 /// fleetcontroller's identity: name `fleetcontroller` (its Lease and its service account
-/// `verge-system/fleetcontroller`). It serves no message group on cloudhub.
+/// `verge-system/fleetcontroller`); it serves message group `fleet` on cloudhub (the jobs'
+/// tasks and the nodes' reports on them).
 pub const IDENTITY: Identity = Identity {
     name: "fleetcontroller",
     module: Module::FleetController,
@@ -72,15 +77,39 @@ impl FleetController {
 
 /// What the leader runs until `shutdown`.
 async fn lead_until(
-    _config: Config,
+    config: Config,
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<()> {
-    let groups =
-        nodegroup::run(client.clone(), shutdown.clone()).instrument(info_span!("nodegroup"));
-    let apps =
-        edgeapp::run(client.clone(), shutdown.clone()).instrument(info_span!("edgeapplication"));
-    let jobs = operations::run(client, shutdown).instrument(info_span!("operations"));
-    tokio::join!(groups, apps, jobs);
+    let attached = Attached::start(config, IDENTITY, &client, shutdown)?;
+    let (tracker, stop) = (&attached.tracker, &attached.workers_stop);
+    tracker.spawn(nodegroup::run(client.clone(), stop.clone()).instrument(info_span!("nodegroup")));
+    tracker.spawn(
+        edgeapp::run(client.clone(), stop.clone()).instrument(info_span!("edgeapplication")),
+    );
+    let (events_tx, events_rx) = mpsc::channel(JOB_EVENTS);
+    let caches = operations::cache::JobCaches::start(&client, &events_tx, tracker, stop);
+    let credentials = operations::credentials::Credentials::default();
+    tracker.spawn(
+        operations::run(
+            client.clone(),
+            caches.clone(),
+            credentials.clone(),
+            events_tx,
+            stop.clone(),
+        )
+        .instrument(info_span!("operations")),
+    );
+    let (down_tx, down_rx) = mpsc::unbounded_channel();
+    tracker.spawn(
+        operations::downstream::run(caches, credentials, down_rx, events_rx, stop.clone())
+            .instrument(info_span!("downstream")),
+    );
+    attached
+        .serve(operations::upstream::Context { client }, down_tx)
+        .await;
     Ok(())
 }
+
+/// The queue of job cache changes to the downstream task.
+const JOB_EVENTS: usize = 256;

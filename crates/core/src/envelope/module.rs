@@ -30,6 +30,8 @@ pub enum Module {
     DeviceController,
     /// `"fleetcontroller"`: NodeGroups, EdgeApplications and fleet jobs.
     FleetController,
+    /// `"taskmanager"`: the edge's runner of fleet tasks (KubeEdge's task manager).
+    TaskManager,
     /// Any other non-empty name, as received.
     Other(String),
 }
@@ -47,6 +49,7 @@ impl Module {
             Self::EdgeController => "edgecontroller",
             Self::DeviceController => "devicecontroller",
             Self::FleetController => "fleetcontroller",
+            Self::TaskManager => "taskmanager",
             Self::Other(name) => name,
         }
     }
@@ -71,6 +74,7 @@ impl FromStr for Module {
             "edgecontroller" => Self::EdgeController,
             "devicecontroller" => Self::DeviceController,
             "fleetcontroller" => Self::FleetController,
+            "taskmanager" => Self::TaskManager,
             other => Self::Other(other.to_owned()),
         })
     }

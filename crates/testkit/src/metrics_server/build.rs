@@ -3,13 +3,10 @@
 //! image or registry), tagged as the release's manifests name it ([`super::IMAGE`]).
 
 use std::path::PathBuf;
-use std::time::Instant;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
 use super::{IMAGE, MetricsServerConfig};
-use crate::control_plane::go_path;
-use crate::lock::FileLock;
 
 /// The build script shipped with this crate:
 /// `crates/testkit/assets/metrics-server/build.sh <cache-dir> <version>`.
@@ -22,56 +19,33 @@ pub fn build_script() -> PathBuf {
 const STAMP_LABEL: &str = "io.verge.metrics-server.build";
 
 impl MetricsServerConfig {
-    /// Whether the cache holds a complete build of [`MetricsServerConfig::version`].
+    /// The cached build of this version.
+    fn cached_build(&self) -> crate::go_build::CachedBuild {
+        crate::go_build::CachedBuild {
+            what: "metrics-server",
+            version: self.version.clone(),
+            cache_dir: self.cache_dir.clone(),
+            binary: self.binary(),
+            script: build_script(),
+            estimate: "~4 min",
+        }
+    }
+
+    /// Whether the cache holds a complete build of [`MetricsServerConfig::version`]: its `complete`
+    /// stamp reads `v<version>` and the binary exists.
     pub fn is_built(&self) -> bool {
-        let stamp = std::fs::read_to_string(self.cache_dir.join("complete")).unwrap_or_default();
-        stamp.trim() == format!("v{}", self.version) && self.binary().is_file()
+        self.cached_build().is_built()
     }
 
     /// Builds `metrics-server` into [`MetricsServerConfig::cache_dir`] unless
     /// [`MetricsServerConfig::is_built`]: about 4 minutes with cold Go caches on 2 cores
-    /// (progress on stderr every 10 s), seconds when warm. Serialized across processes by
-    /// `<cache-dir>.lock`. Blocks.
+    /// (progress on stderr every 10 s; [`crate::go_build::CachedBuild`]), seconds when warm.
+    /// Blocks.
     ///
     /// # Errors
     /// `go` is missing, or the build script fails.
     pub fn ensure_built(&self) -> anyhow::Result<()> {
-        if self.is_built() {
-            return Ok(());
-        }
-        let mut lock_name = self.cache_dir.clone().into_os_string();
-        lock_name.push(".lock");
-        let _lock = FileLock::acquire(&PathBuf::from(lock_name))?;
-        if self.is_built() {
-            return Ok(());
-        }
-        let path = go_path()?;
-        let script = build_script();
-        eprintln!(
-            "verge-testkit: building metrics-server v{} into {} (~4 min with cold Go caches, once)",
-            self.version,
-            self.cache_dir.display(),
-        );
-        let started = Instant::now();
-        crate::go_build::Script {
-            path: &script,
-            args: &[self.cache_dir.as_os_str(), self.version.as_ref()],
-            env: &[],
-            low_priority: false,
-        }
-        .run(&path)?;
-        if !self.is_built() {
-            bail!(
-                "{} finished but {} is missing",
-                script.display(),
-                self.binary().display()
-            );
-        }
-        eprintln!(
-            "verge-testkit: metrics-server built in {:.0?}",
-            started.elapsed()
-        );
-        Ok(())
+        self.cached_build().ensure_built()
     }
 
     /// Builds the binary (see [`ensure_built`](Self::ensure_built)) and the local Docker

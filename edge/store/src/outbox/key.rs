@@ -44,6 +44,13 @@ pub enum OutboxKey {
         /// The Device's name.
         name: String,
     },
+    /// `nodetaskstatus/<name>`: `update _/nodetaskstatus/<name>`, a node's progress on one
+    /// task of a fleet job (`<job kind>.<job name>`): the newest replaces the older, so the
+    /// final state survives an outage. Bounded by the number of jobs naming the node.
+    NodeTaskStatus {
+        /// The task's name.
+        name: String,
+    },
     /// `event/<ns>/<name>`: `insert <ns>/event/<name>`. Droppable: when the outbox is
     /// full, new event keys are refused.
     Event {
@@ -91,6 +98,9 @@ impl OutboxKey {
                     let (namespace, name) = names(key);
                     Some(Self::DeviceStatus { namespace, name })
                 }
+                ResourceType::NodeTaskStatus => Some(Self::NodeTaskStatus {
+                    name: key.name.clone(),
+                }),
                 _ => None,
             },
             Kind::Upsert {
@@ -195,6 +205,7 @@ impl fmt::Display for OutboxKey {
             Self::DeviceStatus { namespace, name } => {
                 write!(f, "devicestatus/{namespace}/{name}")
             }
+            Self::NodeTaskStatus { name } => write!(f, "nodetaskstatus/{name}"),
             Self::Event { namespace, name } => write!(f, "event/{namespace}/{name}"),
             Self::App { group, id } => write!(f, "app/{group}/{id}"),
         }

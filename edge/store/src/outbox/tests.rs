@@ -58,6 +58,15 @@ fn keys_are_derived_from_the_report() {
     assert_eq!(key("4", "_/nodestatus/n"), Some(OutboxKey::NodeStatus));
     assert_eq!(key("5", "ns/event/e1"), Some(OutboxKey::event("ns", "e1")));
     assert_eq!(key("6", "kube-node-lease/lease/n"), Some(OutboxKey::Lease));
+    let task = OutboxKey::NodeTaskStatus {
+        name: "imageprepulljob.cache".to_owned(),
+    };
+    assert_eq!(
+        key("9", "_/nodetaskstatus/imageprepulljob.cache"),
+        Some(task.clone())
+    );
+    assert_eq!(task.to_string(), "nodetaskstatus/imageprepulljob.cache");
+    assert!(!task.is_droppable());
     assert_eq!(key("8", "ns/configmap/c"), None, "not a report");
     let (_dir, s) = store();
     assert!(matches!(

@@ -76,7 +76,7 @@ impl Default for TrustConfig {
             node_cert_validity: Duration::from_secs(365 * 24 * 3600),
             ca_validity: Duration::from_secs(10 * 365 * 24 * 3600),
             controller_audience: "verge-controllerhub".to_owned(),
-            controller_users: ["edgecontroller", "devicecontroller"]
+            controller_users: ["edgecontroller", "devicecontroller", "fleetcontroller"]
                 .map(|name| format!("system:serviceaccount:verge-system:{name}"))
                 .to_vec(),
             max_handshakes: 256,

@@ -1,4 +1,4 @@
-//! Which edge nodes a job runs on, and what its nodes' phases make of the job.
+//! Which edge nodes a job runs on.
 
 use std::collections::BTreeSet;
 
@@ -8,7 +8,6 @@ use kube::core::SelectorExt as _;
 use verge_core::well_known::EDGE_NODE_LABEL;
 
 use super::validate::Selection;
-use crate::api::operations::JobPhase;
 
 /// The nodes of a job: the edge nodes it selects, and names it gives that are no edge node.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,27 +47,6 @@ pub fn select<'a>(selection: &Selection, nodes: impl IntoIterator<Item = &'a Nod
     out
 }
 
-/// A job's phase from its nodes' (KubeEdge's rule): `Failure` when it has no node or more than
-/// `tolerate` of `total` failed; `Complated` when all ended; `InProgress` once any ended or
-/// runs; else `Init`. `ended` counts nodes that succeeded.
-pub fn job_phase(total: usize, failed: usize, ended: usize, tolerate: f64) -> JobPhase {
-    #[allow(clippy::cast_precision_loss, reason = "node counts are far below 2^52")]
-    let failed_ratio = if total == 0 {
-        1.0
-    } else {
-        failed as f64 / total as f64
-    };
-    if total == 0 || failed_ratio > tolerate {
-        JobPhase::Failure
-    } else if failed + ended == total {
-        JobPhase::Completed
-    } else if failed + ended > 0 {
-        JobPhase::InProgress
-    } else {
-        JobPhase::Init
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,15 +78,5 @@ mod tests {
         let s = select(&Selection::Labels(zone_a), &nodes);
         assert_eq!(s.edge_nodes, BTreeSet::from(["e1".to_owned()]));
         assert!(s.missing.is_empty());
-    }
-
-    #[test]
-    fn the_job_phase_follows_failure_tolerate() {
-        assert_eq!(job_phase(0, 0, 0, 0.1), JobPhase::Failure);
-        assert_eq!(job_phase(10, 1, 0, 0.1), JobPhase::InProgress);
-        assert_eq!(job_phase(10, 2, 0, 0.1), JobPhase::Failure);
-        assert_eq!(job_phase(2, 0, 0, 0.1), JobPhase::Init);
-        assert_eq!(job_phase(2, 0, 2, 0.0), JobPhase::Completed);
-        assert_eq!(job_phase(2, 1, 1, 0.5), JobPhase::Completed);
     }
 }

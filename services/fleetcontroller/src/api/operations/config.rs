@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use super::{ActionStatus, JobPhase, JobTargets, NodeTaskPhase};
+use super::{BasicNodeStatus, JobStatus, JobTargets, NodeEntry};
 
 /// Which fields change, on which nodes.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -30,33 +30,22 @@ pub struct ConfigUpdateJobSpec {
 }
 
 /// The job's progress.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigUpdateJobStatus {
-    /// The job's phase.
-    #[serde(default)]
-    pub phase: JobPhase,
-    /// One entry per selected node, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub node_status: Vec<ConfigNodeStatus>,
-    /// Why the job failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
+pub type ConfigUpdateJobStatus = JobStatus<ConfigNodeStatus>;
 
 /// One node's update.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigNodeStatus {
-    /// The node.
-    pub node_name: String,
-    /// Its task's phase.
-    #[serde(default)]
-    pub phase: NodeTaskPhase,
-    /// Why its task failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    /// Its steps (`Check`, `BackUp`, `Update`, `RollBack`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub action_flow: Vec<ActionStatus>,
+    /// Node, phase, reason and steps.
+    #[serde(flatten)]
+    pub basic: BasicNodeStatus,
+}
+
+impl NodeEntry for ConfigNodeStatus {
+    fn basic(&self) -> &BasicNodeStatus {
+        &self.basic
+    }
+    fn with(basic: BasicNodeStatus) -> Self {
+        Self { basic }
+    }
 }

@@ -25,6 +25,48 @@ pub use upgrade::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
+/// A job's progress (each kind's `status`): its phase, one entry per selected node (`N`, the
+/// kind's entry), and why it failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobStatus<N> {
+    /// The job's phase.
+    #[serde(default)]
+    pub phase: JobPhase,
+    /// One entry per selected node, by name.
+    #[serde(default = "Vec::new", skip_serializing_if = "Vec::is_empty")]
+    pub node_status: Vec<N>,
+    /// Why the job failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+/// What every kind's node entry holds (KubeEdge's `BasicNodeTaskStatus` and action flow),
+/// flattened into it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BasicNodeStatus {
+    /// The node.
+    pub node_name: String,
+    /// Its task's phase.
+    #[serde(default)]
+    pub phase: NodeTaskPhase,
+    /// Why its task failed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Its steps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub action_flow: Vec<ActionStatus>,
+}
+
+/// A kind's node entry: the shared part and the kind's own fields.
+pub trait NodeEntry: Serialize + Default {
+    /// The shared part.
+    fn basic(&self) -> &BasicNodeStatus;
+    /// An entry with `basic` and no more.
+    fn with(basic: BasicNodeStatus) -> Self;
+}
+
 /// The phase of a whole job (KubeEdge's `JobPhase`, its spelling `Complated` included, so
 /// that KubeEdge's clients read Verge's status).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use super::{ActionStatus, JobPhase, JobTargets, NodeTaskPhase};
+use super::{BasicNodeStatus, JobStatus, JobTargets, NodeEntry};
 
 /// What to pull where: one template for every selected node.
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -47,35 +47,15 @@ pub struct ImagePrePullTemplate {
 }
 
 /// The job's progress.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ImagePrePullJobStatus {
-    /// The job's phase.
-    #[serde(default)]
-    pub phase: JobPhase,
-    /// One entry per selected node, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub node_status: Vec<PrePullNodeStatus>,
-    /// Why the job failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
+pub type ImagePrePullJobStatus = JobStatus<PrePullNodeStatus>;
 
 /// One node's pulls.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrePullNodeStatus {
-    /// The node.
-    pub node_name: String,
-    /// Its task's phase.
-    #[serde(default)]
-    pub phase: NodeTaskPhase,
-    /// Why its task failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    /// Its steps (`Check`, `Pull`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub action_flow: Vec<ActionStatus>,
+    /// Node, phase, reason and steps.
+    #[serde(flatten)]
+    pub basic: BasicNodeStatus,
     /// One entry per image.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_status: Vec<ImageStatus>,
@@ -93,4 +73,16 @@ pub struct ImageStatus {
     /// Why its pull failed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+}
+
+impl NodeEntry for PrePullNodeStatus {
+    fn basic(&self) -> &BasicNodeStatus {
+        &self.basic
+    }
+    fn with(basic: BasicNodeStatus) -> Self {
+        Self {
+            basic,
+            ..Self::default()
+        }
+    }
 }

@@ -4,7 +4,7 @@
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use super::{ActionStatus, JobPhase, JobTargets, NodeTaskPhase};
+use super::{BasicNodeStatus, JobStatus, JobTargets, NodeEntry};
 
 /// Which nodes get which edgecore: `version` is the tag of `image`, whose digest for the
 /// node's architecture must match `imageDigestGatter` when that is set.
@@ -71,39 +71,31 @@ pub struct RegistryApi {
 }
 
 /// The job's progress.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeUpgradeJobStatus {
-    /// The job's phase.
-    #[serde(default)]
-    pub phase: JobPhase,
-    /// One entry per selected node, by name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub node_status: Vec<UpgradeNodeStatus>,
-    /// Why the job failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-}
+pub type NodeUpgradeJobStatus = JobStatus<UpgradeNodeStatus>;
 
 /// One node's upgrade.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeNodeStatus {
-    /// The node.
-    pub node_name: String,
-    /// Its task's phase.
-    #[serde(default)]
-    pub phase: NodeTaskPhase,
-    /// Why its task failed.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    /// Its steps (`Check`, `WaitingConfirmation`, `BackUp`, `Upgrade`, `RollBack`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub action_flow: Vec<ActionStatus>,
+    /// Node, phase, reason and steps.
+    #[serde(flatten)]
+    pub basic: BasicNodeStatus,
     /// The edgecore version it runs now.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub current_version: String,
     /// The edgecore version it ran before.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub historic_version: String,
+}
+
+impl NodeEntry for UpgradeNodeStatus {
+    fn basic(&self) -> &BasicNodeStatus {
+        &self.basic
+    }
+    fn with(basic: BasicNodeStatus) -> Self {
+        Self {
+            basic,
+            ..Self::default()
+        }
+    }
 }
