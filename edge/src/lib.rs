@@ -105,6 +105,8 @@ pub use verge_edge_store::{MetaStore, OutboxKey, StoredObject};
 pub struct EdgeCore {
     config: Arc<Config>,
     store: MetaStore,
+    config_file: Option<std::path::PathBuf>,
+    restart: tasks::restart::Restart,
 }
 
 impl EdgeCore {
@@ -126,7 +128,23 @@ impl EdgeCore {
         Ok(Self {
             config: Arc::new(config),
             store,
+            config_file: None,
+            restart: tasks::restart::Restart::default(),
         })
+    }
+
+    /// The same, started from the configuration file at `path` (`--config`): ConfigUpdateJobs
+    /// change it (checked by [`Config::from_yaml`] first).
+    #[must_use]
+    pub fn with_config_file(mut self, path: std::path::PathBuf) -> Self {
+        self.config_file = Some(path);
+        self
+    }
+
+    /// The restart a task may ask for: once [`EdgeCore::run`] returned, `main` restarts
+    /// edgecore in place when it was requested.
+    pub fn restart(&self) -> tasks::restart::Restart {
+        self.restart.clone()
     }
 
     /// The store, e.g. for inspection by tests.
@@ -323,9 +341,35 @@ impl EdgeCore {
                 Ok(())
             });
         }
+        // A task's restart stops every module; `main` then restarts edgecore in place.
+        {
+            let (restart, all) = (self.restart.clone(), stop.clone());
+            modules.spawn("restart", async move {
+                tokio::select! {
+                    () = restart.cancelled() => all.cancel(),
+                    () = all.cancelled() => {}
+                }
+                Ok(())
+            });
+        }
         // Fleet tasks (operations.kubeedge.io jobs): pulls through its own Docker connection.
         {
             let (store, hub, events) = (self.store.clone(), tasks_hub, tasks_events);
+            let env = tasks::TaskEnv {
+                data_dir: self.config.data_dir.clone(),
+                config: self
+                    .config_file
+                    .clone()
+                    .map(|path| tasks::config_update::ConfigFile {
+                        path,
+                        validate: std::sync::Arc::new(|text: &str| {
+                            Config::from_yaml(text, "the new configuration")
+                                .map(|_| ())
+                                .map_err(|e| verge_runtime::ErrorChain(&e).to_string())
+                        }),
+                    }),
+                restart: self.restart.clone(),
+            };
             let (config, tasks_stop) = (Arc::clone(&self.config), stop.clone());
             modules.spawn("taskmanager", async move {
                 let endpoint = config.edged.container_runtime_endpoint.as_deref();
@@ -337,8 +381,7 @@ impl EdgeCore {
                 else {
                     return Ok(());
                 };
-                let tasks =
-                    tasks::TaskManager::new(store, hub, events, runtime, config.data_dir.clone());
+                let tasks = tasks::TaskManager::new(store, hub, events, runtime, env);
                 Ok(tasks.run(tasks_stop).await?)
             });
         }

@@ -220,6 +220,11 @@ async fn run() -> ExitCode {
         Ok(edgecore) => edgecore,
         Err(error) => return verge_runtime::fail("edgecore", &error),
     };
+    let edgecore = match &args.config {
+        Some(path) => edgecore.with_config_file(path.clone()),
+        None => edgecore,
+    };
+    let restart = edgecore.restart();
     let outcome = match metrics_addr {
         None => verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown)).await,
         Some(addr) => {
@@ -245,5 +250,23 @@ async fn run() -> ExitCode {
     if let Err(error) = telemetry.shutdown() {
         tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
     }
+    if restart.requested() {
+        return restart_in_place();
+    }
     outcome.exit_code()
+}
+
+/// Replaces this process with edgecore again (the same binary, arguments and environment):
+/// a task changed what it runs with. The modules stopped first; the containers run on.
+fn restart_in_place() -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    let program = match std::env::current_exe() {
+        Ok(program) => program,
+        Err(error) => return verge_runtime::fail("edgecore restart", &error),
+    };
+    eprintln!("edgecore: restarting in place ({})", program.display());
+    let error = std::process::Command::new(&program)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    verge_runtime::fail("edgecore restart", &error)
 }
