@@ -84,3 +84,79 @@ fn registries_are_read_as_docker_does() {
     assert_eq!(prepull::registry_of("10.0.0.1:5000/app"), "10.0.0.1:5000");
     assert_eq!(prepull::registry_of("localhost/app"), "localhost");
 }
+
+/// A configuration change whose edgecore never reconnects is rolled back: the backup is
+/// restored, edgecore restarts, and the restarted one reports the failure with the steps.
+#[tokio::test(start_paused = true)]
+async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
+    use crate::pending::{Pending, Stage, TaskFiles};
+    use crate::report::Reporter;
+    use crate::restart::Restart;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("edgecore.yaml");
+    let backup = dir.path().join("edgecore.yaml.backup");
+    std::fs::write(&config, "edged:\n  maxPods: 57\n").expect("new");
+    std::fs::write(&backup, "edged:\n  maxPods: 110\n").expect("old");
+    let files = TaskFiles::new(dir.path());
+    let pending = Pending {
+        task: "configupdatejob.pods".into(),
+        uid: "u1".into(),
+        version: "1".into(),
+        stage: Stage::Applied,
+        config: config.clone(),
+        backup: backup.clone(),
+        timeout_seconds: 5,
+        boots: 0,
+        steps: vec![
+            report::step("Check", None),
+            report::step("BackUp", None),
+            report::step("Update", None),
+        ],
+        reason: String::new(),
+    };
+    files.set_pending(Some(&pending)).expect("pending");
+    // A detached hub never announces a session: edgecore "does not come back".
+    let (hub, mut upstream) = verge_edgehub::EdgeHubHandle::detached(8);
+    let reporter = Reporter::new(hub.clone());
+    let restart = Restart::default();
+    let ended = crate::resume(pending, &files, &reporter, hub.sessions(), &restart).await;
+    assert_eq!(ended, None, "a roll-back restarts before it reports");
+    assert!(restart.requested());
+    assert_eq!(
+        std::fs::read_to_string(&config).expect("config"),
+        "edged:\n  maxPods: 110\n"
+    );
+    let rolled = files.pending().expect("readable").expect("still pending");
+    assert_eq!(rolled.stage, Stage::RolledBack);
+    assert!(rolled.reason.contains("within 5s"), "{}", rolled.reason);
+
+    // The restarted edgecore reports it and forgets it.
+    let restart = Restart::default();
+    let ended = crate::resume(rolled, &files, &reporter, hub.sessions(), &restart).await;
+    assert_eq!(
+        ended,
+        Some(("configupdatejob.pods".into(), "u1".into(), "1".into()))
+    );
+    assert!(!restart.requested());
+    assert_eq!(files.pending(), Ok(None));
+    let message = upstream.recv().await.expect("a report");
+    let body: verge_core::task::NodeTaskReport =
+        serde_json::from_slice(&message.body).expect("a report body");
+    assert_eq!(body.phase, "Failure");
+    assert!(body.reason.starts_with("rolled back: "), "{}", body.reason);
+    let steps: Vec<(&str, &str)> = body
+        .action_flow
+        .iter()
+        .map(|s| (s.action.as_str(), s.status.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("Check", "True"),
+            ("BackUp", "True"),
+            ("Update", "False"),
+            ("RollBack", "True")
+        ]
+    );
+}
