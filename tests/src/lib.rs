@@ -174,6 +174,13 @@ impl Edge {
             .as_ref()
             .map_or_else(String::new, |p| p.log_tail(n))
     }
+
+    /// The whole log of the edgecore process (empty before it started).
+    pub fn log(&self) -> String {
+        self.process
+            .as_ref()
+            .map_or_else(String::new, ChildProcess::log)
+    }
 }
 
 impl Drop for Edge {

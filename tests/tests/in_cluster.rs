@@ -90,6 +90,15 @@ async fn in_cluster_kubectl_on_an_edge_pod_lists_its_namespace() -> anyhow::Resu
     let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
     verge_testkit::wait::wait_node_ready(&client, &name, Duration::from_secs(30)).await?;
+    // On a node's first start the edge API serves once its cluster-signed certificate is
+    // issued, a moment after the node is Ready; a pod started before gets "connection
+    // refused" (architecture.md §13).
+    wait_for(
+        "the edge API listening",
+        Duration::from_secs(60),
+        || async { Ok(edge.log().contains("edge API listening").then_some(())) },
+    )
+    .await?;
     create_namespace(&client, &name).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
     let result = async {
