@@ -38,8 +38,8 @@ pub struct TrustConfig {
     /// `audiences`). Default `verge-controllerhub`.
     pub controller_audience: String,
     /// Users (`system:serviceaccount:<namespace>:<name>`) allowed to attach to
-    /// ControllerHub. Default the `edgecontroller` and `devicecontroller` service accounts
-    /// of `verge-system`.
+    /// ControllerHub. Default the `edgecontroller`, `devicecontroller` and `fleetcontroller`
+    /// service accounts of `verge-system`.
     pub controller_users: Vec<String>,
     /// Most TLS handshakes in progress per listener (connections not yet authenticated);
     /// further connections wait in the accept queue. Default 256.
