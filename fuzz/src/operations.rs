@@ -76,12 +76,13 @@ fn targets(t: &Targets) {
     }
 }
 
-/// The characters of an image reference: `[A-Za-z0-9._:/@-]`.
+/// The characters of an image reference: `[A-Za-z0-9._:/@+-]` (`+` separates the parts of a
+/// digest's algorithm in the distribution grammar, e.g. `sha256+b64u:`).
 fn image_chars(s: &str) -> bool {
     !s.is_empty()
-        && s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '@' | '-'))
+        && s.chars().all(|c| {
+            c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '/' | '@' | '+' | '-')
+        })
 }
 
 /// The characters of a Kubernetes name: `[a-z0-9.-]`.
