@@ -314,3 +314,16 @@ pub fn http_get_in(id: &str, addr: &str) -> Result<String, String> {
         Err(e) => Err(e.to_string()),
     }
 }
+
+/// The API resource of KubeEdge's `operations.kubeedge.io/v1alpha2` job kind `kind`
+/// (`NodeUpgradeJob`, `ImagePrePullJob`, `ConfigUpdateJob`; plural: the kind lower-cased,
+/// plus `s`).
+pub fn operations_job(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: "operations.kubeedge.io".to_owned(),
+        version: "v1alpha2".to_owned(),
+        api_version: "operations.kubeedge.io/v1alpha2".to_owned(),
+        kind: kind.to_owned(),
+        plural: format!("{}s", kind.to_lowercase()),
+    }
+}

@@ -9,23 +9,14 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use verge_e2e::{
-    Cloud, Edge, containers_with, create_namespace, ready_status, sleeper_pod, wait_for,
+    Cloud, Edge, containers_with, create_namespace, operations_job, sleeper_pod, wait_for,
     wait_running,
 };
-
-fn job_resource() -> ApiResource {
-    ApiResource {
-        group: "operations.kubeedge.io".to_owned(),
-        version: "v1alpha2".to_owned(),
-        api_version: "operations.kubeedge.io/v1alpha2".to_owned(),
-        kind: "ConfigUpdateJob".to_owned(),
-        plural: "configupdatejobs".to_owned(),
-    }
-}
+use verge_testkit::wait::wait_node_ready;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_config_update_is_checked_applied_and_kept() -> anyhow::Result<()> {
@@ -39,7 +30,8 @@ async fn a_config_update_is_checked_applied_and_kept() -> anyhow::Result<()> {
     edge.start()?;
     let result = scenario(&client, &mut edge).await;
     let logs = format!("{}\n--- edge ---\n{}", cloud.logs(40), edge.logs(60));
-    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+    let jobs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &operations_job("ConfigUpdateJob"));
     for job in ["bad", "good"] {
         let _ = jobs
             .delete(&format!("{name}-{job}"), &DeleteParams::default())
@@ -66,17 +58,7 @@ async fn pod_capacity(nodes: &Api<Node>, name: &str) -> anyhow::Result<Option<St
 async fn scenario(client: &Client, edge: &mut Edge) -> anyhow::Result<()> {
     let name = edge.name.clone();
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for(
-        &format!("node {name} Ready"),
-        Duration::from_secs(60),
-        || async {
-            Ok(nodes
-                .get_opt(&name)
-                .await?
-                .filter(|n| ready_status(n).as_deref() == Some("True")))
-        },
-    )
-    .await?;
+    wait_node_ready(client, &name, Duration::from_secs(60)).await?;
     create_namespace(client, &name).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &name);
     pods.create(
@@ -103,7 +85,8 @@ async fn scenario(client: &Client, edge: &mut Edge) -> anyhow::Result<()> {
         .as_ref()
         .map(verge_testkit::process::ChildProcess::pid);
 
-    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+    let jobs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &operations_job("ConfigUpdateJob"));
     let create = async |job: &str, value: &str| -> anyhow::Result<String> {
         let job_name = format!("{name}-{job}");
         let object = json!({"apiVersion": "operations.kubeedge.io/v1alpha2", "kind": "ConfigUpdateJob",
@@ -193,17 +176,7 @@ async fn scenario(client: &Client, edge: &mut Edge) -> anyhow::Result<()> {
     // It survives a restart of edgecore.
     edge.kill9()?;
     edge.start()?;
-    wait_for(
-        &format!("node {name} Ready again"),
-        Duration::from_secs(60),
-        || async {
-            Ok(nodes
-                .get_opt(&name)
-                .await?
-                .filter(|n| ready_status(n).as_deref() == Some("True")))
-        },
-    )
-    .await?;
+    wait_node_ready(client, &name, Duration::from_secs(60)).await?;
     ensure!(
         std::fs::read_to_string(edge.config_path())? == config_after,
         "the file after a restart"

@@ -10,20 +10,10 @@ use std::time::Duration;
 
 use anyhow::ensure;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use verge_e2e::{Cloud, wait_for};
-
-fn resource(kind: &str) -> ApiResource {
-    ApiResource {
-        group: "operations.kubeedge.io".to_owned(),
-        version: "v1alpha2".to_owned(),
-        api_version: "operations.kubeedge.io/v1alpha2".to_owned(),
-        kind: kind.to_owned(),
-        plural: format!("{}s", kind.to_lowercase()),
-    }
-}
+use verge_e2e::{Cloud, operations_job, wait_for};
 
 const KINDS: [&str; 3] = ["NodeUpgradeJob", "ImagePrePullJob", "ConfigUpdateJob"];
 
@@ -52,7 +42,7 @@ async fn jobs_are_checked_field_by_field_and_given_their_edge_nodes() -> anyhow:
     let result = scenario(&client, &edge, &cloud_node).await;
     let logs = cloud.logs(40);
     for kind in KINDS {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &operations_job(kind));
         for job in api.list(&Default::default()).await?.items {
             let name = job.metadata.name.unwrap_or_default();
             if name.ends_with(&format!("-{pid}")) {
@@ -70,7 +60,7 @@ async fn scenario(client: &Client, edge: &str, cloud_node: &str) -> anyhow::Resu
     let pid = std::process::id();
     let create =
         async |kind: &str, name: &str, spec: Value| -> anyhow::Result<Api<DynamicObject>> {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &operations_job(kind));
             let job = json!({"apiVersion": "operations.kubeedge.io/v1alpha2", "kind": kind,
             "metadata": {"name": name}, "spec": spec});
             api.patch(name, &PatchParams::apply("verge-e2e"), &Patch::Apply(&job))

@@ -10,15 +10,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::core::v1::{Event, Node, Pod, Secret};
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use verge_e2e::{Cloud, Edge, create_namespace, ready_status, via_host, wait_for, wait_running};
+use verge_e2e::{Cloud, Edge, create_namespace, operations_job, via_host, wait_for, wait_running};
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::netns_docker::NetnsDocker;
 use verge_testkit::registry::Registry;
+use verge_testkit::wait::wait_node_ready;
 
 struct NetnsEdge {
     edge: Edge,
@@ -47,16 +46,6 @@ fn netns_edge(
         docker,
         netns,
     })
-}
-
-fn job_resource() -> ApiResource {
-    ApiResource {
-        group: "operations.kubeedge.io".to_owned(),
-        version: "v1alpha2".to_owned(),
-        api_version: "operations.kubeedge.io/v1alpha2".to_owned(),
-        kind: "ImagePrePullJob".to_owned(),
-        plural: "imageprepulljobs".to_owned(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -112,7 +101,8 @@ async fn a_prepull_reaches_an_offline_node_when_it_returns() -> anyhow::Result<(
         cloud.logs(40),
         registry.log()
     );
-    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+    let jobs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &operations_job("ImagePrePullJob"));
     let _ = jobs
         .delete(&format!("prepull-{id}"), &DeleteParams::default())
         .await;
@@ -135,20 +125,8 @@ async fn scenario(
     image: &str,
 ) -> anyhow::Result<()> {
     let id = std::process::id();
-    let nodes: Api<Node> = Api::all(client.clone());
     for e in edges.iter() {
-        let node = e.edge.name.clone();
-        wait_for(
-            &format!("node {node} Ready"),
-            Duration::from_secs(90),
-            || async {
-                Ok(nodes
-                    .get_opt(&node)
-                    .await?
-                    .filter(|n| ready_status(n).as_deref() == Some("True")))
-            },
-        )
-        .await?;
+        wait_node_ready(client, &e.edge.name, Duration::from_secs(90)).await?;
     }
     let (a, b) = (edges[0].edge.name.clone(), edges[1].edge.name.clone());
     // The engines do not hold the image: the job must pull it.
@@ -169,7 +147,8 @@ async fn scenario(
         .await?;
     edges[1].edge.kill9()?;
 
-    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &job_resource());
+    let jobs: Api<DynamicObject> =
+        Api::all_with(client.clone(), &operations_job("ImagePrePullJob"));
     let name = format!("prepull-{id}");
     let job = json!({"apiVersion": "operations.kubeedge.io/v1alpha2", "kind": "ImagePrePullJob",
         "metadata": {"name": name},

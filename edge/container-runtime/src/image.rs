@@ -178,8 +178,9 @@ pub(super) fn split_reference(image: &str) -> (&str, Reference<'_>) {
     }
 }
 
-/// The registry host of `image` (`docker.io` when the first component is not a host).
-fn registry_of(image: &str) -> &str {
+/// The registry host of `image` as Docker resolves it: the first component when it names a
+/// host (holds `.` or `:`, or is `localhost`), else `docker.io`.
+pub fn registry_of(image: &str) -> &str {
     match image.split_once('/') {
         Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first,
         _ => "docker.io",

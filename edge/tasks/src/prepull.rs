@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use verge_container_runtime::image::registry_of;
 use verge_container_runtime::{ContainerRuntime, RegistryAuth};
 use verge_core::task::{ActionReport, ImageReport, NodeTaskReport, PrePull};
 
@@ -12,15 +13,6 @@ use crate::report;
 
 /// The pause between two tries of a failed pull.
 const RETRY_PAUSE: Duration = Duration::from_secs(2);
-
-/// The registry host of `image` as Docker resolves it: the first component when it names a
-/// host (holds `.` or `:`, or is `localhost`), else `docker.io`.
-pub fn registry_of(image: &str) -> &str {
-    match image.split_once('/') {
-        Some((first, _)) if first.contains(['.', ':']) || first == "localhost" => first,
-        _ => "docker.io",
-    }
-}
 
 /// Pulls `pull`'s images on `runtime` after the `check` step passed.
 pub async fn run<R: ContainerRuntime>(

@@ -79,10 +79,22 @@ async fn a_prepull_reports_each_image_and_retries() {
 
 #[test]
 fn registries_are_read_as_docker_does() {
-    assert_eq!(prepull::registry_of("busybox"), "docker.io");
-    assert_eq!(prepull::registry_of("library/busybox:1"), "docker.io");
-    assert_eq!(prepull::registry_of("10.0.0.1:5000/app"), "10.0.0.1:5000");
-    assert_eq!(prepull::registry_of("localhost/app"), "localhost");
+    assert_eq!(
+        verge_container_runtime::image::registry_of("busybox"),
+        "docker.io"
+    );
+    assert_eq!(
+        verge_container_runtime::image::registry_of("library/busybox:1"),
+        "docker.io"
+    );
+    assert_eq!(
+        verge_container_runtime::image::registry_of("10.0.0.1:5000/app"),
+        "10.0.0.1:5000"
+    );
+    assert_eq!(
+        verge_container_runtime::image::registry_of("localhost/app"),
+        "localhost"
+    );
 }
 
 /// A configuration change whose edgecore never reconnects is rolled back: the backup is
