@@ -106,6 +106,7 @@ pub struct EdgeCore {
     config: Arc<Config>,
     store: MetaStore,
     config_file: Option<std::path::PathBuf>,
+    binary: Option<std::path::PathBuf>,
     restart: tasks::restart::Restart,
 }
 
@@ -129,6 +130,7 @@ impl EdgeCore {
             config: Arc::new(config),
             store,
             config_file: None,
+            binary: None,
             restart: tasks::restart::Restart::default(),
         })
     }
@@ -138,6 +140,14 @@ impl EdgeCore {
     #[must_use]
     pub fn with_config_file(mut self, path: std::path::PathBuf) -> Self {
         self.config_file = Some(path);
+        self
+    }
+
+    /// The same, running from the binary at `path` (`/proc/self/exe` at start): a
+    /// NodeUpgradeJob replaces it.
+    #[must_use]
+    pub fn with_binary(mut self, path: std::path::PathBuf) -> Self {
+        self.binary = Some(path);
         self
     }
 
@@ -369,6 +379,7 @@ impl EdgeCore {
                         }),
                     }),
                 restart: self.restart.clone(),
+                binary: self.binary.clone(),
             };
             let (config, tasks_stop) = (Arc::clone(&self.config), stop.clone());
             modules.spawn("taskmanager", async move {

@@ -224,6 +224,13 @@ async fn run() -> ExitCode {
         Some(path) => edgecore.with_config_file(path.clone()),
         None => edgecore,
     };
+    let edgecore = match std::env::current_exe() {
+        Ok(path) => edgecore.with_binary(path),
+        Err(error) => {
+            tracing::warn!(%error, "the path of edgecore's binary is unknown: upgrades will fail");
+            edgecore
+        }
+    };
     let restart = edgecore.restart();
     let outcome = match metrics_addr {
         None => verge_runtime::serve("edgecore", grace, |shutdown| edgecore.run(shutdown)).await,
@@ -251,16 +258,17 @@ async fn run() -> ExitCode {
         tracing::warn!(error = %verge_runtime::ErrorChain(&error), "spans lost at exit");
     }
     if restart.requested() {
-        return restart_in_place();
+        return restart_in_place(restart.program());
     }
     outcome.exit_code()
 }
 
-/// Replaces this process with edgecore again (the same binary, arguments and environment):
-/// a task changed what it runs with. The modules stopped first; the containers run on.
-fn restart_in_place() -> ExitCode {
+/// Replaces this process with edgecore again (the same arguments and environment; the same
+/// binary, or `program`: an upgrade's trial binary or its roll-back): a task changed what it
+/// runs with. The modules stopped first; the containers run on.
+fn restart_in_place(program: Option<PathBuf>) -> ExitCode {
     use std::os::unix::process::CommandExt as _;
-    let program = match std::env::current_exe() {
+    let program = match program.map_or_else(std::env::current_exe, Ok) {
         Ok(program) => program,
         Err(error) => return verge_runtime::fail("edgecore restart", &error),
     };

@@ -140,6 +140,20 @@ impl std::fmt::Debug for RegistryAuth {
     }
 }
 
+/// The NodeUpgradeJob annotation with which a node's administrator confirms an upgrade that
+/// `requireConfirmation` holds (KubeEdge confirms on the node with `keadm ctl confirm`):
+/// `"true"` or `"*"` confirms it for every node of the job, else it is a comma-separated list
+/// of node names.
+pub const CONFIRM_ANNOTATION: &str = "operations.kubeedge.io/confirm";
+
+/// Whether `annotation` (the value of [`CONFIRM_ANNOTATION`]) confirms the upgrade of `node`.
+pub fn confirms(annotation: &str, node: &str) -> bool {
+    let annotation = annotation.trim();
+    annotation == "true"
+        || annotation == "*"
+        || annotation.split(',').any(|n| n.trim() == node)
+}
+
 /// Another edgecore, from an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -154,6 +168,9 @@ pub struct Upgrade {
     /// Whether the node waits for its administrator's confirmation.
     #[serde(default)]
     pub require_confirmation: bool,
+    /// Whether its administrator confirmed it ([`CONFIRM_ANNOTATION`]).
+    #[serde(default)]
+    pub confirmed: bool,
 }
 
 /// Fields of edgecore's configuration to set.

@@ -446,6 +446,10 @@ impl ContainerRuntime for DockerRuntime {
             .map_err(err(format!("remove image {reference}")))
     }
 
+    async fn read_image_file(&self, image: &str, path: &str, limit: u64) -> Result<Vec<u8>> {
+        self.image_file(image, path, limit).await
+    }
+
     async fn image_fs_root(&self) -> Result<Option<PathBuf>> {
         let info = self.docker.info().await.map_err(err("info"))?;
         Ok(info.docker_root_dir.map(PathBuf::from))

@@ -190,53 +190,60 @@ pub fn registry_of(image: &str) -> &str {
 /// Credentials for `image` from `kubernetes.io/dockerconfigjson` secrets: the first `auths`
 /// entry whose key names the image's registry (with or without scheme and path).
 pub fn credentials_for(image: &str, secrets: &[Secret]) -> Option<RegistryAuth> {
+    secrets
+        .iter()
+        .filter_map(|s| s.data.as_ref()?.get(".dockerconfigjson"))
+        .find_map(|raw| credentials_in(image, &raw.0))
+}
+
+/// The node's own credentials for `image`: `<data_dir>/config.json`, a Docker `config.json`
+/// (`{"auths": {...}}`), as the kubelet reads `<root-dir>/config.json` for every pull. `None`
+/// when the file is missing, unreadable or names no login for the image's registry.
+pub fn node_credentials(data_dir: &std::path::Path, image: &str) -> Option<RegistryAuth> {
+    let bytes = std::fs::read(data_dir.join(NODE_CREDENTIALS_FILE)).ok()?;
+    credentials_in(image, &bytes)
+}
+
+/// The node's credentials file in edgecore's data directory ([`node_credentials`]).
+pub const NODE_CREDENTIALS_FILE: &str = "config.json";
+
+/// The `auths` entry of Docker configuration `config` (JSON) whose key names `image`'s
+/// registry.
+fn credentials_in(image: &str, config: &[u8]) -> Option<RegistryAuth> {
     let registry = registry_of(image);
     let aliases: &[&str] = if registry == "docker.io" {
         &["docker.io", "index.docker.io", "registry-1.docker.io"]
     } else {
         &[registry]
     };
-    for secret in secrets {
-        let Some(raw) = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(".dockerconfigjson"))
-        else {
+    let config = serde_json::from_slice::<serde_json::Value>(config).ok()?;
+    let auths = config.get("auths")?.as_object()?;
+    for (key, entry) in auths {
+        let host = key
+            .trim_start_matches("https://")
+            .trim_start_matches("http://");
+        let host = host.split('/').next().unwrap_or(host);
+        if !aliases.contains(&host) {
             continue;
-        };
-        let Ok(config) = serde_json::from_slice::<serde_json::Value>(&raw.0) else {
-            continue;
-        };
-        let Some(auths) = config.get("auths").and_then(|a| a.as_object()) else {
-            continue;
-        };
-        for (key, entry) in auths {
-            let host = key
-                .trim_start_matches("https://")
-                .trim_start_matches("http://");
-            let host = host.split('/').next().unwrap_or(host);
-            if !aliases.contains(&host) {
-                continue;
-            }
-            let field = |f: &str| entry.get(f).and_then(|v| v.as_str()).map(str::to_owned);
-            let (mut username, mut password) = (field("username"), field("password"));
-            if username.is_none() {
-                let decoded = field("auth")
-                    .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok());
-                if let Some((u, p)) = decoded
-                    .and_then(|d| String::from_utf8(d).ok())
-                    .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_owned(), p.to_owned())))
-                {
-                    (username, password) = (Some(u), Some(p));
-                }
-            }
-            return Some(RegistryAuth {
-                username,
-                password,
-                server_address: Some(key.clone()),
-                identity_token: field("identitytoken"),
-            });
         }
+        let field = |f: &str| entry.get(f).and_then(|v| v.as_str()).map(str::to_owned);
+        let (mut username, mut password) = (field("username"), field("password"));
+        if username.is_none() {
+            let decoded = field("auth")
+                .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok());
+            if let Some((u, p)) = decoded
+                .and_then(|d| String::from_utf8(d).ok())
+                .and_then(|s| s.split_once(':').map(|(u, p)| (u.to_owned(), p.to_owned())))
+            {
+                (username, password) = (Some(u), Some(p));
+            }
+        }
+        return Some(RegistryAuth {
+            username,
+            password,
+            server_address: Some(key.clone()),
+            identity_token: field("identitytoken"),
+        });
     }
     None
 }

@@ -32,6 +32,7 @@
 
 pub mod docker;
 mod docker_convert;
+mod docker_files;
 mod docker_logfile;
 mod docker_resources;
 mod docker_streaming;
@@ -238,6 +239,31 @@ pub trait ContainerRuntime: Clone + Send + Sync + 'static {
         &self,
         spec: &NetworkSpec,
     ) -> impl Future<Output = Result<NetworkEnsured>> + Send;
+
+    /// The bytes of the regular file at absolute `path` in local image `image` (at most
+    /// `limit` bytes), read through a container created from the image and never started,
+    /// removed afterwards (Docker: `GET /containers/{id}/archive`). An upgrade takes
+    /// edgecore's binary from its image this way.
+    ///
+    /// # Errors
+    /// [`RuntimeError::NotFound`] when the image or the file is missing;
+    /// [`RuntimeError::Engine`] when the engine fails, the path is no regular file or the file
+    /// is larger than `limit`. The default: the runtime cannot read images' files.
+    fn read_image_file(
+        &self,
+        image: &str,
+        path: &str,
+        limit: u64,
+    ) -> impl Future<Output = Result<Vec<u8>>> + Send {
+        let _ = (path, limit);
+        let image = image.to_owned();
+        async move {
+            Err(RuntimeError::Engine {
+                op: format!("read a file of image {image}"),
+                source: "this runtime cannot read files of images".into(),
+            })
+        }
+    }
 
     /// Removes container `id` forcibly (the pod worker's removal): a container that is gone
     /// or already being removed is fine.

@@ -11,12 +11,13 @@
 //!   job's registry logins and retries.
 //! - [`config_update`]: ConfigUpdateJob: fields of edgecore's configuration changed, checked
 //!   first, applied by a [`restart`] of edgecore, rolled back when it is not connected again in
-//!   time ([`pending`] carries it across the restart).
+//!   time ([`pending`] carries it across the restart, `resume` finishes it).
+//! - [`upgrade`]: NodeUpgradeJob: edgecore's binary replaced by the one in the job's image,
+//!   verified by digest, run on trial and installed once connected, else rolled back.
 //! - [`checks`]: the `cpu`, `mem` and `disk` checks before a task.
 //! - [`report`]: the report messages.
 //!
 //! What ran to its end is remembered across restarts (`<dataDir>/tasks/done.json`).
-//! NodeUpgradeJob tasks are not run yet: they are reported as failed with that reason.
 //! Nothing here runs a shell or builds a command line.
 
 pub mod checks;
@@ -25,6 +26,9 @@ pub mod pending;
 pub mod prepull;
 pub mod report;
 pub mod restart;
+mod resume;
+mod steps;
+pub mod upgrade;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -42,7 +46,7 @@ use verge_edgehub::{EdgeHubHandle, SessionInfo};
 use verge_metamanager::{Applied, StoreEvent};
 
 use config_update::ConfigFile;
-use pending::{Done, MAX_BOOTS, Pending, Stage, TaskFiles};
+use pending::{Done, TaskFiles};
 use report::Reporter;
 use restart::Restart;
 
@@ -96,6 +100,9 @@ pub struct TaskEnv {
     pub config: Option<ConfigFile>,
     /// How to restart edgecore.
     pub restart: Restart,
+    /// The binary edgecore runs from (`/proc/self/exe` at its start), which an upgrade
+    /// replaces (`None`: unknown, and upgrades fail).
+    pub binary: Option<PathBuf>,
 }
 
 /// The task runner. `R` is the container runtime pulls go through.
@@ -262,8 +269,8 @@ impl<R: ContainerRuntime> TaskManager<R> {
         }
     }
 
-    /// Carries on with a configuration change from before the restart: its task is not run
-    /// again; it is confirmed once edgecore is connected, or rolled back.
+    /// Carries on with a change from before the restart (configuration, binary): its task is
+    /// not run again; it is confirmed once edgecore is connected, or rolled back.
     fn resume(
         &self,
         done: &mut Done,
@@ -274,7 +281,7 @@ impl<R: ContainerRuntime> TaskManager<R> {
             Ok(Some(pending)) => pending,
             Ok(None) => return,
             Err(reason) => {
-                warn!(%reason, "pending configuration change unreadable: left as it is");
+                warn!(%reason, "pending change unreadable: left as it is");
                 return;
             }
         };
@@ -289,93 +296,19 @@ impl<R: ContainerRuntime> TaskManager<R> {
             self.env.restart.clone(),
             done_tx.clone(),
         );
+        let running = self.env.binary.clone();
         tracker.spawn(async move {
-            if let Some(ended) = resume(pending, &files, &reporter, sessions, &restart).await {
+            let r = resume::Resume {
+                files: &files,
+                reporter: &reporter,
+                sessions,
+                restart: &restart,
+                running,
+            };
+            if let Some(ended) = resume::resume(pending, r).await {
                 let _ = done_tx.send(ended);
             }
         });
-    }
-}
-
-/// Confirms or rolls back `pending` (see [`config_update`]); the task's identity once it
-/// ended, `None` when edgecore restarts for a roll-back.
-async fn resume(
-    mut pending: Pending,
-    files: &TaskFiles,
-    reporter: &Reporter,
-    mut sessions: watch::Receiver<Option<SessionInfo>>,
-    restart: &Restart,
-) -> Option<Ended> {
-    let name = TaskName::parse(&pending.task).ok()?;
-    let ended = (
-        pending.task.clone(),
-        pending.uid.clone(),
-        pending.version.clone(),
-    );
-    if pending.stage == Stage::RolledBack {
-        let mut steps = pending.steps.clone();
-        steps.push(report::step("RollBack", None));
-        let reason = format!("rolled back: {}", pending.reason);
-        reporter
-            .report(
-                &name,
-                &pending.uid,
-                &pending.version,
-                report::failed(reason, steps),
-            )
-            .await;
-        clear(files);
-        return Some(ended);
-    }
-    pending.boots += 1;
-    let _ = files.set_pending(Some(&pending));
-    let wait = Duration::from_secs(pending.timeout_seconds.max(1));
-    let connected = pending.boots <= MAX_BOOTS
-        && tokio::time::timeout(wait, sessions.wait_for(Option::is_some))
-            .await
-            .is_ok_and(|r| r.is_ok());
-    if connected {
-        info!(task = %name, "configuration change confirmed: edgecore is connected");
-        let _ = std::fs::remove_file(&pending.backup);
-        let report = verge_core::task::NodeTaskReport {
-            phase: "Successful".to_owned(),
-            action_flow: pending.steps.clone(),
-            ..verge_core::task::NodeTaskReport::default()
-        };
-        reporter
-            .report(&name, &pending.uid, &pending.version, report)
-            .await;
-        clear(files);
-        return Some(ended);
-    }
-    pending.reason = if pending.boots > MAX_BOOTS {
-        format!(
-            "edgecore started {MAX_BOOTS} times with the new configuration without confirming it"
-        )
-    } else {
-        format!(
-            "edgecore was not connected to cloudhub within {}s with the new configuration",
-            wait.as_secs()
-        )
-    };
-    warn!(task = %name, reason = %pending.reason, "rolling the configuration back");
-    if let Some(last) = pending.steps.last_mut() {
-        last.status = "False".to_owned();
-        last.reason.clone_from(&pending.reason);
-    }
-    if let Err(reason) = config_update::restore(&pending.config, &pending.backup) {
-        warn!(task = %name, %reason, "the backup could not be restored");
-    }
-    pending.stage = Stage::RolledBack;
-    if files.set_pending(Some(&pending)).is_ok() {
-        restart.request();
-    }
-    None
-}
-
-fn clear(files: &TaskFiles) {
-    if let Err(reason) = files.set_pending(None) {
-        warn!(%reason, "pending configuration change not removed");
     }
 }
 
@@ -417,6 +350,12 @@ async fn execute<R: ContainerRuntime>(
     info!(task = %task.name, "task started");
     send(report::in_progress()).await;
     let timeout = Duration::from_secs(spec.timeout_seconds.max(1));
+    if let TaskAction::Upgrade(up) = &spec.action
+        && up.require_confirmation
+        && !up.confirmed
+    {
+        return wait_for_confirmation(task, spec, context, stop).await;
+    }
     let work = async {
         let check = checks::run(&spec.checks, &context.env.data_dir).await;
         if check.status != "True" {
@@ -425,11 +364,16 @@ async fn execute<R: ContainerRuntime>(
         }
         match &spec.action {
             TaskAction::PrePull(pull) => Some(prepull::run(&context.runtime, pull, check).await),
-            TaskAction::ConfigUpdate(update) => configure(task, spec, update, check, context).await,
-            TaskAction::Upgrade(_) => Some(report::failed(
-                "this edgecore does not run this kind of task yet".to_owned(),
-                vec![check],
-            )),
+            TaskAction::ConfigUpdate(update) => {
+                steps::configure(task, spec, update, check, context).await
+            }
+            TaskAction::Upgrade(up) => {
+                let mut flow = vec![check];
+                if up.require_confirmation {
+                    flow.push(report::step("WaitingConfirmation", None));
+                }
+                steps::upgrade(task, spec, up, flow, context).await
+            }
         }
     };
     let outcome = tokio::select! {
@@ -452,67 +396,41 @@ async fn execute<R: ContainerRuntime>(
     Outcome::Ended
 }
 
-/// A ConfigUpdateJob's steps up to the restart (see [`config_update`]): the report when it
-/// ended before (refused, or a step failed), `None` once edgecore restarts with the new file.
-async fn configure<R: ContainerRuntime>(
+/// An upgrade that waits for its administrator's confirmation: the checks run, then the
+/// node reports `WaitingConfirmation` and waits, without a timeout, until the task is stopped
+/// (the confirmed version replaces it, or the job is deleted).
+async fn wait_for_confirmation<R: ContainerRuntime>(
     task: &StoredTask,
     spec: &NodeTask,
-    update: &verge_core::task::ConfigUpdate,
-    check: verge_core::task::ActionReport,
     context: &Context<R>,
-) -> Option<NodeTaskReport> {
-    let Some(file) = &context.env.config else {
-        let reason = "edgecore runs without a configuration file (--config)".to_owned();
-        return Some(report::failed(reason, vec![check]));
+    stop: &CancellationToken,
+) -> Outcome {
+    let send = |report| {
+        context
+            .reporter
+            .report(&task.name, &task.uid, &task.version, report)
     };
-    let (file, fields) = (file.clone(), update.fields.clone());
-    let prepared = tokio::task::spawn_blocking(move || {
-        let text = config_update::prepare(&file, &fields)?;
-        config_update::back_up(&file)?;
-        Ok::<_, String>((file, text))
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
-    let (file, text) = match prepared {
-        Ok(prepared) => prepared,
-        Err(reason) => {
-            let steps = vec![report::step("Check", Some(reason.clone()))];
-            return Some(report::failed(reason, steps));
-        }
-    };
-    let mut steps = vec![check, report::step("BackUp", None)];
-    steps.push(report::step("Update", None));
-    let pending = Pending {
-        task: task.name.to_string(),
-        uid: task.uid.clone(),
-        version: task.version.clone(),
-        stage: Stage::Applied,
-        config: file.path.clone(),
-        backup: file.backup(),
-        timeout_seconds: spec.timeout_seconds,
-        boots: 0,
-        steps: steps.clone(),
-        reason: String::new(),
-    };
-    if let Err(reason) = context.files.set_pending(Some(&pending)) {
-        return Some(report::failed(reason, steps));
+    let check = checks::run(&spec.checks, &context.env.data_dir).await;
+    if check.status != "True" {
+        let reason = format!("check failed: {}", check.reason);
+        send(report::failed(reason, vec![check])).await;
+        return Outcome::Ended;
     }
-    if let Err(reason) = config_update::write(&file, &text) {
-        let _ = context.files.set_pending(None);
-        return Some(report::failed(reason, steps));
-    }
-    info!(task = %task.name, "configuration written; edgecore restarts with it");
-    let progress = NodeTaskReport {
+    let mut waiting = report::step("WaitingConfirmation", None);
+    waiting.status = "Unknown".to_owned();
+    waiting.reason = format!(
+        "waiting for the node's administrator: annotate the job with {}",
+        verge_core::task::CONFIRM_ANNOTATION
+    );
+    let report = NodeTaskReport {
         phase: "InProgress".to_owned(),
-        action_flow: steps,
+        action_flow: vec![check, waiting],
         ..NodeTaskReport::default()
     };
-    context
-        .reporter
-        .report(&task.name, &task.uid, &task.version, progress)
-        .await;
-    context.env.restart.request();
-    None
+    info!(task = %task.name, "upgrade waits for confirmation");
+    send(report).await;
+    stop.cancelled().await;
+    Outcome::Stopped
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //! - `done.json`: the tasks that ran to their end, by name, with their uid and version: a
 //!   task is not run again after edgecore restarts (until the cloud sends a new version or
 //!   deletes it).
-//! - `pending.json`: a configuration change waiting for edgecore to come back with it
-//!   ([`Pending`]): the backup to restore, the deadline, the steps so far.
+//! - `pending.json`: a change of what edgecore runs with (its configuration, its binary)
+//!   waiting for edgecore to come back with it ([`Pending`]): how to undo it, the deadline,
+//!   the steps so far.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -25,11 +26,38 @@ pub enum Stage {
     RolledBack,
 }
 
-/// A configuration change across edgecore's restart.
+/// What changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "camelCase", rename_all_fields = "camelCase")]
+pub enum Change {
+    /// The configuration file (ConfigUpdateJob).
+    Config {
+        /// The configuration file.
+        config: PathBuf,
+        /// The previous configuration.
+        backup: PathBuf,
+    },
+    /// edgecore's binary (NodeUpgradeJob; see [`crate::upgrade`]).
+    Upgrade {
+        /// The binary the node's supervisor starts (never touched before confirmation).
+        installed: PathBuf,
+        /// The new binary beside it, run on trial.
+        staged: PathBuf,
+        /// The version running before.
+        from_version: String,
+        /// The version the job asked for.
+        to_version: String,
+        /// When the restart into the new binary was asked for, in milliseconds since the Unix
+        /// epoch (the session's downtime is measured from it).
+        requested_at_ms: u64,
+    },
+}
+
+/// A change of what edgecore runs with, across edgecore's restart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pending {
-    /// The task's name, `configupdatejob.<job>`.
+    /// The task's name, `<kind>.<job>`.
     pub task: String,
     /// The job's uid.
     pub uid: String,
@@ -37,10 +65,9 @@ pub struct Pending {
     pub version: String,
     /// Where it stands.
     pub stage: Stage,
-    /// The configuration file.
-    pub config: PathBuf,
-    /// The previous configuration.
-    pub backup: PathBuf,
+    /// What changed, and how to undo it.
+    #[serde(flatten)]
+    pub change: Change,
     /// How long edgecore has, from each start, to be connected again, in seconds.
     pub timeout_seconds: u64,
     /// How often edgecore started with the new configuration without confirming it; after
@@ -178,8 +205,10 @@ mod tests {
             uid: "u".into(),
             version: "1".into(),
             stage: Stage::Applied,
-            config: dir.path().join("edgecore.yaml"),
-            backup: dir.path().join("edgecore.yaml.backup"),
+            change: Change::Config {
+                config: dir.path().join("edgecore.yaml"),
+                backup: dir.path().join("edgecore.yaml.backup"),
+            },
             timeout_seconds: 1,
             boots: 0,
             steps: Vec::new(),

@@ -1,11 +1,13 @@
 //! A restart of edgecore in place: a task that changed what edgecore runs with (its
-//! configuration) asks for it; every module stops as on SIGTERM (pods keep running: stopping
-//! edgecore never stops containers), and edgecore's `main` then replaces the process with the
-//! same binary and arguments (`exec`), so a supervisor (systemd, a test kit) sees the same
+//! configuration, its binary) asks for it; every module stops as on SIGTERM (pods keep
+//! running: stopping edgecore never stops containers), and edgecore's `main` then replaces
+//! the process with the same binary, or the one the task names ([`Restart::request_exec`]),
+//! with the same arguments (`exec`), so a supervisor (systemd, a test kit) sees the same
 //! process carry on.
 
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Default)]
 pub struct Restart {
     requested: Arc<AtomicBool>,
+    program: Arc<Mutex<Option<PathBuf>>>,
     token: CancellationToken,
 }
 
@@ -22,6 +25,21 @@ impl Restart {
     pub fn request(&self) {
         self.requested.store(true, Ordering::SeqCst);
         self.token.cancel();
+    }
+
+    /// Asks for a restart into `program` (another edgecore binary: an upgrade's trial run or
+    /// its roll-back) instead of the running one.
+    pub fn request_exec(&self, program: PathBuf) {
+        if let Ok(mut p) = self.program.lock() {
+            *p = Some(program);
+        }
+        self.request();
+    }
+
+    /// The binary the restart runs: the one [`Restart::request_exec`] named, `None` for the
+    /// running one.
+    pub fn program(&self) -> Option<PathBuf> {
+        self.program.lock().ok().and_then(|p| p.clone())
     }
 
     /// Completes once a restart was asked for (edgecore then stops its modules).

@@ -101,7 +101,7 @@ fn registries_are_read_as_docker_does() {
 /// restored, edgecore restarts, and the restarted one reports the failure with the steps.
 #[tokio::test(start_paused = true)]
 async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
-    use crate::pending::{Pending, Stage, TaskFiles};
+    use crate::pending::{Change, Pending, Stage, TaskFiles};
     use crate::report::Reporter;
     use crate::restart::Restart;
 
@@ -116,8 +116,10 @@ async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
         uid: "u1".into(),
         version: "1".into(),
         stage: Stage::Applied,
-        config: config.clone(),
-        backup: backup.clone(),
+        change: Change::Config {
+            config: config.clone(),
+            backup: backup.clone(),
+        },
         timeout_seconds: 5,
         boots: 0,
         steps: vec![
@@ -132,7 +134,14 @@ async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
     let (hub, mut upstream) = verge_edgehub::EdgeHubHandle::detached(8);
     let reporter = Reporter::new(hub.clone());
     let restart = Restart::default();
-    let ended = crate::resume(pending, &files, &reporter, hub.sessions(), &restart).await;
+    let resume = |restart| crate::resume::Resume {
+        files: &files,
+        reporter: &reporter,
+        sessions: hub.sessions(),
+        restart,
+        running: None,
+    };
+    let ended = crate::resume::resume(pending, resume(&restart)).await;
     assert_eq!(ended, None, "a roll-back restarts before it reports");
     assert!(restart.requested());
     assert_eq!(
@@ -145,7 +154,7 @@ async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
 
     // The restarted edgecore reports it and forgets it.
     let restart = Restart::default();
-    let ended = crate::resume(rolled, &files, &reporter, hub.sessions(), &restart).await;
+    let ended = crate::resume::resume(rolled, resume(&restart)).await;
     assert_eq!(
         ended,
         Some(("configupdatejob.pods".into(), "u1".into(), "1".into()))

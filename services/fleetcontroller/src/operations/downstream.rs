@@ -78,12 +78,13 @@ impl TaskDownstream {
             ) else {
                 continue;
             };
+            let (task, version) = tasks::for_node(task, meta, node);
             let name = tasks::task_name(J::KIND, name);
             let key = ResourceKey::cluster(ResourceType::NodeTask, name.to_string());
             let object = TaskObject {
                 name,
                 uid,
-                generation: meta.generation.unwrap_or(1).to_string(),
+                generation: version,
                 task,
             };
             out.insert(key, Arc::new(object));

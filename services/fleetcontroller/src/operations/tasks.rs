@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use verge_core::task::{
-    ConfigUpdate, JobKind, NodeTask, PrePull, RegistryAuth, TaskAction, TaskName, Upgrade,
+    CONFIRM_ANNOTATION, ConfigUpdate, JobKind, NodeTask, PrePull, RegistryAuth, TaskAction,
+    TaskName, Upgrade, confirms,
 };
 
 use super::credentials::registry_of;
@@ -23,7 +24,7 @@ pub struct TaskObject {
     /// The job's uid.
     #[serde(skip)]
     pub uid: String,
-    /// The job's `metadata.generation`, as text.
+    /// The task's version on the node ([`for_node`]), as text.
     #[serde(skip)]
     pub generation: String,
     /// What the node does.
@@ -65,6 +66,7 @@ pub fn upgrade(spec: &NodeUpgradeJobSpec) -> Option<NodeTask> {
             .map(|(arch, digest)| (arch.to_owned(), digest))
             .collect(),
         require_confirmation: up.require_confirmation,
+        confirmed: false,
     });
     Some(node_task(&up.targets, action))
 }
@@ -107,10 +109,89 @@ pub fn config_update(spec: &ConfigUpdateJobSpec) -> Option<NodeTask> {
     Some(node_task(&c.targets, action))
 }
 
+/// `task` as node `node` gets it, with its version there: an upgrade is `confirmed` when the
+/// job's [`CONFIRM_ANNOTATION`] names the node. The version is `2 × metadata.generation`, plus
+/// one once confirmed: a confirmation is a newer version of the task (the node stops waiting
+/// and runs it), a spec change newer still, and versions only grow as the edge store wants.
+pub fn for_node(
+    mut task: NodeTask,
+    meta: &kube::api::ObjectMeta,
+    node: &str,
+) -> (NodeTask, String) {
+    let mut confirmed = false;
+    if let TaskAction::Upgrade(up) = &mut task.action {
+        up.confirmed = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONFIRM_ANNOTATION))
+            .is_some_and(|value| confirms(value, node));
+        confirmed = up.require_confirmation && up.confirmed;
+    }
+    let generation = u64::try_from(meta.generation.unwrap_or(1)).unwrap_or(1);
+    let version = generation.saturating_mul(2) + u64::from(confirmed);
+    (task, version.to_string())
+}
+
 /// The task name of job `name` of `kind`.
 pub fn task_name(kind: JobKind, name: &str) -> TaskName {
     TaskName {
         kind,
         job: name.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn upgrade_task(require_confirmation: bool) -> NodeTask {
+        NodeTask {
+            timeout_seconds: 60,
+            checks: Vec::new(),
+            action: TaskAction::Upgrade(Upgrade {
+                version: "1.2.3".to_owned(),
+                image: "kubeedge/installation-package:v1.2.3".to_owned(),
+                digests: BTreeMap::new(),
+                require_confirmation,
+                confirmed: false,
+            }),
+        }
+    }
+
+    fn meta(generation: i64, confirm: Option<&str>) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            generation: Some(generation),
+            annotations: confirm
+                .map(|v| BTreeMap::from([(CONFIRM_ANNOTATION.to_owned(), v.to_owned())])),
+            ..kube::api::ObjectMeta::default()
+        }
+    }
+
+    fn confirmed(task: &NodeTask) -> bool {
+        matches!(&task.action, TaskAction::Upgrade(up) if up.confirmed)
+    }
+
+    #[test]
+    fn a_confirmation_is_a_newer_version_for_the_nodes_it_names() {
+        let (task, version) = for_node(upgrade_task(true), &meta(3, None), "edge-a");
+        assert!(!confirmed(&task));
+        assert_eq!(version, "6");
+        let annotated = meta(3, Some("edge-a, edge-b"));
+        let (task, version) = for_node(upgrade_task(true), &annotated, "edge-a");
+        assert!(confirmed(&task));
+        assert_eq!(version, "7");
+        let (task, version) = for_node(upgrade_task(true), &annotated, "edge-c");
+        assert!(!confirmed(&task));
+        assert_eq!(version, "6");
+        let (_, version) = for_node(upgrade_task(true), &meta(4, None), "edge-a");
+        assert_eq!(version, "8", "a spec change outranks a confirmation");
+        let (task, _) = for_node(upgrade_task(true), &meta(3, Some("*")), "any");
+        assert!(confirmed(&task));
+    }
+
+    #[test]
+    fn without_require_confirmation_the_annotation_changes_no_version() {
+        let (_, version) = for_node(upgrade_task(false), &meta(3, Some("true")), "edge-a");
+        assert_eq!(version, "6");
     }
 }
