@@ -20,7 +20,7 @@ use verge_runtime::metrics::{Registry, metrics_route};
 
 /// The Verge edge node agent.
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(name = "edgecore", version, about)]
 struct Args {
     /// YAML configuration file; without it, the defaults apply.
     #[arg(long, env = "EDGECORE_CONFIG")]

@@ -81,6 +81,7 @@ pub struct Edge {
     config: PathBuf,
     dir: tempfile::TempDir,
     starts: u32,
+    binary: Option<PathBuf>,
 }
 
 impl Edge {
@@ -112,6 +113,7 @@ impl Edge {
             config,
             dir,
             starts: 0,
+            binary: None,
         })
     }
 
@@ -125,13 +127,34 @@ impl Edge {
         &self.config
     }
 
+    /// Installs a copy of the workspace's edgecore as this edge's own binary,
+    /// `<dir>/bin/edgecore` (what a NodeUpgradeJob replaces; the workspace's binary is shared
+    /// by every test), and starts it from there from now on. Returns its path.
+    ///
+    /// # Errors
+    /// The binary is missing or cannot be copied.
+    pub fn install_binary(&mut self) -> anyhow::Result<PathBuf> {
+        let bin = self.dir.path().join("bin");
+        std::fs::create_dir_all(&bin)?;
+        let installed = bin.join("edgecore");
+        std::fs::copy(workspace_bin("edgecore")?, &installed)?;
+        self.binary = Some(installed.clone());
+        Ok(installed)
+    }
+
+    fn binary(&self) -> anyhow::Result<PathBuf> {
+        self.binary
+            .clone()
+            .map_or_else(|| workspace_bin("edgecore"), Ok)
+    }
+
     /// Starts (or restarts) the edgecore process.
     ///
     /// # Errors
     /// The binary is missing or cannot be started.
     pub fn start(&mut self) -> anyhow::Result<()> {
         let p = ChildProcess::spawn(
-            workspace_bin("edgecore")?,
+            self.binary()?,
             ["--config".to_owned(), self.config.display().to_string()],
             [("RUST_LOG", "info")],
         )?;
@@ -145,7 +168,7 @@ impl Edge {
     /// # Errors
     /// The binary is missing or cannot be started.
     pub fn start_in(&mut self, ns: &EdgeNetns) -> anyhow::Result<()> {
-        let mut cmd = ns.command(&workspace_bin("edgecore")?);
+        let mut cmd = ns.command(&self.binary()?);
         cmd.arg("--config")
             .arg(&self.config)
             .env("RUST_LOG", "info");
