@@ -66,8 +66,7 @@ async fn an_upgrade_keeps_pods_and_a_broken_build_rolls_back() -> anyhow::Result
         .map(|e| format!("--- {} ---\n{}\n", e.name, e.logs(60)))
         .collect();
     let logs = format!("{}\n{logs}", cloud.logs(40));
-    let jobs: Api<DynamicObject> =
-        Api::all_with(client.clone(), &operations_job("NodeUpgradeJob"));
+    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &operations_job("NodeUpgradeJob"));
     for job in ["upgrade", "broken"] {
         let _ = jobs
             .delete(&format!("{job}-{id}"), &DeleteParams::default())
@@ -139,7 +138,9 @@ async fn push_binary(
     std::fs::set_permissions(bin.join("edgecore"), std::fs::Permissions::from_mode(0o755))?;
     let local = format!("verge-e2e/{name}-edgecore:{}", std::process::id());
     verge_testkit::docker::import_rootfs(&root, &local, &[])?;
-    let pushed = registry.push(&local, &format!("{repository}:{tag}")).await?;
+    let pushed = registry
+        .push(&local, &format!("{repository}:{tag}"))
+        .await?;
     // Only the registry holds them now: the job must pull.
     let _ = verge_testkit::docker::docker(&["rmi", &local, &pushed.reference]);
     Ok(pushed)
@@ -195,7 +196,10 @@ async fn finished(
         if matches!(status["phase"].as_str(), Some("Complated" | "Failure")) {
             return Ok(status);
         }
-        ensure!(Instant::now() < deadline, "{name} not done within {timeout:?}: {status}");
+        ensure!(
+            Instant::now() < deadline,
+            "{name} not done within {timeout:?}: {status}"
+        );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -222,7 +226,10 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let mut containers = Vec::new();
     for edge in edges.iter() {
-        let pod = format!("keeps-running-{}", edge.name.split('-').nth(2).unwrap_or("x"));
+        let pod = format!(
+            "keeps-running-{}",
+            edge.name.split('-').nth(2).unwrap_or("x")
+        );
         pods.create(&PostParams::default(), &sleeper_pod(&ns, &pod, &edge.name)?)
             .await?;
         let pod = wait_running(&pods, &pod, Duration::from_secs(90)).await?;
@@ -241,7 +248,11 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
     };
     let pids: Vec<Option<u32>> = edges
         .iter()
-        .map(|e| e.process.as_ref().map(verge_testkit::process::ChildProcess::pid))
+        .map(|e| {
+            e.process
+                .as_ref()
+                .map(verge_testkit::process::ChildProcess::pid)
+        })
         .collect();
     let installed: Vec<_> = edges
         .iter()
@@ -250,15 +261,24 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
     let original = std::fs::read(&installed[0])?;
 
     // The new build on both nodes.
-    let jobs: Api<DynamicObject> =
-        Api::all_with(client.clone(), &operations_job("NodeUpgradeJob"));
+    let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &operations_job("NodeUpgradeJob"));
     let owned: Vec<String> = edges.iter().map(|e| e.name.clone()).collect();
     let names: Vec<&str> = owned.iter().map(String::as_str).collect();
     let upgrade = format!("upgrade-{id}");
-    let object = job(&upgrade, &names, "v0.2.0", builds, &builds.good_image.digest);
+    let object = job(
+        &upgrade,
+        &names,
+        "v0.2.0",
+        builds,
+        &builds.good_image.digest,
+    );
     let started = Instant::now();
-    jobs.patch(&upgrade, &PatchParams::apply("verge-e2e"), &Patch::Apply(&object))
-        .await?;
+    jobs.patch(
+        &upgrade,
+        &PatchParams::apply("verge-e2e"),
+        &Patch::Apply(&object),
+    )
+    .await?;
     let status = finished(&jobs, &upgrade, Duration::from_secs(180), || Ok(())).await?;
     let took = started.elapsed();
     ensure!(status["phase"] == "Complated", "the upgrade: {status}");
@@ -272,8 +292,13 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         );
         let flow = steps(entry);
         let actions: Vec<&str> = flow.iter().map(|(a, _)| a.as_str()).collect();
-        ensure!(actions == ["Check", "BackUp", "Upgrade"], "the steps: {entry}");
-        let reason = entry["actionFlow"][2]["reason"].as_str().unwrap_or_default();
+        ensure!(
+            actions == ["Check", "BackUp", "Upgrade"],
+            "the steps: {entry}"
+        );
+        let reason = entry["actionFlow"][2]["reason"]
+            .as_str()
+            .unwrap_or_default();
         let ms: u64 = reason
             .strip_prefix("edge session back ")
             .and_then(|r| r.split(' ').next())
@@ -296,8 +321,14 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
             std::fs::read(&previous)? == original,
             "the previous build is not kept"
         );
-        ensure!(!path.with_file_name("edgecore.new").exists(), "the trial binary stayed");
-        let now = edge.process.as_ref().map(verge_testkit::process::ChildProcess::pid);
+        ensure!(
+            !path.with_file_name("edgecore.new").exists(),
+            "the trial binary stayed"
+        );
+        let now = edge
+            .process
+            .as_ref()
+            .map(verge_testkit::process::ChildProcess::pid);
         ensure!(
             now == *pid && edge.process.as_mut().is_some_and(|p| p.is_running()),
             "{}'s process was replaced, not exec'd",
@@ -305,7 +336,10 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         );
         wait_node_ready(client, &edge.name, Duration::from_secs(30)).await?;
     }
-    ensure!(running_containers()?, "a pod's containers changed during the upgrade");
+    ensure!(
+        running_containers()?,
+        "a pod's containers changed during the upgrade"
+    );
 
     // The broken build on node A rolls back by itself.
     let broken = format!("broken-{id}");
@@ -316,8 +350,12 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         builds,
         &builds.broken_image.digest,
     );
-    jobs.patch(&broken, &PatchParams::apply("verge-e2e"), &Patch::Apply(&object))
-        .await?;
+    jobs.patch(
+        &broken,
+        &PatchParams::apply("verge-e2e"),
+        &Patch::Apply(&object),
+    )
+    .await?;
     let edge = &mut edges[0];
     let mut restarts = 0;
     let status = finished(&jobs, &broken, Duration::from_secs(180), || {
@@ -352,6 +390,9 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         "the broken binary stayed"
     );
     wait_node_ready(client, &edges[0].name, Duration::from_secs(60)).await?;
-    ensure!(running_containers()?, "a pod's containers changed during the roll-back");
+    ensure!(
+        running_containers()?,
+        "a pod's containers changed during the roll-back"
+    );
     Ok(())
 }

@@ -149,9 +149,7 @@ pub const CONFIRM_ANNOTATION: &str = "operations.kubeedge.io/confirm";
 /// Whether `annotation` (the value of [`CONFIRM_ANNOTATION`]) confirms the upgrade of `node`.
 pub fn confirms(annotation: &str, node: &str) -> bool {
     let annotation = annotation.trim();
-    annotation == "true"
-        || annotation == "*"
-        || annotation.split(',').any(|n| n.trim() == node)
+    annotation == "true" || annotation == "*" || annotation.split(',').any(|n| n.trim() == node)
 }
 
 /// Another edgecore, from an image.

@@ -7,7 +7,9 @@
 use std::io::Read as _;
 
 use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::{DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder};
+use bollard::query_parameters::{
+    DownloadFromContainerOptionsBuilder, RemoveContainerOptionsBuilder,
+};
 use futures::TryStreamExt as _;
 
 use super::docker::{DockerRuntime, err};
@@ -30,7 +32,11 @@ impl DockerRuntime {
             .map_err(err(format!("create a container of {image}")))?;
         let read = self.archive_file(&created.id, image, path, limit).await;
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
-        if let Err(e) = self.docker.remove_container(&created.id, Some(options)).await {
+        if let Err(e) = self
+            .docker
+            .remove_container(&created.id, Some(options))
+            .await
+        {
             tracing::warn!(id = %created.id, error = %e, "container of an image read not removed");
         }
         read

@@ -48,6 +48,7 @@ pub mod error;
 pub mod etc_hosts;
 pub mod events;
 pub mod gc;
+pub mod hold;
 pub mod metrics;
 pub mod network;
 pub mod node;

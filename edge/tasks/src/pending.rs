@@ -28,7 +28,11 @@ pub enum Stage {
 
 /// What changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "change", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "change",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Change {
     /// The configuration file (ConfigUpdateJob).
     Config {

@@ -38,7 +38,13 @@ pub(crate) async fn resume(mut pending: Pending, r: Resume<'_>) -> Option<Ended>
     if pending.stage == Stage::RolledBack {
         undo(&pending.change);
         let reason = format!("rolled back: {}", pending.reason);
-        report_end(&name, &pending, r.reporter, report::failed(reason, rolled(&pending))).await;
+        report_end(
+            &name,
+            &pending,
+            r.reporter,
+            report::failed(reason, rolled(&pending)),
+        )
+        .await;
         clear(r.files);
         return Some(ended);
     }
@@ -54,7 +60,13 @@ pub(crate) async fn resume(mut pending: Pending, r: Resume<'_>) -> Option<Ended>
         fail_last(&mut pending);
         undo(&pending.change);
         let reason = format!("rolled back: {}", pending.reason);
-        report_end(&name, &pending, r.reporter, report::failed(reason, rolled(&pending))).await;
+        report_end(
+            &name,
+            &pending,
+            r.reporter,
+            report::failed(reason, rolled(&pending)),
+        )
+        .await;
         clear(r.files);
         return Some(ended);
     }
@@ -160,7 +172,12 @@ fn rolled(pending: &Pending) -> Vec<verge_core::task::ActionReport> {
 
 /// Sends the final report, with the versions of an upgrade: the new one when it succeeded,
 /// the one still running otherwise.
-async fn report_end(name: &TaskName, pending: &Pending, reporter: &Reporter, mut report: NodeTaskReport) {
+async fn report_end(
+    name: &TaskName,
+    pending: &Pending,
+    reporter: &Reporter,
+    mut report: NodeTaskReport,
+) {
     if let Change::Upgrade {
         from_version,
         to_version,

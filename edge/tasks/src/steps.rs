@@ -151,7 +151,12 @@ pub(crate) async fn upgrade<R: ContainerRuntime>(
     None
 }
 
-fn pending(task: &StoredTask, spec: &NodeTask, change: Change, steps: Vec<ActionReport>) -> Pending {
+fn pending(
+    task: &StoredTask,
+    spec: &NodeTask,
+    change: Change,
+    steps: Vec<ActionReport>,
+) -> Pending {
     Pending {
         task: task.name.to_string(),
         uid: task.uid.clone(),

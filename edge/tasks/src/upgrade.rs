@@ -106,10 +106,15 @@ pub async fn sanity_check(binary: &Path) -> Result<String, String> {
     let text = String::from_utf8_lossy(&output.stdout);
     let line = text.lines().next().unwrap_or_default().trim().to_owned();
     if !output.status.success() {
-        return Err(format!("the new binary's --version failed ({})", output.status));
+        return Err(format!(
+            "the new binary's --version failed ({})",
+            output.status
+        ));
     }
     if !line.starts_with("edgecore ") {
-        return Err(format!("the new binary is not edgecore (--version: {line:?})"));
+        return Err(format!(
+            "the new binary is not edgecore (--version: {line:?})"
+        ));
     }
     Ok(line)
 }
@@ -159,8 +164,14 @@ mod tests {
     fn images_are_pinned_by_digest() {
         let digest = format!("sha256:{}", "a".repeat(64));
         for (image, want) in [
-            ("127.0.0.1:5000/verge/edgecore:v1.2.3", "127.0.0.1:5000/verge/edgecore"),
-            ("kubeedge/installation-package:v1.23.0", "kubeedge/installation-package"),
+            (
+                "127.0.0.1:5000/verge/edgecore:v1.2.3",
+                "127.0.0.1:5000/verge/edgecore",
+            ),
+            (
+                "kubeedge/installation-package:v1.23.0",
+                "kubeedge/installation-package",
+            ),
             ("registry:5000/edgecore", "registry:5000/edgecore"),
         ] {
             assert_eq!(pinned(image, &digest), format!("{want}@{digest}"));

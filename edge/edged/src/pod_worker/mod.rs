@@ -96,6 +96,8 @@ pub(crate) enum WorkerMsg {
     Unhealthy(ProbeUpdate),
     /// A configmap/secret the pod mounts changed.
     Refresh,
+    /// The pod is held by hold-upgrade (`true`) or released (`false`; [`crate::hold`]).
+    Hold(bool),
 }
 
 /// The dispatcher's end of a worker. Messages are coalesced by the worker (each wake-up
@@ -164,6 +166,11 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     resize: resize::ResizeState,
     /// The pod's share of the node while it is admitted and active ([`crate::admission`]).
     admission: Option<crate::admission::Ticket>,
+    /// Held by hold-upgrade: not admitted, nothing started, until released
+    /// ([`crate::hold`]).
+    held: bool,
+    /// Was held and released: the condition says so from then on.
+    hold_released: bool,
 }
 
 /// The spec of `pod`; an empty one for a pod without (none reaches a worker: the API server
@@ -173,13 +180,15 @@ fn spec_of(pod: &Pod) -> &PodSpec {
     pod.spec.as_ref().unwrap_or(&NONE)
 }
 
-/// Starts the worker of `pod` (stored at `key`, committed in trace `trace`); it reports its
-/// uid on `done` when it ends.
+/// Starts the worker of `pod` (stored at `key`, committed in trace `trace`; `held` by
+/// hold-upgrade); it reports its uid on `done` when it ends.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn spawn<R: ContainerRuntime>(
     ctx: Arc<Context<R>>,
     key: ResourceKey,
     pod: Pod,
     trace: TraceContext,
+    held: bool,
     tracker: &TaskTracker,
     shutdown: CancellationToken,
     done: mpsc::UnboundedSender<String>,
@@ -190,6 +199,7 @@ pub(crate) fn spawn<R: ContainerRuntime>(
     let (deletion_grace, grace_rx) = watch::channel(pod.metadata.deletion_grace_period_seconds);
     worker.deletion_grace = grace_rx;
     worker.trace.follow(trace);
+    worker.held = held;
     let uid = worker.uid.clone();
     let span = info_span!("pod", pod = %key, %uid);
     tracker.spawn(
@@ -250,6 +260,8 @@ impl<R: ContainerRuntime> Worker<R> {
             deletion_grace: watch::channel(pod_grace).1,
             resize,
             admission,
+            held: false,
+            hold_released: false,
         }
     }
 
@@ -318,6 +330,10 @@ impl<R: ContainerRuntime> Worker<R> {
             WorkerMsg::Deleted => self.delete(),
             WorkerMsg::Relist => {}
             WorkerMsg::Refresh => self.refresh_volumes = true,
+            WorkerMsg::Hold(held) => {
+                self.hold_released = self.held && !held;
+                self.held = held;
+            }
             WorkerMsg::Unhealthy(u) => self.probe_event(&u),
             WorkerMsg::Probe(u) => {
                 if !u.success

@@ -104,6 +104,11 @@ impl<R: ContainerRuntime> Worker<R> {
             self.terminate().await?;
             return Ok(None);
         }
+        if self.held && self.state == PodState::Pending {
+            // hold-upgrade: nothing admitted or started until the release.
+            self.report(&Observation::default()).await;
+            return Ok(None);
+        }
         self.admit();
         if let PodState::Rejected(_) = self.state {
             // kubelet: a pod the node does not admit fails at once, nothing created.

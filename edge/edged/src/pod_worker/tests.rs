@@ -508,6 +508,7 @@ async fn deletion_during_a_start_takes_effect_at_the_next_sync() {
         key(&p),
         p.clone(),
         verge_core::TraceContext::default(),
+        false,
         &tracker,
         CancellationToken::new(),
         done_tx,
@@ -915,4 +916,36 @@ async fn a_container_without_probes_is_ready_as_soon_as_it_runs() {
         return;
     }
     panic!("the pod never ran");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_pod_starts_nothing_until_released() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    let p = app_pod("Always");
+    let mut w = h.worker(&p);
+    w.held = true;
+    settle(&mut w).await;
+    assert!(h.rt.containers().is_empty(), "nothing created while held");
+    assert_eq!(w.state, PodState::Pending);
+    let condition = |w: &Worker<FakeRuntime>| {
+        w.last_status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == crate::hold::CONDITION))
+            .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+    };
+    assert_eq!(
+        condition(&w),
+        Some(("True".to_owned(), crate::hold::REASON.to_owned()))
+    );
+    w.apply(WorkerMsg::Hold(false));
+    settle(&mut w).await;
+    settle(&mut w).await;
+    assert_eq!(w.state, PodState::Running);
+    assert!(!h.rt.instances("app").is_empty(), "started once released");
+    assert_eq!(
+        condition(&w),
+        Some(("False".to_owned(), crate::hold::RELEASED.to_owned()))
+    );
 }
