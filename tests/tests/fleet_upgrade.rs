@@ -13,6 +13,10 @@
 //!   `Restart=always` would, and that edgecore finds the trial unconfirmed, removes it and
 //!   reports the failure; the pods' containers stay.
 //!
+//! - with `requireConfirmation`, the same build again on node B: the node waits
+//!   (`WaitingConfirmation`) until the job's `operations.kubeedge.io/confirm` annotation names
+//!   it, then upgrades.
+//!
 //! The time from job creation to done and the downtime are printed (`--nocapture`).
 
 use std::path::Path;
@@ -67,7 +71,7 @@ async fn an_upgrade_keeps_pods_and_a_broken_build_rolls_back() -> anyhow::Result
         .collect();
     let logs = format!("{}\n{logs}", cloud.logs(40));
     let jobs: Api<DynamicObject> = Api::all_with(client.clone(), &operations_job("NodeUpgradeJob"));
-    for job in ["upgrade", "broken"] {
+    for job in ["upgrade", "broken", "confirm"] {
         let _ = jobs
             .delete(&format!("{job}-{id}"), &DeleteParams::default())
             .await;
@@ -180,6 +184,11 @@ fn job(name: &str, nodes: &[&str], version: &str, builds: &Builds, digest: &str)
         "spec": {"nodeNames": nodes, "version": version, "image": builds.repository,
                  "imageDigestGatter": {"amd64": digest},
                  "concurrency": 2, "timeoutSeconds": 90}})
+}
+
+/// The actions of a node's entry.
+fn actions(entry: &Value) -> Vec<String> {
+    steps(entry).into_iter().map(|(a, _)| a).collect()
 }
 
 /// The job's status once its phase is final; meanwhile `supervise` runs every half second.
@@ -393,6 +402,58 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
     ensure!(
         running_containers()?,
         "a pod's containers changed during the roll-back"
+    );
+
+    // requireConfirmation: node B waits until the job's annotation confirms it.
+    let confirm = format!("confirm-{id}");
+    let mut object = job(
+        &confirm,
+        &names[1..],
+        "v0.2.0",
+        builds,
+        &builds.good_image.digest,
+    );
+    object["spec"]["requireConfirmation"] = json!(true);
+    jobs.patch(
+        &confirm,
+        &PatchParams::apply("verge-e2e"),
+        &Patch::Apply(&object),
+    )
+    .await?;
+    let waiting = verge_e2e::wait_for(
+        "B waiting for confirmation",
+        Duration::from_secs(60),
+        || async {
+            let status = jobs.get(&confirm).await?.data["status"].clone();
+            let entry = status["nodeStatus"][0].clone();
+            Ok((actions(&entry) == ["Check", "WaitingConfirmation"]).then_some(status))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let status = jobs.get(&confirm).await?.data["status"].clone();
+    ensure!(
+        status["phase"] != "Complated" && actions(&status["nodeStatus"][0]).len() == 2,
+        "B did not wait: {status} (was {waiting})"
+    );
+    let annotation = json!({"metadata": {"annotations": {
+        verge_core::task::CONFIRM_ANNOTATION: names[1]}}});
+    jobs.patch(
+        &confirm,
+        &PatchParams::default(),
+        &Patch::Merge(&annotation),
+    )
+    .await?;
+    let status = finished(&jobs, &confirm, Duration::from_secs(120), || Ok(())).await?;
+    let entry = &status["nodeStatus"][0];
+    ensure!(
+        status["phase"] == "Complated"
+            && actions(entry) == ["Check", "WaitingConfirmation", "BackUp", "Upgrade"],
+        "the confirmed job: {status}"
+    );
+    ensure!(
+        running_containers()?,
+        "a pod's containers changed during the confirmed upgrade"
     );
     Ok(())
 }
