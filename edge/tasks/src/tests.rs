@@ -181,3 +181,73 @@ async fn an_unconfirmed_config_change_is_rolled_back_then_reported() {
         ]
     );
 }
+
+/// A trial binary that died before it was connected: the supervisor starts the installed
+/// binary, which finds the trial pending, removes it and reports the roll-back with the
+/// version still running.
+#[tokio::test(start_paused = true)]
+async fn an_upgrade_whose_trial_died_is_rolled_back_by_the_installed_binary() {
+    use crate::pending::{Change, Pending, Stage, TaskFiles};
+    use crate::report::Reporter;
+    use crate::restart::Restart;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let installed = dir.path().join("edgecore");
+    let (_, staged) = crate::upgrade::paths(&installed);
+    std::fs::write(&installed, b"old").expect("installed");
+    std::fs::write(&staged, b"broken").expect("staged");
+    let files = TaskFiles::new(dir.path());
+    let pending = Pending {
+        task: "nodeupgradejob.fleet".into(),
+        uid: "u1".into(),
+        version: "2".into(),
+        stage: Stage::Applied,
+        change: Change::Upgrade {
+            installed: installed.clone(),
+            staged: staged.clone(),
+            from_version: "v0.1.0".into(),
+            to_version: "v0.2.0".into(),
+            requested_at_ms: 0,
+        },
+        timeout_seconds: 60,
+        boots: 0,
+        steps: vec![
+            report::step("Check", None),
+            report::step("BackUp", None),
+            report::step("Upgrade", None),
+        ],
+        reason: String::new(),
+    };
+    files.set_pending(Some(&pending)).expect("pending");
+    let (hub, mut upstream) = verge_edgehub::EdgeHubHandle::detached(8);
+    let reporter = Reporter::new(hub.clone());
+    let restart = Restart::default();
+    let resume = crate::resume::Resume {
+        files: &files,
+        reporter: &reporter,
+        sessions: hub.sessions(),
+        restart: &restart,
+        running: Some(installed.clone()),
+    };
+    let ended = crate::resume::resume(pending, resume).await;
+    assert_eq!(
+        ended,
+        Some(("nodeupgradejob.fleet".into(), "u1".into(), "2".into()))
+    );
+    assert!(!restart.requested(), "the installed binary runs on");
+    assert!(!staged.exists(), "the trial binary is removed");
+    assert_eq!(std::fs::read(&installed).expect("installed"), b"old");
+    assert_eq!(files.pending(), Ok(None));
+    let message = upstream.recv().await.expect("a report");
+    let body: verge_core::task::NodeTaskReport =
+        serde_json::from_slice(&message.body).expect("a report body");
+    assert_eq!(body.phase, "Failure");
+    assert_eq!(body.current_version, "v0.1.0");
+    assert!(
+        body.reason.contains("exited before it was connected"),
+        "{}",
+        body.reason
+    );
+    let last = body.action_flow.last().map(|s| s.action.as_str());
+    assert_eq!(last, Some("RollBack"));
+}
