@@ -475,4 +475,16 @@ mod tests {
         assert_eq!(own.username.as_deref(), Some("a"));
         assert!(credentials_for("other.io/x", &[secret]).is_none());
     }
+
+    #[test]
+    fn the_nodes_own_logins_come_from_its_config_json() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(node_credentials(dir.path(), "reg.example.com:5000/x:1").is_none());
+        let config = r#"{"auths": {"reg.example.com:5000": {"username": "a", "password": "b"}}}"#;
+        std::fs::write(dir.path().join(NODE_CREDENTIALS_FILE), config).expect("written");
+        let login =
+            node_credentials(dir.path(), "reg.example.com:5000/x@sha256:00").expect("login");
+        assert_eq!(login.username.as_deref(), Some("a"));
+        assert!(node_credentials(dir.path(), "other.io/x").is_none());
+    }
 }

@@ -25,7 +25,7 @@ use super::start::{StartError, pull_event};
 use super::state::WaitingReason;
 use crate::volumes::{ImageVolumeSource, VolumeError};
 use verge_container_runtime::ContainerRuntime;
-use verge_container_runtime::image::{PullPolicy, credentials_for, ensure_image};
+use verge_container_runtime::image::{PullPolicy, credentials_for, ensure_image, node_credentials};
 
 /// Why an image volume's image is not available in this sync: what the containers mounting
 /// it show (kubelet: the pull's `ErrImagePull` or `ErrImageNeverPull` and its message).
@@ -91,6 +91,7 @@ impl<R: ContainerRuntime> Worker<R> {
                     secrets = Some(self.pull_secrets().await);
                 }
                 credentials_for(&reference, secrets.as_deref().unwrap_or_default())
+                    .or_else(|| node_credentials(&self.ctx.config.data_dir, &reference))
             };
             let pulled = self.pull_image_volume(&volume.name, &reference, policy, creds);
             pulls.insert(volume.name.clone(), pulled.await);

@@ -21,7 +21,7 @@ use super::sync::{Pass, Role, Wake};
 use crate::events::EventType;
 use crate::objects::PodObjects as _;
 use verge_container_runtime::image::{
-    ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image,
+    ImageError, ImageOutcome, PullPolicy, credentials_for, ensure_image, node_credentials,
 };
 use verge_container_runtime::labels::IMAGE_VOLUMES;
 use verge_container_runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
@@ -238,7 +238,9 @@ impl<R: ContainerRuntime> Worker<R> {
         let creds = if policy == PullPolicy::Never {
             None
         } else {
+            // kubelet: the pod's pull secrets first, then the node's own logins.
             credentials_for(&image, &self.pull_secrets().await)
+                .or_else(|| node_credentials(&self.ctx.config.data_dir, &image))
         };
         let pulling = || {
             let msg = format!("Pulling image \"{image}\"");
