@@ -36,16 +36,7 @@ pub(crate) async fn resume(mut pending: Pending, r: Resume<'_>) -> Option<Ended>
         pending.version.clone(),
     );
     if pending.stage == Stage::RolledBack {
-        undo(&pending.change);
-        let reason = format!("rolled back: {}", pending.reason);
-        report_end(
-            &name,
-            &pending,
-            r.reporter,
-            report::failed(reason, rolled(&pending)),
-        )
-        .await;
-        clear(r.files);
+        rolled_back(&name, &pending, &r).await;
         return Some(ended);
     }
     if let Change::Upgrade { staged, .. } = &pending.change
@@ -58,16 +49,7 @@ pub(crate) async fn resume(mut pending: Pending, r: Resume<'_>) -> Option<Ended>
             .to_owned();
         warn!(task = %name, reason = %pending.reason, "upgrade rolled back");
         fail_last(&mut pending);
-        undo(&pending.change);
-        let reason = format!("rolled back: {}", pending.reason);
-        report_end(
-            &name,
-            &pending,
-            r.reporter,
-            report::failed(reason, rolled(&pending)),
-        )
-        .await;
-        clear(r.files);
+        rolled_back(&name, &pending, &r).await;
         return Some(ended);
     }
     pending.boots += 1;
@@ -122,6 +104,16 @@ pub(crate) async fn resume(mut pending: Pending, r: Resume<'_>) -> Option<Ended>
         }
     }
     None
+}
+
+/// Ends a rolled-back change: what is left of it removed, the failure reported with the steps
+/// and the roll-back, the pending change forgotten.
+async fn rolled_back(name: &TaskName, pending: &Pending, r: &Resume<'_>) {
+    undo(&pending.change);
+    let reason = format!("rolled back: {}", pending.reason);
+    let report = report::failed(reason, rolled(pending));
+    report_end(name, pending, r.reporter, report).await;
+    clear(r.files);
 }
 
 /// Makes the change permanent: the configuration's backup removed, or the trial binary
