@@ -110,9 +110,14 @@ pub fn config_update(spec: &ConfigUpdateJobSpec) -> Option<NodeTask> {
 }
 
 /// `task` as node `node` gets it, with its version there: an upgrade is `confirmed` when the
-/// job's [`CONFIRM_ANNOTATION`] names the node. The version is `2 × metadata.generation`, plus
-/// one once confirmed: a confirmation is a newer version of the task (the node stops waiting
-/// and runs it), a spec change newer still, and versions only grow as the edge store wants.
+/// job's [`CONFIRM_ANNOTATION`] names the node.
+///
+/// The version only grows, as the edge store wants (it keeps the newer of two versions, even
+/// across uids): `creationTimestamp` (Unix seconds) × 2²¹ + 2 × `metadata.generation` (below
+/// 2²⁰) + 1 once confirmed. A confirmation is a newer version of the task (the node stops
+/// waiting and runs it), a spec change newer still, and a job deleted and created again
+/// under its name outranks the old one a node that missed the deletion still holds (unless
+/// both were created within the same second).
 pub fn for_node(
     mut task: NodeTask,
     meta: &kube::api::ObjectMeta,
@@ -127,8 +132,16 @@ pub fn for_node(
             .is_some_and(|value| confirms(value, node));
         confirmed = up.require_confirmation && up.confirmed;
     }
-    let generation = u64::try_from(meta.generation.unwrap_or(1)).unwrap_or(1);
-    let version = generation.saturating_mul(2) + u64::from(confirmed);
+    const GENERATIONS: u64 = 1 << 20;
+    let generation = u64::try_from(meta.generation.unwrap_or(1))
+        .unwrap_or(1)
+        .min(GENERATIONS - 1);
+    let created = meta
+        .creation_timestamp
+        .as_ref()
+        .and_then(|t| u64::try_from(t.0.as_second()).ok())
+        .unwrap_or(0);
+    let version = created.saturating_mul(2 * GENERATIONS) + 2 * generation + u64::from(confirmed);
     (task, version.to_string())
 }
 
@@ -159,12 +172,26 @@ mod tests {
     }
 
     fn meta(generation: i64, confirm: Option<&str>) -> kube::api::ObjectMeta {
+        created_at("2027-01-15T08:00:00Z", generation, confirm)
+    }
+
+    fn created_at(time: &str, generation: i64, confirm: Option<&str>) -> kube::api::ObjectMeta {
         kube::api::ObjectMeta {
             generation: Some(generation),
+            creation_timestamp: Some(
+                serde_json::from_value(serde_json::json!(time)).expect("time"),
+            ),
             annotations: confirm
                 .map(|v| BTreeMap::from([(CONFIRM_ANNOTATION.to_owned(), v.to_owned())])),
             ..kube::api::ObjectMeta::default()
         }
+    }
+
+    fn version(meta: &kube::api::ObjectMeta, node: &str) -> u64 {
+        for_node(upgrade_task(true), meta, node)
+            .1
+            .parse()
+            .expect("a number")
     }
 
     fn confirmed(task: &NodeTask) -> bool {
@@ -173,25 +200,35 @@ mod tests {
 
     #[test]
     fn a_confirmation_is_a_newer_version_for_the_nodes_it_names() {
-        let (task, version) = for_node(upgrade_task(true), &meta(3, None), "edge-a");
+        let (task, _) = for_node(upgrade_task(true), &meta(3, None), "edge-a");
         assert!(!confirmed(&task));
-        assert_eq!(version, "6");
+        let waiting = version(&meta(3, None), "edge-a");
         let annotated = meta(3, Some("edge-a, edge-b"));
-        let (task, version) = for_node(upgrade_task(true), &annotated, "edge-a");
+        let (task, _) = for_node(upgrade_task(true), &annotated, "edge-a");
         assert!(confirmed(&task));
-        assert_eq!(version, "7");
-        let (task, version) = for_node(upgrade_task(true), &annotated, "edge-c");
+        assert_eq!(version(&annotated, "edge-a"), waiting + 1);
+        let (task, _) = for_node(upgrade_task(true), &annotated, "edge-c");
         assert!(!confirmed(&task));
-        assert_eq!(version, "6");
-        let (_, version) = for_node(upgrade_task(true), &meta(4, None), "edge-a");
-        assert_eq!(version, "8", "a spec change outranks a confirmation");
+        assert_eq!(version(&annotated, "edge-c"), waiting);
+        assert!(
+            version(&meta(4, None), "edge-a") > waiting + 1,
+            "a spec change outranks a confirmation"
+        );
         let (task, _) = for_node(upgrade_task(true), &meta(3, Some("*")), "any");
         assert!(confirmed(&task));
     }
 
     #[test]
+    fn a_job_created_again_outranks_the_old_one() {
+        let old = created_at("2027-01-15T08:00:00Z", 500, Some("true"));
+        let again = created_at("2027-01-15T08:00:01Z", 1, None);
+        assert!(version(&again, "edge-a") > version(&old, "edge-a"));
+    }
+
+    #[test]
     fn without_require_confirmation_the_annotation_changes_no_version() {
-        let (_, version) = for_node(upgrade_task(false), &meta(3, Some("true")), "edge-a");
-        assert_eq!(version, "6");
+        let (_, plain) = for_node(upgrade_task(false), &meta(3, None), "edge-a");
+        let (_, annotated) = for_node(upgrade_task(false), &meta(3, Some("true")), "edge-a");
+        assert_eq!(plain, annotated);
     }
 }
