@@ -3,14 +3,17 @@
 //! update's new pod is held on the node (Pending, condition `HeldUpgrade=True`, no container)
 //! while the old pod keeps running in the same container, also across a restart of edgecore;
 //! `kubectl annotate pod <new> edge.kubeedge.io/hold-upgrade=false --overwrite` releases it:
-//! it starts, the rollout completes and the old pod goes.
+//! it starts, the rollout completes and the old pod goes. Then the same for a DaemonSet that
+//! updates with `maxSurge: 1` (the recipe docs/fleet.md gives for DaemonSets).
 
 use std::time::Duration;
 
 use anyhow::ensure;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    PostParams,
+};
 use kube::{Api, Client};
 use serde_json::json;
 use verge_e2e::{Cloud, Edge, containers_with, create_namespace, wait_for};
@@ -27,7 +30,13 @@ async fn an_update_waits_for_its_release() -> anyhow::Result<()> {
     let name = format!("e2e-hold-{}", std::process::id());
     let mut edge = Edge::new(&name, &cloud)?;
     edge.start()?;
-    let result = scenario(&cp, &client, &mut edge).await;
+    let result = async {
+        wait_node_ready(&client, &edge.name, Duration::from_secs(60)).await?;
+        create_namespace(&client, &edge.name).await?;
+        scenario(&cp, &client, &mut edge, "Deployment").await?;
+        scenario(&cp, &client, &mut edge, "DaemonSet").await
+    }
+    .await;
     let logs = format!("{}\n--- edge ---\n{}", cloud.logs(30), edge.logs(60));
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let _ = namespaces.delete(&name, &DeleteParams::default()).await;
@@ -58,19 +67,24 @@ fn uid(pod: &Pod) -> String {
     pod.metadata.uid.clone().unwrap_or_default()
 }
 
+/// The workload of `kind` (`Deployment` or `DaemonSet`) on the edge, updated once and held.
 async fn scenario(
     cp: &verge_testkit::ControlPlane,
     client: &Client,
     edge: &mut Edge,
+    kind: &str,
 ) -> anyhow::Result<()> {
     let ns = edge.name.clone();
-    wait_node_ready(client, &edge.name, Duration::from_secs(60)).await?;
-    create_namespace(client, &ns).await?;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let app = format!("robot-{}", kind.to_lowercase());
+    let workloads: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", kind)),
+    );
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let template = |version: &str| {
         json!({
-            "metadata": {"labels": {"app": "robot"}, "annotations": {HOLD: "true"}},
+            "metadata": {"labels": {"app": app}, "annotations": {HOLD: "true"}},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": edge.name},
                 "terminationGracePeriodSeconds": 1,
@@ -82,18 +96,21 @@ async fn scenario(
             }
         })
     };
-    let d: Deployment = serde_json::from_value(json!({
-        "metadata": {"name": "robot"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "robot"}},
-            "strategy": {"type": "RollingUpdate",
-                         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": template("1")
-        }
+    let rolling = json!({"maxSurge": 1, "maxUnavailable": 0});
+    let spec = if kind == "Deployment" {
+        json!({"replicas": 1, "selector": {"matchLabels": {"app": app}},
+               "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling},
+               "template": template("1")})
+    } else {
+        json!({"selector": {"matchLabels": {"app": app}},
+               "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling},
+               "template": template("1")})
+    };
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": kind, "metadata": {"name": app}, "spec": spec
     }))?;
-    deployments.create(&PostParams::default(), &d).await?;
-    let lp = ListParams::default().labels("app=robot");
+    workloads.create(&PostParams::default(), &object).await?;
+    let lp = ListParams::default().labels(&format!("app={app}"));
     // The first pod is not held.
     let first = wait_for("the first pod Running", Duration::from_secs(60), || async {
         let list = pods.list(&lp).await?;
@@ -107,14 +124,14 @@ async fn scenario(
     ensure!(!old_containers.is_empty(), "the first pod's containers");
 
     // The update: its pod is held, the old one runs on.
-    deployments
+    workloads
         .patch(
-            "robot",
+            &app,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"template": template("2")}})),
         )
         .await?;
-    let held = wait_for("the new pod held", Duration::from_secs(60), || async {
+    let held = wait_for(&format!("the {kind}'s new pod held"), Duration::from_secs(60), || async {
         let list = pods.list(&lp).await?;
         Ok(list.items.into_iter().find(|p| {
             uid(p) != uid(&first)

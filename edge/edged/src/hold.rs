@@ -7,9 +7,11 @@
 //! ReplicaSet name is `<deployment>-<pod-template-hash>`), a StatefulSet's or a DaemonSet's
 //! (label `controller-revision-hash`). A held pod is admitted to nothing and starts nothing;
 //! its status is `Pending` with the pod condition [`CONDITION`]` = True` (reason
-//! [`REASON`]). With a rolling update that surges (a Deployment's default), the older pod
-//! keeps running and serving meanwhile: the update waits. The first pods of a workload, its
-//! scaling within one revision, and bare pods are never held.
+//! [`REASON`]). With a rolling update that surges (a Deployment's default, a DaemonSet's with
+//! `maxSurge`), the older pod keeps running and serving meanwhile: the update waits. An update
+//! that deletes the older pod first (a StatefulSet's, `Recreate`) is not held: the node sees
+//! a deletion, then a pod without an older sibling. The first pods of a workload, its scaling
+//! within one revision, and bare pods are never held.
 //!
 //! **Release**, with kubectl alone: set the held pod's annotation to anything but `"true"`
 //! (`kubectl annotate pod <pod> edge.kubeedge.io/hold-upgrade=false --overwrite`); the pod
