@@ -131,13 +131,17 @@ async fn scenario(
             &Patch::Merge(json!({"spec": {"template": template("2")}})),
         )
         .await?;
-    let held = wait_for(&format!("the {kind}'s new pod held"), Duration::from_secs(60), || async {
-        let list = pods.list(&lp).await?;
-        Ok(list.items.into_iter().find(|p| {
-            uid(p) != uid(&first)
-                && held_condition(p) == Some(("True".to_owned(), "UpdateHoldActive".to_owned()))
-        }))
-    })
+    let held = wait_for(
+        &format!("the {kind}'s new pod held"),
+        Duration::from_secs(60),
+        || async {
+            let list = pods.list(&lp).await?;
+            Ok(list.items.into_iter().find(|p| {
+                uid(p) != uid(&first)
+                    && held_condition(p) == Some(("True".to_owned(), "UpdateHoldActive".to_owned()))
+            }))
+        },
+    )
     .await?;
     let held_name = held.metadata.name.clone().unwrap_or_default();
     let still_held = async |what: &str| -> anyhow::Result<()> {
