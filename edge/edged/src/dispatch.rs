@@ -34,8 +34,6 @@ pub(crate) struct Dispatcher<R: ContainerRuntime> {
     workers: HashMap<String, WorkerHandle>,
     by_key: HashMap<ResourceKey, String>,
     orphans: HashSet<String>,
-    /// Pods held by hold-upgrade ([`crate::hold`]), by uid, until released.
-    held: HashSet<String>,
     done_tx: mpsc::UnboundedSender<String>,
     done_rx: mpsc::UnboundedReceiver<String>,
     tracker: TaskTracker,
@@ -64,7 +62,6 @@ impl<R: ContainerRuntime> Dispatcher<R> {
             workers: HashMap::new(),
             by_key: HashMap::new(),
             orphans: HashSet::new(),
-            held: HashSet::new(),
             done_tx,
             done_rx,
             tracker: TaskTracker::new(),
@@ -99,7 +96,6 @@ impl<R: ContainerRuntime> Dispatcher<R> {
                 },
                 Some(uid) = self.done_rx.recv() => {
                     self.orphans.remove(&uid);
-                    self.held.remove(&uid);
                     if let Some(w) = self.workers.remove(&uid) {
                         if self.by_key.get(&w.key) == Some(&uid) {
                             self.by_key.remove(&w.key);
@@ -245,18 +241,13 @@ impl<R: ContainerRuntime> Dispatcher<R> {
             self.send(&old, WorkerMsg::Deleted);
         }
         if let Some(w) = self.workers.get_mut(&uid) {
-            let release = self.held.contains(&uid) && !crate::hold::asks(&pod);
             w.update(pod, trace);
-            if release {
-                info!(%key, %uid, "hold-upgrade released: the pod starts");
-                self.held.remove(&uid);
-                w.send(WorkerMsg::Hold(false));
-            }
         } else {
+            // hold-upgrade is decided once, beside the pods already running; the worker
+            // releases the pod when an update no longer asks for the hold.
             let held = crate::hold::held(&pod, self.workers.values().map(|w| w.pod.as_ref()));
             if held {
                 info!(%key, %uid, "hold-upgrade: an older revision runs; the pod waits for its release");
-                self.held.insert(uid.clone());
             }
             debug!(%key, %uid, "starting pod worker");
             let w = pod_worker::spawn(

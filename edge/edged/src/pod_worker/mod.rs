@@ -96,8 +96,6 @@ pub(crate) enum WorkerMsg {
     Unhealthy(ProbeUpdate),
     /// A configmap/secret the pod mounts changed.
     Refresh,
-    /// The pod is held by hold-upgrade (`true`) or released (`false`; [`crate::hold`]).
-    Hold(bool),
 }
 
 /// The dispatcher's end of a worker. Messages are coalesced by the worker (each wake-up
@@ -166,11 +164,9 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     resize: resize::ResizeState,
     /// The pod's share of the node while it is admitted and active ([`crate::admission`]).
     admission: Option<crate::admission::Ticket>,
-    /// Held by hold-upgrade: not admitted, nothing started, until released
-    /// ([`crate::hold`]).
+    /// Held by hold-upgrade: not admitted, nothing started, until an update of the pod no
+    /// longer asks for the hold ([`crate::hold`]).
     held: bool,
-    /// Was held and released: the condition says so from then on.
-    hold_released: bool,
 }
 
 /// The spec of `pod`; an empty one for a pod without (none reaches a worker: the API server
@@ -261,7 +257,6 @@ impl<R: ContainerRuntime> Worker<R> {
             resize,
             admission,
             held: false,
-            hold_released: false,
         }
     }
 
@@ -325,15 +320,15 @@ impl<R: ContainerRuntime> Worker<R> {
                 if old.labels != new.labels || old.annotations != new.annotations {
                     self.refresh_volumes = true;
                 }
+                if self.held && !crate::hold::asks(&pod) {
+                    tracing::info!("hold-upgrade released: the pod starts");
+                    self.held = false;
+                }
                 self.pod = pod;
             }
             WorkerMsg::Deleted => self.delete(),
             WorkerMsg::Relist => {}
             WorkerMsg::Refresh => self.refresh_volumes = true,
-            WorkerMsg::Hold(held) => {
-                self.hold_released = self.held && !held;
-                self.held = held;
-            }
             WorkerMsg::Unhealthy(u) => self.probe_event(&u),
             WorkerMsg::Probe(u) => {
                 if !u.success

@@ -158,15 +158,15 @@ impl<R: ContainerRuntime> Worker<R> {
             status = crate::status::terminal::terminate_pod(&pod, status);
         }
         self.resize_status(&mut status, obs);
-        if self.held || self.hold_released {
-            // hold-upgrade's condition: True while held, False once released.
-            let conditions = status.conditions.get_or_insert_with(Vec::new);
-            let last = self
-                .last_status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == crate::hold::CONDITION));
-            conditions.push(crate::hold::condition(self.held, last, &now));
+        // hold-upgrade's condition: True while held, False from the release on.
+        let last = self
+            .last_status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == crate::hold::CONDITION));
+        if self.held || last.is_some() {
+            let held = crate::hold::condition(self.held, last, &now);
+            status.conditions.get_or_insert_with(Vec::new).push(held);
         }
         if status.phase.as_deref() == Some("Running")
             && let Some(since) = self.starting_since.take()

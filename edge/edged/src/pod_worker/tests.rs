@@ -939,7 +939,15 @@ async fn a_held_pod_starts_nothing_until_released() {
         condition(&w),
         Some(("True".to_owned(), crate::hold::REASON.to_owned()))
     );
-    w.apply(WorkerMsg::Hold(false));
+    let mut released = p.clone();
+    released.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        crate::hold::HOLD_ANNOTATION.to_owned(),
+        "false".to_owned(),
+    )]));
+    w.apply(WorkerMsg::Update(
+        Arc::new(released),
+        verge_core::TraceContext::default(),
+    ));
     settle(&mut w).await;
     settle(&mut w).await;
     assert_eq!(w.state, PodState::Running);
