@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 use verge_container_runtime::ContainerRuntime;
-use verge_core::task::{NodeTask, NodeTaskReport, TaskAction, TaskName};
+use verge_core::task::{ActionReport, NodeTask, NodeTaskReport, TaskAction, TaskName};
 use verge_core::{ResourceKey, ResourceType};
 use verge_edge_store::MetaStore;
 use verge_edgehub::{EdgeHubHandle, SessionInfo};
@@ -357,11 +357,10 @@ async fn execute<R: ContainerRuntime>(
         return wait_for_confirmation(task, spec, context, stop).await;
     }
     let work = async {
-        let check = checks::run(&spec.checks, &context.env.data_dir).await;
-        if check.status != "True" {
-            let reason = format!("check failed: {}", check.reason);
-            return Some(report::failed(reason, vec![check]));
-        }
+        let check = match check(spec, context).await {
+            Ok(check) => check,
+            Err(failed) => return Some(failed),
+        };
         match &spec.action {
             TaskAction::PrePull(pull) => Some(prepull::run(&context.runtime, pull, check).await),
             TaskAction::ConfigUpdate(update) => {
@@ -396,6 +395,16 @@ async fn execute<R: ContainerRuntime>(
     Outcome::Ended
 }
 
+/// The `Check` step: its report when the checks passed, else the task's failure.
+async fn check<R>(spec: &NodeTask, context: &Context<R>) -> Result<ActionReport, NodeTaskReport> {
+    let check = checks::run(&spec.checks, &context.env.data_dir).await;
+    if check.status == "True" {
+        return Ok(check);
+    }
+    let reason = format!("check failed: {}", check.reason);
+    Err(report::failed(reason, vec![check]))
+}
+
 /// An upgrade that waits for its administrator's confirmation: the checks run, then the
 /// node reports `WaitingConfirmation` and waits, without a timeout, until the task is stopped
 /// (the confirmed version replaces it, or the job is deleted).
@@ -410,12 +419,13 @@ async fn wait_for_confirmation<R: ContainerRuntime>(
             .reporter
             .report(&task.name, &task.uid, &task.version, report)
     };
-    let check = checks::run(&spec.checks, &context.env.data_dir).await;
-    if check.status != "True" {
-        let reason = format!("check failed: {}", check.reason);
-        send(report::failed(reason, vec![check])).await;
-        return Outcome::Ended;
-    }
+    let check = match check(spec, context).await {
+        Ok(check) => check,
+        Err(failed) => {
+            send(failed).await;
+            return Outcome::Ended;
+        }
+    };
     let mut waiting = report::step("WaitingConfirmation", None);
     waiting.status = "Unknown".to_owned();
     waiting.reason = format!(
