@@ -350,3 +350,40 @@ pub fn operations_job(kind: &str) -> kube::api::ApiResource {
         plural: format!("{}s", kind.to_lowercase()),
     }
 }
+
+/// The status of operations job `name` once its phase is final (`Complated`, KubeEdge's
+/// spelling, or `Failure`), looked at every half second; `between` runs before each look
+/// (e.g. a supervisor starting a dead edgecore again).
+///
+/// # Errors
+/// API errors, `between`'s, or no final phase within `timeout` (the error holds the status).
+pub async fn wait_job_final(
+    jobs: &kube::Api<kube::api::DynamicObject>,
+    name: &str,
+    timeout: Duration,
+    mut between: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<serde_json::Value> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        between()?;
+        let status = jobs.get(name).await?.data["status"].clone();
+        if matches!(status["phase"].as_str(), Some("Complated" | "Failure")) {
+            return Ok(status);
+        }
+        anyhow::ensure!(
+            std::time::Instant::now() < deadline,
+            "{name} not done within {timeout:?}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The actions of a job's node entry (`actionFlow[].action`), in order.
+pub fn job_actions(entry: &serde_json::Value) -> Vec<String> {
+    entry["actionFlow"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["action"].as_str().map(str::to_owned))
+        .collect()
+}

@@ -13,8 +13,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use verge_e2e::{
-    Cloud, Edge, containers_with, create_namespace, operations_job, sleeper_pod, wait_for,
-    wait_running,
+    Cloud, Edge, containers_with, create_namespace, job_actions, operations_job, sleeper_pod,
+    wait_for, wait_job_final, wait_running,
 };
 use verge_testkit::wait::wait_node_ready;
 
@@ -102,16 +102,7 @@ async fn scenario(client: &Client, edge: &mut Edge) -> anyhow::Result<()> {
         Ok(job_name)
     };
     let finished = async |job_name: &str| -> anyhow::Result<Value> {
-        wait_for(
-            &format!("{job_name} ended"),
-            Duration::from_secs(120),
-            || async {
-                let status = jobs.get(job_name).await?.data["status"].clone();
-                let phase = status["phase"].as_str().unwrap_or_default();
-                Ok(matches!(phase, "Complated" | "Failure").then_some(status))
-            },
-        )
-        .await
+        wait_job_final(&jobs, job_name, Duration::from_secs(120), || Ok(())).await
     };
 
     // A value edgecore's parser refuses: the job fails naming the field; nothing changed.
@@ -143,16 +134,10 @@ async fn scenario(client: &Client, edge: &mut Edge) -> anyhow::Result<()> {
     let good = create("good", "57").await?;
     let status = finished(&good).await?;
     let entry = status["nodeStatus"][0].clone();
-    let steps: Vec<&str> = entry["actionFlow"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s["action"].as_str())
-        .collect();
     ensure!(
         status["phase"] == "Complated"
             && entry["phase"] == "Successful"
-            && steps == ["Check", "BackUp", "Update"],
+            && job_actions(&entry) == ["Check", "BackUp", "Update"],
         "the good job: {status}"
     );
     let config_after = std::fs::read_to_string(edge.config_path())?;

@@ -28,7 +28,8 @@ use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use verge_e2e::{
-    Cloud, Edge, containers_with, create_namespace, operations_job, sleeper_pod, wait_running,
+    Cloud, Edge, containers_with, create_namespace, job_actions, operations_job, sleeper_pod,
+    wait_job_final, wait_running,
 };
 use verge_testkit::registry::{Pushed, Registry};
 use verge_testkit::wait::wait_node_ready;
@@ -45,10 +46,10 @@ async fn an_upgrade_keeps_pods_and_a_broken_build_rolls_back() -> anyhow::Result
     cloud.start_fleetcontroller(&cp).await?;
     let registry = Registry::start().await?;
     let id = std::process::id();
-    let mut edges = Vec::new();
+    let (mut edges, mut installed) = (Vec::new(), Vec::new());
     for side in ["a", "b"] {
         let mut edge = Edge::new(&format!("e2e-upgrade-{side}-{id}"), &cloud)?;
-        edge.install_binary()?;
+        installed.push(edge.install_binary()?);
         // The node's own registry login, as the kubelet's <root-dir>/config.json.
         std::fs::create_dir_all(edge.data_dir())?;
         std::fs::write(
@@ -60,8 +61,8 @@ async fn an_upgrade_keeps_pods_and_a_broken_build_rolls_back() -> anyhow::Result
     }
     let work = tempfile::tempdir()?;
     let result = async {
-        let builds = Builds::push(&registry, work.path(), &edges[0]).await?;
-        scenario(&client, &mut edges, &builds).await?;
+        let builds = Builds::push(&registry, work.path(), &installed[0]).await?;
+        scenario(&client, &mut edges, &installed, &builds).await?;
         Ok::<_, anyhow::Error>(builds)
     }
     .await;
@@ -106,11 +107,11 @@ struct Builds {
 }
 
 impl Builds {
-    async fn push(registry: &Registry, dir: &Path, edge: &Edge) -> anyhow::Result<Self> {
+    /// The new build is `installed` (an edge's binary) with bytes appended.
+    async fn push(registry: &Registry, dir: &Path, installed: &Path) -> anyhow::Result<Self> {
         let id = std::process::id();
         let repository = format!("verge-e2e/edgecore-{id}");
-        let installed = edge.data_dir().join("../bin/edgecore");
-        let mut good = std::fs::read(&installed).context("the installed edgecore")?;
+        let mut good = std::fs::read(installed).context("the installed edgecore")?;
         good.extend_from_slice(format!("\nverge-e2e build {id}\n").as_bytes());
         let good_image = push_binary(registry, dir, "good", &good, &repository, "v0.2.0").await?;
         let broken = broken_build(dir)?;
@@ -186,46 +187,13 @@ fn job(name: &str, nodes: &[&str], version: &str, builds: &Builds, digest: &str)
                  "concurrency": 2, "timeoutSeconds": 90}})
 }
 
-/// The actions of a node's entry.
-fn actions(entry: &Value) -> Vec<String> {
-    steps(entry).into_iter().map(|(a, _)| a).collect()
-}
-
-/// The job's status once its phase is final; meanwhile `supervise` runs every half second.
-async fn finished(
-    jobs: &Api<DynamicObject>,
-    name: &str,
-    timeout: Duration,
-    mut supervise: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<Value> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        supervise()?;
-        let status = jobs.get(name).await?.data["status"].clone();
-        if matches!(status["phase"].as_str(), Some("Complated" | "Failure")) {
-            return Ok(status);
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "{name} not done within {timeout:?}: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn steps(entry: &Value) -> Vec<(String, String)> {
-    entry["actionFlow"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let field = |f: &str| s[f].as_str().unwrap_or_default().to_owned();
-            (field("action"), field("status"))
-        })
-        .collect()
-}
-
-async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyhow::Result<()> {
+/// `installed`: each edge's binary, in the order of `edges`.
+async fn scenario(
+    client: &Client,
+    edges: &mut [Edge],
+    installed: &[std::path::PathBuf],
+    builds: &Builds,
+) -> anyhow::Result<()> {
     let id = std::process::id();
     let ns = format!("e2e-upgrade-{id}");
     for edge in edges.iter() {
@@ -263,10 +231,6 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
                 .map(verge_testkit::process::ChildProcess::pid)
         })
         .collect();
-    let installed: Vec<_> = edges
-        .iter()
-        .map(|e| e.data_dir().join("../bin/edgecore"))
-        .collect();
     let original = std::fs::read(&installed[0])?;
 
     // The new build on both nodes.
@@ -288,7 +252,7 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         &Patch::Apply(&object),
     )
     .await?;
-    let status = finished(&jobs, &upgrade, Duration::from_secs(180), || Ok(())).await?;
+    let status = wait_job_final(&jobs, &upgrade, Duration::from_secs(180), || Ok(())).await?;
     let took = started.elapsed();
     ensure!(status["phase"] == "Complated", "the upgrade: {status}");
     let mut downtimes = Vec::new();
@@ -299,10 +263,8 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
                 && entry["historicVersion"] == RUNNING,
             "a node's upgrade: {entry}"
         );
-        let flow = steps(entry);
-        let actions: Vec<&str> = flow.iter().map(|(a, _)| a.as_str()).collect();
         ensure!(
-            actions == ["Check", "BackUp", "Upgrade"],
+            job_actions(entry) == ["Check", "BackUp", "Upgrade"],
             "the steps: {entry}"
         );
         let reason = entry["actionFlow"][2]["reason"]
@@ -367,7 +329,7 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
     .await?;
     let edge = &mut edges[0];
     let mut restarts = 0;
-    let status = finished(&jobs, &broken, Duration::from_secs(180), || {
+    let status = wait_job_final(&jobs, &broken, Duration::from_secs(180), || {
         // systemd's Restart=always: a dead edgecore is started again from its binary.
         if !edge.process.as_mut().is_some_and(|p| p.is_running()) {
             restarts += 1;
@@ -386,7 +348,11 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         "the broken job: {status}"
     );
     ensure!(
-        steps(entry).last().map(|(a, s)| (a.as_str(), s.as_str())) == Some(("RollBack", "True")),
+        entry["actionFlow"]
+            .as_array()
+            .and_then(|f| f.last())
+            .map(|s| (&s["action"], &s["status"]))
+            == Some((&json!("RollBack"), &json!("True"))),
         "the broken job's steps: {entry}"
     );
     ensure!(restarts >= 1, "the broken build never ran");
@@ -426,14 +392,14 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         || async {
             let status = jobs.get(&confirm).await?.data["status"].clone();
             let entry = status["nodeStatus"][0].clone();
-            Ok((actions(&entry) == ["Check", "WaitingConfirmation"]).then_some(status))
+            Ok((job_actions(&entry) == ["Check", "WaitingConfirmation"]).then_some(status))
         },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let status = jobs.get(&confirm).await?.data["status"].clone();
     ensure!(
-        status["phase"] != "Complated" && actions(&status["nodeStatus"][0]).len() == 2,
+        status["phase"] != "Complated" && job_actions(&status["nodeStatus"][0]).len() == 2,
         "B did not wait: {status} (was {waiting})"
     );
     let annotation = json!({"metadata": {"annotations": {
@@ -444,11 +410,11 @@ async fn scenario(client: &Client, edges: &mut [Edge], builds: &Builds) -> anyho
         &Patch::Merge(&annotation),
     )
     .await?;
-    let status = finished(&jobs, &confirm, Duration::from_secs(120), || Ok(())).await?;
+    let status = wait_job_final(&jobs, &confirm, Duration::from_secs(120), || Ok(())).await?;
     let entry = &status["nodeStatus"][0];
     ensure!(
         status["phase"] == "Complated"
-            && actions(entry) == ["Check", "WaitingConfirmation", "BackUp", "Upgrade"],
+            && job_actions(entry) == ["Check", "WaitingConfirmation", "BackUp", "Upgrade"],
         "the confirmed job: {status}"
     );
     ensure!(

@@ -134,11 +134,25 @@ impl<R: ContainerRuntime> Dispatcher<R> {
             let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
             created(a).cmp(&created(b))
         });
-        if startup {
-            self.restore_admitted(&pods).await;
-        }
+        let ran = if startup {
+            self.restore_admitted(&pods).await
+        } else {
+            HashSet::new()
+        };
+        // hold-upgrade beside every stored pod, whatever the order of their creation times
+        // (whole seconds: an update's pod may share its predecessor's), never for a pod that
+        // ran before the restart.
+        let held: HashSet<String> = pods
+            .iter()
+            .filter(|(_, p)| {
+                p.metadata.uid.as_ref().is_some_and(|u| !ran.contains(u))
+                    && crate::hold::held(p, pods.iter().map(|(_, o)| o))
+            })
+            .filter_map(|(_, p)| p.metadata.uid.clone())
+            .collect();
         for (key, pod) in pods {
-            self.upsert(key, pod, TraceContext::default(), shutdown);
+            let is_held = pod.metadata.uid.as_ref().is_some_and(|u| held.contains(u));
+            self.upsert(key, pod, TraceContext::default(), shutdown, Some(is_held));
         }
         let gone: Vec<String> = self
             .by_key
@@ -164,8 +178,9 @@ impl<R: ContainerRuntime> Dispatcher<R> {
 
     /// Registers as admitted the stored `pods` that ran on the node before edgecore
     /// restarted ([`crate::admission::ran_before`]: containers of theirs exist, or their
-    /// status says Running), so that no pod admitted before is rejected for the others.
-    async fn restore_admitted(&self, pods: &[(ResourceKey, Pod)]) {
+    /// status says Running), so that no pod admitted before is rejected for the others;
+    /// returns their uids.
+    async fn restore_admitted(&self, pods: &[(ResourceKey, Pod)]) -> HashSet<String> {
         let with_containers: HashSet<String> =
             match self.ctx.runtime.list(&ListFilter::node()).await {
                 Ok(containers) => containers
@@ -179,11 +194,14 @@ impl<R: ContainerRuntime> Dispatcher<R> {
                     HashSet::new()
                 }
             };
-        let ran = pods
+        let ran: Vec<&Pod> = pods
             .iter()
             .map(|(_, p)| p)
-            .filter(|p| crate::admission::ran_before(p, &with_containers));
+            .filter(|p| crate::admission::ran_before(p, &with_containers))
+            .collect();
+        let uids = ran.iter().filter_map(|p| p.metadata.uid.clone()).collect();
         self.ctx.admitted.restore(ran);
+        uids
     }
 
     async fn on_store_event(&mut self, ev: StoreEvent, shutdown: &CancellationToken) {
@@ -216,7 +234,7 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         let k = key.clone();
         match self.ctx.store.blocking(move |s| s.get(&k)).await {
             Ok(Some(obj)) => match serde_json::from_slice::<Pod>(&obj.content) {
-                Ok(pod) => self.upsert(key, pod, trace, shutdown),
+                Ok(pod) => self.upsert(key, pod, trace, shutdown, None),
                 Err(e) => warn!(%key, error = %e, "stored pod is not a v1.Pod; ignored"),
             },
             Ok(None) => {}
@@ -224,12 +242,15 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         }
     }
 
+    /// Hands `pod` to its worker, or starts one: `held` by hold-upgrade as given, or (`None`)
+    /// as decided beside the pods of the running workers.
     fn upsert(
         &mut self,
         key: ResourceKey,
         pod: Pod,
         trace: TraceContext,
         shutdown: &CancellationToken,
+        held: Option<bool>,
     ) {
         let Some(uid) = pod.metadata.uid.clone() else {
             return warn!(%key, "pod without uid; ignored");
@@ -243,9 +264,11 @@ impl<R: ContainerRuntime> Dispatcher<R> {
         if let Some(w) = self.workers.get_mut(&uid) {
             w.update(pod, trace);
         } else {
-            // hold-upgrade is decided once, beside the pods already running; the worker
-            // releases the pod when an update no longer asks for the hold.
-            let held = crate::hold::held(&pod, self.workers.values().map(|w| w.pod.as_ref()));
+            // hold-upgrade is decided once; the worker releases the pod when an update no
+            // longer asks for the hold.
+            let held = held.unwrap_or_else(|| {
+                crate::hold::held(&pod, self.workers.values().map(|w| w.pod.as_ref()))
+            });
             if held {
                 info!(%key, %uid, "hold-upgrade: an older revision runs; the pod waits for its release");
             }

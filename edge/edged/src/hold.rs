@@ -79,11 +79,16 @@ pub fn workload(pod: &Pod) -> Option<(&'static str, String, String)> {
 }
 
 /// Whether `pod`, arriving on the node, is held beside the node's `others` (the pods it
-/// already runs): it asks for the hold, is not being deleted, and an older pod of the same
-/// workload and namespace, of another revision, is still live (not Succeeded or Failed, not
-/// being deleted).
+/// already runs): it asks for the hold, is not being deleted, has not run (its status is not
+/// `Running`, `Succeeded` or `Failed`), and an older pod (or one created in the same second)
+/// of the same workload and namespace, of another revision, is still live (not Succeeded or
+/// Failed, not being deleted).
 pub fn held<'a>(pod: &Pod, others: impl IntoIterator<Item = &'a Pod>) -> bool {
-    if !asks(pod) || pod.metadata.deletion_timestamp.is_some() {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !asks(pod)
+        || pod.metadata.deletion_timestamp.is_some()
+        || matches!(phase, Some("Running" | "Succeeded" | "Failed"))
+    {
         return false;
     }
     let Some((kind, name, revision)) = workload(pod) else {
@@ -183,6 +188,13 @@ mod tests {
         );
         assert!(!held(&free, [&old]));
         assert!(!held(&new, []));
+        // A pod that ran is never held, even beside a newer-looking sibling.
+        let mut ran = new.clone();
+        ran.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".to_owned()),
+            ..Default::default()
+        });
+        assert!(!held(&ran, [&old]));
         let mut done = old.clone();
         done.status = Some(k8s_openapi::api::core::v1::PodStatus {
             phase: Some("Succeeded".to_owned()),
