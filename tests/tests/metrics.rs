@@ -274,9 +274,19 @@ async fn scenario(
     // ---- a pod: messages, watch events, API requests and the pod start stages move ----
     create_namespace(client, name).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), name);
-    pods.create(&PostParams::default(), &sleeper_pod(name, "web", name)?)
-        .await?;
-    verge_e2e::wait_running(&pods, "web", Duration::from_secs(60)).await?;
+    // A pod of one container (no sandbox) and one of two (with a sandbox): every stage.
+    let mut pair = sleeper_pod(name, "pair", name)?;
+    if let Some(spec) = pair.spec.as_mut() {
+        let mut side = spec.containers[0].clone();
+        side.name = "side".into();
+        spec.containers.push(side);
+    }
+    for pod in [sleeper_pod(name, "web", name)?, pair] {
+        pods.create(&PostParams::default(), &pod).await?;
+    }
+    for pod in ["web", "pair"] {
+        verge_e2e::wait_running(&pods, pod, Duration::from_secs(60)).await?;
+    }
     let edge_after = wait_for("pod start recorded", Duration::from_secs(20), || async {
         let text = scrape_edge(netns)?;
         let total = sample(
@@ -284,7 +294,7 @@ async fn scenario(
             "verge_edgecore_pod_start_duration_seconds_count",
             &["stage=\"total\""],
         );
-        Ok(total.is_some_and(|n| n >= 1.0).then_some(text))
+        Ok(total.is_some_and(|n| n >= 2.0).then_some(text))
     })
     .await?;
     for stage in ["image", "sandbox", "container"] {

@@ -193,6 +193,7 @@ impl ContainerRuntime for DockerRuntime {
                     state: c.state.map(|s| s.to_string()).unwrap_or_default(),
                     created: c.created.unwrap_or(0),
                     image_id: c.image_id,
+                    ip: super::docker_convert::summary_ip(c.network_settings),
                 })
             })
             .collect())

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bollard::models::{
-    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, EventMessage,
-    HostConfig, Mount, MountImageOptions, MountType,
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum,
+    ContainerSummaryNetworkSettings, EndpointIpamConfig, EndpointSettings, EventMessage,
+    HostConfig, Mount, MountImageOptions, MountType, NetworkingConfig,
 };
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -21,6 +22,21 @@ use super::types::{
 fn parse_time(s: Option<&str>) -> Option<Time> {
     let t: Timestamp = s?.parse().ok()?;
     (t.as_second() > 0).then_some(Time(t))
+}
+
+/// A container is on one network (the default bridge or the pod network); the address on
+/// the first by name that has one, should there be more.
+fn first_address(networks: HashMap<String, EndpointSettings>) -> Option<String> {
+    let mut networks: Vec<_> = networks.into_iter().collect();
+    networks.sort_by(|a, b| a.0.cmp(&b.0));
+    networks
+        .into_iter()
+        .find_map(|(_, e)| e.ip_address.filter(|ip| !ip.is_empty()))
+}
+
+/// The address of a listed container ([`first_address`]).
+pub(super) fn summary_ip(settings: Option<ContainerSummaryNetworkSettings>) -> Option<String> {
+    settings.and_then(|s| s.networks).and_then(first_address)
 }
 
 /// The CFS period Docker gives `NanoCpus` (100 ms, as the kubelet's), microseconds.
@@ -64,15 +80,10 @@ pub(super) fn info(c: ContainerInspectResponse) -> ContainerInfo {
         _ if st.running == Some(true) => RunState::Running,
         _ => RunState::Exited,
     };
-    // A sandbox is on one network (the default bridge or the pod network); the first by
-    // name with an address, should there be more.
-    let ip = c.network_settings.and_then(|n| n.networks).and_then(|n| {
-        let mut networks: Vec<_> = n.into_iter().collect();
-        networks.sort_by(|a, b| a.0.cmp(&b.0));
-        networks
-            .into_iter()
-            .find_map(|(_, e)| e.ip_address.filter(|ip| !ip.is_empty()))
-    });
+    let ip = c
+        .network_settings
+        .and_then(|n| n.networks)
+        .and_then(first_address);
     ContainerInfo {
         id: c.id.unwrap_or_default(),
         labels: config.labels.unwrap_or_default(),
@@ -110,6 +121,22 @@ fn image_mount(m: ImageMount) -> Mount {
 /// A [`ContainerSpec`] as Docker's create body (its image mounts as `HostConfig.Mounts`).
 pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
     let mode = |m: String| Some(m);
+    // A fixed address is an endpoint setting of the user-defined network it is on.
+    let networking_config = match (&spec.network, spec.ipv4_address) {
+        (NetworkMode::Network(name), Some(ip)) => Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                name.clone(),
+                EndpointSettings {
+                    ipam_config: Some(EndpointIpamConfig {
+                        ipv4_address: Some(ip),
+                        ..EndpointIpamConfig::default()
+                    }),
+                    ..EndpointSettings::default()
+                },
+            )])),
+        }),
+        _ => None,
+    };
     let network_mode = match spec.network {
         NetworkMode::Bridge => mode("bridge".to_owned()),
         NetworkMode::Host => mode("host".to_owned()),
@@ -172,6 +199,7 @@ pub(super) fn body(spec: ContainerSpec) -> ContainerCreateBody {
         labels: Some(spec.labels),
         exposed_ports: Some(spec.exposed_ports).filter(|e| !e.is_empty()),
         host_config: Some(host),
+        networking_config,
         ..ContainerCreateBody::default()
     }
 }

@@ -77,6 +77,14 @@ impl RuntimeError {
         matches!(self, Self::RegistryUnreachable { .. })
     }
 
+    /// Whether a start failed because the container's fixed address
+    /// ([`ContainerSpec::ipv4_address`](crate::ContainerSpec::ipv4_address)) is held by a
+    /// running container the caller does not know of (Docker answers `Address already in
+    /// use`; its API gives no code for it).
+    pub fn is_address_in_use(&self) -> bool {
+        self.engine().to_string().contains("Address already in use")
+    }
+
     /// The engine's error (its message is what the kubelet shows, e.g. in
     /// `Failed to pull image "x": <engine message>`).
     pub fn engine(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {

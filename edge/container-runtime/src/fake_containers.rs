@@ -86,6 +86,11 @@ impl ContainerRuntime for FakeRuntime {
                         state: word.to_owned(),
                         created: c.created,
                         image_id: Some(c.info.image_id.clone()),
+                        ip: c
+                            .info
+                            .ip
+                            .clone()
+                            .filter(|_| c.info.state == RunState::Running),
                     },
                 ));
             }
@@ -179,6 +184,21 @@ impl ContainerRuntime for FakeRuntime {
             if let Some(message) = state.fail_start.get(&name).cloned() {
                 return Err(Self::failure(format!("start {id}"), &message));
             }
+            // A fixed address another running container holds (Docker's answer).
+            let fixed = c.spec.ipv4_address.clone();
+            let held = fixed.is_some_and(|ip| {
+                state.containers.values().any(|o| {
+                    o.info.id != id
+                        && o.info.state == RunState::Running
+                        && o.info.ip.as_deref() == Some(ip.as_str())
+                })
+            });
+            if held {
+                return Err(Self::failure(
+                    format!("start {id}"),
+                    "Address already in use",
+                ));
+            }
             let exit = state.exit_on_start.get(&name).copied();
             let (networks, next_id) = (state.networks.clone(), state.next_id);
             let Some(c) = state.containers.get_mut(id) else {
@@ -187,7 +207,9 @@ impl ContainerRuntime for FakeRuntime {
             c.info.state = RunState::Running;
             c.info.started_at = Some(now.clone());
             c.info.finished_at = None;
-            if sandbox {
+            if let Some(fixed) = &c.spec.ipv4_address {
+                c.info.ip = Some(fixed.clone());
+            } else if sandbox {
                 // Addresses come with the start, as Docker's.
                 let on_network = fake_ip(&networks, &c.spec.network, next_id);
                 c.info.ip = on_network.or_else(|| Some("10.88.0.2".to_owned()));

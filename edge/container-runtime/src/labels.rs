@@ -27,6 +27,11 @@ pub const GRACE: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// mounts, so that image garbage collection counts them as in use while the container
 /// exists (the kubelet reads them from the container's mounts).
 pub const IMAGE_VOLUMES: &str = "io.verge.image-volumes";
+/// The pod IP a container was created with, on the node's pod network (edged's own
+/// address management, [`ContainerSpec::ipv4_address`](crate::ContainerSpec::ipv4_address)): on a sandbox, and on the
+/// container of a pod without a sandbox, which holds the pod's network namespace itself.
+/// The address is the pod's for its life: every new instance is created with it again.
+pub const POD_IP: &str = "io.verge.pod-ip";
 /// The sandbox name in [`CONTAINER_NAME`].
 pub const SANDBOX_NAME: &str = "POD";
 
@@ -52,12 +57,22 @@ pub struct ContainerLabels {
     pub restart_count: u32,
     /// Whether this is the sandbox (infra) container.
     pub sandbox: bool,
+    /// The fixed pod IP it was created with ([`POD_IP`]). On a container that is not the
+    /// sandbox it means that the container holds the pod's network namespace (a pod without
+    /// a sandbox).
+    pub pod_ip: Option<String>,
 }
 
 impl ContainerLabels {
+    /// Whether this container holds the pod's network namespace: the sandbox, or the one
+    /// container of a pod without a sandbox.
+    pub fn holds_network(&self) -> bool {
+        self.sandbox || self.pod_ip.is_some()
+    }
+
     /// The labels to set on a new container.
     pub fn to_map(&self) -> HashMap<String, String> {
-        HashMap::from([
+        let mut map = HashMap::from([
             (MANAGED.to_owned(), "true".to_owned()),
             (POD_NAMESPACE.to_owned(), self.pod.namespace.clone()),
             (POD_NAME.to_owned(), self.pod.name.clone()),
@@ -73,7 +88,11 @@ impl ContainerLabels {
                 }
                 .to_owned(),
             ),
-        ])
+        ]);
+        if let Some(ip) = &self.pod_ip {
+            map.insert(POD_IP.to_owned(), ip.clone());
+        }
+        map
     }
 
     /// Reads the labels of an existing container; `None` if it is not one of edged's.
@@ -93,6 +112,7 @@ impl ContainerLabels {
                 .get(RESTART_COUNT)
                 .and_then(|r| r.parse().ok())
                 .unwrap_or(0),
+            pod_ip: get(POD_IP),
             container,
         })
     }
@@ -121,9 +141,16 @@ mod tests {
             container: "app".into(),
             restart_count: 3,
             sandbox: false,
+            pod_ip: None,
         };
         assert_eq!(ContainerLabels::parse(&l.to_map()), Some(l.clone()));
         assert_eq!(l.docker_name(), "k8s_app_web_ns_u-1_3");
         assert_eq!(ContainerLabels::parse(&HashMap::new()), None);
+        let own = ContainerLabels {
+            pod_ip: Some("10.244.1.7".into()),
+            ..l
+        };
+        assert!(own.holds_network());
+        assert_eq!(ContainerLabels::parse(&own.to_map()), Some(own));
     }
 }

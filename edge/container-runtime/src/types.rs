@@ -66,6 +66,9 @@ pub struct ContainerSummary {
     pub created: i64,
     /// The local image id (`sha256:...`) it was created from.
     pub image_id: Option<String>,
+    /// Its IPv4 address while it runs on a network of its own (the first network by name),
+    /// as listed; `None` when stopped or sharing another container's namespace.
+    pub ip: Option<String>,
 }
 
 /// The run state of a container instance.
@@ -241,6 +244,11 @@ pub struct ContainerSpec {
     pub image_mounts: Vec<ImageMount>,
     /// Network namespace.
     pub network: NetworkMode,
+    /// A fixed IPv4 address on [`NetworkMode::Network`] (dotted quad), handed out by edged
+    /// rather than by the engine's IPAM so that it outlives the container (Docker:
+    /// `NetworkingConfig.EndpointsConfig.<network>.IPAMConfig.IPv4Address`, reserved when the
+    /// container starts; refused on other network modes). `None`: the engine picks one.
+    pub ipv4_address: Option<String>,
     /// IPC namespace.
     pub ipc: IpcMode,
     /// Privileged mode.

@@ -108,6 +108,9 @@ pub(crate) struct Context<R: ContainerRuntime = DockerRuntime> {
     pub node_ip: Option<IpAddr>,
     /// Where new pod sandboxes go ([`network`]).
     pub network: watch::Receiver<network::NetworkState>,
+    /// The pod IPs on the pod network, each the pod's for its life
+    /// ([`verge_edge_net::ipam`]); seeded from the containers' labels at start-up.
+    pub pod_ips: std::sync::Mutex<verge_edge_net::PodIps>,
     /// The pods admitted and still holding their share of the node, at their allocated
     /// resources: what new pods are admitted against, and resizes allocated against
     /// ([`admission`], [`resize`]).
@@ -209,7 +212,9 @@ impl Edged {
                     warn!(error = %e, "resource checkpoints not read; pods admitted at their spec");
                     Default::default()
                 });
+        let pod_ips = network::seed_pod_ips(&runtime).await;
         let ctx = Arc::new(Context {
+            pod_ips: std::sync::Mutex::new(pod_ips),
             volumes: VolumeManager::new(self.config.pods_dir(), Arc::clone(&self.objects)),
             config: Arc::clone(&self.config),
             runtime: runtime.clone(),

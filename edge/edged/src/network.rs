@@ -61,6 +61,60 @@ impl NetworkState {
     }
 }
 
+/// The pod IPs held by the node's containers ([`verge_edge_net::ipam`]): the label of every
+/// container created with a fixed address, and the address of every running container
+/// without the label (a sandbox an earlier edgecore made with an address of the engine's).
+/// A container runtime that does not answer after a few tries gives an empty record, with
+/// a warning.
+pub(crate) async fn seed_pod_ips<R: ContainerRuntime>(runtime: &R) -> verge_edge_net::PodIps {
+    use verge_container_runtime::ListFilter;
+    use verge_container_runtime::labels::{self, ContainerLabels};
+    let mut ips = verge_edge_net::PodIps::default();
+    let mut listed = runtime.list(&ListFilter::node()).await;
+    for _ in 0..SEED_TRIES {
+        if listed.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        listed = runtime.list(&ListFilter::node()).await;
+    }
+    let listed = match listed {
+        Ok(listed) => listed,
+        Err(e) => {
+            warn!(error = %ErrorChain(&e), "pod IPs not read from the containers; new pods may be refused an address in use");
+            return ips;
+        }
+    };
+    // Labelled addresses first: they are the pods' own.
+    let labelled = listed.iter().filter_map(|c| {
+        let l = ContainerLabels::parse(&c.labels)?;
+        Some((l.pod.uid, c.labels.get(labels::POD_IP)?.parse().ok()?))
+    });
+    let engine_given = listed
+        .iter()
+        .filter(|c| !c.labels.contains_key(labels::POD_IP))
+        .filter_map(|c| {
+            let l = ContainerLabels::parse(&c.labels)?;
+            Some((l.pod.uid, c.ip.as_deref()?.parse().ok()?))
+        });
+    for (uid, ip) in labelled.collect::<Vec<_>>().into_iter().chain(engine_given) {
+        ips.adopt(&uid, ip);
+    }
+    ips
+}
+
+/// How many more times [`seed_pod_ips`] lists the containers before it gives up.
+const SEED_TRIES: usize = 5;
+
+/// Locks the pod IP record; a poisoned lock (a panic while it was held) is taken over, the
+/// record being consistent after every call.
+pub(crate) fn lock_ips(
+    ips: &std::sync::Mutex<verge_edge_net::PodIps>,
+) -> std::sync::MutexGuard<'_, verge_edge_net::PodIps> {
+    ips.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// What the stored Node says: `None` when it is not stored, else its `spec.podCIDR`.
 fn stored_pod_cidr(store: &MetaStore, key: &ResourceKey) -> Option<Option<String>> {
     let stored = match store.get(key) {
@@ -168,5 +222,63 @@ mod tests {
         let failed = state_for(&runtime, "n", Some(Some("10.244.7.9/24".into()))).await;
         assert!(matches!(failed, NetworkState::Failed(ref r) if r.contains("host bits")));
         assert!(NetworkState::Unknown.sandbox_network().is_err());
+    }
+
+    #[tokio::test]
+    async fn pod_ips_are_read_back_from_the_containers_labels_and_old_sandboxes() {
+        use verge_container_runtime::labels::{ContainerLabels, PodRef};
+        use verge_container_runtime::types::NetworkMode;
+        use verge_container_runtime::{ContainerRuntime as _, ContainerSpec};
+        let runtime = FakeRuntime::new("n");
+        runtime.add_image("img");
+        let net = verge_edge_net::PodNetwork::new("n", "10.244.7.0/24").expect("cidr");
+        net.ensure(&runtime).await.expect("network");
+        let container = |uid: &str, sandbox: bool, ip: Option<&str>| {
+            let labels = ContainerLabels {
+                pod: PodRef {
+                    namespace: "ns".into(),
+                    name: uid.into(),
+                    uid: uid.into(),
+                },
+                container: if sandbox { "POD" } else { "app" }.into(),
+                restart_count: 0,
+                sandbox,
+                pod_ip: ip.map(str::to_owned),
+            };
+            ContainerSpec {
+                image: "img".into(),
+                labels: labels.to_map(),
+                network: NetworkMode::Network(net.name().to_owned()),
+                ipv4_address: ip.map(str::to_owned),
+                ..ContainerSpec::default()
+            }
+        };
+        // A pod without a sandbox whose container is stopped (crash-loop back-off).
+        let own = runtime
+            .create("own", container("u-own", false, Some("10.244.7.9")))
+            .await
+            .expect("create");
+        runtime.exit(&own, 1);
+        // A sandbox an earlier edgecore made, at an address of the engine's.
+        let old = runtime
+            .create("old", container("u-old", true, None))
+            .await
+            .expect("create");
+        runtime.start(&old).await.expect("start");
+        let engine_given = runtime
+            .inspect(&old)
+            .await
+            .expect("inspect")
+            .and_then(|i| i.ip)
+            .expect("an address");
+        let ips = seed_pod_ips(&runtime).await;
+        assert_eq!(
+            ips.get("u-own").map(|ip| ip.to_string()),
+            Some("10.244.7.9".into())
+        );
+        assert_eq!(
+            ips.get("u-old").map(|ip| ip.to_string()),
+            Some(engine_given)
+        );
     }
 }

@@ -168,6 +168,7 @@ mod tests {
             container: "app".into(),
             restart_count: 0,
             sandbox: false,
+            pod_ip: None,
         };
         let spec = ContainerSpec {
             image: "img".into(),

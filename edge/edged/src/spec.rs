@@ -11,6 +11,8 @@
 //!   supplementalGroups -> `GroupAdd`.
 //! * Network: the sandbox owns the network (bridge, or `host` for hostNetwork pods) and
 //!   publishes `hostPort`s; containers join with `container:<sandbox id>` for network and IPC.
+//!   A pod without a sandbox (the pod worker's `own_network`) has its one container
+//!   own them instead, with what the sandbox would have had ([`holding_network`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -70,14 +72,15 @@ fn group_add(pod: &Pod) -> Option<Vec<String>> {
     Some(groups).filter(|g| !g.is_empty())
 }
 
-/// The spec of app or init container `container` of `pod` (its image as given), joining
-/// sandbox `sandbox_id`; `env` is the resolved `KEY=VALUE` list, `binds` the volume binds,
-/// `grace` the pod's grace period (kept as a label).
+/// The spec of app or init container `container` of `pod` (its image as given), joining the
+/// network and IPC namespaces of container `holder` (the sandbox; `None`: it holds its own,
+/// see [`holding_network`]); `env` is the resolved `KEY=VALUE` list, `binds` the volume
+/// binds, `grace` the pod's grace period (kept as a label).
 pub fn container_spec(
     pod: &Pod,
     container: &Container,
     labels: &ContainerLabels,
-    sandbox_id: &str,
+    holder: Option<&str>,
     env: Vec<String>,
     binds: Vec<String>,
     grace: Duration,
@@ -105,8 +108,10 @@ pub fn container_spec(
         stdin_once: container.stdin_once,
         labels: with_grace(labels, grace),
         binds,
-        network: NetworkMode::Container(sandbox_id.to_owned()),
-        ipc: IpcMode::Container(sandbox_id.to_owned()),
+        network: holder.map_or(NetworkMode::default(), |id| {
+            NetworkMode::Container(id.to_owned())
+        }),
+        ipc: holder.map_or(IpcMode::default(), |id| IpcMode::Container(id.to_owned())),
         privileged: sc.and_then(|s| s.privileged),
         readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem),
         cap_add: caps.and_then(|c| c.add.clone()),
@@ -142,24 +147,17 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-/// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
-/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, on `network` (the
-/// node's pod network, [`crate::network`]) or the host's with every container port that has a
-/// `hostPort` published.
-pub fn sandbox_spec(
-    pod: &Pod,
-    labels: &ContainerLabels,
-    network: NetworkMode,
-    image: &str,
-    command: &[String],
-    grace: Duration,
-) -> ContainerSpec {
-    let spec = pod.spec.as_ref();
-    let host_net = host_network(pod);
+/// The `hostPort`s of `pod`'s containers as Docker's exposed ports and bindings (none for a
+/// hostNetwork pod, whose ports are the node's).
+fn host_ports(pod: &Pod) -> HashMap<String, Vec<PortBinding>> {
     let mut bindings: HashMap<String, Vec<PortBinding>> = HashMap::new();
-    for c in spec.map(|s| s.containers.as_slice()).unwrap_or_default() {
+    if host_network(pod) {
+        return bindings;
+    }
+    let containers = pod.spec.as_ref().map(|s| s.containers.as_slice());
+    for c in containers.unwrap_or_default() {
         for p in c.ports.iter().flatten() {
-            let Some(host_port) = p.host_port.filter(|hp| *hp > 0 && !host_net) else {
+            let Some(host_port) = p.host_port.filter(|hp| *hp > 0) else {
                 continue;
             };
             let proto = p.protocol.as_deref().unwrap_or("TCP").to_lowercase();
@@ -172,6 +170,45 @@ pub fn sandbox_spec(
                 });
         }
     }
+    bindings
+}
+
+/// `spec` (a container's, [`container_spec`] without a holder) made to hold the pod's network
+/// itself, as a pod without a sandbox's one container does: what [`sandbox_spec`] gives a
+/// sandbox (hostname, sysctls, `hostPort`s, shareable IPC so that ephemeral containers can
+/// join it) on pod network `network` at the pod's fixed address `ip`.
+pub fn holding_network(
+    mut spec: ContainerSpec,
+    pod: &Pod,
+    network: &str,
+    ip: &str,
+) -> ContainerSpec {
+    let bindings = host_ports(pod);
+    spec.hostname = Some(crate::etc_hosts::hostname(pod));
+    let sysctls = crate::sysctls::for_sandbox(pod);
+    spec.sysctls = Some(sysctls).filter(|s| !s.is_empty());
+    spec.exposed_ports = bindings.keys().cloned().collect();
+    spec.port_bindings = bindings;
+    spec.network = NetworkMode::Network(network.to_owned());
+    spec.ipv4_address = Some(ip.to_owned());
+    spec.ipc = IpcMode::Shareable;
+    spec
+}
+
+/// The spec of the pod's sandbox: `image` running `command` (empty: the image's), hostname =
+/// `spec.hostname` or the pod name (cut to 63 characters), shareable IPC, on `network` (the
+/// node's pod network, [`crate::network`]) or the host's with every container port that has a
+/// `hostPort` published.
+pub fn sandbox_spec(
+    pod: &Pod,
+    labels: &ContainerLabels,
+    network: NetworkMode,
+    image: &str,
+    command: &[String],
+    grace: Duration,
+) -> ContainerSpec {
+    let host_net = host_network(pod);
+    let bindings = host_ports(pod);
     // The same hostname as the pod's /etc/hosts names (kubelet: `GeneratePodHostNameAndDomain`).
     let hostname = (!host_net).then(|| crate::etc_hosts::hostname(pod));
     let sysctls = crate::sysctls::for_sandbox(pod);
@@ -225,7 +262,7 @@ mod tests {
             &pod,
             c,
             &labels,
-            "sb",
+            Some("sb"),
             vec![],
             vec![],
             Duration::from_secs(3),
@@ -248,5 +285,13 @@ mod tests {
         assert_eq!(s.network, net);
         assert_eq!(s.port_bindings["80/tcp"][0].host_port, "8080");
         assert_eq!(s.exposed_ports, ["80/tcp"]);
+        let own = container_spec(&pod, c, &labels, None, vec![], vec![], Duration::ZERO);
+        let own = holding_network(own, &pod, "verge-pods-n", "10.244.1.9");
+        assert_eq!(own.network, net);
+        assert_eq!(own.ipv4_address.as_deref(), Some("10.244.1.9"));
+        assert_eq!(own.hostname.as_deref(), Some("p"));
+        assert_eq!(own.ipc, IpcMode::Shareable);
+        assert_eq!(own.port_bindings, s.port_bindings);
+        assert_eq!(own.image, "img");
     }
 }

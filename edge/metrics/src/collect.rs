@@ -1,7 +1,8 @@
 //! One collection round over the node's running containers ([`Collector::snapshot`]): the
 //! containers edged made (listed once per round from the container runtime, by the labels
 //! edged puts on them), each read from its cgroup, found through its main process
-//! (`/proc/<pid>/cgroup`), and each pod's network from its sandbox's process. A container's
+//! (`/proc/<pid>/cgroup`), and each pod's network from its sandbox's process (or, for a
+//! pod without a sandbox, its container's). A container's
 //! process id, start time and cgroup never change while it runs, so each is asked of the
 //! runtime once (two inspects) and kept until the container is gone: a round costs one
 //! runtime call plus file reads.
@@ -76,6 +77,12 @@ impl<'a> Listed<'a> {
 
     fn is_sandbox(&self) -> bool {
         self.container == labels::SANDBOX_NAME
+    }
+
+    /// Whether its process is in the pod's network namespace as its holder: the sandbox, or
+    /// the one container of a pod without a sandbox (labelled with its pod IP).
+    fn holds_network(&self) -> bool {
+        self.is_sandbox() || self.summary.labels.contains_key(labels::POD_IP)
     }
 }
 
@@ -169,8 +176,7 @@ impl<R: StreamingRuntime> Collector<R> {
                 }
             };
             pod.usage = add(pod.usage, usage);
-            if c.is_sandbox() {
-                pod.start_time = known.started;
+            if c.holds_network() {
                 match self.fs.network(known.pid) {
                     Ok(interfaces) => pod.network = Some(timed(interfaces)),
                     Err(e) => {
@@ -178,6 +184,9 @@ impl<R: StreamingRuntime> Collector<R> {
                         error = true;
                     }
                 }
+            }
+            if c.is_sandbox() {
+                pod.start_time = known.started;
             } else {
                 pod.containers.push(ContainerSample {
                     name: c.container.to_owned(),

@@ -4,8 +4,8 @@
 //!
 //! The node's **pod network** ([`podnet`]), a bridge network of the container engine
 //! on the Node's `spec.podCIDR` (kube-controller-manager's range allocator gives every Node
-//! its own), so pod IPs are unique in the cluster and a pod keeps its IP for the life of its
-//! sandbox.
+//! its own), so pod IPs are unique in the cluster; edged hands out the addresses
+//! ([`ipam`]), so a pod keeps its IP for its life, with a sandbox or without.
 //!
 //! And the node's **Service proxy** ([`services`]): ClusterIP and NodePort Services
 //! programmed with nftables from the Services and EndpointSlices edgecontroller sends (kept
@@ -14,6 +14,7 @@
 //!
 //! # Layout
 //! - [`podnet`]: [`PodNetwork`], the pod network of a node, and making it in the engine.
+//! - [`ipam`]: [`PodIps`], the pod addresses on it, each the pod's for its life.
 //! - [`services`]: [`ServiceProxy`] and its plan and rules.
 //! - [`catalog`]: the node's Services and EndpointSlices, parsed once for both.
 //! - [`site`]: routes to the pod networks of this node's site peers.
@@ -27,6 +28,7 @@ pub mod catalog;
 pub mod config;
 pub mod dns;
 pub mod error;
+pub mod ipam;
 pub mod podnet;
 pub mod resolv;
 pub mod services;
@@ -35,5 +37,6 @@ pub mod stored;
 
 pub use config::NetworkConfig;
 pub use error::{Error, Result};
+pub use ipam::PodIps;
 pub use podnet::PodNetwork;
 pub use services::ServiceProxy;

@@ -94,36 +94,44 @@ impl<R: StreamingRuntime> Containers<R> {
         Ok(instances)
     }
 
-    /// The process id of the running sandbox (infra) container of pod `namespace/pod`,
-    /// whose network namespace the pod's containers share.
+    /// The process id of the running container holding the network namespace of pod
+    /// `namespace/pod`: its sandbox (infra) container, or for a pod without a sandbox the one
+    /// container that holds the namespace itself (labelled with its pod IP).
     ///
     /// # Errors
-    /// [`StreamError::NotRunning`] without a running sandbox, [`StreamError::Runtime`].
+    /// [`StreamError::NotRunning`] when neither runs, [`StreamError::Runtime`].
     pub(crate) async fn sandbox_pid(
         &self,
         namespace: &str,
         pod: &str,
         uid: &str,
     ) -> Result<u32, StreamError> {
-        let sandboxes = self
-            .instances(namespace, pod, uid, labels::SANDBOX_NAME)
-            .await?;
+        let not_running = || StreamError::NotRunning {
+            container: labels::SANDBOX_NAME.to_owned(),
+            pod: pod.to_owned(),
+        };
+        let listed = self
+            .runtime
+            .list(&ListFilter::pod(uid))
+            .await
+            .map_err(StreamError::Runtime)?;
+        let holders = listed.iter().filter(|c| {
+            c.state == "running"
+                && label(c, labels::POD_NAMESPACE) == Some(namespace)
+                && label(c, labels::POD_NAME) == Some(pod)
+        });
         let sandbox =
-            sandboxes
-                .into_iter()
-                .find(|s| s.running)
-                .ok_or_else(|| StreamError::NotRunning {
-                    container: labels::SANDBOX_NAME.to_owned(),
-                    pod: pod.to_owned(),
-                })?;
+            |c: &&ContainerSummary| label(c, labels::CONTAINER_NAME) == Some(labels::SANDBOX_NAME);
+        let holder = holders
+            .clone()
+            .find(sandbox)
+            .or_else(|| holders.clone().find(|c| label(c, labels::POD_IP).is_some()))
+            .ok_or_else(not_running)?;
         self.runtime
-            .process_id(&sandbox.id)
+            .process_id(&holder.id)
             .await
             .map_err(StreamError::Runtime)?
-            .ok_or_else(|| StreamError::NotRunning {
-                container: labels::SANDBOX_NAME.to_owned(),
-                pod: pod.to_owned(),
-            })
+            .ok_or_else(not_running)
     }
 }
 

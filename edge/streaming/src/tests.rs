@@ -62,6 +62,7 @@ impl Node {
             container: name.into(),
             restart_count: restart,
             sandbox: false,
+            pod_ip: None,
         };
         let spec = ContainerSpec {
             image: "busybox".into(),

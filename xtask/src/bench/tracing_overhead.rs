@@ -141,7 +141,9 @@ async fn one_at_a_time(
     node: &str,
     n: usize,
 ) -> anyhow::Result<(Vec<String>, Vec<Duration>)> {
-    let started = super::pod_startup::one_at_a_time(pods, node, node, n).await?;
+    let started =
+        super::pod_startup::one_at_a_time(pods, node, node, n, super::pod_startup::Shape::One)
+            .await?;
     for pod in &started {
         let _ = pods.delete(&pod.name, &DeleteParams::default()).await;
     }

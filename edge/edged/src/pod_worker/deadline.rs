@@ -51,7 +51,9 @@ impl<R: ContainerRuntime> Worker<R> {
         self.pod_event(EventType::Normal, REASON, MESSAGE.to_owned());
         let obs = self.observe().await?;
         if let Some(sandbox) = obs.sandbox().cloned() {
-            self.wind_down(&obs, &sandbox).await;
+            self.wind_down(&obs, Some(&sandbox)).await;
+        } else if self.sandboxless(&obs) {
+            self.wind_down(&obs, None).await;
         }
         self.transition(PodEvent::Evicted(Failure::new(REASON, MESSAGE)));
         let obs = self.observe().await?;

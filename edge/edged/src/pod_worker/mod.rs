@@ -12,6 +12,7 @@
 //! - `backoff`: crash-loop / pull back-off.
 //! - `observe`: what Docker holds for the pod.
 //! - `sync`: one sync step (sandbox, volumes, init containers, app containers).
+//! - `own_network`: pods without a sandbox, whose one container holds the pod's network.
 //! - `start`: starting one container (image, env, binds, create, start).
 //! - `image_volumes`: pulling the images of image volumes, and how they reach a container.
 //! - `terminate`: graceful termination, deletion report, orphan clean-up.
@@ -28,6 +29,7 @@ mod hooks;
 mod image_volumes;
 mod lifecycle;
 pub(crate) mod observe;
+mod own_network;
 mod refresh;
 mod report;
 mod resize;
@@ -49,6 +51,8 @@ mod deadline_tests;
 mod image_volume_tests;
 #[cfg(test)]
 mod lifecycle_tests;
+#[cfg(test)]
+mod own_network_tests;
 #[cfg(test)]
 mod resize_tests;
 
@@ -152,8 +156,8 @@ pub(crate) struct Worker<R: ContainerRuntime> {
     /// When this worker started a pod not yet Running, until its status first says Running
     /// (`verge_edgecore_pod_start_duration_seconds{stage="total"}`).
     starting_since: Option<std::time::Instant>,
-    /// The sandbox's bridge IP (kept while the sandbox is stopped, e.g. after completion);
-    /// see [`Worker::pod_ip`].
+    /// The pod's IP on the bridge: its sandbox's, or that of its container holding the pod's
+    /// network (kept while they are stopped, e.g. after completion); see [`Worker::pod_ip`].
     sandbox_ip: Option<String>,
     /// The trace the next syncs continue.
     trace: trace::SyncTrace,
@@ -358,7 +362,8 @@ impl<R: ContainerRuntime> Worker<R> {
         Duration::from_secs(u64::try_from(secs).unwrap_or(0))
     }
 
-    /// The pod's IP: the node's for hostNetwork pods, else the sandbox's bridge IP.
+    /// The pod's IP: the node's for hostNetwork pods, else the one on the bridge (the
+    /// sandbox's, or that of the container holding the pod's network).
     fn pod_ip(&self) -> Option<String> {
         if super::spec::host_network(&self.pod) {
             self.ctx.node_ip.map(|ip| ip.to_string())

@@ -15,7 +15,8 @@ use tracing::{Instrument as _, info, warn};
 
 use super::Worker;
 use super::image_volumes::{ImageVolumeFailure, ImageVolumePulls, mounts_image_volume};
-use super::observe::{Instance, Observation};
+use super::observe::Observation;
+use super::own_network::Holder;
 use super::state::{Waiting, WaitingReason};
 use super::sync::{Pass, Role, Wake};
 use crate::events::EventType;
@@ -28,6 +29,7 @@ use verge_container_runtime::labels::{ContainerLabels, PodRef, SANDBOX_NAME};
 use verge_container_runtime::{ContainerRuntime, RuntimeError};
 
 use crate::metrics::{self, Stage};
+use crate::network::lock_ips;
 use crate::spec;
 use crate::volumes::VolumeError;
 use crate::{Error, Result};
@@ -182,7 +184,7 @@ impl<R: ContainerRuntime> Worker<R> {
             None
         };
         let result = self
-            .try_start(c, restart_count, pass.sandbox, pulls.as_deref())
+            .try_start(c, restart_count, role, pass, pulls.as_deref())
             .await;
         let now = Instant::now();
         let ctx = std::sync::Arc::clone(&self.ctx);
@@ -224,9 +226,27 @@ impl<R: ContainerRuntime> Worker<R> {
         &self,
         c: &Container,
         restart_count: u32,
-        sandbox: &Instance,
+        role: Role,
+        pass: &Pass<'_>,
         pulls: Option<&ImageVolumePulls>,
     ) -> Result<String, StartError> {
+        // The container joins the sandbox, or holds the pod's own network (a pod without a
+        // sandbox), which an ephemeral container joins.
+        let (join, own) = match pass.holder {
+            Holder::Sandbox(sandbox) => (Some(sandbox.id.as_str()), None),
+            Holder::Own(_) if role == Role::Ephemeral => {
+                let Some(holder) = pass.obs.running_holder() else {
+                    let msg = "the pod's container is not running".to_owned();
+                    return Err(StartError::Config(Error::ContainerConfig(msg)));
+                };
+                (Some(holder.id.as_str()), None)
+            }
+            Holder::Own(Some(own)) => (None, Some(own)),
+            Holder::Own(None) => {
+                let e = Error::NetworkNotReady("the pod network is not ready".to_owned());
+                return Err(StartError::Config(e));
+            }
+        };
         // kubelet: the image volumes fail a start before the container's own image is pulled.
         let images = match pulls {
             Some(pulls) => self.container_images(c, pulls).await?,
@@ -274,7 +294,7 @@ impl<R: ContainerRuntime> Worker<R> {
         };
         run_as_non_root::verify(&self.pod, c, &image_user, &self.pod_display())
             .map_err(|msg| StartError::Config(Error::ContainerConfig(msg)))?;
-        let pod_ip = self.pod_ip();
+        let pod_ip = own.map(|o| o.ip.clone()).or_else(|| self.pod_ip());
         let env = crate::env::resolve_env(
             &self.pod,
             c,
@@ -334,9 +354,12 @@ impl<R: ContainerRuntime> Worker<R> {
             container: c.name.clone(),
             restart_count,
             sandbox: false,
+            pod_ip: own.map(|o| o.ip.clone()),
         };
-        let mut spec =
-            spec::container_spec(&self.pod, c, &labels, &sandbox.id, env, binds, self.grace());
+        let mut spec = spec::container_spec(&self.pod, c, &labels, join, env, binds, self.grace());
+        if let Some(own) = own {
+            spec = spec::holding_network(spec, &self.pod, &own.network, &own.ip);
+        }
         let capacity = self.ctx.memory_capacity;
         spec.oom_score_adj = crate::resources::oom_score_adj(&self.pod, c, capacity);
         spec.image_mounts = image_mounts;
@@ -373,9 +396,17 @@ impl<R: ContainerRuntime> Worker<R> {
             .await;
         if let Err(e) = started {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
+            if let Some(own) = own
+                && e.is_address_in_use()
+            {
+                self.refuse_ip(&own.ip);
+            }
             return Err(StartError::Run(e));
         }
         metrics::global().pod_start(Stage::Container, creating_since.elapsed());
+        if own.is_some() {
+            self.hairpin();
+        }
         let msg = format!("Started container {}", c.name);
         self.container_event(&c.name, EventType::Normal, "Started", msg);
         // A failed postStart hook kills the container; its exit then goes through the
@@ -406,11 +437,12 @@ impl<R: ContainerRuntime> Worker<R> {
         {
             return Err(Error::ContainerConfig(format!("sandbox image: {e}")));
         }
-        let labels = ContainerLabels {
+        let mut labels = ContainerLabels {
             pod: self.pod_ref(),
             container: SANDBOX_NAME.into(),
             restart_count: attempt,
             sandbox: true,
+            pod_ip: None,
         };
         let (network, on_pod_network) = if spec::host_network(&self.pod) {
             (verge_container_runtime::types::NetworkMode::Host, None)
@@ -423,7 +455,19 @@ impl<R: ContainerRuntime> Worker<R> {
             };
             (mode, net)
         };
-        let spec = spec::sandbox_spec(
+        // On the pod network the pod's address is edged's, kept if the sandbox is re-created
+        // ([`verge_edge_net::ipam`]).
+        let ip = match &on_pod_network {
+            Some(net) => {
+                let ip = lock_ips(&self.ctx.pod_ips)
+                    .assign(&self.uid, net.cidr())
+                    .map_err(|e| Error::ContainerConfig(e.to_string()))?;
+                labels.pod_ip = Some(ip.to_string());
+                Some(ip.to_string())
+            }
+            None => None,
+        };
+        let mut spec = spec::sandbox_spec(
             &self.pod,
             &labels,
             network,
@@ -431,20 +475,33 @@ impl<R: ContainerRuntime> Worker<R> {
             &cfg.edged.pod_sandbox_command,
             self.grace(),
         );
+        spec.ipv4_address = ip;
         let name = labels.docker_name();
         let id = self.create_replacing(&name, spec).await?;
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
+            if let Some(ip) = labels.pod_ip.as_deref()
+                && e.is_address_in_use()
+            {
+                self.refuse_ip(ip);
+            }
             return Err(e.into());
         }
-        if let Some(net) = on_pod_network {
-            // The new port of the bridge: a pod may reach itself through its Service.
-            if let Err(e) = net.enable_hairpin() {
-                warn!(error = %e, bridge = %net.spec().bridge, "hairpin mode not set");
-            }
+        if on_pod_network.is_some() {
+            self.hairpin();
         }
         // Its IP is read by the sync's next observation.
         Ok(id)
+    }
+
+    /// Turns hairpin mode on for the new port of the pod network's bridge: a pod may reach
+    /// itself through its Service.
+    fn hairpin(&self) {
+        if let crate::network::NetworkState::Ready(net) = &*self.ctx.network.borrow()
+            && let Err(e) = net.enable_hairpin()
+        {
+            warn!(error = %e, bridge = %net.spec().bridge, "hairpin mode not set");
+        }
     }
 }
 

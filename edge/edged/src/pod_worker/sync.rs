@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::{Instrument as _, info, warn};
 
 use super::observe::{Instance, Observation, RunState, observe};
+use super::own_network::Holder;
 use super::state::{ExitDecision, PodEvent, PodState, RestartPolicy, WaitingReason, is_sidecar};
 use super::{Worker, spec_of};
 use crate::events::EventType;
@@ -34,12 +35,13 @@ impl Wake {
     }
 }
 
-/// What one sync works from: what Docker holds, the running sandbox, the restart policy.
+/// What one sync works from: what Docker holds, what the containers join, the restart
+/// policy.
 pub(super) struct Pass<'a> {
     /// What Docker holds for the pod.
     pub obs: &'a Observation,
-    /// The running sandbox.
-    pub sandbox: &'a Instance,
+    /// The running sandbox, or the pod's own network (a pod without a sandbox).
+    pub holder: &'a Holder,
     /// `spec.restartPolicy`.
     pub policy: RestartPolicy,
 }
@@ -141,58 +143,101 @@ impl<R: ContainerRuntime> Worker<R> {
         Ok(wake.0)
     }
 
-    /// What Docker holds for the pod; remembers the running sandbox's IP.
+    /// What Docker holds for the pod; remembers the pod's IP: the running sandbox's, or the
+    /// one its container holding the pod's network was created with.
     pub(super) async fn observe(&mut self) -> Result<Observation> {
         let obs = observe(&self.ctx.runtime, &self.uid).await?;
-        if let Some(ip) = obs.sandbox().and_then(|s| s.ip.clone()) {
-            self.sandbox_ip = Some(ip);
+        let ip = obs.sandbox().and_then(|s| s.ip.as_deref());
+        if let Some(ip) = ip.or_else(|| obs.own_ip()) {
+            self.sandbox_ip = Some(ip.to_owned());
         }
         Ok(obs)
     }
 
-    /// Takes the next lifecycle step; returns whether Docker changed.
-    async fn step(&mut self, obs: &Observation, wake: &mut Wake) -> Result<bool> {
-        let Some(sandbox) = obs.sandbox().cloned() else {
-            self.transition(PodEvent::SandboxMissing);
-            if !obs.sandboxes.is_empty() {
-                let msg = "Pod sandbox changed, it will be killed and re-created.".to_owned();
-                self.pod_event(EventType::Normal, "SandboxChanged", msg);
-            }
-            let span = verge_telemetry::propagation::in_trace(|| {
-                verge_telemetry::span!("edged.sandbox.create")
-            });
-            // The volumes do not depend on the sandbox: set them up while Docker starts it.
-            let prepare: OptionFuture<_> = (self.volumes.is_none() && self.prepared.is_none())
-                .then(|| {
-                    let (ctx, pod) = (Arc::clone(&self.ctx), Arc::clone(&self.pod));
-                    async move { ctx.volumes.prepare(&pod).await }
-                })
-                .into();
-            let (created, prepared) =
-                tokio::join!(self.create_sandbox(obs).instrument(span), prepare);
-            if prepared.is_some() {
-                self.prepared = prepared;
-            }
-            if let Err(e) = created {
-                if let Error::NetworkNotReady(_) = &e {
-                    // Nothing was created: look again soon (the kubelet's sync period).
-                    self.pod_event(EventType::Warning, "NetworkNotReady", e.to_string());
-                    wake.at(Instant::now() + NETWORK_RETRY);
-                    return Ok(false);
+    /// What the containers of this sync join: the running sandbox (created first if there is
+    /// none), or, for a pod without a sandbox, its own network. `Err(changed)`: nothing to
+    /// start with yet (a sandbox was just created: `true`; the pod network is not ready:
+    /// `false`); `wake` says when to look again.
+    async fn holder(
+        &mut self,
+        obs: &Observation,
+        wake: &mut Wake,
+    ) -> Result<std::result::Result<Holder, bool>> {
+        if self.sandboxless(obs) {
+            return Ok(match self.own_network() {
+                Ok(own) => Ok(Holder::Own(Some(own))),
+                // A running container is kept and observed; only starts wait.
+                Err(_) if obs.all().any(|i| i.state == RunState::Running) => Ok(Holder::Own(None)),
+                Err(reason) => {
+                    self.network_not_ready(&Error::NetworkNotReady(reason), wake);
+                    Err(false)
                 }
+            });
+        }
+        if let Some(sandbox) = obs.sandbox() {
+            return Ok(Ok(Holder::Sandbox(Box::new(sandbox.clone()))));
+        }
+        Ok(Err(self.new_sandbox(obs, wake).await?))
+    }
+
+    /// Nothing can be created until the pod network is ready: the kubelet's event, and a
+    /// look again soon (its sync period).
+    fn network_not_ready(&mut self, e: &Error, wake: &mut Wake) {
+        self.pod_event(EventType::Warning, "NetworkNotReady", e.to_string());
+        wake.at(Instant::now() + NETWORK_RETRY);
+    }
+
+    /// Creates the pod's sandbox, setting its volumes up meanwhile; returns whether it was
+    /// created (not: the pod network is not ready).
+    async fn new_sandbox(&mut self, obs: &Observation, wake: &mut Wake) -> Result<bool> {
+        self.transition(PodEvent::SandboxMissing);
+        if !obs.sandboxes.is_empty() {
+            let msg = "Pod sandbox changed, it will be killed and re-created.".to_owned();
+            self.pod_event(EventType::Normal, "SandboxChanged", msg);
+        }
+        let span = verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!("edged.sandbox.create")
+        });
+        // The volumes do not depend on the sandbox: set them up while Docker starts it.
+        let prepare: OptionFuture<_> = (self.volumes.is_none() && self.prepared.is_none())
+            .then(|| {
+                let (ctx, pod) = (Arc::clone(&self.ctx), Arc::clone(&self.pod));
+                async move { ctx.volumes.prepare(&pod).await }
+            })
+            .into();
+        let (created, prepared) = tokio::join!(self.create_sandbox(obs).instrument(span), prepare);
+        if prepared.is_some() {
+            self.prepared = prepared;
+        }
+        match created {
+            Ok(()) => {
+                wake.at(Instant::now());
+                Ok(true)
+            }
+            Err(e @ Error::NetworkNotReady(_)) => {
+                self.network_not_ready(&e, wake);
+                Ok(false)
+            }
+            Err(e) => {
                 let msg = format!("Failed to create pod sandbox: {}", ErrorChain(&e));
                 self.pod_event(EventType::Warning, "FailedCreatePodSandBox", msg);
-                return Err(e);
+                Err(e)
             }
-            wake.at(Instant::now());
-            return Ok(true);
+        }
+    }
+
+    /// Takes the next lifecycle step; returns whether Docker changed.
+    async fn step(&mut self, obs: &Observation, wake: &mut Wake) -> Result<bool> {
+        let holder = match self.holder(obs, wake).await? {
+            Ok(holder) => holder,
+            Err(changed) => return Ok(changed),
         };
         if !self.ensure_volumes(wake).await {
             return Ok(false);
         }
         let pass = Pass {
             obs,
-            sandbox: &sandbox,
+            holder: &holder,
             policy: RestartPolicy::of(&self.pod),
         };
         let mut changed = false;
@@ -236,7 +281,7 @@ impl<R: ContainerRuntime> Worker<R> {
                     Step::Exited { ok: true } => continue,
                     Step::Exited { ok: false } => {
                         warn!(container = %c.name, "init container failed; pod failed");
-                        self.wind_down(obs, &sandbox).await;
+                        self.wind_down(obs, holder.sandbox()).await;
                         self.transition(PodEvent::Finished { succeeded: false });
                         return Ok(true);
                     }
@@ -265,7 +310,7 @@ impl<R: ContainerRuntime> Worker<R> {
         }
         if !active {
             info!(succeeded = all_ok, "pod completed");
-            self.wind_down(obs, &sandbox).await;
+            self.wind_down(obs, holder.sandbox()).await;
             self.transition(PodEvent::Finished { succeeded: all_ok });
             changed = true;
         }
@@ -275,7 +320,7 @@ impl<R: ContainerRuntime> Worker<R> {
     /// The pod is done for good (every app container or an init container exited, or it was
     /// evicted): stop what still runs (`preStop` first, within the grace period), then the
     /// sandbox. The caller then moves the pod to its done state (Completed or Evicted).
-    pub(super) async fn wind_down(&mut self, obs: &Observation, sandbox: &Instance) {
+    pub(super) async fn wind_down(&mut self, obs: &Observation, sandbox: Option<&Instance>) {
         let grace = self.grace();
         for i in obs
             .all()
@@ -289,7 +334,9 @@ impl<R: ContainerRuntime> Worker<R> {
                 warn!(error = %ErrorChain(&e), "cannot stop sidecar");
             }
         }
-        if let Err(e) = self.ctx.runtime.stop(&sandbox.id, Duration::ZERO).await {
+        if let Some(sandbox) = sandbox
+            && let Err(e) = self.ctx.runtime.stop(&sandbox.id, Duration::ZERO).await
+        {
             warn!(error = %ErrorChain(&e), "cannot stop sandbox");
         }
     }

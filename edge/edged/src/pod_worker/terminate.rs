@@ -67,6 +67,7 @@ impl<R: ContainerRuntime> Worker<R> {
         for i in last.all() {
             rt.remove_if_present(&i.id).await?;
         }
+        self.release_ip();
         if let Err(e) = self.ctx.volumes.cleanup(&self.uid).await {
             warn!(error = %ErrorChain(&e), "cannot remove pod directory");
         }
@@ -271,6 +272,7 @@ pub(crate) async fn cleanup_orphan<R: ContainerRuntime>(ctx: &Context<R>, pod: &
         for r in join_all(stops).await {
             r?;
         }
+        crate::network::lock_ips(&ctx.pod_ips).release(&pod.uid);
         if let Err(e) = ctx.volumes.cleanup(&pod.uid).await {
             warn!(error = %ErrorChain(&e), "cannot remove pod directory");
         }

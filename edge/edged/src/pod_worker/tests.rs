@@ -105,6 +105,7 @@ fn build_harness(mount: crate::volumes::MountMemory, reporting: bool) -> Harness
         store,
         node_ip: None,
         network: network_rx,
+        pod_ips: std::sync::Mutex::default(),
         admitted: crate::admission::Admitted::new(ALLOCATABLE),
         memory_capacity: MEMORY_CAPACITY,
         config,
@@ -863,18 +864,18 @@ async fn a_sandbox_waits_for_the_pod_network_and_then_gets_an_address_of_it() {
     h.rt.add_image(IMAGE);
     h.network
         .send_replace(crate::network::NetworkState::Unknown);
-    let p = pod(json!({"containers": [{"name": "app", "image": IMAGE}]}));
+    // Two containers: a pod with a sandbox.
+    let p = pod(json!({"containers": [{"name": "app", "image": IMAGE},
+        {"name": "side", "image": IMAGE}]}));
     let mut w = h.worker(&p);
     settle(&mut w).await;
     assert!(h.rt.instances(labels::SANDBOX_NAME).is_empty());
     let events = h.events();
     let waiting = "network is not ready: the Node object has not arrived";
     assert!(has(&events, "NetworkNotReady", waiting), "{events:?}");
-    // The Node arrives with its pod CIDR: the next look makes the sandbox on the network.
-    let net = verge_edge_net::PodNetwork::new(NODE, "10.244.9.0/24").expect("cidr");
-    net.ensure(&h.rt).await.expect("network");
-    h.network
-        .send_replace(crate::network::NetworkState::Ready(net.clone()));
+    // The Node arrives with its pod CIDR: the next look makes the sandbox on the network,
+    // at an address edged handed out.
+    let net = pod_network(&h).await;
     tokio::time::advance(3 * SEC).await;
     settle(&mut w).await;
     let sandbox = h.rt.instances(labels::SANDBOX_NAME).pop().expect("sandbox");
@@ -882,10 +883,27 @@ async fn a_sandbox_waits_for_the_pod_network_and_then_gets_an_address_of_it() {
         sandbox.spec.network,
         verge_container_runtime::types::NetworkMode::Network(net.name().to_owned())
     );
-    let ip: std::net::Ipv4Addr = sandbox.info.ip.expect("ip").parse().expect("ipv4");
+    let ip: std::net::Ipv4Addr = sandbox.info.ip.clone().expect("ip").parse().expect("ipv4");
     assert!(net.contains(ip), "{ip}");
+    assert_eq!(sandbox.spec.ipv4_address, Some(ip.to_string()));
+    assert_eq!(
+        sandbox.spec.labels.get(labels::POD_IP),
+        Some(&ip.to_string())
+    );
     let status = w.last_status.clone().expect("status");
     assert_eq!(status.pod_ip, Some(ip.to_string()));
+    let app = h.rt.instances("app").pop().expect("app");
+    let joined = verge_container_runtime::types::NetworkMode::Container(sandbox.info.id);
+    assert_eq!(app.spec.network, joined);
+}
+
+/// Makes the node's pod network on `10.244.9.0/24` and tells the harness's workers.
+pub(super) async fn pod_network(h: &Harness) -> verge_edge_net::PodNetwork {
+    let net = verge_edge_net::PodNetwork::new(NODE, "10.244.9.0/24").expect("cidr");
+    net.ensure(&h.rt).await.expect("network");
+    h.network
+        .send_replace(crate::network::NetworkState::Ready(net.clone()));
+    net
 }
 
 /// A container without probes is reported ready in the same status that first says the pod

@@ -24,6 +24,7 @@ async fn start(
         container: name.into(),
         restart_count: 0,
         sandbox: name == labels::SANDBOX_NAME,
+        pod_ip: None,
     };
     let spec = ContainerSpec {
         image: "busybox".into(),

@@ -132,23 +132,28 @@ pub async fn report_status(
     status: &PodStatus,
 ) -> Result<()> {
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let current = match api
-        .get(&pod.name)
-        .instrument(verge_telemetry::propagation::in_trace(|| {
-            verge_telemetry::span!(
-                "kube.get_pod",
-                k8s.namespace.name = %pod.namespace,
-                k8s.pod.name = %pod.name,
-            )
-        }))
-        .await
-    {
-        Ok(current) => current,
-        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => {
-            debug!("the pod is gone; its status report is dropped");
-            return Ok(());
-        }
-        Err(error) => return Err(Error::kube("get pod")(error)),
+    // The pod as edgecontroller's own watch holds it (the watch that sent it to the node, so
+    // it is there before any report of it); read from the API server only when it is not.
+    let current = match pod.cached(caches) {
+        Some(cached) => cached,
+        None => match api
+            .get(&pod.name)
+            .instrument(verge_telemetry::propagation::in_trace(|| {
+                verge_telemetry::span!(
+                    "kube.get_pod",
+                    k8s.namespace.name = %pod.namespace,
+                    k8s.pod.name = %pod.name,
+                )
+            }))
+            .await
+        {
+            Ok(current) => std::sync::Arc::new(current),
+            Err(error) if is_gone(&error, pod, None) => {
+                debug!("the pod is gone; its status report is dropped");
+                return Ok(());
+            }
+            Err(error) => return Err(Error::kube("get pod")(error)),
+        },
     };
     check_bound(node, &current, &pod.describe())?;
     let uid = current.metadata.uid.clone().unwrap_or_default();
@@ -162,24 +167,34 @@ pub async fn report_status(
             ),
         });
     }
-    api.patch_status(
-        &pod.name,
-        &PatchParams::default(),
-        &Patch::Strategic(status_patch(&uid, status)),
-    )
-    .instrument(verge_telemetry::propagation::in_trace(|| {
-        verge_telemetry::span!(
-            "kube.patch_pod_status",
-            k8s.namespace.name = %pod.namespace,
-            k8s.pod.name = %pod.name,
-            k8s.pod.uid = %uid,
-            k8s.pod.phase = status.phase.as_deref().unwrap_or_default(),
+    let patched = api
+        .patch_status(
+            &pod.name,
+            &PatchParams::default(),
+            &Patch::Strategic(status_patch(&uid, status)),
         )
-    }))
-    .await
-    .map_err(Error::kube("patch pod status"))?;
-    debug!("pod status patched");
-    Ok(())
+        .instrument(verge_telemetry::propagation::in_trace(|| {
+            verge_telemetry::span!(
+                "kube.patch_pod_status",
+                k8s.namespace.name = %pod.namespace,
+                k8s.pod.name = %pod.name,
+                k8s.pod.uid = %uid,
+                k8s.pod.phase = status.phase.as_deref().unwrap_or_default(),
+            )
+        }))
+        .await;
+    match patched {
+        Ok(_) => {
+            debug!("pod status patched");
+            Ok(())
+        }
+        // Deleted since the cache saw it: the report is done.
+        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => {
+            debug!("the pod is gone; its status report is dropped");
+            Ok(())
+        }
+        Err(error) => Err(Error::kube("patch pod status")(error)),
+    }
 }
 
 /// Deletes the pod object after the edge terminated it: grace period 0 and a uid

@@ -9,7 +9,10 @@
 //! ([`stages`]). Writes the tables to `docs/benchmarks.md`.
 
 mod report;
+mod shapes;
 mod stages;
+
+pub(crate) use shapes::Shape;
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -21,8 +24,6 @@ use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube::runtime::watcher;
-use serde_json::json;
-use verge_testkit::docker::docker;
 
 use crate::local;
 
@@ -78,8 +79,8 @@ async fn measure(
         local::status_kib(verge.edgecore_pid, "VmRSS").context("reading edgecore RSS")?;
 
     eprintln!("bench: {n} sequential `docker run -d`, then {n} concurrent ones");
-    let docker_one = docker_run_baseline(n, false)?;
-    let docker_all = docker_run_baseline(n, true)?;
+    let docker_one = shapes::docker_baseline(Shape::One, n, false)?;
+    let docker_all = shapes::docker_baseline(Shape::One, n, true)?;
 
     let client = cp.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -93,21 +94,20 @@ async fn measure(
     local::create_namespace(&client, NAMESPACE).await?;
 
     eprintln!("bench: {n} pods one at a time");
-    let mut verge_one: Vec<Duration> = one_at_a_time(&pods, NODE, "one", n)
-        .await?
-        .iter()
-        .map(|p| p.took)
-        .collect();
-    verge_one.sort();
+    let verge_one = sorted_times(&one_at_a_time(&pods, NODE, "one", n, Shape::One).await?);
     // Gone again before the burst, so the memory figure counts exactly N pods.
-    pods.delete_collection(&DeleteParams::default(), &Default::default())
-        .await?;
-    let deadline = Instant::now() + Duration::from_secs(60 + n as u64);
-    while !pods.list(&Default::default()).await?.items.is_empty() {
-        if Instant::now() > deadline {
-            bail!("the one-at-a-time pods were not removed in time");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    delete_and_wait(&pods, n).await?;
+    let mut shapes = Vec::new();
+    for shape in Shape::OTHERS {
+        eprintln!(
+            "bench: {n} pods of {} one at a time, and their baseline",
+            shape.describe()
+        );
+        let docker = shapes::docker_baseline(shape, n, false)?;
+        let prefix = format!("shape{}", shapes.len());
+        let verge = sorted_times(&one_at_a_time(&pods, NODE, &prefix, n, shape).await?);
+        delete_and_wait(&pods, n).await?;
+        shapes.push((shape, verge, docker));
     }
 
     let (stages, untraced) = traced_stages(env, &pods, n).await?;
@@ -137,6 +137,7 @@ async fn measure(
         docker_one,
         verge_all,
         docker_all,
+        shapes,
         rss_kib: [(0, rss_idle), (n, rss_busy.1), (many, rss_many.1)],
         rss_burst_kib: [rss_busy.0, rss_many.0],
         stage_table: stages::table(&stages, &untraced),
@@ -163,7 +164,7 @@ async fn traced_stages(
     let traced = local::start(&traced_dir, &env.bin_dir, cp, &traced_node, Some(&endpoint)).await?;
     traced.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let started = one_at_a_time(pods, &traced_node, "traced", n).await?;
+    let started = one_at_a_time(pods, &traced_node, "traced", n, Shape::One).await?;
     let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
     if !untraced.is_empty() {
         eprintln!("bench: no complete trace of {}", untraced.join(", "));
@@ -173,6 +174,27 @@ async fn traced_stages(
     local::remove_containers(&traced_dir);
     force_delete_all(pods).await?;
     Ok((stages, untraced))
+}
+
+/// The sorted create → Running times of `started`.
+fn sorted_times(started: &[Started]) -> Vec<Duration> {
+    let mut times: Vec<Duration> = started.iter().map(|p| p.took).collect();
+    times.sort();
+    times
+}
+
+/// Deletes the bench namespace's `n` pods and waits until they are gone.
+async fn delete_and_wait(pods: &Api<Pod>, n: usize) -> anyhow::Result<()> {
+    pods.delete_collection(&DeleteParams::default(), &Default::default())
+        .await?;
+    let deadline = Instant::now() + Duration::from_secs(60 + n as u64);
+    while !pods.list(&Default::default()).await?.items.is_empty() {
+        if Instant::now() > deadline {
+            bail!("the one-at-a-time pods were not removed in time");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
 }
 
 /// Deletes every pod of the bench namespace at once (grace period 0), without waiting for
@@ -283,20 +305,21 @@ pub(super) struct Started {
     pub(super) took: Duration,
 }
 
-/// Creates `n` pods `<prefix>-<i>` on `node` one after another, each waited for until a
-/// watch sees it Running; returns them in creation order.
+/// Creates `n` pods `<prefix>-<i>` of `shape` on `node` one after another, each waited for
+/// until a watch sees it Running; returns them in creation order.
 pub(super) async fn one_at_a_time(
     pods: &Api<Pod>,
     node: &str,
     prefix: &str,
     n: usize,
+    shape: Shape,
 ) -> anyhow::Result<Vec<Started>> {
     let mut running = watch_running(pods.clone());
     let mut out = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("{prefix}-{i}");
         let (created_at, t0) = (SystemTime::now(), Instant::now());
-        pods.create(&PostParams::default(), &bench_pod_on(&name, node)?)
+        pods.create(&PostParams::default(), &shape.pod(&name, node)?)
             .await?;
         let took = running
             .wait_for([(name.clone(), t0)].into(), Duration::from_secs(60))
@@ -311,67 +334,7 @@ pub(super) async fn one_at_a_time(
     Ok(out)
 }
 
-/// The benchmark's pod `name`, bound to the edge node.
+/// The benchmark's pod `name` (one container), bound to the edge node.
 fn bench_pod(name: &str) -> anyhow::Result<Pod> {
-    bench_pod_on(name, NODE)
-}
-
-/// A pod `name` bound to `node`: one container of [`IMAGE`] sleeping an hour.
-pub(super) fn bench_pod_on(name: &str, node: &str) -> anyhow::Result<Pod> {
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{"name": CONTAINER, "image": IMAGE, "imagePullPolicy": "IfNotPresent",
-                            "command": ["sleep", "3600"]}]
-        }
-    }))?)
-}
-
-/// `docker run -d` of the image `n` times, one after another or all at once (a thread
-/// each), timing each until the command returns (the container is started); the containers
-/// are removed afterwards. Returns the sorted times.
-fn docker_run_baseline(n: usize, concurrent: bool) -> anyhow::Result<Vec<Duration>> {
-    let run = || -> anyhow::Result<(Duration, String)> {
-        let t0 = Instant::now();
-        let id = docker(&["run", "-d", IMAGE, "sleep", "3600"])?;
-        Ok((t0.elapsed(), id))
-    };
-    let results: Vec<anyhow::Result<(Duration, String)>> = if concurrent {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..n).map(|_| s.spawn(run)).collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(anyhow::anyhow!("docker run thread panicked")))
-                })
-                .collect()
-        })
-    } else {
-        (0..n).map(|_| run()).collect()
-    };
-    let mut times = Vec::with_capacity(n);
-    let mut ids = Vec::with_capacity(n);
-    let mut failure = None;
-    for r in results {
-        match r {
-            Ok((t, id)) => {
-                times.push(t);
-                ids.push(id);
-            }
-            Err(e) => failure = Some(e),
-        }
-    }
-    let rm: Vec<&str> = ["rm", "-f"]
-        .into_iter()
-        .chain(ids.iter().map(String::as_str))
-        .collect();
-    let _ = docker(&rm);
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    times.sort();
-    Ok(times)
+    Shape::One.pod(name, NODE)
 }

@@ -17,7 +17,7 @@ pub(super) const STAGES: [&str; 12] = [
     "API create → edgecontroller watch event",
     "watch event → cloudhub (edgecontroller send)",
     "cloudhub → edge commit (gRPC, redb)",
-    "edge commit → sandbox created and started",
+    "edge commit → sandbox created and started (if the pod has one)",
     "sandbox → next sync (observe, ContainerCreating report)",
     "sync (or sandbox) → app image check (observe, volumes)",
     "image check (app container)",
@@ -57,6 +57,7 @@ fn marks(trace: &Trace, container: &str, pod: &Started) -> Option<[u64; STAGES.l
         .spans_named("kube.patch_pod_status")
         .find(|s| s.tag_str("k8s.pod.phase") == Some("Running"))?;
     let image = of_container("edged.image.ensure")?;
+    let commit = end_us(first("metamanager.apply")?);
     // The sync that started the app container: the last one begun before its image check.
     let sync = trace
         .spans_named("edged.sync")
@@ -66,8 +67,9 @@ fn marks(trace: &Trace, container: &str, pod: &Started) -> Option<[u64; STAGES.l
         epoch_us(pod.created_at),
         first("controller.watch_event")?.start_time_us,
         first("cloudhub.deliver")?.start_time_us,
-        end_us(first("metamanager.apply")?),
-        end_us(first("edged.sandbox.create")?),
+        commit,
+        // A pod without a sandbox: the stage is empty, the worker's start falls in the next.
+        first("edged.sandbox.create").map_or(commit, end_us),
         sync.start_time_us,
         image.start_time_us,
         end_us(image),

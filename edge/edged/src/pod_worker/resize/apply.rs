@@ -6,7 +6,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Container;
 use tracing::{info, warn};
 
-use super::super::observe::{Instance, Observation};
+use super::super::observe::Observation;
+use super::super::own_network::Holder;
 use super::super::state::RestartPolicy;
 use super::super::sync::{Pass, Role, Wake};
 use super::super::{Worker, spec_of};
@@ -29,7 +30,7 @@ impl<R: ContainerRuntime> Worker<R> {
         &mut self,
         plan: Plan,
         obs: &Observation,
-        sandbox: &Instance,
+        holder: &Holder,
         wake: &mut Wake,
     ) -> Result<bool> {
         let pod = Arc::clone(&self.pod);
@@ -57,7 +58,7 @@ impl<R: ContainerRuntime> Worker<R> {
             let role = if init { Role::Sidecar } else { Role::App };
             let pass = Pass {
                 obs,
-                sandbox,
+                holder,
                 policy: RestartPolicy::of(&pod),
             };
             self.start(c, restart_count, role, &pass, wake).await;

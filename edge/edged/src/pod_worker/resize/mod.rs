@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tracing::{info, warn};
 
 use super::observe::{Observation, RunState};
+use super::own_network::Holder;
 use super::state::is_sidecar;
 use super::sync::Wake;
 use super::{Worker, spec_of};
@@ -135,8 +136,12 @@ impl<R: ContainerRuntime> Worker<R> {
             self.pod = Arc::clone(&pod);
             self.resize.installed = Some(pod);
         }
-        let Some(sandbox) = obs.sandbox() else {
-            return Ok(false);
+        // What a container restarted by the resize joins (a pod without a sandbox: its own
+        // network, as at its start).
+        let holder = match obs.sandbox() {
+            Some(sandbox) => Holder::Sandbox(Box::new(sandbox.clone())),
+            None if self.sandboxless(obs) => Holder::Own(self.own_network().ok()),
+            None => return Ok(false),
         };
         // Unlike the kubelet, whose status generated before `SyncPod` shows the resize in
         // progress, the status goes out after the allocation is applied: it shows
@@ -146,7 +151,7 @@ impl<R: ContainerRuntime> Worker<R> {
         if plan.is_empty() {
             return Ok(false);
         }
-        self.actuate(plan, obs, sandbox, wake).await
+        self.actuate(plan, obs, &holder, wake).await
     }
 
     /// Decides on the resize `desired` asks for, if any (kubelet `handlePodResourcesResize`):

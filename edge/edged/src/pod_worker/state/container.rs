@@ -314,6 +314,7 @@ mod tests {
                 container: "app".into(),
                 restart_count,
                 sandbox: false,
+                pod_ip: None,
             },
             state: RunState::Exited,
             exit_code: 1,
