@@ -4,7 +4,9 @@
 //! Layout: [`pod_startup`] (pods from create to Running through the API, against raw
 //! `docker run`; edgecore's resident memory), [`reconnect`] (N simulated edge nodes
 //! resyncing by inventory against cloudhub and edgecontroller), [`scale`] (10,000 hollow edge
-//! nodes on one cloudhub), [`devices`] (device twins
+//! nodes on one cloudhub), [`fleet`] (growing fleets of hollow edges speaking the whole
+//! protocol against the cloud as deployed: per-node costs, fail-over, the 100k projection),
+//! [`devices`] (device twins
 //! from the mapper to the DeviceStatus), [`deploy`] (the cloud side as pods on a kubelet
 //! node: image sizes, apply → Available → a pod on a joined edge, leader fail-over),
 //! [`tracing_overhead`] (pod start-up with tracing off vs on), [`streams`] (`kubectl logs`
@@ -22,6 +24,7 @@ mod deploy;
 mod devices;
 mod edge_api;
 mod env;
+mod fleet;
 mod metrics;
 mod net;
 mod pod_startup;
@@ -48,6 +51,11 @@ enum Bench {
     /// N pods on one edge node: create -> Running (as the API shows it) vs raw
     /// `docker run`, p50/p99 and ratio; edgecore RSS with 0 and N pods.
     PodStartup(pod_startup::Args),
+    /// Growing fleets of hollow edges speaking the whole protocol (registration, Leases,
+    /// node and pod status) against three cloudhub replicas and two edgecontrollers: the
+    /// largest that keeps every Node Ready, per-node CPU, memory and API writes, a replica
+    /// killed and all restarted, and the projection to 100,000 nodes.
+    Fleet(fleet::Args),
     /// N simulated edge nodes (101 objects each) reconnect at once to cloudhub +
     /// edgecontroller: time until all are resynced, object messages per node when nothing
     /// changed (goal 0), cloudhub's peak RSS.
@@ -99,6 +107,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         Bench::PodStartup(a) => pod_startup::run(a).await,
         Bench::Reconnect(a) => reconnect::run(a).await,
         Bench::Scale(a) => scale::run(a).await,
+        Bench::Fleet(a) => fleet::run(a).await,
         Bench::Devices(a) => devices::run(a).await,
         Bench::Deploy(a) => deploy::run(a).await,
         Bench::Tracing(a) => tracing_overhead::run(a).await,

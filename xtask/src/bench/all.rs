@@ -22,10 +22,11 @@ pub struct Args {
 }
 
 /// The benchmarks `all` runs, in order (subcommand names, default arguments).
-pub const ORDER: [&str; 11] = [
+pub const ORDER: [&str; 12] = [
     "pod-startup",
     "reconnect",
     "scale",
+    "fleet",
     "devices",
     "tracing",
     "streams",

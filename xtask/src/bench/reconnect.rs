@@ -270,7 +270,12 @@ pub(super) async fn start_services(
 }
 
 /// Waits until `log` contains every one of `needles`, failing when `pid` exits.
-async fn wait_log(pid: u32, log: &Path, needles: &[&str], timeout: Duration) -> anyhow::Result<()> {
+pub(super) async fn wait_log(
+    pid: u32,
+    log: &Path,
+    needles: &[&str],
+    timeout: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();

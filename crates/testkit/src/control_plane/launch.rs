@@ -194,11 +194,11 @@ impl ControlPlaneConfig {
                 ms(self.node_monitor_grace_period)
             ),
             format!("--node-monitor-period={}", ms(self.node_monitor_period)),
-            // Every Node gets a /24 of the cluster CIDR as its spec.podCIDR (the kubelet
-            // node's CNI range); the service range is excluded from the allocations.
+            // Every Node gets a /24 (by default) of the cluster CIDR as its spec.podCIDR (the
+            // kubelet node's CNI range); the service range is excluded from the allocations.
             "--allocate-node-cidrs=true".to_owned(),
             format!("--cluster-cidr={CLUSTER_CIDR}"),
-            "--node-cidr-mask-size=24".to_owned(),
+            format!("--node-cidr-mask-size={}", self.node_cidr_mask_size),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
         ];
         self.spawn(state, "kube-controller-manager", &controller_manager)?;

@@ -24,10 +24,10 @@
 //! Layout: [`hollow`] (the simulated nodes), [`wire`] (their counted TLS connections),
 //! [`proc`] (CPU, file descriptors), [`report`] (the tables and targets).
 
-mod hollow;
+pub(super) mod hollow;
 pub(super) mod proc;
 mod report;
-mod wire;
+pub(super) mod wire;
 
 use std::path::Path;
 use std::process::ExitCode;
