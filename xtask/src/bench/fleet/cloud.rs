@@ -55,6 +55,7 @@ impl Cloud {
         cp: &ControlPlane,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir.join("logs"))?;
+        let _ = std::fs::remove_file(dir.join("pids"));
         verge_testkit::trust::ensure_controller_accounts(&cp.client().await?).await?;
         let kubeconfig = cp.kubeconfig().display().to_string();
         let mut replicas = Vec::with_capacity(REPLICAS);
@@ -68,7 +69,7 @@ impl Cloud {
                 &format!(
                     "replicaName: {name}\nedgeAddr: 127.0.0.1:{edge_port}\n\
                      controllerAddr: 127.0.0.1:{ctrl_port}\njoinAddr: 127.0.0.1:{join_port}\n\
-                     healthAddr: 127.0.0.1:0\n"
+                     healthAddr: 127.0.0.1:0\nstreams:\n  addr: 127.0.0.1:0\n"
                 ),
             )?;
             controller_urls.push(format!("https://127.0.0.1:{ctrl_port}"));
@@ -81,6 +82,9 @@ impl Cloud {
                 edge_port,
             };
             replica.pid = spawn_replica(bin_dir, &replica, &kubeconfig)?;
+            // Written as each starts, so that a failed start leaves nothing running.
+            let line = format!("{} {}\n", replica.name, replica.pid);
+            append(&dir.join("pids"), &line)?;
             replicas.push(replica);
         }
         for r in &replicas {
@@ -110,6 +114,7 @@ impl Cloud {
                 kubeconfig.clone(),
             ];
             let pid = daemon::spawn_detached(&bin_dir.join("edgecontroller"), &argv, &[], &log)?;
+            append(&dir.join("pids"), &format!("edgecontroller {pid}\n"))?;
             if i == 0 {
                 wait_log(
                     pid,
@@ -169,6 +174,17 @@ impl Cloud {
     pub(super) fn leader(&self) -> u32 {
         self.controllers[0]
     }
+}
+
+/// Appends `line` to `path`.
+fn append(path: &Path, line: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    file.write_all(line.as_bytes())?;
+    Ok(())
 }
 
 fn spawn_replica(bin_dir: &Path, r: &Replica, kubeconfig: &str) -> anyhow::Result<u32> {

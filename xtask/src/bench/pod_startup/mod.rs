@@ -81,6 +81,9 @@ async fn measure(
     eprintln!("bench: {n} sequential `docker run -d`, then {n} concurrent ones");
     let docker_one = shapes::docker_baseline(Shape::One, n, false)?;
     let docker_all = shapes::docker_baseline(Shape::One, n, true)?;
+    eprintln!("bench: the same on a user-defined network at fixed addresses");
+    let network_one = shapes::docker_baseline_on_network(n, false)?;
+    let network_all = shapes::docker_baseline_on_network(n, true)?;
 
     let client = cp.client().await?;
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -138,6 +141,8 @@ async fn measure(
         docker_one,
         verge_all,
         docker_all,
+        network_one,
+        network_all,
         shapes,
         rss_kib: [(0, rss_idle), (n, rss_busy.1), (many, rss_many.1)],
         rss_burst_kib: [rss_busy.0, rss_many.0],

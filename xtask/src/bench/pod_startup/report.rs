@@ -14,6 +14,9 @@ pub(super) struct Results {
     pub(super) docker_one: Vec<Duration>,
     pub(super) verge_all: Vec<Duration>,
     pub(super) docker_all: Vec<Duration>,
+    /// The same `docker run -d` on a user-defined network at fixed addresses.
+    pub(super) network_one: Vec<Duration>,
+    pub(super) network_all: Vec<Duration>,
     /// The other pod shapes one at a time: Verge's times and their own baseline's.
     pub(super) shapes: Vec<(super::Shape, Vec<Duration>, Vec<Duration>)>,
     /// edgecore's VmRSS (KiB) with 0, N and the memory count of pods running, settled
@@ -35,11 +38,22 @@ impl Results {
         let mut table = String::from(
             "| mode | what | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n",
         );
-        for (mode, verge, docker) in [
-            ("one at a time", &self.verge_one, &self.docker_one),
-            ("all at once", &self.verge_all, &self.docker_all),
+        for (mode, verge, docker, network) in [
+            (
+                "one at a time",
+                &self.verge_one,
+                &self.docker_one,
+                &self.network_one,
+            ),
+            (
+                "all at once",
+                &self.verge_all,
+                &self.docker_all,
+                &self.network_all,
+            ),
         ] {
             table.push_str(&rows(mode, verge, docker, "docker run -d"));
+            table.push_str(&baseline_rows(mode, verge, network, NETWORK_BASELINE));
         }
         let mut shapes = String::from(
             "| pods of | what | n | p50 | p90 | p99 | max |\n|---|---|---|---|---|---|---|\n",
@@ -75,7 +89,9 @@ impl Results {
              holding the pod's network), timed from the create call to `phase: Running` seen \
              by an API watch; baseline: `docker run -d` of the same image and command, \
              sequential and then {n} concurrent, timed until the command returns (container \
-             started). Then {n} pods of two containers and {n} pods with an init container \
+             started), on Docker's default bridge, and again on a user-defined bridge network \
+             at fixed addresses (what the pod's container needs: Docker gives a container there \
+             its embedded DNS resolver). Then {n} pods of two containers and {n} pods with an init container \
              one at a time (these have a sandbox), each against the same containers started \
              by `docker run` in sequence. Then more pods at once, up to {} in all, for the \
              memory figure. Verge binaries: {} build.\n\n{table}\n{shapes}\n{memory}\n\n\
@@ -147,6 +163,27 @@ impl Results {
         }
         out
     }
+}
+
+/// The second baseline's words.
+const NETWORK_BASELINE: &str = "docker run -d --network <user-defined> --ip";
+
+/// Table rows of a second baseline of one mode: the baseline and Verge's ratio to it.
+fn baseline_rows(mode: &str, verge: &[Duration], docker: &[Duration], baseline: &str) -> String {
+    let (v, d) = (Summary::of(verge), Summary::of(docker));
+    let ratio = |a: Duration, b: Duration| format!("{:.2}×", a.as_secs_f64() / b.as_secs_f64());
+    let p99 = match (v.p99, d.p99) {
+        (Some(a), Some(b)) => ratio(a, b),
+        _ => "–".to_owned(),
+    };
+    format!(
+        "| {mode} | {baseline} | {} |\n\
+         | {mode} | ratio verge / {baseline} | | {} | {} | {p99} | {} |\n",
+        record::duration_cells(&d),
+        ratio(v.p50, d.p50),
+        ratio(v.p90, d.p90),
+        ratio(v.max, d.max),
+    )
 }
 
 /// Table rows of one mode: Verge, the docker baseline (`baseline` in the report's words),

@@ -100,10 +100,69 @@ pub(super) fn docker_baseline(
     n: usize,
     concurrent: bool,
 ) -> anyhow::Result<Vec<Duration>> {
-    let run = || shape.docker_sequence();
+    timed_runs(n, concurrent, |_| shape.docker_sequence())
+}
+
+/// A user-defined bridge network like a node's pod network, for
+/// [`docker_baseline_on_network`].
+const BASELINE_NETWORK: &str = "verge-bench-baseline";
+/// Its subnet; container `i` gets `10.252.<i / 200>.<i % 200 + 10>`.
+const BASELINE_SUBNET: &str = "10.252.0.0/16";
+
+/// `docker run -d` of the image, `n` times as [`docker_baseline`], on a user-defined bridge
+/// network at a fixed address: what a pod's container holding its own network needs from
+/// Docker (Docker gives a container on a user-defined network its embedded DNS resolver,
+/// which a container on the default bridge does without). The network is removed afterwards.
+///
+/// # Errors
+/// A `docker run` failed, or the network cannot be made.
+pub(super) fn docker_baseline_on_network(
+    n: usize,
+    concurrent: bool,
+) -> anyhow::Result<Vec<Duration>> {
+    let _ = docker(&["network", "rm", BASELINE_NETWORK]);
+    docker(&[
+        "network",
+        "create",
+        "--subnet",
+        BASELINE_SUBNET,
+        BASELINE_NETWORK,
+    ])?;
+    let result = timed_runs(n, concurrent, |i| {
+        let ip = format!("10.252.{}.{}", i / 200, i % 200 + 10);
+        let t0 = Instant::now();
+        let id = docker(&[
+            "run",
+            "-d",
+            "--network",
+            BASELINE_NETWORK,
+            "--ip",
+            &ip,
+            IMAGE,
+            "sleep",
+            "3600",
+        ])?;
+        Ok((t0.elapsed(), vec![id]))
+    });
+    let _ = docker(&["network", "rm", BASELINE_NETWORK]);
+    result
+}
+
+/// Runs `run(i)` for `i` in `0..n`, one after another or all at once (a thread each); removes
+/// the containers each returns; returns the sorted times.
+fn timed_runs(
+    n: usize,
+    concurrent: bool,
+    run: impl Fn(usize) -> anyhow::Result<(Duration, Vec<String>)> + Sync,
+) -> anyhow::Result<Vec<Duration>> {
     let results: Vec<anyhow::Result<(Duration, Vec<String>)>> = if concurrent {
         std::thread::scope(|s| {
-            let handles: Vec<_> = (0..n).map(|_| s.spawn(run)).collect();
+            let handles: Vec<_> = (0..n)
+                .map(|i| {
+                    let run = &run;
+                    s.spawn(move || run(i))
+                })
+                .collect();
             handles
                 .into_iter()
                 .map(|h| {
@@ -113,7 +172,7 @@ pub(super) fn docker_baseline(
                 .collect()
         })
     } else {
-        (0..n).map(|_| run()).collect()
+        (0..n).map(&run).collect()
     };
     let mut times = Vec::with_capacity(n);
     let mut ids = Vec::new();
