@@ -137,3 +137,28 @@ pub(super) async fn with_one_node(
     crate::control_plane::down(&config).await?;
     result
 }
+
+/// In a debug xtask (what `cargo xtask` runs), runs this same command in the release build
+/// of xtask and returns its outcome; in a release xtask, `None`: go on. For benchmarks whose
+/// hollow edges run in xtask's own process, where unoptimised TLS clients would bound what
+/// they measure instead of the cloud. `name` is the benchmark's, for the message.
+///
+/// # Errors
+/// The release build or its run cannot be started.
+pub(super) fn in_release(name: &str) -> anyhow::Result<Option<std::process::ExitCode>> {
+    use anyhow::Context as _;
+    if !cfg!(debug_assertions) {
+        return Ok(None);
+    }
+    let bin_dir = local::build_bins(true)?;
+    eprintln!("bench {name}: running the hollow edges in the release build of xtask");
+    let status = std::process::Command::new(bin_dir.join("xtask"))
+        .args(std::env::args_os().skip(1))
+        .status()
+        .context("running the release xtask")?;
+    Ok(Some(if status.success() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }))
+}

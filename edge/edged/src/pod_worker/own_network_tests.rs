@@ -7,7 +7,7 @@ use verge_container_runtime::labels;
 use verge_container_runtime::types::{IpcMode, NetworkMode};
 
 use super::observe::RunState;
-use super::tests::{IMAGE, app_pod, harness, pod, pod_network, settle};
+use super::tests::{IMAGE, app_pod, harness, pod, pod_network, settle, with_debugger};
 
 #[tokio::test(start_paused = true)]
 async fn a_pod_of_one_container_runs_without_a_sandbox_and_keeps_its_ip_across_restarts() {
@@ -99,15 +99,7 @@ async fn an_ephemeral_container_joins_the_container_of_a_pod_without_a_sandbox()
     let mut w = h.worker(&p);
     settle(&mut w).await;
     let app = h.rt.instances("app").pop().expect("app");
-    let mut updated = p.clone();
-    if let Some(spec) = updated.spec.as_mut() {
-        spec.ephemeral_containers = Some(vec![
-            serde_json::from_value(json!({
-            "name": "debugger", "image": IMAGE, "targetContainerName": "app"}))
-            .expect("ephemeral container"),
-        ]);
-    }
-    w.pod = std::sync::Arc::new(updated);
+    w.pod = std::sync::Arc::new(with_debugger(&p));
     settle(&mut w).await;
     let debugger = h.rt.instances("debugger").pop().expect("started");
     assert_eq!(debugger.info.state, RunState::Running);

@@ -808,15 +808,7 @@ async fn an_ephemeral_container_added_to_a_running_pod_runs_once() {
     let mut w = h.worker(&p);
     settle(&mut w).await;
     settle(&mut w).await;
-    let mut updated = p.clone();
-    if let Some(spec) = updated.spec.as_mut() {
-        spec.ephemeral_containers = Some(vec![
-            serde_json::from_value(json!({
-            "name": "debugger", "image": IMAGE, "targetContainerName": "app"}))
-            .expect("ephemeral container"),
-        ]);
-    }
-    w.pod = Arc::new(updated);
+    w.pod = Arc::new(with_debugger(&p));
     settle(&mut w).await;
     let debugger = h.rt.instances("debugger").pop().expect("started");
     assert_eq!(debugger.info.state, RunState::Running);
@@ -895,6 +887,19 @@ async fn a_sandbox_waits_for_the_pod_network_and_then_gets_an_address_of_it() {
     let app = h.rt.instances("app").pop().expect("app");
     let joined = verge_container_runtime::types::NetworkMode::Container(sandbox.info.id);
     assert_eq!(app.spec.network, joined);
+}
+
+/// `pod` with the ephemeral container `debugger` (`kubectl debug`) targeting `app`.
+pub(super) fn with_debugger(pod: &Pod) -> Pod {
+    let mut updated = pod.clone();
+    if let Some(spec) = updated.spec.as_mut() {
+        spec.ephemeral_containers = Some(vec![
+            serde_json::from_value(json!({
+            "name": "debugger", "image": IMAGE, "targetContainerName": "app"}))
+            .expect("ephemeral container"),
+        ]);
+    }
+    updated
 }
 
 /// Makes the node's pod network on `10.244.9.0/24` and tells the harness's workers.

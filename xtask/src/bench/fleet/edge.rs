@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::Pod;
 use rustls::ClientConfig;
 use serde_json::json;
@@ -33,8 +32,7 @@ use verge_core::{
     Envelope, Group, Kind, Module, ObjectVersion, Outcome, ResourceKey, ResourceType, Write,
 };
 use verge_proto::Message;
-use verge_proto::hub::edge_hub_client::EdgeHubClient;
-use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, cloud_frame, edge_frame};
+use verge_proto::hub::EdgeHello;
 
 use crate::bench::scale::wire::{self, Bytes};
 
@@ -90,17 +88,7 @@ pub(super) struct Shared {
     /// Progress for the benchmark.
     pub events: mpsc::UnboundedSender<Event>,
     /// The first failure, for the report.
-    pub first_error: std::sync::Mutex<Option<String>>,
-}
-
-impl Shared {
-    fn failed(&self, node: &str, error: &str) {
-        let mut first = self
-            .first_error
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        first.get_or_insert_with(|| format!("{node}: {error}"));
-    }
+    pub first_error: wire::FirstError,
 }
 
 /// One hollow edge node.
@@ -141,7 +129,7 @@ impl Hollow {
                 return;
             };
             if let Err(error) = self.session(&shared, &mut phase, epoch).await {
-                shared.failed(&self.name, &format!("{error:#}"));
+                shared.first_error.record(&self.name, &format!("{error:#}"));
                 shared.reconnects.fetch_add(1, Ordering::Relaxed);
                 self.replica = (self.replica + 1) % shared.endpoints.len().max(1);
                 let jitter = (self.index % 1000) as u64;
@@ -157,44 +145,29 @@ impl Hollow {
         phase: &mut watch::Receiver<Phase>,
         epoch: u64,
     ) -> anyhow::Result<()> {
-        let hello = EdgeFrame {
-            frame: Some(edge_frame::Frame::Hello(EdgeHello {
-                node_name: self.name.clone(),
-                token: String::new(),
-                inventory: Some(crate::bench::reconnect::edge::inventory(&self.held)),
-                edgecore_version: "bench-fleet-hollow".to_owned(),
-            })),
+        let hello = EdgeHello {
+            node_name: self.name.clone(),
+            token: String::new(),
+            inventory: Some(crate::bench::reconnect::edge::inventory(&self.held)),
+            edgecore_version: "bench-fleet-hollow".to_owned(),
         };
-        let (tx, rx) = mpsc::channel::<EdgeFrame>(64);
-        tx.send(hello).await?;
-        let outbound = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|frame| (frame, rx))
-        });
         let tls = if shared.resume_tls.load(Ordering::Relaxed) {
             self.kept.clone()
         } else {
             wire::h2_config(&self.tls)
         };
         let endpoint = shared.endpoints[self.replica].clone();
-        let channel = wire::connect(endpoint, tls, shared.bytes.clone())
+        let wire::Session {
+            tx,
+            mut inbound,
+            keepalive: interval,
+        } = wire::open(endpoint, tls, shared.bytes.clone(), hello)
             .await
-            .context("connecting")?;
-        let mut inbound = EdgeHubClient::new(channel)
-            .connect(outbound)
-            .await
-            .map_err(|status| anyhow::anyhow!("connect refused: {status}"))?
-            .into_inner();
-        let welcome = match inbound.message().await.context("awaiting welcome")? {
-            Some(CloudFrame {
-                frame: Some(cloud_frame::Frame::Welcome(w)),
-            }) => w,
-            other => bail!("expected a welcome, got {other:?}"),
-        };
+            .map_err(|e| e.error)?;
         // A session's start, as edgecore's node module: registration, Lease, full status.
         for report in [self.registration(), self.lease(), self.status(true)] {
             self.report(shared, &tx, report).await?;
         }
-        let interval = Duration::from_millis(welcome.keepalive_interval_ms.max(100));
         let start = tokio::time::Instant::now();
         let mut keepalive = tokio::time::interval_at(start + interval, interval);
         // Status ticks spread evenly over the tick: the fractional part of index × the golden
@@ -212,7 +185,7 @@ impl Hollow {
                     continue;
                 }
                 _ = keepalive.tick() => {
-                    send(&tx, Envelope::keepalive(Module::EdgeHub, None)).await?;
+                    wire::send(&tx, Envelope::keepalive(Module::EdgeHub, None)).await?;
                     continue;
                 }
                 _ = status.tick() => {
@@ -226,19 +199,12 @@ impl Hollow {
                 }
                 frame = inbound.message() => frame,
             };
-            let message = match frame {
-                Ok(Some(CloudFrame {
-                    frame: Some(cloud_frame::Frame::Message(m)),
-                })) => m,
-                Ok(Some(other)) => bail!("unexpected frame {other:?}"),
-                Ok(None) => bail!("cloudhub ended the stream"),
-                Err(status) => bail!("stream failed: {status}"),
-            };
+            let message = wire::message(frame)?;
             for reply in self.on_message(shared, message) {
                 if matches!(reply.kind, Kind::Upsert { .. } | Kind::Delete { .. }) {
                     self.report(shared, &tx, reply).await?;
                 } else {
-                    send(&tx, reply).await?;
+                    wire::send(&tx, reply).await?;
                 }
             }
         }
@@ -247,7 +213,7 @@ impl Hollow {
     async fn report(
         &self,
         shared: &Shared,
-        tx: &mpsc::Sender<EdgeFrame>,
+        tx: &mpsc::Sender<verge_proto::hub::EdgeFrame>,
         report: Envelope,
     ) -> anyhow::Result<()> {
         shared.reports.fetch_add(1, Ordering::Relaxed);
@@ -256,7 +222,7 @@ impl Hollow {
         {
             shared.status_reports.fetch_add(1, Ordering::Relaxed);
         }
-        send(tx, report).await
+        wire::send(tx, report).await
     }
 
     fn upsert(write: Write, key: ResourceKey, version: ObjectVersion, body: Vec<u8>) -> Envelope {
@@ -356,7 +322,9 @@ impl Hollow {
             Kind::Answer { outcome, .. } => {
                 if matches!(outcome, Outcome::Error(_)) {
                     shared.errors.fetch_add(1, Ordering::Relaxed);
-                    shared.failed(&self.name, &format!("answer {outcome:?}"));
+                    shared
+                        .first_error
+                        .record(&self.name, &format!("answer {outcome:?}"));
                 }
                 return out;
             }
@@ -398,15 +366,6 @@ impl Hollow {
             body,
         ))
     }
-}
-
-async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Result<()> {
-    let frame = EdgeFrame {
-        frame: Some(edge_frame::Frame::Message(Message::from(envelope))),
-    };
-    tx.send(frame)
-        .await
-        .map_err(|_| anyhow::anyhow!("outbound stream closed"))
 }
 
 /// RFC 3339 with microseconds, as a Lease's `renewTime` (`MicroTime`).

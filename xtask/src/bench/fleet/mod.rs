@@ -79,18 +79,8 @@ fn node_name(i: usize) -> String {
 /// Runs the benchmark. The hollow edges run in this process, so a debug xtask hands over to
 /// the release build of itself, as `bench scale` does.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if cfg!(debug_assertions) {
-        let bin_dir = local::build_bins(true)?;
-        eprintln!("bench fleet: running the hollow edges in the release build of xtask");
-        let status = std::process::Command::new(bin_dir.join("xtask"))
-            .args(std::env::args_os().skip(1))
-            .status()
-            .context("running the release xtask")?;
-        return Ok(if status.success() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+    if let Some(code) = super::env::in_release("fleet")? {
+        return Ok(code);
     }
     let max = args.steps.iter().copied().max().unwrap_or(0);
     if max == 0 {
@@ -202,7 +192,7 @@ async fn measure(
         errors: AtomicU64::new(0),
         reconnects: AtomicU64::new(0),
         events: events_tx,
-        first_error: std::sync::Mutex::default(),
+        first_error: crate::bench::scale::wire::FirstError::default(),
     });
     let (phase_tx, phase_rx) = watch::channel(Phase::Connected(1));
     let nodes: Api<Node> = Api::all(client.clone());
@@ -267,11 +257,7 @@ async fn measure(
         }
     }
     let Some((size, _)) = held.clone() else {
-        let first = shared
-            .first_error
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default();
+        let first = shared.first_error.get();
         bail!("no fleet size held every Node Ready; first error: {first:?}");
     };
     // Only the fleet that held: nodes of a failed step leave.
@@ -455,7 +441,7 @@ async fn hold(
         let name = format!("probe-{size}-{probe}");
         // Spread over the fleet: a stride coprime with any size that is not a multiple of 7.
         let node = node_name((probe * 7919) % size);
-        let pod: Pod = serde_json::from_value(probe_pod(&name, &node))?;
+        let pod: Pod = serde_json::from_value(crate::bench::scale::probe_pod(&name, &node))?;
         let t0 = Instant::now();
         pods.create(&PostParams::default(), &pod).await?;
         created.push((name, t0));
@@ -505,21 +491,6 @@ async fn hold(
         probe_p99: crate::bench::percentile(&latencies, 99),
         errors: shared.errors.load(Ordering::Relaxed) - errors_before,
         costs,
-    })
-}
-
-/// A pod `name` bound to `node` (no scheduler), tolerating anything.
-fn probe_pod(name: &str, node: &str) -> serde_json::Value {
-    json!({
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": false,
-            "enableServiceLinks": false,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "main", "image": verge_testkit::docker::TEST_IMAGE,
-                            "command": ["sleep", "3600"]}]
-        }
     })
 }
 

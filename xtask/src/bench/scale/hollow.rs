@@ -16,14 +16,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
 use rustls::ClientConfig;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::Endpoint;
 use verge_core::{Envelope, Group, Kind, Module, Outcome, ResourceKey, ResourceType, Write};
 use verge_proto::Message;
-use verge_proto::hub::edge_hub_client::EdgeHubClient;
-use verge_proto::hub::{CloudFrame, EdgeFrame, EdgeHello, cloud_frame, edge_frame};
+use verge_proto::hub::EdgeHello;
 
 use super::wire::{self, Bytes};
 
@@ -69,7 +67,7 @@ pub struct Shared {
     /// Progress for the benchmark.
     pub events: mpsc::UnboundedSender<Event>,
     /// The first failure, for the report.
-    pub first_error: std::sync::Mutex<Option<String>>,
+    pub first_error: wire::FirstError,
 }
 
 impl Shared {
@@ -84,8 +82,7 @@ impl Shared {
     }
 
     fn failed(&self, node: &str, error: &anyhow::Error) {
-        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
-        first.get_or_insert_with(|| format!("{node}: {error:#}"));
+        self.first_error.record(node, &format!("{error:#}"));
     }
 }
 
@@ -145,47 +142,26 @@ impl Hollow {
         phase: &mut watch::Receiver<Phase>,
         epoch: u64,
     ) -> anyhow::Result<()> {
-        let hello = EdgeFrame {
-            frame: Some(edge_frame::Frame::Hello(EdgeHello {
-                node_name: self.name.clone(),
-                token: String::new(),
-                inventory: Some(crate::bench::reconnect::edge::inventory(&self.held)),
-                edgecore_version: "bench-scale-hollow".to_owned(),
-            })),
+        let hello = EdgeHello {
+            node_name: self.name.clone(),
+            token: String::new(),
+            inventory: Some(crate::bench::reconnect::edge::inventory(&self.held)),
+            edgecore_version: "bench-scale-hollow".to_owned(),
         };
-        let (tx, rx) = mpsc::channel::<EdgeFrame>(64);
-        tx.send(hello).await?;
-        let outbound = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|frame| (frame, rx))
-        });
-        let channel = match wire::connect(
-            shared.endpoint.clone(),
-            self.tls.clone(),
-            shared.bytes.clone(),
-        )
-        .await
-        {
-            Ok(c) => c,
+        let endpoint = shared.endpoint.clone();
+        let wire::Session {
+            tx,
+            mut inbound,
+            keepalive: interval,
+        } = match wire::open(endpoint, self.tls.clone(), shared.bytes.clone(), hello).await {
+            Ok(session) => session,
             Err(e) => {
-                shared.connect_failures.fetch_add(1, Ordering::Relaxed);
-                return Err(anyhow::Error::new(e).context("connecting"));
+                if e.connecting {
+                    shared.connect_failures.fetch_add(1, Ordering::Relaxed);
+                }
+                return Err(e.error);
             }
         };
-        let mut client = EdgeHubClient::new(channel);
-        let mut inbound = match client.connect(outbound).await {
-            Ok(response) => response.into_inner(),
-            Err(status) => {
-                shared.connect_failures.fetch_add(1, Ordering::Relaxed);
-                bail!("connect refused: {status}");
-            }
-        };
-        let welcome = match inbound.message().await.context("awaiting welcome")? {
-            Some(CloudFrame {
-                frame: Some(cloud_frame::Frame::Welcome(w)),
-            }) => w,
-            other => bail!("expected a welcome, got {other:?}"),
-        };
-        let interval = Duration::from_millis(welcome.keepalive_interval_ms.max(100));
         let start = tokio::time::Instant::now();
         let mut keepalive = tokio::time::interval_at(start + interval, interval);
         // Status reports spread evenly over the period: the fractional part of index × the
@@ -202,26 +178,19 @@ impl Hollow {
                     continue;
                 }
                 _ = keepalive.tick() => {
-                    send(&tx, Envelope::keepalive(Module::EdgeHub, None)).await?;
+                    wire::send(&tx, Envelope::keepalive(Module::EdgeHub, None)).await?;
                     continue;
                 }
                 _ = status.tick() => {
-                    send(&tx, self.status_report()).await?;
+                    wire::send(&tx, self.status_report()).await?;
                     shared.status_reports.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 frame = inbound.message() => frame,
             };
-            let message = match frame {
-                Ok(Some(CloudFrame {
-                    frame: Some(cloud_frame::Frame::Message(m)),
-                })) => m,
-                Ok(Some(other)) => bail!("unexpected frame {other:?}"),
-                Ok(None) => bail!("cloudhub ended the stream"),
-                Err(status) => bail!("stream failed: {status}"),
-            };
+            let message = wire::message(frame)?;
             if let Some(ack) = self.on_message(shared, message) {
-                send(&tx, ack).await?;
+                wire::send(&tx, ack).await?;
             }
         }
     }
@@ -268,15 +237,6 @@ impl Hollow {
         }
         Some(envelope.answer(Module::MetaManager, Outcome::Ack, Vec::new()))
     }
-}
-
-async fn send(tx: &mpsc::Sender<EdgeFrame>, envelope: Envelope) -> anyhow::Result<()> {
-    let frame = EdgeFrame {
-        frame: Some(edge_frame::Frame::Message(Message::from(envelope))),
-    };
-    tx.send(frame)
-        .await
-        .map_err(|_| anyhow::anyhow!("outbound stream closed"))
 }
 
 /// The node status an idle edgecore sends every `nodeStatusReportFrequency`: only its

@@ -88,18 +88,8 @@ const SETTLE: Duration = Duration::from_secs(15);
 /// xtask` runs) hands over to the release build of itself: 10,000 TLS clients in unoptimised
 /// code would bound the storms instead of cloudhub.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if cfg!(debug_assertions) {
-        let bin_dir = local::build_bins(true)?;
-        eprintln!("bench scale: running the hollow edges in the release build of xtask");
-        let status = std::process::Command::new(bin_dir.join("xtask"))
-            .args(std::env::args_os().skip(1))
-            .status()
-            .context("running the release xtask")?;
-        return Ok(if status.success() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+    if let Some(code) = super::env::in_release("scale")? {
+        return Ok(code);
     }
     // Each hollow edge holds a socket.
     let fd_limit = verge_runtime::limits::raise_open_files()
@@ -169,7 +159,7 @@ async fn measure(
         status_reports: AtomicU64::new(0),
         status_period: Duration::from_secs(args.status_period.max(1)),
         events: events_tx,
-        first_error: std::sync::Mutex::default(),
+        first_error: wire::FirstError::default(),
     });
     let (phase_tx, phase_rx) = watch::channel(Phase::Dropped);
     let status = hollow::status_json();
@@ -225,11 +215,7 @@ async fn measure(
         task.abort();
     }
 
-    let first_error = shared
-        .first_error
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let first_error = shared.first_error.get();
     let table = Report {
         n,
         build: if args.debug { "debug" } else { "release" },
@@ -307,7 +293,7 @@ async fn storm(
             );
         }
         if t0.elapsed() > RESYNC_LIMIT {
-            let first = shared.first_error.lock().map(|e| e.clone()).ok().flatten();
+            let first = shared.first_error.get();
             bail!(
                 "only {done} of {n} nodes resynced within {RESYNC_LIMIT:?}; first error: {}",
                 first.unwrap_or_default()
@@ -417,7 +403,8 @@ fn node(i: usize) -> serde_json::Value {
     })
 }
 
-fn probe_pod(name: &str, node: &str) -> serde_json::Value {
+/// A probe pod `name` bound to `node` (no scheduler), tolerating anything.
+pub(super) fn probe_pod(name: &str, node: &str) -> serde_json::Value {
     json!({
         "metadata": {"name": name},
         "spec": {
