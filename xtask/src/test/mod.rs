@@ -60,6 +60,17 @@ pub struct Args {
 /// Node-name prefixes of the edge nodes the tests start (`verge-e2e` and the edged tests).
 const TEST_NODE_PREFIXES: [&str; 2] = ["e2e-", "edge-test-"];
 
+/// Removes the containers and pod networks of test edge nodes ([`TEST_NODE_PREFIXES`]).
+fn remove_test_leftovers() {
+    match verge_testkit::docker::remove_managed_containers(|n| {
+        TEST_NODE_PREFIXES.iter().any(|p| n.starts_with(p))
+    }) {
+        Ok(0) => {}
+        Ok(n) => eprintln!("xtask test: removed {n} containers left by test edge nodes"),
+        Err(e) => eprintln!("xtask test: warning: removing test containers: {e:#}"),
+    }
+}
+
 /// Runs the suite; returns the first failing step's exit code.
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if !args.skip_static_checks {
@@ -70,6 +81,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     eprintln!("xtask test: checking Debian packages, Docker and the test image");
     crate::local::ensure_host().await?;
+    // What a run that was killed left (its clean-up below never ran): a test node's pod
+    // network keeps its pod CIDR, which the fresh control plane hands to another node, whose
+    // network Docker then refuses ("Pool overlaps with other one").
+    remove_test_leftovers();
 
     // The Go builds (each cached after its first run) go beside `cargo build`: on a cold
     // machine their module downloads and cargo's serial phases overlap.
@@ -108,13 +123,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let later = later.join();
     // Each test removes its edge node's containers when it ends; a container whose creation
     // raced with that clean-up would otherwise outlive the run.
-    match verge_testkit::docker::remove_managed_containers(|n| {
-        TEST_NODE_PREFIXES.iter().any(|p| n.starts_with(p))
-    }) {
-        Ok(0) => {}
-        Ok(n) => eprintln!("xtask test: removed {n} containers left by test edge nodes"),
-        Err(e) => eprintln!("xtask test: warning: removing test containers: {e:#}"),
-    }
+    remove_test_leftovers();
 
     // A test that failed half-way may leave the kubelet node running; it must stop before
     // the control plane it is attached to.
