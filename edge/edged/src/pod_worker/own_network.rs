@@ -25,7 +25,7 @@ use super::observe::{Instance, Observation};
 use super::{Worker, spec_of};
 use crate::network::{NetworkState, lock_ips};
 use crate::spec;
-use verge_container_runtime::ContainerRuntime;
+use verge_container_runtime::{ContainerRuntime, RuntimeError};
 
 /// Whether `pod` can run without a sandbox: exactly one container, no init containers, not
 /// hostNetwork. Ephemeral containers do not count: added later, they join the container.
@@ -121,10 +121,14 @@ impl<R: ContainerRuntime> Worker<R> {
         })
     }
 
-    /// Docker refused the pod's address `ip` as in use by a container that is not a pod's:
+    /// A container created at the pod's fixed address `ip` (if any) failed to start with
+    /// `error`: when Docker refused the address as in use by a container that is not a pod's,
     /// the next start gets another ([`verge_edge_net::PodIps::refuse`]).
-    pub(super) fn refuse_ip(&self, ip: &str) {
-        if let Ok(ip) = ip.parse() {
+    pub(super) fn start_refused(&self, ip: Option<&str>, error: &RuntimeError) {
+        if !error.is_address_in_use() {
+            return;
+        }
+        if let Some(Ok(ip)) = ip.map(str::parse) {
             tracing::warn!(%ip, "the pod's address is held by a container that is not a pod's; taking another");
             lock_ips(&self.ctx.pod_ips).refuse(&self.uid, ip);
         }

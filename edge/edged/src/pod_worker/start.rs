@@ -396,11 +396,7 @@ impl<R: ContainerRuntime> Worker<R> {
             .await;
         if let Err(e) = started {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
-            if let Some(own) = own
-                && e.is_address_in_use()
-            {
-                self.refuse_ip(&own.ip);
-            }
+            self.start_refused(own.map(|o| o.ip.as_str()), &e);
             return Err(StartError::Run(e));
         }
         metrics::global().pod_start(Stage::Container, creating_since.elapsed());
@@ -480,11 +476,7 @@ impl<R: ContainerRuntime> Worker<R> {
         let id = self.create_replacing(&name, spec).await?;
         if let Err(e) = self.ctx.runtime.start(&id).await {
             let _ = self.ctx.runtime.remove_if_present(&id).await;
-            if let Some(ip) = labels.pod_ip.as_deref()
-                && e.is_address_in_use()
-            {
-                self.refuse_ip(ip);
-            }
+            self.start_refused(labels.pod_ip.as_deref(), &e);
             return Err(e.into());
         }
         if on_pod_network.is_some() {
