@@ -8,9 +8,13 @@
 //!   not ready), so no pod starts on a network it would keep for its life by mistake;
 //! - the Node has a `spec.podCIDR`: the pod network on it, once the engine made it
 //!   ([`NetworkState::Ready`]);
-//! - the Node has none (kube-controller-manager runs without `--allocate-node-cidrs`):
-//!   Docker's default bridge, as before pod networks ([`NetworkState::DefaultBridge`]); pod IPs
-//!   are then unique on the node only;
+//! - the Node has none and is younger than [`POD_CIDR_GRACE`]: nowhere yet
+//!   ([`NetworkState::AwaitingPodCidr`]): kube-controller-manager's node-ipam controller gives
+//!   a new Node its podCIDR moments after the Node is created, and a pod that arrives in
+//!   between would otherwise keep Docker's default bridge for its life;
+//! - the Node has none and is older (kube-controller-manager runs without
+//!   `--allocate-node-cidrs`): Docker's default bridge, as before pod networks
+//!   ([`NetworkState::DefaultBridge`]); pod IPs are then unique on the node only;
 //! - the CIDR is unusable or the engine refuses the network: nowhere, with the reason
 //!   ([`NetworkState::Failed`]), tried again every [`RETRY`].
 //!
@@ -19,7 +23,9 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
 use tokio::sync::{broadcast, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use verge_container_runtime::{ContainerRuntime, NetworkEnsured};
@@ -32,11 +38,18 @@ use verge_runtime::ErrorChain;
 /// How often a failed pod network is tried again.
 pub const RETRY: Duration = Duration::from_secs(10);
 
+/// How long a new Node without `spec.podCIDR` waits for node-ipam to give it one before its
+/// pods go to Docker's default bridge, counted from the Node's `creationTimestamp` (at most
+/// this long from when this edgecore first sees it, whatever the clocks say).
+pub const POD_CIDR_GRACE: Duration = Duration::from_secs(30);
+
 /// Where new pod sandboxes go; see the module docs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NetworkState {
     /// The Node object is not known yet.
     Unknown,
+    /// The Node has no `spec.podCIDR` yet and is younger than [`POD_CIDR_GRACE`].
+    AwaitingPodCidr,
     /// The Node has no `spec.podCIDR`: Docker's default bridge.
     DefaultBridge,
     /// The pod network on the Node's `spec.podCIDR`.
@@ -54,6 +67,11 @@ impl NetworkState {
         use verge_container_runtime::types::NetworkMode;
         match self {
             Self::Unknown => Err("the Node object has not arrived from the cloud yet".into()),
+            Self::AwaitingPodCidr => Err(
+                "the Node has no spec.podCIDR yet (kube-controller-manager's node-ipam controller \
+                 gives a new Node one)"
+                    .into(),
+            ),
             Self::DefaultBridge => Ok(NetworkMode::Bridge),
             Self::Ready(net) => Ok(NetworkMode::Network(net.name().to_owned())),
             Self::Failed(reason) => Err(reason.clone()),
@@ -115,8 +133,17 @@ pub(crate) fn lock_ips(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// What the stored Node says: `None` when it is not stored, else its `spec.podCIDR`.
-fn stored_pod_cidr(store: &MetaStore, key: &ResourceKey) -> Option<Option<String>> {
+/// What the stored Node says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StoredNode {
+    /// Its `spec.podCIDR`, if set.
+    pod_cidr: Option<String>,
+    /// Its `metadata.creationTimestamp`.
+    created: Option<Timestamp>,
+}
+
+/// The stored Node, or `None` when it is not stored (or unreadable: a warning).
+fn stored_node(store: &MetaStore, key: &ResourceKey) -> Option<StoredNode> {
     let stored = match store.get(key) {
         Ok(stored) => stored?,
         Err(e) => {
@@ -125,7 +152,10 @@ fn stored_pod_cidr(store: &MetaStore, key: &ResourceKey) -> Option<Option<String
         }
     };
     match serde_json::from_slice::<Node>(&stored.content) {
-        Ok(node) => Some(node.spec.and_then(|s| s.pod_cidr).filter(|c| !c.is_empty())),
+        Ok(node) => Some(StoredNode {
+            pod_cidr: node.spec.and_then(|s| s.pod_cidr).filter(|c| !c.is_empty()),
+            created: node.metadata.creation_timestamp.map(|t| t.0),
+        }),
         Err(e) => {
             warn!(error = %e, "stored Node object does not parse");
             None
@@ -133,7 +163,19 @@ fn stored_pod_cidr(store: &MetaStore, key: &ResourceKey) -> Option<Option<String
     }
 }
 
-/// The state for `pod_cidr` (see [`stored_pod_cidr`]), making the network in `runtime`.
+/// How much of [`POD_CIDR_GRACE`] a Node created at `created` has left at `now`: all of it
+/// when the Node looks created in the future (an edge clock behind the cloud's), none when
+/// the Node has no creation time.
+fn remaining_grace(created: Option<Timestamp>, now: Timestamp) -> Duration {
+    let Some(created) = created else {
+        return Duration::ZERO;
+    };
+    let age = Duration::try_from(now.duration_since(created)).unwrap_or(Duration::ZERO);
+    POD_CIDR_GRACE.saturating_sub(age)
+}
+
+/// The state for `pod_cidr` (`None`: no Node stored; else its `spec.podCIDR`), making the
+/// network in `runtime`.
 async fn state_for<R: ContainerRuntime>(
     runtime: &R,
     node: &str,
@@ -161,7 +203,8 @@ async fn state_for<R: ContainerRuntime>(
 }
 
 /// Keeps `tx` at the state of node `node`'s stored Node object until `shutdown`: at start,
-/// at every store change of the Node (`events`), and every [`RETRY`] while it failed.
+/// at every store change of the Node (`events`), every [`RETRY`] while it failed, and when a
+/// new Node's [`POD_CIDR_GRACE`] ends.
 pub async fn run<R: ContainerRuntime>(
     runtime: R,
     store: MetaStore,
@@ -171,12 +214,32 @@ pub async fn run<R: ContainerRuntime>(
     shutdown: CancellationToken,
 ) {
     let key = ResourceKey::cluster(ResourceType::Node, &node);
-    let mut last_cidr = None;
+    let mut last = None;
+    // When a Node without a podCIDR stops waiting for one (see `POD_CIDR_GRACE`).
+    let mut grace_ends: Option<Instant> = None;
     loop {
-        let cidr = stored_pod_cidr(&store, &key);
+        let stored = stored_node(&store, &key);
+        let awaiting = match &stored {
+            Some(n) if n.pod_cidr.is_none() => {
+                let ends = *grace_ends.get_or_insert_with(|| {
+                    Instant::now() + remaining_grace(n.created, verge_edge_store::clock::now())
+                });
+                Instant::now() < ends
+            }
+            _ => {
+                grace_ends = None;
+                false
+            }
+        };
+        let cidr = stored.map(|n| n.pod_cidr);
         let failed = matches!(*tx.borrow(), NetworkState::Failed(_));
-        if cidr != last_cidr || failed {
-            let state = state_for(&runtime, &node, cidr.clone()).await;
+        let seen = Some((cidr.clone(), awaiting));
+        if seen != last || failed {
+            let state = if awaiting {
+                NetworkState::AwaitingPodCidr
+            } else {
+                state_for(&runtime, &node, cidr).await
+            };
             if let NetworkState::Failed(reason) = &state {
                 warn!(%reason, "pod network not ready");
             }
@@ -185,12 +248,14 @@ pub async fn run<R: ContainerRuntime>(
                 *s = state;
                 changed
             });
-            last_cidr = cidr;
+            last = seen;
         }
         let retry = matches!(*tx.borrow(), NetworkState::Failed(_));
+        let grace_end = grace_ends.filter(|_| awaiting).unwrap_or_else(Instant::now);
         tokio::select! {
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(RETRY), if retry => {}
+            () = tokio::time::sleep_until(grace_end), if awaiting => {}
             ev = events.recv() => match ev {
                 Ok(ev) if ev.key != key => continue,
                 Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
@@ -201,84 +266,4 @@ pub async fn run<R: ContainerRuntime>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use verge_container_runtime::fake::FakeRuntime;
-
-    #[tokio::test]
-    async fn the_state_follows_the_node_object() {
-        let runtime = FakeRuntime::new("n");
-        assert_eq!(state_for(&runtime, "n", None).await, NetworkState::Unknown);
-        assert_eq!(
-            state_for(&runtime, "n", Some(None)).await,
-            NetworkState::DefaultBridge
-        );
-        let ready = state_for(&runtime, "n", Some(Some("10.244.7.0/24".into()))).await;
-        let NetworkState::Ready(net) = &ready else {
-            panic!("{ready:?}");
-        };
-        assert_eq!(runtime.networks()[net.name()].gateway, "10.244.7.1");
-        assert!(ready.sandbox_network().is_ok());
-        let failed = state_for(&runtime, "n", Some(Some("10.244.7.9/24".into()))).await;
-        assert!(matches!(failed, NetworkState::Failed(ref r) if r.contains("host bits")));
-        assert!(NetworkState::Unknown.sandbox_network().is_err());
-    }
-
-    #[tokio::test]
-    async fn pod_ips_are_read_back_from_the_containers_labels_and_old_sandboxes() {
-        use verge_container_runtime::labels::{ContainerLabels, PodRef};
-        use verge_container_runtime::types::NetworkMode;
-        use verge_container_runtime::{ContainerRuntime as _, ContainerSpec};
-        let runtime = FakeRuntime::new("n");
-        runtime.add_image("img");
-        let net = verge_edge_net::PodNetwork::new("n", "10.244.7.0/24").expect("cidr");
-        net.ensure(&runtime).await.expect("network");
-        let container = |uid: &str, sandbox: bool, ip: Option<&str>| {
-            let labels = ContainerLabels {
-                pod: PodRef {
-                    namespace: "ns".into(),
-                    name: uid.into(),
-                    uid: uid.into(),
-                },
-                container: if sandbox { "POD" } else { "app" }.into(),
-                restart_count: 0,
-                sandbox,
-                pod_ip: ip.map(str::to_owned),
-            };
-            ContainerSpec {
-                image: "img".into(),
-                labels: labels.to_map(),
-                network: NetworkMode::Network(net.name().to_owned()),
-                ipv4_address: ip.map(str::to_owned),
-                ..ContainerSpec::default()
-            }
-        };
-        // A pod without a sandbox whose container is stopped (crash-loop back-off).
-        let own = runtime
-            .create("own", container("u-own", false, Some("10.244.7.9")))
-            .await
-            .expect("create");
-        runtime.exit(&own, 1);
-        // A sandbox an earlier edgecore made, at an address of the engine's.
-        let old = runtime
-            .create("old", container("u-old", true, None))
-            .await
-            .expect("create");
-        runtime.start(&old).await.expect("start");
-        let engine_given = runtime
-            .inspect(&old)
-            .await
-            .expect("inspect")
-            .and_then(|i| i.ip)
-            .expect("an address");
-        let ips = seed_pod_ips(&runtime).await;
-        assert_eq!(
-            ips.get("u-own").map(|ip| ip.to_string()),
-            Some("10.244.7.9".into())
-        );
-        assert_eq!(
-            ips.get("u-old").map(|ip| ip.to_string()),
-            Some(engine_given)
-        );
-    }
-}
+mod tests;
