@@ -200,6 +200,8 @@ async fn measure(
     let mut tracker = Tracker::default();
     let mut steps: Vec<Step> = Vec::new();
     let mut held: Option<(usize, Costs)> = None;
+    let mut not_held: Option<(usize, String)> = None;
+    let mut hollows: Vec<tokio::task::JoinHandle<()>> = Vec::new();
     let mut running = 0;
     for &size in &args.steps {
         if size <= running {
@@ -211,18 +213,17 @@ async fn measure(
             .await?;
         for (i, tls) in credentials.iter().enumerate().take(size).skip(running) {
             let hollow = Hollow::new(i, node_name(i), tls, cloud.replicas.len());
-            tokio::spawn(hollow.run(shared.clone(), phase_rx.clone()));
+            hollows.push(tokio::spawn(hollow.run(shared.clone(), phase_rx.clone())));
         }
         running = size;
-        tracker
-            .wait(
-                &mut events,
-                |t| (0..size).all(|i| t.last.contains_key(&i)),
-                READY_LIMIT,
-            )
-            .await
-            .with_context(|| format!("{size} nodes did not resync"))?;
-        let ready_after = wait_all_ready(&nodes, size, READY_LIMIT).await?;
+        let ready_after = match grow(&nodes, &mut events, &mut tracker, size).await {
+            Ok(ready) => ready,
+            Err(e) => {
+                eprintln!("  {size} did not come up: {e:#}");
+                not_held = Some((size, format!("{e:#}")));
+                break;
+            }
+        };
         let connected_in = grown.elapsed();
         eprintln!("  {size} connected and Ready after {connected_in:.1?} ({ready_after} Ready)");
         let step = hold(
@@ -253,16 +254,30 @@ async fn measure(
             ..step
         });
         if !ok {
+            not_held = Some((
+                size,
+                format!(
+                    "{} of {size} Nodes Ready at the fewest, {} errors",
+                    step.min_ready, step.errors
+                ),
+            ));
             break;
         }
     }
     let Some((size, _)) = held.clone() else {
         let first = shared.first_error.get();
-        bail!("no fleet size held every Node Ready; first error: {first:?}");
+        bail!("no fleet size held every Node Ready ({not_held:?}); first error: {first:?}");
     };
-    // Only the fleet that held: nodes of a failed step leave.
+    // Only the fleet that held goes on: the nodes of the step that did not leave.
     if running > size {
         eprintln!("bench fleet: back to the {size} nodes that held");
+        for hollow in hollows.drain(size..) {
+            hollow.abort();
+        }
+        for i in size..running {
+            let _ = nodes.delete(&node_name(i), &DeleteParams::default()).await;
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
     }
     let writes = measure_writes(args, &client, &shared, size).await?;
     let failover = failover(&mut cloud, &shared, &mut events, &mut tracker, size).await?;
@@ -275,6 +290,7 @@ async fn measure(
         .await;
     Report {
         steps,
+        not_held,
         held,
         idle: watched.iter().map(|(l, _)| l.clone()).zip(idle).collect(),
         writes,
@@ -282,6 +298,24 @@ async fn measure(
         hold: Duration::from_secs(args.hold),
     }
     .record()
+}
+
+/// Waits until the `size` nodes resynced and their Nodes are Ready; returns how many are.
+async fn grow(
+    nodes: &Api<Node>,
+    events: &mut mpsc::UnboundedReceiver<Event>,
+    tracker: &mut Tracker,
+    size: usize,
+) -> anyhow::Result<usize> {
+    tracker
+        .wait(
+            events,
+            |t| (0..size).all(|i| t.last.contains_key(&i)),
+            READY_LIMIT,
+        )
+        .await
+        .with_context(|| format!("{size} nodes did not resync"))?;
+    wait_all_ready(nodes, size, READY_LIMIT).await
 }
 
 /// Node `i` as join creates it: an edge node (the label cloudhub and edgecontroller check).

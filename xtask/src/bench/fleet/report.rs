@@ -75,6 +75,8 @@ pub(super) struct Failover {
 #[derive(Debug)]
 pub(super) struct Report {
     pub steps: Vec<Step>,
+    /// The size that did not hold, and how it failed (none: every size held).
+    pub not_held: Option<(usize, String)>,
     /// The largest size that held, and its costs.
     pub held: Option<(usize, Costs)>,
     /// Each watched group's label and its (CPU seconds, resident KiB) with no node.
@@ -117,6 +119,10 @@ impl Report {
                 s.costs.writes.iter().map(|(_, r)| r).sum::<f64>(),
                 s.errors,
             ));
+        }
+        match &self.not_held {
+            Some((size, why)) => steps.push_str(&format!("\n{size} nodes did not hold: {why}.\n")),
+            None => steps.push_str("\nEvery size held (larger ones were not tried).\n"),
         }
         let costs = self.costs_table();
         let writes = self.writes_table();

@@ -5,8 +5,8 @@
 //! sequential `docker run -d`, then N pods created concurrently against N concurrent
 //! `docker run -d` (throughput of the engine). Prints n, p50, p90, p99 (with at least 20
 //! samples) and max of each, the ratios, and edgecore's resident memory with 0 and with N
-//! pods running; then the same N pods one at a time on a traced Verge, cut into stages
-//! ([`stages`]). Writes the tables to `docs/benchmarks.md`.
+//! pods running; then the same N pods one at a time, and N at once, on a traced Verge, cut
+//! into stages ([`stages`]). Writes the tables to `docs/benchmarks.md`.
 
 mod report;
 mod shapes;
@@ -114,8 +114,7 @@ async fn measure(
     }
 
     eprintln!("bench: {n} pods created at once");
-    let mut verge_all = at_once(&pods, "bench", 0..n).await?;
-    verge_all.sort();
+    let verge_all = sorted_times(&at_once(&pods, NODE, "bench", 0..n).await?);
     let rss_busy = rss_after_burst(verge.edgecore_pid).await?;
     let many = memory_pods.max(n);
     if many > n {
@@ -123,7 +122,7 @@ async fn measure(
             "bench: {} more pods at once, {many} in all (memory)",
             many - n
         );
-        at_once(&pods, "bench", n..many).await?;
+        at_once(&pods, NODE, "bench", n..many).await?;
     }
     let rss_many = rss_after_burst(verge.edgecore_pid).await?;
     local::stop_processes(run_dir);
@@ -132,7 +131,7 @@ async fn measure(
     force_delete_all(&pods).await?;
     // The traced Verge runs alone: its controllers take the same leader Leases (the only
     // ones their RBAC may update).
-    let (stages, untraced) = traced_stages(env, &pods, n).await?;
+    let traced = traced_stages(env, &pods, n).await?;
 
     let results = report::Results {
         n,
@@ -146,22 +145,33 @@ async fn measure(
         shapes,
         rss_kib: [(0, rss_idle), (n, rss_busy.1), (many, rss_many.1)],
         rss_burst_kib: [rss_busy.0, rss_many.0],
-        stage_table: stages::table(&stages, &untraced),
+        stage_table: stages::table(&traced.one.0, &traced.one.1),
+        burst_stage_table: stages::table(&traced.burst.0, &traced.burst.1),
     };
     results.record()?;
     let _ = namespaces.delete(NAMESPACE, &DeleteParams::default()).await;
     Ok(())
 }
 
+/// The stages of a traced pass's pods whose trace was complete, and the names of the others.
+type TracedPods = (Vec<stages::Stages>, Vec<String>);
+
+/// What the traced pass found ([`traced_stages`]).
+struct Traced {
+    /// The pods started one at a time.
+    one: TracedPods,
+    /// The pods created at once.
+    burst: TracedPods,
+}
+
 /// The traced pass: `n` pods one at a time on a second Verge exporting every span to
-/// Jaeger, each cut into stages ([`stages`]); returns the stages of the pods whose trace
-/// was complete and the names of the others. The second Verge is stopped and its pods and
-/// containers removed before it returns.
+/// Jaeger, then `n` created at once there, each pod cut into stages ([`stages`]). The
+/// second Verge is stopped and its pods and containers removed before it returns.
 async fn traced_stages(
     env: &super::env::TracedEnv,
     pods: &Api<Pod>,
     n: usize,
-) -> anyhow::Result<(Vec<stages::Stages>, Vec<String>)> {
+) -> anyhow::Result<Traced> {
     let (cp, jaeger) = (&env.cp, &env.jaeger);
     let traced_node = format!("{NODE}-traced");
     eprintln!("bench: {n} pods one at a time on {traced_node}, traced (stages)");
@@ -171,15 +181,21 @@ async fn traced_stages(
     traced.wait_ready(cp, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let started = one_at_a_time(pods, &traced_node, "traced", n, Shape::One).await?;
-    let (stages, untraced) = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
-    if !untraced.is_empty() {
-        eprintln!("bench: no complete trace of {}", untraced.join(", "));
+    let one = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    delete_and_wait(pods, n).await?;
+    eprintln!("bench: {n} pods created at once on {traced_node}, traced (stages)");
+    let started = at_once(pods, &traced_node, "traced-burst", 0..n).await?;
+    let burst = stages::from_jaeger(jaeger, CONTAINER, &started).await?;
+    for (_, untraced) in [&one, &burst] {
+        if !untraced.is_empty() {
+            eprintln!("bench: no complete trace of {}", untraced.join(", "));
+        }
     }
     // Their node stops now: its pods are removed at once, its containers by the bench.
     local::stop_processes(&traced_dir);
     local::remove_containers(&traced_dir);
     force_delete_all(pods).await?;
-    Ok((stages, untraced))
+    Ok(Traced { one, burst })
 }
 
 /// The sorted create → Running times of `started`.
@@ -226,34 +242,48 @@ async fn rss_after_burst(pid: u32) -> anyhow::Result<(u64, u64)> {
     Ok((burst, rss()?))
 }
 
-/// Creates pods `<prefix>-<i>` for `range` at once; returns each one's create → Running
-/// time (unsorted) once all are Running.
+/// Creates pods `<prefix>-<i>` of one container on `node` for `range` at once; returns them
+/// (in no order) once all are Running.
 async fn at_once(
     pods: &Api<Pod>,
+    node: &str,
     prefix: &str,
     range: std::ops::Range<usize>,
-) -> anyhow::Result<Vec<Duration>> {
+) -> anyhow::Result<Vec<Started>> {
     let count = range.len() as u64;
     let mut running = watch_running(pods.clone());
     let creates = range.map(|i| {
         let pods = pods.clone();
         async move {
             let name = format!("{prefix}-{i}");
-            let pod = bench_pod(&name)?;
-            let t0 = Instant::now();
+            let pod = Shape::One.pod(&name, node)?;
+            let (created_at, t0) = (SystemTime::now(), Instant::now());
             pods.create(&PostParams::default(), &pod).await?;
-            anyhow::Ok((name, t0))
+            anyhow::Ok((name, (created_at, t0)))
         }
     });
-    let created: HashMap<String, Instant> = futures::future::try_join_all(creates)
+    let created: HashMap<String, (SystemTime, Instant)> = futures::future::try_join_all(creates)
         .await?
         .into_iter()
         .collect();
     let times = running
-        .wait_for(created, Duration::from_secs(60 + 3 * count))
+        .wait_for(
+            created
+                .iter()
+                .map(|(name, (_, t0))| (name.clone(), *t0))
+                .collect(),
+            Duration::from_secs(60 + 3 * count),
+        )
         .await;
     running.task.abort();
-    times
+    Ok(times?
+        .into_iter()
+        .map(|(name, took)| Started {
+            created_at: created[&name].0,
+            name,
+            took,
+        })
+        .collect())
 }
 
 /// Pods of the bench namespace seen `Running` by a watch, with the time they were seen.
@@ -281,12 +311,12 @@ pub(super) fn watch_running(pods: Api<Pod>) -> RunningWatch {
 
 impl RunningWatch {
     /// Waits until every pod of `created` (name -> create time) was seen Running; returns
-    /// each pod's create -> Running time.
+    /// each pod's name and create -> Running time, in the order they were seen.
     pub(super) async fn wait_for(
         &mut self,
         mut created: HashMap<String, Instant>,
         timeout: Duration,
-    ) -> anyhow::Result<Vec<Duration>> {
+    ) -> anyhow::Result<Vec<(String, Duration)>> {
         let deadline = Instant::now() + timeout;
         let mut times = Vec::with_capacity(created.len());
         while !created.is_empty() {
@@ -295,7 +325,7 @@ impl RunningWatch {
                 bail!("{} pods not Running within {timeout:?}", created.len());
             };
             if let Some(t0) = created.remove(&name) {
-                times.push(at - t0);
+                times.push((name, at - t0));
             }
         }
         Ok(times)
@@ -333,14 +363,9 @@ pub(super) async fn one_at_a_time(
         out.push(Started {
             name,
             created_at,
-            took: took[0],
+            took: took[0].1,
         });
     }
     running.task.abort();
     Ok(out)
-}
-
-/// The benchmark's pod `name` (one container), bound to the edge node.
-fn bench_pod(name: &str) -> anyhow::Result<Pod> {
-    Shape::One.pod(name, NODE)
 }

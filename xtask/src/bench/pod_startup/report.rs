@@ -25,7 +25,10 @@ pub(super) struct Results {
     /// edgecore's VmRSS (KiB) 3 s after the burst of N pods and after the burst up to the
     /// memory count.
     pub(super) rss_burst_kib: [u64; 2],
+    /// The stages of the traced pods started one at a time ([`super::stages::table`]).
     pub(super) stage_table: String,
+    /// The same for the traced pods created at once.
+    pub(super) burst_stage_table: String,
 }
 
 /// KubeEdge's scale test: pod start-up p50 and p99 (its published figures).
@@ -80,8 +83,8 @@ impl Results {
             "pod-startup on one edge node (image {IMAGE}; pods of one container)\n{table}\n\
              Other pods, one at a time, against the same containers by `docker run` in \
              sequence:\n{shapes}\n{memory}\n\nWhere the time goes (traced, one at a \
-             time):\n{}\n{targets}",
-            self.stage_table
+             time):\n{}\nThe same, {n} created at once:\n{}\n{targets}",
+            self.stage_table, self.burst_stage_table
         );
         let body = format!(
             "{n} pods of one container one at a time, then {n} created concurrently, on one \
@@ -100,7 +103,9 @@ impl Results {
              see the tracing bench), each pod's trace cut at the pipeline's spans into \
              consecutive stages that add up to its create → Running time (a sandbox stage would \
              include the pod worker's start and the pause image check; these pods have none, \
-             and the worker's start falls in the stage after it).\n\n{}\n{targets}",
+             and the worker's start falls in the stage after it).\n\n{}\n\
+             Then {n} pods created at once on that node, cut the same way (each stage's time \
+             includes waiting behind the other pods' work at it):\n\n{}\n{targets}",
             self.rss_kib[2].0,
             if self.release {
                 "release (edgecore: the size-optimised `edge` profile)"
@@ -108,6 +113,7 @@ impl Results {
                 "debug"
             },
             self.stage_table,
+            self.burst_stage_table,
         );
         record::write(
             "pod-startup",

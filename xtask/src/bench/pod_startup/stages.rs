@@ -1,9 +1,9 @@
-//! Where a pod's start-up time goes: the same pods one at a time on a second, traced Verge
-//! (every span exported to the kit's Jaeger at sampling 1.0), each pod's trace cut at the
-//! pipeline's own spans into consecutive stages from the create call to `phase: Running`
-//! seen by the watch. The stages add up to the pod's total; tracing costs a few per cent
-//! (`cargo xtask bench tracing`), so the untraced run gives the headline figures and this
-//! one the shares.
+//! Where a pod's start-up time goes: the same pods one at a time, and at once, on a second,
+//! traced Verge (every span exported to the kit's Jaeger at sampling 1.0), each pod's trace
+//! cut at the pipeline's own spans into consecutive stages from the create call to `phase:
+//! Running` seen by the watch. The stages add up to the pod's total; tracing costs a few per
+//! cent (`cargo xtask bench tracing`), so the untraced run gives the headline figures and
+//! this one the shares.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
