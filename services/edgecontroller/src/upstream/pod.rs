@@ -100,17 +100,27 @@ pub fn status_patch(uid: &str, status: &PodStatus) -> Value {
     json!({ "metadata": { "uid": uid }, "status": status })
 }
 
-/// Whether `error`, answering a read or write of `pod` as the node, says the pod is gone: a
-/// 404, or the Node authorizer's 403 ("no relationship found", which is all a node hears of a
-/// deleted pod) while edgecontroller's own pod cache holds no pod of that name, or one of
-/// another uid than the edge means (`cached`). The kubelet's status manager does nothing
-/// for a pod it cannot find; a report for it is done, not retried. A 403 for a pod the cache
-/// holds (bound to another node, or not yet in the authorizer's graph) stays an error.
-fn is_gone(error: &kube::Error, pod: &PodRef, cached: Option<&Pod>) -> bool {
+/// Whether `error`, answering a read or write of `pod` as node `node`, says the pod is gone:
+/// a 404, or the Node authorizer's 403 ("no relationship found", which is all a node hears
+/// of a deleted pod) while edgecontroller's own pod cache (`cached`) holds
+/// - no pod of that name, or one of another uid than the edge means (deleted or replaced);
+/// - or that very pod, bound to `node` and being deleted: `spec.nodeName` cannot change, so
+///   the authorizer's graph loses the pod only once it is deleted, and the cache has not seen
+///   the deletion yet (a grace-0 delete is seen by the edge as an update and then a removal,
+///   and the edge may report the deletion again in between).
+///
+/// The kubelet's status manager does nothing for a pod it cannot find; a report for it is
+/// done, not retried. A 403 for a pod the cache holds otherwise (bound to another node, or
+/// new and not yet in the authorizer's graph) stays an error.
+fn is_gone(error: &kube::Error, node: &str, pod: &PodRef, cached: Option<&Pod>) -> bool {
     match error {
         kube::Error::Api(s) if s.is_not_found() => true,
         kube::Error::Api(s) if s.code == 403 => cached.is_none_or(|current| {
-            !pod.uid.is_empty() && current.metadata.uid.as_deref() != Some(pod.uid.as_str())
+            let same = current.metadata.uid.as_deref() == Some(pod.uid.as_str());
+            if pod.uid.is_empty() {
+                return false;
+            }
+            !same || (is_bound_to(current, node) && current.metadata.deletion_timestamp.is_some())
         }),
         _ => false,
     }
@@ -148,7 +158,7 @@ pub async fn report_status(
             .await
         {
             Ok(current) => std::sync::Arc::new(current),
-            Err(error) if is_gone(&error, pod, None) => {
+            Err(error) if is_gone(&error, node, pod, None) => {
                 debug!("the pod is gone; its status report is dropped");
                 return Ok(());
             }
@@ -189,7 +199,7 @@ pub async fn report_status(
             Ok(())
         }
         // Deleted since the cache saw it: the report is done.
-        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => {
+        Err(error) if is_gone(&error, node, pod, pod.cached(caches).as_deref()) => {
             debug!("the pod is gone; its status report is dropped");
             Ok(())
         }
@@ -213,7 +223,7 @@ pub async fn delete(
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
     let current = match api.get(&pod.name).await {
         Ok(current) => current,
-        Err(error) if is_gone(&error, pod, pod.cached(caches).as_deref()) => return Ok(()),
+        Err(error) if is_gone(&error, node, pod, pod.cached(caches).as_deref()) => return Ok(()),
         Err(error) => return Err(Error::kube("get pod")(error)),
     };
     let uid = current.metadata.uid.clone().unwrap_or_default();
@@ -247,7 +257,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pod_is_gone_on_404_or_on_403_when_edgecontroller_holds_no_such_pod() {
+    fn a_pod_is_gone_on_404_or_on_403_when_edgecontroller_holds_no_such_pod_or_it_was_being_deleted()
+     {
         let api = |code: u16, message: &str| {
             let reason = if code == 404 { "NotFound" } else { "Forbidden" };
             kube::Error::Api(
@@ -261,9 +272,13 @@ mod tests {
             name: "p".into(),
             uid: "u1".into(),
         };
-        let cached = |uid: &str| -> Pod {
-            serde_json::from_value(json!({ "metadata": { "uid": uid },
-                "spec": { "nodeName": "edge-2", "containers": [] } }))
+        let cached = |uid: &str, node: &str, deleting: bool| -> Pod {
+            let mut meta = json!({ "uid": uid });
+            if deleting {
+                meta["deletionTimestamp"] = json!("2026-12-07T07:00:00Z");
+            }
+            serde_json::from_value(json!({ "metadata": meta,
+                "spec": { "nodeName": node, "containers": [] } }))
             .expect("pod")
         };
         let no_relationship = api(
@@ -271,18 +286,46 @@ mod tests {
             "pods \"p\" is forbidden: User \"system:node:e\" cannot get resource \"pods\": \
              node: no relationship found between node 'e' and this object",
         );
-        assert!(is_gone(&api(404, "pods \"p\" not found"), &pod, None));
+        let gone = |error: &kube::Error, pod: &PodRef, cached: Option<&Pod>| {
+            is_gone(error, "e", pod, cached)
+        };
+        assert!(gone(&api(404, "pods \"p\" not found"), &pod, None));
         // Deleted (not cached) or replaced (another uid): gone.
-        assert!(is_gone(&no_relationship, &pod, None));
-        assert!(is_gone(&no_relationship, &pod, Some(&cached("u2"))));
-        // The same pod, bound to another node: an error.
-        assert!(!is_gone(&no_relationship, &pod, Some(&cached("u1"))));
+        assert!(gone(&no_relationship, &pod, None));
+        assert!(gone(
+            &no_relationship,
+            &pod,
+            Some(&cached("u2", "edge-2", false))
+        ));
+        // The same pod, bound to another node: an error, being deleted or not.
+        assert!(!gone(
+            &no_relationship,
+            &pod,
+            Some(&cached("u1", "edge-2", false))
+        ));
+        assert!(!gone(
+            &no_relationship,
+            &pod,
+            Some(&cached("u1", "edge-2", true))
+        ));
+        // The same pod, bound to this node: new (the authorizer has not seen it yet) is an
+        // error; being deleted, it is gone (deleted before the cache saw it).
+        assert!(!gone(
+            &no_relationship,
+            &pod,
+            Some(&cached("u1", "e", false))
+        ));
+        assert!(gone(&no_relationship, &pod, Some(&cached("u1", "e", true))));
         let no_uid = PodRef {
             uid: String::new(),
             ..pod.clone()
         };
-        assert!(!is_gone(&no_relationship, &no_uid, Some(&cached("u2"))));
-        assert!(!is_gone(&api(500, "etcd"), &pod, None));
+        assert!(!gone(
+            &no_relationship,
+            &no_uid,
+            Some(&cached("u2", "e", true))
+        ));
+        assert!(!gone(&api(500, "etcd"), &pod, None));
     }
 
     #[test]
