@@ -140,7 +140,8 @@ pub struct ControlPlaneConfig {
     pub disabled_controllers: Vec<String>,
     /// kube-controller-manager `--node-cidr-mask-size`: the prefix of each Node's
     /// `spec.podCIDR` in the cluster CIDR (a /16). Default 24 (256 Nodes of 254 pod
-    /// addresses); the fleet bench takes 29 (8,192 Nodes of 5).
+    /// addresses); the fleet bench takes the widest that fits its largest fleet (29 for
+    /// 8,192 Nodes, 30 for 16,384).
     pub node_cidr_mask_size: u8,
 }
 

@@ -96,11 +96,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let run_dir = verge_testkit::paths::run_dir().join("bench-fleet");
     let config = ControlPlaneConfig {
         state_dir: run_dir.join("control-plane"),
-        // Upstream's node monitoring, every controller on; a /29 per Node so that the
-        // cluster CIDR (a /16) holds 8,192 of them.
+        // Upstream's node monitoring, every controller on (node-ipam included, so every
+        // Node needs a pod range of the cluster CIDR).
         node_monitor_grace_period: Duration::from_secs(50),
         node_monitor_period: Duration::from_secs(5),
-        node_cidr_mask_size: 29,
+        node_cidr_mask_size: node_cidr_mask(max)?,
         ..ControlPlaneConfig::from_env()
     };
     super::env::on_fresh_control_plane(
@@ -112,6 +112,27 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         async |cp, bin_dir| measure(cp, &run_dir, bin_dir, &args).await,
     )
     .await
+}
+
+/// The largest fleet the cluster CIDR (a /16) gives a pod range each: 16,384 `/30`s.
+const MAX_NODES: usize = 1 << (MAX_NODE_MASK - 16);
+/// The narrowest pod range per Node: a `/30` (a gateway and one pod address).
+const MAX_NODE_MASK: u8 = 30;
+
+/// kube-controller-manager's `--node-cidr-mask-size` for a fleet of `max` Nodes: the widest
+/// pod range per Node (at most the kit's `/24`) of which the `/16` cluster CIDR holds `max`,
+/// so that node-ipam gives every hollow Node a `spec.podCIDR` as on a real cluster.
+///
+/// # Errors
+/// `max` is above [`MAX_NODES`].
+fn node_cidr_mask(max: usize) -> anyhow::Result<u8> {
+    if max > MAX_NODES {
+        bail!(
+            "--steps goes to {max} nodes; the /16 cluster CIDR holds at most {MAX_NODES} Nodes (a /30 each)"
+        );
+    }
+    let bits = u8::try_from(max.next_power_of_two().trailing_zeros())?;
+    Ok((16 + bits).clamp(24, MAX_NODE_MASK))
 }
 
 /// The processes whose CPU and memory the report gives: (label, pids).
@@ -621,4 +642,21 @@ async fn failover(
         all_back_in,
         reconnects: shared.reconnects.load(Ordering::Relaxed) - reconnects_before,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_cidr_mask;
+
+    #[test]
+    fn the_pod_range_per_node_is_the_widest_that_fits_the_fleet() {
+        assert_eq!(node_cidr_mask(100).expect("100"), 24);
+        assert_eq!(node_cidr_mask(256).expect("256"), 24);
+        assert_eq!(node_cidr_mask(257).expect("257"), 25);
+        assert_eq!(node_cidr_mask(6000).expect("6000"), 29);
+        assert_eq!(node_cidr_mask(8192).expect("8192"), 29);
+        assert_eq!(node_cidr_mask(10_000).expect("10000"), 30);
+        assert_eq!(node_cidr_mask(16_384).expect("16384"), 30);
+        assert!(node_cidr_mask(16_385).is_err());
+    }
 }
