@@ -139,3 +139,21 @@ async fn an_address_held_outside_the_pods_is_given_up_for_another() {
     let status = w.last_status.clone().expect("status");
     assert_eq!(status.pod_ip.as_deref(), Some("10.244.9.3"));
 }
+
+/// A hostNetwork pod does not wait for the pod network (the kubelet syncs hostNetwork pods
+/// while its network is not ready): its sandbox joins the host's network.
+#[tokio::test(start_paused = true)]
+async fn a_host_network_pod_starts_while_the_pod_network_is_undecided() {
+    let h = harness();
+    h.rt.add_image(IMAGE);
+    h.network
+        .send_replace(crate::network::NetworkState::AwaitingPodCidr);
+    let p = pod(json!({"hostNetwork": true,
+        "containers": [{"name": "app", "image": IMAGE}]}));
+    let mut w = h.worker(&p);
+    settle(&mut w).await;
+    let sandbox = h.rt.instances(labels::SANDBOX_NAME).pop().expect("sandbox");
+    assert_eq!(sandbox.spec.network, NetworkMode::Host);
+    let status = w.last_status.clone().expect("status");
+    assert_eq!(status.phase.as_deref(), Some("Running"));
+}

@@ -178,14 +178,16 @@ impl<R: ContainerRuntime> Worker<R> {
             return Ok(Ok(Holder::Sandbox(Box::new(sandbox.clone()))));
         }
         // While the pod network is undecided (no Node yet, a new Node awaiting its podCIDR,
-        // the network failed) nothing is created, as the kubelet syncs no pod while its
-        // network is not ready: a pod of one container then starts without a sandbox once
-        // the network is ready, and no `edged.sandbox.create` span is recorded for a sandbox
-        // that was never made.
-        let network = self.ctx.network.borrow().sandbox_network();
-        if let Err(reason) = network {
-            self.network_not_ready(&Error::NetworkNotReady(reason), wake);
-            return Ok(Err(false));
+        // the network failed) nothing is created for a pod on it, as the kubelet syncs no
+        // pod but hostNetwork ones while its network is not ready: a pod of one container
+        // then starts without a sandbox once the network is ready, and no
+        // `edged.sandbox.create` span is recorded for a sandbox that was never made.
+        if !crate::spec::host_network(&self.pod) {
+            let network = self.ctx.network.borrow().sandbox_network();
+            if let Err(reason) = network {
+                self.network_not_ready(&Error::NetworkNotReady(reason), wake);
+                return Ok(Err(false));
+            }
         }
         Ok(Err(self.new_sandbox(obs, wake).await?))
     }
