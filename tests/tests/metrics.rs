@@ -21,10 +21,12 @@ use verge_e2e::{Cloud, Edge, create_namespace, ready_status, sleeper_pod, via_ho
 use verge_testkit::netns::EdgeNetns;
 use verge_testkit::process::{ChildProcess, workspace_bin};
 
-/// The address a cloud service's health endpoint (and `/metrics`) bound, from its log.
+/// The address a cloud service's health endpoint (and `/metrics`) bound, from the latest
+/// "health endpoint serving" line of its log (a restart logs a new one).
 fn health_addr(process: &ChildProcess) -> anyhow::Result<SocketAddr> {
     let log = strip_ansi(&process.log());
     log.lines()
+        .rev()
         .filter(|l| l.contains("health endpoint serving"))
         .find_map(|l| {
             let rest = &l[l.find("addr=")? + 5..];

@@ -226,16 +226,38 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 /// A fresh log path `<tmp>/verge-test-logs-<uid>/<name>-<pid>-<n>.log`: one directory per
 /// user (the owner of `/proc/self`), so test runs of different users on one machine do not
 /// trip over each other's directory.
+///
+/// The directory outlives test runs, and a later run's test binary can get the same pid
+/// (small pid namespaces repeat them), so the file is claimed with `create_new`: a name
+/// already taken moves on to the next `n`. The file returned exists and is empty; a log
+/// never holds an earlier run's lines (which a test reading its process's log, such as
+/// the address a service bound, would otherwise find first).
 fn default_log_path(name: &str) -> anyhow::Result<PathBuf> {
     use std::os::unix::fs::MetadataExt as _;
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     let uid = std::fs::metadata("/proc/self")
         .context("reading the owner of /proc/self")?
         .uid();
     let dir = std::env::temp_dir().join(format!("verge-test-logs-{uid}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    Ok(dir.join(format!("{name}-{}-{n}.log", std::process::id())))
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    claim_log_path(&dir, name, &NEXT)
+}
+
+/// Creates (empty) and returns the first `<dir>/<name>-<pid>-<n>.log` that does not exist
+/// yet, `n` taken from `next` (which counts up across the process).
+///
+/// # Errors
+/// A file cannot be created for a reason other than its name being taken.
+fn claim_log_path(dir: &Path, name: &str, next: &AtomicU64) -> anyhow::Result<PathBuf> {
+    loop {
+        let n = next.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!("{name}-{}-{n}.log", std::process::id()));
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(_) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
 }
 
 /// The path of the workspace binary `name` (e.g. `"cloudhub"`, `"edgecore"`).
@@ -283,4 +305,35 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
         .next()?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_name_left_by_an_earlier_run_is_not_reused() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let pid = std::process::id();
+        let stale = dir.path().join(format!("cloudhub-{pid}-0.log"));
+        std::fs::write(&stale, "health endpoint serving addr=127.0.0.1:1\n")?;
+        let next = AtomicU64::new(0);
+
+        let first = claim_log_path(dir.path(), "cloudhub", &next)?;
+        let second = claim_log_path(dir.path(), "cloudhub", &next)?;
+
+        assert_eq!(first, dir.path().join(format!("cloudhub-{pid}-1.log")));
+        assert_eq!(second, dir.path().join(format!("cloudhub-{pid}-2.log")));
+        assert_eq!(
+            std::fs::read(&first)?.len(),
+            0,
+            "a claimed log starts empty"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&stale)?,
+            "health endpoint serving addr=127.0.0.1:1\n",
+            "the earlier run's log is left as it was"
+        );
+        Ok(())
+    }
 }
