@@ -14,30 +14,40 @@
 //! its nodes are resynced on the others) and every replica restarted (each edge makes a full
 //! TLS handshake: time until all are resynced). The report projects the per-node costs to
 //! 100,000 nodes ([`report`]).
+//!
+//! The parts: [`tracker`] (resyncs, probe arrivals, Ready Nodes), [`mod@hold`] (a step's hold and
+//! what each process spends), [`writes`] (API server writes per node per minute) and
+//! [`mod@failover`] (a replica killed, every replica restarted).
 
 mod cloud;
 mod edge;
+mod failover;
+mod hold;
 mod report;
+mod tracker;
+mod writes;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use verge_testkit::{ControlPlane, ControlPlaneConfig};
 
 use self::cloud::Cloud;
 use self::edge::{Event, Hollow, Phase, Shared};
-use self::report::{Costs, Failover, Report, Step, Writes};
-use crate::bench::scale::proc::{cpu_seconds, pids_named};
+use self::failover::failover;
+use self::hold::{hold, sample, watched};
+use self::report::{Costs, Report, Step};
+use self::tracker::{Tracker, wait_all_ready};
+use self::writes::measure_writes;
 use crate::local;
 
 /// Arguments of `cargo xtask bench fleet`.
@@ -133,44 +143,6 @@ fn node_cidr_mask(max: usize) -> anyhow::Result<u8> {
     }
     let bits = u8::try_from(max.next_power_of_two().trailing_zeros())?;
     Ok((16 + bits).clamp(24, MAX_NODE_MASK))
-}
-
-/// The processes whose CPU and memory the report gives: (label, pids).
-fn watched(cloud: &Cloud) -> Vec<(String, Vec<u32>)> {
-    let mut out: Vec<(String, Vec<u32>)> = cloud
-        .replicas
-        .iter()
-        .map(|r| (format!("cloudhub {}", r.name), vec![r.pid]))
-        .collect();
-    out.push(("edgecontroller (leader)".to_owned(), vec![cloud.leader()]));
-    for name in [
-        "kube-apiserver",
-        "etcd",
-        "kube-controller",
-        "kube-scheduler",
-    ] {
-        out.push((
-            name.replace("kube-controller", "kube-controller-manager"),
-            pids_named(name),
-        ));
-    }
-    out.push(("hollow edges (xtask)".to_owned(), vec![std::process::id()]));
-    out
-}
-
-/// CPU seconds and resident KiB of each watched group now.
-fn sample(watched: &[(String, Vec<u32>)]) -> Vec<(f64, u64)> {
-    watched
-        .iter()
-        .map(|(_, pids)| {
-            let cpu = pids.iter().filter_map(|&p| cpu_seconds(p)).sum();
-            let rss = pids
-                .iter()
-                .filter_map(|&p| local::status_kib(p, "VmRSS"))
-                .sum();
-            (cpu, rss)
-        })
-        .collect()
 }
 
 async fn measure(
@@ -343,305 +315,6 @@ async fn grow(
 fn node_object(i: usize) -> serde_json::Value {
     json!({"metadata": {"name": node_name(i), "labels": {
         "node-role.kubernetes.io/edge": "", "verge.io/bench": "fleet"}}})
-}
-
-/// The newest resync of each node and its replica, from the hollow edges' events; probe
-/// arrivals by pod name.
-#[derive(Debug, Default)]
-struct Tracker {
-    last: HashMap<usize, (usize, Instant)>,
-    probes: HashMap<String, Instant>,
-}
-
-impl Tracker {
-    fn take(&mut self, event: Event) {
-        match event {
-            Event::Resynced { index, replica, at } => {
-                self.last.insert(index, (replica, at));
-            }
-            Event::Probe(name, at) => {
-                self.probes.insert(name, at);
-            }
-        }
-    }
-
-    /// Takes events until `done` holds, at most `limit`.
-    async fn wait(
-        &mut self,
-        events: &mut mpsc::UnboundedReceiver<Event>,
-        done: impl Fn(&Self) -> bool,
-        limit: Duration,
-    ) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + limit;
-        while !done(self) {
-            match tokio::time::timeout_at(deadline, events.recv()).await {
-                Ok(Some(event)) => self.take(event),
-                Ok(None) => bail!("the hollow edges are gone"),
-                Err(_) => bail!("not within {limit:?}"),
-            }
-        }
-        while let Ok(event) = events.try_recv() {
-            self.take(event);
-        }
-        Ok(())
-    }
-}
-
-/// How many bench Nodes are Ready.
-async fn ready_count(nodes: &Api<Node>) -> anyhow::Result<usize> {
-    let listed = nodes
-        .list(&ListParams::default().labels("verge.io/bench=fleet"))
-        .await?;
-    Ok(listed
-        .items
-        .iter()
-        .filter(|n| verge_testkit::wait::ready_status(n).as_deref() == Some("True"))
-        .count())
-}
-
-/// Waits until `size` bench Nodes are Ready; returns how many are.
-async fn wait_all_ready(nodes: &Api<Node>, size: usize, limit: Duration) -> anyhow::Result<usize> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let ready = ready_count(nodes).await?;
-        if ready >= size {
-            return Ok(ready);
-        }
-        if Instant::now() > deadline {
-            bail!("{ready} of {size} Nodes Ready after {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
-}
-
-/// The counters of the API server's writes (`apiserver_request_total` of verbs that write),
-/// by resource.
-async fn api_writes(client: &kube::Client) -> anyhow::Result<HashMap<String, f64>> {
-    let text = client
-        .request_text(http::Request::get("/metrics").body(Vec::new())?)
-        .await?;
-    let mut out: HashMap<String, f64> = HashMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("apiserver_request_total{"))
-    {
-        let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            let end = line[start..].find('"')? + start;
-            Some(&line[start..end])
-        };
-        let verb = label("verb").unwrap_or_default();
-        if !matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE" | "APPLY") {
-            continue;
-        }
-        let resource = match label("subresource").filter(|s| !s.is_empty()) {
-            Some(sub) => format!("{}/{sub}", label("resource").unwrap_or_default()),
-            None => label("resource").unwrap_or_default().to_owned(),
-        };
-        let value: f64 = line
-            .rsplit_once(' ')
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0.0);
-        *out.entry(resource).or_default() += value;
-    }
-    Ok(out)
-}
-
-/// Writes per node per minute between two [`api_writes`] readings `span` apart.
-fn per_node_minute(
-    before: &HashMap<String, f64>,
-    after: &HashMap<String, f64>,
-    size: usize,
-    span: Duration,
-) -> Vec<(String, f64)> {
-    let minutes = span.as_secs_f64() / 60.0;
-    let mut out: Vec<(String, f64)> = after
-        .iter()
-        .map(|(resource, v)| {
-            let delta = v - before.get(resource).copied().unwrap_or(0.0);
-            (resource.clone(), delta / size as f64 / minutes)
-        })
-        .filter(|(_, rate)| *rate > 0.0)
-        .collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1));
-    out
-}
-
-/// One hold: every Node must stay Ready for [`Args::hold`] while probe pods go out.
-#[allow(clippy::too_many_arguments)]
-async fn hold(
-    args: &Args,
-    client: &kube::Client,
-    nodes: &Api<Node>,
-    pods: &Api<Pod>,
-    shared: &Shared,
-    events: &mut mpsc::UnboundedReceiver<Event>,
-    tracker: &mut Tracker,
-    watched: &[(String, Vec<u32>)],
-    size: usize,
-) -> anyhow::Result<Step> {
-    let span = Duration::from_secs(args.hold);
-    let (start, writes_before) = (sample(watched), api_writes(client).await?);
-    let errors_before = shared.errors.load(Ordering::Relaxed);
-    let began = Instant::now();
-    let mut min_ready = size;
-    let mut created: Vec<(String, Instant)> = Vec::new();
-    let mut next_sample = began;
-    let mut probe = 0usize;
-    while began.elapsed() < span {
-        if Instant::now() >= next_sample {
-            min_ready = min_ready.min(ready_count(nodes).await?);
-            next_sample += READY_SAMPLE;
-        }
-        let name = format!("probe-{size}-{probe}");
-        // Spread over the fleet: a stride coprime with any size that is not a multiple of 7.
-        let node = node_name((probe * 7919) % size);
-        let pod: Pod = serde_json::from_value(crate::bench::scale::probe_pod(&name, &node))?;
-        let t0 = Instant::now();
-        pods.create(&PostParams::default(), &pod).await?;
-        created.push((name, t0));
-        probe += 1;
-        let until = tokio::time::Instant::now() + PROBE_EVERY;
-        while let Ok(Some(event)) = tokio::time::timeout_at(until, events.recv()).await {
-            tracker.take(event);
-        }
-    }
-    let elapsed = began.elapsed();
-    let (end, writes_after) = (sample(watched), api_writes(client).await?);
-    min_ready = min_ready.min(ready_count(nodes).await?);
-    // The last probes may still be on their way.
-    let _ = tracker
-        .wait(
-            events,
-            |t| created.iter().all(|(n, _)| t.probes.contains_key(n)),
-            Duration::from_secs(30),
-        )
-        .await;
-    let mut latencies: Vec<Duration> = created
-        .iter()
-        .filter_map(|(n, t0)| Some(tracker.probes.get(n)?.saturating_duration_since(*t0)))
-        .collect();
-    latencies.sort();
-    let lost = created.len() - latencies.len();
-    let _ = pods
-        .delete_collection(&DeleteParams::default(), &ListParams::default())
-        .await;
-    let costs = Costs {
-        size,
-        cpu_per_node_hour: start
-            .iter()
-            .zip(&end)
-            .map(|((a, _), (b, _))| (b - a) / elapsed.as_secs_f64() * 3600.0 / size as f64)
-            .collect(),
-        rss_kib: end.iter().map(|(_, rss)| *rss).collect(),
-        writes: per_node_minute(&writes_before, &writes_after, size, elapsed),
-    };
-    Ok(Step {
-        size,
-        connected_in: Duration::ZERO,
-        min_ready,
-        probes: latencies.len(),
-        probes_lost: lost,
-        probe_p50: crate::bench::percentile(&latencies, 50),
-        probe_p99: crate::bench::percentile(&latencies, 99),
-        errors: shared.errors.load(Ordering::Relaxed) - errors_before,
-        costs,
-    })
-}
-
-/// API writes per node per minute with the shipped status reporting, then with a report at
-/// every tick (the kubelet's behaviour before Leases), each over [`Args::writes_window`].
-async fn measure_writes(
-    args: &Args,
-    client: &kube::Client,
-    shared: &Shared,
-    size: usize,
-) -> anyhow::Result<Writes> {
-    let window = Duration::from_secs(args.writes_window);
-    let mut measured = Vec::new();
-    for period in [STATUS_REPORT, STATUS_TICK] {
-        eprintln!("bench fleet: API writes with the node status reported every {period:?}");
-        shared
-            .status_period_ms
-            .store(period.as_millis() as u64, Ordering::Relaxed);
-        let before = api_writes(client).await?;
-        let t0 = Instant::now();
-        tokio::time::sleep(window).await;
-        let after = api_writes(client).await?;
-        measured.push((period, per_node_minute(&before, &after, size, t0.elapsed())));
-    }
-    shared
-        .status_period_ms
-        .store(STATUS_REPORT.as_millis() as u64, Ordering::Relaxed);
-    Ok(Writes { size, measured })
-}
-
-/// Kills replica 1 (its nodes move to the others: time until all resynced there), starts it
-/// again, then restarts every replica with TLS resumption off (time until every node
-/// resynced after full handshakes).
-async fn failover(
-    cloud: &mut Cloud,
-    shared: &Shared,
-    events: &mut mpsc::UnboundedReceiver<Event>,
-    tracker: &mut Tracker,
-    size: usize,
-) -> anyhow::Result<Failover> {
-    while let Ok(event) = events.try_recv() {
-        tracker.take(event);
-    }
-    let victims: Vec<usize> = (0..size)
-        .filter(|i| tracker.last.get(i).is_some_and(|(r, _)| *r == 1))
-        .collect();
-    eprintln!(
-        "bench fleet: killing {} ({} nodes)",
-        cloud.replicas[1].name,
-        victims.len()
-    );
-    let killed = Instant::now();
-    cloud.kill(1);
-    tracker
-        .wait(
-            events,
-            |t| {
-                victims
-                    .iter()
-                    .all(|i| t.last.get(i).is_some_and(|(r, at)| *r != 1 && *at > killed))
-            },
-            Duration::from_secs(600),
-        )
-        .await
-        .context("the killed replica's nodes did not move")?;
-    let moved_in = killed.elapsed();
-    eprintln!("  its nodes resynced on the other replicas after {moved_in:.1?}");
-    cloud.restart(1).await?;
-
-    eprintln!("bench fleet: restarting every replica (full TLS handshakes)");
-    shared.resume_tls.store(false, Ordering::Relaxed);
-    let reconnects_before = shared.reconnects.load(Ordering::Relaxed);
-    let restarted = Instant::now();
-    for i in 0..cloud.replicas.len() {
-        cloud.kill(i);
-    }
-    for i in 0..cloud.replicas.len() {
-        cloud.restart(i).await?;
-    }
-    tracker
-        .wait(
-            events,
-            |t| (0..size).all(|i| t.last.get(&i).is_some_and(|(_, at)| *at > restarted)),
-            Duration::from_secs(900),
-        )
-        .await
-        .context("not every node resynced after the restart")?;
-    let all_back_in = restarted.elapsed();
-    eprintln!("  all {size} resynced after {all_back_in:.1?}");
-    shared.resume_tls.store(true, Ordering::Relaxed);
-    Ok(Failover {
-        moved: victims.len(),
-        moved_in,
-        all_back_in,
-        reconnects: shared.reconnects.load(Ordering::Relaxed) - reconnects_before,
-    })
 }
 
 #[cfg(test)]
